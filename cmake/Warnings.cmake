@@ -1,0 +1,26 @@
+# Warnings and sanitizers for every kvtier target, applied through one interface library so that
+# third-party code found with find_package is not affected.
+add_library(kvtier_build_flags INTERFACE)
+target_compile_options(kvtier_build_flags INTERFACE -Wall -Wextra -Wpedantic -Wno-unused-parameter)
+if(CMAKE_CXX_COMPILER_ID MATCHES "Clang")
+  # Lock annotations (common/thread_annotations.h) are only checked by clang.
+  target_compile_options(kvtier_build_flags INTERFACE -Wthread-safety)
+endif()
+if(KVTIER_SANITIZE)
+  string(REPLACE ";" "," _kvtier_san "${KVTIER_SANITIZE}")
+  add_compile_options(-fsanitize=${_kvtier_san} -fno-omit-frame-pointer -fno-sanitize-recover=all)
+  add_link_options(-fsanitize=${_kvtier_san})
+endif()
+
+# kvtier_test(NAME SOURCES... [LIBS libs...] [LABELS labels...]) adds a GoogleTest binary and
+# registers each of its tests with ctest.
+function(kvtier_test name)
+  if(NOT KVTIER_BUILD_TESTS)
+    return()
+  endif()
+  cmake_parse_arguments(ARG "" "" "LIBS;LABELS" ${ARGN})
+  add_executable(${name} ${ARG_UNPARSED_ARGUMENTS})
+  target_link_libraries(${name} PRIVATE ${ARG_LIBS} GTest::gmock GTest::gtest_main kvtier_build_flags)
+  set_target_properties(${name} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
+  gtest_discover_tests(${name} PROPERTIES LABELS "unit;${ARG_LABELS}" DISCOVERY_TIMEOUT 60)
+endfunction()

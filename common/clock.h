@@ -1,0 +1,45 @@
+// Clock: the source of "now" for lease and reservation deadlines.
+//
+// Components take a Clock& instead of calling steady_clock directly so that tests can move time
+// forward deterministically (FakeClock) instead of sleeping. Both are safe from any thread.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+
+namespace kvtier {
+
+class Clock {
+ public:
+  virtual ~Clock() = default;
+  // Microseconds on a monotonic clock with an arbitrary origin.
+  virtual uint64_t NowMicros() const = 0;
+};
+
+class SteadyClock final : public Clock {
+ public:
+  uint64_t NowMicros() const override {
+    return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
+                                     std::chrono::steady_clock::now().time_since_epoch())
+                                     .count());
+  }
+  // A process-wide instance for production code.
+  static SteadyClock& Instance() {
+    static SteadyClock clock;
+    return clock;
+  }
+};
+
+// A clock that moves only when told to.
+class FakeClock final : public Clock {
+ public:
+  explicit FakeClock(uint64_t start_us = 1'000'000) : now_us_(start_us) {}
+  uint64_t NowMicros() const override { return now_us_.load(std::memory_order_relaxed); }
+  void AdvanceMicros(uint64_t us) { now_us_.fetch_add(us, std::memory_order_relaxed); }
+
+ private:
+  std::atomic<uint64_t> now_us_;
+};
+
+}  // namespace kvtier

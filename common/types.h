@@ -1,0 +1,24 @@
+// Small domain types shared by the tiers, the index and the store.
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+
+namespace kvtier {
+
+// The storage tiers, hottest first. The numeric order is the demotion order: a block evicted from
+// tier t moves to tier t+1 (or is dropped after the last one).
+enum class TierId : uint8_t { kGpu = 0, kHost = 1, kNvme = 2 };
+inline constexpr int kTierCount = 3;
+
+// "gpu", "host", "nvme".
+std::string_view TierName(TierId tier);
+
+// A byte range inside one tier's address space (arena offset, file offset or device offset).
+struct Extent {
+  uint64_t offset = 0;
+  uint64_t length = 0;
+  bool operator==(const Extent&) const = default;
+};
+
+}  // namespace kvtier

@@ -1,0 +1,56 @@
+// EvictionPolicy: the order in which the blocks of one tier are given up under pressure.
+//
+// A policy tracks a set of block keys and answers one question: which key goes next. It holds no
+// block metadata and never frees anything itself; the store (or the trace simulator) calls
+// PopVictim, then removes or demotes that block. Policies are chosen by name in configuration
+// (MakeEvictionPolicy), so LRU and the alternatives run through the same index and store code.
+//
+// Thread safety: none. Each tier's policy is guarded by its owner's mutex.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/keys.h"
+#include "common/status.h"
+
+namespace kvtier::index {
+
+class EvictionPolicy {
+ public:
+  virtual ~EvictionPolicy() = default;
+
+  // "lru", "s3fifo", ...
+  virtual std::string_view name() const = 0;
+
+  // Starts tracking `key` as just used. Precondition: `key` is not tracked.
+  virtual void Insert(const BlockKey& key) = 0;
+
+  // Records a use of `key`. A no-op when `key` is not tracked (it may have been evicted by another
+  // thread between a lookup and its touch).
+  virtual void Touch(const BlockKey& key) = 0;
+
+  // Stops tracking `key` (removed or moved to another tier). A no-op when absent.
+  virtual void Erase(const BlockKey& key) = 0;
+
+  // Chooses the next key to evict and stops tracking it; nullopt when nothing is tracked. The
+  // caller re-Inserts a victim it finds it cannot evict (a leased block).
+  virtual std::optional<BlockKey> PopVictim() = 0;
+
+  virtual bool Contains(const BlockKey& key) const = 0;
+  virtual size_t size() const = 0;
+};
+
+// Names accepted by MakeEvictionPolicy, the default first.
+std::vector<std::string> EvictionPolicyNames();
+
+// Builds a policy by name. `capacity_hint_blocks` sizes policies that keep history (ghost queues)
+// and may be 0 when unknown. kInvalidArgument for an unknown name, listing the known ones.
+Result<std::unique_ptr<EvictionPolicy>> MakeEvictionPolicy(std::string_view name,
+                                                           size_t capacity_hint_blocks = 0);
+
+}  // namespace kvtier::index
