@@ -117,8 +117,6 @@ class BlockIndex {
 
   size_t size() const;                // entries in any state
   size_t TrackedBlocks(TierId tier) const;  // blocks in `tier`'s policy
-  // Estimated heap bytes the index spends per entry (map node, buckets, policy links), measured
-  // by the benchmark; see bench/.
   std::string_view policy_name() const;
 
  private:
