@@ -37,7 +37,8 @@ BlockIndex::Shard& BlockIndex::ShardFor(const BlockKey& key) const {
   return *shards_[key.high % shards_.size()];
 }
 
-LookupResult BlockIndex::Lookup(std::span<const BlockKey> keys, bool touch) {
+LookupResult BlockIndex::Lookup(std::span<const BlockKey> keys, bool touch,
+                               const std::optional<NamespaceId>& ns) {
   LookupResult result;
   result.tiers.reserve(std::min<size_t>(keys.size(), 1024));
   for (const BlockKey& key : keys) {
@@ -45,6 +46,7 @@ LookupResult BlockIndex::Lookup(std::span<const BlockKey> keys, bool touch) {
     MutexLock lock(shard.mu);
     auto it = shard.entries.find(key);
     if (it == shard.entries.end() || it->second.state != BlockState::kReady) break;
+    if (ns && it->second.ns != *ns) break;
     result.tiers.push_back(it->second.tier);
   }
   result.ready_prefix = result.tiers.size();

@@ -65,8 +65,10 @@ class BlockIndex {
   static Result<std::unique_ptr<BlockIndex>> Create(const Options& options);
 
   // Counts the ready prefix of `keys`. With `touch`, records a use of every block of that prefix,
-  // from the last to the first, so that a prefix's head ends up more recent than its tail.
-  LookupResult Lookup(std::span<const BlockKey> keys, bool touch);
+  // from the last to the first, so that a prefix's head ends up more recent than its tail. With
+  // `ns`, a block of another namespace counts as absent (tenants cannot probe each other).
+  LookupResult Lookup(std::span<const BlockKey> keys, bool touch,
+                      const std::optional<NamespaceId>& ns = std::nullopt);
 
   // Adds `key` in state kWriting with `meta` (whose state is ignored). Errors: kAlreadyExists when
   // the key is ready; kBusy when another writer holds it in kWriting.

@@ -1,0 +1,350 @@
+#include "daemon/store/store.h"
+
+#include <algorithm>
+#include <cstring>
+#include <set>
+
+namespace kvtier::store {
+
+using index::BlockMeta;
+using index::BlockState;
+
+Result<std::unique_ptr<Store>> Store::Create(const StoreOptions& options,
+                                             std::vector<tiers::Tier*> tiers, Clock& clock) {
+  if (tiers.empty()) return InvalidArgument("store needs at least one tier");
+  std::set<TierId> seen;
+  for (tiers::Tier* t : tiers) {
+    if (t == nullptr) return InvalidArgument("store tier list contains a null tier");
+    if (!seen.insert(t->id()).second) {
+      return InvalidArgument("store tier list names tier '" + std::string(TierName(t->id())) +
+                             "' twice");
+    }
+  }
+  if (options.max_evictions_per_allocation < 1) {
+    return InvalidArgument("max_evictions_per_allocation must be at least 1");
+  }
+  KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<index::BlockIndex> index,
+                          index::BlockIndex::Create(options.index));
+  return std::unique_ptr<Store>(new Store(options, std::move(tiers), clock, std::move(index)));
+}
+
+Store::Store(const StoreOptions& options, std::vector<tiers::Tier*> tiers, Clock& clock,
+             std::unique_ptr<index::BlockIndex> index)
+    : options_(options), tiers_(std::move(tiers)), clock_(clock), index_(std::move(index)) {}
+
+Store::~Store() = default;
+
+tiers::Tier* Store::tier(TierId id) const {
+  for (tiers::Tier* t : tiers_) {
+    if (t->id() == id) return t;
+  }
+  return nullptr;
+}
+
+Status Store::RegisterNamespace(const NamespaceInfo& info) {
+  MutexLock lock(namespaces_mu_);
+  auto [it, inserted] = namespaces_.try_emplace(info.id, info);
+  if (!inserted && (it->second.block_bytes != info.block_bytes ||
+                    it->second.tokens_per_block != info.tokens_per_block)) {
+    return InvalidArgument("namespace " + info.id.ToHex() +
+                           " is already registered with another block size or tokens per block");
+  }
+  auto& counters = ns_counters_[info.id];
+  if (!counters) counters = std::make_unique<NamespaceCounters>();
+  return Status::Ok();
+}
+
+std::optional<NamespaceInfo> Store::GetNamespace(const NamespaceId& ns) const {
+  MutexLock lock(namespaces_mu_);
+  auto it = namespaces_.find(ns);
+  if (it == namespaces_.end()) return std::nullopt;
+  return it->second;
+}
+
+std::vector<NamespaceInfo> Store::Namespaces() const {
+  MutexLock lock(namespaces_mu_);
+  std::vector<NamespaceInfo> out;
+  for (const auto& [id, info] : namespaces_) out.push_back(info);
+  return out;
+}
+
+bool Store::NamespaceRegistered(const NamespaceId& ns) const {
+  MutexLock lock(namespaces_mu_);
+  return namespaces_.contains(ns);
+}
+
+NamespaceCounters* Store::CountersFor(const NamespaceId& ns) const {
+  MutexLock lock(namespaces_mu_);
+  auto it = ns_counters_.find(ns);
+  return it == ns_counters_.end() ? nullptr : it->second.get();
+}
+
+Result<Reservation> Store::BeginPut(const NamespaceId& ns, const BlockKey& key, uint64_t bytes) {
+  std::optional<NamespaceInfo> info = GetNamespace(ns);
+  if (!info) return NotFound("namespace " + ns.ToHex() + " is not registered");
+  if (bytes == 0) return InvalidArgument("a block cannot be empty");
+  if (info->block_bytes != 0 && bytes != info->block_bytes) {
+    return InvalidArgument("block of " + std::to_string(bytes) + " bytes in a namespace of " +
+                           std::to_string(info->block_bytes) + "-byte blocks");
+  }
+  // Cheap early answer for the common "already cached" case, before any space is touched.
+  if (std::optional<BlockMeta> existing = index_->Get(key)) {
+    if (existing->state == BlockState::kReady) return AlreadyExists("block is already stored");
+    return Busy("block is being written by another client");
+  }
+  Result<Extent> extent = AllocateWithEviction(0, bytes);
+  if (!extent.ok()) {
+    if (extent.status().code() == StatusCode::kBusy) counters_.busy_puts.fetch_add(1);
+    return extent.status();
+  }
+  tiers::Tier& target = *tiers_[0];
+  BlockMeta meta;
+  meta.ns = ns;
+  meta.tier = target.id();
+  meta.extent = *extent;
+  if (Status st = index_->InsertWriting(key, meta); !st.ok()) {
+    target.Free(*extent);
+    return st;
+  }
+  Reservation reservation;
+  reservation.id = next_id_.fetch_add(1);
+  reservation.key = key;
+  reservation.tier = target.id();
+  reservation.extent = *extent;
+  reservation.address = target.Address(*extent);
+  MutexLock lock(reservations_mu_);
+  reservations_.emplace(reservation.id,
+                        ReservationRecord{ns, key, target.id(), *extent,
+                                          clock_.NowMicros() + options_.reservation_timeout_us});
+  return reservation;
+}
+
+Status Store::CommitPut(uint64_t reservation_id, std::optional<uint64_t> checksum) {
+  ReservationRecord record;
+  {
+    MutexLock lock(reservations_mu_);
+    auto it = reservations_.find(reservation_id);
+    if (it == reservations_.end()) {
+      return NotFound("no reservation " + std::to_string(reservation_id) +
+                      " (finished, aborted or timed out)");
+    }
+    record = it->second;
+    reservations_.erase(it);
+  }
+  if (!NamespaceRegistered(record.ns)) {
+    index_->Erase(record.key);
+    tier(record.tier)->Free(record.extent);
+    counters_.aborted_puts.fetch_add(1);
+    return NotFound("namespace " + record.ns.ToHex() + " was dropped during the put");
+  }
+  if (checksum) {
+    KVTIER_RETURN_IF_ERROR(index_->Update(record.key, [&](BlockMeta& meta) {
+      meta.checksum = *checksum;
+      meta.has_checksum = true;
+      return Status::Ok();
+    }));
+  }
+  KVTIER_RETURN_IF_ERROR(index_->MarkReady(record.key));
+  counters_.committed_puts.fetch_add(1);
+  if (NamespaceCounters* c = CountersFor(record.ns)) {
+    c->puts.fetch_add(1, std::memory_order_relaxed);
+    c->put_bytes.fetch_add(record.extent.length, std::memory_order_relaxed);
+  }
+  return Status::Ok();
+}
+
+Status Store::AbortPut(uint64_t reservation_id) {
+  ReservationRecord record;
+  {
+    MutexLock lock(reservations_mu_);
+    auto it = reservations_.find(reservation_id);
+    if (it == reservations_.end()) {
+      return NotFound("no reservation " + std::to_string(reservation_id));
+    }
+    record = it->second;
+    reservations_.erase(it);
+  }
+  index_->EraseIf(record.key, [](const BlockMeta& m) { return m.state == BlockState::kWriting; });
+  tier(record.tier)->Free(record.extent);
+  counters_.aborted_puts.fetch_add(1);
+  return Status::Ok();
+}
+
+Status Store::Put(const NamespaceId& ns, const BlockKey& key, std::span<const std::byte> bytes) {
+  KVTIER_ASSIGN_OR_RETURN(Reservation r, BeginPut(ns, key, bytes.size()));
+  Status written = r.address != nullptr
+                       ? (std::memcpy(r.address, bytes.data(), bytes.size()), Status::Ok())
+                       : tier(r.tier)->Write(r.extent, bytes);
+  if (!written.ok()) {
+    (void)AbortPut(r.id);
+    return written;
+  }
+  return CommitPut(r.id);
+}
+
+Result<Lease> Store::Acquire(const NamespaceId& ns, const BlockKey& key) {
+  Lease lease;
+  Status st = index_->Update(key, [&](BlockMeta& meta) {
+    if (meta.state != BlockState::kReady || meta.ns != ns) return NotFound("block not cached");
+    ++meta.lease_count;
+    lease.tier = meta.tier;
+    lease.extent = meta.extent;
+    lease.checksum = meta.checksum;
+    lease.has_checksum = meta.has_checksum;
+    return Status::Ok();
+  });
+  NamespaceCounters* counters = CountersFor(ns);
+  if (!st.ok()) {
+    if (counters) counters->get_misses.fetch_add(1, std::memory_order_relaxed);
+    if (st.code() == StatusCode::kNotFound) return NotFound("block not cached");
+    return st;
+  }
+  if (counters) counters->gets.fetch_add(1, std::memory_order_relaxed);
+  lease.id = next_id_.fetch_add(1);
+  lease.key = key;
+  lease.address = tier(lease.tier)->Address(lease.extent);
+  lease.deadline_us = clock_.NowMicros() + options_.lease_timeout_us;
+  MutexLock lock(leases_mu_);
+  leases_.emplace(lease.id, LeaseRecord{ns, key, lease.deadline_us});
+  return lease;
+}
+
+Status Store::Release(uint64_t lease_id) {
+  LeaseRecord record;
+  {
+    MutexLock lock(leases_mu_);
+    auto it = leases_.find(lease_id);
+    if (it == leases_.end()) {
+      return NotFound("no lease " + std::to_string(lease_id) + " (released or timed out)");
+    }
+    record = it->second;
+    leases_.erase(it);
+  }
+  EndLease(record);
+  return Status::Ok();
+}
+
+void Store::EndLease(const LeaseRecord& lease) {
+  Status st = index_->Update(lease.key, [](BlockMeta& meta) {
+    if (meta.lease_count == 0) return Internal("lease count underflow");
+    --meta.lease_count;
+    return Status::Ok();
+  });
+  (void)st;  // The block cannot vanish while leased; a failure here would be a bug in the index.
+  if (!NamespaceRegistered(lease.ns)) {
+    // The namespace was dropped while this block was being read: it goes now.
+    std::optional<BlockMeta> gone = index_->EraseIf(
+        lease.key, [&](const BlockMeta& m) { return m.lease_count == 0 && m.ns == lease.ns; });
+    if (gone) {
+      FreeExtent(*gone);
+      counters_.removed_blocks.fetch_add(1);
+    }
+  }
+}
+
+Status Store::Get(const NamespaceId& ns, const BlockKey& key, std::vector<std::byte>& out) {
+  KVTIER_ASSIGN_OR_RETURN(Lease lease, Acquire(ns, key));
+  out.resize(lease.extent.length);
+  Status st = lease.address != nullptr
+                  ? (std::memcpy(out.data(), lease.address, out.size()), Status::Ok())
+                  : tier(lease.tier)->Read(lease.extent, out);
+  Status released = Release(lease.id);
+  return st.ok() ? released : st;
+}
+
+index::LookupResult Store::Lookup(const NamespaceId& ns, std::span<const BlockKey> keys) {
+  std::optional<NamespaceInfo> info = GetNamespace(ns);
+  if (!info) return {};
+  index::LookupResult result = index_->Lookup(keys, /*touch=*/true, ns);
+  if (NamespaceCounters* c = CountersFor(ns)) {
+    c->lookups.fetch_add(1, std::memory_order_relaxed);
+    c->lookup_blocks.fetch_add(keys.size(), std::memory_order_relaxed);
+    for (TierId t : result.tiers) {
+      c->hit_blocks[static_cast<size_t>(t)].fetch_add(1, std::memory_order_relaxed);
+    }
+    c->hit_tokens.fetch_add(result.ready_prefix * info->tokens_per_block,
+                            std::memory_order_relaxed);
+  }
+  return result;
+}
+
+Status Store::Remove(const NamespaceId& ns, const BlockKey& key) {
+  std::optional<BlockMeta> gone = index_->EraseIf(key, [&](const BlockMeta& m) {
+    return m.ns == ns && m.state == BlockState::kReady && m.lease_count == 0;
+  });
+  if (!gone) {
+    std::optional<BlockMeta> meta = index_->Get(key);
+    if (meta && meta->ns == ns && meta->state == BlockState::kReady) {
+      return Busy("block is leased; remove it after the readers release it");
+    }
+    return NotFound("block not cached");
+  }
+  FreeExtent(*gone);
+  counters_.removed_blocks.fetch_add(1);
+  return Status::Ok();
+}
+
+Status Store::Pin(const NamespaceId& ns, const BlockKey& key, uint64_t ttl_us) {
+  const uint64_t until = ttl_us == 0 ? 0 : clock_.NowMicros() + ttl_us;
+  return index_->Update(key, [&](BlockMeta& meta) {
+    if (meta.ns != ns || meta.state != BlockState::kReady) return NotFound("block not cached");
+    meta.pinned_until_us = until;
+    return Status::Ok();
+  });
+}
+
+Result<uint64_t> Store::DropNamespace(const NamespaceId& ns) {
+  {
+    MutexLock lock(namespaces_mu_);
+    if (namespaces_.erase(ns) == 0) return NotFound("namespace " + ns.ToHex() + " is not registered");
+  }
+  uint64_t removed = 0;
+  for (const BlockKey& key : index_->KeysOfNamespace(ns)) {
+    std::optional<BlockMeta> gone = index_->EraseIf(key, [&](const BlockMeta& m) {
+      return m.ns == ns && m.state == BlockState::kReady && m.lease_count == 0;
+    });
+    if (!gone) continue;
+    FreeExtent(*gone);
+    ++removed;
+  }
+  counters_.removed_blocks.fetch_add(removed);
+  return removed;
+}
+
+size_t Store::ExpireDeadlines() {
+  const uint64_t now = clock_.NowMicros();
+  std::vector<uint64_t> expired_reservations;
+  {
+    MutexLock lock(reservations_mu_);
+    for (const auto& [id, r] : reservations_) {
+      if (r.deadline_us <= now) expired_reservations.push_back(id);
+    }
+  }
+  size_t expired = 0;
+  for (uint64_t id : expired_reservations) {
+    if (AbortPut(id).ok()) {
+      counters_.expired_reservations.fetch_add(1);
+      ++expired;
+    }
+  }
+  std::vector<LeaseRecord> expired_leases;
+  {
+    MutexLock lock(leases_mu_);
+    for (auto it = leases_.begin(); it != leases_.end();) {
+      if (it->second.deadline_us <= now) {
+        expired_leases.push_back(it->second);
+        it = leases_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  for (const LeaseRecord& lease : expired_leases) {
+    EndLease(lease);
+    counters_.expired_leases.fetch_add(1);
+    ++expired;
+  }
+  return expired;
+}
+
+}  // namespace kvtier::store

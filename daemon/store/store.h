@@ -1,0 +1,193 @@
+// Store: the in-process cache engine. Two-phase puts, leased reads, lookups and eviction over an
+// ordered list of tiers (hottest first), with the statistics operators read.
+//
+// Ownership: the store owns the BlockIndex and the lease and reservation tables; it borrows the
+// tiers (the daemon owns them and must outlive the store) and the clock.
+//
+// Guarantees:
+// - Two-phase put: BeginPut reserves an extent and a kWriting entry that no reader can see; the
+//   writer fills the bytes; CommitPut publishes the block, AbortPut (or the reservation timing out)
+//   gives everything back. Nobody ever reads half a block.
+// - A lease pins a block: it is not evicted, moved or freed until Release or until the lease times
+//   out, so a reader can copy straight out of the tier's memory.
+// - When a tier is full, its policy's victim (ready, unleased, unpinned) is demoted to the next
+//   tier or, from the last tier, dropped. When nothing can go, the put fails with kBusy and reads
+//   keep working.
+// - Accounting: committed puts = blocks present + blocks dropped by eviction + blocks removed.
+//
+// Thread safety: every method may be called from any thread. No lock is held while block bytes
+// are copied by the caller; the store itself copies bytes only when it demotes a block.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "common/clock.h"
+#include "common/keys.h"
+#include "common/status.h"
+#include "common/thread_annotations.h"
+#include "daemon/index/block_index.h"
+#include "daemon/store/store_stats.h"
+#include "tiers/tier.h"
+
+namespace kvtier::store {
+
+struct NamespaceInfo {
+  NamespaceId id;
+  uint32_t tokens_per_block = 0;  // for hit-token counts; 0 when not a token namespace
+  uint64_t block_bytes = 0;       // every block of the namespace has this size; 0: any size
+  std::string label;              // for humans: "meta-llama/Llama-3.1-8B bf16 tp0/1"
+};
+
+struct StoreOptions {
+  uint64_t lease_timeout_us = 30'000'000;        // a lease not released by then is taken back
+  uint64_t reservation_timeout_us = 30'000'000;  // a put not committed by then is aborted
+  index::BlockIndex::Options index;
+  // How many victims one allocation may evict before giving up with kBusy. Bounds the work a put
+  // does when other threads keep taking the freed space.
+  int max_evictions_per_allocation = 256;
+};
+
+// A reserved slot for a block being written.
+struct Reservation {
+  uint64_t id = 0;
+  BlockKey key;
+  TierId tier = TierId::kHost;
+  Extent extent;
+  std::byte* address = nullptr;  // where to write, for memory tiers; nullptr otherwise
+};
+
+// A read pin on a ready block.
+struct Lease {
+  uint64_t id = 0;
+  BlockKey key;
+  TierId tier = TierId::kHost;
+  Extent extent;
+  std::byte* address = nullptr;  // where to read from, for memory tiers; nullptr otherwise
+  uint64_t checksum = 0;
+  bool has_checksum = false;
+  uint64_t deadline_us = 0;
+};
+
+class Store {
+ public:
+  // `tiers` hottest first, at least one, no two with the same id; none owned. kInvalidArgument
+  // otherwise.
+  static Result<std::unique_ptr<Store>> Create(const StoreOptions& options,
+                                               std::vector<tiers::Tier*> tiers, Clock& clock);
+  ~Store();
+
+  // Idempotent for identical info. kInvalidArgument when the id is known with other parameters.
+  Status RegisterNamespace(const NamespaceInfo& info);
+  std::optional<NamespaceInfo> GetNamespace(const NamespaceId& ns) const;
+  std::vector<NamespaceInfo> Namespaces() const;
+
+  // Reserves room for `key` in the hottest tier, evicting or demoting under pressure. Errors:
+  // kNotFound (namespace not registered), kInvalidArgument (size differs from the namespace's
+  // block size, or 0), kAlreadyExists (the block is stored: skip the copy), kBusy (another client
+  // is writing it, or no room can be made now: retry later), kRejected (larger than the tier).
+  Result<Reservation> BeginPut(const NamespaceId& ns, const BlockKey& key, uint64_t bytes);
+
+  // Publishes a reserved block. `checksum` (XXH3-64 of the payload) is stored with it when given.
+  // kNotFound when the reservation is unknown (never made, already finished or timed out).
+  Status CommitPut(uint64_t reservation_id, std::optional<uint64_t> checksum = std::nullopt);
+
+  // Gives a reservation back. kNotFound when unknown.
+  Status AbortPut(uint64_t reservation_id);
+
+  // Copy-in convenience: BeginPut, write `bytes` through the tier, CommitPut.
+  Status Put(const NamespaceId& ns, const BlockKey& key, std::span<const std::byte> bytes);
+
+  // Leases a ready block of namespace `ns`. kNotFound on a miss (absent, being written, or of
+  // another namespace).
+  Result<Lease> Acquire(const NamespaceId& ns, const BlockKey& key);
+
+  // Ends a lease. kNotFound when unknown (already released or timed out).
+  Status Release(uint64_t lease_id);
+
+  // Copy-out convenience: Acquire, read into `out` (resized to the block), Release.
+  Status Get(const NamespaceId& ns, const BlockKey& key, std::vector<std::byte>& out);
+
+  // The longest ready prefix of `keys` in namespace `ns` and the tier of each of its blocks;
+  // touches that prefix (tail first) and counts the lookup in the namespace's statistics. An
+  // unregistered namespace is a miss, not an error.
+  index::LookupResult Lookup(const NamespaceId& ns, std::span<const BlockKey> keys);
+
+  // Removes a ready block. kNotFound when absent; kBusy while it is leased (retry after release).
+  Status Remove(const NamespaceId& ns, const BlockKey& key);
+
+  // Keeps a ready block from eviction until now + ttl_us (0 unpins). kNotFound when absent.
+  Status Pin(const NamespaceId& ns, const BlockKey& key, uint64_t ttl_us);
+
+  // Removes every unleased block of `ns` and forgets the namespace; blocks still leased go when
+  // their lease ends, reservations in flight are aborted at commit. Returns the blocks removed now.
+  Result<uint64_t> DropNamespace(const NamespaceId& ns);
+
+  // Takes back leases and aborts reservations whose deadline has passed. Returns how many. The
+  // daemon calls it periodically; tests call it after moving a FakeClock.
+  size_t ExpireDeadlines();
+
+  StoreStats Stats() const;
+  // The tier with `id`, or nullptr.
+  tiers::Tier* tier(TierId id) const;
+
+ private:
+  struct ReservationRecord {
+    NamespaceId ns;
+    BlockKey key;
+    TierId tier;
+    Extent extent;
+    uint64_t deadline_us;
+  };
+  struct LeaseRecord {
+    NamespaceId ns;
+    BlockKey key;
+    uint64_t deadline_us;
+  };
+
+  Store(const StoreOptions& options, std::vector<tiers::Tier*> tiers, Clock& clock,
+        std::unique_ptr<index::BlockIndex> index);
+
+  // Allocates `bytes` in tiers_[level], making room by evicting that tier's victims.
+  Result<Extent> AllocateWithEviction(size_t level, uint64_t bytes);
+  // Makes room in tiers_[level] by moving one victim down or dropping it. false: nothing could go.
+  bool EvictOne(size_t level);
+  bool DemoteOrDrop(size_t level, const BlockKey& key, const index::BlockMeta& meta);
+  Status CopyBetweenTiers(tiers::Tier& from, const Extent& src, tiers::Tier& to,
+                          const Extent& dst);
+  // Frees a block's extent in its tier after it left the index.
+  void FreeExtent(const index::BlockMeta& meta);
+  // Ends a lease and drops the block if its namespace has been dropped meanwhile.
+  void EndLease(const LeaseRecord& lease);
+  bool NamespaceRegistered(const NamespaceId& ns) const;
+  NamespaceCounters* CountersFor(const NamespaceId& ns) const;
+
+  const StoreOptions options_;
+  const std::vector<tiers::Tier*> tiers_;
+  Clock& clock_;
+  std::unique_ptr<index::BlockIndex> index_;
+  std::atomic<uint64_t> next_id_{1};
+
+  mutable Mutex namespaces_mu_;
+  std::unordered_map<NamespaceId, NamespaceInfo, Key128Hash> namespaces_ GUARDED_BY(namespaces_mu_);
+  // Counters outlive a DropNamespace so late lookups and releases never touch freed memory; they
+  // are few (one per namespace ever registered).
+  std::unordered_map<NamespaceId, std::unique_ptr<NamespaceCounters>, Key128Hash> ns_counters_
+      GUARDED_BY(namespaces_mu_);
+
+  mutable Mutex reservations_mu_;
+  std::unordered_map<uint64_t, ReservationRecord> reservations_ GUARDED_BY(reservations_mu_);
+  mutable Mutex leases_mu_;
+  std::unordered_map<uint64_t, LeaseRecord> leases_ GUARDED_BY(leases_mu_);
+
+  StoreCounters counters_;
+  std::array<TierCounters, kTierCount> tier_counters_;
+};
+
+}  // namespace kvtier::store

@@ -1,0 +1,100 @@
+// The store's eviction path: making room in a tier by demoting its victims to the next tier or,
+// from the last tier, dropping them.
+#include <cstring>
+#include <vector>
+
+#include "daemon/store/store.h"
+
+namespace kvtier::store {
+
+using index::BlockMeta;
+using index::BlockState;
+
+Result<Extent> Store::AllocateWithEviction(size_t level, uint64_t bytes) {
+  tiers::Tier& t = *tiers_[level];
+  for (int evicted = 0;; ++evicted) {
+    Result<Extent> extent = t.Allocate(bytes);
+    if (extent.ok() || extent.status().code() != StatusCode::kBusy) return extent;
+    if (evicted == options_.max_evictions_per_allocation || !EvictOne(level)) break;
+  }
+  return Busy(std::string(TierName(t.id())) +
+              " tier is full and nothing can be evicted now (blocks leased, pinned or being "
+              "written); retry later");
+}
+
+bool Store::EvictOne(size_t level) {
+  const TierId id = tiers_[level]->id();
+  std::optional<std::pair<BlockKey, BlockMeta>> victim =
+      index_->PickVictim(id, clock_.NowMicros());
+  if (!victim) return false;
+  // A victim that cannot leave right now (leased since it was picked) was handed back to the
+  // policy; that still counts as an attempt, so the caller's bound keeps the loop finite.
+  DemoteOrDrop(level, victim->first, victim->second);
+  return true;
+}
+
+bool Store::DemoteOrDrop(size_t level, const BlockKey& key, const BlockMeta& meta) {
+  TierCounters& counters = tier_counters_[static_cast<size_t>(meta.tier)];
+  if (level + 1 < tiers_.size()) {
+    tiers::Tier& next = *tiers_[level + 1];
+    Result<Extent> dst = AllocateWithEviction(level + 1, meta.extent.length);
+    if (dst.ok()) {
+      // The victim's bytes are immutable while it is ready, so copying without a lock is safe;
+      // MoveTier then refuses the switch if a reader leased the block meanwhile.
+      Status copied = CopyBetweenTiers(*tiers_[level], meta.extent, next, *dst);
+      Result<Extent> old = copied.ok() ? index_->MoveTier(key, next.id(), *dst) : copied;
+      if (old.ok()) {
+        tiers_[level]->Free(*old);
+        counters.evictions.fetch_add(1);
+        counters.demotions.fetch_add(1);
+        return true;
+      }
+      next.Free(*dst);
+      if (old.status().code() == StatusCode::kBusy) {
+        index_->Unpick(key);
+        return false;
+      }
+    }
+    // The next tier cannot take the block now: dropping it still makes room, which is what the
+    // put asked for; the block is a cache entry, not data of record.
+  }
+  std::optional<BlockMeta> gone = index_->EraseIf(key, [&](const BlockMeta& m) {
+    return m.state == BlockState::kReady && m.lease_count == 0 && m.tier == meta.tier &&
+           m.extent == meta.extent && m.pinned_until_us <= clock_.NowMicros();
+  });
+  if (!gone) {
+    index_->Unpick(key);
+    return false;
+  }
+  FreeExtent(*gone);
+  counters.evictions.fetch_add(1);
+  counters.drops.fetch_add(1);
+  counters_.evicted_blocks.fetch_add(1);
+  if (NamespaceCounters* c = CountersFor(gone->ns)) {
+    c->evictions.fetch_add(1, std::memory_order_relaxed);
+  }
+  return true;
+}
+
+Status Store::CopyBetweenTiers(tiers::Tier& from, const Extent& src, tiers::Tier& to,
+                               const Extent& dst) {
+  std::byte* src_addr = from.Address(src);
+  std::byte* dst_addr = to.Address(dst);
+  if (src_addr != nullptr && dst_addr != nullptr) {
+    std::memcpy(dst_addr, src_addr, src.length);
+    return Status::Ok();
+  }
+  if (src_addr != nullptr) return to.Write(dst, {src_addr, src.length});
+  if (dst_addr != nullptr) return from.Read(src, {dst_addr, src.length});
+  // Neither tier is plain memory: bounce through a buffer. Not on a hot path today (host is
+  // always between GPU and NVMe).
+  std::vector<std::byte> bounce(src.length);
+  KVTIER_RETURN_IF_ERROR(from.Read(src, bounce));
+  return to.Write(dst, bounce);
+}
+
+void Store::FreeExtent(const BlockMeta& meta) {
+  if (tiers::Tier* t = tier(meta.tier)) t->Free(meta.extent);
+}
+
+}  // namespace kvtier::store

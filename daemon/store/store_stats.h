@@ -1,0 +1,93 @@
+// Counters of the store, and the plain snapshot (StoreStats) that /metrics, INFO and
+// `kvtier stats` all read, so every view shows the same numbers.
+//
+// Counters are relaxed atomics bumped on the request path; a snapshot is not a consistent cut
+// across counters, which monitoring does not need. The accounting identity (committed = present +
+// evicted + removed) holds exactly once the store is quiescent.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/keys.h"
+#include "common/types.h"
+#include "tiers/tier.h"
+
+namespace kvtier::store {
+
+using Counter = std::atomic<uint64_t>;
+
+struct NamespaceCounters {
+  Counter lookups{0};        // Lookup calls
+  Counter lookup_blocks{0};  // keys asked for
+  std::array<Counter, kTierCount> hit_blocks{};  // blocks of the ready prefix, by tier
+  Counter hit_tokens{0};
+  Counter puts{0};           // committed puts
+  Counter put_bytes{0};
+  Counter gets{0};           // leases granted
+  Counter get_misses{0};     // Acquire that found nothing
+  Counter evictions{0};      // blocks of this namespace dropped from the last tier
+};
+
+struct TierCounters {
+  Counter evictions{0};   // victims that left this tier (demoted or dropped)
+  Counter demotions{0};   // victims moved to the next tier
+  Counter drops{0};       // victims dropped because there is no next tier (or it failed)
+};
+
+struct StoreCounters {
+  Counter committed_puts{0};
+  Counter aborted_puts{0};
+  Counter busy_puts{0};            // BeginPut answered kBusy for lack of room
+  Counter removed_blocks{0};       // Remove and DropNamespace
+  Counter evicted_blocks{0};       // dropped from the last tier
+  Counter expired_leases{0};
+  Counter expired_reservations{0};
+};
+
+struct NamespaceStats {
+  NamespaceId id;
+  std::string label;
+  uint32_t tokens_per_block = 0;
+  bool registered = true;
+  uint64_t lookups = 0;
+  uint64_t lookup_blocks = 0;
+  std::array<uint64_t, kTierCount> hit_blocks{};
+  uint64_t hit_tokens = 0;
+  uint64_t miss_blocks = 0;  // lookup_blocks - all hit blocks
+  uint64_t puts = 0;
+  uint64_t put_bytes = 0;
+  uint64_t gets = 0;
+  uint64_t get_misses = 0;
+  uint64_t evictions = 0;
+  uint64_t total_hit_blocks() const;
+  double block_hit_ratio() const;  // hit blocks / lookup blocks; 0 when nothing was asked
+};
+
+struct TierStatsSnapshot {
+  TierId tier = TierId::kHost;
+  tiers::TierStats space;
+  uint64_t evictions = 0;
+  uint64_t demotions = 0;
+  uint64_t drops = 0;
+};
+
+struct StoreStats {
+  std::vector<TierStatsSnapshot> tiers;  // hottest first
+  std::vector<NamespaceStats> namespaces;
+  uint64_t blocks_present = 0;      // ready blocks
+  uint64_t blocks_writing = 0;      // reserved, not yet committed
+  uint64_t leases_active = 0;
+  uint64_t committed_puts = 0;
+  uint64_t aborted_puts = 0;
+  uint64_t busy_puts = 0;
+  uint64_t removed_blocks = 0;
+  uint64_t evicted_blocks = 0;
+  uint64_t expired_leases = 0;
+  uint64_t expired_reservations = 0;
+};
+
+}  // namespace kvtier::store

@@ -1,0 +1,285 @@
+#include "daemon/store/store.h"
+
+#include <gtest/gtest.h>
+
+#include "tests/fakes/fake_tier.h"
+
+namespace kvtier::store {
+namespace {
+
+using testing::FakeTier;
+
+constexpr uint64_t kBlock = 4096;
+const NamespaceId kNs{{0xAA, 0x01}};
+const NamespaceId kOtherNs{{0xBB, 0x02}};
+
+BlockKey Key(uint64_t n) { return BlockKey{{0x1234, n}}; }
+
+std::vector<std::byte> Payload(uint64_t seed, uint64_t size = kBlock) {
+  std::vector<std::byte> v(size);
+  for (uint64_t i = 0; i < size; ++i) v[i] = static_cast<std::byte>((seed * 131 + i * 7) & 0xff);
+  return v;
+}
+
+class StoreTest : public ::testing::Test {
+ protected:
+  // `tier_blocks` blocks of room in each tier, hottest first.
+  void Build(std::vector<uint64_t> tier_blocks, bool last_addressable = true) {
+    std::vector<tiers::Tier*> list;
+    TierId ids[] = {TierId::kHost, TierId::kNvme};
+    for (size_t i = 0; i < tier_blocks.size(); ++i) {
+      bool addressable = i + 1 < tier_blocks.size() || last_addressable;
+      tiers_.push_back(std::make_unique<FakeTier>(ids[i], tier_blocks[i] * kBlock, addressable));
+      list.push_back(tiers_.back().get());
+    }
+    StoreOptions options;
+    options.lease_timeout_us = 1'000'000;
+    options.reservation_timeout_us = 2'000'000;
+    auto store = Store::Create(options, list, clock_);
+    ASSERT_TRUE(store.ok()) << store.status().ToString();
+    store_ = std::move(store).value();
+    ASSERT_TRUE(
+        store_->RegisterNamespace({kNs, /*tokens_per_block=*/16, kBlock, "test"}).ok());
+  }
+
+  // The accounting identity, checked after every test: every acknowledged put is present, was
+  // evicted, or was removed; and the tiers hold exactly the blocks the index knows.
+  void TearDown() override {
+    if (!store_) return;
+    StoreStats s = store_->Stats();
+    EXPECT_EQ(s.committed_puts, s.blocks_present + s.evicted_blocks + s.removed_blocks);
+    uint64_t tier_blocks = 0;
+    for (const auto& t : s.tiers) tier_blocks += t.space.block_count;
+    EXPECT_EQ(tier_blocks, s.blocks_present + s.blocks_writing);
+    for (const auto& t : tiers_) EXPECT_EQ(t->bad_frees(), 0u);
+  }
+
+  Status PutBlock(uint64_t n, const NamespaceId& ns = kNs) {
+    return store_->Put(ns, Key(n), Payload(n));
+  }
+
+  bool Cached(uint64_t n) {
+    std::vector<BlockKey> keys{Key(n)};
+    return store_->Lookup(kNs, keys).ready_prefix == 1;
+  }
+
+  FakeClock clock_;
+  std::vector<std::unique_ptr<FakeTier>> tiers_;
+  std::unique_ptr<Store> store_;
+};
+
+TEST_F(StoreTest, PutThenGetReturnsTheSameBytes) {
+  Build({8});
+  ASSERT_TRUE(PutBlock(1).ok());
+  std::vector<std::byte> out;
+  ASSERT_TRUE(store_->Get(kNs, Key(1), out).ok());
+  EXPECT_EQ(out, Payload(1));
+  EXPECT_EQ(store_->Get(kNs, Key(2), out).code(), StatusCode::kNotFound);
+}
+
+TEST_F(StoreTest, AReservedBlockIsInvisibleUntilCommitted) {
+  Build({8});
+  auto r = store_->BeginPut(kNs, Key(1), kBlock);
+  ASSERT_TRUE(r.ok());
+  ASSERT_NE(r->address, nullptr);
+  EXPECT_FALSE(Cached(1));
+  std::vector<std::byte> out;
+  EXPECT_EQ(store_->Get(kNs, Key(1), out).code(), StatusCode::kNotFound);
+  EXPECT_EQ(store_->BeginPut(kNs, Key(1), kBlock).status().code(), StatusCode::kBusy);
+  std::vector<std::byte> bytes = Payload(1);
+  std::memcpy(r->address, bytes.data(), kBlock);
+  ASSERT_TRUE(store_->CommitPut(r->id, 77).ok());
+  EXPECT_TRUE(Cached(1));
+  EXPECT_EQ(store_->BeginPut(kNs, Key(1), kBlock).status().code(), StatusCode::kAlreadyExists);
+  auto lease = store_->Acquire(kNs, Key(1));
+  ASSERT_TRUE(lease.ok());
+  EXPECT_TRUE(lease->has_checksum);
+  EXPECT_EQ(lease->checksum, 77u);
+  EXPECT_TRUE(store_->Release(lease->id).ok());
+  EXPECT_EQ(store_->CommitPut(r->id).code(), StatusCode::kNotFound);
+}
+
+TEST_F(StoreTest, AbortGivesTheSpaceBack) {
+  Build({1});
+  auto r = store_->BeginPut(kNs, Key(1), kBlock);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(store_->BeginPut(kNs, Key(2), kBlock).status().code(), StatusCode::kBusy);
+  ASSERT_TRUE(store_->AbortPut(r->id).ok());
+  EXPECT_FALSE(Cached(1));
+  EXPECT_TRUE(PutBlock(2).ok());
+  EXPECT_EQ(store_->AbortPut(r->id).code(), StatusCode::kNotFound);
+}
+
+TEST_F(StoreTest, BadPutsAreRejectedWithTheirReason) {
+  Build({4});
+  EXPECT_EQ(store_->BeginPut(kOtherNs, Key(1), kBlock).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(store_->BeginPut(kNs, Key(1), kBlock + 1).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(store_->BeginPut(kNs, Key(1), 0).status().code(), StatusCode::kInvalidArgument);
+  ASSERT_TRUE(store_->RegisterNamespace({kOtherNs, 0, 0, "any size"}).ok());
+  EXPECT_EQ(store_->BeginPut(kOtherNs, Key(1), 5 * kBlock).status().code(),
+            StatusCode::kRejected);
+  EXPECT_EQ(store_->RegisterNamespace({kNs, 16, 2 * kBlock, "conflict"}).code(),
+            StatusCode::kInvalidArgument);
+}
+
+TEST_F(StoreTest, FullTierEvictsTheLeastRecentlyUsedBlock) {
+  Build({3});
+  for (uint64_t n : {1, 2, 3}) ASSERT_TRUE(PutBlock(n).ok());
+  EXPECT_TRUE(Cached(1));  // 1 becomes the most recent; 2 is now the oldest
+  ASSERT_TRUE(PutBlock(4).ok());
+  EXPECT_FALSE(Cached(2));
+  for (uint64_t n : {1, 3, 4}) EXPECT_TRUE(Cached(n)) << n;
+  StoreStats s = store_->Stats();
+  EXPECT_EQ(s.evicted_blocks, 1u);
+  EXPECT_EQ(s.tiers[0].evictions, 1u);
+}
+
+TEST_F(StoreTest, LeasedBlocksStayAndAFullTierAnswersBusy) {
+  Build({2});
+  ASSERT_TRUE(PutBlock(1).ok());
+  ASSERT_TRUE(PutBlock(2).ok());
+  auto l1 = store_->Acquire(kNs, Key(1));
+  auto l2 = store_->Acquire(kNs, Key(2));
+  ASSERT_TRUE(l1.ok() && l2.ok());
+  EXPECT_EQ(PutBlock(3).code(), StatusCode::kBusy);
+  EXPECT_EQ(store_->Stats().busy_puts, 1u);
+  // Reads keep working while puts are refused.
+  std::vector<std::byte> out;
+  ASSERT_TRUE(store_->Get(kNs, Key(1), out).ok());
+  EXPECT_EQ(out, Payload(1));
+  EXPECT_EQ(store_->Remove(kNs, Key(2)).code(), StatusCode::kBusy);
+  ASSERT_TRUE(store_->Release(l2->id).ok());
+  ASSERT_TRUE(PutBlock(3).ok());
+  EXPECT_FALSE(Cached(2));
+  EXPECT_TRUE(Cached(1));
+  ASSERT_TRUE(store_->Release(l1->id).ok());
+  EXPECT_EQ(store_->Release(l1->id).code(), StatusCode::kNotFound);
+}
+
+TEST_F(StoreTest, LeasesAndReservationsTimeOut) {
+  Build({2});
+  ASSERT_TRUE(PutBlock(1).ok());
+  auto lease = store_->Acquire(kNs, Key(1));
+  auto reservation = store_->BeginPut(kNs, Key(2), kBlock);
+  ASSERT_TRUE(lease.ok() && reservation.ok());
+  EXPECT_EQ(store_->ExpireDeadlines(), 0u);
+  clock_.AdvanceMicros(1'000'000);  // the lease deadline
+  EXPECT_EQ(store_->ExpireDeadlines(), 1u);
+  EXPECT_EQ(store_->Release(lease->id).code(), StatusCode::kNotFound);
+  clock_.AdvanceMicros(1'000'000);  // the reservation deadline
+  EXPECT_EQ(store_->ExpireDeadlines(), 1u);
+  EXPECT_EQ(store_->CommitPut(reservation->id).code(), StatusCode::kNotFound);
+  EXPECT_FALSE(Cached(2));
+  StoreStats s = store_->Stats();
+  EXPECT_EQ(s.expired_leases, 1u);
+  EXPECT_EQ(s.expired_reservations, 1u);
+  EXPECT_EQ(s.leases_active, 0u);
+  // Both blocks' room is usable again: 1 is evictable, 2's slot was freed.
+  EXPECT_TRUE(PutBlock(3).ok());
+  EXPECT_TRUE(PutBlock(4).ok());
+}
+
+TEST_F(StoreTest, PinnedBlocksSurviveUntilTheirTtl) {
+  Build({2});
+  ASSERT_TRUE(PutBlock(1).ok());
+  ASSERT_TRUE(PutBlock(2).ok());
+  ASSERT_TRUE(store_->Pin(kNs, Key(1), 5'000'000).ok());
+  ASSERT_TRUE(PutBlock(3).ok());  // evicts 2, not the older but pinned 1
+  EXPECT_TRUE(Cached(1));
+  EXPECT_FALSE(Cached(2));
+  clock_.AdvanceMicros(5'000'000);
+  EXPECT_TRUE(Cached(3));  // 3 is now more recent than 1
+  ASSERT_TRUE(PutBlock(4).ok());
+  EXPECT_FALSE(Cached(1));
+  EXPECT_EQ(store_->Pin(kNs, Key(1), 1).code(), StatusCode::kNotFound);
+}
+
+TEST_F(StoreTest, VictimsAreDemotedToTheNextTierAndStillServed) {
+  Build({2, 3}, /*last_addressable=*/false);
+  for (uint64_t n = 1; n <= 5; ++n) ASSERT_TRUE(PutBlock(n).ok());
+  std::vector<BlockKey> chain{Key(1), Key(2), Key(3), Key(4), Key(5)};
+  index::LookupResult r = store_->Lookup(kNs, chain);
+  ASSERT_EQ(r.ready_prefix, 5u);
+  EXPECT_EQ(r.tiers, (std::vector{TierId::kNvme, TierId::kNvme, TierId::kNvme, TierId::kHost,
+                                  TierId::kHost}));
+  for (uint64_t n = 1; n <= 5; ++n) {
+    std::vector<std::byte> out;
+    ASSERT_TRUE(store_->Get(kNs, Key(n), out).ok());
+    EXPECT_EQ(out, Payload(n)) << n;
+  }
+  ASSERT_TRUE(PutBlock(6).ok());  // the last tier is full too: its oldest block is dropped
+  StoreStats s = store_->Stats();
+  EXPECT_EQ(s.tiers[0].demotions, 4u);
+  EXPECT_EQ(s.tiers[1].drops, 1u);
+  EXPECT_EQ(s.evicted_blocks, 1u);
+  EXPECT_EQ(s.blocks_present, 5u);
+}
+
+TEST_F(StoreTest, AFailingNextTierMeansTheVictimIsDroppedNotLost) {
+  Build({1, 4}, /*last_addressable=*/false);
+  tiers_[1]->set_fail_io(true);
+  ASSERT_TRUE(PutBlock(1).ok());
+  ASSERT_TRUE(PutBlock(2).ok());
+  EXPECT_FALSE(Cached(1));
+  EXPECT_TRUE(Cached(2));
+  EXPECT_EQ(store_->Stats().evicted_blocks, 1u);
+}
+
+TEST_F(StoreTest, NamespacesAreIsolated) {
+  Build({4});
+  ASSERT_TRUE(store_->RegisterNamespace({kOtherNs, 16, kBlock, "other"}).ok());
+  ASSERT_TRUE(PutBlock(1).ok());
+  std::vector<BlockKey> keys{Key(1)};
+  EXPECT_EQ(store_->Lookup(kOtherNs, keys).ready_prefix, 0u);
+  EXPECT_EQ(store_->Acquire(kOtherNs, Key(1)).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(store_->Remove(kOtherNs, Key(1)).code(), StatusCode::kNotFound);
+  EXPECT_TRUE(Cached(1));
+}
+
+TEST_F(StoreTest, StatsCountLookupsHitsAndTokens) {
+  Build({4});
+  ASSERT_TRUE(PutBlock(1).ok());
+  ASSERT_TRUE(PutBlock(2).ok());
+  std::vector<BlockKey> chain{Key(1), Key(2), Key(3), Key(4)};
+  EXPECT_EQ(store_->Lookup(kNs, chain).ready_prefix, 2u);
+  StoreStats s = store_->Stats();
+  ASSERT_EQ(s.namespaces.size(), 1u);
+  const NamespaceStats& ns = s.namespaces[0];
+  EXPECT_EQ(ns.lookups, 1u);
+  EXPECT_EQ(ns.lookup_blocks, 4u);
+  EXPECT_EQ(ns.hit_blocks[static_cast<size_t>(TierId::kHost)], 2u);
+  EXPECT_EQ(ns.hit_tokens, 32u);
+  EXPECT_EQ(ns.miss_blocks, 2u);
+  EXPECT_DOUBLE_EQ(ns.block_hit_ratio(), 0.5);
+  EXPECT_EQ(ns.puts, 2u);
+  EXPECT_EQ(s.tiers[0].space.used_bytes, 2 * kBlock);
+}
+
+TEST_F(StoreTest, DropNamespaceRemovesItsBlocksAndLeasedOnesOnRelease) {
+  Build({4});
+  ASSERT_TRUE(store_->RegisterNamespace({kOtherNs, 16, kBlock, "other"}).ok());
+  ASSERT_TRUE(PutBlock(1).ok());
+  ASSERT_TRUE(PutBlock(2).ok());
+  ASSERT_TRUE(PutBlock(3, kOtherNs).ok());
+  auto lease = store_->Acquire(kNs, Key(2));
+  auto pending = store_->BeginPut(kNs, Key(4), kBlock);
+  ASSERT_TRUE(lease.ok() && pending.ok());
+  auto removed = store_->DropNamespace(kNs);
+  ASSERT_TRUE(removed.ok());
+  EXPECT_EQ(*removed, 1u);
+  EXPECT_EQ(store_->CommitPut(pending->id).code(), StatusCode::kNotFound);
+  ASSERT_TRUE(store_->Release(lease->id).ok());
+  StoreStats s = store_->Stats();
+  EXPECT_EQ(s.blocks_present, 1u);  // only the other namespace's block
+  EXPECT_EQ(store_->DropNamespace(kNs).status().code(), StatusCode::kNotFound);
+}
+
+TEST_F(StoreTest, RejectsBadTierLists) {
+  FakeTier a(TierId::kHost, kBlock), b(TierId::kHost, kBlock);
+  EXPECT_EQ(Store::Create({}, {}, clock_).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(Store::Create({}, {&a, &b}, clock_).status().code(), StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace kvtier::store

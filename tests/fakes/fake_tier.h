@@ -1,0 +1,122 @@
+// FakeTier: a Tier backed by a plain byte vector, for store and placement tests.
+//
+// Allocation is first-fit over a sorted free list: slow and simple on purpose, so that tests of
+// the store do not depend on the slab allocator they are not about. It can pretend not to be
+// memory (Address() returns nullptr, like NVMe or a real GPU pool), so both store code paths run,
+// and it injects faults on demand: failing Write/Read with kDeviceError.
+//
+// Thread safety: all methods may be called from any thread.
+#pragma once
+
+#include <cstring>
+#include <map>
+#include <vector>
+
+#include "common/thread_annotations.h"
+#include "tiers/tier.h"
+
+namespace kvtier::testing {
+
+class FakeTier final : public tiers::Tier {
+ public:
+  FakeTier(TierId id, uint64_t capacity_bytes, bool addressable = true)
+      : id_(id), capacity_(capacity_bytes), addressable_(addressable), bytes_(capacity_bytes) {
+    free_[0] = capacity_bytes;
+  }
+
+  TierId id() const override { return id_; }
+
+  Result<Extent> Allocate(uint64_t bytes) override {
+    if (bytes == 0) return InvalidArgument("empty allocation");
+    if (bytes > capacity_) return Rejected("larger than the fake tier");
+    MutexLock lock(mu_);
+    for (auto it = free_.begin(); it != free_.end(); ++it) {
+      if (it->second < bytes) continue;
+      Extent e{it->first, bytes};
+      uint64_t rest = it->second - bytes;
+      uint64_t rest_offset = it->first + bytes;
+      free_.erase(it);
+      if (rest > 0) free_[rest_offset] = rest;
+      used_ += bytes;
+      ++blocks_;
+      allocated_[e.offset] = bytes;
+      return e;
+    }
+    return Busy("fake tier is full");
+  }
+
+  void Free(const Extent& e) override {
+    MutexLock lock(mu_);
+    auto it = allocated_.find(e.offset);
+    if (it == allocated_.end() || it->second != e.length) {
+      ++bad_frees_;
+      return;
+    }
+    allocated_.erase(it);
+    used_ -= e.length;
+    --blocks_;
+    auto [pos, inserted] = free_.emplace(e.offset, e.length);
+    // Merge with the neighbours so the space can hold larger blocks again.
+    auto next = std::next(pos);
+    if (next != free_.end() && pos->first + pos->second == next->first) {
+      pos->second += next->second;
+      free_.erase(next);
+    }
+    if (pos != free_.begin()) {
+      auto prev = std::prev(pos);
+      if (prev->first + prev->second == pos->first) {
+        prev->second += pos->second;
+        free_.erase(pos);
+      }
+    }
+  }
+
+  Status Write(const Extent& e, std::span<const std::byte> src) override {
+    if (fail_io_) return DeviceError("injected write failure");
+    if (src.size() > e.length) return InvalidArgument("write larger than extent");
+    std::memcpy(bytes_.data() + e.offset, src.data(), src.size());
+    return Status::Ok();
+  }
+
+  Status Read(const Extent& e, std::span<std::byte> dst) override {
+    if (fail_io_) return DeviceError("injected read failure");
+    if (dst.size() > e.length) return InvalidArgument("read larger than extent");
+    std::memcpy(dst.data(), bytes_.data() + e.offset, dst.size());
+    return Status::Ok();
+  }
+
+  std::byte* Address(const Extent& e) override {
+    return addressable_ ? bytes_.data() + e.offset : nullptr;
+  }
+
+  tiers::TierStats Stats() const override {
+    MutexLock lock(mu_);
+    tiers::TierStats s;
+    s.capacity_bytes = capacity_;
+    s.used_bytes = used_;
+    s.reserved_bytes = used_;
+    s.block_count = blocks_;
+    return s;
+  }
+
+  void set_fail_io(bool fail) { fail_io_ = fail; }
+  uint64_t bad_frees() const {
+    MutexLock lock(mu_);
+    return bad_frees_;
+  }
+
+ private:
+  const TierId id_;
+  const uint64_t capacity_;
+  const bool addressable_;
+  std::vector<std::byte> bytes_;
+  std::atomic<bool> fail_io_{false};
+  mutable Mutex mu_;
+  std::map<uint64_t, uint64_t> free_ GUARDED_BY(mu_);       // offset -> length
+  std::map<uint64_t, uint64_t> allocated_ GUARDED_BY(mu_);  // offset -> length
+  uint64_t used_ GUARDED_BY(mu_) = 0;
+  uint64_t blocks_ GUARDED_BY(mu_) = 0;
+  uint64_t bad_frees_ GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace kvtier::testing
