@@ -1,0 +1,273 @@
+#include "tiers/slab_allocator.h"
+
+#include <algorithm>
+#include <string>
+#include <utility>
+
+namespace kvtier::tiers {
+namespace {
+
+uint64_t RoundUp(uint64_t value, uint64_t alignment) {
+  return (value + alignment - 1) & ~(alignment - 1);
+}
+
+std::string Describe(const Extent& extent) {
+  return "extent {offset " + std::to_string(extent.offset) + ", length " +
+         std::to_string(extent.length) + "}";
+}
+
+}  // namespace
+
+Result<SlabAllocator> SlabAllocator::Create(const Options& options) {
+  const uint64_t alignment = options.alignment;
+  if (alignment == 0 || (alignment & (alignment - 1)) != 0) {
+    return InvalidArgument("alignment must be a power of two, got " + std::to_string(alignment));
+  }
+  if (options.slab_bytes == 0 || options.slab_bytes % alignment != 0 ||
+      options.slab_bytes > kMaxSlabBytes) {
+    return InvalidArgument("slab_bytes must be a non-zero multiple of alignment (" +
+                           std::to_string(alignment) + ") of at most 2 GiB, got " +
+                           std::to_string(options.slab_bytes));
+  }
+  if (options.capacity_bytes < alignment) {
+    return InvalidArgument("capacity_bytes must be at least alignment (" +
+                           std::to_string(alignment) + "), got " +
+                           std::to_string(options.capacity_bytes));
+  }
+  const uint64_t usable = options.capacity_bytes & ~(alignment - 1);
+  const uint64_t slab_bytes = std::min(options.slab_bytes, usable);
+  // Slab indices are 32-bit with one value reserved as the list terminator.
+  if ((usable + slab_bytes - 1) / slab_bytes >= kNone) {
+    return InvalidArgument("capacity_bytes / slab_bytes must be below 2^32 slabs");
+  }
+  return SlabAllocator(usable, slab_bytes, alignment);
+}
+
+SlabAllocator::SlabAllocator(uint64_t capacity_bytes, uint64_t slab_bytes, uint64_t alignment)
+    : capacity_bytes_(capacity_bytes), slab_bytes_(slab_bytes), alignment_(alignment) {
+  const uint64_t count = (capacity_bytes + slab_bytes - 1) / slab_bytes;
+  slabs_.resize(count);
+  // Pushed from the top so that slab 0 is the head: low offsets are used first, which keeps the
+  // high end free for multi-slab runs for as long as possible.
+  for (uint64_t i = count; i-- > 0;) {
+    slabs_[i].bytes = std::min(slab_bytes, capacity_bytes - i * slab_bytes);
+    PushFront(free_slabs_, static_cast<uint32_t>(i));
+  }
+  free_slab_count_ = static_cast<uint32_t>(count);
+}
+
+Result<Extent> SlabAllocator::Allocate(uint64_t bytes) {
+  if (bytes == 0) return InvalidArgument("cannot allocate 0 bytes");
+  if (bytes > capacity_bytes_) {
+    return Rejected("block of " + std::to_string(bytes) + " bytes exceeds the capacity of " +
+                    std::to_string(capacity_bytes_));
+  }
+  return bytes <= slab_bytes_ ? AllocateSlot(bytes) : AllocateRun(bytes);
+}
+
+Result<Extent> SlabAllocator::AllocateSlot(uint64_t bytes) {
+  const uint32_t class_index = ClassFor(RoundUp(bytes, alignment_));
+  SlabList& partial = classes_[class_index].partial;
+  uint32_t slab_index = partial.head;
+  if (slab_index == kNone) {
+    slab_index = TakeFreeSlab(classes_[class_index].slot_bytes);
+    if (slab_index == kNone) {
+      return Busy("no free slot or slab for a block of " + std::to_string(bytes) + " bytes");
+    }
+    AssignSlab(slab_index, class_index);
+    PushFront(partial, slab_index);
+  }
+  Slab& slab = slabs_[slab_index];
+  uint32_t slot;
+  if (!slab.free_slots.empty()) {
+    slot = slab.free_slots.back();
+    slab.free_slots.pop_back();
+  } else {
+    slot = slab.never_used++;
+  }
+  slab.slot_length[slot] = static_cast<uint32_t>(bytes);
+  if (++slab.used_slots == slab.slot_count) Remove(partial, slab_index);
+  used_bytes_ += bytes;
+  ++block_count_;
+  return Extent{SlabOffset(slab_index) + slot * classes_[class_index].slot_bytes, bytes};
+}
+
+Result<Extent> SlabAllocator::AllocateRun(uint64_t bytes) {
+  // First fit over the slab table. Multi-slab blocks are rare (above 64 MiB by default) and the
+  // table is small (16K entries for 1 TiB), so a scan is cheaper to keep correct than a second
+  // index of free runs.
+  uint32_t run_start = 0;
+  uint64_t run_bytes = 0;
+  uint32_t end = kNone;
+  for (uint32_t i = 0; i < slab_count(); ++i) {
+    if (slabs_[i].kind != SlabKind::kFree) {
+      run_bytes = 0;
+      continue;
+    }
+    if (run_bytes == 0) run_start = i;
+    run_bytes += slabs_[i].bytes;
+    if (run_bytes >= bytes) {
+      end = i + 1;
+      break;
+    }
+  }
+  if (end == kNone) {
+    return Busy("no run of free slabs for a block of " + std::to_string(bytes) + " bytes");
+  }
+  for (uint32_t i = run_start; i < end; ++i) {
+    Slab& slab = slabs_[i];
+    Remove(free_slabs_, i);
+    slab.kind = i == run_start ? SlabKind::kRunHead : SlabKind::kRunBody;
+    reserved_bytes_ += slab.bytes;
+  }
+  Slab& head = slabs_[run_start];
+  head.run_slabs = end - run_start;
+  head.run_length = bytes;
+  free_slab_count_ -= head.run_slabs;
+  used_bytes_ += bytes;
+  ++block_count_;
+  return Extent{SlabOffset(run_start), bytes};
+}
+
+Status SlabAllocator::Free(const Extent& extent) {
+  if (extent.length == 0 || extent.offset >= capacity_bytes_ ||
+      extent.length > capacity_bytes_ - extent.offset) {
+    return Internal("free of " + Describe(extent) + " outside the allocator's range");
+  }
+  const auto slab_index = static_cast<uint32_t>(extent.offset / slab_bytes_);
+  switch (slabs_[slab_index].kind) {
+    case SlabKind::kSlots:
+      return FreeSlot(slab_index, extent);
+    case SlabKind::kRunHead:
+      return FreeRun(slab_index, extent);
+    case SlabKind::kFree:
+    case SlabKind::kRunBody:
+      break;
+  }
+  return Internal("free of " + Describe(extent) + " that is not allocated (double free?)");
+}
+
+Status SlabAllocator::FreeSlot(uint32_t slab_index, const Extent& extent) {
+  Slab& slab = slabs_[slab_index];
+  SizeClass& size_class = classes_[slab.size_class];
+  const uint64_t within = extent.offset - SlabOffset(slab_index);
+  const uint64_t slot = within / size_class.slot_bytes;
+  if (within % size_class.slot_bytes != 0 || slot >= slab.slot_count ||
+      slab.slot_length[slot] == 0) {
+    return Internal("free of " + Describe(extent) + " that is not allocated (double free?)");
+  }
+  if (slab.slot_length[slot] != extent.length) {
+    return Internal("free of " + Describe(extent) + " but the block has length " +
+                    std::to_string(slab.slot_length[slot]));
+  }
+  slab.slot_length[slot] = 0;
+  used_bytes_ -= extent.length;
+  --block_count_;
+  const bool was_full = slab.used_slots == slab.slot_count;
+  if (--slab.used_slots == 0) {
+    if (!was_full) Remove(size_class.partial, slab_index);
+    ReleaseSlab(slab_index);
+    return Status::Ok();
+  }
+  slab.free_slots.push_back(static_cast<uint32_t>(slot));  // capacity reserved in AssignSlab
+  if (was_full) PushFront(size_class.partial, slab_index);
+  return Status::Ok();
+}
+
+Status SlabAllocator::FreeRun(uint32_t slab_index, const Extent& extent) {
+  const Slab& head = slabs_[slab_index];
+  if (extent.offset != SlabOffset(slab_index) || extent.length != head.run_length) {
+    return Internal("free of " + Describe(extent) + " but the block at this slab has length " +
+                    std::to_string(head.run_length));
+  }
+  const uint32_t end = slab_index + head.run_slabs;
+  used_bytes_ -= extent.length;
+  --block_count_;
+  // From the top, so the run's first slab ends up at the head of the free list.
+  for (uint32_t i = end; i-- > slab_index;) ReleaseSlab(i);
+  return Status::Ok();
+}
+
+uint32_t SlabAllocator::ClassFor(uint64_t slot_bytes) {
+  auto [it, inserted] =
+      class_by_slot_bytes_.try_emplace(slot_bytes, static_cast<uint32_t>(classes_.size()));
+  if (inserted) classes_.push_back(SizeClass{slot_bytes, SlabList{}});
+  return it->second;
+}
+
+uint32_t SlabAllocator::TakeFreeSlab(uint64_t slot_bytes) {
+  // Only the last slab can be shorter than slab_bytes_, so this skips at most one slab.
+  for (uint32_t i = free_slabs_.head; i != kNone; i = slabs_[i].next) {
+    if (slabs_[i].bytes >= slot_bytes) {
+      Remove(free_slabs_, i);
+      --free_slab_count_;
+      return i;
+    }
+  }
+  return kNone;
+}
+
+void SlabAllocator::AssignSlab(uint32_t slab_index, uint32_t class_index) {
+  Slab& slab = slabs_[slab_index];
+  slab.kind = SlabKind::kSlots;
+  slab.size_class = class_index;
+  slab.slot_count = static_cast<uint32_t>(slab.bytes / classes_[class_index].slot_bytes);
+  slab.used_slots = 0;
+  slab.never_used = 0;
+  // Every entry of a free slab's slot_length is 0 (each Free zeroes its slot), so resizing keeps
+  // the invariant without a pass over the slots. Both vectors only grow: a slab that has served a
+  // small class keeps its capacity and later reassignments allocate nothing.
+  slab.slot_length.resize(slab.slot_count);
+  slab.free_slots.clear();
+  slab.free_slots.reserve(slab.slot_count);
+  reserved_bytes_ += slab.bytes;
+}
+
+void SlabAllocator::ReleaseSlab(uint32_t slab_index) {
+  Slab& slab = slabs_[slab_index];
+  slab.kind = SlabKind::kFree;
+  slab.size_class = kNone;
+  slab.used_slots = 0;
+  slab.never_used = 0;
+  slab.run_slabs = 0;
+  slab.run_length = 0;
+  slab.free_slots.clear();
+  PushFront(free_slabs_, slab_index);
+  ++free_slab_count_;
+  reserved_bytes_ -= slab.bytes;
+}
+
+void SlabAllocator::PushFront(SlabList& list, uint32_t slab_index) {
+  Slab& slab = slabs_[slab_index];
+  slab.prev = kNone;
+  slab.next = list.head;
+  if (list.head != kNone) slabs_[list.head].prev = slab_index;
+  list.head = slab_index;
+}
+
+void SlabAllocator::Remove(SlabList& list, uint32_t slab_index) {
+  Slab& slab = slabs_[slab_index];
+  if (slab.prev != kNone) {
+    slabs_[slab.prev].next = slab.next;
+  } else {
+    list.head = slab.next;
+  }
+  if (slab.next != kNone) slabs_[slab.next].prev = slab.prev;
+  slab.prev = kNone;
+  slab.next = kNone;
+}
+
+TierStats SlabAllocator::Stats() const {
+  TierStats stats;
+  stats.capacity_bytes = capacity_bytes_;
+  stats.used_bytes = used_bytes_;
+  stats.reserved_bytes = reserved_bytes_;
+  stats.block_count = block_count_;
+  if (reserved_bytes_ > 0) {
+    stats.fragmentation =
+        1.0 - static_cast<double>(used_bytes_) / static_cast<double>(reserved_bytes_);
+  }
+  return stats;
+}
+
+}  // namespace kvtier::tiers
