@@ -149,16 +149,18 @@ std::optional<BlockMeta> BlockIndex::EraseIf(const BlockKey& key,
   return meta;
 }
 
-Result<Extent> BlockIndex::MoveTier(const BlockKey& key, TierId tier, const Extent& extent) {
+Status BlockIndex::MoveTier(const BlockKey& key, TierId from_tier, const Extent& from_extent,
+                            TierId tier, const Extent& extent) {
   Shard& shard = ShardFor(key);
   MutexLock lock(shard.mu);
   auto it = shard.entries.find(key);
   if (it == shard.entries.end()) return NotFound("no such block");
   BlockMeta& meta = it->second;
-  if (meta.state != BlockState::kReady) return InvalidArgument("block is not ready");
+  if (meta.state != BlockState::kReady || meta.tier != from_tier || meta.extent != from_extent) {
+    return NotFound("block changed since its bytes were copied");
+  }
   // Readers copy straight out of the old extent; it may only be given up once nobody holds it.
   if (meta.lease_count > 0) return Busy("block is leased");
-  Extent old = meta.extent;
   {
     TierOrder& from = tiers_[TierIndex(meta.tier)];
     MutexLock policy_lock(from.mu);
@@ -169,7 +171,7 @@ Result<Extent> BlockIndex::MoveTier(const BlockKey& key, TierId tier, const Exte
   TierOrder& to = tiers_[TierIndex(tier)];
   MutexLock policy_lock(to.mu);
   to.policy->Insert(key);
-  return old;
+  return Status::Ok();
 }
 
 std::optional<std::pair<BlockKey, BlockMeta>> BlockIndex::PickVictim(TierId tier,

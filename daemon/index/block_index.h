@@ -96,9 +96,13 @@ class BlockIndex {
   std::optional<BlockMeta> EraseIf(const BlockKey& key,
                                    const std::function<bool(const BlockMeta&)>& pred);
 
-  // Moves a ready entry to another tier and extent (demotion, promotion): it leaves the old tier's
-  // policy and joins the new one as just used. Returns the old extent. kNotFound when absent.
-  Result<Extent> MoveTier(const BlockKey& key, TierId tier, const Extent& extent);
+  // Moves a ready entry from (`from_tier`, `from_extent`) to (`tier`, `extent`) (demotion,
+  // promotion): it leaves the old tier's policy and joins the new one as just used. The caller
+  // copied the bytes from `from_extent`; if the entry no longer lives there (removed and put
+  // again meanwhile) the copy may be stale, so the move is refused with kNotFound. kBusy while the
+  // block is leased (readers copy straight out of the old extent).
+  Status MoveTier(const BlockKey& key, TierId from_tier, const Extent& from_extent, TierId tier,
+                  const Extent& extent);
 
   // The victim chosen by `tier`'s policy that is ready, unleased and unpinned at `now_us`,
   // together with its metadata. The entry stays in the map (the caller frees or demotes it and

@@ -92,12 +92,13 @@ TEST(BlockIndexTest, UnpickReturnsAVictimToItsPolicy) {
   EXPECT_EQ(index->TrackedBlocks(TierId::kHost), 1u);
 }
 
-TEST(BlockIndexTest, MoveTierFollowsPoliciesAndRefusesLeasedBlocks) {
+TEST(BlockIndexTest, MoveTierFollowsPoliciesAndRefusesLeasedOrChangedBlocks) {
   auto index = MakeIndex();
   ASSERT_TRUE(index->InsertReady(Key(1), Meta(TierId::kHost, 8192)).ok());
-  Result<Extent> old = index->MoveTier(Key(1), TierId::kNvme, {0, 4096});
-  ASSERT_TRUE(old.ok());
-  EXPECT_EQ(old->offset, 8192u);
+  // The bytes were copied from another extent than the block now has: refused.
+  EXPECT_EQ(index->MoveTier(Key(1), TierId::kHost, {0, 4096}, TierId::kNvme, {0, 4096}).code(),
+            StatusCode::kNotFound);
+  ASSERT_TRUE(index->MoveTier(Key(1), TierId::kHost, {8192, 4096}, TierId::kNvme, {0, 4096}).ok());
   EXPECT_EQ(index->TrackedBlocks(TierId::kHost), 0u);
   EXPECT_EQ(index->TrackedBlocks(TierId::kNvme), 1u);
   EXPECT_EQ(index->Get(Key(1))->tier, TierId::kNvme);
@@ -105,7 +106,7 @@ TEST(BlockIndexTest, MoveTierFollowsPoliciesAndRefusesLeasedBlocks) {
     ++m.lease_count;
     return Status::Ok();
   }).ok());
-  EXPECT_EQ(index->MoveTier(Key(1), TierId::kHost, {0, 4096}).status().code(),
+  EXPECT_EQ(index->MoveTier(Key(1), TierId::kNvme, {0, 4096}, TierId::kHost, {0, 4096}).code(),
             StatusCode::kBusy);
 }
 

@@ -41,16 +41,16 @@ bool Store::DemoteOrDrop(size_t level, const BlockKey& key, const BlockMeta& met
     if (dst.ok()) {
       // The victim's bytes are immutable while it is ready, so copying without a lock is safe;
       // MoveTier then refuses the switch if a reader leased the block meanwhile.
-      Status copied = CopyBetweenTiers(*tiers_[level], meta.extent, next, *dst);
-      Result<Extent> old = copied.ok() ? index_->MoveTier(key, next.id(), *dst) : copied;
-      if (old.ok()) {
-        tiers_[level]->Free(*old);
+      Status moved = CopyBetweenTiers(*tiers_[level], meta.extent, next, *dst);
+      if (moved.ok()) moved = index_->MoveTier(key, meta.tier, meta.extent, next.id(), *dst);
+      if (moved.ok()) {
+        tiers_[level]->Free(meta.extent);
         counters.evictions.fetch_add(1);
         counters.demotions.fetch_add(1);
         return true;
       }
       next.Free(*dst);
-      if (old.status().code() == StatusCode::kBusy) {
+      if (moved.code() == StatusCode::kBusy || moved.code() == StatusCode::kNotFound) {
         index_->Unpick(key);
         return false;
       }
