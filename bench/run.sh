@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# Builds the benchmarks (release preset) and prints one line per figure: "NAME VALUE UNIT".
+# Every figure is measured against its baseline in the same run; see the header of each program.
+# --quick: fewer repetitions and smaller sizes, for a smoke run.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/install-deps.sh >&2
+cmake --preset release >/dev/null
+cmake --build --preset release --target kvtier_core_bench >/dev/null
+build/bin/kvtier_core_bench "$@"
