@@ -1,0 +1,230 @@
+#include "daemon/metrics/stats_format.h"
+
+#include <cstdio>
+
+#include <nlohmann/json.hpp>
+
+namespace kvtier::metrics {
+namespace {
+
+using nlohmann::json;
+
+std::string NamespaceLabel(const store::NamespaceStats& ns) {
+  return ns.label.empty() ? ns.id.ToHex() : ns.label;
+}
+
+json TierJson(const store::TierStatsSnapshot& t) {
+  return {{"tier", TierName(t.tier)},
+          {"capacity_bytes", t.space.capacity_bytes},
+          {"used_bytes", t.space.used_bytes},
+          {"reserved_bytes", t.space.reserved_bytes},
+          {"blocks", t.space.block_count},
+          {"fragmentation", t.space.fragmentation},
+          {"evictions", t.evictions},
+          {"demotions", t.demotions},
+          {"drops", t.drops}};
+}
+
+json NamespaceJson(const store::NamespaceStats& ns) {
+  json hits = json::object();
+  for (int t = 0; t < kTierCount; ++t) {
+    hits[std::string(TierName(static_cast<TierId>(t)))] = ns.hit_blocks[t];
+  }
+  return {{"id", ns.id.ToHex()},
+          {"label", ns.label},
+          {"registered", ns.registered},
+          {"tokens_per_block", ns.tokens_per_block},
+          {"lookups", ns.lookups},
+          {"lookup_blocks", ns.lookup_blocks},
+          {"hit_blocks", hits},
+          {"hit_tokens", ns.hit_tokens},
+          {"miss_blocks", ns.miss_blocks},
+          {"block_hit_ratio", ns.block_hit_ratio()},
+          {"puts", ns.puts},
+          {"put_bytes", ns.put_bytes},
+          {"gets", ns.gets},
+          {"get_misses", ns.get_misses},
+          {"evictions", ns.evictions}};
+}
+
+json TotalsJson(const store::StoreStats& s) {
+  return {{"blocks_present", s.blocks_present},   {"blocks_writing", s.blocks_writing},
+          {"leases_active", s.leases_active},     {"committed_puts", s.committed_puts},
+          {"aborted_puts", s.aborted_puts},       {"busy_puts", s.busy_puts},
+          {"removed_blocks", s.removed_blocks},   {"evicted_blocks", s.evicted_blocks},
+          {"expired_leases", s.expired_leases},   {"expired_reservations", s.expired_reservations}};
+}
+
+// Appends one Prometheus sample line; `labels` is "" or `tier="host"`-style text.
+void Sample(std::string& out, const char* name, const std::string& labels, double value) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.17g", value);
+  out += name;
+  if (!labels.empty()) out += "{" + labels + "}";
+  out += " ";
+  out += buf;
+  out += "\n";
+}
+
+void Header(std::string& out, const char* name, const char* type, const char* help) {
+  out += std::string("# HELP ") + name + " " + help + "\n";
+  out += std::string("# TYPE ") + name + " " + type + "\n";
+}
+
+// Escapes a label value per the exposition format (backslash, quote, newline).
+std::string Escape(const std::string& v) {
+  std::string out;
+  for (char c : v) {
+    if (c == '\\' || c == '"') out += '\\';
+    if (c == '\n') {
+      out += "\\n";
+      continue;
+    }
+    out += c;
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string StatsToJson(const store::StoreStats& stats, const ProcessInfo& process) {
+  json doc;
+  doc["tiers"] = json::array();
+  for (const auto& t : stats.tiers) doc["tiers"].push_back(TierJson(t));
+  doc["namespaces"] = json::array();
+  for (const auto& ns : stats.namespaces) doc["namespaces"].push_back(NamespaceJson(ns));
+  doc["totals"] = TotalsJson(stats);
+  doc["process"] = {{"version", process.version},
+                    {"uptime_s", process.uptime_s},
+                    {"connected_clients", process.connected_clients},
+                    {"total_connections", process.total_connections},
+                    {"commands_processed", process.commands_processed},
+                    {"protocol_errors", process.protocol_errors},
+                    {"gpu_tier", process.gpu_tier_note},
+                    {"nvme_tier", process.nvme_tier_note}};
+  return doc.dump();
+}
+
+std::string StatsToPrometheus(const store::StoreStats& stats, const ProcessInfo& process) {
+  std::string out;
+  struct TierMetric {
+    const char* name;
+    const char* type;
+    const char* help;
+    double (*get)(const store::TierStatsSnapshot&);
+  };
+  static const TierMetric kTierMetrics[] = {
+      {"kvtier_tier_capacity_bytes", "gauge", "Bytes the tier may hold.",
+       [](const store::TierStatsSnapshot& t) { return double(t.space.capacity_bytes); }},
+      {"kvtier_tier_used_bytes", "gauge", "Bytes of blocks stored in the tier.",
+       [](const store::TierStatsSnapshot& t) { return double(t.space.used_bytes); }},
+      {"kvtier_tier_blocks", "gauge", "Blocks stored in the tier.",
+       [](const store::TierStatsSnapshot& t) { return double(t.space.block_count); }},
+      {"kvtier_tier_fragmentation_ratio", "gauge", "Share of reserved bytes holding no block.",
+       [](const store::TierStatsSnapshot& t) { return t.space.fragmentation; }},
+      {"kvtier_tier_evictions_total", "counter", "Blocks that left the tier under pressure.",
+       [](const store::TierStatsSnapshot& t) { return double(t.evictions); }},
+      {"kvtier_tier_demotions_total", "counter", "Blocks moved to the next tier.",
+       [](const store::TierStatsSnapshot& t) { return double(t.demotions); }},
+      {"kvtier_tier_drops_total", "counter", "Blocks dropped from the tier.",
+       [](const store::TierStatsSnapshot& t) { return double(t.drops); }},
+  };
+  for (const TierMetric& m : kTierMetrics) {
+    Header(out, m.name, m.type, m.help);
+    for (const auto& t : stats.tiers) {
+      Sample(out, m.name, "tier=\"" + std::string(TierName(t.tier)) + "\"", m.get(t));
+    }
+  }
+  Header(out, "kvtier_lookups_total", "counter", "Lookup calls per namespace.");
+  for (const auto& ns : stats.namespaces) {
+    Sample(out, "kvtier_lookups_total", "namespace=\"" + Escape(NamespaceLabel(ns)) + "\"",
+           double(ns.lookups));
+  }
+  Header(out, "kvtier_lookup_blocks_total", "counter", "Block keys asked for in lookups.");
+  for (const auto& ns : stats.namespaces) {
+    Sample(out, "kvtier_lookup_blocks_total",
+           "namespace=\"" + Escape(NamespaceLabel(ns)) + "\"", double(ns.lookup_blocks));
+  }
+  Header(out, "kvtier_hit_blocks_total", "counter", "Blocks found in lookups, by tier.");
+  for (const auto& ns : stats.namespaces) {
+    for (int t = 0; t < kTierCount; ++t) {
+      Sample(out, "kvtier_hit_blocks_total",
+             "namespace=\"" + Escape(NamespaceLabel(ns)) + "\",tier=\"" +
+                 std::string(TierName(static_cast<TierId>(t))) + "\"",
+             double(ns.hit_blocks[t]));
+    }
+  }
+  Header(out, "kvtier_hit_tokens_total", "counter", "Prompt tokens covered by lookup hits.");
+  for (const auto& ns : stats.namespaces) {
+    Sample(out, "kvtier_hit_tokens_total", "namespace=\"" + Escape(NamespaceLabel(ns)) + "\"",
+           double(ns.hit_tokens));
+  }
+  Header(out, "kvtier_namespace_evictions_total", "counter",
+         "Blocks of the namespace dropped from the last tier.");
+  for (const auto& ns : stats.namespaces) {
+    Sample(out, "kvtier_namespace_evictions_total",
+           "namespace=\"" + Escape(NamespaceLabel(ns)) + "\"", double(ns.evictions));
+  }
+  struct Scalar {
+    const char* name;
+    const char* type;
+    const char* help;
+    double value;
+  };
+  const Scalar scalars[] = {
+      {"kvtier_blocks", "gauge", "Ready blocks in all tiers.", double(stats.blocks_present)},
+      {"kvtier_leases_active", "gauge", "Read leases held now.", double(stats.leases_active)},
+      {"kvtier_puts_total", "counter", "Committed puts.", double(stats.committed_puts)},
+      {"kvtier_busy_puts_total", "counter", "Puts refused for lack of room.",
+       double(stats.busy_puts)},
+      {"kvtier_evicted_blocks_total", "counter", "Blocks dropped by eviction.",
+       double(stats.evicted_blocks)},
+      {"kvtier_expired_leases_total", "counter", "Leases taken back at their deadline.",
+       double(stats.expired_leases)},
+      {"kvtier_connected_clients", "gauge", "Open client connections.",
+       double(process.connected_clients)},
+      {"kvtier_commands_total", "counter", "Commands processed.",
+       double(process.commands_processed)},
+      {"kvtier_protocol_errors_total", "counter", "Connections closed for malformed input.",
+       double(process.protocol_errors)},
+      {"kvtier_uptime_seconds", "gauge", "Seconds since the daemon started.",
+       double(process.uptime_s)},
+  };
+  for (const Scalar& s : scalars) {
+    Header(out, s.name, s.type, s.help);
+    Sample(out, s.name, "", s.value);
+  }
+  return out;
+}
+
+std::string StatsToInfoSection(const store::StoreStats& stats) {
+  std::string out;
+  auto field = [&out](const std::string& name, const std::string& value) {
+    out += name + ":" + value + "\r\n";
+  };
+  field("blocks_present", std::to_string(stats.blocks_present));
+  field("leases_active", std::to_string(stats.leases_active));
+  field("committed_puts", std::to_string(stats.committed_puts));
+  field("busy_puts", std::to_string(stats.busy_puts));
+  field("evicted_blocks", std::to_string(stats.evicted_blocks));
+  field("removed_blocks", std::to_string(stats.removed_blocks));
+  for (const auto& t : stats.tiers) {
+    const std::string p = "tier_" + std::string(TierName(t.tier)) + "_";
+    field(p + "capacity_bytes", std::to_string(t.space.capacity_bytes));
+    field(p + "used_bytes", std::to_string(t.space.used_bytes));
+    field(p + "blocks", std::to_string(t.space.block_count));
+    field(p + "evictions", std::to_string(t.evictions));
+  }
+  for (const auto& ns : stats.namespaces) {
+    char ratio[32];
+    std::snprintf(ratio, sizeof ratio, "%.4f", ns.block_hit_ratio());
+    field("ns_" + ns.id.ToHex(),
+          "lookups=" + std::to_string(ns.lookups) + ",lookup_blocks=" +
+              std::to_string(ns.lookup_blocks) + ",hit_blocks=" +
+              std::to_string(ns.total_hit_blocks()) + ",hit_ratio=" + ratio +
+              ",evictions=" + std::to_string(ns.evictions));
+  }
+  return out;
+}
+
+}  // namespace kvtier::metrics

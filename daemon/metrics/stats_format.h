@@ -1,0 +1,42 @@
+// The three renderings of the store's statistics: JSON (KVT.STATS, HTTP /stats, `kvtier stats`),
+// Prometheus text (HTTP /metrics) and Redis INFO fields (INFO). All three read one StoreStats
+// snapshot, so every view shows the same numbers.
+//
+// Pure functions of their inputs; safe from any thread.
+#pragma once
+
+#include <string>
+
+#include "daemon/store/store_stats.h"
+
+namespace kvtier::metrics {
+
+// Facts about the process that are not store counters.
+struct ProcessInfo {
+  std::string version;
+  uint64_t uptime_s = 0;
+  uint64_t connected_clients = 0;
+  uint64_t total_connections = 0;
+  uint64_t commands_processed = 0;
+  uint64_t protocol_errors = 0;
+  // Why a tier is absent, for tiers the daemon runs without ("no GPU tier: built without CUDA").
+  std::string gpu_tier_note;
+  std::string nvme_tier_note;
+};
+
+// {"tiers":[{"tier":"host","capacity_bytes":..,"used_bytes":..,"reserved_bytes":..,"blocks":..,
+//   "fragmentation":..,"evictions":..,"demotions":..,"drops":..}],
+//  "namespaces":[{"id":"<hex>","label":..,"lookups":..,"lookup_blocks":..,
+//   "hit_blocks":{"gpu":..,"host":..,"nvme":..},"hit_tokens":..,"miss_blocks":..,
+//   "block_hit_ratio":..,"puts":..,"put_bytes":..,"gets":..,"get_misses":..,"evictions":..}],
+//  "totals":{...StoreStats scalar fields...}, "process":{...}}
+std::string StatsToJson(const store::StoreStats& stats, const ProcessInfo& process);
+
+// Prometheus text exposition format, version 0.0.4: kvtier_* metrics with `tier` and `namespace`
+// labels (the namespace label is the label given at registration, else the id).
+std::string StatsToPrometheus(const store::StoreStats& stats, const ProcessInfo& process);
+
+// The `# Kvtier` section of INFO: "field:value\r\n" lines.
+std::string StatsToInfoSection(const store::StoreStats& stats);
+
+}  // namespace kvtier::metrics

@@ -1,0 +1,62 @@
+#include "daemon/metrics/stats_format.h"
+
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+namespace kvtier::metrics {
+namespace {
+
+store::StoreStats SampleStats() {
+  store::StoreStats s;
+  store::TierStatsSnapshot host;
+  host.tier = TierId::kHost;
+  host.space.capacity_bytes = 1 << 20;
+  host.space.used_bytes = 4096;
+  host.space.block_count = 1;
+  host.evictions = 3;
+  s.tiers.push_back(host);
+  store::NamespaceStats ns;
+  ns.id = NamespaceId{{1, 2}};
+  ns.label = "llama \"8b\"";
+  ns.lookups = 2;
+  ns.lookup_blocks = 8;
+  ns.hit_blocks[static_cast<size_t>(TierId::kHost)] = 6;
+  ns.hit_tokens = 96;
+  ns.miss_blocks = 2;
+  s.namespaces.push_back(ns);
+  s.blocks_present = 1;
+  s.committed_puts = 4;
+  s.evicted_blocks = 3;
+  return s;
+}
+
+TEST(StatsFormatTest, JsonCarriesTiersNamespacesAndTotals) {
+  auto doc = nlohmann::json::parse(StatsToJson(SampleStats(), {.version = "0.1.0"}));
+  EXPECT_EQ(doc["tiers"][0]["tier"], "host");
+  EXPECT_EQ(doc["tiers"][0]["used_bytes"], 4096);
+  EXPECT_EQ(doc["tiers"][0]["evictions"], 3);
+  EXPECT_EQ(doc["namespaces"][0]["id"], "00000000000000010000000000000002");
+  EXPECT_EQ(doc["namespaces"][0]["hit_blocks"]["host"], 6);
+  EXPECT_DOUBLE_EQ(doc["namespaces"][0]["block_hit_ratio"].get<double>(), 0.75);
+  EXPECT_EQ(doc["totals"]["committed_puts"], 4);
+  EXPECT_EQ(doc["process"]["version"], "0.1.0");
+}
+
+TEST(StatsFormatTest, PrometheusHasTypedLabelledSamples) {
+  std::string text = StatsToPrometheus(SampleStats(), {});
+  EXPECT_NE(text.find("# TYPE kvtier_tier_used_bytes gauge\n"), std::string::npos);
+  EXPECT_NE(text.find("kvtier_tier_used_bytes{tier=\"host\"} 4096\n"), std::string::npos);
+  EXPECT_NE(text.find("kvtier_hit_blocks_total{namespace=\"llama \\\"8b\\\"\",tier=\"host\"} 6\n"),
+            std::string::npos);
+  EXPECT_NE(text.find("kvtier_evicted_blocks_total 3\n"), std::string::npos);
+}
+
+TEST(StatsFormatTest, InfoSectionUsesRedisFieldSyntax) {
+  std::string info = StatsToInfoSection(SampleStats());
+  EXPECT_NE(info.find("tier_host_used_bytes:4096\r\n"), std::string::npos);
+  EXPECT_NE(info.find("hit_ratio=0.7500"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace kvtier::metrics
