@@ -1,14 +1,18 @@
 #include "daemon/index/eviction_policy.h"
 
+#include "daemon/index/arc_policy.h"
 #include "daemon/index/lru_policy.h"
 
 namespace kvtier::index {
 
-std::vector<std::string> EvictionPolicyNames() { return {"lru"}; }
+std::vector<std::string> EvictionPolicyNames() { return {"lru", "arc"}; }
 
 Result<std::unique_ptr<EvictionPolicy>> MakeEvictionPolicy(std::string_view name,
                                                            size_t capacity_hint_blocks) {
   if (name == "lru") return std::unique_ptr<EvictionPolicy>(std::make_unique<LruPolicy>());
+  if (name == "arc") {
+    return std::unique_ptr<EvictionPolicy>(std::make_unique<ArcPolicy>(capacity_hint_blocks));
+  }
   std::string known;
   for (const std::string& n : EvictionPolicyNames()) known += (known.empty() ? "" : ", ") + n;
   return InvalidArgument("unknown eviction policy '" + std::string(name) + "' (known: " + known +

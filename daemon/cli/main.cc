@@ -1,0 +1,20 @@
+// kvtier: the command-line tool. Each subcommand lives in its own *_command.cc; this file only
+// builds the parser, dispatches to the chosen subcommand and returns its exit code.
+#include <CLI/CLI.hpp>
+#include <vector>
+
+#include "daemon/cli/command.h"
+#include "daemon/cli/simulate_command.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"kvtier: tools for the kvtier KV-cache daemon"};
+  app.require_subcommand(1);
+  std::vector<kvtier::cli::Command> commands = {
+      kvtier::cli::AddSimulateCommand(app),
+  };
+  CLI11_PARSE(app, argc, argv);
+  for (const kvtier::cli::Command& command : commands) {
+    if (command.parser->parsed()) return command.run();
+  }
+  return 1;
+}

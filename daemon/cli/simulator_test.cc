@@ -1,0 +1,209 @@
+#include "daemon/cli/simulator.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <random>
+
+#include "daemon/index/eviction_policy.h"
+
+namespace kvtier::cli {
+namespace {
+
+TraceRequest Request(std::vector<uint64_t> ids, uint64_t input_tokens = 0) {
+  TraceRequest r;
+  r.input_tokens = input_tokens > 0 ? input_tokens : ids.size() * 512;
+  r.hash_ids = std::move(ids);
+  return r;
+}
+
+SimulationResult SimulateOrFail(const std::vector<TraceRequest>& trace, size_t capacity,
+                                const std::string& policy = "lru", uint64_t block_tokens = 512) {
+  auto result = Simulate(trace, {capacity, policy, block_tokens});
+  EXPECT_TRUE(result.ok()) << result.status().ToString();
+  return result.ok() ? *result : SimulationResult{};
+}
+
+// Worked by hand. Capacity 3, LRU, most recent first:
+//   [1,2,3]: 0 hits; 3,2,1 inserted -> (1 2 3).
+//   [1,2,4]: 2 hits; 4 inserted, 2 and 1 touched -> (1 2 4 3); 3 evicted.
+//   [1,2,3]: 2 hits; 3 inserted -> (1 2 3 4); 4 evicted.
+TEST(SimulateTest, HandWorkedLruTrace) {
+  std::vector<TraceRequest> trace = {Request({1, 2, 3}, 1536), Request({1, 2, 4}, 1500),
+                                     Request({1, 2, 3}, 1100)};
+  SimulationResult r = SimulateOrFail(trace, 3);
+  EXPECT_EQ(r.requests, 3u);
+  EXPECT_EQ(r.total_blocks, 9u);
+  EXPECT_EQ(r.hit_blocks, 4u);
+  EXPECT_EQ(r.inserted_blocks, 5u);
+  EXPECT_EQ(r.evictions, 2u);
+  EXPECT_EQ(r.input_tokens, 1536u + 1500u + 1100u);
+  EXPECT_EQ(r.hit_tokens, 1024u + 1024u);
+  EXPECT_DOUBLE_EQ(r.block_hit_ratio(), 4.0 / 9.0);
+  EXPECT_DOUBLE_EQ(r.token_hit_ratio(), 2048.0 / 4136.0);
+}
+
+TEST(SimulateTest, OnlyTheLeadingPresentBlocksHit) {
+  // 6 is present for the second request, but its first block 7 is not.
+  SimulationResult r = SimulateOrFail({Request({5, 6}), Request({7, 6})}, 100);
+  EXPECT_EQ(r.hit_blocks, 0u);
+  EXPECT_EQ(r.inserted_blocks, 3u);
+}
+
+TEST(SimulateTest, HitTokensStopAtThePromptLength) {
+  // Two blocks hit, but the prompt is only 700 tokens long (its second block is partial).
+  SimulationResult r = SimulateOrFail({Request({1, 2}, 700), Request({1, 2}, 700)}, 10);
+  EXPECT_EQ(r.hit_blocks, 2u);
+  EXPECT_EQ(r.hit_tokens, 700u);
+}
+
+TEST(SimulateTest, BlockTokensScaleTokenHits) {
+  SimulationResult r =
+      SimulateOrFail({Request({1, 2, 3}, 10000), Request({1, 2, 9}, 10000)}, 10, "lru", 16);
+  EXPECT_EQ(r.hit_blocks, 2u);
+  EXPECT_EQ(r.hit_tokens, 32u);
+}
+
+TEST(SimulateTest, RequestLongerThanTheCapacityKeepsItsHead) {
+  SimulationResult r = SimulateOrFail({Request({1, 2, 3, 4}), Request({1, 2, 3})}, 2);
+  EXPECT_EQ(r.evictions, 2u + 1u);  // 3 and 4, then 3 again
+  EXPECT_EQ(r.hit_blocks, 2u);
+}
+
+TEST(SimulateTest, RepeatedIdInOneRequestIsInsertedOnce) {
+  SimulationResult r = SimulateOrFail({Request({1, 1, 2})}, 10);
+  EXPECT_EQ(r.inserted_blocks, 2u);
+  EXPECT_EQ(r.hit_blocks, 0u);
+}
+
+TEST(SimulateTest, EmptyTraceHasZeroRatios) {
+  SimulationResult r = SimulateOrFail({}, 10);
+  EXPECT_EQ(r.requests, 0u);
+  EXPECT_EQ(r.block_hit_ratio(), 0.0);
+  EXPECT_EQ(r.token_hit_ratio(), 0.0);
+}
+
+TEST(SimulateTest, RejectsBadOptions) {
+  std::vector<TraceRequest> trace = {Request({1})};
+  EXPECT_EQ(Simulate(trace, {0, "lru", 512}).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(Simulate(trace, {10, "lru", 0}).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(Simulate(trace, {10, "nope", 512}).status().code(), StatusCode::kInvalidArgument);
+}
+
+// ---- LRU against an independent reference ----
+
+struct Counts {
+  uint64_t hit_blocks = 0;
+  uint64_t hit_tokens = 0;
+  uint64_t evictions = 0;
+  bool operator==(const Counts&) const = default;
+};
+
+// The reference: LRU as a plain vector of (id, time of last use), searched linearly, evicting the
+// smallest time. Obviously correct, obviously slow, and shares no code with the index or policies.
+Counts ReferenceLru(const std::vector<TraceRequest>& trace, size_t capacity,
+                    uint64_t block_tokens = 512) {
+  struct Entry {
+    uint64_t id;
+    uint64_t last_use;
+  };
+  std::vector<Entry> cache;
+  uint64_t now = 0;
+  Counts counts;
+  auto find = [&cache](uint64_t id) -> Entry* {
+    for (Entry& e : cache) {
+      if (e.id == id) return &e;
+    }
+    return nullptr;
+  };
+  for (const TraceRequest& request : trace) {
+    const std::vector<uint64_t>& ids = request.hash_ids;
+    uint64_t hits = 0;
+    while (hits < ids.size() && find(ids[hits]) != nullptr) ++hits;
+    for (size_t i = ids.size(); i-- > 0;) {
+      ++now;
+      if (Entry* e = find(ids[i])) {
+        e->last_use = now;
+      } else {
+        cache.push_back({ids[i], now});
+      }
+    }
+    while (cache.size() > capacity) {
+      auto oldest =
+          std::min_element(cache.begin(), cache.end(),
+                           [](const Entry& a, const Entry& b) { return a.last_use < b.last_use; });
+      cache.erase(oldest);
+      ++counts.evictions;
+    }
+    counts.hit_blocks += hits;
+    counts.hit_tokens += std::min(hits * block_tokens, request.input_tokens);
+  }
+  return counts;
+}
+
+Counts CountsOf(const SimulationResult& r) { return {r.hit_blocks, r.hit_tokens, r.evictions}; }
+
+// Conversation-shaped random traces: a request continues an earlier one (a prefix of it plus new
+// blocks) or starts from one of a few shared system prompts; now and then an id repeats inside a
+// request or an old id appears mid-prompt, so presence after a miss is exercised too.
+std::vector<TraceRequest> RandomTrace(uint64_t seed, size_t requests) {
+  std::mt19937_64 rng(seed);
+  uint64_t next_id = 1000;
+  std::vector<TraceRequest> trace;
+  for (size_t n = 0; n < requests; ++n) {
+    std::vector<uint64_t> ids;
+    if (!trace.empty() && rng() % 2 == 0) {
+      const std::vector<uint64_t>& base = trace[rng() % trace.size()].hash_ids;
+      ids.assign(base.begin(), base.begin() + static_cast<long>(rng() % (base.size() + 1)));
+    } else {
+      const uint64_t system_prompt = rng() % 4;
+      for (uint64_t i = 0; i < rng() % 3; ++i) ids.push_back(system_prompt * 10 + i);
+    }
+    for (uint64_t i = rng() % 8; i > 0; --i) ids.push_back(next_id++);
+    if (!ids.empty() && rng() % 20 == 0) ids.push_back(ids[rng() % ids.size()]);
+    if (rng() % 20 == 0) ids.push_back(1000 + rng() % (next_id - 999));
+    trace.push_back(Request(std::move(ids), 1 + rng() % 5000));
+  }
+  return trace;
+}
+
+TEST(SimulateLruReferenceTest, MatchesReferenceOnRandomTraces) {
+  for (uint64_t seed = 1; seed <= 20; ++seed) {
+    std::vector<TraceRequest> trace = RandomTrace(seed, 400);
+    for (size_t capacity : {1, 2, 5, 17, 60, 250, 5000}) {
+      ASSERT_EQ(CountsOf(SimulateOrFail(trace, capacity)), ReferenceLru(trace, capacity))
+          << "seed " << seed << ", capacity " << capacity;
+    }
+  }
+}
+
+TEST(SimulateLruReferenceTest, MatchesReferenceOnTheMooncakeTrace) {
+  const std::string path = std::string(KVTIER_TRACE_DIR) + "/mooncake_conversation_trace.jsonl";
+  if (!std::filesystem::exists(path)) GTEST_SKIP() << "no trace at " << path;
+  auto trace = ReadTrace(path, /*max_requests=*/2000);
+  ASSERT_TRUE(trace.ok()) << trace.status().ToString();
+  for (size_t capacity : {100, 1000, 3000}) {
+    SimulationResult r = SimulateOrFail(*trace, capacity);
+    EXPECT_EQ(CountsOf(r), ReferenceLru(*trace, capacity)) << "capacity " << capacity;
+    EXPECT_GT(r.hit_blocks, 0u);
+    EXPECT_GT(r.evictions, 0u);
+  }
+}
+
+// Properties every policy must keep, whatever its order.
+TEST(SimulateAllPoliciesTest, StayWithinCapacityAndCountConsistently) {
+  std::vector<TraceRequest> trace = RandomTrace(99, 2000);
+  for (const std::string& policy : index::EvictionPolicyNames()) {
+    for (size_t capacity : {1, 10, 100, 1000}) {
+      SimulationResult r = SimulateOrFail(trace, capacity, policy);
+      EXPECT_EQ(r.requests, trace.size());
+      EXPECT_LE(r.inserted_blocks - r.evictions, capacity) << policy;  // final size
+      EXPECT_LE(r.hit_blocks, r.total_blocks - r.inserted_blocks) << policy;
+      EXPECT_LE(r.hit_tokens, r.input_tokens) << policy;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace kvtier::cli

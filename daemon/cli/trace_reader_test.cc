@@ -1,0 +1,110 @@
+#include "daemon/cli/trace_reader.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <fstream>
+#include <string>
+
+namespace kvtier::cli {
+namespace {
+
+// Writes `text` to a fresh file under the test's temporary directory and returns its path.
+std::string WriteFile(const std::string& name, const std::string& text) {
+  std::string path = ::testing::TempDir() + "/" + name;
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << text;
+  return path;
+}
+
+TEST(ParseTraceLineTest, ParsesAllFields) {
+  auto request = ParseTraceLine(
+      R"({"timestamp": 27482, "input_length": 6955, "output_length": 52, "hash_ids": [46, 47]})");
+  ASSERT_TRUE(request.ok()) << request.status().ToString();
+  EXPECT_EQ(request->timestamp_ms, 27482u);
+  EXPECT_EQ(request->input_tokens, 6955u);
+  EXPECT_EQ(request->output_tokens, 52u);
+  EXPECT_EQ(request->hash_ids, (std::vector<uint64_t>{46, 47}));
+}
+
+TEST(ParseTraceLineTest, IgnoresUnknownFieldsAndAcceptsAnEmptyPrompt) {
+  auto request = ParseTraceLine(
+      R"({"hash_ids": [], "timestamp": 0, "input_length": 0, "output_length": 1, "x": "y"})");
+  ASSERT_TRUE(request.ok()) << request.status().ToString();
+  EXPECT_TRUE(request->hash_ids.empty());
+}
+
+TEST(ParseTraceLineTest, NamesWhatIsWrong) {
+  const std::pair<const char*, const char*> cases[] = {
+      {R"({"timestamp": 0, "input_length": 1, "output_length": 1})", "missing \"hash_ids\""},
+      {R"({"input_length": 1, "output_length": 1, "hash_ids": []})", "missing \"timestamp\""},
+      {R"({"timestamp": 0, "output_length": 1, "hash_ids": []})", "missing \"input_length\""},
+      {R"({"timestamp": 0, "input_length": 1, "hash_ids": []})", "missing \"output_length\""},
+      {R"({"timestamp": -1, "input_length": 1, "output_length": 1, "hash_ids": []})",
+       "\"timestamp\" is not a non-negative integer"},
+      {R"({"timestamp": 0, "input_length": 1.5, "output_length": 1, "hash_ids": []})",
+       "\"input_length\" is not a non-negative integer"},
+      {R"({"timestamp": 0, "input_length": 1, "output_length": 1, "hash_ids": 3})",
+       "\"hash_ids\" is not an array"},
+      {R"({"timestamp": 0, "input_length": 1, "output_length": 1, "hash_ids": [1, "2"]})",
+       "\"hash_ids\"[1] is not a non-negative integer"},
+      {R"({"timestamp": 0, "input_length": 1,)", "not valid JSON"},
+      {R"([1, 2, 3])", "not a JSON object"},
+  };
+  for (const auto& [line, message] : cases) {
+    auto request = ParseTraceLine(line);
+    ASSERT_FALSE(request.ok()) << line;
+    EXPECT_EQ(request.status().code(), StatusCode::kInvalidArgument) << line;
+    EXPECT_EQ(request.status().message(), message) << line;
+  }
+}
+
+TEST(TraceReaderTest, ReadsRequestsInOrderAndSkipsBlankLines) {
+  std::string path = WriteFile("good.jsonl",
+                               "{\"timestamp\": 0, \"input_length\": 600, \"output_length\": 1, "
+                               "\"hash_ids\": [1, 2]}\r\n"
+                               "\n   \n"
+                               "{\"timestamp\": 3, \"input_length\": 10, \"output_length\": 2, "
+                               "\"hash_ids\": [1]}");  // no final newline
+  auto trace = ReadTrace(path);
+  ASSERT_TRUE(trace.ok()) << trace.status().ToString();
+  ASSERT_EQ(trace->size(), 2u);
+  EXPECT_EQ((*trace)[0].hash_ids, (std::vector<uint64_t>{1, 2}));
+  EXPECT_EQ((*trace)[1].timestamp_ms, 3u);
+}
+
+TEST(TraceReaderTest, StopsAfterMaxRequests) {
+  std::string line = R"({"timestamp": 0, "input_length": 1, "output_length": 1, "hash_ids": [1]})";
+  std::string path = WriteFile("three.jsonl", line + "\n" + line + "\n" + line + "\n");
+  auto trace = ReadTrace(path, /*max_requests=*/2);
+  ASSERT_TRUE(trace.ok()) << trace.status().ToString();
+  EXPECT_EQ(trace->size(), 2u);
+}
+
+TEST(TraceReaderTest, MalformedLineNamesFileAndLine) {
+  std::string good = R"({"timestamp": 0, "input_length": 1, "output_length": 1, "hash_ids": [1]})";
+  std::string path = WriteFile(
+      "bad.jsonl", good + "\n\n" + R"({"timestamp": 0, "input_length": 1, "output_length": 1})" +
+                       "\n" + good + "\n");
+  auto reader = TraceReader::Open(path);
+  ASSERT_TRUE(reader.ok()) << reader.status().ToString();
+  auto first = reader->Next();
+  ASSERT_TRUE(first.ok() && first->has_value());
+  auto second = reader->Next();
+  ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(second.status().message(), path + ":3: missing \"hash_ids\"");
+
+  auto whole = ReadTrace(path);
+  ASSERT_FALSE(whole.ok());
+  EXPECT_EQ(whole.status().message(), path + ":3: missing \"hash_ids\"");
+}
+
+TEST(TraceReaderTest, MissingFileIsNotFound) {
+  auto trace = ReadTrace(::testing::TempDir() + "/no-such-trace.jsonl");
+  ASSERT_FALSE(trace.ok());
+  EXPECT_EQ(trace.status().code(), StatusCode::kNotFound);
+  EXPECT_NE(trace.status().message().find("no-such-trace.jsonl"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace kvtier::cli
