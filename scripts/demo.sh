@@ -9,7 +9,7 @@ trace=tests/data/mooncake_conversation_trace.jsonl
 echo
 echo "== kvtier simulate: the Mooncake conversation trace through the block index =="
 for capacity in 2000 10000 50000; do
-  for policy in $(build/bin/kvtier simulate --list-policies); do
+  for policy in lru arc; do
     build/bin/kvtier simulate "$trace" --capacity-blocks "$capacity" --policy "$policy"
   done
 done
