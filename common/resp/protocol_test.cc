@@ -1,0 +1,39 @@
+#include "common/resp/protocol.h"
+
+#include <gtest/gtest.h>
+
+namespace kvtier::resp {
+namespace {
+
+TEST(ParseInt64Test, AcceptsRedisStyleIntegers) {
+  EXPECT_EQ(ParseInt64("0"), 0);
+  EXPECT_EQ(ParseInt64("42"), 42);
+  EXPECT_EQ(ParseInt64("-1"), -1);
+  EXPECT_EQ(ParseInt64("9223372036854775807"), INT64_MAX);
+  EXPECT_EQ(ParseInt64("-9223372036854775808"), INT64_MIN);
+}
+
+TEST(ParseInt64Test, RejectsEverythingElse) {
+  for (const char* text :
+       {"", "-", "+1", " 1", "1 ", "01", "-0", "00", "1a", "0x10", "9223372036854775808",
+        "-9223372036854775809", "99999999999999999999", "1.5", "\r"}) {
+    EXPECT_FALSE(ParseInt64(text).has_value()) << text;
+  }
+}
+
+TEST(CaseTest, ComparesAndUppercasesAsciiOnly) {
+  EXPECT_TRUE(EqualsIgnoreCase("kvt.lookup", "KVT.LOOKUP"));
+  EXPECT_FALSE(EqualsIgnoreCase("GET", "GETX"));
+  EXPECT_FALSE(EqualsIgnoreCase("GET", "SET"));
+  EXPECT_EQ(ToUpperAscii("client setname\xc3\xa9"), "CLIENT SETNAME\xc3\xa9");
+}
+
+TEST(DescribeByteTest, EscapesNonPrintableBytes) {
+  EXPECT_EQ(DescribeByte('x'), "x");
+  EXPECT_EQ(DescribeByte('\x16'), "\\x16");
+  EXPECT_EQ(DescribeByte('\xff'), "\\xff");
+  EXPECT_EQ(DescribeByte('\r'), "\\x0d");
+}
+
+}  // namespace
+}  // namespace kvtier::resp

@@ -1,0 +1,151 @@
+#include "common/resp/reply.h"
+
+#include <utility>
+
+#include "common/resp/protocol.h"
+
+namespace kvtier::resp {
+namespace {
+
+void AppendQuoted(std::string_view bytes, std::string* out) {
+  out->push_back('"');
+  for (char c : bytes) {
+    if (c == '"' || c == '\\') {
+      out->push_back('\\');
+      out->push_back(c);
+    } else {
+      out->append(DescribeByte(c));
+    }
+  }
+  out->push_back('"');
+}
+
+void AppendDebug(const Reply& reply, std::string* out) {
+  switch (reply.type) {
+    case ReplyType::kSimpleString:
+    case ReplyType::kBulkString:
+      AppendQuoted(reply.str, out);
+      return;
+    case ReplyType::kError:
+      out->append("(error) ").append(reply.str);
+      return;
+    case ReplyType::kInteger:
+      out->append(std::to_string(reply.integer));
+      return;
+    case ReplyType::kNull:
+      out->append("nil");
+      return;
+    case ReplyType::kDouble:
+      out->append(reply.str);
+      return;
+    case ReplyType::kBoolean:
+      out->append(reply.integer != 0 ? "true" : "false");
+      return;
+    case ReplyType::kBigNumber:
+      out->append("(big) ").append(reply.str);
+      return;
+    case ReplyType::kVerbatim:
+      out->append(reply.format).push_back(':');
+      AppendQuoted(reply.str, out);
+      return;
+    case ReplyType::kMap:
+      out->push_back('{');
+      for (size_t i = 0; i < reply.elements.size(); ++i) {
+        if (i > 0) out->append(i % 2 == 1 ? ": " : ", ");
+        AppendDebug(reply.elements[i], out);
+      }
+      out->push_back('}');
+      return;
+    case ReplyType::kArray:
+    case ReplyType::kSet:
+    case ReplyType::kPush:
+      if (reply.type == ReplyType::kSet) out->push_back('~');
+      if (reply.type == ReplyType::kPush) out->push_back('>');
+      out->push_back('[');
+      for (size_t i = 0; i < reply.elements.size(); ++i) {
+        if (i > 0) out->append(", ");
+        AppendDebug(reply.elements[i], out);
+      }
+      out->push_back(']');
+      return;
+  }
+}
+
+}  // namespace
+
+std::string_view ReplyTypeName(ReplyType type) {
+  switch (type) {
+    case ReplyType::kSimpleString:
+      return "simple-string";
+    case ReplyType::kError:
+      return "error";
+    case ReplyType::kInteger:
+      return "integer";
+    case ReplyType::kBulkString:
+      return "bulk-string";
+    case ReplyType::kNull:
+      return "null";
+    case ReplyType::kArray:
+      return "array";
+    case ReplyType::kMap:
+      return "map";
+    case ReplyType::kSet:
+      return "set";
+    case ReplyType::kPush:
+      return "push";
+    case ReplyType::kDouble:
+      return "double";
+    case ReplyType::kBoolean:
+      return "boolean";
+    case ReplyType::kBigNumber:
+      return "big-number";
+    case ReplyType::kVerbatim:
+      return "verbatim";
+  }
+  return "unknown";
+}
+
+std::string Reply::DebugString() const {
+  std::string out;
+  AppendDebug(*this, &out);
+  return out;
+}
+
+Reply Reply::Simple(std::string text) {
+  Reply r;
+  r.type = ReplyType::kSimpleString;
+  r.str = std::move(text);
+  return r;
+}
+
+Reply Reply::Error(std::string text) {
+  Reply r;
+  r.type = ReplyType::kError;
+  r.str = std::move(text);
+  return r;
+}
+
+Reply Reply::Integer(int64_t value) {
+  Reply r;
+  r.type = ReplyType::kInteger;
+  r.integer = value;
+  return r;
+}
+
+Reply Reply::Bulk(std::string bytes) {
+  Reply r;
+  r.type = ReplyType::kBulkString;
+  r.str = std::move(bytes);
+  return r;
+}
+
+Reply Reply::Null() { return Reply{}; }
+
+Reply Reply::Aggregate(ReplyType type, std::vector<Reply> elements) {
+  Reply r;
+  r.type = type;
+  r.elements = std::move(elements);
+  return r;
+}
+
+}  // namespace kvtier::resp
