@@ -1,0 +1,290 @@
+#include "daemon/config/daemon_config.h"
+
+#include <arpa/inet.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <sstream>
+#include <thread>
+
+#include <CLI/CLI.hpp>
+#include <yaml-cpp/yaml.h>
+
+#include "common/paths.h"
+#include "common/units.h"
+#include "daemon/index/eviction_policy.h"
+
+namespace kvtier::config {
+namespace {
+
+// One setter per accepted YAML key ("section.key"); each parses its scalar and names the key in
+// its error. Keeping them in one table is what makes unknown keys detectable.
+using Setter = std::function<Status(const std::string& value, DaemonConfig&)>;
+
+Status ParseUint(const std::string& key, const std::string& value, uint64_t max, uint64_t& out) {
+  char* end = nullptr;
+  errno = 0;
+  unsigned long long v = std::strtoull(value.c_str(), &end, 0);
+  if (value.empty() || value[0] == '-' || *end != '\0' || errno != 0 || v > max) {
+    return InvalidArgument(key + ": expected a whole number up to " + std::to_string(max) +
+                           ", got '" + value + "'");
+  }
+  out = v;
+  return Status::Ok();
+}
+
+template <typename T>
+Setter Uint(T DaemonConfig::*field, uint64_t max, const std::string& key) {
+  return [=](const std::string& value, DaemonConfig& c) {
+    uint64_t v = 0;
+    KVTIER_RETURN_IF_ERROR(ParseUint(key, value, max, v));
+    c.*field = static_cast<T>(v);
+    return Status::Ok();
+  };
+}
+
+Setter Size(uint64_t DaemonConfig::*field, const std::string& key, bool allow_auto) {
+  return [=](const std::string& value, DaemonConfig& c) {
+    if (allow_auto && value == "auto") {
+      c.*field = 0;
+      return Status::Ok();
+    }
+    Result<uint64_t> bytes = ParseBytes(value);
+    if (!bytes.ok()) return InvalidArgument(key + ": " + bytes.status().message());
+    c.*field = *bytes;
+    return Status::Ok();
+  };
+}
+
+Setter Text(std::string DaemonConfig::*field) {
+  return [=](const std::string& value, DaemonConfig& c) {
+    c.*field = value;
+    return Status::Ok();
+  };
+}
+
+Setter Bool(bool DaemonConfig::*field, const std::string& key) {
+  return [=](const std::string& value, DaemonConfig& c) {
+    if (value == "true" || value == "yes" || value == "on") {
+      c.*field = true;
+    } else if (value == "false" || value == "no" || value == "off") {
+      c.*field = false;
+    } else {
+      return InvalidArgument(key + ": expected true or false, got '" + value + "'");
+    }
+    return Status::Ok();
+  };
+}
+
+Status ParseMode(const std::string& value, DaemonConfig& c) {
+  char* end = nullptr;
+  unsigned long mode = std::strtoul(value.c_str(), &end, 8);
+  if (value.empty() || *end != '\0' || mode > 0777) {
+    return InvalidArgument("listen.unix_mode: expected an octal mode such as 0660, got '" +
+                           value + "'");
+  }
+  c.unix_mode = static_cast<uint32_t>(mode);
+  return Status::Ok();
+}
+
+const std::map<std::string, Setter>& Setters() {
+  static const std::map<std::string, Setter> kSetters = {
+      {"listen.unix", Text(&DaemonConfig::unix_path)},
+      {"listen.unix_mode", ParseMode},
+      {"listen.tcp_host", Text(&DaemonConfig::tcp_host)},
+      {"listen.port", Uint(&DaemonConfig::tcp_port, 65535, "listen.port")},
+      {"listen.http_host", Text(&DaemonConfig::http_host)},
+      {"listen.http_port", Uint(&DaemonConfig::http_port, 65535, "listen.http_port")},
+      {"listen.password", Text(&DaemonConfig::password)},
+      {"tiers.host_bytes", Size(&DaemonConfig::host_bytes, "tiers.host_bytes", true)},
+      {"tiers.slab_bytes", Size(&DaemonConfig::slab_bytes, "tiers.slab_bytes", false)},
+      {"tiers.huge_pages", Bool(&DaemonConfig::huge_pages, "tiers.huge_pages")},
+      {"tiers.mlock", Bool(&DaemonConfig::mlock, "tiers.mlock")},
+      {"tiers.data_dir", Text(&DaemonConfig::data_dir)},
+      {"store.eviction_policy", Text(&DaemonConfig::eviction_policy)},
+      {"store.lease_timeout_ms",
+       Uint(&DaemonConfig::lease_timeout_ms, 86'400'000, "store.lease_timeout_ms")},
+      {"store.reservation_timeout_ms",
+       Uint(&DaemonConfig::reservation_timeout_ms, 86'400'000, "store.reservation_timeout_ms")},
+      {"limits.max_bulk_bytes", Size(&DaemonConfig::max_bulk_bytes, "limits.max_bulk_bytes", false)},
+      {"limits.max_array_len",
+       Uint(&DaemonConfig::max_array_len, 1ull << 31, "limits.max_array_len")},
+      {"limits.max_inline_bytes",
+       Size(&DaemonConfig::max_inline_bytes, "limits.max_inline_bytes", false)},
+      {"limits.max_key_bytes", Size(&DaemonConfig::max_key_bytes, "limits.max_key_bytes", false)},
+      {"limits.max_lookup_keys",
+       Uint(&DaemonConfig::max_lookup_keys, 1ull << 24, "limits.max_lookup_keys")},
+      {"limits.max_inflight_bytes_per_client",
+       Size(&DaemonConfig::max_inflight_bytes_per_client, "limits.max_inflight_bytes_per_client",
+            false)},
+      {"limits.idle_timeout_ms",
+       Uint(&DaemonConfig::idle_timeout_ms, 86'400'000, "limits.idle_timeout_ms")},
+      {"limits.max_clients", Uint(&DaemonConfig::max_clients, 1'000'000, "limits.max_clients")},
+      {"server.io_threads", Uint(&DaemonConfig::io_threads, 256, "server.io_threads")},
+      {"server.log_level", Text(&DaemonConfig::log_level)},
+  };
+  return kSetters;
+}
+
+Status ApplyNode(const YAML::Node& node, const std::string& prefix, const std::string& source,
+                 DaemonConfig& config) {
+  for (const auto& entry : node) {
+    const std::string name = entry.first.as<std::string>();
+    const std::string key = prefix.empty() ? name : prefix + "." + name;
+    const YAML::Node& value = entry.second;
+    if (value.IsMap()) {
+      KVTIER_RETURN_IF_ERROR(ApplyNode(value, key, source, config));
+      continue;
+    }
+    if (key == "listen.allowed_uids") {
+      if (!value.IsSequence()) return InvalidArgument(source + ": " + key + ": expected a list");
+      config.allowed_uids.clear();
+      for (const auto& uid : value) {
+        uint64_t v = 0;
+        KVTIER_RETURN_IF_ERROR(ParseUint(key, uid.as<std::string>(), 0xfffffffe, v));
+        config.allowed_uids.push_back(static_cast<uid_t>(v));
+      }
+      continue;
+    }
+    auto setter = Setters().find(key);
+    if (setter == Setters().end()) {
+      return InvalidArgument(source + ": unknown key '" + key + "'");
+    }
+    if (!value.IsScalar()) return InvalidArgument(source + ": " + key + ": expected a value");
+    Status st = setter->second(value.Scalar(), config);
+    if (!st.ok()) return InvalidArgument(source + ": " + st.message());
+  }
+  return Status::Ok();
+}
+
+bool IsLoopback(const std::string& host) {
+  if (host == "localhost" || host == "::1") return true;
+  in_addr addr{};
+  if (inet_pton(AF_INET, host.c_str(), &addr) != 1) return false;
+  return (ntohl(addr.s_addr) >> 24) == 127;
+}
+
+Result<std::string> ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return NotFound("--config: cannot read '" + path + "'");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+}  // namespace
+
+uint64_t AutoHostBytes() {
+  const long pages = sysconf(_SC_AVPHYS_PAGES);
+  const long page_size = sysconf(_SC_PAGE_SIZE);
+  uint64_t available = pages > 0 && page_size > 0 ? uint64_t(pages) * uint64_t(page_size) : 0;
+  return std::clamp<uint64_t>(available / 4, 64ull << 20, 64ull << 30);
+}
+
+Status ApplyYaml(const std::string& yaml_text, const std::string& source, DaemonConfig& config) {
+  try {
+    YAML::Node root = YAML::Load(yaml_text);
+    if (root.IsNull()) return Status::Ok();
+    if (!root.IsMap()) return InvalidArgument(source + ": expected a mapping at the top level");
+    return ApplyNode(root, "", source, config);
+  } catch (const YAML::Exception& e) {
+    return InvalidArgument(source + ": " + e.what());
+  }
+}
+
+Status Finalize(DaemonConfig& config) {
+  if (config.unix_path.empty() && config.tcp_port == 0) {
+    return InvalidArgument("listen: both the Unix socket and TCP are off; nothing to serve");
+  }
+  if (config.tcp_port != 0 && !IsLoopback(config.tcp_host) && config.password.empty()) {
+    return InvalidArgument("listen.tcp_host: '" + config.tcp_host +
+                           "' is not a loopback address; set listen.password (--password) "
+                           "before serving on the network");
+  }
+  if (config.host_bytes == 0) config.host_bytes = AutoHostBytes();
+  if (config.host_bytes < (1ull << 20)) {
+    return InvalidArgument("tiers.host_bytes: at least 1MiB, got " +
+                           std::to_string(config.host_bytes));
+  }
+  if (config.slab_bytes < 4096 || config.slab_bytes % 4096 != 0) {
+    return InvalidArgument("tiers.slab_bytes: must be a positive multiple of 4KiB");
+  }
+  const auto policies = index::EvictionPolicyNames();
+  if (std::find(policies.begin(), policies.end(), config.eviction_policy) == policies.end()) {
+    std::string known;
+    for (const auto& p : policies) known += (known.empty() ? "" : ", ") + p;
+    return InvalidArgument("store.eviction_policy: unknown policy '" + config.eviction_policy +
+                           "' (known: " + known + ")");
+  }
+  static const char* kLevels[] = {"trace", "debug", "info", "warn", "error", "off"};
+  if (std::find(std::begin(kLevels), std::end(kLevels), config.log_level) == std::end(kLevels)) {
+    return InvalidArgument("server.log_level: expected trace, debug, info, warn, error or off");
+  }
+  if (config.lease_timeout_ms == 0 || config.reservation_timeout_ms == 0) {
+    return InvalidArgument("store: lease and reservation timeouts must be positive");
+  }
+  if (config.max_bulk_bytes == 0 || config.max_array_len == 0 || config.max_clients == 0) {
+    return InvalidArgument("limits: max_bulk_bytes, max_array_len and max_clients must be positive");
+  }
+  if (config.io_threads == 0) {
+    config.io_threads = std::clamp<uint32_t>(std::thread::hardware_concurrency(), 1, 8);
+  }
+  if (config.data_dir.empty()) config.data_dir = DefaultDataDir();
+  return Status::Ok();
+}
+
+Result<ParseOutcome> ParseCommandLine(int argc, const char* const* argv) {
+  ParseOutcome outcome;
+  DaemonConfig& c = outcome.config;
+  c.unix_path = DefaultSocketPath();
+  CLI::App app{"kvtierd: the kvtier KV-cache daemon (see deploy/kvtierd.yaml for every key)",
+               "kvtierd"};
+  std::string config_file, host_bytes, log_level, policy;
+  std::optional<std::string> unix_path, data_dir, password;
+  std::optional<uint16_t> port, http_port;
+  std::optional<uint32_t> io_threads;
+  app.add_option("--config", config_file, "YAML config file; flags override its values");
+  app.add_option("--unix", unix_path, "Unix socket path (\"\" turns it off)");
+  app.add_option("--port", port, "TCP port on listen.tcp_host (0 turns TCP off); default 6380");
+  app.add_option("--http-port", http_port,
+                 "HTTP port for /metrics, /stats and the dashboard (0 off); default 9480");
+  app.add_option("--host-bytes", host_bytes,
+                 "Host tier size, e.g. 512MiB, 4GiB, or auto (a quarter of free RAM, cap 64GiB)");
+  app.add_option("--data-dir", data_dir, "Directory for the NVMe tier and state");
+  app.add_option("--password", password, "Password clients must AUTH with");
+  app.add_option("--policy", policy, "Eviction policy: lru or arc");
+  app.add_option("--io-threads", io_threads, "Network threads (0: one per core, at most 8)");
+  app.add_option("--log-level", log_level, "trace, debug, info, warn, error or off");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp&) {
+    outcome.help_requested = true;
+    outcome.help_text = app.help();
+    return outcome;
+  } catch (const CLI::ParseError& e) {
+    return InvalidArgument(e.what());
+  }
+  if (!config_file.empty()) {
+    KVTIER_ASSIGN_OR_RETURN(std::string text, ReadFile(config_file));
+    KVTIER_RETURN_IF_ERROR(ApplyYaml(text, config_file, c));
+  }
+  if (unix_path) c.unix_path = *unix_path;
+  if (port) c.tcp_port = *port;
+  if (http_port) c.http_port = *http_port;
+  if (data_dir) c.data_dir = *data_dir;
+  if (password) c.password = *password;
+  if (io_threads) c.io_threads = *io_threads;
+  if (!policy.empty()) c.eviction_policy = policy;
+  if (!log_level.empty()) c.log_level = log_level;
+  if (!host_bytes.empty()) {
+    Status st = Size(&DaemonConfig::host_bytes, "--host-bytes", true)(host_bytes, c);
+    if (!st.ok()) return st;
+  }
+  KVTIER_RETURN_IF_ERROR(Finalize(c));
+  return outcome;
+}
+
+}  // namespace kvtier::config

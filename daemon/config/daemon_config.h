@@ -1,0 +1,82 @@
+// DaemonConfig: every setting of kvtierd, its embedded defaults, and how a YAML file and command-line
+// flags override them.
+//
+// Precedence: embedded defaults < config file (--config FILE) < flags. Everything is validated once,
+// here, at start-up; an error names the bad key ("tiers.host_bytes: size '12 furlongs' has unknown
+// suffix ...") so an operator can fix it without reading code. Unknown keys in the file are errors
+// too: a typo must not silently fall back to a default.
+//
+// Pure data plus parsing; no threads.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace kvtier::config {
+
+struct DaemonConfig {
+  // listen
+  std::string unix_path;            // default: DefaultSocketPath(); "" turns the socket off
+  uint32_t unix_mode = 0660;
+  std::vector<uid_t> allowed_uids;  // empty: any local user that can open the socket
+  std::string tcp_host = "127.0.0.1";
+  uint16_t tcp_port = 6380;         // 0 turns TCP off
+  std::string http_host = "127.0.0.1";
+  uint16_t http_port = 9480;        // 0 turns HTTP (metrics, stats, dashboard) off
+  std::string password;             // required for a non-loopback tcp_host
+
+  // tiers
+  uint64_t host_bytes = 0;          // 0 in the file or flags means "auto": sized from RAM
+  uint64_t slab_bytes = 64ull << 20;
+  bool huge_pages = true;
+  bool mlock = true;
+  std::string data_dir;             // default: DefaultDataDir()
+
+  // store
+  std::string eviction_policy = "lru";
+  uint64_t lease_timeout_ms = 30'000;
+  uint64_t reservation_timeout_ms = 30'000;
+
+  // limits
+  uint64_t max_bulk_bytes = 512ull << 20;
+  uint64_t max_array_len = 1u << 20;
+  uint64_t max_inline_bytes = 64u << 10;
+  uint64_t max_key_bytes = 64u << 10;
+  uint64_t max_lookup_keys = 65'536;
+  uint64_t max_inflight_bytes_per_client = 1ull << 30;
+  uint64_t idle_timeout_ms = 0;
+  uint64_t max_clients = 10'000;
+
+  // server
+  uint32_t io_threads = 0;          // 0: one per core, at most 8
+  std::string log_level = "info";   // trace, debug, info, warn, error, off
+};
+
+// The host tier size "auto" resolves to: a quarter of the machine's available memory, capped at
+// 64 GiB and at least 64 MiB.
+uint64_t AutoHostBytes();
+
+// Parses flags (and the file named by --config). Returns the resolved, validated configuration.
+// `help_text` receives the --help output when --help was given (the caller prints it and exits
+// 0); errors are kInvalidArgument with a message naming the flag or key.
+struct ParseOutcome {
+  DaemonConfig config;
+  bool help_requested = false;
+  std::string help_text;
+};
+Result<ParseOutcome> ParseCommandLine(int argc, const char* const* argv);
+
+// Applies a YAML document (the config file's text) over `config`. `source` names the file in
+// errors.
+Status ApplyYaml(const std::string& yaml_text, const std::string& source, DaemonConfig& config);
+
+// Checks cross-field rules (a non-loopback TCP listener needs a password, sizes in range, a known
+// log level and eviction policy). Fills "auto" values.
+Status Finalize(DaemonConfig& config);
+
+}  // namespace kvtier::config

@@ -1,0 +1,82 @@
+#include "daemon/config/daemon_config.h"
+
+#include <gtest/gtest.h>
+
+namespace kvtier::config {
+namespace {
+
+Result<ParseOutcome> Parse(std::vector<const char*> args) {
+  args.insert(args.begin(), "kvtierd");
+  return ParseCommandLine(static_cast<int>(args.size()), args.data());
+}
+
+TEST(DaemonConfigTest, RunsOnEmbeddedDefaults) {
+  auto r = Parse({});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  const DaemonConfig& c = r->config;
+  EXPECT_FALSE(c.unix_path.empty());
+  EXPECT_EQ(c.tcp_host, "127.0.0.1");
+  EXPECT_GE(c.host_bytes, 64ull << 20);
+  EXPECT_LE(c.host_bytes, 64ull << 30);
+  EXPECT_GE(c.io_threads, 1u);
+  EXPECT_FALSE(c.data_dir.empty());
+}
+
+TEST(DaemonConfigTest, FlagsTakeSizesWithSuffixes) {
+  auto r = Parse({"--host-bytes", "512MiB", "--port", "0", "--unix", "/tmp/x.sock",
+                  "--http-port", "0", "--data-dir", "/tmp/d", "--policy", "arc"});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->config.host_bytes, 512ull << 20);
+  EXPECT_EQ(r->config.tcp_port, 0);
+  EXPECT_EQ(r->config.unix_path, "/tmp/x.sock");
+  EXPECT_EQ(r->config.eviction_policy, "arc");
+}
+
+TEST(DaemonConfigTest, BadFlagValuesNameTheFlag) {
+  auto r = Parse({"--host-bytes", "12 furlongs"});
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("--host-bytes"), std::string::npos);
+  EXPECT_FALSE(Parse({"--port", "70000"}).ok());
+  EXPECT_FALSE(Parse({"--no-such-flag"}).ok());
+}
+
+TEST(DaemonConfigTest, YamlOverridesDefaultsAndUnknownKeysAreErrors) {
+  DaemonConfig c;
+  ASSERT_TRUE(ApplyYaml("listen:\n  port: 7000\ntiers:\n  host_bytes: 2GiB\n"
+                        "limits:\n  idle_timeout_ms: 5000\n",
+                        "test.yaml", c)
+                  .ok());
+  EXPECT_EQ(c.tcp_port, 7000);
+  EXPECT_EQ(c.host_bytes, 2ull << 30);
+  EXPECT_EQ(c.idle_timeout_ms, 5000u);
+  Status st = ApplyYaml("tiers:\n  host_byte: 1GiB\n", "test.yaml", c);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("tiers.host_byte"), std::string::npos);
+  st = ApplyYaml("listen:\n  port: many\n", "test.yaml", c);
+  EXPECT_NE(st.message().find("listen.port"), std::string::npos);
+  EXPECT_FALSE(ApplyYaml("listen: [1, 2\n", "test.yaml", c).ok());
+}
+
+TEST(DaemonConfigTest, NetworkListenerNeedsAPassword) {
+  DaemonConfig c;
+  c.unix_path = "/tmp/s";
+  c.tcp_host = "0.0.0.0";
+  Status st = Finalize(c);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("listen.tcp_host"), std::string::npos);
+  c.password = "secret";
+  EXPECT_TRUE(Finalize(c).ok());
+}
+
+TEST(DaemonConfigTest, CrossFieldRulesNameTheKey) {
+  DaemonConfig c;
+  c.unix_path = "/tmp/s";
+  c.eviction_policy = "random";
+  EXPECT_NE(Finalize(c).message().find("store.eviction_policy"), std::string::npos);
+  c.eviction_policy = "lru";
+  c.log_level = "loud";
+  EXPECT_NE(Finalize(c).message().find("server.log_level"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace kvtier::config
