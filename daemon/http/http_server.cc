@@ -1,0 +1,128 @@
+#include "daemon/http/http_server.h"
+
+#include <pthread.h>
+
+#include <boost/asio.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+
+namespace kvtier::http {
+namespace {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace bhttp = boost::beast::http;
+using tcp = asio::ip::tcp;
+
+constexpr auto kRequestTimeout = std::chrono::seconds(10);
+constexpr uint32_t kMaxRequestBytes = 16 * 1024;
+
+bhttp::response<bhttp::string_body> Respond(const bhttp::request<bhttp::string_body>& req,
+                                           const HttpProviders& providers) {
+  bhttp::response<bhttp::string_body> res;
+  res.version(req.version());
+  res.keep_alive(req.keep_alive());
+  res.set(bhttp::field::server, "kvtierd");
+  const std::string target(req.target());
+  const std::string path = target.substr(0, target.find('?'));
+  if (req.method() != bhttp::verb::get && req.method() != bhttp::verb::head) {
+    res.result(bhttp::status::method_not_allowed);
+    res.set(bhttp::field::allow, "GET, HEAD");
+    res.body() = "only GET is served\n";
+  } else if (path == "/metrics") {
+    res.set(bhttp::field::content_type, "text/plain; version=0.0.4; charset=utf-8");
+    res.body() = providers.metrics();
+  } else if (path == "/stats") {
+    res.set(bhttp::field::content_type, "application/json");
+    res.body() = providers.stats();
+  } else if (path == "/healthz") {
+    res.set(bhttp::field::content_type, "text/plain");
+    res.body() = "ok\n";
+  } else if (path == "/") {
+    res.set(bhttp::field::content_type, "text/html; charset=utf-8");
+    res.body() = DashboardHtml();
+  } else {
+    res.result(bhttp::status::not_found);
+    res.set(bhttp::field::content_type, "text/plain");
+    res.body() = "not found; try /metrics, /stats, /healthz or /\n";
+  }
+  res.prepare_payload();
+  return res;
+}
+
+asio::awaitable<void> Session(beast::tcp_stream stream, const HttpProviders& providers) {
+  beast::flat_buffer buffer;
+  beast::error_code ec;
+  for (;;) {
+    bhttp::request_parser<bhttp::string_body> parser;
+    parser.body_limit(kMaxRequestBytes);
+    parser.header_limit(kMaxRequestBytes);
+    stream.expires_after(kRequestTimeout);
+    co_await bhttp::async_read(stream, buffer, parser,
+                               asio::redirect_error(asio::use_awaitable, ec));
+    if (ec) break;
+    auto res = Respond(parser.get(), providers);
+    const bool keep_alive = res.keep_alive();
+    stream.expires_after(kRequestTimeout);
+    co_await bhttp::async_write(stream, res, asio::redirect_error(asio::use_awaitable, ec));
+    if (ec || !keep_alive) break;
+  }
+  stream.socket().shutdown(tcp::socket::shutdown_send, ec);
+}
+
+asio::awaitable<void> Accept(tcp::acceptor& acceptor, const HttpProviders& providers) {
+  for (;;) {
+    beast::error_code ec;
+    tcp::socket socket = co_await acceptor.async_accept(asio::redirect_error(asio::use_awaitable, ec));
+    if (ec == asio::error::operation_aborted) co_return;
+    if (ec) continue;
+    asio::co_spawn(acceptor.get_executor(), Session(beast::tcp_stream(std::move(socket)), providers),
+                   asio::detached);
+  }
+}
+
+}  // namespace
+
+struct HttpServer::Impl {
+  HttpProviders providers;
+  asio::io_context io{1};
+  tcp::acceptor acceptor{io};
+  std::thread thread;
+};
+
+Result<std::unique_ptr<HttpServer>> HttpServer::Start(const std::string& host, uint16_t port,
+                                                      HttpProviders providers) {
+  auto impl = std::make_unique<Impl>();
+  impl->providers = std::move(providers);
+  const std::string where = "http listener " + host + ":" + std::to_string(port);
+  boost::system::error_code ec;
+  auto address = asio::ip::make_address(host, ec);
+  if (ec) return InvalidArgument(where + ": not an IP address");
+  tcp::endpoint endpoint(address, port);
+  impl->acceptor.open(endpoint.protocol(), ec);
+  if (!ec) impl->acceptor.set_option(asio::socket_base::reuse_address(true), ec);
+  if (!ec) impl->acceptor.bind(endpoint, ec);
+  if (!ec) impl->acceptor.listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) return ErrnoStatus(ec.value(), where);
+  const uint16_t bound = impl->acceptor.local_endpoint().port();
+  asio::co_spawn(impl->io, Accept(impl->acceptor, impl->providers), asio::detached);
+  Impl* raw = impl.get();
+  impl->thread = std::thread([raw] {
+    pthread_setname_np(pthread_self(), "kvtier-http");
+    raw->io.run();
+  });
+  return std::unique_ptr<HttpServer>(new HttpServer(std::move(impl), bound));
+}
+
+HttpServer::HttpServer(std::unique_ptr<Impl> impl, uint16_t port)
+    : impl_(std::move(impl)), port_(port) {}
+
+HttpServer::~HttpServer() { Stop(); }
+
+void HttpServer::Stop() {
+  if (!impl_ || !impl_->thread.joinable()) return;
+  impl_->io.stop();
+  impl_->thread.join();
+}
+
+}  // namespace kvtier::http

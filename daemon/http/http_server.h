@@ -1,0 +1,51 @@
+// HttpServer: the operator's window into kvtierd, on loopback by default.
+//
+//   GET /metrics   Prometheus text (kvtier_* metrics)
+//   GET /stats     the statistics as JSON (the same document as KVT.STATS and `kvtier stats --json`)
+//   GET /healthz   "ok" while the daemon serves
+//   GET /          a small dashboard page that polls /stats
+//
+// The server owns one io_context and one named thread: metrics traffic is light, and keeping it off
+// the RESP threads means a slow scraper never delays a cache request. Requests are read with a
+// size limit and a timeout; anything but GET of these paths gets 404 or 405.
+//
+// Thread safety: Start and Stop from the owning thread; the providers are called on the HTTP
+// thread and must be safe to call from it.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "common/status.h"
+
+namespace kvtier::http {
+
+struct HttpProviders {
+  std::function<std::string()> metrics;  // Prometheus text
+  std::function<std::string()> stats;    // JSON
+};
+
+class HttpServer {
+ public:
+  // Binds host:port (port 0: an ephemeral port, see port()). Errors name the address.
+  static Result<std::unique_ptr<HttpServer>> Start(const std::string& host, uint16_t port,
+                                                   HttpProviders providers);
+  ~HttpServer();  // Stops and joins.
+
+  uint16_t port() const { return port_; }
+  void Stop();
+
+ private:
+  struct Impl;
+  explicit HttpServer(std::unique_ptr<Impl> impl, uint16_t port);
+  std::unique_ptr<Impl> impl_;
+  uint16_t port_;
+};
+
+// The dashboard page served at "/".
+const std::string& DashboardHtml();
+
+}  // namespace kvtier::http

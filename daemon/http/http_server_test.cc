@@ -1,0 +1,73 @@
+#include "daemon/http/http_server.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+namespace kvtier::http {
+namespace {
+
+// Sends one raw HTTP request to 127.0.0.1:port and returns everything the server sent back.
+std::string Fetch(uint16_t port, const std::string& request) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(port);
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+    close(fd);
+    return "";
+  }
+  (void)!write(fd, request.data(), request.size());
+  std::string out;
+  char buf[4096];
+  ssize_t n;
+  while ((n = read(fd, buf, sizeof buf)) > 0) out.append(buf, n);
+  close(fd);
+  return out;
+}
+
+std::string Get(uint16_t port, const std::string& path) {
+  return Fetch(port, "GET " + path + " HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+}
+
+TEST(HttpServerTest, ServesMetricsStatsHealthAndDashboard) {
+  int stats_calls = 0;
+  auto server = HttpServer::Start("127.0.0.1", 0,
+                                  {.metrics = [] { return std::string("kvtier_blocks 3\n"); },
+                                   .stats = [&] {
+                                     ++stats_calls;
+                                     return std::string("{\"ok\":true}");
+                                   }});
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  uint16_t port = (*server)->port();
+  ASSERT_NE(port, 0);
+  std::string metrics = Get(port, "/metrics");
+  EXPECT_NE(metrics.find("200 OK"), std::string::npos);
+  EXPECT_NE(metrics.find("text/plain; version=0.0.4"), std::string::npos);
+  EXPECT_NE(metrics.find("kvtier_blocks 3"), std::string::npos);
+  EXPECT_NE(Get(port, "/stats").find("{\"ok\":true}"), std::string::npos);
+  EXPECT_EQ(stats_calls, 1);
+  EXPECT_NE(Get(port, "/healthz").find("ok"), std::string::npos);
+  EXPECT_NE(Get(port, "/").find("<title>kvtier</title>"), std::string::npos);
+  EXPECT_NE(Get(port, "/nope").find("404"), std::string::npos);
+  EXPECT_NE(Fetch(port, "POST /stats HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n"
+                        "Connection: close\r\n\r\n")
+                .find("405"),
+            std::string::npos);
+  // Garbage is answered or dropped; the server keeps serving.
+  Fetch(port, std::string("\x16\x03\x01\x00\x05hello", 10));
+  EXPECT_NE(Get(port, "/healthz").find("200 OK"), std::string::npos);
+}
+
+TEST(HttpServerTest, BadAddressesAreNamed) {
+  auto r = HttpServer::Start("not-an-ip", 0, {});
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("not-an-ip"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace kvtier::http
