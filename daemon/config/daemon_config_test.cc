@@ -1,5 +1,8 @@
 #include "daemon/config/daemon_config.h"
 
+#include <fstream>
+#include <sstream>
+
 #include <gtest/gtest.h>
 
 namespace kvtier::config {
@@ -76,6 +79,34 @@ TEST(DaemonConfigTest, CrossFieldRulesNameTheKey) {
   c.eviction_policy = "lru";
   c.log_level = "loud";
   EXPECT_NE(Finalize(c).message().find("server.log_level"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace kvtier::config
+
+namespace kvtier::config {
+namespace {
+
+// The example shipped in deploy/ must load as it is, and state the embedded defaults.
+TEST(DaemonConfigTest, ShippedExampleLoadsAndMatchesTheDefaults) {
+  std::ifstream in(KVTIER_EXAMPLE_CONFIG);
+  ASSERT_TRUE(in.good()) << KVTIER_EXAMPLE_CONFIG;
+  std::stringstream text;
+  text << in.rdbuf();
+  DaemonConfig c;
+  Status st = ApplyYaml(text.str(), KVTIER_EXAMPLE_CONFIG, c);
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  const DaemonConfig defaults;
+  EXPECT_EQ(c.tcp_port, defaults.tcp_port);
+  EXPECT_EQ(c.http_port, defaults.http_port);
+  EXPECT_EQ(c.unix_mode, defaults.unix_mode);
+  EXPECT_EQ(c.host_bytes, 0u);  // "auto"
+  EXPECT_EQ(c.slab_bytes, defaults.slab_bytes);
+  EXPECT_EQ(c.eviction_policy, defaults.eviction_policy);
+  EXPECT_EQ(c.lease_timeout_ms, defaults.lease_timeout_ms);
+  EXPECT_EQ(c.max_bulk_bytes, defaults.max_bulk_bytes);
+  EXPECT_EQ(c.max_inflight_bytes_per_client, defaults.max_inflight_bytes_per_client);
+  EXPECT_EQ(c.max_clients, defaults.max_clients);
 }
 
 }  // namespace
