@@ -1,0 +1,229 @@
+// libkvtier: the C++ client of kvtierd.
+//
+// A Client is one connection to one daemon, given as a URL (`unix:///path/to.sock` or
+// `tcp://host:port`; client/default_url.h has the default). It hashes token blocks into chained
+// block keys locally (the hashing library the daemon uses, so both agree byte for byte), asks the
+// daemon for the longest cached prefix, and moves block payloads in one of two ways:
+//
+//   inline (any URL)        PutInline / GetInline send the bytes in the RESP stream.
+//   shared memory (unix://) Attach() maps the daemon's host arena; Put copies into slots reserved
+//                           with KVT.RESERVE and publishes them with KVT.COMMIT (KVT.ABORT on
+//                           failure); Get leases blocks with KVT.ACQUIRE, copies them out and
+//                           ends the leases with KVT.RELEASE. A block whose lease had expired
+//                           before the release is reported as a miss, never as data: its slot may
+//                           have been reused while it was copied.
+//
+// Every call that takes many keys is one round trip per batch: all of its commands (a long key
+// list is split into several) are written before any reply is read; the shared-memory Put and Get
+// take two (reserve/acquire, then commit/release). Caller memory (payloads, segments, output
+// buffers) is borrowed for the duration of the call only.
+//
+// Errors are kvtier Status codes (common/status.h): the daemon's error replies map one to one
+// (client/reply_mapping.h), a per-key outcome is a per-key Status, I/O failures are translated
+// errno, and a reply the protocol does not allow is kInternal. After an I/O error, a timeout or a
+// malformed reply the Client is unusable (usable() is false; every call returns the first error);
+// connect a new one. A miss is never an error: Lookup reports a prefix, Get a count served.
+//
+// Thread safety: a Client is NOT thread-safe. Use one per thread (they are cheap: one socket), or
+// hand one to an AsyncClient (client/async_client.h), which runs calls on its own thread and
+// returns futures. Calls never throw; std::bad_alloc is the only exception that may escape.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <initializer_list>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "client/client_types.h"
+#include "client/endpoint.h"
+#include "client/request_buffer.h"
+#include "client/shared_arena.h"
+#include "common/keys.h"
+#include "common/resp/reply.h"
+#include "common/status.h"
+#include "hashing/block_hasher.h"
+#include "hashing/namespace_descriptor.h"
+
+namespace kvtier::client {
+
+class Connection;
+
+struct ConnectOptions {
+  // Sent as `AUTH [username] password` right after connecting when non-empty.
+  std::string username;
+  std::string password;
+  // Longest wait for the daemon to accept or send bytes (connect included); 0 waits forever. It
+  // bounds each wait, not a whole call, so a large transfer that keeps moving never times out.
+  std::chrono::milliseconds timeout{10'000};
+  // Sent as `CLIENT SETNAME` when non-empty; shows in the daemon's client list.
+  std::string client_name;
+};
+
+// Commands queued for Client::Execute(), sent together and answered together.
+class Pipeline {
+ public:
+  // Queues one command; the arguments are copied.
+  void Add(std::initializer_list<std::string_view> args);
+  void Add(std::span<const std::string_view> args);
+  void Add(std::span<const std::string> args);
+  size_t size() const { return buffer_.commands(); }
+  void Clear() { buffer_.Clear(); }
+
+ private:
+  friend class Client;
+  RequestBuffer buffer_;
+};
+
+class Client {
+ public:
+  // Parses `url`, connects, and authenticates when options.password is set. Errors: ParseUrl's
+  // kInvalidArgument (naming the URL); Connection::Open's errors (kNotFound / kDeviceError when
+  // no daemon listens there, kTimeout); kPermissionDenied for a wrong password.
+  static Result<Client> Connect(std::string_view url, const ConnectOptions& options = {});
+
+  Client(Client&& other) noexcept;
+  Client& operator=(Client&& other) noexcept;
+  ~Client();
+
+  const Endpoint& endpoint() const;
+  const ClientCounters& counters() const { return counters_; }
+  // False once an I/O error, a timeout or a malformed reply has made the connection unusable.
+  bool usable() const;
+
+  // ---- Connection and raw commands ----
+
+  // PING. OK when the daemon answered PONG.
+  Status Ping();
+  // Sends one command and returns its reply as it came (an error reply is a Reply of type kError,
+  // not a failed Result). Errors: I/O only.
+  Result<resp::Reply> Command(std::span<const std::string_view> args);
+  Result<resp::Reply> Command(std::initializer_list<std::string_view> args);
+  // Sends every command of `pipeline`, then reads one reply per command, in order. Errors: I/O.
+  Result<std::vector<resp::Reply>> Execute(const Pipeline& pipeline);
+
+  // ---- Generic key space (opaque keys, like Redis) ----
+
+  Status Set(std::string_view key, std::string_view value);
+  // The value; kNotFound on a miss.
+  Result<std::string> Get(std::string_view key);
+
+  // ---- Namespaces and keys ----
+
+  // Registers `desc` (KVT.REGISTER) and returns its id and block size. `block_bytes` 0 takes the
+  // daemon's default (hashing::BlockBytes); otherwise it sets the block size explicitly (layouts
+  // that are not dense K/V per head, or test payloads). The descriptor is validated locally first
+  // (kInvalidArgument naming the field), and the daemon's id is checked against the one computed
+  // here: kInternal when they differ, which means the two disagree on the hash scheme.
+  Result<NamespaceInfo> RegisterNamespace(const hashing::NamespaceDescriptor& desc,
+                                          uint64_t block_bytes = 0);
+  // Chained keys of the full blocks of `tokens` in namespace `ns` (hashing::ChainKeys with
+  // ns.tokens_per_block). Pure and local: no daemon involved. Errors: hashing's kInvalidArgument.
+  static Result<std::vector<BlockKey>> HashTokens(const NamespaceInfo& ns,
+                                                  std::span<const uint32_t> tokens,
+                                                  hashing::ByteSpans block_extras = {});
+  // Removes every block of `ns` and forgets it; returns the blocks removed. kNotFound for an
+  // unknown namespace.
+  Result<size_t> Drop(const NamespaceId& ns);
+
+  // ---- Lookup ----
+
+  // The longest cached prefix of `keys` and the tier of each of its blocks. An unknown namespace
+  // is a miss (prefix 0). Counts as a use: the prefix is kept warm.
+  Result<LookupResult> Lookup(const NamespaceId& ns, std::span<const BlockKey> keys);
+
+  // ---- Inline payloads (any URL) ----
+
+  // Stores one payload per key. Per key: OK (stored), kAlreadyExists (already cached; nothing to
+  // do), kBusy (being written by another client, or no room now: retry later), kRejected (larger
+  // than any tier), kInvalidArgument (not the namespace's block size). A command the daemon
+  // refuses as a whole (an unknown namespace: kNotFound) gives each of its keys that status. The
+  // Result itself fails only on I/O or a malformed reply, or with kInvalidArgument when keys and
+  // payloads differ in number; then nothing can be said per key.
+  Result<std::vector<Status>> PutInline(const NamespaceId& ns, std::span<const BlockKey> keys,
+                                        std::span<const std::span<const std::byte>> payloads);
+  Result<std::vector<Status>> PutInline(const NamespaceId& ns, std::span<const BlockKey> keys,
+                                        std::span<const ConstBlock> blocks);
+  // Fetches the leading blocks of `keys` into the outputs, stopping at the first miss; returns how
+  // many were served (outputs past that count are unspecified). Each output must be exactly the
+  // block's size: kInvalidArgument otherwise.
+  Result<size_t> GetInline(const NamespaceId& ns, std::span<const BlockKey> keys,
+                           std::span<const std::span<std::byte>> outputs);
+  Result<size_t> GetInline(const NamespaceId& ns, std::span<const BlockKey> keys,
+                           std::span<const MutableBlock> blocks);
+  // As above into new strings: one per block served.
+  Result<std::vector<std::string>> GetInline(const NamespaceId& ns, std::span<const BlockKey> keys);
+
+  // ---- Shared memory (unix:// only) ----
+
+  // Receives the daemon's host arena (KVT.ATTACH, the descriptor passed with SCM_RIGHTS) and maps
+  // it. Calling it again remaps. Errors: kInvalidArgument on a tcp:// connection (use the inline
+  // calls) or when no descriptor came with the reply; the daemon's error; mmap's errno.
+  Result<ArenaInfo> Attach();
+  bool attached() const { return arena_.mapped(); }
+  const SharedArena& arena() const { return arena_; }
+
+  // Stores one block per key through the arena: RESERVE, copy (gathering each block's segments),
+  // COMMIT; reservations that cannot be filled are ABORTed. Every block must have the same size
+  // (the namespace's block size). Per-key statuses as PutInline, plus kTimeout when a reservation
+  // expired before its commit. kInvalidArgument when not attached or the sizes disagree.
+  Result<std::vector<Status>> Put(const NamespaceId& ns, std::span<const BlockKey> keys,
+                                  std::span<const ConstBlock> blocks);
+  // Contiguous blocks of `block_bytes` each.
+  Result<std::vector<Status>> Put(const NamespaceId& ns, std::span<const BlockKey> keys,
+                                  std::span<const void* const> blocks, size_t block_bytes);
+  // Copies the leading cached blocks of `keys` out of the arena into `blocks` (scattering each
+  // into its segments); returns how many were served: blocks [0, n) hold their payloads. Stops at
+  // the first miss. A block whose lease had expired before its release counts as a miss (and
+  // ends the prefix there); counters().torn_reads counts them. kInvalidArgument when not attached
+  // or a block's destination size differs from the stored size.
+  Result<size_t> Get(const NamespaceId& ns, std::span<const BlockKey> keys,
+                     std::span<const MutableBlock> blocks);
+  Result<size_t> Get(const NamespaceId& ns, std::span<const BlockKey> keys,
+                     std::span<void* const> blocks, size_t block_bytes);
+
+  // ---- Pins, removal, statistics ----
+
+  // Keeps the ready blocks among `keys` from eviction for `ttl` (0 unpins); returns how many.
+  Result<size_t> Pin(const NamespaceId& ns, std::span<const BlockKey> keys,
+                     std::chrono::milliseconds ttl);
+  // Removes the blocks; returns how many were present.
+  Result<size_t> Del(const NamespaceId& ns, std::span<const BlockKey> keys);
+  // KVT.STATS: the daemon's statistics as a JSON document (the same as its HTTP /stats).
+  Result<std::string> Stats();
+
+ private:
+  explicit Client(std::unique_ptr<Connection> connection);
+
+  // Sends `request` and reads one reply per command in it.
+  Result<std::vector<resp::Reply>> RoundTrip(const RequestBuffer& request);
+  // One command per chunk of at most `chunk_keys` keys: `<name> <ns> <packed keys> <tail args>`.
+  void AppendKeyCommands(RequestBuffer& request, std::string_view name, const NamespaceId& ns,
+                         std::span<const BlockKey> keys, size_t chunk_keys,
+                         std::span<const std::string> tail_args = {});
+  // One `<name> <id> [<id> ...]` command per chunk of ids.
+  void AppendIdCommands(RequestBuffer& request, std::string_view name,
+                        std::span<const uint64_t> ids);
+  Result<size_t> SumIntegers(std::span<const resp::Reply> replies, std::string_view command);
+  Status Authenticate(const ConnectOptions& options);
+
+  std::unique_ptr<Connection> connection_;
+  SharedArena arena_;
+  ClientCounters counters_;
+};
+
+// Keys per command for commands that take packed keys: the daemon's default max_lookup_keys.
+inline constexpr size_t kMaxKeysPerCommand = 65536;
+// Payload bytes per inline command: well under the daemon's 512 MiB bulk and 1 GiB command
+// limits, so an inline batch of any size is split into commands the daemon accepts. A single
+// block above it still travels alone.
+inline constexpr size_t kMaxInlineCommandBytes = size_t{256} << 20;
+
+// The canonical packed form of `keys` (16 big-endian bytes each, docs/protocol.md).
+std::string PackKeys(std::span<const BlockKey> keys);
+
+}  // namespace kvtier::client

@@ -1,0 +1,246 @@
+// Client: the shared-memory path. Attach maps the daemon's host arena; Put and Get copy between
+// caller memory and arena slots under reservations and leases (docs/protocol.md, "Shared-memory
+// path").
+#include <algorithm>
+#include <cstring>
+#include <string>
+#include <utility>
+
+#include "client/client.h"
+#include "client/connection.h"
+#include "client/reply_mapping.h"
+
+namespace kvtier::client {
+namespace {
+
+template <typename Block>
+size_t TotalBytes(const Block& block) {
+  size_t total = 0;
+  for (const auto& segment : block) total += segment.bytes;
+  return total;
+}
+
+void Gather(ConstBlock block, std::byte* dst) {
+  for (const ConstSegment& segment : block) {
+    if (segment.bytes > 0) std::memcpy(dst, segment.data, segment.bytes);
+    dst += segment.bytes;
+  }
+}
+
+void Scatter(const std::byte* src, MutableBlock block) {
+  for (const MutableSegment& segment : block) {
+    if (segment.bytes > 0) std::memcpy(segment.data, src, segment.bytes);
+    src += segment.bytes;
+  }
+}
+
+Status NotAttached(std::string_view call) {
+  return InvalidArgument(std::string(call) +
+                         ": not attached to the arena; call Attach() first (shared memory needs a "
+                         "unix:// URL), or use the inline calls");
+}
+
+// Decodes the grant replies of one batch of chunked RESERVE or ACQUIRE commands. A command the
+// daemon refused as a whole gives each of its keys that status.
+Result<std::vector<SlotGrant>> DecodeChunkedGrants(std::span<const resp::Reply> replies,
+                                                   size_t key_count, std::string_view command) {
+  std::vector<SlotGrant> grants;
+  grants.reserve(key_count);
+  for (size_t c = 0; c < replies.size(); ++c) {
+    const size_t chunk = std::min(kMaxKeysPerCommand, key_count - c * kMaxKeysPerCommand);
+    if (replies[c].is_error()) {
+      const Status status = ErrorReplyToStatus(replies[c], command);
+      for (size_t i = 0; i < chunk; ++i) grants.push_back(SlotGrant{status});
+      continue;
+    }
+    KVTIER_ASSIGN_OR_RETURN(std::vector<SlotGrant> part, DecodeGrants(replies[c], chunk, command));
+    std::move(part.begin(), part.end(), std::back_inserter(grants));
+  }
+  return grants;
+}
+
+// Per-id statuses of chunked COMMIT/ABORT/RELEASE replies, in id order.
+Result<std::vector<Status>> DecodeChunkedStatuses(std::span<const resp::Reply> replies,
+                                                  size_t id_count, std::string_view command) {
+  std::vector<Status> out;
+  out.reserve(id_count);
+  for (size_t c = 0; c < replies.size(); ++c) {
+    const size_t chunk = std::min(kMaxKeysPerCommand, id_count - c * kMaxKeysPerCommand);
+    KVTIER_ASSIGN_OR_RETURN(std::vector<Status> part, DecodeStatusArray(replies[c], chunk, command));
+    std::move(part.begin(), part.end(), std::back_inserter(out));
+  }
+  return out;
+}
+
+size_t ChunkCount(size_t n) { return (n + kMaxKeysPerCommand - 1) / kMaxKeysPerCommand; }
+
+}  // namespace
+
+Result<ArenaInfo> Client::Attach() {
+  if (!endpoint().is_unix()) {
+    return InvalidArgument("KVT.ATTACH: " + endpoint().url +
+                           " is a TCP connection; shared memory needs a unix:// URL (use the "
+                           "inline calls over TCP)");
+  }
+  KVTIER_ASSIGN_OR_RETURN(resp::Reply reply, Command({"KVT.ATTACH"}));
+  // A descriptor that arrived with a refused reply is closed here rather than kept.
+  UniqueFd fd = connection_->TakeReceivedFd();
+  KVTIER_ASSIGN_OR_RETURN(ArenaInfo info, DecodeAttach(reply));
+  KVTIER_ASSIGN_OR_RETURN(arena_, SharedArena::Map(std::move(fd), info.arena_bytes));
+  return info;
+}
+
+Result<std::vector<Status>> Client::Put(const NamespaceId& ns, std::span<const BlockKey> keys,
+                                        std::span<const void* const> blocks, size_t block_bytes) {
+  std::vector<ConstSegment> segments;
+  segments.reserve(blocks.size());
+  for (const void* block : blocks) segments.push_back(ConstSegment{block, block_bytes});
+  std::vector<ConstBlock> lists;
+  lists.reserve(segments.size());
+  for (const ConstSegment& segment : segments) lists.emplace_back(&segment, 1);
+  return Put(ns, keys, std::span<const ConstBlock>(lists));
+}
+
+Result<std::vector<Status>> Client::Put(const NamespaceId& ns, std::span<const BlockKey> keys,
+                                        std::span<const ConstBlock> blocks) {
+  if (!attached()) return NotAttached("KVT.RESERVE");
+  if (keys.size() != blocks.size()) {
+    return InvalidArgument("KVT.RESERVE: " + std::to_string(keys.size()) + " keys but " +
+                           std::to_string(blocks.size()) + " blocks");
+  }
+  std::vector<Status> statuses(keys.size());
+  if (keys.empty()) return statuses;
+  const size_t block_bytes = TotalBytes(blocks[0]);
+  for (size_t i = 1; i < blocks.size(); ++i) {
+    if (TotalBytes(blocks[i]) != block_bytes) {
+      return InvalidArgument("KVT.RESERVE: block " + std::to_string(i) + " is " +
+                             std::to_string(TotalBytes(blocks[i])) + " bytes, block 0 is " +
+                             std::to_string(block_bytes) + ": all blocks of a call have one size");
+    }
+  }
+  RequestBuffer reserve;
+  const std::string size_arg = std::to_string(block_bytes);
+  AppendKeyCommands(reserve, "KVT.RESERVE", ns, keys, kMaxKeysPerCommand,
+                    std::span<const std::string>(&size_arg, 1));
+  KVTIER_ASSIGN_OR_RETURN(std::vector<resp::Reply> reserve_replies, RoundTrip(reserve));
+  KVTIER_ASSIGN_OR_RETURN(std::vector<SlotGrant> grants,
+                          DecodeChunkedGrants(reserve_replies, keys.size(), "KVT.RESERVE"));
+
+  std::vector<uint64_t> commit_ids;
+  std::vector<size_t> commit_index;  // key index of each commit id
+  std::vector<uint64_t> abort_ids;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    statuses[i] = grants[i].status;
+    if (!grants[i].status.ok()) continue;
+    std::byte* slot = arena_.Slice(grants[i].offset, block_bytes);
+    if (slot == nullptr) {
+      statuses[i] = Internal("KVT.RESERVE: slot at offset " + std::to_string(grants[i].offset) +
+                             " lies outside the " + std::to_string(arena_.size_bytes()) +
+                             "-byte arena");
+      abort_ids.push_back(grants[i].id);
+      continue;
+    }
+    Gather(blocks[i], slot);
+    commit_ids.push_back(grants[i].id);
+    commit_index.push_back(i);
+  }
+  if (commit_ids.empty() && abort_ids.empty()) return statuses;
+
+  RequestBuffer finish;
+  AppendIdCommands(finish, "KVT.COMMIT", commit_ids);
+  AppendIdCommands(finish, "KVT.ABORT", abort_ids);
+  KVTIER_ASSIGN_OR_RETURN(std::vector<resp::Reply> finish_replies, RoundTrip(finish));
+  const size_t commit_chunks = ChunkCount(commit_ids.size());
+  KVTIER_ASSIGN_OR_RETURN(
+      std::vector<Status> committed,
+      DecodeChunkedStatuses(std::span(finish_replies).first(commit_chunks), commit_ids.size(),
+                            "KVT.COMMIT"));
+  for (size_t j = 0; j < committed.size(); ++j) {
+    if (committed[j].code() == StatusCode::kNotFound) {
+      // The daemon gave the reservation up (reservation_timeout) before the commit arrived.
+      statuses[commit_index[j]] = Timeout("KVT.COMMIT: reservation expired before the commit");
+    } else {
+      statuses[commit_index[j]] = std::move(committed[j]);
+    }
+  }
+  counters_.aborted_puts += abort_ids.size();
+  return statuses;
+}
+
+Result<size_t> Client::Get(const NamespaceId& ns, std::span<const BlockKey> keys,
+                           std::span<void* const> blocks, size_t block_bytes) {
+  std::vector<MutableSegment> segments;
+  segments.reserve(blocks.size());
+  for (void* block : blocks) segments.push_back(MutableSegment{block, block_bytes});
+  std::vector<MutableBlock> lists;
+  lists.reserve(segments.size());
+  for (const MutableSegment& segment : segments) lists.emplace_back(&segment, 1);
+  return Get(ns, keys, std::span<const MutableBlock>(lists));
+}
+
+Result<size_t> Client::Get(const NamespaceId& ns, std::span<const BlockKey> keys,
+                           std::span<const MutableBlock> blocks) {
+  if (!attached()) return NotAttached("KVT.ACQUIRE");
+  if (keys.size() != blocks.size()) {
+    return InvalidArgument("KVT.ACQUIRE: " + std::to_string(keys.size()) + " keys but " +
+                           std::to_string(blocks.size()) + " blocks");
+  }
+  if (keys.empty()) return size_t{0};
+  RequestBuffer acquire;
+  AppendKeyCommands(acquire, "KVT.ACQUIRE", ns, keys, kMaxKeysPerCommand);
+  KVTIER_ASSIGN_OR_RETURN(std::vector<resp::Reply> acquire_replies, RoundTrip(acquire));
+  KVTIER_ASSIGN_OR_RETURN(std::vector<SlotGrant> grants,
+                          DecodeChunkedGrants(acquire_replies, keys.size(), "KVT.ACQUIRE"));
+
+  // Copy the leading granted blocks; every granted lease is released, copied or not.
+  size_t copied = 0;
+  bool prefix_open = true;
+  Status size_error;
+  std::vector<uint64_t> release_ids;
+  std::vector<size_t> release_index;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (!grants[i].status.ok()) {
+      prefix_open = false;
+      continue;
+    }
+    release_ids.push_back(grants[i].id);
+    release_index.push_back(i);
+    if (!prefix_open) continue;
+    const size_t want = TotalBytes(blocks[i]);
+    const std::byte* src = arena_.Slice(grants[i].offset, grants[i].length);
+    if (grants[i].length != want || src == nullptr) {
+      prefix_open = false;
+      size_error = src == nullptr
+                       ? Internal("KVT.ACQUIRE: lease at offset " + std::to_string(grants[i].offset) +
+                                  " lies outside the arena")
+                       : InvalidArgument("KVT.ACQUIRE: block " + std::to_string(i) + " is " +
+                                         std::to_string(grants[i].length) +
+                                         " bytes but its destination is " + std::to_string(want));
+      continue;
+    }
+    Scatter(src, blocks[i]);
+    ++copied;
+  }
+  if (release_ids.empty()) {
+    if (!size_error.ok()) return size_error;
+    return copied;
+  }
+  RequestBuffer release;
+  AppendIdCommands(release, "KVT.RELEASE", release_ids);
+  KVTIER_ASSIGN_OR_RETURN(std::vector<resp::Reply> release_replies, RoundTrip(release));
+  KVTIER_ASSIGN_OR_RETURN(std::vector<Status> released,
+                          DecodeChunkedStatuses(release_replies, release_ids.size(), "KVT.RELEASE"));
+  if (!size_error.ok()) return size_error;
+  // A lease that had ended before its release may have had its slot reused mid-copy: the copy is
+  // torn, so the served prefix ends before that block.
+  size_t served = copied;
+  for (size_t j = 0; j < released.size(); ++j) {
+    if (!released[j].ok() && release_index[j] < copied) {
+      ++counters_.torn_reads;
+      served = std::min(served, release_index[j]);
+    }
+  }
+  return served;
+}
+
+}  // namespace kvtier::client

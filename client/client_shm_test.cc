@@ -1,0 +1,160 @@
+// The shared-memory path against the fake server, which passes a real memfd with SCM_RIGHTS.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "client/client.h"
+#include "client/fake_server.h"
+
+namespace kvtier::client {
+namespace {
+
+using testing::FakeServer;
+
+constexpr size_t kBlockBytes = 4096;
+
+std::vector<std::byte> Payload(size_t index) {
+  std::vector<std::byte> p(kBlockBytes);
+  for (size_t i = 0; i < kBlockBytes; ++i) p[i] = static_cast<std::byte>((index * 29 + i) & 0xff);
+  return p;
+}
+
+class ClientShmTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    Result<Client> client = Client::Connect(server_.url());
+    ASSERT_TRUE(client.ok()) << client.status().ToString();
+    client_ = std::make_unique<Client>(std::move(client).value());
+    hashing::NamespaceDescriptor d;
+    d.model_id = "shm";
+    d.kv_dtype = "int8";
+    d.num_layers = d.num_kv_heads = d.head_dim = 1;
+    d.tokens_per_block = 16;
+    d.layout_tag = "test";
+    Result<NamespaceInfo> ns = client_->RegisterNamespace(d, kBlockBytes);
+    ASSERT_TRUE(ns.ok()) << ns.status().ToString();
+    ns_ = ns->id;
+    Result<ArenaInfo> arena = client_->Attach();
+    ASSERT_TRUE(arena.ok()) << arena.status().ToString();
+    EXPECT_EQ(arena->arena_bytes, FakeServer::Options{}.arena_bytes);
+    EXPECT_EQ(arena->tier, "host");
+    ASSERT_TRUE(client_->attached());
+    for (size_t i = 0; i < 4; ++i) {
+      keys_.push_back(BlockKey{{i + 100, i}});
+      payloads_.push_back(Payload(i));
+    }
+  }
+
+  Result<std::vector<Status>> PutFirst(size_t n) {
+    std::vector<const void*> ptrs;
+    for (size_t i = 0; i < n; ++i) ptrs.push_back(payloads_[i].data());
+    return client_->Put(ns_, std::span(keys_).first(n), ptrs, kBlockBytes);
+  }
+
+  FakeServer server_;
+  std::unique_ptr<Client> client_;
+  NamespaceId ns_;
+  std::vector<BlockKey> keys_;
+  std::vector<std::vector<std::byte>> payloads_;
+};
+
+TEST_F(ClientShmTest, PutThenGetThroughTheArena) {
+  Result<std::vector<Status>> put = PutFirst(3);
+  ASSERT_TRUE(put.ok()) << put.status().ToString();
+  for (const Status& s : *put) EXPECT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(server_.block_count(), 3u);
+
+  // The daemon sees the bytes the client wrote into the shared mapping.
+  Result<std::vector<std::string>> inline_copy = client_->GetInline(ns_, std::span(keys_).first(1));
+  ASSERT_TRUE(inline_copy.ok());
+  EXPECT_EQ(0, std::memcmp((*inline_copy)[0].data(), payloads_[0].data(), kBlockBytes));
+
+  std::vector<std::vector<std::byte>> out(4, std::vector<std::byte>(kBlockBytes));
+  std::vector<void*> dst;
+  for (auto& o : out) dst.push_back(o.data());
+  Result<size_t> served = client_->Get(ns_, keys_, dst, kBlockBytes);
+  ASSERT_TRUE(served.ok()) << served.status().ToString();
+  EXPECT_EQ(*served, 3u);  // key 3 was never put: the prefix stops there
+  for (size_t i = 0; i < 3; ++i) EXPECT_EQ(out[i], payloads_[i]) << i;
+  // Every lease was released, the missing one included in nothing.
+  const std::vector<std::string> seen = server_.commands();
+  EXPECT_EQ(seen.back(), "KVT.RELEASE");
+
+  Result<std::vector<Status>> again = PutFirst(1);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ((*again)[0].code(), StatusCode::kAlreadyExists);
+}
+
+TEST_F(ClientShmTest, AReleaseAnsweringNotFoundMakesTheCopyAMiss) {
+  ASSERT_TRUE(PutFirst(3).ok());
+  server_.expire_leases = true;
+  std::vector<std::vector<std::byte>> out(3, std::vector<std::byte>(kBlockBytes));
+  std::vector<void*> dst;
+  for (auto& o : out) dst.push_back(o.data());
+  Result<size_t> served = client_->Get(ns_, std::span(keys_).first(3), dst, kBlockBytes);
+  ASSERT_TRUE(served.ok()) << served.status().ToString();
+  EXPECT_EQ(*served, 0u);
+  EXPECT_EQ(client_->counters().torn_reads, 3u);
+}
+
+TEST_F(ClientShmTest, AReservationThatExpiredBeforeCommitIsATimeout) {
+  server_.expire_reservations = true;
+  Result<std::vector<Status>> put = PutFirst(2);
+  ASSERT_TRUE(put.ok());
+  EXPECT_EQ((*put)[0].code(), StatusCode::kTimeout);
+  EXPECT_EQ((*put)[1].code(), StatusCode::kTimeout);
+  EXPECT_EQ(server_.block_count(), 0u);
+}
+
+TEST_F(ClientShmTest, ScatterGatherBlocks) {
+  const std::vector<std::byte>& whole = payloads_[0];
+  const ConstSegment in[] = {{whole.data(), 100}, {whole.data() + 100, kBlockBytes - 100}};
+  const ConstBlock blocks[] = {ConstBlock(in)};
+  Result<std::vector<Status>> put = client_->Put(ns_, std::span(keys_).first(1), blocks);
+  ASSERT_TRUE(put.ok());
+  ASSERT_TRUE((*put)[0].ok());
+  std::vector<std::byte> a(kBlockBytes / 2), b(kBlockBytes / 2);
+  const MutableSegment out[] = {{a.data(), a.size()}, {b.data(), b.size()}};
+  const MutableBlock out_blocks[] = {MutableBlock(out)};
+  Result<size_t> served = client_->Get(ns_, std::span(keys_).first(1), out_blocks);
+  ASSERT_TRUE(served.ok());
+  EXPECT_EQ(*served, 1u);
+  a.insert(a.end(), b.begin(), b.end());
+  EXPECT_EQ(a, whole);
+}
+
+TEST_F(ClientShmTest, SizeMistakesAreInvalidArguments) {
+  ASSERT_TRUE(PutFirst(1).ok());
+  std::vector<std::byte> small(10);
+  void* dst[] = {small.data()};
+  EXPECT_EQ(client_->Get(ns_, std::span(keys_).first(1), dst, small.size()).status().code(),
+            StatusCode::kInvalidArgument);
+  // The lease was released all the same.
+  EXPECT_EQ(server_.commands().back(), "KVT.RELEASE");
+  const ConstSegment s1[] = {{payloads_[1].data(), kBlockBytes}};
+  const ConstSegment s2[] = {{payloads_[2].data(), kBlockBytes - 1}};
+  const ConstBlock mixed[] = {ConstBlock(s1), ConstBlock(s2)};
+  EXPECT_EQ(client_->Put(ns_, std::span(keys_).subspan(1, 2), mixed).status().code(),
+            StatusCode::kInvalidArgument);
+}
+
+TEST_F(ClientShmTest, BusyReservationsAreReportedPerKey) {
+  // Fill the fake's bump allocator, then ask for more.
+  const size_t capacity_blocks = FakeServer::Options{}.arena_bytes / kBlockBytes;
+  std::vector<BlockKey> keys;
+  std::vector<const void*> ptrs;
+  for (size_t i = 0; i < capacity_blocks + 2; ++i) {
+    keys.push_back(BlockKey{{i, 999}});
+    ptrs.push_back(payloads_[0].data());
+  }
+  Result<std::vector<Status>> put = client_->Put(ns_, keys, ptrs, kBlockBytes);
+  ASSERT_TRUE(put.ok());
+  EXPECT_TRUE((*put)[capacity_blocks - 1].ok());
+  EXPECT_EQ((*put)[capacity_blocks].code(), StatusCode::kBusy);
+  EXPECT_EQ((*put)[capacity_blocks + 1].code(), StatusCode::kBusy);
+}
+
+}  // namespace
+}  // namespace kvtier::client

@@ -1,0 +1,261 @@
+#include "client/client.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "client/fake_server.h"
+
+namespace kvtier::client {
+namespace {
+
+using testing::FakeServer;
+
+constexpr uint64_t kBlockBytes = 8192;
+
+hashing::NamespaceDescriptor TestDescriptor() {
+  hashing::NamespaceDescriptor d;
+  d.model_id = "test/model";
+  d.kv_dtype = "bf16";
+  d.num_layers = 2;
+  d.num_kv_heads = 1;
+  d.head_dim = 64;
+  d.tokens_per_block = 4;
+  d.layout_tag = "test";
+  return d;
+}
+
+// A block whose bytes say which key and which fill they hold.
+std::vector<std::byte> Payload(size_t index, size_t bytes = kBlockBytes) {
+  std::vector<std::byte> p(bytes);
+  for (size_t i = 0; i < bytes; ++i) p[i] = static_cast<std::byte>((index * 131 + i * 7) & 0xff);
+  return p;
+}
+
+class ClientTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    Result<Client> client = Client::Connect(server_.url(), Options());
+    ASSERT_TRUE(client.ok()) << client.status().ToString();
+    client_ = std::make_unique<Client>(std::move(client).value());
+    Result<NamespaceInfo> ns = client_->RegisterNamespace(TestDescriptor(), kBlockBytes);
+    ASSERT_TRUE(ns.ok()) << ns.status().ToString();
+    ns_ = *ns;
+  }
+
+  static ConnectOptions Options() {
+    ConnectOptions options;
+    options.timeout = std::chrono::milliseconds(5000);
+    return options;
+  }
+
+  std::vector<BlockKey> Keys(size_t n) {
+    std::vector<uint32_t> tokens(n * ns_.tokens_per_block);
+    for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<uint32_t>(i * 17 + 3);
+    Result<std::vector<BlockKey>> keys = Client::HashTokens(ns_, tokens);
+    EXPECT_TRUE(keys.ok());
+    return *keys;
+  }
+
+  FakeServer server_;
+  std::unique_ptr<Client> client_;
+  NamespaceInfo ns_;
+};
+
+TEST_F(ClientTest, PingAndGenericSetGet) {
+  EXPECT_TRUE(client_->Ping().ok());
+  EXPECT_TRUE(client_->Set("greeting", "hello").ok());
+  Result<std::string> got = client_->Get("greeting");
+  ASSERT_TRUE(got.ok());
+  EXPECT_EQ(*got, "hello");
+  EXPECT_EQ(client_->Get("absent").status().code(), StatusCode::kNotFound);
+}
+
+TEST_F(ClientTest, RegisterAgreesWithTheLocalHash) {
+  EXPECT_EQ(ns_.id, *hashing::ComputeNamespaceId(TestDescriptor()));
+  EXPECT_EQ(ns_.block_bytes, kBlockBytes);
+  EXPECT_EQ(ns_.tokens_per_block, 4u);
+  hashing::NamespaceDescriptor bad = TestDescriptor();
+  bad.kv_dtype = "BF16";
+  const Status s = client_->RegisterNamespace(bad).status();
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message().rfind("kv_dtype", 0), 0u) << s.message();
+}
+
+TEST_F(ClientTest, InlinePutLookupGet) {
+  const std::vector<BlockKey> keys = Keys(3);
+  std::vector<std::vector<std::byte>> payloads = {Payload(0), Payload(1), Payload(2)};
+  std::vector<std::span<const std::byte>> spans(payloads.begin(), payloads.begin() + 2);
+  Result<std::vector<Status>> put = client_->PutInline(ns_.id, std::span(keys).first(2), spans);
+  ASSERT_TRUE(put.ok()) << put.status().ToString();
+  EXPECT_TRUE((*put)[0].ok() && (*put)[1].ok());
+  Result<std::vector<Status>> again = client_->PutInline(ns_.id, std::span(keys).first(1),
+                                                         std::span(spans).first(1));
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ((*again)[0].code(), StatusCode::kAlreadyExists);
+
+  Result<LookupResult> lookup = client_->Lookup(ns_.id, keys);
+  ASSERT_TRUE(lookup.ok()) << lookup.status().ToString();
+  EXPECT_EQ(lookup->prefix, 2u);
+  EXPECT_EQ(lookup->tiers, (std::vector<TierId>{TierId::kHost, TierId::kHost}));
+
+  std::vector<std::vector<std::byte>> out(3, std::vector<std::byte>(kBlockBytes));
+  std::vector<std::span<std::byte>> out_spans(out.begin(), out.end());
+  Result<size_t> served = client_->GetInline(ns_.id, keys, out_spans);
+  ASSERT_TRUE(served.ok()) << served.status().ToString();
+  EXPECT_EQ(*served, 2u);
+  EXPECT_EQ(out[0], payloads[0]);
+  EXPECT_EQ(out[1], payloads[1]);
+
+  Result<std::vector<std::string>> strings = client_->GetInline(ns_.id, keys);
+  ASSERT_TRUE(strings.ok());
+  ASSERT_EQ(strings->size(), 2u);
+  EXPECT_EQ(0, std::memcmp((*strings)[1].data(), payloads[1].data(), kBlockBytes));
+
+  std::vector<std::byte> small(16);
+  std::vector<std::span<std::byte>> wrong = {small};
+  EXPECT_EQ(client_->GetInline(ns_.id, std::span(keys).first(1), wrong).status().code(),
+            StatusCode::kInvalidArgument);
+}
+
+TEST_F(ClientTest, InlinePutReportsPerKeyStatus) {
+  const std::vector<BlockKey> keys = Keys(2);
+  std::vector<std::byte> good = Payload(0);
+  std::vector<std::byte> short_block(100);
+  std::vector<std::span<const std::byte>> spans = {good, short_block};
+  Result<std::vector<Status>> put = client_->PutInline(ns_.id, keys, spans);
+  ASSERT_TRUE(put.ok());
+  EXPECT_TRUE((*put)[0].ok());
+  EXPECT_EQ((*put)[1].code(), StatusCode::kInvalidArgument);
+  // A command refused as a whole (unknown namespace) gives every key its status.
+  Result<std::vector<Status>> unknown =
+      client_->PutInline(NamespaceId{{1, 2}}, std::span(keys).first(1), std::span(spans).first(1));
+  ASSERT_TRUE(unknown.ok());
+  EXPECT_EQ((*unknown)[0].code(), StatusCode::kNotFound);
+  EXPECT_EQ(client_->PutInline(ns_.id, keys, std::span(spans).first(1)).status().code(),
+            StatusCode::kInvalidArgument);
+}
+
+TEST_F(ClientTest, ScatterGatherSegmentsRoundTripInline) {
+  const std::vector<BlockKey> keys = Keys(1);
+  const std::vector<std::byte> whole = Payload(5);
+  // The block lives in three pieces of caller memory, like per-layer K/V pages.
+  const ConstSegment parts[] = {{whole.data(), 1000}, {whole.data() + 1000, 5000},
+                                {whole.data() + 6000, kBlockBytes - 6000}};
+  const ConstBlock blocks[] = {ConstBlock(parts)};
+  ASSERT_TRUE(client_->PutInline(ns_.id, keys, blocks).ok());
+  std::vector<std::byte> a(3000), b(kBlockBytes - 3000);
+  const MutableSegment out_parts[] = {{a.data(), a.size()}, {b.data(), b.size()}};
+  const MutableBlock out_blocks[] = {MutableBlock(out_parts)};
+  Result<size_t> served = client_->GetInline(ns_.id, keys, out_blocks);
+  ASSERT_TRUE(served.ok());
+  EXPECT_EQ(*served, 1u);
+  a.insert(a.end(), b.begin(), b.end());
+  EXPECT_EQ(a, whole);
+}
+
+TEST_F(ClientTest, LongKeyListsArePipelinedInOneRoundTrip) {
+  // 150,000 keys are three KVT.LOOKUP commands. The server holds every reply until all three have
+  // arrived: a client that waited for the first reply before sending the rest would time out.
+  std::vector<BlockKey> keys(2 * kMaxKeysPerCommand + 100);
+  for (size_t i = 0; i < keys.size(); ++i) keys[i] = BlockKey{{i, i}};
+  server_.hold_replies_until = 1 /*REGISTER*/ + 3;
+  const uint64_t trips = client_->counters().round_trips;
+  Result<LookupResult> lookup = client_->Lookup(ns_.id, keys);
+  ASSERT_TRUE(lookup.ok()) << lookup.status().ToString();
+  EXPECT_EQ(lookup->prefix, 0u);
+  EXPECT_EQ(client_->counters().round_trips, trips + 1);
+  const std::vector<std::string> seen = server_.commands();
+  EXPECT_EQ(std::count(seen.begin(), seen.end(), "KVT.LOOKUP"), 3);
+}
+
+TEST_F(ClientTest, PipelineExecutesInOrder) {
+  Pipeline pipeline;
+  pipeline.Add({"SET", "a", "1"});
+  pipeline.Add({"GET", "a"});
+  pipeline.Add({"NOSUCHCOMMAND"});
+  pipeline.Add({"PING"});
+  server_.hold_replies_until = 1 + 4;
+  Result<std::vector<resp::Reply>> replies = client_->Execute(pipeline);
+  ASSERT_TRUE(replies.ok()) << replies.status().ToString();
+  ASSERT_EQ(replies->size(), 4u);
+  EXPECT_EQ((*replies)[0].str, "OK");
+  EXPECT_EQ((*replies)[1].str, "1");
+  EXPECT_TRUE((*replies)[2].is_error());
+  EXPECT_EQ((*replies)[3].str, "PONG");
+}
+
+TEST_F(ClientTest, PinDelDropStats) {
+  const std::vector<BlockKey> keys = Keys(2);
+  std::vector<std::byte> p0 = Payload(0), p1 = Payload(1);
+  std::vector<std::span<const std::byte>> spans = {p0, p1};
+  ASSERT_TRUE(client_->PutInline(ns_.id, keys, spans).ok());
+  EXPECT_EQ(*client_->Pin(ns_.id, keys, std::chrono::milliseconds(1000)), 2u);
+  EXPECT_EQ(*client_->Del(ns_.id, std::span(keys).first(1)), 1u);
+  Result<std::string> stats = client_->Stats();
+  ASSERT_TRUE(stats.ok());
+  EXPECT_EQ(*stats, "{\"blocks\": 1}");
+  EXPECT_EQ(*client_->Drop(ns_.id), 1u);
+  EXPECT_EQ(client_->Drop(ns_.id).status().code(), StatusCode::kNotFound);
+}
+
+TEST_F(ClientTest, MalformedReplyMakesTheClientUnusable) {
+  server_.SetRawReply("PING", "?garbage\r\n");
+  const Status first = client_->Ping();
+  EXPECT_EQ(first.code(), StatusCode::kInternal);
+  EXPECT_FALSE(client_->usable());
+  const Status later = client_->Ping();
+  EXPECT_EQ(later.code(), StatusCode::kInternal);
+  EXPECT_NE(later.message().find("earlier error"), std::string::npos);
+}
+
+TEST_F(ClientTest, ClosedConnectionIsADeviceError) {
+  server_.SetCloseOn("PING");
+  EXPECT_EQ(client_->Ping().code(), StatusCode::kDeviceError);
+  EXPECT_FALSE(client_->usable());
+}
+
+TEST(ClientConnectTest, ErrorsNameTheUrl) {
+  Result<Client> bad = Client::Connect("http://nope");
+  EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+  Result<Client> absent = Client::Connect("unix:///nonexistent/kvtier/kvtierd.sock");
+  EXPECT_EQ(absent.status().code(), StatusCode::kNotFound);
+  EXPECT_NE(absent.status().message().find("unix:///nonexistent/kvtier/kvtierd.sock"),
+            std::string::npos);
+  EXPECT_NE(absent.status().message().find("is kvtierd running?"), std::string::npos);
+}
+
+TEST(ClientConnectTest, PasswordIsSentAndWrongOnesAreRefused) {
+  FakeServer server(FakeServer::Options{.tcp = false, .password = "s3cret", .arena_bytes = 1 << 20});
+  ConnectOptions options;
+  options.password = "wrong";
+  EXPECT_EQ(Client::Connect(server.url(), options).status().code(), StatusCode::kPermissionDenied);
+  Result<Client> anonymous = Client::Connect(server.url());
+  ASSERT_TRUE(anonymous.ok());
+  EXPECT_EQ(anonymous->Set("k", "v").code(), StatusCode::kPermissionDenied);
+  options.password = "s3cret";
+  options.client_name = "test";
+  Result<Client> client = Client::Connect(server.url(), options);
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  EXPECT_TRUE(client->Set("k", "v").ok());
+}
+
+TEST(ClientTcpTest, InlinePathWorksAndAttachIsRefused) {
+  FakeServer server(FakeServer::Options{.tcp = true, .password = "", .arena_bytes = 1 << 20});
+  Result<Client> client = Client::Connect(server.url());
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  EXPECT_TRUE(client->Ping().ok());
+  const Status attach = client->Attach().status();
+  EXPECT_EQ(attach.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(attach.message().find("unix://"), std::string::npos);
+  EXPECT_TRUE(client->usable());
+  const std::vector<BlockKey> keys = {BlockKey{{1, 1}}};
+  const void* blocks[] = {nullptr};
+  EXPECT_EQ(client->Put(NamespaceId{}, keys, blocks, 0).status().code(),
+            StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace kvtier::client

@@ -1,0 +1,75 @@
+// Plain value types of the libkvtier API: what the Client's calls take and return.
+//
+// Segments describe caller memory: a block is a list of {pointer, length} segments (one per layer,
+// or K and V per layer, in the engine's paged KV memory) whose lengths add up to the namespace's
+// block size; the client gathers them into, or scatters them out of, one contiguous block. The
+// memory is borrowed for the duration of the call (for an async call, until its future is ready).
+// Values only; no synchronisation.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "common/keys.h"
+#include "common/status.h"
+#include "common/types.h"
+
+namespace kvtier::client {
+
+// A registered namespace: its id (computed identically by the client and the daemon) and the
+// payload size of each of its blocks.
+struct NamespaceInfo {
+  NamespaceId id;
+  uint64_t block_bytes = 0;
+  uint32_t tokens_per_block = 0;  // from the descriptor; what HashTokens() chains by
+};
+
+// The answer of Lookup: the number of leading keys cached, and the tier of each of them.
+struct LookupResult {
+  size_t prefix = 0;
+  std::vector<TierId> tiers;  // tiers.size() == prefix
+};
+
+// One slice of a block in caller memory, read by Put.
+struct ConstSegment {
+  const void* data = nullptr;
+  size_t bytes = 0;
+};
+
+// One slice of a block in caller memory, written by Get.
+struct MutableSegment {
+  void* data = nullptr;
+  size_t bytes = 0;
+};
+
+// A block as a scatter/gather list.
+using ConstBlock = std::span<const ConstSegment>;
+using MutableBlock = std::span<const MutableSegment>;
+
+// What KVT.ATTACH reported, and where the arena is mapped in this process.
+struct ArenaInfo {
+  uint64_t arena_bytes = 0;
+  std::string tier;  // "host"
+};
+
+// A reserved slot (KVT.RESERVE) or a leased block (KVT.ACQUIRE). status is OK when granted; then
+// `id` names the reservation or lease and [offset, offset + length) is its place in the arena.
+struct SlotGrant {
+  Status status;
+  uint64_t id = 0;
+  uint64_t offset = 0;
+  uint64_t length = 0;  // leases only; reservations are block_bytes long
+};
+
+// Counters a Client keeps about its own calls, for `kvtier bench` and `kvtier replay`.
+struct ClientCounters {
+  uint64_t round_trips = 0;     // batches sent and answered
+  uint64_t commands = 0;        // commands sent
+  uint64_t torn_reads = 0;      // shm copies discarded because their lease had expired
+  uint64_t aborted_puts = 0;    // reservations given back after a failed copy
+};
+
+}  // namespace kvtier::client

@@ -1,0 +1,278 @@
+#include "client/connection.h"
+
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <sys/un.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+namespace kvtier::client {
+namespace {
+
+// Most iovecs per sendmsg; well under IOV_MAX (1024), and a batch with more pieces simply takes
+// more calls.
+constexpr int kMaxIov = 64;
+// Bytes read per recvmsg: large enough that a 64 MiB inline payload takes few system calls.
+constexpr size_t kReadChunkBytes = size_t{1} << 20;
+// Descriptors accepted with one read; the daemon sends one (the arena).
+constexpr size_t kMaxFdsPerRead = 4;
+
+std::string ConnectWhat(const Endpoint& endpoint) { return "connect to " + endpoint.url; }
+
+// The daemon absent is the common mistake; say so next to the errno text.
+Status ConnectError(int err, const Endpoint& endpoint) {
+  Status status = ErrnoStatus(err, ConnectWhat(endpoint));
+  if (err == ENOENT || err == ECONNREFUSED) {
+    return Status(status.code(), status.message() + " (is kvtierd running?)");
+  }
+  return status;
+}
+
+Status SetNonBlocking(int fd, const Endpoint& endpoint) {
+  const int flags = ::fcntl(fd, F_GETFL);
+  if (flags < 0 || ::fcntl(fd, F_SETFL, flags | O_NONBLOCK) < 0) {
+    return ErrnoStatus(errno, "fcntl on the socket to " + endpoint.url);
+  }
+  return Status::Ok();
+}
+
+// A Unix connect completes at once or fails (a full backlog is EAGAIN), so it is done blocking.
+Result<UniqueFd> ConnectUnix(const Endpoint& endpoint) {
+  UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!fd.valid()) return ErrnoStatus(errno, "socket for " + endpoint.url);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::memcpy(addr.sun_path, endpoint.path.data(), endpoint.path.size());
+  int rc;
+  do {
+    rc = ::connect(fd.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof(addr));
+  } while (rc < 0 && errno == EINTR);
+  if (rc < 0) return ConnectError(errno, endpoint);
+  KVTIER_RETURN_IF_ERROR(SetNonBlocking(fd.get(), endpoint));
+  return fd;
+}
+
+// Connects one resolved address without blocking past `timeout_ms` (-1: forever).
+Result<UniqueFd> ConnectAddress(const addrinfo& ai, const Endpoint& endpoint, int timeout_ms) {
+  UniqueFd fd(::socket(ai.ai_family, ai.ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, ai.ai_protocol));
+  if (!fd.valid()) return ErrnoStatus(errno, "socket for " + endpoint.url);
+  if (::connect(fd.get(), ai.ai_addr, ai.ai_addrlen) < 0) {
+    if (errno != EINPROGRESS) return ConnectError(errno, endpoint);
+    pollfd pfd{fd.get(), POLLOUT, 0};
+    int rc;
+    do {
+      rc = ::poll(&pfd, 1, timeout_ms);
+    } while (rc < 0 && errno == EINTR);
+    if (rc == 0) return Timeout(ConnectWhat(endpoint) + ": no answer in time");
+    if (rc < 0) return ErrnoStatus(errno, ConnectWhat(endpoint));
+    int err = 0;
+    socklen_t len = sizeof(err);
+    if (::getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &err, &len) < 0) err = errno;
+    if (err != 0) return ConnectError(err, endpoint);
+  }
+  // Commands are small and latency-bound; Nagle would hold a batch's tail for an ACK.
+  const int one = 1;
+  ::setsockopt(fd.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  return fd;
+}
+
+Result<UniqueFd> ConnectTcp(const Endpoint& endpoint, int timeout_ms) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* list = nullptr;
+  const std::string port = std::to_string(endpoint.port);
+  const int rc = ::getaddrinfo(endpoint.host.c_str(), port.c_str(), &hints, &list);
+  if (rc != 0) {
+    return NotFound(ConnectWhat(endpoint) + ": cannot resolve '" + endpoint.host +
+                    "': " + ::gai_strerror(rc));
+  }
+  Status last = NotFound(ConnectWhat(endpoint) + ": no address");
+  for (const addrinfo* ai = list; ai != nullptr; ai = ai->ai_next) {
+    Result<UniqueFd> fd = ConnectAddress(*ai, endpoint, timeout_ms);
+    if (fd.ok()) {
+      ::freeaddrinfo(list);
+      return fd;
+    }
+    last = fd.status();
+  }
+  ::freeaddrinfo(list);
+  return last;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Connection>> Connection::Open(const Endpoint& endpoint,
+                                                     const Options& options) {
+  const int timeout_ms =
+      options.timeout.count() <= 0 ? -1 : static_cast<int>(options.timeout.count());
+  Result<UniqueFd> fd = endpoint.is_unix() ? ConnectUnix(endpoint) : ConnectTcp(endpoint, timeout_ms);
+  if (!fd.ok()) return fd.status();
+  return std::unique_ptr<Connection>(new Connection(endpoint, options, std::move(fd).value()));
+}
+
+Connection::Connection(Endpoint endpoint, Options options, UniqueFd fd)
+    : endpoint_(std::move(endpoint)),
+      options_(options),
+      fd_(std::move(fd)),
+      parser_(options.parser) {}
+
+int Connection::PollTimeoutMs() const {
+  return options_.timeout.count() <= 0 ? -1 : static_cast<int>(options_.timeout.count());
+}
+
+Status Connection::Fail(Status status) {
+  if (failure_.ok()) failure_ = status;
+  fd_.reset();
+  return status;
+}
+
+Status Connection::FailureForLaterCall() const {
+  return Status(failure_.code(), "connection unusable after earlier error: " + failure_.message());
+}
+
+Status Connection::Send(const RequestBuffer& request) {
+  if (!failure_.ok()) return FailureForLaterCall();
+  const std::vector<RequestBuffer::Piece>& pieces = request.pieces();
+  size_t index = 0;   // first piece not fully written
+  size_t offset = 0;  // bytes of pieces[index] already written
+  iovec iov[kMaxIov];
+  while (index < pieces.size()) {
+    int count = 0;
+    for (size_t i = index; i < pieces.size() && count < kMaxIov; ++i, ++count) {
+      const size_t skip = i == index ? offset : 0;
+      iov[count].iov_base = const_cast<char*>(request.PieceData(pieces[i]) + skip);
+      iov[count].iov_len = pieces[i].length - skip;
+    }
+    msghdr msg{};
+    msg.msg_iov = iov;
+    msg.msg_iovlen = static_cast<size_t>(count);
+    const ssize_t sent = ::sendmsg(fd_.get(), &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (sent < 0) {
+      if (errno == EINTR) continue;
+      if (errno != EAGAIN && errno != EWOULDBLOCK) {
+        return Fail(ErrnoStatus(errno, "send to " + endpoint_.url));
+      }
+      Result<bool> writable = WaitWritableOrRead();
+      if (!writable.ok()) return writable.status();
+      continue;
+    }
+    size_t left = static_cast<size_t>(sent);
+    while (left > 0) {
+      const size_t in_piece = pieces[index].length - offset;
+      if (left < in_piece) {
+        offset += left;
+        break;
+      }
+      left -= in_piece;
+      ++index;
+      offset = 0;
+    }
+  }
+  return Status::Ok();
+}
+
+Result<bool> Connection::WaitWritableOrRead() {
+  pollfd pfd{fd_.get(), POLLIN | POLLOUT, 0};
+  int rc;
+  do {
+    rc = ::poll(&pfd, 1, PollTimeoutMs());
+  } while (rc < 0 && errno == EINTR);
+  if (rc < 0) return Fail(ErrnoStatus(errno, "poll on " + endpoint_.url));
+  if (rc == 0) return Fail(Timeout("send to " + endpoint_.url + ": the daemon read nothing in time"));
+  if ((pfd.revents & POLLIN) != 0) {
+    KVTIER_RETURN_IF_ERROR(ReadAvailable());
+    return false;
+  }
+  // POLLOUT, or POLLERR/POLLHUP: the next sendmsg reports the error.
+  return true;
+}
+
+Status Connection::WaitAndRead() {
+  pollfd pfd{fd_.get(), POLLIN, 0};
+  int rc;
+  do {
+    rc = ::poll(&pfd, 1, PollTimeoutMs());
+  } while (rc < 0 && errno == EINTR);
+  if (rc < 0) return Fail(ErrnoStatus(errno, "poll on " + endpoint_.url));
+  if (rc == 0) return Fail(Timeout("read from " + endpoint_.url + ": no reply in time"));
+  return ReadAvailable();
+}
+
+Status Connection::ReadAvailable() {
+  if (scratch_.empty()) scratch_.resize(kReadChunkBytes);
+  iovec iov{scratch_.data(), scratch_.size()};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kMaxFdsPerRead)];
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  if (endpoint_.is_unix()) {
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof(control);
+  }
+  ssize_t got;
+  do {
+    got = ::recvmsg(fd_.get(), &msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+  } while (got < 0 && errno == EINTR);
+  if (got < 0) {
+    if (errno == EAGAIN || errno == EWOULDBLOCK) return Status::Ok();
+    return Fail(ErrnoStatus(errno, "read from " + endpoint_.url));
+  }
+  if (endpoint_.is_unix()) {
+    for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
+      if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+      const size_t n = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+      for (size_t i = 0; i < n; ++i) {
+        int fd;
+        std::memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+        received_fds_.emplace_back(fd);
+      }
+    }
+  }
+  if (got == 0) {
+    return Fail(DeviceError("connection to " + endpoint_.url + " closed by the daemon"));
+  }
+  return Feed(scratch_.data(), static_cast<size_t>(got));
+}
+
+Status Connection::Feed(const char* data, size_t length) {
+  std::string_view input(data, length);
+  while (!input.empty()) {
+    Result<size_t> used = parser_.Feed(input);
+    if (!used.ok()) {
+      return Fail(Internal("reply from " + endpoint_.url + ": " + used.status().message()));
+    }
+    input.remove_prefix(*used);
+    if (parser_.has_reply()) {
+      resp::Reply reply = parser_.TakeReply();
+      if (reply.type != resp::ReplyType::kPush) replies_.push_back(std::move(reply));
+    }
+  }
+  return Status::Ok();
+}
+
+Result<resp::Reply> Connection::ReadReply() {
+  while (replies_.empty()) {
+    if (!failure_.ok()) return FailureForLaterCall();
+    KVTIER_RETURN_IF_ERROR(WaitAndRead());
+  }
+  resp::Reply reply = std::move(replies_.front());
+  replies_.pop_front();
+  return reply;
+}
+
+UniqueFd Connection::TakeReceivedFd() {
+  if (received_fds_.empty()) return UniqueFd();
+  UniqueFd fd = std::move(received_fds_.front());
+  received_fds_.erase(received_fds_.begin());
+  return fd;
+}
+
+}  // namespace kvtier::client

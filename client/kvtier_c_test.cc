@@ -1,0 +1,131 @@
+#include "client/kvtier_c.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "client/fake_server.h"
+#include "hashing/block_hasher.h"
+
+namespace {
+
+using kvtier::client::testing::FakeServer;
+
+kvtier_namespace_desc Desc() {
+  kvtier_namespace_desc d{};
+  d.model_id = "c-abi";
+  d.kv_dtype = "fp16";
+  d.num_layers = 1;
+  d.num_kv_heads = 1;
+  d.head_dim = 8;
+  d.tokens_per_block = 2;
+  d.layout_tag = "test";
+  return d;
+}
+
+TEST(KvtierCTest, ErrorsWithoutAServer) {
+  kvtier_client* client = reinterpret_cast<kvtier_client*>(0x1);
+  EXPECT_EQ(kvtier_connect("ftp://x", nullptr, -1, &client), KVTIER_EINVAL);
+  EXPECT_EQ(client, nullptr);
+  EXPECT_NE(std::string(kvtier_last_error()).find("'ftp://x'"), std::string::npos);
+  EXPECT_EQ(kvtier_connect("unix:///nonexistent/kvtierd.sock", nullptr, 100, &client),
+            KVTIER_ENOTFOUND);
+  EXPECT_NE(std::string(kvtier_last_error()).find("nonexistent"), std::string::npos);
+  EXPECT_EQ(kvtier_connect("unix:///x", nullptr, 0, nullptr), KVTIER_EINVAL);
+
+  kvtier_key ns{};
+  size_t prefix = 0;
+  EXPECT_EQ(kvtier_lookup(nullptr, &ns, nullptr, 0, &prefix, nullptr), KVTIER_EINVAL);
+  EXPECT_EQ(kvtier_attach(nullptr), KVTIER_EINVAL);
+  EXPECT_EQ(kvtier_put(nullptr, &ns, nullptr, 0, nullptr, 0, nullptr, nullptr), KVTIER_EINVAL);
+  EXPECT_EQ(kvtier_get(nullptr, &ns, nullptr, 0, nullptr, 0, &prefix), KVTIER_EINVAL);
+  EXPECT_EQ(kvtier_register_namespace(nullptr, nullptr, 0, &ns, nullptr), KVTIER_EINVAL);
+  kvtier_close(nullptr);
+}
+
+TEST(KvtierCTest, HashTokensMatchesTheHashingLibrary) {
+  kvtier_key ns;
+  for (int i = 0; i < 16; ++i) ns.bytes[i] = static_cast<uint8_t>(i);
+  const uint32_t tokens[] = {1, 2, 3, 4, 5, 6, 7};
+  kvtier_key keys[8];
+  size_t n = 0;
+  ASSERT_EQ(kvtier_hash_tokens(&ns, tokens, 7, 2, keys, 8, &n), KVTIER_OK);
+  EXPECT_EQ(n, 3u);
+  const kvtier::NamespaceId id{kvtier::Key128::FromBytes(reinterpret_cast<std::byte*>(ns.bytes))};
+  const auto expected = kvtier::hashing::ChainKeys(id, tokens, 2);
+  ASSERT_TRUE(expected.ok());
+  for (size_t i = 0; i < n; ++i) {
+    EXPECT_EQ(kvtier::Key128::FromBytes(reinterpret_cast<std::byte*>(keys[i].bytes)),
+              static_cast<const kvtier::Key128&>((*expected)[i]));
+  }
+  // A short output computes the leading keys only.
+  ASSERT_EQ(kvtier_hash_tokens(&ns, tokens, 7, 2, keys, 1, &n), KVTIER_OK);
+  EXPECT_EQ(n, 1u);
+  EXPECT_EQ(kvtier_hash_tokens(&ns, tokens, 7, 0, keys, 8, &n), KVTIER_EINVAL);
+}
+
+void RoundTrip(bool attach) {
+  FakeServer server;
+  kvtier_client* client = nullptr;
+  ASSERT_EQ(kvtier_connect(server.url().c_str(), nullptr, 5000, &client), KVTIER_OK)
+      << kvtier_last_error();
+  if (attach) {
+    ASSERT_EQ(kvtier_attach(client), KVTIER_OK) << kvtier_last_error();
+  }
+  const kvtier_namespace_desc desc = Desc();
+  kvtier_key ns;
+  uint64_t block_bytes = 0;
+  ASSERT_EQ(kvtier_register_namespace(client, &desc, 0, &ns, &block_bytes), KVTIER_OK)
+      << kvtier_last_error();
+  EXPECT_EQ(block_bytes, 2u * 1 * 1 * 8 * 2 * 2);  // K and V, fp16
+
+  const uint32_t tokens[] = {10, 11, 12, 13, 14, 15};
+  kvtier_key keys[3];
+  size_t n = 0;
+  ASSERT_EQ(kvtier_hash_tokens(&ns, tokens, 6, desc.tokens_per_block, keys, 3, &n), KVTIER_OK);
+  std::vector<std::vector<uint8_t>> blocks(3, std::vector<uint8_t>(block_bytes));
+  for (size_t i = 0; i < 3; ++i) std::memset(blocks[i].data(), 'a' + static_cast<int>(i), block_bytes);
+  const void* src[] = {blocks[0].data(), blocks[1].data()};
+  int statuses[2];
+  size_t stored = 0;
+  ASSERT_EQ(kvtier_put(client, &ns, keys, 2, src, block_bytes, statuses, &stored), KVTIER_OK)
+      << kvtier_last_error();
+  EXPECT_EQ(statuses[0], KVTIER_OK);
+  EXPECT_EQ(stored, 2u);
+  ASSERT_EQ(kvtier_put(client, &ns, keys, 1, src, block_bytes, statuses, &stored), KVTIER_OK);
+  EXPECT_EQ(statuses[0], KVTIER_EEXISTS);
+
+  size_t prefix = 0;
+  uint8_t tiers[3] = {9, 9, 9};
+  ASSERT_EQ(kvtier_lookup(client, &ns, keys, 3, &prefix, tiers), KVTIER_OK);
+  EXPECT_EQ(prefix, 2u);
+  EXPECT_EQ(tiers[0], KVTIER_TIER_HOST);
+
+  std::vector<std::vector<uint8_t>> out(3, std::vector<uint8_t>(block_bytes));
+  void* dst[] = {out[0].data(), out[1].data(), out[2].data()};
+  size_t served = 0;
+  ASSERT_EQ(kvtier_get(client, &ns, keys, 3, dst, block_bytes, &served), KVTIER_OK)
+      << kvtier_last_error();
+  EXPECT_EQ(served, 2u);
+  EXPECT_EQ(out[0], blocks[0]);
+  EXPECT_EQ(out[1], blocks[1]);
+  // A wrong block size surfaces as an error code, not an exception or a crash.
+  EXPECT_EQ(kvtier_get(client, &ns, keys, 1, dst, block_bytes - 1, &served), KVTIER_EINVAL);
+  kvtier_close(client);
+}
+
+TEST(KvtierCTest, InlineRoundTrip) { RoundTrip(false); }
+TEST(KvtierCTest, SharedMemoryRoundTrip) { RoundTrip(true); }
+
+TEST(KvtierCTest, AttachOverTcpIsRefused) {
+  FakeServer server(FakeServer::Options{.tcp = true, .password = "", .arena_bytes = 1 << 20});
+  kvtier_client* client = nullptr;
+  ASSERT_EQ(kvtier_connect(server.url().c_str(), "", -1, &client), KVTIER_OK);
+  EXPECT_EQ(kvtier_attach(client), KVTIER_EINVAL);
+  EXPECT_NE(std::string(kvtier_last_error()).find("unix://"), std::string::npos);
+  kvtier_close(client);
+}
+
+}  // namespace
