@@ -1,0 +1,84 @@
+#include "daemon/server/commands.h"
+
+#include <string>
+#include <unordered_map>
+
+namespace kvtier::server {
+namespace {
+
+// Redis truncates quoted names and arguments in its unknown-command message to this many bytes.
+constexpr size_t kQuotedBytes = 128;
+
+using Table = std::unordered_map<std::string_view, const CommandSpec*>;
+
+const Table& CommandTable() {
+  static const Table table = [] {
+    Table t;
+    for (auto family : {ConnectionCommands(), GenericCommands(), KvtCommands(), KvtShmCommands()}) {
+      for (const CommandSpec& spec : family) t.emplace(spec.name, &spec);
+    }
+    return t;
+  }();
+  return table;
+}
+
+std::string Lower(std::string_view name) {
+  std::string out(name);
+  for (char& c : out) {
+    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
+  }
+  return out;
+}
+
+// Redis 7's wording, which client libraries and tests match on:
+// "ERR unknown command 'foo', with args beginning with: 'a' 'b' ".
+void AppendUnknownCommand(resp::ReplyWriter& reply, const resp::Command& cmd) {
+  std::string message = "ERR unknown command '";
+  message.append(cmd.name().substr(0, kQuotedBytes));
+  message.append("', with args beginning with: ");
+  size_t budget = kQuotedBytes;
+  for (size_t i = 1; i < cmd.size() && budget > 0; ++i) {
+    std::string_view arg = std::string_view(cmd.args[i]).substr(0, budget);
+    budget -= arg.size();
+    message.append("'").append(arg).append("' ");
+  }
+  reply.AppendError(message);
+}
+
+bool ArityMatches(int arity, size_t argc) {
+  return arity > 0 ? argc == static_cast<size_t>(arity) : argc >= static_cast<size_t>(-arity);
+}
+
+// "Host:" and "POST" open an HTTP request: somebody pointed a browser or a cross-protocol attack
+// at the port. Redis closes such connections without a reply; so does kvtierd.
+bool LooksLikeHttp(const resp::Command& cmd) {
+  return cmd.NameIs("host:") || cmd.NameIs("post");
+}
+
+}  // namespace
+
+const CommandSpec* PrepareCommand(CommandContext& ctx, const resp::Command& cmd) {
+  if (LooksLikeHttp(cmd)) {
+    ctx.close_after_reply = true;
+    return nullptr;
+  }
+  auto it = CommandTable().find(cmd.UpperName());
+  const CommandSpec* spec = it == CommandTable().end() ? nullptr : it->second;
+  // Unauthenticated clients learn nothing about the command set, so NOAUTH comes first.
+  if (!ctx.session.authenticated() && (spec == nullptr || !spec->before_auth)) {
+    ctx.reply.AppendError("NOAUTH Authentication required.");
+    return nullptr;
+  }
+  if (spec == nullptr) {
+    AppendUnknownCommand(ctx.reply, cmd);
+    return nullptr;
+  }
+  if (!ArityMatches(spec->arity, cmd.size())) {
+    ctx.reply.AppendError("ERR wrong number of arguments for '" + Lower(spec->name) +
+                          "' command");
+    return nullptr;
+  }
+  return spec;
+}
+
+}  // namespace kvtier::server

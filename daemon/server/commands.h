@@ -1,0 +1,67 @@
+// The command table: every command of docs/protocol.md, how many arguments it takes, whether it
+// may run before AUTH, and the handler that runs it against the store and writes its reply.
+//
+// Handlers are plain functions, one file per family (commands_connection.cc, commands_generic.cc,
+// commands_kvt.cc, commands_kvt_shm.cc). They never block on the network: anything the connection
+// must do besides sending the reply (close, pass a file descriptor, flush a long reply half-way)
+// is asked for through CommandContext. Handlers run on the calling connection's strand; they may
+// call the store, which is thread-safe.
+#pragma once
+
+#include <cstddef>
+#include <span>
+#include <string_view>
+
+#include "common/resp/reply_writer.h"
+#include "common/resp/request_parser.h"
+#include "daemon/server/server_context.h"
+#include "daemon/server/session.h"
+
+namespace kvtier::server {
+
+// What a handler may ask of its connection, and the state of a reply written in pieces.
+struct CommandContext {
+  ServerContext& server;
+  Session& session;
+  resp::ReplyWriter& reply;
+  // Close the connection once the reply is written (QUIT, protocol abuse).
+  bool close_after_reply = false;
+  // Pass this descriptor with SCM_RIGHTS on the first byte of this command's reply (KVT.ATTACH).
+  int send_fd = -1;
+  // A handler whose reply can grow past the client's in-flight limit (MGET, KVT.GET) writes part of
+  // it, records where it stopped here and returns kMore; the connection sends what is buffered and
+  // calls it again with the same command. Both start at 0 for every command.
+  size_t cursor = 0;
+  bool stopped = false;
+
+  // True when the buffered reply bytes reached the client's in-flight limit.
+  bool OutputFull() const {
+    return reply.buffer()->size() >= server.options.max_inflight_bytes_per_client;
+  }
+};
+
+enum class Progress : uint8_t { kDone, kMore };
+
+using CommandHandler = Progress (*)(CommandContext& ctx, resp::Command& cmd);
+
+struct CommandSpec {
+  std::string_view name;  // upper case, as dispatched: "GET", "KVT.LOOKUP"
+  // Redis' convention: n > 0 exactly n arguments (the name included), n < 0 at least -n.
+  int arity;
+  bool before_auth;  // may run before AUTH (PING, HELLO, AUTH, QUIT)
+  CommandHandler handler;
+};
+
+// The families' tables, joined by FindCommand.
+std::span<const CommandSpec> ConnectionCommands();
+std::span<const CommandSpec> GenericCommands();
+std::span<const CommandSpec> KvtCommands();
+std::span<const CommandSpec> KvtShmCommands();
+
+// Looks the command up and checks authentication and arity. Returns the spec to run, or nullptr
+// when the command must not run; then the error reply has been written (unknown command, wrong
+// number of arguments, NOAUTH), or, for an HTTP request sent to the port, close_after_reply is set
+// and nothing is written, as Redis does.
+const CommandSpec* PrepareCommand(CommandContext& ctx, const resp::Command& cmd);
+
+}  // namespace kvtier::server

@@ -1,0 +1,190 @@
+// Generic commands: SET, GET, MSET, MGET, EXISTS, DEL, DBSIZE on the generic key space
+// (generic_keyspace.h). INFO lives in info.cc.
+#include <cstring>
+#include <vector>
+
+#include "daemon/server/commands.h"
+#include "daemon/server/generic_keyspace.h"
+#include "daemon/server/info.h"
+#include "daemon/server/wire.h"
+#include "daemon/store/store.h"
+
+namespace kvtier::server {
+namespace {
+
+using resp::Command;
+
+// SET removes the old value and puts the new one; a concurrent SET of the same key may slip its
+// value in between, which the next round replaces. Bounded so two clients cannot loop forever.
+constexpr int kSetAttempts = 4;
+
+bool KeyTooLong(CommandContext& ctx, std::string_view key) {
+  if (key.size() <= ctx.server.options.max_key_bytes) return false;
+  ctx.reply.AppendError("ERR key too long");
+  return true;
+}
+
+// True (after writing the error) when any of args[first], args[first + step], ... is too long.
+bool AnyKeyTooLong(CommandContext& ctx, const Command& cmd, size_t first, size_t step) {
+  for (size_t i = first; i < cmd.size(); i += step) {
+    if (KeyTooLong(ctx, cmd.args[i])) return true;
+  }
+  return false;
+}
+
+Status WriteReservation(store::Store& store, const store::Reservation& r, std::string_view value) {
+  if (r.address != nullptr) {
+    r.address[0] = kGenericValueFormat;
+    std::memcpy(r.address + kGenericValueHeaderBytes, value.data(), value.size());
+    return Status::Ok();
+  }
+  // A tier that is not plain memory: stage the block once.
+  std::vector<std::byte> block(kGenericValueHeaderBytes + value.size());
+  block[0] = kGenericValueFormat;
+  std::memcpy(block.data() + kGenericValueHeaderBytes, value.data(), value.size());
+  return store.tier(r.tier)->Write(r.extent, block);
+}
+
+Status StoreValue(CommandContext& ctx, std::string_view key, std::string_view value) {
+  store::Store& store = ctx.server.store;
+  const NamespaceId& ns = ctx.server.generic_ns;
+  const BlockKey block_key = GenericKey(ns, key);
+  for (int attempt = 0; attempt < kSetAttempts; ++attempt) {
+    Status removed = store.Remove(ns, block_key);
+    if (!removed.ok() && removed.code() != StatusCode::kNotFound) return removed;
+    Result<store::Reservation> r =
+        store.BeginPut(ns, block_key, kGenericValueHeaderBytes + value.size());
+    if (!r.ok() && r.status().code() == StatusCode::kAlreadyExists) continue;
+    if (!r.ok()) return r.status();
+    if (Status st = WriteReservation(store, *r, value); !st.ok()) {
+      (void)store.AbortPut(r->id);
+      return st;
+    }
+    return store.CommitPut(r->id);
+  }
+  return Busy("the key is being replaced concurrently");
+}
+
+// Appends the value of `key` as a bulk string. kNotFound (nothing appended) on a miss; another
+// error (nothing appended) when the stored block is not a generic value.
+Status AppendValue(CommandContext& ctx, std::string_view key) {
+  store::Store& store = ctx.server.store;
+  KVTIER_ASSIGN_OR_RETURN(store::Lease lease,
+                          store.Acquire(ctx.server.generic_ns, GenericKey(ctx.server.generic_ns, key)));
+  std::vector<std::byte> staged;
+  const std::byte* block = lease.address;
+  Status st;
+  if (block == nullptr) {
+    staged.resize(lease.extent.length);
+    st = store.tier(lease.tier)->Read(lease.extent, staged);
+    block = staged.data();
+  }
+  if (st.ok() && (lease.extent.length < kGenericValueHeaderBytes || block[0] != kGenericValueFormat)) {
+    st = Corruption("stored value has an unknown format");
+  }
+  if (st.ok()) {
+    const size_t length = lease.extent.length - kGenericValueHeaderBytes;
+    ctx.reply.AppendBulk(std::string_view(
+        reinterpret_cast<const char*>(block) + kGenericValueHeaderBytes, length));
+  }
+  (void)store.Release(lease.id);
+  return st;
+}
+
+Progress Set(CommandContext& ctx, Command& cmd) {
+  if (cmd.size() > 3) {
+    ctx.reply.AppendError("ERR SET options are not supported");
+  } else if (!KeyTooLong(ctx, cmd.args[1])) {
+    Status st = StoreValue(ctx, cmd.args[1], cmd.args[2]);
+    if (st.ok()) {
+      ctx.reply.AppendSimpleString("OK");
+    } else {
+      AppendStatusError(ctx.reply, st);
+    }
+  }
+  return Progress::kDone;
+}
+
+Progress Get(CommandContext& ctx, Command& cmd) {
+  if (KeyTooLong(ctx, cmd.args[1])) return Progress::kDone;
+  Status st = AppendValue(ctx, cmd.args[1]);
+  if (st.code() == StatusCode::kNotFound) {
+    ctx.reply.AppendNull();
+  } else if (!st.ok()) {
+    AppendStatusError(ctx.reply, st);
+  }
+  return Progress::kDone;
+}
+
+Progress MSet(CommandContext& ctx, Command& cmd) {
+  if (cmd.size() % 2 != 1) {
+    ctx.reply.AppendError("ERR wrong number of arguments for 'mset' command");
+    return Progress::kDone;
+  }
+  if (AnyKeyTooLong(ctx, cmd, 1, 2)) return Progress::kDone;
+  Status first_error;
+  for (size_t i = 1; i < cmd.size(); i += 2) {
+    Status st = StoreValue(ctx, cmd.args[i], cmd.args[i + 1]);
+    if (!st.ok() && first_error.ok()) first_error = st;
+  }
+  if (first_error.ok()) {
+    ctx.reply.AppendSimpleString("OK");
+  } else {
+    AppendStatusError(ctx.reply, first_error);
+  }
+  return Progress::kDone;
+}
+
+// Resumable: values are copied into the reply, which may outgrow the client's in-flight limit.
+Progress MGet(CommandContext& ctx, Command& cmd) {
+  if (ctx.cursor == 0) {
+    if (AnyKeyTooLong(ctx, cmd, 1, 1)) return Progress::kDone;
+    ctx.reply.AppendArrayHeader(cmd.size() - 1);
+    ctx.cursor = 1;
+  }
+  for (; ctx.cursor < cmd.size(); ++ctx.cursor) {
+    if (ctx.OutputFull()) return Progress::kMore;
+    if (!AppendValue(ctx, cmd.args[ctx.cursor]).ok()) ctx.reply.AppendNull();
+  }
+  return Progress::kDone;
+}
+
+Progress Exists(CommandContext& ctx, Command& cmd) {
+  if (AnyKeyTooLong(ctx, cmd, 1, 1)) return Progress::kDone;
+  int64_t found = 0;
+  for (size_t i = 1; i < cmd.size(); ++i) {
+    const BlockKey key = GenericKey(ctx.server.generic_ns, cmd.args[i]);
+    found += static_cast<int64_t>(
+        ctx.server.store.Lookup(ctx.server.generic_ns, std::span(&key, 1)).ready_prefix);
+  }
+  ctx.reply.AppendInteger(found);
+  return Progress::kDone;
+}
+
+Progress Del(CommandContext& ctx, Command& cmd) {
+  if (AnyKeyTooLong(ctx, cmd, 1, 1)) return Progress::kDone;
+  int64_t removed = 0;
+  for (size_t i = 1; i < cmd.size(); ++i) {
+    const BlockKey key = GenericKey(ctx.server.generic_ns, cmd.args[i]);
+    if (ctx.server.store.Remove(ctx.server.generic_ns, key).ok()) ++removed;
+  }
+  ctx.reply.AppendInteger(removed);
+  return Progress::kDone;
+}
+
+Progress DbSize(CommandContext& ctx, Command&) {
+  ctx.reply.AppendInteger(static_cast<int64_t>(ctx.server.store.Stats().blocks_present));
+  return Progress::kDone;
+}
+
+constexpr CommandSpec kCommands[] = {
+    {"SET", -3, false, Set},       {"GET", 2, false, Get},       {"MSET", -3, false, MSet},
+    {"MGET", -2, false, MGet},     {"EXISTS", -2, false, Exists}, {"DEL", -2, false, Del},
+    {"DBSIZE", 1, false, DbSize},  {"INFO", -1, false, Info},
+};
+
+}  // namespace
+
+std::span<const CommandSpec> GenericCommands() { return kCommands; }
+
+}  // namespace kvtier::server

@@ -1,0 +1,166 @@
+// KV-cache commands with inline payloads: KVT.REGISTER (kvt_register.cc), KVT.DROP, KVT.LOOKUP,
+// KVT.PUT, KVT.GET, KVT.PIN, KVT.DEL and KVT.STATS (info.cc).
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "daemon/server/commands.h"
+#include "daemon/server/info.h"
+#include "daemon/server/kvt_args.h"
+#include "daemon/server/wire.h"
+#include "daemon/store/store.h"
+
+namespace kvtier::server {
+namespace {
+
+using resp::Command;
+
+// The tier codes of docs/protocol.md as the characters of LOOKUP's tier string.
+char TierCodeChar(TierId tier) { return static_cast<char>('0' + static_cast<int>(tier)); }
+
+Progress Drop(CommandContext& ctx, Command& cmd) {
+  std::optional<KvtNamespace> ns = ParseKvtNamespace(ctx, cmd.args[1]);
+  if (!ns) return Progress::kDone;
+  if (!ns->known) {
+    AppendUnknownNamespace(ctx, ns->id);
+    return Progress::kDone;
+  }
+  Result<uint64_t> removed = ctx.server.store.DropNamespace(ns->id);
+  if (removed.ok()) {
+    ctx.reply.AppendInteger(static_cast<int64_t>(*removed));
+  } else {
+    AppendStatusError(ctx.reply, removed.status());
+  }
+  return Progress::kDone;
+}
+
+Progress Lookup(CommandContext& ctx, Command& cmd) {
+  std::optional<KvtNamespace> ns = ParseKvtNamespace(ctx, cmd.args[1]);
+  if (!ns) return Progress::kDone;
+  std::optional<size_t> count = CheckPackedKeys(ctx, cmd.args[2]);
+  if (!count) return Progress::kDone;
+  index::LookupResult result;
+  if (ns->known) {
+    std::vector<BlockKey> keys(*count);
+    for (size_t i = 0; i < *count; ++i) keys[i] = PackedKey(cmd.args[2], i);
+    result = ctx.server.store.Lookup(ns->id, keys);
+  }
+  std::string tiers(result.ready_prefix, '\0');
+  std::transform(result.tiers.begin(), result.tiers.end(), tiers.begin(), TierCodeChar);
+  ctx.reply.AppendArrayHeader(2);
+  ctx.reply.AppendInteger(static_cast<int64_t>(result.ready_prefix));
+  ctx.reply.AppendBulk(tiers);
+  return Progress::kDone;
+}
+
+Progress Put(CommandContext& ctx, Command& cmd) {
+  std::optional<KvtNamespace> ns = ParseKvtNamespace(ctx, cmd.args[1]);
+  if (!ns) return Progress::kDone;
+  std::optional<size_t> count = CheckPackedKeys(ctx, cmd.args[2]);
+  if (!count) return Progress::kDone;
+  if (*count != cmd.size() - 3) {
+    ctx.reply.AppendError("ERR wrong number of blocks: " + std::to_string(*count) + " keys, " +
+                          std::to_string(cmd.size() - 3) + " blocks");
+    return Progress::kDone;
+  }
+  if (!ns->known) {
+    AppendUnknownNamespace(ctx, ns->id);
+    return Progress::kDone;
+  }
+  ctx.reply.AppendArrayHeader(*count);
+  for (size_t i = 0; i < *count; ++i) {
+    const std::string& block = cmd.args[3 + i];
+    Status st = ctx.server.store.Put(ns->id, PackedKey(cmd.args[2], i),
+                                     std::as_bytes(std::span(block.data(), block.size())));
+    ctx.reply.AppendSimpleString(StatusWord(st.code()));
+    std::string().swap(cmd.args[3 + i]);  // stored: give the payload's memory back now
+  }
+  return Progress::kDone;
+}
+
+// Appends the payload of a leased block as a bulk string.
+Status AppendLeased(CommandContext& ctx, const store::Lease& lease) {
+  if (lease.address != nullptr) {
+    ctx.reply.AppendBulk(std::string_view(reinterpret_cast<const char*>(lease.address),
+                                          lease.extent.length));
+    return Status::Ok();
+  }
+  std::vector<std::byte> staged(lease.extent.length);
+  KVTIER_RETURN_IF_ERROR(ctx.server.store.tier(lease.tier)->Read(lease.extent, staged));
+  ctx.reply.AppendBulk(std::string_view(reinterpret_cast<const char*>(staged.data()), staged.size()));
+  return Status::Ok();
+}
+
+// Resumable: payloads are copied into the reply, which may outgrow the in-flight limit.
+Progress Get(CommandContext& ctx, Command& cmd) {
+  std::optional<KvtNamespace> ns;
+  if (ctx.cursor == 0) {
+    ns = ParseKvtNamespace(ctx, cmd.args[1]);
+    std::optional<size_t> count = ns ? CheckPackedKeys(ctx, cmd.args[2]) : std::nullopt;
+    if (!count) return Progress::kDone;
+    ctx.reply.AppendArrayHeader(*count);
+    ctx.stopped = !ns->known;
+  } else {
+    ns = KvtNamespace{*ParseNamespaceId(cmd.args[1]), true};
+  }
+  const size_t count = cmd.args[2].size() / 16;
+  for (; ctx.cursor < count; ++ctx.cursor) {
+    if (ctx.OutputFull()) return Progress::kMore;
+    Result<store::Lease> lease =
+        ctx.stopped ? Result<store::Lease>(NotFound("after a miss"))
+                    : ctx.server.store.Acquire(ns->id, PackedKey(cmd.args[2], ctx.cursor));
+    // A block is only useful with its whole prefix: after the first miss, nothing more is read.
+    Status st = lease.ok() ? AppendLeased(ctx, *lease) : lease.status();
+    if (lease.ok()) (void)ctx.server.store.Release(lease->id);
+    if (!st.ok()) {
+      ctx.stopped = true;
+      ctx.reply.AppendNull();
+    }
+  }
+  return Progress::kDone;
+}
+
+Progress Pin(CommandContext& ctx, Command& cmd) {
+  std::optional<KvtNamespace> ns = ParseKvtNamespace(ctx, cmd.args[1]);
+  if (!ns) return Progress::kDone;
+  std::optional<size_t> count = CheckPackedKeys(ctx, cmd.args[2]);
+  if (!count) return Progress::kDone;
+  std::optional<uint64_t> ttl_ms = ParseUint64(cmd.args[3]);
+  // Beyond ~292,000 years the microsecond deadline would overflow.
+  if (!ttl_ms || *ttl_ms > (uint64_t{1} << 53)) {
+    ctx.reply.AppendError(kNotAnInteger);
+    return Progress::kDone;
+  }
+  int64_t pinned = 0;
+  for (size_t i = 0; ns->known && i < *count; ++i) {
+    pinned += ctx.server.store.Pin(ns->id, PackedKey(cmd.args[2], i), *ttl_ms * 1000).ok();
+  }
+  ctx.reply.AppendInteger(pinned);
+  return Progress::kDone;
+}
+
+Progress Del(CommandContext& ctx, Command& cmd) {
+  std::optional<KvtNamespace> ns = ParseKvtNamespace(ctx, cmd.args[1]);
+  if (!ns) return Progress::kDone;
+  std::optional<size_t> count = CheckPackedKeys(ctx, cmd.args[2]);
+  if (!count) return Progress::kDone;
+  int64_t removed = 0;
+  for (size_t i = 0; ns->known && i < *count; ++i) {
+    removed += ctx.server.store.Remove(ns->id, PackedKey(cmd.args[2], i)).ok();
+  }
+  ctx.reply.AppendInteger(removed);
+  return Progress::kDone;
+}
+
+constexpr CommandSpec kCommands[] = {
+    {"KVT.REGISTER", -3, false, KvtRegister}, {"KVT.DROP", 2, false, Drop},
+    {"KVT.LOOKUP", 3, false, Lookup},         {"KVT.PUT", -4, false, Put},
+    {"KVT.GET", 3, false, Get},               {"KVT.PIN", 4, false, Pin},
+    {"KVT.DEL", 3, false, Del},               {"KVT.STATS", 1, false, KvtStats},
+};
+
+}  // namespace
+
+std::span<const CommandSpec> KvtCommands() { return kCommands; }
+
+}  // namespace kvtier::server

@@ -1,0 +1,257 @@
+#include "daemon/server/connection.h"
+
+#include <algorithm>
+
+#include "daemon/server/fd_passing.h"
+
+namespace kvtier::server {
+namespace {
+
+namespace asio = boost::asio;
+using asio::redirect_error;
+using asio::use_awaitable;
+using boost::system::error_code;
+
+// One read of ordinary requests. Redis reads 16 KiB at a time too: enough for a deep pipeline of
+// small commands, small enough to be taken and given back per read.
+constexpr size_t kReadBufferBytes = 16 << 10;
+// A bulk payload with at least this much still to come is received straight into its argument.
+constexpr size_t kDirectReadMinBytes = 4 << 10;
+// The most one direct read asks for (it also never asks for more than has arrived).
+constexpr size_t kDirectReadMaxBytes = 16 << 20;
+// An output buffer that grew past this is given back after the write instead of kept.
+constexpr size_t kKeepOutputBytes = 64 << 10;
+
+// Before AUTH a client may only say hello: a stranger cannot make the server buffer much.
+constexpr size_t kPreAuthBulkBytes = 4 << 10;
+constexpr size_t kPreAuthArgs = 16;
+
+}  // namespace
+
+Connection::Connection(Socket socket, Transport transport, uint64_t id, ServerContext& server,
+                       std::function<void()> on_exit)
+    : server_(server),
+      strand_(asio::make_strand(socket.get_executor())),
+      socket_(std::move(socket)),
+      timer_(strand_),
+      session_(server.store, id, transport, server.options.password.empty()),
+      parser_(ParserLimits(session_.authenticated())),
+      full_limits_(session_.authenticated()),
+      writer_(&out_),
+      on_exit_(std::move(on_exit)) {}
+
+Connection::~Connection() = default;
+
+resp::RequestParser::Options Connection::ParserLimits(bool authenticated) const {
+  resp::RequestParser::Options o;
+  if (authenticated) {
+    o.max_bulk_bytes = server_.options.max_bulk_bytes;
+    o.max_array_len = server_.options.max_array_len;
+    o.max_inline_bytes = server_.options.max_inline_bytes;
+    o.max_command_bytes = server_.options.max_command_bytes;
+  } else {
+    o.max_bulk_bytes = kPreAuthBulkBytes;
+    o.max_array_len = kPreAuthArgs;
+    o.max_inline_bytes = kPreAuthBulkBytes;
+    // Every argument at its largest, plus the headers ("$4096\r\n" and the CRLF after each).
+    o.max_command_bytes = kPreAuthArgs * (kPreAuthBulkBytes + 16) + 16;
+  }
+  return o;
+}
+
+void Connection::Start() {
+  error_code ec;
+  // Reads are done by hand after a readiness wait; a non-blocking socket makes a spurious wake-up
+  // return would_block instead of stalling an I/O thread.
+  socket_.non_blocking(true, ec);
+  Touch();
+  // An exception (bad_alloc) ends the coroutine; Finish() has run by then, so there is nothing
+  // left to report.
+  auto ignore = [](std::exception_ptr) {};
+  asio::co_spawn(strand_, Run(shared_from_this()), ignore);
+  if (server_.options.idle_timeout_ms > 0) {
+    asio::co_spawn(strand_, Watchdog(shared_from_this()), ignore);
+  }
+}
+
+void Connection::Close() {
+  asio::post(strand_, [self = shared_from_this()] { self->CloseSocket(); });
+}
+
+void Connection::CloseSocket() {
+  closing_ = true;
+  error_code ec;
+  socket_.close(ec);
+  timer_.cancel();
+}
+
+void Connection::Touch() {
+  if (server_.options.idle_timeout_ms == 0) return;
+  deadline_ = Clock::now() + std::chrono::milliseconds(server_.options.idle_timeout_ms);
+}
+
+void Connection::Finish() {
+  if (finished_) return;
+  finished_ = true;
+  closing_ = true;
+  timer_.cancel();
+  error_code ec;
+  socket_.shutdown(asio::socket_base::shutdown_send, ec);
+  socket_.close(ec);
+  session_.EndAll();
+  server_.counters.connected_clients.fetch_sub(1);
+  on_exit_();
+}
+
+Connection::Awaitable<void> Connection::Run(std::shared_ptr<Connection> self) {
+  struct FinishOnExit {
+    Connection* c;
+    ~FinishOnExit() { c->Finish(); }
+  } finish{this};
+  while (!closing_) {
+    const bool received = co_await Receive();
+    if (!received) break;
+    const bool processed = co_await Process();
+    if (!processed) break;
+    const bool flushed = co_await Flush();
+    if (!flushed) break;
+  }
+}
+
+Connection::Awaitable<void> Connection::Watchdog(std::shared_ptr<Connection> self) {
+  while (!closing_) {
+    timer_.expires_at(deadline_);
+    error_code ec;
+    co_await timer_.async_wait(redirect_error(use_awaitable, ec));
+    if (closing_) break;
+    // The deadline may have moved while the timer ran; only a passed deadline closes.
+    if (Clock::now() >= deadline_) CloseSocket();
+  }
+}
+
+Connection::Awaitable<bool> Connection::Receive() {
+  // Between commands the connection may stay idle for hours: it keeps no read buffer meanwhile.
+  if (parser_.idle()) read_buf_.reset();
+  error_code ec;
+  co_await socket_.async_wait(asio::socket_base::wait_read, redirect_error(use_awaitable, ec));
+  if (ec) co_return false;
+  ReadAvailable(ec);
+  if (ec == asio::error::would_block || ec == asio::error::try_again) co_return true;
+  co_return !ec;  // end of stream: a command cut short dies with the connection
+}
+
+size_t Connection::ReadAvailable(error_code& ec) {
+  // available() may be 0 at end of stream; reading one byte then reports the EOF.
+  const size_t arrived = std::max<size_t>(socket_.available(ec), 1);
+  ec.clear();
+  const size_t pending = parser_.pending_bulk_bytes();
+  if (pending >= kDirectReadMinBytes) {
+    input_ = {};
+    std::span<char> window =
+        parser_.BulkWindow(std::min({pending, arrived, kDirectReadMaxBytes}));
+    const size_t n = socket_.read_some(asio::buffer(window.data(), window.size()), ec);
+    parser_.CommitBulk(n);
+    return n;
+  }
+  if (!read_buf_) read_buf_ = std::make_unique<char[]>(kReadBufferBytes);
+  const size_t n = socket_.read_some(asio::buffer(read_buf_.get(), kReadBufferBytes), ec);
+  input_ = std::string_view(read_buf_.get(), n);
+  return n;
+}
+
+Connection::Awaitable<bool> Connection::Process() {
+  for (;;) {
+    Result<size_t> fed = parser_.Feed(input_);
+    if (!fed.ok()) {
+      co_await FailProtocol(fed.status());
+      co_return false;
+    }
+    input_.remove_prefix(*fed);
+    if (!parser_.has_command()) co_return true;
+    resp::Command cmd = parser_.TakeCommand();
+    const bool carry_on = co_await Execute(cmd);
+    if (!carry_on) co_return false;
+  }
+}
+
+Connection::Awaitable<bool> Connection::Execute(resp::Command& cmd) {
+  CommandContext ctx{server_, session_, writer_};
+  const size_t reply_start = out_.size();
+  const CommandSpec* spec = PrepareCommand(ctx, cmd);
+  const bool ran = co_await RunHandler(spec, ctx, cmd);
+  server_.counters.commands_processed.fetch_add(1, std::memory_order_relaxed);
+  Touch();
+  if (!ran) co_return false;
+  if (ctx.send_fd >= 0) {
+    const bool sent = co_await FlushWithFd(reply_start, ctx.send_fd);
+    if (!sent) co_return false;
+  }
+  if (!full_limits_ && session_.authenticated()) {
+    // The parser is between commands (the rest of the input is still in input_), so it can be
+    // replaced by one with the full limits.
+    parser_ = resp::RequestParser(ParserLimits(true));
+    full_limits_ = true;
+  }
+  if (ctx.close_after_reply) {
+    co_await Flush();
+    co_return false;
+  }
+  if (out_.size() < server_.options.max_inflight_bytes_per_client) co_return true;
+  const bool flushed = co_await Flush();
+  co_return flushed;
+}
+
+Connection::Awaitable<bool> Connection::RunHandler(const CommandSpec* spec, CommandContext& ctx,
+                                                   resp::Command& cmd) {
+  for (;;) {
+    if (spec == nullptr || spec->handler(ctx, cmd) == Progress::kDone) co_return true;
+    const bool flushed = co_await Flush();
+    if (!flushed) co_return false;
+  }
+}
+
+Connection::Awaitable<bool> Connection::FailProtocol(const Status& status) {
+  server_.counters.protocol_errors.fetch_add(1, std::memory_order_relaxed);
+  writer_.AppendError("ERR " + status.message());
+  co_await Flush();
+  co_return false;
+}
+
+Connection::Awaitable<bool> Connection::Flush() {
+  if (out_.empty()) co_return true;
+  error_code ec;
+  co_await asio::async_write(socket_, asio::buffer(out_), redirect_error(use_awaitable, ec));
+  out_.clear();
+  if (out_.capacity() > kKeepOutputBytes) std::string().swap(out_);
+  if (ec) co_return false;
+  Touch();
+  co_return true;
+}
+
+Connection::Awaitable<bool> Connection::FlushWithFd(size_t offset, int fd) {
+  // Earlier replies go first, so the descriptor arrives with this reply's first byte.
+  error_code ec;
+  if (offset > 0) {
+    co_await asio::async_write(socket_, asio::buffer(out_.data(), offset),
+                               redirect_error(use_awaitable, ec));
+    if (ec) co_return false;
+  }
+  const std::string_view reply = std::string_view(out_).substr(offset);
+  size_t sent = 0;
+  while (sent == 0) {
+    Result<size_t> r = SendWithFd(socket_.native_handle(), reply, fd);
+    if (r.ok()) {
+      sent = *r;
+    } else if (r.status().code() == StatusCode::kBusy) {
+      co_await socket_.async_wait(asio::socket_base::wait_write, redirect_error(use_awaitable, ec));
+      if (ec) co_return false;
+    } else {
+      co_return false;
+    }
+  }
+  out_.erase(0, offset + sent);
+  const bool flushed = co_await Flush();
+  co_return flushed;
+}
+
+}  // namespace kvtier::server

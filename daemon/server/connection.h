@@ -1,0 +1,105 @@
+// Connection: one client, served by one coroutine that reads requests, runs them and writes the
+// replies, plus an optional watchdog coroutine for the idle timeout.
+//
+// The loop: wait until the socket is readable, read what has arrived, feed it to the RESP request
+// parser, run every complete command (replies accumulate in one output buffer), then write the
+// whole batch at once, so a pipelined client gets one write per read. While a write is in flight
+// nothing is read: a client that does not read its replies stops being read from, and the output
+// buffer never holds more than about max_inflight_bytes_per_client (handlers with long replies
+// flush half-way, see CommandContext). A malformed frame gets its error reply and the connection is
+// closed, because the start of the next frame is unknown.
+//
+// Memory: an idle connection holds no read buffer (the buffer is taken when bytes arrive and given
+// back once the parser is between commands) and an output buffer of at most kKeepOutputBytes, so it
+// costs a few KiB. Large payloads are received straight into the parser's argument (BulkWindow),
+// without passing through the read buffer.
+//
+// Ownership and threads: the server creates a connection with the accepted socket; the connection
+// keeps itself alive (shared_ptr held by its coroutines) until the client is gone or Close() is
+// called, then ends its session (aborting reservations, releasing leases) and calls `on_exit`.
+// Everything runs on the connection's strand, so its state needs no lock; Close() may be called from
+// any thread.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "common/resp/reply_writer.h"
+#include "common/resp/request_parser.h"
+#include "daemon/server/asio.h"
+#include "daemon/server/commands.h"
+#include "daemon/server/server_context.h"
+#include "daemon/server/session.h"
+
+namespace kvtier::server {
+
+class Connection : public std::enable_shared_from_this<Connection> {
+ public:
+  using Socket = boost::asio::generic::stream_protocol::socket;
+
+  // `on_exit` runs once, on the connection's strand, after the session has ended.
+  Connection(Socket socket, Transport transport, uint64_t id, ServerContext& server,
+             std::function<void()> on_exit);
+  ~Connection();
+  Connection(const Connection&) = delete;
+  Connection& operator=(const Connection&) = delete;
+
+  // Starts serving. Call once, right after construction.
+  void Start();
+  // Closes the socket; the coroutines see it, end the session and exit. Any thread; idempotent.
+  void Close();
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  template <typename T>
+  using Awaitable = boost::asio::awaitable<T>;
+
+  Awaitable<void> Run(std::shared_ptr<Connection> self);
+  Awaitable<void> Watchdog(std::shared_ptr<Connection> self);
+  // Waits for bytes and takes them (into read_buf_ or straight into a bulk argument). false: the
+  // peer is gone or the socket was closed.
+  Awaitable<bool> Receive();
+  size_t ReadAvailable(boost::system::error_code& ec);
+  // Feeds input_ to the parser and runs every complete command. false: close the connection.
+  Awaitable<bool> Process();
+  Awaitable<bool> Execute(resp::Command& cmd);
+  // Runs the handler (none: PrepareCommand already answered), flushing between the pieces of a
+  // long reply. false: the client is gone.
+  Awaitable<bool> RunHandler(const CommandSpec* spec, CommandContext& ctx, resp::Command& cmd);
+  Awaitable<bool> FailProtocol(const Status& status);
+  // Writes the buffered replies. false: the write failed (the peer is gone).
+  Awaitable<bool> Flush();
+  // Writes out_[0, offset), then the rest with `fd` riding on its first byte.
+  Awaitable<bool> FlushWithFd(size_t offset, int fd);
+
+  // The parser limits before AUTH (small) and after (the configured ones).
+  resp::RequestParser::Options ParserLimits(bool authenticated) const;
+  // Pushes the idle deadline forward: a command completed or reply bytes were taken.
+  void Touch();
+  void CloseSocket();
+  // Runs when Run ends, normally or by exception: closes, ends the session, reports the exit.
+  void Finish();
+
+  ServerContext& server_;
+  boost::asio::strand<boost::asio::any_io_executor> strand_;
+  Socket socket_;
+  boost::asio::steady_timer timer_;
+  Session session_;
+  resp::RequestParser parser_;
+  bool full_limits_;
+  std::string out_;
+  resp::ReplyWriter writer_;
+  std::unique_ptr<char[]> read_buf_;
+  std::string_view input_;  // bytes of read_buf_ not yet fed to the parser
+  Clock::time_point deadline_ = Clock::time_point::max();
+  bool closing_ = false;
+  bool finished_ = false;
+  std::function<void()> on_exit_;
+};
+
+}  // namespace kvtier::server

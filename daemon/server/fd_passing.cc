@@ -1,0 +1,33 @@
+#include "daemon/server/fd_passing.h"
+
+#include <sys/socket.h>
+
+#include <cerrno>
+#include <cstring>
+
+namespace kvtier::server {
+
+Result<size_t> SendWithFd(int socket_fd, std::string_view bytes, int fd) {
+  if (bytes.empty()) return InvalidArgument("a descriptor needs at least one byte to ride on");
+  iovec iov{const_cast<char*>(bytes.data()), bytes.size()};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof(control);
+  cmsghdr* cmsg = CMSG_FIRSTHDR(&msg);
+  cmsg->cmsg_level = SOL_SOCKET;
+  cmsg->cmsg_type = SCM_RIGHTS;
+  cmsg->cmsg_len = CMSG_LEN(sizeof(int));
+  std::memcpy(CMSG_DATA(cmsg), &fd, sizeof(int));
+  for (;;) {
+    const ssize_t sent = sendmsg(socket_fd, &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (sent > 0) return static_cast<size_t>(sent);
+    if (sent < 0 && errno == EINTR) continue;
+    if (sent < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return Busy("socket buffer full");
+    return ErrnoStatus(sent < 0 ? errno : EIO, "sendmsg with SCM_RIGHTS");
+  }
+}
+
+}  // namespace kvtier::server

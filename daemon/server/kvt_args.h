@@ -1,0 +1,49 @@
+// Arguments common to the KVT.* handlers: the namespace id and the packed keys, each parsed once
+// with the error reply written on failure, and the per-connection cap on held ids.
+//
+// Called from handlers on the connection's strand.
+#pragma once
+
+#include <cstddef>
+#include <optional>
+#include <string_view>
+
+#include "common/keys.h"
+#include "daemon/server/commands.h"
+
+namespace kvtier::server {
+
+// Reservations (and, separately, leases) one connection may hold at once. Each costs the session a
+// set entry until the client commits, aborts or releases it, even after the store took it back at
+// its deadline; the cap keeps a client that never finishes from growing the daemon without bound.
+// Beyond it, RESERVE and ACQUIRE answer BUSY for the extra keys.
+inline constexpr size_t kMaxHeldIdsPerConnection = size_t{1} << 20;
+
+// The namespace of a KVT.* command.
+struct KvtNamespace {
+  NamespaceId id;
+  // Registered, and not the generic namespace (which only the generic commands reach).
+  bool known = false;
+};
+
+// Parses 32 hex digits; on failure writes `-ERR invalid namespace id` and returns nullopt.
+std::optional<KvtNamespace> ParseKvtNamespace(CommandContext& ctx, std::string_view hex);
+
+// Checks a packed-key argument (a multiple of 16 bytes, at most max_lookup_keys keys) and returns
+// the number of keys; on failure writes the -ERR reply and returns nullopt.
+std::optional<size_t> CheckPackedKeys(CommandContext& ctx, std::string_view packed);
+
+// Key `i` of a packed-key argument that passed CheckPackedKeys.
+BlockKey PackedKey(std::string_view packed, size_t i);
+
+// `-NOTFOUND namespace <hex> is not registered`.
+void AppendUnknownNamespace(CommandContext& ctx, const NamespaceId& ns);
+
+// True (after writing `-ERR <command> needs ...`) unless the connection can use the shared-memory
+// path: a Unix socket, and a daemon with a host arena.
+bool RefuseWithoutSharedMemory(CommandContext& ctx, std::string_view command);
+
+// KVT.REGISTER, in kvt_register.cc.
+Progress KvtRegister(CommandContext& ctx, resp::Command& cmd);
+
+}  // namespace kvtier::server

@@ -1,0 +1,110 @@
+// Server: the network front of kvtierd. It accepts clients on a Unix socket and on TCP, speaks the
+// RESP protocol of docs/protocol.md and serves every command from the in-process store.
+//
+// Each connection is one coroutine (daemon/server/connection.h) that reads requests, runs them
+// against the store and writes the replies. Connections end their reservations and leases when
+// they close, so a client killed mid-put or mid-get leaves no partial block and no pinned block.
+//
+// Ownership: the server borrows the store and the optional host arena (both must outlive it) and
+// owns its listeners, its connections and its I/O threads. Threads: Create, Start, Stop and the
+// destructor are called by the owner (one thread, not concurrently); tcp_port(), unix_path() and
+// Stats() may be called from any thread. Start runs `io_threads` threads named "kvtier-io-<n>",
+// joined by Stop (which the destructor calls).
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace kvtier::store {
+class Store;
+}
+namespace kvtier::tiers {
+class HostTier;
+}
+
+namespace kvtier::server {
+
+struct ServerOptions {
+  // Unix socket path; empty: no Unix listener. A stale socket file (nobody listening) is replaced;
+  // any other file at the path is an error. The socket is chmod-ed to unix_mode before listening.
+  std::string unix_path;
+  uint32_t unix_mode = 0660;
+  // Unix clients whose uid (SO_PEERCRED) may connect; empty: any uid.
+  std::vector<uid_t> allowed_uids;
+  // TCP listener. tcp_port 0 turns TCP off unless tcp_ephemeral asks for a port chosen by the
+  // kernel (tests; read it back with tcp_port()). tcp_host is an IP literal or "localhost". A
+  // non-loopback host needs a password: an open cache on the network would serve any prompt's KV.
+  std::string tcp_host = "127.0.0.1";
+  uint16_t tcp_port = 0;
+  bool tcp_ephemeral = false;
+  int io_threads = 2;
+  // Empty: no AUTH required. Otherwise every client must AUTH (or HELLO ... AUTH) first.
+  std::string password;
+
+  // Frame limits of the request parser (see docs/protocol.md, Limits).
+  size_t max_bulk_bytes = size_t{512} << 20;
+  size_t max_array_len = size_t{1} << 20;
+  size_t max_inline_bytes = size_t{64} << 10;
+  size_t max_command_bytes = size_t{1} << 30;
+  // Command limits.
+  size_t max_key_bytes = size_t{64} << 10;  // generic keys
+  size_t max_lookup_keys = 65536;           // packed keys per KVT.* call
+  // Reply bytes a client may have pending before the server stops reading from it.
+  size_t max_inflight_bytes_per_client = size_t{1} << 30;
+  // A connection that completes no command and accepts no reply bytes for this long is closed;
+  // 0: never. A request trickling in a byte at a time does not count as activity.
+  uint64_t idle_timeout_ms = 0;
+  size_t max_clients = 10000;
+  // Lapsed leases and reservations are taken back by the store's owner, which calls
+  // Store::ExpireDeadlines periodically; the server only ends those of closed connections.
+};
+
+struct ServerStats {
+  uint64_t connected_clients = 0;
+  uint64_t total_connections = 0;     // accepted, rejected ones included
+  uint64_t commands_processed = 0;
+  uint64_t protocol_errors = 0;       // malformed frames (the connection was closed)
+  uint64_t rejected_connections = 0;  // max_clients reached or uid not allowed
+};
+
+class Server {
+ public:
+  // Validates the options (kInvalidArgument naming the bad key: no listener, a non-loopback
+  // tcp_host without a password, a zero limit, ...) and registers the generic namespace in the
+  // store. Binds nothing yet. `arena` may be null: then KVT.ATTACH, KVT.RESERVE and KVT.ACQUIRE
+  // answer an error and only the inline commands work.
+  static Result<std::unique_ptr<Server>> Create(const ServerOptions& options, store::Store& store,
+                                                tiers::HostTier* arena);
+  ~Server();
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+
+  // Binds and listens on the configured addresses, then starts the I/O threads. Errors name the
+  // address: kDeviceError or kPermissionDenied from bind/listen ("unix socket /run/kvtier.sock:
+  // bind: Address already in use"), kInvalidArgument for a path that is not a stale socket.
+  // Call once.
+  Status Start();
+
+  // Stops accepting, closes every connection (their reservations are aborted and their leases
+  // released), joins the I/O threads and removes the Unix socket file. Idempotent.
+  void Stop();
+
+  // The bound TCP port (the kernel's choice for tcp_ephemeral); 0 when TCP is off or not started.
+  uint16_t tcp_port() const;
+  const std::string& unix_path() const;
+  ServerStats Stats() const;
+
+ private:
+  struct Impl;
+  explicit Server(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace kvtier::server

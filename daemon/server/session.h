@@ -1,0 +1,67 @@
+// Session: the state of one client connection that commands read and change: protocol version,
+// authentication, name, and the reservations and leases the client holds in the store.
+//
+// The session owns those reservations and leases on the client's behalf: the store's ids are
+// global, so a client may only commit, abort or release ids recorded here (another client's ids
+// answer NOTFOUND), and ~Session (or EndAll) aborts and releases whatever is left, so a client that
+// vanishes mid-put or mid-get leaves no half-written block and no leased block behind.
+//
+// One session belongs to one connection and is only touched from that connection's strand; it is
+// not thread-safe. The store must outlive it.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <unordered_set>
+
+#include "common/resp/protocol.h"
+
+namespace kvtier::store {
+class Store;
+}
+
+namespace kvtier::server {
+
+enum class Transport : uint8_t { kUnix, kTcp };
+
+class Session {
+ public:
+  Session(store::Store& store, uint64_t id, Transport transport, bool authenticated)
+      : store_(store), id_(id), transport_(transport), authenticated_(authenticated) {}
+  ~Session() { EndAll(); }
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
+
+  uint64_t id() const { return id_; }
+  Transport transport() const { return transport_; }
+  resp::Protocol protocol() const { return protocol_; }
+  void set_protocol(resp::Protocol protocol) { protocol_ = protocol; }
+  bool authenticated() const { return authenticated_; }
+  void set_authenticated() { authenticated_ = true; }
+  const std::string& name() const { return name_; }
+  void set_name(std::string name) { name_ = std::move(name); }
+
+  void AddReservation(uint64_t id) { reservations_.insert(id); }
+  // Forgets `id` and returns true when this session holds it; false for anyone else's id.
+  bool TakeReservation(uint64_t id) { return reservations_.erase(id) == 1; }
+  void AddLease(uint64_t id) { leases_.insert(id); }
+  bool TakeLease(uint64_t id) { return leases_.erase(id) == 1; }
+  size_t reservations_held() const { return reservations_.size(); }
+  size_t leases_held() const { return leases_.size(); }
+
+  // Aborts every reservation and releases every lease still held. Ids the store has already
+  // expired answer NOTFOUND there, which is fine: they are gone either way.
+  void EndAll();
+
+ private:
+  store::Store& store_;
+  const uint64_t id_;
+  const Transport transport_;
+  resp::Protocol protocol_ = resp::Protocol::kResp2;
+  bool authenticated_;
+  std::string name_;
+  std::unordered_set<uint64_t> reservations_;
+  std::unordered_set<uint64_t> leases_;
+};
+
+}  // namespace kvtier::server

@@ -1,0 +1,243 @@
+#include "daemon/server/test_client.h"
+
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <thread>
+
+#include "common/resp/reply_parser.h"
+
+namespace kvtier::server::testing {
+namespace {
+
+using std::chrono::milliseconds;
+using std::chrono::steady_clock;
+
+int ConnectTo(const sockaddr* addr, socklen_t length, int family) {
+  const int fd = socket(family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -1;
+  if (connect(fd, addr, length) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+}  // namespace
+
+std::string Resp(const std::vector<std::string>& args) {
+  std::string out = "*" + std::to_string(args.size()) + "\r\n";
+  for (const std::string& a : args) out += "$" + std::to_string(a.size()) + "\r\n" + a + "\r\n";
+  return out;
+}
+
+std::string Resp(std::initializer_list<std::string_view> args) {
+  return Resp(std::vector<std::string>(args.begin(), args.end()));
+}
+
+BlockKey TestKey(uint64_t n) {
+  BlockKey k;
+  k.high = 0xABCD0000'00000000ULL | n;
+  k.low = n * 0x9E3779B97F4A7C15ULL + 1;
+  return k;
+}
+
+std::string PackKeys(const std::vector<BlockKey>& keys) {
+  std::string out(keys.size() * 16, '\0');
+  for (size_t i = 0; i < keys.size(); ++i) {
+    keys[i].ToBytes(reinterpret_cast<std::byte*>(out.data() + 16 * i));
+  }
+  return out;
+}
+
+bool WaitFor(const std::function<bool()>& condition, milliseconds timeout) {
+  const auto deadline = steady_clock::now() + timeout;
+  while (!condition()) {
+    if (steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(milliseconds(1));
+  }
+  return true;
+}
+
+TestClient TestClient::ConnectUnix(const std::string& path) {
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
+  return TestClient(ConnectTo(reinterpret_cast<sockaddr*>(&addr), sizeof(addr), AF_UNIX));
+}
+
+TestClient TestClient::ConnectTcp(uint16_t port) {
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(port);
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  TestClient client(ConnectTo(reinterpret_cast<sockaddr*>(&addr), sizeof(addr), AF_INET));
+  int one = 1;
+  if (client.fd_ >= 0) setsockopt(client.fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  return client;
+}
+
+TestClient::~TestClient() { Close(); }
+
+TestClient::TestClient(TestClient&& other) noexcept
+    : fd_(std::exchange(other.fd_, -1)),
+      pending_(std::move(other.pending_)),
+      fds_(std::move(other.fds_)) {}
+
+TestClient& TestClient::operator=(TestClient&& other) noexcept {
+  if (this != &other) {
+    Close();
+    fd_ = std::exchange(other.fd_, -1);
+    pending_ = std::move(other.pending_);
+    fds_ = std::move(other.fds_);
+  }
+  return *this;
+}
+
+void TestClient::Close() {
+  if (fd_ >= 0) close(fd_);
+  fd_ = -1;
+  for (int fd : fds_) close(fd);
+  fds_.clear();
+}
+
+void TestClient::ShutdownWrite() {
+  if (fd_ >= 0) shutdown(fd_, SHUT_WR);
+}
+
+bool TestClient::Send(std::string_view bytes) {
+  while (!bytes.empty()) {
+    const ssize_t n = send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    bytes.remove_prefix(static_cast<size_t>(n));
+  }
+  return true;
+}
+
+std::string TestClient::Call(std::initializer_list<std::string_view> args) {
+  return Send(Resp(args)) ? ReadReply() : std::string();
+}
+
+std::string TestClient::Call(const std::vector<std::string>& args) {
+  return Send(Resp(args)) ? ReadReply() : std::string();
+}
+
+bool TestClient::ReceiveMore(milliseconds timeout, bool* closed) {
+  pollfd p{fd_, POLLIN, 0};
+  const int ready = poll(&p, 1, static_cast<int>(timeout.count()));
+  if (ready <= 0) return false;
+  char buf[64 << 10];
+  iovec iov{buf, sizeof(buf)};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * 4)];
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof(control);
+  const ssize_t n = recvmsg(fd_, &msg, MSG_CMSG_CLOEXEC);
+  if (n <= 0) {
+    if (closed != nullptr) *closed = true;
+    return false;
+  }
+  for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
+    if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+    const size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+    for (size_t i = 0; i < count; ++i) {
+      int fd;
+      std::memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+      fds_.push_back(fd);
+    }
+  }
+  pending_.append(buf, static_cast<size_t>(n));
+  return true;
+}
+
+std::string TestClient::ReadReply(milliseconds timeout) {
+  const auto deadline = steady_clock::now() + timeout;
+  for (;;) {
+    resp::ReplyParser parser;
+    Result<size_t> used = parser.Feed(pending_);
+    if (used.ok() && parser.has_reply()) {
+      std::string reply = pending_.substr(0, *used);
+      pending_.erase(0, *used);
+      return reply;
+    }
+    if (!used.ok()) return "<unparsable reply: " + pending_ + ">";
+    const auto left = std::chrono::duration_cast<milliseconds>(deadline - steady_clock::now());
+    if (left.count() <= 0 || !ReceiveMore(left, nullptr)) return std::string();
+  }
+}
+
+std::string TestClient::ReadUntilClosed(bool* closed, milliseconds timeout) {
+  *closed = false;
+  const auto deadline = steady_clock::now() + timeout;
+  while (!*closed) {
+    const auto left = std::chrono::duration_cast<milliseconds>(deadline - steady_clock::now());
+    if (left.count() <= 0) break;
+    ReceiveMore(left, closed);
+  }
+  return std::exchange(pending_, std::string());
+}
+
+int TestClient::TakeReceivedFd() {
+  if (fds_.empty()) return -1;
+  const int fd = fds_.front();
+  fds_.erase(fds_.begin());
+  return fd;
+}
+
+TestServer::TestServer(ServerOptions options, bool with_arena, uint64_t capacity_bytes)
+    : options_(std::move(options)) {
+  char dir[] = "/tmp/kvtier-server-test-XXXXXX";
+  if (mkdtemp(dir) == nullptr) {
+    status_ = ErrnoStatus(errno, "mkdtemp");
+    return;
+  }
+  dir_ = dir;
+  options_.unix_path = dir_ + "/kvtierd.sock";
+  if (options_.tcp_port == 0) options_.tcp_ephemeral = true;
+  auto tier = tiers::HostTier::Create(
+      {.capacity_bytes = capacity_bytes, .try_huge_pages = false, .try_mlock = false, .name = ""});
+  if (!tier.ok()) {
+    status_ = tier.status();
+    return;
+  }
+  tier_ = std::move(tier).value();
+  auto store = store::Store::Create({}, {tier_.get()}, clock_);
+  if (!store.ok()) {
+    status_ = store.status();
+    return;
+  }
+  store_ = std::move(store).value();
+  auto server = Server::Create(options_, *store_, with_arena ? tier_.get() : nullptr);
+  if (!server.ok()) {
+    status_ = server.status();
+    return;
+  }
+  server_ = std::move(server).value();
+  status_ = server_->Start();
+}
+
+TestServer::~TestServer() {
+  if (server_) server_->Stop();
+  server_.reset();
+  store_.reset();
+  tier_.reset();
+  std::error_code ec;
+  if (!dir_.empty()) std::filesystem::remove_all(dir_, ec);
+}
+
+bool TestServer::WaitForClients(uint64_t n) {
+  return WaitFor([&] { return server_->Stats().connected_clients == n; });
+}
+
+}  // namespace kvtier::server::testing

@@ -1,0 +1,63 @@
+#include "daemon/server/wire.h"
+
+#include <charconv>
+
+namespace kvtier::server {
+
+std::string_view StatusWord(StatusCode code) {
+  switch (code) {
+    case StatusCode::kOk:
+      return "OK";
+    case StatusCode::kNotFound:
+      return "NOTFOUND";
+    case StatusCode::kAlreadyExists:
+      return "EXISTS";
+    case StatusCode::kRejected:
+      return "REJECTED";
+    case StatusCode::kBusy:
+      return "BUSY";
+    case StatusCode::kDeviceError:
+    case StatusCode::kChecksumMismatch:
+    case StatusCode::kCorruption:
+      return "DEVICE";
+    case StatusCode::kInvalidArgument:
+      return "INVALID";
+    case StatusCode::kTimeout:
+      return "TIMEOUT";
+    case StatusCode::kShuttingDown:
+      return "SHUTDOWN";
+    case StatusCode::kPermissionDenied:
+      return "NOPERM";
+    case StatusCode::kInternal:
+      break;
+  }
+  return "INTERNAL";
+}
+
+void AppendStatusError(resp::ReplyWriter& reply, const Status& status) {
+  std::string line(StatusWord(status.code()));
+  if (!status.message().empty()) {
+    line.push_back(' ');
+    line.append(status.message());
+  }
+  reply.AppendError(line);
+}
+
+std::optional<uint64_t> ParseUint64(std::string_view text) {
+  if (text.empty() || (text.size() > 1 && text.front() == '0')) return std::nullopt;
+  uint64_t value = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec != std::errc() || end != text.data() + text.size()) return std::nullopt;
+  return value;
+}
+
+std::optional<NamespaceId> ParseNamespaceId(std::string_view hex) {
+  std::optional<Key128> k = Key128::FromHex(hex);
+  if (!k) return std::nullopt;
+  NamespaceId ns;
+  ns.high = k->high;
+  ns.low = k->low;
+  return ns;
+}
+
+}  // namespace kvtier::server

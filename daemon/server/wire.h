@@ -1,0 +1,38 @@
+// Small helpers shared by the command handlers: parsing of arguments (numbers, namespace ids,
+// packed keys) and the mapping from Status codes to the error words of docs/protocol.md.
+//
+// All functions are pure (or only append to the given writer) and may be called from any thread.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "common/keys.h"
+#include "common/resp/reply_writer.h"
+#include "common/status.h"
+
+namespace kvtier::server {
+
+// The word a status is reported with on the wire, as a per-key status string and as the code of an
+// error reply: OK, EXISTS, NOTFOUND, BUSY, REJECTED, INVALID, TIMEOUT, DEVICE, SHUTDOWN, NOPERM,
+// INTERNAL. A checksum mismatch and corrupt metadata are DEVICE: the bytes could not be served.
+// This differs from resp::ReplyWriter::ErrorCode (ERR for kInvalidArgument, ALREADYEXISTS,
+// DEVICEERROR, ...) on purpose: protocol.md fixes these words and a client maps them back to
+// StatusCode one to one.
+std::string_view StatusWord(StatusCode code);
+
+// `-<WORD> <message>`. Precondition: !status.ok().
+void AppendStatusError(resp::ReplyWriter& reply, const Status& status);
+
+// A decimal unsigned 64-bit integer with no sign, spaces or leading zeros ("0" itself is fine).
+std::optional<uint64_t> ParseUint64(std::string_view text);
+
+// 32 hex digits; nullopt otherwise.
+std::optional<NamespaceId> ParseNamespaceId(std::string_view hex);
+
+// Redis' reply to a bad number argument.
+inline constexpr std::string_view kNotAnInteger = "ERR value is not an integer or out of range";
+
+}  // namespace kvtier::server
