@@ -1,0 +1,248 @@
+#include "daemon/cli/bench_command.h"
+
+#include <pthread.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "common/units.h"
+#include "daemon/cli/latency.h"
+#include "hashing/block_hasher.h"
+
+namespace kvtier::cli {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct PhaseResult {
+  uint64_t blocks_ok = 0;
+  uint64_t blocks_failed = 0;
+  LatencyRecorder latency;
+  Status error;  // the first call that failed outright
+};
+
+struct Worker {
+  client::Client client;
+  std::vector<BlockKey> keys;
+  std::vector<std::byte> buffer;  // batch x block_bytes
+  PhaseResult put;
+  PhaseResult get;
+};
+
+struct Phase {
+  PhaseResult total;
+  double wall_s = 0;
+};
+
+hashing::NamespaceDescriptor BenchDescriptor() {
+  hashing::NamespaceDescriptor d;
+  d.model_id = "kvtier-bench";
+  d.kv_dtype = "int8";
+  d.num_layers = d.num_kv_heads = d.head_dim = 1;
+  d.tokens_per_block = 16;
+  d.layout_tag = "bench";
+  char salt[32];
+  std::snprintf(salt, sizeof(salt), "%016llx",
+                static_cast<unsigned long long>(std::random_device{}()) << 32 ^ std::random_device{}());
+  d.tenant_salt = salt;
+  return d;
+}
+
+// One call: put or get blocks [start, start + n) of the worker's keys.
+void BenchCall(Worker& w, const NamespaceId& ns, size_t block_bytes, bool shm, bool put,
+               size_t start, size_t n) {
+  std::vector<void*> ptrs(n);
+  for (size_t i = 0; i < n; ++i) ptrs[i] = w.buffer.data() + i * block_bytes;
+  const std::span<const BlockKey> keys = std::span(w.keys).subspan(start, n);
+  PhaseResult& r = put ? w.put : w.get;
+  const auto t0 = Clock::now();
+  if (put) {
+    std::vector<const void*> src(ptrs.begin(), ptrs.end());
+    std::vector<std::span<const std::byte>> spans;
+    for (void* p : ptrs) spans.emplace_back(static_cast<const std::byte*>(p), block_bytes);
+    Result<std::vector<Status>> s =
+        shm ? w.client.Put(ns, keys, src, block_bytes) : w.client.PutInline(ns, keys, spans);
+    r.latency.Add(Clock::now() - t0);
+    if (!s.ok()) {
+      r.error = s.status();
+      return;
+    }
+    for (const Status& st : *s) {
+      (st.ok() || st.code() == StatusCode::kAlreadyExists) ? ++r.blocks_ok : ++r.blocks_failed;
+    }
+  } else {
+    std::vector<std::span<std::byte>> spans;
+    for (void* p : ptrs) spans.emplace_back(static_cast<std::byte*>(p), block_bytes);
+    Result<size_t> served =
+        shm ? w.client.Get(ns, keys, ptrs, block_bytes) : w.client.GetInline(ns, keys, spans);
+    r.latency.Add(Clock::now() - t0);
+    if (!served.ok()) {
+      r.error = served.status();
+      return;
+    }
+    r.blocks_ok += *served;
+    r.blocks_failed += n - *served;
+  }
+}
+
+Phase RunPhase(std::vector<Worker>& workers, const BenchFlags& flags, const NamespaceId& ns,
+               size_t block_bytes, bool put) {
+  const bool shm = flags.path == "shm";
+  const auto start = Clock::now();
+  std::vector<std::thread> threads;
+  for (size_t t = 0; t < workers.size(); ++t) {
+    threads.emplace_back([&, t] {
+      const std::string name = "kvtier-bench-" + std::to_string(t);
+      pthread_setname_np(pthread_self(), name.substr(0, 15).c_str());
+      Worker& w = workers[t];
+      for (size_t i = 0; i < flags.count && (put ? w.put : w.get).error.ok(); i += flags.batch) {
+        BenchCall(w, ns, block_bytes, shm, put, i, std::min(flags.batch, flags.count - i));
+      }
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  Phase phase;
+  phase.wall_s = std::chrono::duration<double>(Clock::now() - start).count();
+  for (Worker& w : workers) {
+    const PhaseResult& r = put ? w.put : w.get;
+    phase.total.blocks_ok += r.blocks_ok;
+    phase.total.blocks_failed += r.blocks_failed;
+    phase.total.latency.Merge(r.latency);
+    if (phase.total.error.ok()) phase.total.error = r.error;
+  }
+  return phase;
+}
+
+nlohmann::ordered_json PhaseJson(const Phase& p, size_t block_bytes) {
+  const LatencyRecorder::Summary s = p.total.latency.Summarize();
+  const double bytes = static_cast<double>(p.total.blocks_ok) * static_cast<double>(block_bytes);
+  nlohmann::ordered_json j;
+  j["blocks_ok"] = p.total.blocks_ok;
+  j["blocks_failed"] = p.total.blocks_failed;
+  j["wall_s"] = p.wall_s;
+  j["gib_per_s"] = p.wall_s > 0 ? bytes / p.wall_s / double(1 << 30) : 0.0;
+  j["blocks_per_s"] = p.wall_s > 0 ? static_cast<double>(p.total.blocks_ok) / p.wall_s : 0.0;
+  j["calls"] = s.count;
+  j["latency_us"] = {{"mean", s.mean_us}, {"p50", s.p50_us}, {"p99", s.p99_us}, {"max", s.max_us}};
+  return j;
+}
+
+void PrintTable(const BenchFlags& flags, size_t block_bytes, const Phase& put, const Phase& get,
+                std::ostream& out) {
+  out << "bench: " << flags.concurrency << " client(s) x " << flags.count << " blocks of "
+      << FormatBytes(block_bytes) << ", path " << flags.path << ", batch " << flags.batch << ", "
+      << flags.client.url << "\n";
+  char line[200];
+  std::snprintf(line, sizeof(line), "%-4s %10s %8s %9s %11s %10s %10s %10s\n", "op", "blocks",
+                "failed", "GiB/s", "blocks/s", "p50 us", "p99 us", "max us");
+  out << line;
+  for (const auto& [name, phase] : {std::pair{"put", &put}, std::pair{"get", &get}}) {
+    const nlohmann::ordered_json j = PhaseJson(*phase, block_bytes);
+    const LatencyRecorder::Summary s = phase->total.latency.Summarize();
+    std::snprintf(line, sizeof(line), "%-4s %10llu %8llu %9.2f %11.0f %10.1f %10.1f %10.1f\n", name,
+                  static_cast<unsigned long long>(phase->total.blocks_ok),
+                  static_cast<unsigned long long>(phase->total.blocks_failed),
+                  j["gib_per_s"].get<double>(), j["blocks_per_s"].get<double>(), s.p50_us,
+                  s.p99_us, s.max_us);
+    out << line;
+  }
+}
+
+// Connects every worker, registers the namespace and prepares keys and buffers.
+Status Prepare(const BenchFlags& flags, size_t block_bytes, std::vector<Worker>& workers,
+               client::NamespaceInfo* ns) {
+  for (size_t t = 0; t < flags.concurrency; ++t) {
+    KVTIER_ASSIGN_OR_RETURN(client::Client c, ConnectWithFlags(flags.client));
+    if (flags.path == "shm") KVTIER_RETURN_IF_ERROR(c.Attach().status());
+    if (t == 0) {
+      KVTIER_ASSIGN_OR_RETURN(*ns, c.RegisterNamespace(BenchDescriptor(), block_bytes));
+    }
+    workers.push_back(Worker{std::move(c), {}, {}, {}, {}});
+  }
+  for (size_t t = 0; t < workers.size(); ++t) {
+    Worker& w = workers[t];
+    w.keys.reserve(flags.count);
+    for (uint64_t i = 0; i < flags.count; ++i) {
+      const uint64_t id[2] = {t, i};
+      w.keys.push_back(hashing::FoldForeignKey(
+          ns->id, std::span(reinterpret_cast<const std::byte*>(id), sizeof(id))));
+    }
+    w.buffer.resize(std::min(flags.batch, flags.count) * block_bytes);
+    for (size_t i = 0; i < w.buffer.size(); ++i) w.buffer[i] = static_cast<std::byte>(i * 131 + t);
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+int RunBench(const BenchFlags& flags, std::ostream& out, std::ostream& err) {
+  Result<uint64_t> block_bytes = ParseBytes(flags.block_bytes);
+  if (!block_bytes.ok() || *block_bytes == 0) {
+    err << "kvtier bench: --block-bytes: '" << flags.block_bytes << "' is not a positive size\n";
+    return 1;
+  }
+  std::vector<Worker> workers;
+  client::NamespaceInfo ns;
+  if (Status s = Prepare(flags, *block_bytes, workers, &ns); !s.ok()) {
+    err << "kvtier bench: " << s.ToString() << "\n";
+    return 1;
+  }
+  const Phase put = RunPhase(workers, flags, ns.id, *block_bytes, /*put=*/true);
+  const Phase get = put.total.error.ok() ? RunPhase(workers, flags, ns.id, *block_bytes, false)
+                                         : Phase{};
+  if (!flags.keep && workers.front().client.usable()) (void)workers.front().client.Drop(ns.id);
+  for (const Status& s : {put.total.error, get.total.error}) {
+    if (!s.ok()) {
+      err << "kvtier bench: " << s.ToString() << "\n";
+      return 1;
+    }
+  }
+  if (flags.json) {
+    nlohmann::ordered_json j;
+    j["url"] = flags.client.url;
+    j["path"] = flags.path;
+    j["block_bytes"] = *block_bytes;
+    j["concurrency"] = flags.concurrency;
+    j["count"] = flags.count;
+    j["batch"] = flags.batch;
+    j["put"] = PhaseJson(put, *block_bytes);
+    j["get"] = PhaseJson(get, *block_bytes);
+    out << j.dump() << "\n";
+  } else {
+    PrintTable(flags, *block_bytes, put, get, out);
+  }
+  return 0;
+}
+
+Command AddBenchCommand(CLI::App& app) {
+  auto flags = std::make_shared<BenchFlags>();
+  CLI::App* sub = app.add_subcommand("bench", "Measure put/get throughput and latency");
+  AddClientFlags(sub, &flags->client);
+  sub->add_option("--block-bytes", flags->block_bytes, "Block size (4096, 2MiB, ...)")
+      ->capture_default_str();
+  sub->add_option("--concurrency", flags->concurrency, "Threads, one client each")
+      ->check(CLI::Range(size_t{1}, size_t{1024}))
+      ->capture_default_str();
+  sub->add_option("--path", flags->path, "shm (shared memory, Unix socket) or inline")
+      ->check(CLI::IsMember({"shm", "inline"}))
+      ->capture_default_str();
+  sub->add_option("--count", flags->count, "Blocks per thread")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  sub->add_option("--batch", flags->batch, "Blocks per call")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  sub->add_flag("--json", flags->json, "Print one JSON object instead of a table");
+  sub->add_flag("--keep", flags->keep, "Keep the blocks (do not drop the bench namespace)");
+  sub->callback([flags] {});
+  return Command{sub, [flags] { return RunBench(*flags, std::cout, std::cerr); }};
+}
+
+}  // namespace kvtier::cli

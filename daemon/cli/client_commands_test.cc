@@ -1,0 +1,127 @@
+// ping, stats, bench and replay run against the client library's fake daemon.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+
+#include "client/fake_server.h"
+#include "daemon/cli/bench_command.h"
+#include "daemon/cli/ping_command.h"
+#include "daemon/cli/replay_command.h"
+#include "daemon/cli/stats_command.h"
+
+namespace kvtier::cli {
+namespace {
+
+using client::testing::FakeServer;
+
+ClientFlags Flags(const FakeServer& server) {
+  ClientFlags flags;
+  flags.url = server.url();
+  flags.timeout_ms = 5000;
+  return flags;
+}
+
+TEST(PingCommandTest, AnswersAndFailures) {
+  FakeServer server;
+  std::ostringstream out, err;
+  EXPECT_EQ(RunPing(PingFlags{Flags(server), 3}, out, err), 0) << err.str();
+  EXPECT_NE(out.str().find("PONG from " + server.url()), std::string::npos);
+
+  PingFlags absent{ClientFlags{"unix:///nonexistent/kvtierd.sock", "", 100}, 1};
+  std::ostringstream out2, err2;
+  EXPECT_EQ(RunPing(absent, out2, err2), 1);
+  EXPECT_NE(err2.str().find("unix:///nonexistent/kvtierd.sock"), std::string::npos) << err2.str();
+  PingFlags bad_url{ClientFlags{"http://x", "", 100}, 1};
+  EXPECT_EQ(RunPing(bad_url, out2, err2), 1);
+  EXPECT_NE(err2.str().find("'http://x'"), std::string::npos) << err2.str();
+}
+
+TEST(StatsCommandTest, JsonIsPassedThrough) {
+  FakeServer server;
+  std::ostringstream out, err;
+  EXPECT_EQ(RunStats(StatsFlags{Flags(server), true}, out, err), 0) << err.str();
+  EXPECT_EQ(out.str(), "{\"blocks\": 0}\n");
+  std::ostringstream table;
+  EXPECT_EQ(RunStats(StatsFlags{Flags(server), false}, table, err), 0) << err.str();
+}
+
+class BenchCommandTest : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(BenchCommandTest, PutsThenGetsEveryBlock) {
+  FakeServer server;
+  BenchFlags flags;
+  flags.client = Flags(server);
+  flags.block_bytes = "4KiB";
+  flags.concurrency = 2;
+  flags.path = GetParam();
+  flags.count = 12;
+  flags.batch = 5;
+  flags.json = true;
+  std::ostringstream out, err;
+  ASSERT_EQ(RunBench(flags, out, err), 0) << err.str();
+  const nlohmann::json j = nlohmann::json::parse(out.str());
+  EXPECT_EQ(j["put"]["blocks_ok"], 24);
+  EXPECT_EQ(j["get"]["blocks_ok"], 24);
+  EXPECT_EQ(j["get"]["blocks_failed"], 0);
+  EXPECT_EQ(j["put"]["calls"], 6);  // 2 threads x ceil(12 / 5)
+  EXPECT_GT(j["get"]["latency_us"]["p99"].get<double>(), 0.0);
+  EXPECT_EQ(server.block_count(), 0u);  // the bench namespace was dropped
+
+  flags.json = false;
+  std::ostringstream table;
+  ASSERT_EQ(RunBench(flags, table, err), 0) << err.str();
+  EXPECT_NE(table.str().find("get "), std::string::npos) << table.str();
+}
+
+INSTANTIATE_TEST_SUITE_P(Paths, BenchCommandTest, ::testing::Values("shm", "inline"));
+
+TEST(BenchCommandTest, BadBlockSizeFails) {
+  FakeServer server;
+  BenchFlags flags;
+  flags.client = Flags(server);
+  flags.block_bytes = "12 furlongs";
+  std::ostringstream out, err;
+  EXPECT_EQ(RunBench(flags, out, err), 1);
+  EXPECT_NE(err.str().find("--block-bytes"), std::string::npos);
+}
+
+TEST(ReplayCommandTest, ReplaysTheTraceAndReportsHits) {
+  FakeServer server;
+  ReplayFlags flags;
+  flags.client = Flags(server);
+  flags.trace_path = std::string(KVTIER_CLI_TESTDATA) + "/three_requests.jsonl";
+  flags.block_bytes = "8KiB";
+  flags.json = true;
+  std::ostringstream out, err;
+  ASSERT_EQ(RunReplay(flags, out, err), 0) << err.str();
+  const nlohmann::json j = nlohmann::json::parse(out.str());
+  EXPECT_EQ(j["requests"], 3);
+  EXPECT_EQ(j["blocks"], 9);
+  EXPECT_EQ(j["served_blocks"], 5);
+  EXPECT_EQ(j["corrupt_blocks"], 0);
+  EXPECT_DOUBLE_EQ(j["hit_ratio_by_tier"]["host"].get<double>(), 5.0 / 9.0);
+
+  // --limit, inline, the table; the same salt finds the blocks of the first run.
+  flags.limit = 1;
+  flags.path = "inline";
+  flags.json = false;
+  std::ostringstream table;
+  ASSERT_EQ(RunReplay(flags, table, err), 0) << err.str();
+  EXPECT_NE(table.str().find("1 requests"), std::string::npos) << table.str();
+}
+
+TEST(ReplayCommandTest, UnreadableTraceFails) {
+  FakeServer server;
+  ReplayFlags flags;
+  flags.client = Flags(server);
+  flags.trace_path = std::string(KVTIER_CLI_TESTDATA) + "/missing_hash_ids.jsonl";
+  flags.block_bytes = "1KiB";
+  std::ostringstream out, err;
+  EXPECT_EQ(RunReplay(flags, out, err), 1);
+  EXPECT_NE(err.str().find("missing_hash_ids.jsonl:3"), std::string::npos) << err.str();
+}
+
+}  // namespace
+}  // namespace kvtier::cli

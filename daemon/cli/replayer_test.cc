@@ -1,0 +1,112 @@
+#include "daemon/cli/replayer.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <vector>
+
+#include "client/fake_server.h"
+
+namespace kvtier::cli {
+namespace {
+
+using client::testing::FakeServer;
+
+constexpr uint64_t kBlockBytes = 4096;
+
+TEST(TracePayloadTest, DeterministicAndDistinctPerId) {
+  std::vector<std::byte> a(1001), b(1001), c(1001);
+  FillTracePayload(7, a);
+  FillTracePayload(7, b);
+  FillTracePayload(8, c);
+  EXPECT_EQ(a, b);
+  EXPECT_NE(a, c);
+  EXPECT_NE(a[1000], c[1000]);  // the tail bytes too
+}
+
+TEST(TraceKeysTest, EqualIdPrefixesGiveEqualKeyPrefixes) {
+  const NamespaceId ns{{1, 2}};
+  const std::vector<uint64_t> x = {1, 2, 3}, y = {1, 2, 4}, z = {9, 2, 3};
+  const std::vector<BlockKey> kx = TraceKeys(ns, x), ky = TraceKeys(ns, y), kz = TraceKeys(ns, z);
+  EXPECT_EQ(kx[0], ky[0]);
+  EXPECT_EQ(kx[1], ky[1]);
+  EXPECT_NE(kx[2], ky[2]);
+  // Keys name the whole prefix: a different first id changes every key after it.
+  EXPECT_NE(kx[1], kz[1]);
+  EXPECT_NE(kx[2], kz[2]);
+  EXPECT_NE(TraceKeys(NamespaceId{{1, 3}}, x)[0], kx[0]);
+}
+
+class ReplayerTest : public ::testing::TestWithParam<bool> {
+ protected:
+  void SetUp() override {
+    Result<client::Client> c = client::Client::Connect(server_.url());
+    ASSERT_TRUE(c.ok());
+    client_ = std::make_unique<client::Client>(std::move(c).value());
+    if (GetParam()) {
+      ASSERT_TRUE(client_->Attach().ok());
+    }
+    hashing::NamespaceDescriptor d;
+    d.model_id = "replay-test";
+    d.kv_dtype = "int8";
+    d.num_layers = d.num_kv_heads = d.head_dim = 1;
+    d.tokens_per_block = 512;
+    d.layout_tag = "test";
+    Result<client::NamespaceInfo> ns = client_->RegisterNamespace(d, kBlockBytes);
+    ASSERT_TRUE(ns.ok());
+    replayer_ = std::make_unique<Replayer>(client_.get(), ns->id,
+                                           ReplayOptions{kBlockBytes, GetParam(), 512});
+  }
+
+  static TraceRequest Request(std::vector<uint64_t> ids, uint64_t tokens) {
+    TraceRequest r;
+    r.input_tokens = tokens;
+    r.hash_ids = std::move(ids);
+    return r;
+  }
+
+  FakeServer server_;
+  std::unique_ptr<client::Client> client_;
+  std::unique_ptr<Replayer> replayer_;
+};
+
+TEST_P(ReplayerTest, SharedPrefixesHitAndMissesArePut) {
+  ASSERT_TRUE(replayer_->Replay(Request({1, 2, 3}, 1536)).ok());
+  ASSERT_TRUE(replayer_->Replay(Request({1, 2, 4}, 1500)).ok());
+  ASSERT_TRUE(replayer_->Replay(Request({1, 2, 3}, 1100)).ok());
+  const ReplayTotals& t = replayer_->totals();
+  EXPECT_EQ(t.requests, 3u);
+  EXPECT_EQ(t.blocks, 9u);
+  EXPECT_EQ(t.served_blocks, 5u);
+  EXPECT_EQ(t.served_by_tier[static_cast<int>(TierId::kHost)], 5u);
+  EXPECT_EQ(t.lookup_hit_blocks, 5u);
+  EXPECT_EQ(t.stored_blocks, 4u);
+  EXPECT_EQ(t.corrupt_blocks, 0u);
+  EXPECT_EQ(t.lost_blocks, 0u);
+  EXPECT_EQ(t.hit_tokens, 1024u + 1100u);  // capped at the request's input
+  EXPECT_EQ(t.request_latency.count(), 3u);
+  EXPECT_EQ(t.get_latency.count(), 2u);
+  EXPECT_EQ(t.put_latency.count(), 2u);
+  EXPECT_EQ(server_.block_count(), 4u);
+}
+
+TEST_P(ReplayerTest, WrongBytesAreCorruptNotHits) {
+  ASSERT_TRUE(replayer_->Replay(Request({10, 11}, 1024)).ok());
+  // Damage the first block stored; the fake allocates from offset 0. Through a second, attached
+  // client, since the replaying one may be inline.
+  Result<client::Client> writer = client::Client::Connect(server_.url());
+  ASSERT_TRUE(writer.ok());
+  ASSERT_TRUE(writer->Attach().ok());
+  writer->arena().base()[100] ^= std::byte{0xff};
+  ASSERT_TRUE(replayer_->Replay(Request({10, 11}, 1024)).ok());
+  const ReplayTotals& t = replayer_->totals();
+  EXPECT_EQ(t.corrupt_blocks, 1u);
+  EXPECT_EQ(t.served_blocks, 0u);
+  EXPECT_EQ(t.lost_blocks, 1u);  // block 11 was reported but is past the corrupt one
+}
+
+INSTANTIATE_TEST_SUITE_P(Paths, ReplayerTest, ::testing::Values(true, false),
+                         [](const auto& info) { return info.param ? "Shm" : "Inline"; });
+
+}  // namespace
+}  // namespace kvtier::cli

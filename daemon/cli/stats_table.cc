@@ -1,0 +1,114 @@
+#include "daemon/cli/stats_table.h"
+
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "common/units.h"
+
+namespace kvtier::cli {
+namespace {
+
+using nlohmann::json;
+
+// The unsigned field `name` of `j`, or nullptr-like absence as -1.
+int64_t Count(const json& j, const char* name) {
+  const auto it = j.find(name);
+  if (it == j.end() || !it->is_number()) return -1;
+  return it->get<int64_t>();
+}
+
+std::string CountText(int64_t value) { return value < 0 ? "-" : std::to_string(value); }
+
+std::string BytesText(int64_t value) {
+  return value < 0 ? "-" : FormatBytes(static_cast<uint64_t>(value));
+}
+
+std::string Percent(int64_t part, int64_t whole) {
+  if (part < 0 || whole <= 0) return "-";
+  char text[16];
+  std::snprintf(text, sizeof(text), "%.1f%%", 100.0 * static_cast<double>(part) / whole);
+  return text;
+}
+
+std::string Row(const char* format, auto... cells) {
+  char line[256];
+  std::snprintf(line, sizeof(line), format, cells...);
+  return line;
+}
+
+std::string TierTable(const json& tiers) {
+  std::string out = Row("%-6s %12s %12s %7s %10s %10s\n", "TIER", "USED", "CAPACITY", "USE",
+                        "BLOCKS", "EVICTIONS");
+  for (const json& t : tiers) {
+    if (!t.is_object()) continue;
+    const std::string name = t.value("tier", std::string("?"));
+    const int64_t used = Count(t, "used_bytes");
+    const int64_t capacity = Count(t, "capacity_bytes");
+    out += Row("%-6s %12s %12s %7s %10s %10s\n", name.c_str(), BytesText(used).c_str(),
+               BytesText(capacity).c_str(), Percent(used, capacity).c_str(),
+               CountText(Count(t, "blocks")).c_str(), CountText(Count(t, "evictions")).c_str());
+  }
+  return out;
+}
+
+// "label" when the namespace has one, else the first 12 hex digits of its id.
+std::string NamespaceName(const json& ns) {
+  std::string label = ns.value("label", std::string());
+  if (!label.empty()) return label.size() > 24 ? label.substr(0, 23) + "~" : label;
+  return ns.value("id", std::string("?")).substr(0, 12);
+}
+
+std::string NamespaceTable(const json& namespaces) {
+  std::string out = Row("%-24s %9s %11s %7s %7s %7s %7s %10s\n", "NAMESPACE", "LOOKUPS",
+                        "BLOCKS", "HIT", "GPU", "HOST", "NVME", "EVICTIONS");
+  for (const json& ns : namespaces) {
+    if (!ns.is_object()) continue;
+    const int64_t asked = Count(ns, "lookup_blocks");
+    int64_t by_tier[3] = {-1, -1, -1};
+    int64_t hits = -1;
+    if (const auto it = ns.find("hit_blocks"); it != ns.end() && it->is_object()) {
+      const char* names[3] = {"gpu", "host", "nvme"};
+      hits = 0;
+      for (int t = 0; t < 3; ++t) {
+        by_tier[t] = Count(*it, names[t]);
+        if (by_tier[t] > 0) hits += by_tier[t];
+      }
+    }
+    out += Row("%-24s %9s %11s %7s %7s %7s %7s %10s\n", NamespaceName(ns).c_str(),
+               CountText(Count(ns, "lookups")).c_str(), CountText(asked).c_str(),
+               Percent(hits, asked).c_str(), Percent(by_tier[0], asked).c_str(),
+               Percent(by_tier[1], asked).c_str(), Percent(by_tier[2], asked).c_str(),
+               CountText(Count(ns, "evictions")).c_str());
+  }
+  if (namespaces.empty()) out += "(no namespaces)\n";
+  return out;
+}
+
+std::string Totals(const json& totals) {
+  std::string out = "totals:";
+  for (const auto& [name, value] : totals.items()) {
+    if (value.is_number()) out += " " + name + "=" + value.dump();
+  }
+  return out + "\n";
+}
+
+}  // namespace
+
+Result<std::string> FormatStatsTable(std::string_view stats_json) {
+  const json doc = json::parse(stats_json, nullptr, /*allow_exceptions=*/false);
+  if (doc.is_discarded() || !doc.is_object()) {
+    return InvalidArgument("KVT.STATS did not return a JSON object");
+  }
+  std::string out;
+  if (const auto it = doc.find("tiers"); it != doc.end() && it->is_array()) out += TierTable(*it);
+  if (const auto it = doc.find("namespaces"); it != doc.end() && it->is_array()) {
+    out += "\n" + NamespaceTable(*it);
+  }
+  if (const auto it = doc.find("totals"); it != doc.end() && it->is_object()) {
+    out += "\n" + Totals(*it);
+  }
+  return out;
+}
+
+}  // namespace kvtier::cli

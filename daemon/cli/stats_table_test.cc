@@ -1,0 +1,50 @@
+#include "daemon/cli/stats_table.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+namespace kvtier::cli {
+namespace {
+
+// The shape daemon/metrics/stats_format.h documents.
+constexpr char kStats[] = R"({
+  "tiers": [{"tier": "host", "capacity_bytes": 67108864, "used_bytes": 16777216,
+             "reserved_bytes": 16777216, "blocks": 16, "fragmentation": 0.0, "evictions": 3,
+             "demotions": 0, "drops": 3}],
+  "namespaces": [{"id": "00112233445566778899aabbccddeeff", "label": "", "lookups": 10,
+                  "lookup_blocks": 200, "hit_blocks": {"gpu": 0, "host": 50, "nvme": 30},
+                  "hit_tokens": 0, "miss_blocks": 120, "evictions": 7}],
+  "totals": {"blocks_present": 16, "leases_active": 0},
+  "process": {"version": "0.1.0"}
+})";
+
+TEST(StatsTableTest, RendersTiersNamespacesAndTotals) {
+  Result<std::string> table = FormatStatsTable(kStats);
+  ASSERT_TRUE(table.ok()) << table.status().ToString();
+  const std::string& t = *table;
+  EXPECT_NE(t.find("host"), std::string::npos) << t;
+  EXPECT_NE(t.find("16.0 MiB"), std::string::npos) << t;
+  EXPECT_NE(t.find("64.0 MiB"), std::string::npos) << t;
+  EXPECT_NE(t.find("25.0%"), std::string::npos) << t;  // tier use
+  EXPECT_NE(t.find("001122334455"), std::string::npos) << t;  // unlabelled namespace: id prefix
+  EXPECT_NE(t.find("40.0%"), std::string::npos) << t;  // hit ratio: 80 of 200
+  EXPECT_NE(t.find("15.0%"), std::string::npos) << t;  // nvme share
+  EXPECT_NE(t.find("blocks_present=16"), std::string::npos) << t;
+}
+
+TEST(StatsTableTest, MissingFieldsShowAsDashes) {
+  Result<std::string> table = FormatStatsTable(R"({"tiers": [{"tier": "nvme"}], "namespaces": []})");
+  ASSERT_TRUE(table.ok());
+  EXPECT_NE(table->find("nvme"), std::string::npos);
+  EXPECT_NE(table->find(" - "), std::string::npos) << *table;
+  EXPECT_NE(table->find("(no namespaces)"), std::string::npos);
+}
+
+TEST(StatsTableTest, NotJsonIsAnError) {
+  EXPECT_EQ(FormatStatsTable("not json").status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(FormatStatsTable("[1, 2]").status().code(), StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace kvtier::cli
