@@ -19,8 +19,10 @@ constexpr size_t kReadBufferBytes = 16 << 10;
 constexpr size_t kDirectReadMinBytes = 4 << 10;
 // The most one direct read asks for (it also never asks for more than has arrived).
 constexpr size_t kDirectReadMaxBytes = 16 << 20;
-// An output buffer that grew past this is given back after the write instead of kept.
-constexpr size_t kKeepOutputBytes = 64 << 10;
+// An output buffer (or the parser's line buffer) that grew past this is given back once it is
+// empty instead of kept, so an idle connection costs a few KiB whatever it did before (the
+// target is 64 KiB at most). 16 KiB keeps the buffer of a typical pipelined batch.
+constexpr size_t kKeepOutputBytes = 16 << 10;
 
 // Before AUTH a client may only say hello: a stranger cannot make the server buffer much.
 constexpr size_t kPreAuthBulkBytes = 4 << 10;
@@ -130,8 +132,15 @@ Connection::Awaitable<void> Connection::Watchdog(std::shared_ptr<Connection> sel
 }
 
 Connection::Awaitable<bool> Connection::Receive() {
-  // Between commands the connection may stay idle for hours: it keeps no read buffer meanwhile.
-  if (parser_.idle()) read_buf_.reset();
+  // Between commands the connection may stay idle for hours: it keeps no read buffer meanwhile,
+  // and gives back what a large command left in the parser and the session.
+  if (parser_.idle()) {
+    read_buf_.reset();
+    if (parser_.buffered_capacity_bytes() > kKeepOutputBytes) {
+      parser_ = resp::RequestParser(ParserLimits(full_limits_));
+    }
+    session_.ShrinkIfEmpty();
+  }
   error_code ec;
   co_await socket_.async_wait(asio::socket_base::wait_read, redirect_error(use_awaitable, ec));
   if (ec) co_return false;

@@ -159,7 +159,11 @@ asio::awaitable<void> Server::Impl::AcceptLoop(Acceptor& acceptor, Transport tra
       co_await backoff.async_wait(asio::redirect_error(asio::use_awaitable, ec));
       continue;
     }
-    Admit(std::move(socket), transport);
+    try {
+      Admit(std::move(socket), transport);
+    } catch (const std::exception&) {
+      // Out of memory for one more connection: that client is dropped, the listener carries on.
+    }
   }
 }
 

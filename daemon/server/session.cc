@@ -4,15 +4,29 @@
 
 namespace kvtier::server {
 
+namespace {
+
+// A table with at most this many buckets is kept as it is: rebuilding it would cost more than it
+// holds (8 bytes a bucket).
+constexpr size_t kKeepBuckets = 1024;
+
+void ShrinkIfEmpty(std::unordered_set<uint64_t>& ids) {
+  if (ids.empty() && ids.bucket_count() > kKeepBuckets) std::unordered_set<uint64_t>().swap(ids);
+}
+
+}  // namespace
+
+void Session::ShrinkIfEmpty() {
+  server::ShrinkIfEmpty(reservations_);
+  server::ShrinkIfEmpty(leases_);
+}
+
 void Session::EndAll() {
   for (uint64_t id : reservations_) (void)store_.AbortPut(id);
   reservations_.clear();
   for (uint64_t id : leases_) (void)store_.Release(id);
   leases_.clear();
-  // The sets may have grown large for a client that held many ids at once; an idle connection
-  // should not keep the buckets.
-  std::unordered_set<uint64_t>().swap(reservations_);
-  std::unordered_set<uint64_t>().swap(leases_);
+  ShrinkIfEmpty();
 }
 
 }  // namespace kvtier::server

@@ -49,6 +49,10 @@ class Session {
   size_t reservations_held() const { return reservations_.size(); }
   size_t leases_held() const { return leases_.size(); }
 
+  // Frees the tables' buckets when they are empty: a client that once held a million ids should
+  // not keep megabytes while idle.
+  void ShrinkIfEmpty();
+
   // Aborts every reservation and releases every lease still held. Ids the store has already
   // expired answer NOTFOUND there, which is fine: they are gone either way.
   void EndAll();
