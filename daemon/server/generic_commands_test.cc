@@ -1,0 +1,144 @@
+// The generic commands (SET, GET, MSET, MGET, EXISTS, DEL, DBSIZE, INFO), byte for byte.
+#include <gtest/gtest.h>
+
+#include "daemon/server/generic_keyspace.h"
+#include "daemon/server/test_client.h"
+
+namespace kvtier::server {
+namespace {
+
+using testing::TestClient;
+using testing::TestServer;
+
+std::string Bulk(std::string_view s) {
+  return "$" + std::to_string(s.size()) + "\r\n" + std::string(s) + "\r\n";
+}
+
+class GenericCommandsTest : public ::testing::Test {
+ protected:
+  static ServerOptions Options() {
+    ServerOptions o;
+    o.max_key_bytes = 16;
+    return o;
+  }
+  void SetUp() override {
+    ASSERT_TRUE(ts_.status().ok()) << ts_.status().ToString();
+    c_ = ts_.ConnectUnix();
+    ASSERT_TRUE(c_.connected());
+  }
+  TestServer ts_{Options()};
+  TestClient c_;
+};
+
+TEST_F(GenericCommandsTest, SetThenGet) {
+  EXPECT_EQ(c_.Call({"GET", "k"}), "$-1\r\n");
+  EXPECT_EQ(c_.Call({"SET", "k", "hello"}), "+OK\r\n");
+  EXPECT_EQ(c_.Call({"GET", "k"}), "$5\r\nhello\r\n");
+  EXPECT_EQ(c_.Call({"SET", "k", "replaced"}), "+OK\r\n");
+  EXPECT_EQ(c_.Call({"GET", "k"}), "$8\r\nreplaced\r\n");
+}
+
+TEST_F(GenericCommandsTest, ValuesAreBinarySafeAndMayBeEmpty) {
+  const std::string binary("a\r\n\0b\r\n", 7);
+  EXPECT_EQ(c_.Call({"SET", "bin", binary}), "+OK\r\n");
+  EXPECT_EQ(c_.Call({"GET", "bin"}), Bulk(binary));
+  EXPECT_EQ(c_.Call({"SET", "empty", ""}), "+OK\r\n");
+  EXPECT_EQ(c_.Call({"GET", "empty"}), "$0\r\n\r\n");
+  EXPECT_EQ(c_.Call({"EXISTS", "empty"}), ":1\r\n");
+}
+
+TEST_F(GenericCommandsTest, RefusesSetOptionsAndLongKeys) {
+  EXPECT_EQ(c_.Call({"SET", "k", "v", "EX", "10"}), "-ERR SET options are not supported\r\n");
+  const std::string long_key(17, 'k');
+  EXPECT_EQ(c_.Call({"SET", long_key, "v"}), "-ERR key too long\r\n");
+  EXPECT_EQ(c_.Call({"GET", long_key}), "-ERR key too long\r\n");
+  EXPECT_EQ(c_.Call({"MGET", "a", long_key}), "-ERR key too long\r\n");
+  EXPECT_EQ(c_.Call({"MSET", "a", "1", long_key, "2"}), "-ERR key too long\r\n");
+  EXPECT_EQ(c_.Call({"EXISTS", long_key}), "-ERR key too long\r\n");
+  EXPECT_EQ(c_.Call({"DEL", long_key}), "-ERR key too long\r\n");
+  // Nothing of a refused MSET was stored.
+  EXPECT_EQ(c_.Call({"GET", "a"}), "$-1\r\n");
+  EXPECT_EQ(c_.Call({"SET", std::string(16, 'k'), "v"}), "+OK\r\n");
+}
+
+TEST_F(GenericCommandsTest, MsetMgetExistsDel) {
+  EXPECT_EQ(c_.Call({"MSET", "a", "1", "b", "22"}), "+OK\r\n");
+  EXPECT_EQ(c_.Call({"MSET", "a", "1", "b"}),
+            "-ERR wrong number of arguments for 'mset' command\r\n");
+  EXPECT_EQ(c_.Call({"MGET", "a", "nope", "b"}), "*3\r\n$1\r\n1\r\n$-1\r\n$2\r\n22\r\n");
+  EXPECT_EQ(c_.Call({"EXISTS", "a", "b", "nope", "a"}), ":3\r\n");
+  EXPECT_EQ(c_.Call({"DEL", "a", "nope"}), ":1\r\n");
+  EXPECT_EQ(c_.Call({"DEL", "a"}), ":0\r\n");
+  EXPECT_EQ(c_.Call({"EXISTS", "a", "b"}), ":1\r\n");
+}
+
+TEST_F(GenericCommandsTest, DbsizeCountsEveryBlock) {
+  EXPECT_EQ(c_.Call({"DBSIZE"}), ":0\r\n");
+  EXPECT_EQ(c_.Call({"MSET", "a", "1", "b", "2", "c", "3"}), "+OK\r\n");
+  EXPECT_EQ(c_.Call({"DBSIZE"}), ":3\r\n");
+  EXPECT_EQ(c_.Call({"DEL", "b"}), ":1\r\n");
+  EXPECT_EQ(c_.Call({"DBSIZE"}), ":2\r\n");
+}
+
+TEST_F(GenericCommandsTest, SetOfALeasedValueIsBusy) {
+  EXPECT_EQ(c_.Call({"SET", "k", "old"}), "+OK\r\n");
+  const NamespaceId ns = GenericNamespaceId();
+  Result<store::Lease> lease = ts_.store().Acquire(ns, GenericKey(ns, "k"));
+  ASSERT_TRUE(lease.ok());
+  EXPECT_EQ(c_.Call({"SET", "k", "new"}),
+            "-BUSY block is leased; remove it after the readers release it\r\n");
+  EXPECT_EQ(c_.Call({"GET", "k"}), "$3\r\nold\r\n");
+  ASSERT_TRUE(ts_.store().Release(lease->id).ok());
+  EXPECT_EQ(c_.Call({"SET", "k", "new"}), "+OK\r\n");
+  EXPECT_EQ(c_.Call({"GET", "k"}), "$3\r\nnew\r\n");
+}
+
+TEST_F(GenericCommandsTest, AValueLargerThanTheTierIsRejected) {
+  const std::string huge(size_t{65} << 20, 'x');  // the test tier holds 64 MiB
+  const std::string reply = c_.Call({"SET", "huge", huge});
+  EXPECT_EQ(reply.substr(0, 10), "-REJECTED ") << reply;
+  EXPECT_EQ(c_.Call({"GET", "huge"}), "$-1\r\n");
+}
+
+TEST_F(GenericCommandsTest, InfoSections) {
+  const std::string all = c_.Call({"INFO"});
+  ASSERT_EQ(all.substr(0, 1), "$");
+  for (const char* section : {"# Server\r\n", "# Memory\r\n", "# Clients\r\n", "# Stats\r\n",
+                              "# Keyspace\r\n", "# Kvtier\r\n"}) {
+    EXPECT_NE(all.find(section), std::string::npos) << section;
+  }
+  EXPECT_NE(all.find("connected_clients:1\r\n"), std::string::npos);
+  EXPECT_NE(all.find("tier_host_capacity_bytes:67108864\r\n"), std::string::npos);
+
+  EXPECT_EQ(c_.Call({"SET", "k", "v"}), "+OK\r\n");
+  EXPECT_EQ(c_.Call({"INFO", "keyspace"}),
+            Bulk("# Keyspace\r\ndb0:keys=1,expires=0,avg_ttl=0\r\n"));
+  EXPECT_EQ(c_.Call({"INFO", "nosuchsection"}), "$0\r\n\r\n");
+
+  EXPECT_EQ(c_.Call({"HELLO", "3"}).substr(0, 4), "%7\r\n");
+  const std::string text = "# Keyspace\r\ndb0:keys=1,expires=0,avg_ttl=0\r\n";
+  EXPECT_EQ(c_.Call({"INFO", "KEYSPACE"}),
+            "=" + std::to_string(text.size() + 4) + "\r\ntxt:" + text + "\r\n");
+}
+
+// With a small in-flight limit MGET's reply is sent in pieces; the client sees one whole reply.
+TEST(GenericCommandsFlowTest, MgetLargerThanTheInflightLimit) {
+  ServerOptions o;
+  o.max_inflight_bytes_per_client = 1000;
+  TestServer ts(o);
+  ASSERT_TRUE(ts.status().ok());
+  TestClient c = ts.ConnectTcp();
+  std::vector<std::string> mget = {"MGET"};
+  std::string expected = "*20\r\n";
+  for (int i = 0; i < 20; ++i) {
+    const std::string key = "key" + std::to_string(i);
+    const std::string value(600 + i, static_cast<char>('a' + i));
+    ASSERT_EQ(c.Call({"SET", key, value}), "+OK\r\n");
+    mget.push_back(key);
+    expected += Bulk(value);
+  }
+  EXPECT_EQ(c.Call(mget), expected);
+}
+
+}  // namespace
+}  // namespace kvtier::server
