@@ -55,7 +55,7 @@ TEST(AsyncClientTest, FuturesCarryResultsInSubmissionOrder) {
   ASSERT_TRUE(put_shm.get().ok());
   ASSERT_EQ(*get_shm.get(), 1u);
   EXPECT_EQ(out_b, a);
-  EXPECT_EQ(server.commands().back(), "KVT.RELEASE");
+  EXPECT_EQ(server.commands().back(), "KVT.RELEASE");  // all leased: no inline fallback
 }
 
 TEST(AsyncClientTest, DestructorCompletesQueuedCalls) {

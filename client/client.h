@@ -179,8 +179,10 @@ class Client {
   // Copies the leading cached blocks of `keys` out of the arena into `blocks` (scattering each
   // into its segments); returns how many were served: blocks [0, n) hold their payloads. Stops at
   // the first miss. A block whose lease had expired before its release counts as a miss (and
-  // ends the prefix there); counters().torn_reads counts them. kInvalidArgument when not attached
-  // or a block's destination size differs from the stored size.
+  // ends the prefix there); counters().torn_reads counts them. Blocks the arena does not hold (on
+  // NVMe, in the GPU pool) are fetched inline after the leased ones, in one more round trip that
+  // a true miss also costs. kInvalidArgument when not attached or a block's destination size
+  // differs from the stored size.
   Result<size_t> Get(const NamespaceId& ns, std::span<const BlockKey> keys,
                      std::span<const MutableBlock> blocks);
   Result<size_t> Get(const NamespaceId& ns, std::span<const BlockKey> keys,
@@ -210,6 +212,18 @@ class Client {
                         std::span<const uint64_t> ids);
   Result<size_t> SumIntegers(std::span<const resp::Reply> replies, std::string_view command);
   Status Authenticate(const ConnectOptions& options);
+
+  // The shared-memory Get in steps: copy what ACQUIRE granted, then release every lease.
+  struct LeasedCopy {
+    size_t copied = 0;      // leading blocks copied
+    size_t first_miss = 0;  // first key ACQUIRE did not grant (keys.size() when none)
+    Status error;           // a lease that cannot be copied (size, offset): the call fails
+    std::vector<uint64_t> release_ids;
+    std::vector<size_t> release_index;  // key index of each lease
+  };
+  LeasedCopy CopyLeased(std::span<const SlotGrant> grants, std::span<const MutableBlock> blocks);
+  // Releases the leases; returns the blocks served: `copied` cut at the first torn copy.
+  Result<size_t> ReleaseLeases(const LeasedCopy& copy);
 
   std::unique_ptr<Connection> connection_;
   SharedArena arena_;

@@ -191,53 +191,66 @@ Result<size_t> Client::Get(const NamespaceId& ns, std::span<const BlockKey> keys
   KVTIER_ASSIGN_OR_RETURN(std::vector<resp::Reply> acquire_replies, RoundTrip(acquire));
   KVTIER_ASSIGN_OR_RETURN(std::vector<SlotGrant> grants,
                           DecodeChunkedGrants(acquire_replies, keys.size(), "KVT.ACQUIRE"));
+  LeasedCopy copy = CopyLeased(grants, blocks);
+  KVTIER_ASSIGN_OR_RETURN(size_t served, ReleaseLeases(copy));
+  if (!copy.error.ok()) return copy.error;
+  // ACQUIRE only leases blocks of the host arena; a block on NVMe or in the GPU pool answers
+  // NOTFOUND there but KVT.GET reads it. So the prefix goes on inline from the first such miss.
+  // A true miss costs that one extra round trip; a caller that looked the prefix up first rarely
+  // pays it.
+  if (served == copy.first_miss && served < keys.size()) {
+    KVTIER_ASSIGN_OR_RETURN(size_t more,
+                            GetInline(ns, keys.subspan(served), blocks.subspan(served)));
+    served += more;
+  }
+  return served;
+}
 
-  // Copy the leading granted blocks; every granted lease is released, copied or not.
-  size_t copied = 0;
-  bool prefix_open = true;
-  Status size_error;
-  std::vector<uint64_t> release_ids;
-  std::vector<size_t> release_index;
-  for (size_t i = 0; i < keys.size(); ++i) {
+Client::LeasedCopy Client::CopyLeased(std::span<const SlotGrant> grants,
+                                      std::span<const MutableBlock> blocks) {
+  LeasedCopy copy;
+  copy.first_miss = grants.size();
+  for (size_t i = 0; i < grants.size(); ++i) {
     if (!grants[i].status.ok()) {
-      prefix_open = false;
+      copy.first_miss = std::min(copy.first_miss, i);
       continue;
     }
-    release_ids.push_back(grants[i].id);
-    release_index.push_back(i);
-    if (!prefix_open) continue;
+    // Every granted lease is released, copied or not.
+    copy.release_ids.push_back(grants[i].id);
+    copy.release_index.push_back(i);
+    if (i != copy.copied) continue;  // past a miss or a block that could not be copied
     const size_t want = TotalBytes(blocks[i]);
     const std::byte* src = arena_.Slice(grants[i].offset, grants[i].length);
-    if (grants[i].length != want || src == nullptr) {
-      prefix_open = false;
-      size_error = src == nullptr
-                       ? Internal("KVT.ACQUIRE: lease at offset " + std::to_string(grants[i].offset) +
-                                  " lies outside the arena")
-                       : InvalidArgument("KVT.ACQUIRE: block " + std::to_string(i) + " is " +
-                                         std::to_string(grants[i].length) +
-                                         " bytes but its destination is " + std::to_string(want));
-      continue;
+    if (src == nullptr) {
+      copy.error = Internal("KVT.ACQUIRE: lease at offset " + std::to_string(grants[i].offset) +
+                            " lies outside the arena");
+    } else if (grants[i].length != want) {
+      copy.error = InvalidArgument("KVT.ACQUIRE: block " + std::to_string(i) + " is " +
+                                   std::to_string(grants[i].length) +
+                                   " bytes but its destination is " + std::to_string(want));
+    } else {
+      Scatter(src, blocks[i]);
+      ++copy.copied;
     }
-    Scatter(src, blocks[i]);
-    ++copied;
   }
-  if (release_ids.empty()) {
-    if (!size_error.ok()) return size_error;
-    return copied;
-  }
+  return copy;
+}
+
+Result<size_t> Client::ReleaseLeases(const LeasedCopy& copy) {
+  if (copy.release_ids.empty()) return copy.copied;
   RequestBuffer release;
-  AppendIdCommands(release, "KVT.RELEASE", release_ids);
-  KVTIER_ASSIGN_OR_RETURN(std::vector<resp::Reply> release_replies, RoundTrip(release));
-  KVTIER_ASSIGN_OR_RETURN(std::vector<Status> released,
-                          DecodeChunkedStatuses(release_replies, release_ids.size(), "KVT.RELEASE"));
-  if (!size_error.ok()) return size_error;
+  AppendIdCommands(release, "KVT.RELEASE", copy.release_ids);
+  KVTIER_ASSIGN_OR_RETURN(std::vector<resp::Reply> replies, RoundTrip(release));
+  KVTIER_ASSIGN_OR_RETURN(
+      std::vector<Status> released,
+      DecodeChunkedStatuses(replies, copy.release_ids.size(), "KVT.RELEASE"));
   // A lease that had ended before its release may have had its slot reused mid-copy: the copy is
   // torn, so the served prefix ends before that block.
-  size_t served = copied;
+  size_t served = copy.copied;
   for (size_t j = 0; j < released.size(); ++j) {
-    if (!released[j].ok() && release_index[j] < copied) {
+    if (!released[j].ok() && copy.release_index[j] < copy.copied) {
       ++counters_.torn_reads;
-      served = std::min(served, release_index[j]);
+      served = std::min(served, copy.release_index[j]);
     }
   }
   return served;

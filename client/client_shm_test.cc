@@ -78,13 +78,40 @@ TEST_F(ClientShmTest, PutThenGetThroughTheArena) {
   ASSERT_TRUE(served.ok()) << served.status().ToString();
   EXPECT_EQ(*served, 3u);  // key 3 was never put: the prefix stops there
   for (size_t i = 0; i < 3; ++i) EXPECT_EQ(out[i], payloads_[i]) << i;
-  // Every lease was released, the missing one included in nothing.
+  // The leases were released; the key ACQUIRE missed was then asked inline, in case it lives
+  // outside the arena.
   const std::vector<std::string> seen = server_.commands();
-  EXPECT_EQ(seen.back(), "KVT.RELEASE");
+  ASSERT_GE(seen.size(), 3u);
+  EXPECT_EQ(seen[seen.size() - 3], "KVT.ACQUIRE");
+  EXPECT_EQ(seen[seen.size() - 2], "KVT.RELEASE");
+  EXPECT_EQ(seen.back(), "KVT.GET");
 
   Result<std::vector<Status>> again = PutFirst(1);
   ASSERT_TRUE(again.ok());
   EXPECT_EQ((*again)[0].code(), StatusCode::kAlreadyExists);
+}
+
+TEST_F(ClientShmTest, BlocksOutsideTheArenaAreFetchedInline) {
+  ASSERT_TRUE(PutFirst(4).ok());
+  server_.acquire_limit = 1;  // blocks 1..3 "live on NVMe": ACQUIRE answers NOTFOUND for them
+  std::vector<std::vector<std::byte>> out(4, std::vector<std::byte>(kBlockBytes));
+  std::vector<void*> dst;
+  for (auto& o : out) dst.push_back(o.data());
+  const uint64_t trips = client_->counters().round_trips;
+  Result<size_t> served = client_->Get(ns_, keys_, dst, kBlockBytes);
+  ASSERT_TRUE(served.ok()) << served.status().ToString();
+  EXPECT_EQ(*served, 4u);
+  for (size_t i = 0; i < 4; ++i) EXPECT_EQ(out[i], payloads_[i]) << i;
+  EXPECT_EQ(client_->counters().round_trips, trips + 3);  // acquire, release, get
+}
+
+TEST_F(ClientShmTest, AFullyLeasedGetTakesTwoRoundTrips) {
+  ASSERT_TRUE(PutFirst(2).ok());
+  std::vector<std::vector<std::byte>> out(2, std::vector<std::byte>(kBlockBytes));
+  std::vector<void*> dst = {out[0].data(), out[1].data()};
+  const uint64_t trips = client_->counters().round_trips;
+  ASSERT_EQ(*client_->Get(ns_, std::span(keys_).first(2), dst, kBlockBytes), 2u);
+  EXPECT_EQ(client_->counters().round_trips, trips + 2);
 }
 
 TEST_F(ClientShmTest, AReleaseAnsweringNotFoundMakesTheCopyAMiss) {
@@ -133,6 +160,7 @@ TEST_F(ClientShmTest, SizeMistakesAreInvalidArguments) {
             StatusCode::kInvalidArgument);
   // The lease was released all the same.
   EXPECT_EQ(server_.commands().back(), "KVT.RELEASE");
+  EXPECT_EQ(client_->counters().torn_reads, 0u);
   const ConstSegment s1[] = {{payloads_[1].data(), kBlockBytes}};
   const ConstSegment s2[] = {{payloads_[2].data(), kBlockBytes - 1}};
   const ConstBlock mixed[] = {ConstBlock(s1), ConstBlock(s2)};

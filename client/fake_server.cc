@@ -133,7 +133,7 @@ struct FakeServer::State {
     while (prefix < keys.size() && blocks.count({ns, keys[prefix]}) != 0) ++prefix;
     w.AppendArrayHeader(2);
     w.AppendInteger(static_cast<int64_t>(prefix));
-    w.AppendBulk(std::string(prefix, '\x01'));
+    w.AppendBulk(std::string(prefix, '1'));  // ASCII tier digits: all in host memory
   }
 
   void Put(const resp::Command& c, const Key128& ns, const std::vector<Key128>& keys,
@@ -211,12 +211,13 @@ struct FakeServer::State {
     }
   }
 
-  void Acquire(const Key128& ns, const std::vector<Key128>& keys, resp::ReplyWriter& w) {
+  void Acquire(const Key128& ns, const std::vector<Key128>& keys, uint64_t limit,
+               resp::ReplyWriter& w) {
     w.AppendArrayHeader(keys.size());
     bool hit = true;
-    for (const Key128& key : keys) {
-      auto it = blocks.find({ns, key});
-      hit = hit && it != blocks.end();
+    for (size_t i = 0; i < keys.size(); ++i) {
+      auto it = blocks.find({ns, keys[i]});
+      hit = hit && it != blocks.end() && i < limit;
       w.AppendArrayHeader(4);
       if (!hit) {
         w.AppendSimpleString("NOTFOUND");
@@ -323,7 +324,7 @@ int FakeServer::State::Handle(Conn& conn, const resp::Command& c, resp::ReplyWri
     } else if (name == "KVT.RESERVE" && c.size() == 4) {
       Reserve(*ns, keys, std::strtoull(c.args[3].c_str(), nullptr, 10), w);
     } else if (name == "KVT.ACQUIRE") {
-      Acquire(*ns, keys, w);
+      Acquire(*ns, keys, server.acquire_limit, w);
     } else if (name == "KVT.PIN" || name == "KVT.DEL") {
       CountPresent(*ns, keys, name == "KVT.DEL", w);
     } else {

@@ -47,6 +47,9 @@ class FakeServer {
   std::atomic<bool> expire_leases{false};
   // COMMIT answers NOTFOUND (the reservation had timed out).
   std::atomic<bool> expire_reservations{false};
+  // ACQUIRE grants at most this many leases per command and answers NOTFOUND for the rest even
+  // when present, as the daemon does for blocks outside the host arena (on NVMe, in the GPU pool).
+  std::atomic<uint64_t> acquire_limit{UINT64_MAX};
   // Replies are written only once a connection has sent at least this many commands in all.
   std::atomic<uint64_t> hold_replies_until{0};
   // The next command named so (upper case) is answered with these raw bytes instead.
