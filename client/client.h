@@ -86,6 +86,7 @@ class Client {
   // no daemon listens there, kTimeout); kPermissionDenied for a wrong password.
   static Result<Client> Connect(std::string_view url, const ConnectOptions& options = {});
 
+  // A moved-from Client may only be destroyed or assigned to.
   Client(Client&& other) noexcept;
   Client& operator=(Client&& other) noexcept;
   ~Client();
@@ -212,6 +213,17 @@ class Client {
                         std::span<const uint64_t> ids);
   Result<size_t> SumIntegers(std::span<const resp::Reply> replies, std::string_view command);
   Status Authenticate(const ConnectOptions& options);
+
+  // The shared-memory Put in steps: copy into the granted slots, then commit them (and abort the
+  // ones that could not be filled), writing each key's outcome into `statuses`.
+  struct FilledSlots {
+    std::vector<uint64_t> commit_ids;
+    std::vector<size_t> commit_index;  // key index of each commit id
+    std::vector<uint64_t> abort_ids;
+  };
+  FilledSlots FillSlots(std::span<const SlotGrant> grants, std::span<const ConstBlock> blocks,
+                        size_t block_bytes, std::vector<Status>& statuses);
+  Status FinishReservations(const FilledSlots& filled, std::vector<Status>& statuses);
 
   // The shared-memory Get in steps: copy what ACQUIRE granted, then release every lease.
   struct LeasedCopy {

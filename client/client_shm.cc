@@ -125,11 +125,16 @@ Result<std::vector<Status>> Client::Put(const NamespaceId& ns, std::span<const B
   KVTIER_ASSIGN_OR_RETURN(std::vector<resp::Reply> reserve_replies, RoundTrip(reserve));
   KVTIER_ASSIGN_OR_RETURN(std::vector<SlotGrant> grants,
                           DecodeChunkedGrants(reserve_replies, keys.size(), "KVT.RESERVE"));
+  FilledSlots filled = FillSlots(grants, blocks, block_bytes, statuses);
+  KVTIER_RETURN_IF_ERROR(FinishReservations(filled, statuses));
+  return statuses;
+}
 
-  std::vector<uint64_t> commit_ids;
-  std::vector<size_t> commit_index;  // key index of each commit id
-  std::vector<uint64_t> abort_ids;
-  for (size_t i = 0; i < keys.size(); ++i) {
+Client::FilledSlots Client::FillSlots(std::span<const SlotGrant> grants,
+                                      std::span<const ConstBlock> blocks, size_t block_bytes,
+                                      std::vector<Status>& statuses) {
+  FilledSlots filled;
+  for (size_t i = 0; i < grants.size(); ++i) {
     statuses[i] = grants[i].status;
     if (!grants[i].status.ok()) continue;
     std::byte* slot = arena_.Slice(grants[i].offset, block_bytes);
@@ -137,34 +142,38 @@ Result<std::vector<Status>> Client::Put(const NamespaceId& ns, std::span<const B
       statuses[i] = Internal("KVT.RESERVE: slot at offset " + std::to_string(grants[i].offset) +
                              " lies outside the " + std::to_string(arena_.size_bytes()) +
                              "-byte arena");
-      abort_ids.push_back(grants[i].id);
+      filled.abort_ids.push_back(grants[i].id);
       continue;
     }
     Gather(blocks[i], slot);
-    commit_ids.push_back(grants[i].id);
-    commit_index.push_back(i);
+    filled.commit_ids.push_back(grants[i].id);
+    filled.commit_index.push_back(i);
   }
-  if (commit_ids.empty() && abort_ids.empty()) return statuses;
+  return filled;
+}
 
+Status Client::FinishReservations(const FilledSlots& filled, std::vector<Status>& statuses) {
+  if (filled.commit_ids.empty() && filled.abort_ids.empty()) return Status::Ok();
   RequestBuffer finish;
-  AppendIdCommands(finish, "KVT.COMMIT", commit_ids);
-  AppendIdCommands(finish, "KVT.ABORT", abort_ids);
-  KVTIER_ASSIGN_OR_RETURN(std::vector<resp::Reply> finish_replies, RoundTrip(finish));
-  const size_t commit_chunks = ChunkCount(commit_ids.size());
+  AppendIdCommands(finish, "KVT.COMMIT", filled.commit_ids);
+  AppendIdCommands(finish, "KVT.ABORT", filled.abort_ids);
+  KVTIER_ASSIGN_OR_RETURN(std::vector<resp::Reply> replies, RoundTrip(finish));
+  counters_.aborted_puts += filled.abort_ids.size();
+  const size_t commit_chunks = ChunkCount(filled.commit_ids.size());
   KVTIER_ASSIGN_OR_RETURN(
       std::vector<Status> committed,
-      DecodeChunkedStatuses(std::span(finish_replies).first(commit_chunks), commit_ids.size(),
+      DecodeChunkedStatuses(std::span(replies).first(commit_chunks), filled.commit_ids.size(),
                             "KVT.COMMIT"));
   for (size_t j = 0; j < committed.size(); ++j) {
+    Status& status = statuses[filled.commit_index[j]];
     if (committed[j].code() == StatusCode::kNotFound) {
       // The daemon gave the reservation up (reservation_timeout) before the commit arrived.
-      statuses[commit_index[j]] = Timeout("KVT.COMMIT: reservation expired before the commit");
+      status = Timeout("KVT.COMMIT: reservation expired before the commit");
     } else {
-      statuses[commit_index[j]] = std::move(committed[j]);
+      status = std::move(committed[j]);
     }
   }
-  counters_.aborted_puts += abort_ids.size();
-  return statuses;
+  return Status::Ok();
 }
 
 Result<size_t> Client::Get(const NamespaceId& ns, std::span<const BlockKey> keys,
