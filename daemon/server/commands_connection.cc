@@ -2,6 +2,8 @@
 // that redis-cli and redis-benchmark send at start-up.
 #include <algorithm>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "daemon/server/commands.h"
 #include "daemon/server/wire.h"
@@ -203,9 +205,34 @@ Progress CommandCmd(CommandContext& ctx, Command& cmd) {
   return Progress::kDone;
 }
 
+// The Redis parameters tools ask about: redis-benchmark prints save and appendonly at start-up
+// and warns when it cannot read them. kvtierd persists nothing, which these values say.
+constexpr std::pair<std::string_view, std::string_view> kConfigParameters[] = {
+    {"save", ""},
+    {"appendonly", "no"},
+};
+
+// CONFIG GET parameter [parameter ...]: the known parameters named (or all for "*"), as a map.
+void ConfigGet(CommandContext& ctx, const Command& cmd) {
+  std::vector<std::pair<std::string_view, std::string_view>> found;
+  for (const auto& parameter : kConfigParameters) {
+    for (size_t i = 2; i < cmd.size(); ++i) {
+      if (cmd.args[i] == "*" || resp::EqualsIgnoreCase(cmd.args[i], parameter.first)) {
+        found.push_back(parameter);
+        break;
+      }
+    }
+  }
+  ctx.reply.AppendMapHeader(found.size());
+  for (const auto& [name, value] : found) {
+    ctx.reply.AppendBulk(name);
+    ctx.reply.AppendBulk(value);
+  }
+}
+
 Progress Config(CommandContext& ctx, Command& cmd) {
   if (resp::EqualsIgnoreCase(cmd.args[1], "GET") && cmd.size() >= 3) {
-    ctx.reply.AppendMapHeader(0);  // no Redis parameter exists here; a map, as Redis 7 answers
+    ConfigGet(ctx, cmd);
   } else {
     ctx.reply.AppendError("ERR CONFIG " + resp::ToUpperAscii(cmd.args[1]).substr(0, 64) +
                           " is not supported");

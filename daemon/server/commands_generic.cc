@@ -1,6 +1,7 @@
 // Generic commands: SET, GET, MSET, MGET, EXISTS, DEL, DBSIZE on the generic key space
 // (generic_keyspace.h). INFO lives in info.cc.
 #include <cstring>
+#include <thread>
 #include <vector>
 
 #include "daemon/server/commands.h"
@@ -14,9 +15,12 @@ namespace {
 
 using resp::Command;
 
-// SET removes the old value and puts the new one; a concurrent SET of the same key may slip its
-// value in between, which the next round replaces. Bounded so two clients cannot loop forever.
+// SET removes the old value and puts the new one under the key's write lock, so no other generic
+// writer comes in between; the retry only covers a block put there by other means.
 constexpr int kSetAttempts = 4;
+// A GET holds its lease on a value only while it copies it out, so a SET that finds the old value
+// leased yields and tries again this many times before answering BUSY.
+constexpr int kLeasedRemoveAttempts = 256;
 
 bool KeyTooLong(CommandContext& ctx, std::string_view key) {
   if (key.size() <= ctx.server.options.max_key_bytes) return false;
@@ -45,13 +49,25 @@ Status WriteReservation(store::Store& store, const store::Reservation& r, std::s
   return store.tier(r.tier)->Write(r.extent, block);
 }
 
+// Removes the old value of a key, if any, waiting briefly for readers that are copying it out.
+Status RemoveOldValue(store::Store& store, const NamespaceId& ns, const BlockKey& key) {
+  Status removed;
+  for (int attempt = 0; attempt < kLeasedRemoveAttempts; ++attempt) {
+    removed = store.Remove(ns, key);
+    if (removed.ok() || removed.code() == StatusCode::kNotFound) return Status::Ok();
+    if (removed.code() != StatusCode::kBusy) return removed;
+    std::this_thread::yield();
+  }
+  return removed;
+}
+
 Status StoreValue(CommandContext& ctx, std::string_view key, std::string_view value) {
   store::Store& store = ctx.server.store;
   const NamespaceId& ns = ctx.server.generic_ns;
   const BlockKey block_key = GenericKey(ns, key);
+  MutexLock lock(ctx.server.GenericWriteLock(block_key));
   for (int attempt = 0; attempt < kSetAttempts; ++attempt) {
-    Status removed = store.Remove(ns, block_key);
-    if (!removed.ok() && removed.code() != StatusCode::kNotFound) return removed;
+    KVTIER_RETURN_IF_ERROR(RemoveOldValue(store, ns, block_key));
     Result<store::Reservation> r =
         store.BeginPut(ns, block_key, kGenericValueHeaderBytes + value.size());
     if (!r.ok() && r.status().code() == StatusCode::kAlreadyExists) continue;

@@ -24,10 +24,6 @@ constexpr size_t kDirectReadMaxBytes = 16 << 20;
 // target is 64 KiB at most). 16 KiB keeps the buffer of a typical pipelined batch.
 constexpr size_t kKeepOutputBytes = 16 << 10;
 
-// Before AUTH a client may only say hello: a stranger cannot make the server buffer much.
-constexpr size_t kPreAuthBulkBytes = 4 << 10;
-constexpr size_t kPreAuthArgs = 16;
-
 }  // namespace
 
 Connection::Connection(Socket socket, Transport transport, uint64_t id, ServerContext& server,

@@ -96,13 +96,16 @@ TEST_F(ConnectionCommandsTest, StubsForRedisTools) {
   EXPECT_EQ(c.Call({"COMMAND"}), "*0\r\n");
   EXPECT_EQ(c.Call({"COMMAND", "DOCS"}), "*0\r\n");
   EXPECT_EQ(c.Call({"COMMAND", "COUNT"}), ":0\r\n");
-  EXPECT_EQ(c.Call({"CONFIG", "GET", "save"}), "*0\r\n");
+  EXPECT_EQ(c.Call({"CONFIG", "GET", "save"}), "*2\r\n$4\r\nsave\r\n$0\r\n\r\n");
+  EXPECT_EQ(c.Call({"CONFIG", "GET", "appendonly"}), "*2\r\n$10\r\nappendonly\r\n$2\r\nno\r\n");
+  EXPECT_EQ(c.Call({"CONFIG", "GET", "maxmemory"}), "*0\r\n");
+  EXPECT_EQ(c.Call({"CONFIG", "GET", "*"}).substr(0, 4), "*4\r\n");
   EXPECT_EQ(c.Call({"CONFIG", "SET", "save", ""}), "-ERR CONFIG SET is not supported\r\n");
   EXPECT_EQ(c.Call({"SELECT", "0"}), "+OK\r\n");
   EXPECT_EQ(c.Call({"SELECT", "1"}), "-ERR DB index is out of range\r\n");
   EXPECT_EQ(c.Call({"SELECT", "x"}), "-ERR value is not an integer or out of range\r\n");
   EXPECT_EQ(c.Call({"HELLO", "3"}).substr(0, 4), "%7\r\n");
-  EXPECT_EQ(c.Call({"CONFIG", "GET", "save"}), "%0\r\n");
+  EXPECT_EQ(c.Call({"CONFIG", "GET", "appendonly"}), "%1\r\n$10\r\nappendonly\r\n$2\r\nno\r\n");
 }
 
 TEST_F(ConnectionCommandsTest, UnknownCommandsAndArity) {

@@ -53,6 +53,10 @@ Status ValidateListeners(const ServerOptions& o) {
 
 Status ValidateOptions(const ServerOptions& o) {
   KVTIER_RETURN_IF_ERROR(ValidateListeners(o));
+  if (o.password.size() > kPreAuthBulkBytes) {
+    return InvalidArgument("password: longer than " + std::to_string(kPreAuthBulkBytes) +
+                           " bytes, the largest argument a client may send before AUTH");
+  }
   if (o.io_threads < 1 || o.io_threads > kMaxIoThreads) {
     return InvalidArgument("io_threads: must be in [1, " + std::to_string(kMaxIoThreads) + "]");
   }
@@ -78,7 +82,7 @@ struct Server::Impl {
   using Strand = asio::strand<asio::io_context::executor_type>;
 
   Impl(const ServerOptions& options, store::Store& store, tiers::HostTier* arena)
-      : context{options, store, arena, GenericNamespaceId(), 0, 0, {}},
+      : context{options, store, arena, GenericNamespaceId(), 0, 0, {}, {}},
         unix_strand(asio::make_strand(io)),
         tcp_strand(asio::make_strand(io)) {}
 

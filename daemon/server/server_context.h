@@ -2,14 +2,16 @@
 // host arena, the generic namespace's id and the server's counters.
 //
 // The server owns one ServerContext and hands connections a reference; it outlives them all.
-// Everything in it is either immutable after Server::Create or an atomic counter, so any thread may
-// read it without a lock.
+// Everything in it is immutable after Server::Create, an atomic counter, or a mutex, so any thread
+// may use it without further locking.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <cstdint>
 
 #include "common/keys.h"
+#include "common/thread_annotations.h"
 #include "daemon/server/server.h"
 
 namespace kvtier::store {
@@ -29,6 +31,17 @@ struct ServerCounters {
   std::atomic<uint64_t> rejected_connections{0};
 };
 
+// Before AUTH a client may only say hello: a stranger cannot make the server buffer much. These
+// are the request parser's limits until then.
+inline constexpr size_t kPreAuthBulkBytes = 4 << 10;
+inline constexpr size_t kPreAuthArgs = 16;
+
+// Generic SETs of one key take turns under one of these locks (chosen by the key's hash), so that
+// concurrent writers of a key do not meet each other's reservation and answer BUSY: a Redis user
+// expects the last SET to win. Different keys rarely share a lock, and a lock is held only for
+// one value's copy.
+inline constexpr size_t kGenericWriteStripes = 64;
+
 struct ServerContext {
   ServerOptions options;
   store::Store& store;
@@ -37,6 +50,11 @@ struct ServerContext {
   uint64_t start_time_us = 0;  // SteadyClock, for INFO's uptime
   uint16_t tcp_port = 0;       // the bound port, set by Start before any connection exists
   ServerCounters counters;
+  std::array<Mutex, kGenericWriteStripes> generic_write_locks;
+
+  Mutex& GenericWriteLock(const BlockKey& key) {
+    return generic_write_locks[key.low % kGenericWriteStripes];
+  }
 };
 
 }  // namespace kvtier::server

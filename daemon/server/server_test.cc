@@ -80,6 +80,10 @@ TEST_F(ServerCreateTest, NamesTheBadOption) {
   o.max_clients = 0;
   EXPECT_EQ(CreateStatus(o).message(), "max_clients: must be positive");
   o.max_clients = 1;
+  o.password = std::string(4097, 'p');
+  EXPECT_EQ(CreateStatus(o).message(),
+            "password: longer than 4096 bytes, the largest argument a client may send before AUTH");
+  o.password.clear();
   o.tcp_host = "kvtier.example.com";
   o.tcp_port = 1;
   EXPECT_EQ(CreateStatus(o).message(),
@@ -305,6 +309,41 @@ TEST(ServerConcurrencyTest, ClientsOnManyThreadsSeeOnlyTheirOwnReplies) {
   for (std::thread& t : threads) t.join();
   EXPECT_EQ(failures.load(), 0);
   EXPECT_EQ(ts.server().Stats().commands_processed, 2u * kClients * kRounds);
+}
+
+// Concurrent SETs of one hot key, with GETs reading it all the while: every SET succeeds (the last
+// one wins) and every GET sees one whole value, or a miss while a SET is between removing the old
+// value and committing the new one (the store has no atomic replace; a cache may miss).
+TEST(ServerConcurrencyTest, ConcurrentSetsOfOneKeyAllSucceed) {
+  ServerOptions o;
+  o.io_threads = 4;
+  TestServer ts(o);
+  ASSERT_TRUE(ts.status().ok());
+  constexpr int kClients = 6;
+  constexpr int kRounds = 300;
+  std::vector<std::thread> threads;
+  std::atomic<int> failures{0};
+  for (int t = 0; t < kClients; ++t) {
+    threads.emplace_back([&, t] {
+      TestClient c = t % 2 == 0 ? ts.ConnectUnix() : ts.ConnectTcp();
+      const std::string value(1000, static_cast<char>('a' + t));
+      for (int i = 0; i < kRounds; ++i) {
+        c.Send(Resp({"SET", "hot", value}) + Resp({"GET", "hot"}));
+        const std::string set = c.ReadReply();
+        const std::string get = c.ReadReply();
+        EXPECT_EQ(set, "+OK\r\n");
+        failures += set != "+OK\r\n";
+        const bool whole = get.size() == 1009 && get.substr(0, 7) == "$1000\r\n" &&
+                           get.find_first_not_of(get[7], 7) == 1007;
+        const bool miss = get == "$-1\r\n";
+        EXPECT_TRUE(whole || miss) << get.substr(0, 16);
+        failures += !(whole || miss);
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ(failures.load(), 0);
+  EXPECT_EQ(ts.store().Stats().leases_active, 0u);
 }
 
 }  // namespace
