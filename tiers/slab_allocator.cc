@@ -257,6 +257,17 @@ void SlabAllocator::Remove(SlabList& list, uint32_t slab_index) {
   slab.next = kNone;
 }
 
+Extent SlabAllocator::ReclaimUnit(const Extent& extent) const {
+  if (slabs_.empty()) return extent;
+  const uint64_t first = std::min<uint64_t>(extent.offset / slab_bytes_, slabs_.size() - 1);
+  const uint64_t end_byte = extent.offset + std::max<uint64_t>(extent.length, 1);
+  const uint64_t last =
+      std::min<uint64_t>((end_byte - 1) / slab_bytes_, slabs_.size() - 1);
+  const uint64_t start = SlabOffset(static_cast<uint32_t>(first));
+  const uint64_t end = SlabOffset(static_cast<uint32_t>(last)) + slabs_[last].bytes;
+  return Extent{start, end - start};
+}
+
 TierStats SlabAllocator::Stats() const {
   TierStats stats;
   stats.capacity_bytes = capacity_bytes_;

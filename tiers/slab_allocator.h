@@ -71,6 +71,11 @@ class SlabAllocator {
   // slot rounding, slab tails that fit no whole slot, and free slots in partly used slabs.
   TierStats Stats() const;
 
+  // The whole slabs `extent` lies in: the smallest range whose emptying returns a slab to the
+  // shared pool, so that any size class can use it. The store empties such a range when LRU
+  // eviction of other sizes cannot make room for a block (slab calcification).
+  Extent ReclaimUnit(const Extent& extent) const;
+
   uint64_t capacity_bytes() const { return capacity_bytes_; }
   uint64_t slab_bytes() const { return slab_bytes_; }
   uint64_t alignment() const { return alignment_; }

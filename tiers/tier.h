@@ -55,6 +55,12 @@ class Tier {
   // arena, fake GPU tier); nullptr for tiers that are not (NVMe, a real GPU pool).
   virtual std::byte* Address(const Extent& extent) { return nullptr; }
 
+  // The range of this tier's space that is given back as a whole once every block in it is freed
+  // (a slab, for slab allocators), containing `extent`. The store evicts every block in that range
+  // when evicting least-recently-used blocks one by one cannot make room for a block of another
+  // size. Tiers whose allocator merges free space freely return `extent` itself.
+  virtual Extent ReclaimUnit(const Extent& extent) const { return extent; }
+
   virtual TierStats Stats() const = 0;
 };
 

@@ -214,6 +214,19 @@ void BlockIndex::Unpick(const BlockKey& key) {
   if (!order.policy->Contains(key)) order.policy->Insert(key);
 }
 
+std::vector<std::pair<BlockKey, BlockMeta>> BlockIndex::EvictableInRange(TierId tier,
+                                                                         const Extent& range,
+                                                                         uint64_t now_us) const {
+  std::vector<std::pair<BlockKey, BlockMeta>> found;
+  ForEach([&](const BlockKey& key, const BlockMeta& meta) {
+    if (meta.tier == tier && Evictable(meta, now_us) && meta.extent.offset >= range.offset &&
+        meta.extent.offset + meta.extent.length <= range.offset + range.length) {
+      found.emplace_back(key, meta);
+    }
+  });
+  return found;
+}
+
 std::vector<BlockKey> BlockIndex::KeysOfNamespace(const NamespaceId& ns) const {
   std::vector<BlockKey> keys;
   ForEach([&](const BlockKey& key, const BlockMeta& meta) {

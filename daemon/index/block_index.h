@@ -115,6 +115,11 @@ class BlockIndex {
   // mind, for example because demotion failed and the block stays).
   void Unpick(const BlockKey& key);
 
+  // Ready, unleased blocks of `tier` unpinned at `now_us` whose extent lies inside `range`: what
+  // the store evicts to give a whole slab back. A full scan of the index, for a rare event.
+  std::vector<std::pair<BlockKey, BlockMeta>> EvictableInRange(TierId tier, const Extent& range,
+                                                               uint64_t now_us) const;
+
   // Keys of every entry (any state) of namespace `ns`.
   std::vector<BlockKey> KeysOfNamespace(const NamespaceId& ns) const;
 

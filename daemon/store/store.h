@@ -158,6 +158,9 @@ class Store {
   Result<Extent> AllocateWithEviction(size_t level, uint64_t bytes);
   // Makes room in tiers_[level] by moving one victim down or dropping it. false: nothing could go.
   bool EvictOne(size_t level);
+  // Empties the tier's reclaim unit (slab) around its least recently used block, for a block size
+  // that LRU eviction of other sizes cannot make room for. false: nothing could go.
+  bool EvictReclaimUnit(size_t level);
   bool DemoteOrDrop(size_t level, const BlockKey& key, const index::BlockMeta& meta);
   Status CopyBetweenTiers(tiers::Tier& from, const Extent& src, tiers::Tier& to,
                           const Extent& dst);

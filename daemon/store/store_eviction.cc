@@ -10,12 +10,22 @@ namespace kvtier::store {
 using index::BlockMeta;
 using index::BlockState;
 
+// How many single LRU victims an allocation tries before it empties a whole reclaim unit instead.
+// Blocks of one size free slots of their own size after one eviction; a long streak of failures
+// means the space is held by slabs of other sizes (slab calcification).
+constexpr int kEvictionsBeforeReclaim = 4;
+constexpr int kReclaimAttempts = 4;
+
 Result<Extent> Store::AllocateWithEviction(size_t level, uint64_t bytes) {
   tiers::Tier& t = *tiers_[level];
+  int reclaims = 0;
   for (int evicted = 0;; ++evicted) {
     Result<Extent> extent = t.Allocate(bytes);
     if (extent.ok() || extent.status().code() != StatusCode::kBusy) return extent;
-    if (evicted == options_.max_evictions_per_allocation || !EvictOne(level)) break;
+    if (evicted == options_.max_evictions_per_allocation) break;
+    const bool reclaim = evicted >= kEvictionsBeforeReclaim && reclaims < kReclaimAttempts;
+    if (reclaim) ++reclaims;
+    if (!(reclaim ? EvictReclaimUnit(level) : EvictOne(level))) break;
   }
   return Busy(std::string(TierName(t.id())) +
               " tier is full and nothing can be evicted now (blocks leased, pinned or being "
@@ -31,6 +41,20 @@ bool Store::EvictOne(size_t level) {
   // policy; that still counts as an attempt, so the caller's bound keeps the loop finite.
   DemoteOrDrop(level, victim->first, victim->second);
   return true;
+}
+
+bool Store::EvictReclaimUnit(size_t level) {
+  tiers::Tier& t = *tiers_[level];
+  const uint64_t now = clock_.NowMicros();
+  std::optional<std::pair<BlockKey, BlockMeta>> victim = index_->PickVictim(t.id(), now);
+  if (!victim) return false;
+  index_->Unpick(victim->first);
+  const Extent unit = t.ReclaimUnit(victim->second.extent);
+  bool any = false;
+  for (const auto& [key, meta] : index_->EvictableInRange(t.id(), unit, now)) {
+    any |= DemoteOrDrop(level, key, meta);
+  }
+  return any;
 }
 
 bool Store::DemoteOrDrop(size_t level, const BlockKey& key, const BlockMeta& meta) {

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "tests/fakes/fake_tier.h"
+#include "tiers/host/host_tier.h"
 
 namespace kvtier::store {
 namespace {
@@ -279,6 +280,47 @@ TEST_F(StoreTest, RejectsBadTierLists) {
   FakeTier a(TierId::kHost, kBlock), b(TierId::kHost, kBlock);
   EXPECT_EQ(Store::Create({}, {}, clock_).status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(Store::Create({}, {&a, &b}, clock_).status().code(), StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace kvtier::store
+
+namespace kvtier::store {
+namespace {
+
+// Regression: a host arena full of slabs of one block size refused every block of another size
+// with BUSY, because evicting least-recently-used blocks one at a time frees slots scattered over
+// many slabs and never a whole slab (slab calcification). The store now empties the slab around
+// its LRU block.
+TEST(StoreSlabTest, ABlockOfANewSizeGetsASlabFromAFullArena) {
+  constexpr uint64_t kSlab = 64 * 1024;
+  auto host = tiers::HostTier::Create({.capacity_bytes = 4 * kSlab,
+                                       .slab_bytes = kSlab,
+                                       .alignment = 4096,
+                                       .try_huge_pages = false,
+                                       .try_mlock = false,
+                                       .name = "slab-test"});
+  ASSERT_TRUE(host.ok());
+  FakeClock clock;
+  auto store = Store::Create({}, {host->get()}, clock);
+  ASSERT_TRUE(store.ok());
+  const NamespaceId any_size{{7, 7}};
+  ASSERT_TRUE((*store)->RegisterNamespace({any_size, 0, 0, "any"}).ok());
+  std::vector<std::byte> small(4096, std::byte{1});
+  for (uint64_t n = 0; n < 64; ++n) ASSERT_TRUE((*store)->Put(any_size, Key(n), small).ok());
+  // Touch every other block so recency is spread over all four slabs.
+  for (uint64_t n = 0; n < 64; n += 2) {
+    std::vector<BlockKey> keys{Key(n)};
+    (*store)->Lookup(any_size, keys);
+  }
+  std::vector<std::byte> big(20 * 1024, std::byte{2});
+  ASSERT_TRUE((*store)->Put(any_size, Key(1000), big).ok());
+  std::vector<std::byte> out;
+  ASSERT_TRUE((*store)->Get(any_size, Key(1000), out).ok());
+  EXPECT_EQ(out, big);
+  StoreStats s = (*store)->Stats();
+  EXPECT_EQ(s.blocks_present, 64u - 16u + 1u);  // one slab of sixteen 4 KiB blocks was emptied
+  EXPECT_EQ(s.committed_puts, s.blocks_present + s.evicted_blocks + s.removed_blocks);
 }
 
 }  // namespace

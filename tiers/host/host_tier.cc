@@ -71,4 +71,9 @@ bool HostTier::InArena(const Extent& extent) const {
   return extent.offset <= arena_->size() && extent.length <= arena_->size() - extent.offset;
 }
 
+Extent HostTier::ReclaimUnit(const Extent& extent) const {
+  MutexLock lock(mu_);
+  return allocator_.ReclaimUnit(extent);
+}
+
 }  // namespace kvtier::tiers

@@ -56,6 +56,8 @@ class HostTier final : public Tier {
   // base + offset, or nullptr when the extent lies outside the arena.
   std::byte* Address(const Extent& extent) override;
   TierStats Stats() const override;
+  // The slab (or run of slabs) around `extent`; see Tier::ReclaimUnit.
+  Extent ReclaimUnit(const Extent& extent) const override;
 
   // The arena, for passing its fd to clients and reporting huge-page and mlock state.
   const HostArena& arena() const { return *arena_; }
