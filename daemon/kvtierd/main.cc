@@ -122,6 +122,8 @@ server::ServerOptions ServerOptionsFrom(const config::DaemonConfig& c) {
 
 int Run(const config::DaemonConfig& c) {
   spdlog::set_level(spdlog::level::from_str(c.log_level));
+  // Operators tail the log through pipes and journald: every line goes out as it is written.
+  spdlog::flush_on(spdlog::level::trace);
   const auto started = std::chrono::steady_clock::now();
 
   auto lock = DataDirLock::Acquire(c.data_dir);
