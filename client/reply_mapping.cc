@@ -12,46 +12,6 @@ namespace {
 using resp::Reply;
 using resp::ReplyType;
 
-struct WordCode {
-  std::string_view word;
-  StatusCode code;
-};
-
-// Every spelling in circulation; see the header.
-constexpr std::array kWords = {
-    WordCode{"OK", StatusCode::kOk},
-    WordCode{"NOTFOUND", StatusCode::kNotFound},
-    WordCode{"NOT_FOUND", StatusCode::kNotFound},
-    WordCode{"EXISTS", StatusCode::kAlreadyExists},
-    WordCode{"ALREADYEXISTS", StatusCode::kAlreadyExists},
-    WordCode{"ALREADY_EXISTS", StatusCode::kAlreadyExists},
-    WordCode{"REJECTED", StatusCode::kRejected},
-    WordCode{"BUSY", StatusCode::kBusy},
-    WordCode{"DEVICE", StatusCode::kDeviceError},
-    WordCode{"DEVICEERROR", StatusCode::kDeviceError},
-    WordCode{"DEVICE_ERROR", StatusCode::kDeviceError},
-    WordCode{"CHECKSUM", StatusCode::kChecksumMismatch},
-    WordCode{"CHECKSUMMISMATCH", StatusCode::kChecksumMismatch},
-    WordCode{"CHECKSUM_MISMATCH", StatusCode::kChecksumMismatch},
-    WordCode{"CORRUPTION", StatusCode::kCorruption},
-    WordCode{"ERR", StatusCode::kInvalidArgument},
-    WordCode{"INVALID", StatusCode::kInvalidArgument},
-    WordCode{"INVALIDARGUMENT", StatusCode::kInvalidArgument},
-    WordCode{"INVALID_ARGUMENT", StatusCode::kInvalidArgument},
-    WordCode{"WRONGTYPE", StatusCode::kInvalidArgument},
-    WordCode{"NOPROTO", StatusCode::kInvalidArgument},
-    WordCode{"TIMEOUT", StatusCode::kTimeout},
-    WordCode{"SHUTDOWN", StatusCode::kShuttingDown},
-    WordCode{"SHUTTINGDOWN", StatusCode::kShuttingDown},
-    WordCode{"SHUTTING_DOWN", StatusCode::kShuttingDown},
-    WordCode{"NOAUTH", StatusCode::kPermissionDenied},
-    WordCode{"NOPERM", StatusCode::kPermissionDenied},
-    WordCode{"WRONGPASS", StatusCode::kPermissionDenied},
-    WordCode{"PERMISSIONDENIED", StatusCode::kPermissionDenied},
-    WordCode{"PERMISSION_DENIED", StatusCode::kPermissionDenied},
-    WordCode{"INTERNAL", StatusCode::kInternal},
-};
-
 Status Unexpected(std::string_view command, const Reply& reply, std::string_view expected) {
   std::string msg = "protocol: unexpected reply to ";
   msg.append(command);
@@ -99,18 +59,6 @@ Status EntryStatus(const Reply& entry, std::string_view context) {
 }
 
 }  // namespace
-
-StatusCode StatusCodeFromWord(std::string_view word, bool* known) {
-  const std::string upper = resp::ToUpperAscii(word);
-  for (const WordCode& entry : kWords) {
-    if (entry.word == upper) {
-      if (known != nullptr) *known = true;
-      return entry.code;
-    }
-  }
-  if (known != nullptr) *known = false;
-  return StatusCode::kInternal;
-}
 
 Status StatusFromWord(std::string_view word, std::string_view context) {
   bool known = false;

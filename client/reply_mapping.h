@@ -21,13 +21,13 @@
 
 #include "client/client_types.h"
 #include "common/resp/reply.h"
+#include "common/resp/status_words.h"
 #include "common/status.h"
 
 namespace kvtier::client {
 
-// The code for a status word or error code (case-insensitive); kInternal when unknown, with
-// `*known` (if given) set to false.
-StatusCode StatusCodeFromWord(std::string_view word, bool* known = nullptr);
+// The code for a status word or error code: the protocol's one table (common/resp/status_words.h).
+using resp::StatusCodeFromWord;
 
 // A status word as a Status: Ok() for "OK", otherwise the mapped code with `context` and the word
 // as message ("KVT.PUT key 3: BUSY").

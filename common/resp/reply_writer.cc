@@ -1,5 +1,7 @@
 #include "common/resp/reply_writer.h"
 
+#include "common/resp/status_words.h"
+
 #include <charconv>
 #include <cmath>
 
@@ -31,28 +33,12 @@ void ReplyWriter::AppendSimpleString(std::string_view text) { AppendLine('+', te
 void ReplyWriter::AppendError(std::string_view message) { AppendLine('-', message); }
 
 void ReplyWriter::AppendError(const Status& status) {
-  std::string line = ErrorCode(status.code());
+  std::string line(StatusWord(status.code()));
   if (!status.message().empty()) {
     line.push_back(' ');
     line.append(status.message());
   }
   AppendLine('-', line);
-}
-
-std::string ReplyWriter::ErrorCode(StatusCode code) {
-  switch (code) {
-    case StatusCode::kInvalidArgument:
-      return "ERR";
-    case StatusCode::kPermissionDenied:
-      return "NOPERM";
-    default:
-      break;
-  }
-  std::string out;
-  for (char c : StatusCodeName(code)) {
-    if (c != '_') out.push_back(c);
-  }
-  return out;
 }
 
 void ReplyWriter::AppendInteger(int64_t value) {

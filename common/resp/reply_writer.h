@@ -37,7 +37,8 @@ class ReplyWriter {
   // `-ERR unknown command`: `message` starts with the error code ("ERR", "NOTFOUND", "BUSY", ...),
   // as Redis clients expect. CR and LF are replaced by spaces.
   void AppendError(std::string_view message);
-  // `-<code> <message>` with the code for `status` (ErrorCode()). Precondition: !status.ok().
+  // `-<WORD> <message>` with the protocol's word for `status` (resp::StatusWord). Precondition:
+  // !status.ok().
   void AppendError(const Status& status);
   void AppendInteger(int64_t value);
   // `$<len>\r\n<bytes>\r\n`: binary safe.
@@ -63,11 +64,6 @@ class ReplyWriter {
   // Verbatim text such as INFO's: `=<len>\r\ntxt:<text>\r\n` in RESP3, a bulk string of `text` in
   // RESP2. `format` is three characters ("txt", "mkd"); anything else is written as "txt".
   void AppendVerbatim(std::string_view text, std::string_view format = "txt");
-
-  // The error code written for a status: ERR for kInvalidArgument (what Redis clients expect for a
-  // bad command), NOPERM for kPermissionDenied, otherwise the code's name without underscores
-  // (NOTFOUND, BUSY, REJECTED, TIMEOUT, ...).
-  static std::string ErrorCode(StatusCode code);
 
  private:
   void AppendLine(char type, std::string_view text);  // type, text with CR/LF blanked, CRLF

@@ -82,7 +82,7 @@ TEST(ReplyWriterTest, SimpleLinesCannotBreakFraming) {
   EXPECT_EQ(out, "-ERR bad key 'a  +OK'\r\n+two lines\r\n");
 }
 
-TEST(ReplyWriterTest, StatusErrorsCarryARedisStyleCode) {
+TEST(ReplyWriterTest, StatusErrorsCarryTheProtocolsStatusWord) {
   std::string out;
   ReplyWriter w(&out);
   w.AppendError(NotFound("no such namespace"));
@@ -91,10 +91,12 @@ TEST(ReplyWriterTest, StatusErrorsCarryARedisStyleCode) {
   w.AppendError(PermissionDenied("AUTH required"));
   EXPECT_EQ(out,
             "-NOTFOUND no such namespace\r\n"
-            "-ERR wrong number of arguments for 'get' command\r\n"
+            "-INVALID wrong number of arguments for 'get' command\r\n"
             "-BUSY host tier is full\r\n"
             "-NOPERM AUTH required\r\n");
-  EXPECT_EQ(ReplyWriter::ErrorCode(StatusCode::kChecksumMismatch), "CHECKSUMMISMATCH");
+  out.clear();
+  w.AppendError(ChecksumMismatch("block 3"));
+  EXPECT_EQ(out, "-DEVICE block 3\r\n");
 }
 
 TEST(ReplyWriterTest, BulkHeaderLetsThePayloadTravelSeparately) {

@@ -4,43 +4,8 @@
 
 namespace kvtier::server {
 
-std::string_view StatusWord(StatusCode code) {
-  switch (code) {
-    case StatusCode::kOk:
-      return "OK";
-    case StatusCode::kNotFound:
-      return "NOTFOUND";
-    case StatusCode::kAlreadyExists:
-      return "EXISTS";
-    case StatusCode::kRejected:
-      return "REJECTED";
-    case StatusCode::kBusy:
-      return "BUSY";
-    case StatusCode::kDeviceError:
-    case StatusCode::kChecksumMismatch:
-    case StatusCode::kCorruption:
-      return "DEVICE";
-    case StatusCode::kInvalidArgument:
-      return "INVALID";
-    case StatusCode::kTimeout:
-      return "TIMEOUT";
-    case StatusCode::kShuttingDown:
-      return "SHUTDOWN";
-    case StatusCode::kPermissionDenied:
-      return "NOPERM";
-    case StatusCode::kInternal:
-      break;
-  }
-  return "INTERNAL";
-}
-
 void AppendStatusError(resp::ReplyWriter& reply, const Status& status) {
-  std::string line(StatusWord(status.code()));
-  if (!status.message().empty()) {
-    line.push_back(' ');
-    line.append(status.message());
-  }
-  reply.AppendError(line);
+  reply.AppendError(status);
 }
 
 std::optional<uint64_t> ParseUint64(std::string_view text) {

@@ -11,17 +11,13 @@
 
 #include "common/keys.h"
 #include "common/resp/reply_writer.h"
+#include "common/resp/status_words.h"
 #include "common/status.h"
 
 namespace kvtier::server {
 
-// The word a status is reported with on the wire, as a per-key status string and as the code of an
-// error reply: OK, EXISTS, NOTFOUND, BUSY, REJECTED, INVALID, TIMEOUT, DEVICE, SHUTDOWN, NOPERM,
-// INTERNAL. A checksum mismatch and corrupt metadata are DEVICE: the bytes could not be served.
-// This differs from resp::ReplyWriter::ErrorCode (ERR for kInvalidArgument, ALREADYEXISTS,
-// DEVICEERROR, ...) on purpose: protocol.md fixes these words and a client maps them back to
-// StatusCode one to one.
-std::string_view StatusWord(StatusCode code);
+// The word a status is reported with on the wire (docs/protocol.md), shared with the clients.
+using resp::StatusWord;
 
 // `-<WORD> <message>`. Precondition: !status.ok().
 void AppendStatusError(resp::ReplyWriter& reply, const Status& status);
