@@ -135,15 +135,25 @@ std::string StatsToPrometheus(const store::StoreStats& stats, const ProcessInfo&
       Sample(out, m.name, "tier=\"" + std::string(TierName(t.tier)) + "\"", m.get(t));
     }
   }
-  Header(out, "kvtier_lookups_total", "counter", "Lookup calls per namespace.");
-  for (const auto& ns : stats.namespaces) {
-    Sample(out, "kvtier_lookups_total", "namespace=\"" + Escape(NamespaceLabel(ns)) + "\"",
-           double(ns.lookups));
-  }
-  Header(out, "kvtier_lookup_blocks_total", "counter", "Block keys asked for in lookups.");
-  for (const auto& ns : stats.namespaces) {
-    Sample(out, "kvtier_lookup_blocks_total",
-           "namespace=\"" + Escape(NamespaceLabel(ns)) + "\"", double(ns.lookup_blocks));
+  struct NamespaceMetric {
+    const char* name;
+    const char* help;
+    uint64_t store::NamespaceStats::*field;
+  };
+  static const NamespaceMetric kNamespaceMetrics[] = {
+      {"kvtier_lookups_total", "Lookup calls per namespace.", &store::NamespaceStats::lookups},
+      {"kvtier_lookup_blocks_total", "Block keys asked for in lookups.",
+       &store::NamespaceStats::lookup_blocks},
+      {"kvtier_hit_tokens_total", "Prompt tokens covered by lookup hits.",
+       &store::NamespaceStats::hit_tokens},
+      {"kvtier_namespace_evictions_total", "Blocks of the namespace dropped from the last tier.",
+       &store::NamespaceStats::evictions},
+  };
+  for (const NamespaceMetric& m : kNamespaceMetrics) {
+    Header(out, m.name, "counter", m.help);
+    for (const auto& ns : stats.namespaces) {
+      Sample(out, m.name, "namespace=\"" + Escape(NamespaceLabel(ns)) + "\"", double(ns.*m.field));
+    }
   }
   Header(out, "kvtier_hit_blocks_total", "counter", "Blocks found in lookups, by tier.");
   for (const auto& ns : stats.namespaces) {
@@ -153,17 +163,6 @@ std::string StatsToPrometheus(const store::StoreStats& stats, const ProcessInfo&
                  std::string(TierName(static_cast<TierId>(t))) + "\"",
              double(ns.hit_blocks[t]));
     }
-  }
-  Header(out, "kvtier_hit_tokens_total", "counter", "Prompt tokens covered by lookup hits.");
-  for (const auto& ns : stats.namespaces) {
-    Sample(out, "kvtier_hit_tokens_total", "namespace=\"" + Escape(NamespaceLabel(ns)) + "\"",
-           double(ns.hit_tokens));
-  }
-  Header(out, "kvtier_namespace_evictions_total", "counter",
-         "Blocks of the namespace dropped from the last tier.");
-  for (const auto& ns : stats.namespaces) {
-    Sample(out, "kvtier_namespace_evictions_total",
-           "namespace=\"" + Escape(NamespaceLabel(ns)) + "\"", double(ns.evictions));
   }
   struct Scalar {
     const char* name;
