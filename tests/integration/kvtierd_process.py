@@ -1,0 +1,135 @@
+"""One kvtierd process for a test: where to reach it, how to start it and how to stop it.
+
+The daemon comes from KVTIER_BIN_DIR (default <repo>/build/bin) and listens on free TCP and HTTP
+ports, with its Unix socket, data directory, config file and log in a directory of the test's.
+It counts as ready once it answers PING on both the Unix socket and TCP, and HTTP /healthz.
+"""
+import os
+import pathlib
+import signal
+import socket
+import subprocess
+import time
+import urllib.request
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+BIN_DIR = pathlib.Path(os.environ.get("KVTIER_BIN_DIR", REPO / "build" / "bin"))
+START_TIMEOUT_S = 15
+STOP_TIMEOUT_S = 15
+
+# Small slabs so that several size classes fit a small arena; no mlock or huge pages so the test
+# machine does not pin memory. Tests add sections of their own (store, limits).
+CONFIG_YAML = """\
+tiers:
+  slab_bytes: {slab_bytes}
+  huge_pages: false
+  mlock: false
+server:
+  io_threads: 2
+  log_level: info
+"""
+
+
+def free_port():
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Daemon:
+    """One kvtierd process and where to reach it."""
+
+    def __init__(self, workdir, password=None, host_bytes="256MiB", slab_bytes="8MiB",
+                 extra_config=""):
+        self.workdir = pathlib.Path(workdir)
+        self.unix = str(self.workdir / "kvtierd.sock")
+        self.data_dir = str(self.workdir / "data")
+        self.log_path = self.workdir / "kvtierd.log"
+        self.password = password
+        self.host_bytes = host_bytes
+        self.config_text = CONFIG_YAML.format(slab_bytes=slab_bytes) + extra_config
+        self.host = "127.0.0.1"
+        self.port = 0
+        self.http_port = 0
+        self.proc = None
+
+    @property
+    def http_url(self):
+        return f"http://{self.host}:{self.http_port}"
+
+    def log(self):
+        try:
+            return self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+
+    def start(self):
+        config = self.workdir / "kvtierd.yaml"
+        config.write_text(self.config_text)
+        # Free ports can be taken by someone else before the daemon binds them: try a few times.
+        for _ in range(5):
+            self.port, self.http_port = free_port(), free_port()
+            if self.port == self.http_port:
+                continue
+            cmd = [str(BIN_DIR / "kvtierd"), "--config", str(config), "--unix", self.unix,
+                   "--port", str(self.port), "--http-port", str(self.http_port),
+                   "--host-bytes", self.host_bytes, "--data-dir", self.data_dir]
+            if self.password:
+                cmd += ["--password", self.password]
+            with open(self.log_path, "ab") as log:
+                self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
+                                             stdin=subprocess.DEVNULL)
+            if self._wait_ready():
+                return
+            if self.proc.poll() is None:
+                break
+            if "in use" not in self.log():
+                break
+        self.kill()
+        raise RuntimeError(f"kvtierd did not become ready:\n{self.log()}")
+
+    def _wait_ready(self):
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                return False
+            if self.ping():
+                return True
+            time.sleep(0.05)
+        return False
+
+    def ping(self):
+        """True when the daemon answers PING on both the Unix socket and TCP, and HTTP answers
+        /healthz (it starts last)."""
+        try:
+            for family, address in ((socket.AF_UNIX, self.unix),
+                                    (socket.AF_INET, (self.host, self.port))):
+                with socket.socket(family, socket.SOCK_STREAM) as s:
+                    s.settimeout(2)
+                    s.connect(address)
+                    s.sendall(b"PING\r\n")
+                    if not s.recv(64).startswith(b"+PONG"):
+                        return False
+            with urllib.request.urlopen(self.http_url + "/healthz", timeout=2) as resp:
+                return resp.status == 200
+        except OSError:
+            return False
+
+    def alive(self):
+        return self.proc is not None and self.proc.poll() is None
+
+    def stop(self):
+        """SIGTERM, then the exit status (None if it had to be killed)."""
+        if self.proc is None or self.proc.poll() is not None:
+            return self.proc.returncode if self.proc else None
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout=STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            return None
+
+    def kill(self):
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
