@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Installs what is missing, then builds and runs every test: the release build, the same suite
-# under AddressSanitizer + UndefinedBehaviorSanitizer, and the concurrency suites under
-# ThreadSanitizer. Exits non-zero on the first failure.
+# Installs what is missing, then builds and runs every test: the release build, the integration
+# suite against a running release kvtierd, the same unit suite under AddressSanitizer +
+# UndefinedBehaviorSanitizer, and the concurrency suites under ThreadSanitizer. Exits non-zero on
+# the first failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
@@ -14,9 +15,21 @@ run_ctest() {
   ctest --preset "$preset" -j "$jobs" "$@"
 }
 
+# Starts build/bin/kvtierd and drives it with redis-py, redis-cli, redis-benchmark and raw sockets
+# (tests/integration). Its Python packages live in a venv inside the build tree.
+run_integration() {
+  local venv=build/venv
+  echo "== integration (release kvtierd) =="
+  [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
+  "$venv/bin/python" -m pip install -q --disable-pip-version-check \
+    -r tests/integration/requirements.txt
+  KVTIER_BIN_DIR="$PWD/build/bin" "$venv/bin/python" -m pytest -q tests/integration
+}
+
 echo "== build (release) =="
 scripts/build.sh release
 run_ctest release
+run_integration
 
 echo "== build (asan: ASan + UBSan) =="
 scripts/build.sh asan
