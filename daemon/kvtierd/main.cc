@@ -146,7 +146,9 @@ int Run(const config::DaemonConfig& c) {
   const tiers::HostArena& arena = (*host)->arena();
   spdlog::info("host tier: {} ({} pages{})", FormatBytes(c.host_bytes),
                arena.huge_pages() ? "huge" : "normal",
-               arena.locked() ? ", locked in RAM" : ", not locked: " + arena.lock_status().message());
+               arena.locked()                   ? ", locked in RAM"
+               : arena.lock_status().ok()       ? ", not locked (tiers.mlock is off)"
+                                                : ", not locked: " + arena.lock_status().message());
 
   store::StoreOptions store_options;
   store_options.lease_timeout_us = c.lease_timeout_ms * 1000;

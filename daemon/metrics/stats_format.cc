@@ -13,6 +13,16 @@ std::string NamespaceLabel(const store::NamespaceStats& ns) {
   return ns.label.empty() ? ns.id.ToHex() : ns.label;
 }
 
+// Escapes a label value per the exposition format (backslash, quote, newline).
+std::string Escape(const std::string& v);
+
+// `namespace="<label>",ns_id="<hex>"`. The human label alone is not unique (two tenants of one
+// model differ only in their salt), and Prometheus rejects a scrape with duplicate series; the id
+// is.
+std::string NamespaceLabels(const store::NamespaceStats& ns) {
+  return "namespace=\"" + Escape(NamespaceLabel(ns)) + "\",ns_id=\"" + ns.id.ToHex() + "\"";
+}
+
 json TierJson(const store::TierStatsSnapshot& t) {
   return {{"tier", TierName(t.tier)},
           {"capacity_bytes", t.space.capacity_bytes},
@@ -152,14 +162,14 @@ std::string StatsToPrometheus(const store::StoreStats& stats, const ProcessInfo&
   for (const NamespaceMetric& m : kNamespaceMetrics) {
     Header(out, m.name, "counter", m.help);
     for (const auto& ns : stats.namespaces) {
-      Sample(out, m.name, "namespace=\"" + Escape(NamespaceLabel(ns)) + "\"", double(ns.*m.field));
+      Sample(out, m.name, NamespaceLabels(ns), double(ns.*m.field));
     }
   }
   Header(out, "kvtier_hit_blocks_total", "counter", "Blocks found in lookups, by tier.");
   for (const auto& ns : stats.namespaces) {
     for (int t = 0; t < kTierCount; ++t) {
       Sample(out, "kvtier_hit_blocks_total",
-             "namespace=\"" + Escape(NamespaceLabel(ns)) + "\",tier=\"" +
+             NamespaceLabels(ns) + ",tier=\"" +
                  std::string(TierName(static_cast<TierId>(t))) + "\"",
              double(ns.hit_blocks[t]));
     }

@@ -32,8 +32,9 @@ struct ProcessInfo {
 //  "totals":{...StoreStats scalar fields...}, "process":{...}}
 std::string StatsToJson(const store::StoreStats& stats, const ProcessInfo& process);
 
-// Prometheus text exposition format, version 0.0.4: kvtier_* metrics with `tier` and `namespace`
-// labels (the namespace label is the label given at registration, else the id).
+// Prometheus text exposition format, version 0.0.4: kvtier_* metrics with `tier` labels, and
+// `namespace` (the label given at registration, else the id) plus `ns_id` (the id, which keeps two
+// tenants of one model apart) on per-namespace series.
 std::string StatsToPrometheus(const store::StoreStats& stats, const ProcessInfo& process);
 
 // The `# Kvtier` section of INFO: "field:value\r\n" lines.

@@ -47,7 +47,8 @@ TEST(StatsFormatTest, PrometheusHasTypedLabelledSamples) {
   std::string text = StatsToPrometheus(SampleStats(), {});
   EXPECT_NE(text.find("# TYPE kvtier_tier_used_bytes gauge\n"), std::string::npos);
   EXPECT_NE(text.find("kvtier_tier_used_bytes{tier=\"host\"} 4096\n"), std::string::npos);
-  EXPECT_NE(text.find("kvtier_hit_blocks_total{namespace=\"llama \\\"8b\\\"\",tier=\"host\"} 6\n"),
+  EXPECT_NE(text.find("kvtier_hit_blocks_total{namespace=\"llama \\\"8b\\\"\",ns_id=\""
+                      "00000000000000010000000000000002\",tier=\"host\"} 6\n"),
             std::string::npos);
   EXPECT_NE(text.find("kvtier_evicted_blocks_total 3\n"), std::string::npos);
 }

@@ -115,7 +115,7 @@ def test_stats_views_agree(kvtierd, r):
 
     label = mine["label"]
     assert label.startswith(model + " fp16 ")
-    ns_label = f'namespace="{label}"'
+    ns_label = f'namespace="{label}",ns_id="{mine["id"]}"'
     assert metrics[("kvtier_lookups_total", ns_label)] == 2
     assert metrics[("kvtier_lookup_blocks_total", ns_label)] == 10
     assert metrics[("kvtier_hit_tokens_total", ns_label)] == 12
@@ -149,8 +149,6 @@ def test_process_section_agrees(kvtierd, r):
     assert via_resp["total_connections"] <= via_http["total_connections"]
 
 
-@pytest.mark.xfail(strict=True, reason="namespaces that differ only in salt, layout or revision "
-                   "share one label, so /metrics repeats a series (daemon/metrics/stats_format.cc)")
 def test_metrics_series_unique_across_tenants(kvtierd, r):
     # Two tenants of one model: same model, dtype and tp, different salt. Prometheus rejects a
     # scrape that repeats a series, so each namespace needs its own label set.
