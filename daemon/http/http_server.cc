@@ -2,6 +2,8 @@
 
 #include <pthread.h>
 
+#include "common/asio_coro.h"  // first: fixes Boost 1.74 coroutines on this toolchain
+
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
