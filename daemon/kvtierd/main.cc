@@ -7,6 +7,7 @@
 // thread stops, then the store and the tiers are destroyed. Nothing is detached; every thread is
 // joined before main returns.
 #include <fcntl.h>
+#include <malloc.h>
 #include <pthread.h>
 #include <signal.h>
 #include <sys/file.h>
@@ -235,6 +236,12 @@ int main(int argc, char** argv) {
   sigaddset(&signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   signal(SIGPIPE, SIG_IGN);
+  // Replies and requests carry whole KV blocks (MiBs). By default glibc serves such buffers with
+  // fresh mmaps and gives them back on free, so every large GET faulted in and zeroed its reply
+  // buffer again (about 660 page faults per 2 MiB GET, measured with perf). Keep them in the heap
+  // and reuse them instead; the heap's size stays bounded by the peak of concurrent requests.
+  mallopt(M_MMAP_THRESHOLD, 512 << 20);
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);
 
   auto parsed = kvtier::config::ParseCommandLine(argc, argv);
   if (!parsed.ok()) {
