@@ -13,6 +13,8 @@
 #include <cerrno>
 #include <cstring>
 
+#include "common/fd_passing.h"
+
 namespace kvtier::client {
 namespace {
 
@@ -225,17 +227,7 @@ Status Connection::ReadAvailable() {
     if (errno == EAGAIN || errno == EWOULDBLOCK) return Status::Ok();
     return Fail(ErrnoStatus(errno, "read from " + endpoint_.url));
   }
-  if (endpoint_.is_unix()) {
-    for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
-      if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
-      const size_t n = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-      for (size_t i = 0; i < n; ++i) {
-        int fd;
-        std::memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
-        received_fds_.emplace_back(fd);
-      }
-    }
-  }
+  for (int fd : TakePassedFds(msg)) received_fds_.emplace_back(fd);
   if (got == 0) {
     return Fail(DeviceError("connection to " + endpoint_.url + " closed by the daemon"));
   }

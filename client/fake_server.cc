@@ -5,7 +5,6 @@
 #include <poll.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
-#include <sys/uio.h>
 #include <sys/un.h>
 #include <pthread.h>
 #include <unistd.h>
@@ -19,6 +18,7 @@
 #include <string>
 #include <utility>
 
+#include "common/fd_passing.h"
 #include "common/keys.h"
 #include "common/types.h"
 #include "common/resp/reply_writer.h"
@@ -346,20 +346,20 @@ void Flush(Conn& conn, int fd, size_t fd_at) {
     return;
   }
   if (!WriteAll(conn.fd, std::string_view(conn.out).substr(0, fd_at))) conn.close = true;
-  iovec iov{conn.out.data() + fd_at, conn.out.size() - fd_at};
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = control;
-  msg.msg_controllen = sizeof(control);
-  cmsghdr* cmsg = CMSG_FIRSTHDR(&msg);
-  cmsg->cmsg_level = SOL_SOCKET;
-  cmsg->cmsg_type = SCM_RIGHTS;
-  cmsg->cmsg_len = CMSG_LEN(sizeof(int));
-  std::memcpy(CMSG_DATA(cmsg), &fd, sizeof(int));
-  // The reply is small: one sendmsg carries it whole, so the descriptor rides on its first byte.
-  if (::sendmsg(conn.fd, &msg, MSG_NOSIGNAL) != static_cast<ssize_t>(iov.iov_len)) conn.close = true;
+  // The descriptor rides on the reply's first byte; whatever one sendmsg leaves goes as usual.
+  std::string_view reply = std::string_view(conn.out).substr(fd_at);
+  for (;;) {
+    Result<size_t> sent = SendWithFd(conn.fd, reply, fd);
+    if (sent.ok()) {
+      if (!WriteAll(conn.fd, reply.substr(*sent))) conn.close = true;
+      break;
+    }
+    pollfd writable{conn.fd, POLLOUT, 0};
+    if (sent.status().code() != StatusCode::kBusy || ::poll(&writable, 1, -1) < 0) {
+      conn.close = true;
+      break;
+    }
+  }
   conn.out.clear();
 }
 }  // namespace

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "daemon/server/fd_passing.h"
+#include "common/fd_passing.h"
 
 namespace kvtier::server {
 namespace {

@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <thread>
 
+#include "common/fd_passing.h"
 #include "common/resp/reply_parser.h"
 
 namespace kvtier::server::testing {
@@ -148,15 +149,7 @@ bool TestClient::ReceiveMore(milliseconds timeout, bool* closed) {
     if (closed != nullptr) *closed = true;
     return false;
   }
-  for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
-    if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
-    const size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-    for (size_t i = 0; i < count; ++i) {
-      int fd;
-      std::memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
-      fds_.push_back(fd);
-    }
-  }
+  for (int fd : TakePassedFds(msg)) fds_.push_back(fd);
   pending_.append(buf, static_cast<size_t>(n));
   return true;
 }

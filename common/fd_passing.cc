@@ -1,11 +1,9 @@
-#include "daemon/server/fd_passing.h"
-
-#include <sys/socket.h>
+#include "common/fd_passing.h"
 
 #include <cerrno>
 #include <cstring>
 
-namespace kvtier::server {
+namespace kvtier {
 
 Result<size_t> SendWithFd(int socket_fd, std::string_view bytes, int fd) {
   if (bytes.empty()) return InvalidArgument("a descriptor needs at least one byte to ride on");
@@ -30,4 +28,19 @@ Result<size_t> SendWithFd(int socket_fd, std::string_view bytes, int fd) {
   }
 }
 
-}  // namespace kvtier::server
+std::vector<int> TakePassedFds(msghdr& msg) {
+  std::vector<int> fds;
+  if (msg.msg_control == nullptr) return fds;
+  for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
+    if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+    const size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+    for (size_t i = 0; i < count; ++i) {
+      int fd;
+      std::memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+      fds.push_back(fd);
+    }
+  }
+  return fds;
+}
+
+}  // namespace kvtier
