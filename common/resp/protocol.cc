@@ -1,5 +1,6 @@
 #include "common/resp/protocol.h"
 
+#include <algorithm>
 #include <limits>
 
 namespace kvtier::resp {
@@ -25,6 +26,21 @@ std::optional<int64_t> ParseInt64(std::string_view text) {
   }
   if (value > kMaxPositive) return std::nullopt;
   return static_cast<int64_t>(value);
+}
+
+void ReservePayload(std::string& payload, size_t extra, size_t declared_bytes) {
+  const size_t needed = payload.size() + extra;
+  if (needed <= payload.capacity()) return;
+  payload.reserve(std::min(std::max(needed, payload.capacity() * 2), declared_bytes));
+}
+
+size_t ReadPayloadCrlf(std::string_view input, size_t& crlf_seen) {
+  size_t taken = 0;
+  while (crlf_seen < kCrlf.size() && taken < input.size() && input[taken] == kCrlf[crlf_seen]) {
+    ++taken;
+    ++crlf_seen;
+  }
+  return taken;
 }
 
 bool EqualsIgnoreCase(std::string_view a, std::string_view b) {

@@ -7,6 +7,7 @@
 // here is a pure function of its arguments and may be called from any thread.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -19,10 +20,25 @@ enum class Protocol : uint8_t { kResp2 = 2, kResp3 = 3 };
 
 inline constexpr std::string_view kCrlf = "\r\n";
 
+// The error both parsers report when the two bytes after a bulk payload are not CRLF.
+inline constexpr std::string_view kPayloadWithoutCrlf =
+    "Protocol error: bulk payload not followed by CRLF";
+
 // Parses a decimal integer exactly as Redis does for lengths and integer replies: an optional '-',
 // then digits with no leading zero (only "0" itself), no '+', no spaces, no overflow. "-0" is
 // rejected too. nullopt when `text` is not such a number.
 std::optional<int64_t> ParseInt64(std::string_view text);
+
+// Grows the capacity of `payload`, a bulk payload `declared_bytes` long in the making, so that
+// `extra` more bytes fit: geometrically, so that a payload arriving in small pieces is not copied
+// quadratically, but never past the declared length, which the caller has already bounded.
+void ReservePayload(std::string& payload, size_t extra, size_t declared_bytes);
+
+// Reads the CRLF that ends a bulk payload, which may arrive split across reads. `crlf_seen` counts
+// its bytes read so far (0 to 2) and advances. Returns how many bytes at the front of `input` it
+// took. When it is still below 2 and `input` has bytes left after those, the next byte breaks the
+// frame: the caller fails with kPayloadWithoutCrlf.
+size_t ReadPayloadCrlf(std::string_view input, size_t& crlf_seen);
 
 // ASCII case-insensitive equality; command names are ASCII, so no locale is consulted.
 bool EqualsIgnoreCase(std::string_view a, std::string_view b);

@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <string>
+
 namespace kvtier::resp {
 namespace {
 
@@ -33,6 +36,33 @@ TEST(DescribeByteTest, EscapesNonPrintableBytes) {
   EXPECT_EQ(DescribeByte('\x16'), "\\x16");
   EXPECT_EQ(DescribeByte('\xff'), "\\xff");
   EXPECT_EQ(DescribeByte('\r'), "\\x0d");
+}
+
+TEST(ReservePayloadTest, MakesRoomForTheNextBytes) {
+  std::string payload;
+  ReservePayload(payload, 10, 1000);
+  EXPECT_GE(payload.capacity(), 10u);
+  payload.assign(payload.capacity(), 'x');
+  const size_t before = payload.capacity();
+  ReservePayload(payload, 1, 1000);
+  EXPECT_GE(payload.capacity(), std::min<size_t>(before * 2, 1000));
+  payload.assign(900, 'x');
+  ReservePayload(payload, 100, 1000);
+  EXPECT_GE(payload.capacity(), 1000u);
+}
+
+TEST(ReadPayloadCrlfTest, TakesTheCrlfSplitAnywhereAndStopsAtAWrongByte) {
+  size_t seen = 0;
+  EXPECT_EQ(ReadPayloadCrlf("\r", seen), 1u);
+  EXPECT_EQ(seen, 1u);
+  EXPECT_EQ(ReadPayloadCrlf("\n*1", seen), 1u);
+  EXPECT_EQ(seen, 2u);
+  seen = 0;
+  EXPECT_EQ(ReadPayloadCrlf("\rx", seen), 1u);  // 'x' is left: the frame is broken
+  EXPECT_EQ(seen, 1u);
+  seen = 0;
+  EXPECT_EQ(ReadPayloadCrlf("\n", seen), 0u);
+  EXPECT_EQ(seen, 0u);
 }
 
 }  // namespace

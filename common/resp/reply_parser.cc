@@ -224,12 +224,8 @@ Status ReplyParser::OnBulkHeader(size_t bytes_available) {
 
 Status ReplyParser::StepBulkBody(std::string_view& input) {
   const size_t n = std::min(bulk_left_, input.size());
-  std::string& str = bulk_.str;
-  if (str.size() + n > str.capacity()) {
-    // Geometric growth bounded by the declared length: linear copying, no over-allocation.
-    str.reserve(std::min(std::max(str.size() + n, str.capacity() * 2), bulk_declared_));
-  }
-  str.append(input.data(), n);
+  ReservePayload(bulk_.str, n, bulk_declared_);
+  bulk_.str.append(input.data(), n);
   Consume(input, n);
   bulk_left_ -= n;
   if (bulk_left_ == 0) state_ = State::kBulkCrlf;
@@ -237,13 +233,8 @@ Status ReplyParser::StepBulkBody(std::string_view& input) {
 }
 
 Status ReplyParser::StepBulkCrlf(std::string_view& input) {
-  while (crlf_seen_ < 2 && !input.empty()) {
-    if (input.front() != kCrlf[crlf_seen_]) {
-      return Fail("Protocol error: bulk payload not followed by CRLF");
-    }
-    Consume(input, 1);
-    ++crlf_seen_;
-  }
+  Consume(input, ReadPayloadCrlf(input, crlf_seen_));
+  if (crlf_seen_ < 2 && !input.empty()) return Fail(std::string(kPayloadWithoutCrlf));
   return crlf_seen_ == 2 ? FinishBulk() : Status::Ok();
 }
 

@@ -272,10 +272,7 @@ Status RequestParser::OnBulkHeader(std::string_view line, size_t bytes_available
 }
 
 void RequestParser::ReserveBulk(size_t extra) {
-  std::string& arg = command_.args.back();
-  const size_t needed = arg.size() + extra;
-  if (needed <= arg.capacity()) return;
-  arg.reserve(std::min(std::max(needed, arg.capacity() * 2), bulk_declared_));
+  ReservePayload(command_.args.back(), extra, bulk_declared_);
 }
 
 Status RequestParser::StepBulkBody(std::string_view& input) {
@@ -292,13 +289,8 @@ Status RequestParser::StepBulkBody(std::string_view& input) {
 }
 
 Status RequestParser::StepBulkCrlf(std::string_view& input) {
-  while (crlf_seen_ < 2 && !input.empty()) {
-    if (input.front() != kCrlf[crlf_seen_]) {
-      return Fail("Protocol error: bulk payload not followed by CRLF");
-    }
-    Consume(input, 1);
-    ++crlf_seen_;
-  }
+  Consume(input, ReadPayloadCrlf(input, crlf_seen_));
+  if (crlf_seen_ < 2 && !input.empty()) return Fail(std::string(kPayloadWithoutCrlf));
   if (crlf_seen_ == 2) FinishElement();
   return Status::Ok();
 }
