@@ -72,6 +72,7 @@ Status BlockIndex::InsertWriting(const BlockKey& key, const BlockMeta& meta) {
   MutexLock lock(shard.mu);
   auto [it, inserted] = shard.entries.try_emplace(key, meta);
   if (!inserted) {
+    if (it->second.ns != meta.ns) return Rejected("key is in use by another namespace");
     if (it->second.state == BlockState::kReady) return AlreadyExists("block is already stored");
     return Busy("block is being written by another client");
   }
@@ -149,14 +150,15 @@ std::optional<BlockMeta> BlockIndex::EraseIf(const BlockKey& key,
   return meta;
 }
 
-Status BlockIndex::MoveTier(const BlockKey& key, TierId from_tier, const Extent& from_extent,
-                            TierId tier, const Extent& extent) {
+Status BlockIndex::MoveTier(const BlockKey& key, const BlockMeta& from, TierId tier,
+                            const Extent& extent) {
   Shard& shard = ShardFor(key);
   MutexLock lock(shard.mu);
   auto it = shard.entries.find(key);
   if (it == shard.entries.end()) return NotFound("no such block");
   BlockMeta& meta = it->second;
-  if (meta.state != BlockState::kReady || meta.tier != from_tier || meta.extent != from_extent) {
+  if (meta.state != BlockState::kReady || meta.generation != from.generation ||
+      meta.tier != from.tier || meta.extent != from.extent) {
     return NotFound("block changed since its bytes were copied");
   }
   // Readers copy straight out of the old extent; it may only be given up once nobody holds it.

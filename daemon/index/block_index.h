@@ -39,6 +39,10 @@ struct BlockMeta {
   Extent extent;                 // where the bytes live in `tier`; length = block size in bytes
   uint64_t checksum = 0;         // XXH3-64 of the payload, valid when has_checksum
   uint64_t pinned_until_us = 0;  // not evictable before this time (0: not pinned)
+  // Names this incarnation of the key: a key removed and stored again gets a new generation, so a
+  // mover that copied the old bytes can tell that the block changed under it even when the new
+  // incarnation landed at the same extent. Set by the store; the index only compares it.
+  uint64_t generation = 0;
   uint32_t lease_count = 0;      // readers copying out; not evictable while > 0
   TierId tier = TierId::kHost;
   BlockState state = BlockState::kWriting;
@@ -70,8 +74,9 @@ class BlockIndex {
   LookupResult Lookup(std::span<const BlockKey> keys, bool touch,
                       const std::optional<NamespaceId>& ns = std::nullopt);
 
-  // Adds `key` in state kWriting with `meta` (whose state is ignored). Errors: kAlreadyExists when
-  // the key is ready; kBusy when another writer holds it in kWriting.
+  // Adds `key` in state kWriting with `meta` (whose state is ignored). Errors: kRejected when the
+  // key is held by another namespace; kAlreadyExists when the key is ready; kBusy when another
+  // writer holds it in kWriting.
   Status InsertWriting(const BlockKey& key, const BlockMeta& meta);
 
   // kWriting -> kReady; the block joins its tier's policy as just used. kNotFound when absent,
@@ -96,13 +101,12 @@ class BlockIndex {
   std::optional<BlockMeta> EraseIf(const BlockKey& key,
                                    const std::function<bool(const BlockMeta&)>& pred);
 
-  // Moves a ready entry from (`from_tier`, `from_extent`) to (`tier`, `extent`) (demotion,
-  // promotion): it leaves the old tier's policy and joins the new one as just used. The caller
-  // copied the bytes from `from_extent`; if the entry no longer lives there (removed and put
-  // again meanwhile) the copy may be stale, so the move is refused with kNotFound. kBusy while the
-  // block is leased (readers copy straight out of the old extent).
-  Status MoveTier(const BlockKey& key, TierId from_tier, const Extent& from_extent, TierId tier,
-                  const Extent& extent);
+  // Moves the ready entry `from` (a snapshot taken before its bytes were copied) to (`tier`,
+  // `extent`) (demotion, promotion): it leaves the old tier's policy and joins the new one as just
+  // used. If the entry is no longer that incarnation in that place (removed and put again
+  // meanwhile, even at the same extent) the copy may be stale, so the move is refused with
+  // kNotFound. kBusy while the block is leased (readers copy straight out of the old extent).
+  Status MoveTier(const BlockKey& key, const BlockMeta& from, TierId tier, const Extent& extent);
 
   // The victim chosen by `tier`'s policy that is ready, unleased and unpinned at `now_us`,
   // together with its metadata. The entry stays in the map (the caller frees or demotes it and

@@ -96,9 +96,15 @@ TEST(BlockIndexTest, MoveTierFollowsPoliciesAndRefusesLeasedOrChangedBlocks) {
   auto index = MakeIndex();
   ASSERT_TRUE(index->InsertReady(Key(1), Meta(TierId::kHost, 8192)).ok());
   // The bytes were copied from another extent than the block now has: refused.
-  EXPECT_EQ(index->MoveTier(Key(1), TierId::kHost, {0, 4096}, TierId::kNvme, {0, 4096}).code(),
+  BlockMeta elsewhere = Meta(TierId::kHost, 0);
+  EXPECT_EQ(index->MoveTier(Key(1), elsewhere, TierId::kNvme, {0, 4096}).code(),
             StatusCode::kNotFound);
-  ASSERT_TRUE(index->MoveTier(Key(1), TierId::kHost, {8192, 4096}, TierId::kNvme, {0, 4096}).ok());
+  // Same place, another incarnation (removed and stored again): refused as well.
+  BlockMeta older = Meta(TierId::kHost, 8192);
+  older.generation = 99;
+  EXPECT_EQ(index->MoveTier(Key(1), older, TierId::kNvme, {0, 4096}).code(),
+            StatusCode::kNotFound);
+  ASSERT_TRUE(index->MoveTier(Key(1), *index->Get(Key(1)), TierId::kNvme, {0, 4096}).ok());
   EXPECT_EQ(index->TrackedBlocks(TierId::kHost), 0u);
   EXPECT_EQ(index->TrackedBlocks(TierId::kNvme), 1u);
   EXPECT_EQ(index->Get(Key(1))->tier, TierId::kNvme);
@@ -106,7 +112,7 @@ TEST(BlockIndexTest, MoveTierFollowsPoliciesAndRefusesLeasedOrChangedBlocks) {
     ++m.lease_count;
     return Status::Ok();
   }).ok());
-  EXPECT_EQ(index->MoveTier(Key(1), TierId::kNvme, {0, 4096}, TierId::kHost, {0, 4096}).code(),
+  EXPECT_EQ(index->MoveTier(Key(1), *index->Get(Key(1)), TierId::kHost, {0, 4096}).code(),
             StatusCode::kBusy);
 }
 

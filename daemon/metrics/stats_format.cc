@@ -59,6 +59,7 @@ json NamespaceJson(const store::NamespaceStats& ns) {
 
 json TotalsJson(const store::StoreStats& s) {
   return {{"blocks_present", s.blocks_present},   {"blocks_writing", s.blocks_writing},
+          {"blocks_quarantined", s.blocks_quarantined},
           {"leases_active", s.leases_active},     {"committed_puts", s.committed_puts},
           {"aborted_puts", s.aborted_puts},       {"busy_puts", s.busy_puts},
           {"removed_blocks", s.removed_blocks},   {"evicted_blocks", s.evicted_blocks},

@@ -89,6 +89,9 @@ Result<Reservation> Store::BeginPut(const NamespaceId& ns, const BlockKey& key, 
   }
   // Cheap early answer for the common "already cached" case, before any space is touched.
   if (std::optional<BlockMeta> existing = index_->Get(key)) {
+    // Never "already stored" for another namespace's block: the caller would skip its copy and
+    // then never find the block, and the answer would tell one tenant what another has cached.
+    if (existing->ns != ns) return Rejected("key is in use by another namespace");
     if (existing->state == BlockState::kReady) return AlreadyExists("block is already stored");
     return Busy("block is being written by another client");
   }
@@ -98,23 +101,24 @@ Result<Reservation> Store::BeginPut(const NamespaceId& ns, const BlockKey& key, 
     return extent.status();
   }
   tiers::Tier& target = *tiers_[0];
+  Reservation reservation;
+  reservation.id = next_id_.fetch_add(1);
   BlockMeta meta;
   meta.ns = ns;
   meta.tier = target.id();
   meta.extent = *extent;
+  meta.generation = reservation.id;
   if (Status st = index_->InsertWriting(key, meta); !st.ok()) {
     target.Free(*extent);
     return st;
   }
-  Reservation reservation;
-  reservation.id = next_id_.fetch_add(1);
   reservation.key = key;
   reservation.tier = target.id();
   reservation.extent = *extent;
   reservation.address = target.Address(*extent);
   MutexLock lock(reservations_mu_);
   reservations_.emplace(reservation.id,
-                        ReservationRecord{ns, key, target.id(), *extent,
+                        ReservationRecord{ns, key, target.id(), *extent, reservation.id,
                                           clock_.NowMicros() + options_.reservation_timeout_us});
   return reservation;
 }
@@ -131,21 +135,41 @@ Status Store::CommitPut(uint64_t reservation_id, std::optional<uint64_t> checksu
     record = it->second;
     reservations_.erase(it);
   }
-  if (!NamespaceRegistered(record.ns)) {
-    index_->Erase(record.key);
+  if (record.expired) {
     tier(record.tier)->Free(record.extent);
-    counters_.aborted_puts.fetch_add(1);
+    return NotFound("reservation " + std::to_string(reservation_id) + " timed out");
+  }
+  if (!NamespaceRegistered(record.ns)) {
+    DiscardWriting(record);
     return NotFound("namespace " + record.ns.ToHex() + " was dropped during the put");
   }
+  Status published = Status::Ok();
   if (checksum) {
-    KVTIER_RETURN_IF_ERROR(index_->Update(record.key, [&](BlockMeta& meta) {
+    published = index_->Update(record.key, [&](BlockMeta& meta) {
       meta.checksum = *checksum;
       meta.has_checksum = true;
       return Status::Ok();
-    }));
+    });
   }
-  KVTIER_RETURN_IF_ERROR(index_->MarkReady(record.key));
+  if (published.ok()) published = index_->MarkReady(record.key);
+  if (!published.ok()) {
+    // The record is gone already: give the entry and its space back here, or both leak.
+    DiscardWriting(record);
+    return published;
+  }
   counters_.committed_puts.fetch_add(1);
+  if (!NamespaceRegistered(record.ns)) {
+    // DropNamespace ran between the check above and MarkReady and skipped this block while it was
+    // being written: remove it now, as the drop would have.
+    std::optional<BlockMeta> gone = index_->EraseIf(record.key, [&](const BlockMeta& m) {
+      return m.generation == record.generation && m.lease_count == 0;
+    });
+    if (gone) {
+      FreeExtent(*gone);
+      counters_.removed_blocks.fetch_add(1);
+    }
+    return NotFound("namespace " + record.ns.ToHex() + " was dropped during the put");
+  }
   if (NamespaceCounters* c = CountersFor(record.ns)) {
     c->puts.fetch_add(1, std::memory_order_relaxed);
     c->put_bytes.fetch_add(record.extent.length, std::memory_order_relaxed);
@@ -164,10 +188,20 @@ Status Store::AbortPut(uint64_t reservation_id) {
     record = it->second;
     reservations_.erase(it);
   }
-  index_->EraseIf(record.key, [](const BlockMeta& m) { return m.state == BlockState::kWriting; });
+  if (record.expired) {
+    tier(record.tier)->Free(record.extent);  // its entry went at expiry; only the space was held
+    return Status::Ok();
+  }
+  DiscardWriting(record);
+  return Status::Ok();
+}
+
+void Store::DiscardWriting(const ReservationRecord& record) {
+  index_->EraseIf(record.key, [&](const BlockMeta& m) {
+    return m.state == BlockState::kWriting && m.generation == record.generation;
+  });
   tier(record.tier)->Free(record.extent);
   counters_.aborted_puts.fetch_add(1);
-  return Status::Ok();
 }
 
 Status Store::Put(const NamespaceId& ns, const BlockKey& key, std::span<const std::byte> bytes) {
@@ -313,20 +347,34 @@ Result<uint64_t> Store::DropNamespace(const NamespaceId& ns) {
 
 size_t Store::ExpireDeadlines() {
   const uint64_t now = clock_.NowMicros();
-  std::vector<uint64_t> expired_reservations;
+  std::vector<ReservationRecord> timed_out;  // their blocks go now; their space stays set aside
+  std::vector<ReservationRecord> released;   // quarantine over: their space is reused
   {
     MutexLock lock(reservations_mu_);
-    for (const auto& [id, r] : reservations_) {
-      if (r.deadline_us <= now) expired_reservations.push_back(id);
+    for (auto it = reservations_.begin(); it != reservations_.end();) {
+      ReservationRecord& r = it->second;
+      if (r.deadline_us > now) {
+        ++it;
+      } else if (!r.expired) {
+        r.expired = true;
+        r.deadline_us = now + kQuarantineFactor * options_.reservation_timeout_us;
+        timed_out.push_back(r);
+        ++it;
+      } else {
+        released.push_back(r);
+        it = reservations_.erase(it);
+      }
     }
   }
-  size_t expired = 0;
-  for (uint64_t id : expired_reservations) {
-    if (AbortPut(id).ok()) {
-      counters_.expired_reservations.fetch_add(1);
-      ++expired;
-    }
+  for (const ReservationRecord& r : timed_out) {
+    index_->EraseIf(r.key, [&](const BlockMeta& m) {
+      return m.state == BlockState::kWriting && m.generation == r.generation;
+    });
+    counters_.expired_reservations.fetch_add(1);
+    counters_.aborted_puts.fetch_add(1);
   }
+  for (const ReservationRecord& r : released) tier(r.tier)->Free(r.extent);
+  size_t expired = timed_out.size();
   std::vector<LeaseRecord> expired_leases;
   {
     MutexLock lock(leases_mu_);

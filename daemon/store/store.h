@@ -91,7 +91,8 @@ class Store {
   // Reserves room for `key` in the hottest tier, evicting or demoting under pressure. Errors:
   // kNotFound (namespace not registered), kInvalidArgument (size differs from the namespace's
   // block size, or 0), kAlreadyExists (the block is stored: skip the copy), kBusy (another client
-  // is writing it, or no room can be made now: retry later), kRejected (larger than the tier).
+  // is writing it, or no room can be made now: retry later), kRejected (larger than the tier, or
+  // the key is held by another namespace).
   Result<Reservation> BeginPut(const NamespaceId& ns, const BlockKey& key, uint64_t bytes);
 
   // Publishes a reserved block. `checksum` (XXH3-64 of the payload) is stored with it when given.
@@ -129,11 +130,15 @@ class Store {
   // their lease ends, reservations in flight are aborted at commit. Returns the blocks removed now.
   Result<uint64_t> DropNamespace(const NamespaceId& ns);
 
-  // Takes back leases and aborts reservations whose deadline has passed. Returns how many. The
-  // daemon calls it periodically; tests call it after moving a FakeClock.
+  // Takes back leases and aborts reservations whose deadline has passed. Returns how many. A
+  // timed-out reservation's block disappears at once, but its space is only reused after the
+  // writer finishes with CommitPut/AbortPut (which then answer kNotFound / OK) or after
+  // kQuarantineFactor more timeouts: a late writer never overwrites another block. The daemon
+  // calls this periodically; tests call it after moving a FakeClock.
   size_t ExpireDeadlines();
 
   StoreStats Stats() const;
+  static constexpr uint64_t kQuarantineFactor = 10;
   // The tier with `id`, or nullptr.
   tiers::Tier* tier(TierId id) const;
 
@@ -143,7 +148,12 @@ class Store {
     BlockKey key;
     TierId tier;
     Extent extent;
+    uint64_t generation;
     uint64_t deadline_us;
+    // Timed out: the block is gone from the index, but the extent stays set aside until the
+    // writer says COMMIT or ABORT, its connection ends, or a long grace period passes. A writer
+    // that wakes up late must scribble on space nobody else has been given.
+    bool expired = false;
   };
   struct LeaseRecord {
     NamespaceId ns;
@@ -164,6 +174,8 @@ class Store {
   bool DemoteOrDrop(size_t level, const BlockKey& key, const index::BlockMeta& meta);
   Status CopyBetweenTiers(tiers::Tier& from, const Extent& src, tiers::Tier& to,
                           const Extent& dst);
+  // Removes a reservation's kWriting entry (only that incarnation) and frees its extent.
+  void DiscardWriting(const ReservationRecord& record);
   // Frees a block's extent in its tier after it left the index.
   void FreeExtent(const index::BlockMeta& meta);
   // Ends a lease and drops the block if its namespace has been dropped meanwhile.

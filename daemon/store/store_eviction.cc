@@ -66,7 +66,7 @@ bool Store::DemoteOrDrop(size_t level, const BlockKey& key, const BlockMeta& met
       // The victim's bytes are immutable while it is ready, so copying without a lock is safe;
       // MoveTier then refuses the switch if a reader leased the block meanwhile.
       Status moved = CopyBetweenTiers(*tiers_[level], meta.extent, next, *dst);
-      if (moved.ok()) moved = index_->MoveTier(key, meta.tier, meta.extent, next.id(), *dst);
+      if (moved.ok()) moved = index_->MoveTier(key, meta, next.id(), *dst);
       if (moved.ok()) {
         tiers_[level]->Free(meta.extent);
         counters.evictions.fetch_add(1);
@@ -83,8 +83,8 @@ bool Store::DemoteOrDrop(size_t level, const BlockKey& key, const BlockMeta& met
     // put asked for; the block is a cache entry, not data of record.
   }
   std::optional<BlockMeta> gone = index_->EraseIf(key, [&](const BlockMeta& m) {
-    return m.state == BlockState::kReady && m.lease_count == 0 && m.tier == meta.tier &&
-           m.extent == meta.extent && m.pinned_until_us <= clock_.NowMicros();
+    return m.state == BlockState::kReady && m.lease_count == 0 && m.generation == meta.generation &&
+           m.tier == meta.tier && m.pinned_until_us <= clock_.NowMicros();
   });
   if (!gone) {
     index_->Unpick(key);

@@ -60,6 +60,10 @@ StoreStats Store::Stats() const {
     MutexLock lock(leases_mu_);
     s.leases_active = leases_.size();
   }
+  {
+    MutexLock lock(reservations_mu_);
+    for (const auto& [id, r] : reservations_) s.blocks_quarantined += r.expired ? 1 : 0;
+  }
   s.committed_puts = counters_.committed_puts.load();
   s.aborted_puts = counters_.aborted_puts.load();
   s.busy_puts = counters_.busy_puts.load();

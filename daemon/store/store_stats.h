@@ -80,6 +80,7 @@ struct StoreStats {
   std::vector<NamespaceStats> namespaces;
   uint64_t blocks_present = 0;      // ready blocks
   uint64_t blocks_writing = 0;      // reserved, not yet committed
+  uint64_t blocks_quarantined = 0;  // reservations that timed out; space held for the late writer
   uint64_t leases_active = 0;
   uint64_t committed_puts = 0;
   uint64_t aborted_puts = 0;

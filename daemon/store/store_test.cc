@@ -1,5 +1,7 @@
 #include "daemon/store/store.h"
 
+#include <functional>
+
 #include <gtest/gtest.h>
 
 #include "tests/fakes/fake_tier.h"
@@ -51,7 +53,7 @@ class StoreTest : public ::testing::Test {
     EXPECT_EQ(s.committed_puts, s.blocks_present + s.evicted_blocks + s.removed_blocks);
     uint64_t tier_blocks = 0;
     for (const auto& t : s.tiers) tier_blocks += t.space.block_count;
-    EXPECT_EQ(tier_blocks, s.blocks_present + s.blocks_writing);
+    EXPECT_EQ(tier_blocks, s.blocks_present + s.blocks_writing + s.blocks_quarantined);
     for (const auto& t : tiers_) EXPECT_EQ(t->bad_frees(), 0u);
   }
 
@@ -170,9 +172,12 @@ TEST_F(StoreTest, LeasesAndReservationsTimeOut) {
   EXPECT_EQ(store_->Release(lease->id).code(), StatusCode::kNotFound);
   clock_.AdvanceMicros(1'000'000);  // the reservation deadline
   EXPECT_EQ(store_->ExpireDeadlines(), 1u);
-  EXPECT_EQ(store_->CommitPut(reservation->id).code(), StatusCode::kNotFound);
   EXPECT_FALSE(Cached(2));
+  // The timed-out writer's space is held until it reports back, so it cannot hit another block.
+  EXPECT_EQ(store_->Stats().blocks_quarantined, 1u);
+  EXPECT_EQ(store_->CommitPut(reservation->id).code(), StatusCode::kNotFound);
   StoreStats s = store_->Stats();
+  EXPECT_EQ(s.blocks_quarantined, 0u);
   EXPECT_EQ(s.expired_leases, 1u);
   EXPECT_EQ(s.expired_reservations, 1u);
   EXPECT_EQ(s.leases_active, 0u);
@@ -321,6 +326,105 @@ TEST(StoreSlabTest, ABlockOfANewSizeGetsASlabFromAFullArena) {
   StoreStats s = (*store)->Stats();
   EXPECT_EQ(s.blocks_present, 64u - 16u + 1u);  // one slab of sixteen 4 KiB blocks was emptied
   EXPECT_EQ(s.committed_puts, s.blocks_present + s.evicted_blocks + s.removed_blocks);
+}
+
+}  // namespace
+}  // namespace kvtier::store
+
+namespace kvtier::store {
+namespace {
+
+// A tier that runs a hook inside Write: a slow copy to the next tier during which other clients
+// act.
+class HookedTier final : public tiers::Tier {
+ public:
+  HookedTier(TierId id, uint64_t capacity) : inner_(id, capacity, /*addressable=*/false) {}
+  TierId id() const override { return inner_.id(); }
+  Result<Extent> Allocate(uint64_t bytes) override { return inner_.Allocate(bytes); }
+  void Free(const Extent& e) override { inner_.Free(e); }
+  Status Write(const Extent& e, std::span<const std::byte> src) override {
+    Status st = inner_.Write(e, src);
+    if (hook) {
+      auto h = std::move(hook);
+      hook = nullptr;
+      h();
+    }
+    return st;
+  }
+  Status Read(const Extent& e, std::span<std::byte> dst) override { return inner_.Read(e, dst); }
+  tiers::TierStats Stats() const override { return inner_.Stats(); }
+  std::function<void()> hook;
+
+ private:
+  FakeTier inner_;
+};
+
+// Regression: a demotion copied a block, the key was removed and stored again at the same extent
+// meanwhile (a SET overwrite), and the move still pointed the key at the old bytes.
+TEST(StoreRaceTest, DemotionNeverPublishesBytesOfAReplacedBlock) {
+  FakeClock clock;
+  FakeTier host(TierId::kHost, kBlock);  // room for exactly one block
+  HookedTier nvme(TierId::kNvme, 4 * kBlock);
+  auto store = Store::Create({}, {&host, &nvme}, clock);
+  ASSERT_TRUE(store.ok());
+  Store& s = **store;
+  ASSERT_TRUE(s.RegisterNamespace({kNs, 16, kBlock, "t"}).ok());
+  ASSERT_TRUE(s.Put(kNs, Key(1), Payload(100)).ok());
+  nvme.hook = [&] {
+    ASSERT_TRUE(s.Remove(kNs, Key(1)).ok());
+    ASSERT_TRUE(s.Put(kNs, Key(1), Payload(200)).ok());
+  };
+  (void)s.Put(kNs, Key(2), Payload(2));  // evicts key 1: the demotion runs the hook mid-copy
+  std::vector<std::byte> out;
+  if (s.Get(kNs, Key(1), out).ok()) EXPECT_EQ(out, Payload(200));
+}
+
+// Regression: a reservation timed out, its slot went to another put, and the late writer's bytes
+// then overwrote that committed block.
+TEST(StoreRaceTest, ALateWriterNeverOverwritesAnotherBlock) {
+  FakeClock clock;
+  FakeTier host(TierId::kHost, 4 * kBlock);
+  StoreOptions options;
+  options.reservation_timeout_us = 1'000'000;
+  auto store = Store::Create(options, {&host}, clock);
+  ASSERT_TRUE(store.ok());
+  Store& s = **store;
+  ASSERT_TRUE(s.RegisterNamespace({kNs, 16, kBlock, "t"}).ok());
+  auto slow = s.BeginPut(kNs, Key(1), kBlock);
+  ASSERT_TRUE(slow.ok());
+  clock.AdvanceMicros(2'000'000);
+  EXPECT_EQ(s.ExpireDeadlines(), 1u);
+  ASSERT_TRUE(s.Put(kNs, Key(2), Payload(2)).ok());
+  std::vector<std::byte> late = Payload(1);
+  std::memcpy(slow->address, late.data(), late.size());  // the stalled writer wakes up
+  EXPECT_EQ(s.CommitPut(slow->id).code(), StatusCode::kNotFound);
+  std::vector<std::byte> out;
+  ASSERT_TRUE(s.Get(kNs, Key(2), out).ok());
+  EXPECT_EQ(out, Payload(2));
+  // A writer that never reports back gives its space up after the grace period.
+  auto silent = s.BeginPut(kNs, Key(3), kBlock);
+  ASSERT_TRUE(silent.ok());
+  clock.AdvanceMicros(2'000'000);
+  s.ExpireDeadlines();
+  EXPECT_EQ(s.Stats().blocks_quarantined, 1u);
+  clock.AdvanceMicros(Store::kQuarantineFactor * 1'000'000);
+  s.ExpireDeadlines();
+  EXPECT_EQ(s.Stats().blocks_quarantined, 0u);
+  EXPECT_EQ(host.Stats().block_count, 1u);
+}
+
+// Regression: a put of a key held by another namespace answered "already stored", so the caller
+// skipped its copy and then never found the block.
+TEST(StoreRaceTest, AKeyOfAnotherNamespaceIsNeverAlreadyStored) {
+  FakeClock clock;
+  FakeTier host(TierId::kHost, 4 * kBlock);
+  auto store = Store::Create({}, {&host}, clock);
+  ASSERT_TRUE(store.ok());
+  Store& s = **store;
+  ASSERT_TRUE(s.RegisterNamespace({kNs, 16, kBlock, "a"}).ok());
+  ASSERT_TRUE(s.RegisterNamespace({kOtherNs, 16, kBlock, "b"}).ok());
+  ASSERT_TRUE(s.Put(kOtherNs, Key(1), Payload(1)).ok());
+  EXPECT_EQ(s.Put(kNs, Key(1), Payload(1)).code(), StatusCode::kRejected);
 }
 
 }  // namespace

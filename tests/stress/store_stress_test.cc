@@ -183,6 +183,7 @@ TEST(StoreStressTest, MixedOperationsNeverServeWrongBytesAndAccountingHolds) {
   EXPECT_EQ(s.committed_puts, s.blocks_present + s.evicted_blocks + s.removed_blocks);
   EXPECT_EQ(s.committed_puts, tally.commits.load());
   EXPECT_EQ(s.blocks_writing, 0u);
+  EXPECT_EQ(s.blocks_quarantined, 0u);
   EXPECT_EQ(s.leases_active, 0u);
   EXPECT_EQ(s.tiers[0].space.block_count + s.tiers[1].space.block_count, s.blocks_present);
   EXPECT_EQ(cold.bad_frees(), 0u);
