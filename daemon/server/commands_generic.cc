@@ -98,12 +98,19 @@ Status AppendValue(CommandContext& ctx, std::string_view key) {
   if (st.ok() && (lease.extent.length < kGenericValueHeaderBytes || block[0] != kGenericValueFormat)) {
     st = Corruption("stored value has an unknown format");
   }
+  const size_t reply_mark = ctx.reply.buffer()->size();
   if (st.ok()) {
     const size_t length = lease.extent.length - kGenericValueHeaderBytes;
     ctx.reply.AppendBulk(std::string_view(
         reinterpret_cast<const char*>(block) + kGenericValueHeaderBytes, length));
   }
-  (void)store.Release(lease.id);
+  // A lease that lapsed during the copy means the slot may have been reused: never send those
+  // bytes; the caller reports a miss.
+  Status released = store.Release(lease.id);
+  if (!released.ok()) {
+    ctx.reply.buffer()->resize(reply_mark);
+    if (st.ok()) st = released;
+  }
   return st;
 }
 

@@ -110,8 +110,17 @@ Progress Get(CommandContext& ctx, Command& cmd) {
         ctx.stopped ? Result<store::Lease>(NotFound("after a miss"))
                     : ctx.server.store.Acquire(ns->id, PackedKey(cmd.args[2], ctx.cursor));
     // A block is only useful with its whole prefix: after the first miss, nothing more is read.
+    const size_t reply_mark = ctx.reply.buffer()->size();
     Status st = lease.ok() ? AppendLeased(ctx, *lease) : lease.status();
-    if (lease.ok()) (void)ctx.server.store.Release(lease->id);
+    if (lease.ok()) {
+      // A lease that lapsed while we copied means the slot may have been reused mid-copy: the
+      // bytes are taken back out of the reply and the block counts as a miss.
+      Status released = ctx.server.store.Release(lease->id);
+      if (!released.ok()) {
+        ctx.reply.buffer()->resize(reply_mark);
+        if (st.ok()) st = released;
+      }
+    }
     if (!st.ok()) {
       ctx.stopped = true;
       ctx.reply.AppendNull();
