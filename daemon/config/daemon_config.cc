@@ -123,6 +123,9 @@ const std::map<std::string, Setter>& Setters() {
       {"limits.idle_timeout_ms",
        Uint(&DaemonConfig::idle_timeout_ms, 86'400'000, "limits.idle_timeout_ms")},
       {"limits.max_clients", Uint(&DaemonConfig::max_clients, 1'000'000, "limits.max_clients")},
+      {"limits.max_leases", Uint(&DaemonConfig::max_leases, 1ull << 32, "limits.max_leases")},
+      {"limits.max_reservations",
+       Uint(&DaemonConfig::max_reservations, 1ull << 32, "limits.max_reservations")},
       {"server.io_threads", Uint(&DaemonConfig::io_threads, 256, "server.io_threads")},
       {"server.log_level", Text(&DaemonConfig::log_level)},
   };

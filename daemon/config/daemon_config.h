@@ -51,6 +51,8 @@ struct DaemonConfig {
   uint64_t max_inflight_bytes_per_client = 1ull << 30;
   uint64_t idle_timeout_ms = 0;
   uint64_t max_clients = 10'000;
+  uint64_t max_leases = 1u << 20;        // open read leases, all clients together
+  uint64_t max_reservations = 1u << 20;  // puts in flight, all clients together
 
   // server
   uint32_t io_threads = 0;          // 0: one per core, at most 8

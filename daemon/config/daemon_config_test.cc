@@ -107,6 +107,8 @@ TEST(DaemonConfigTest, ShippedExampleLoadsAndMatchesTheDefaults) {
   EXPECT_EQ(c.max_bulk_bytes, defaults.max_bulk_bytes);
   EXPECT_EQ(c.max_inflight_bytes_per_client, defaults.max_inflight_bytes_per_client);
   EXPECT_EQ(c.max_clients, defaults.max_clients);
+  EXPECT_EQ(c.max_leases, defaults.max_leases);
+  EXPECT_EQ(c.max_reservations, defaults.max_reservations);
 }
 
 }  // namespace

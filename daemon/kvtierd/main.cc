@@ -156,6 +156,8 @@ int Run(const config::DaemonConfig& c) {
   store_options.reservation_timeout_us = c.reservation_timeout_ms * 1000;
   store_options.index.policy = c.eviction_policy;
   store_options.index.capacity_hint_blocks = 0;
+  store_options.max_leases = c.max_leases;
+  store_options.max_reservations = c.max_reservations;
   auto store = store::Store::Create(store_options, {host->get()}, SteadyClock::Instance());
   if (!store.ok()) {
     spdlog::error("store: {}", store.status().ToString());

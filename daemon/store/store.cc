@@ -95,6 +95,12 @@ Result<Reservation> Store::BeginPut(const NamespaceId& ns, const BlockKey& key, 
     if (existing->state == BlockState::kReady) return AlreadyExists("block is already stored");
     return Busy("block is being written by another client");
   }
+  {
+    MutexLock lock(reservations_mu_);
+    if (reservations_.size() >= options_.max_reservations) {
+      return Busy("too many puts in flight (" + std::to_string(options_.max_reservations) + ")");
+    }
+  }
   Result<Extent> extent = AllocateWithEviction(0, bytes);
   if (!extent.ok()) {
     if (extent.status().code() == StatusCode::kBusy) counters_.busy_puts.fetch_add(1);
@@ -217,6 +223,12 @@ Status Store::Put(const NamespaceId& ns, const BlockKey& key, std::span<const st
 }
 
 Result<Lease> Store::Acquire(const NamespaceId& ns, const BlockKey& key) {
+  {
+    MutexLock lock(leases_mu_);
+    if (leases_.size() >= options_.max_leases) {
+      return Busy("too many leases open (" + std::to_string(options_.max_leases) + ")");
+    }
+  }
   Lease lease;
   Status st = index_->Update(key, [&](BlockMeta& meta) {
     if (meta.state != BlockState::kReady || meta.ns != ns) return NotFound("block not cached");

@@ -52,6 +52,10 @@ struct StoreOptions {
   // How many victims one allocation may evict before giving up with kBusy. Bounds the work a put
   // does when other threads keep taking the freed space.
   int max_evictions_per_allocation = 256;
+  // Daemon-wide caps on open leases and reservations: each costs memory, and a local client could
+  // otherwise open millions over many connections. Past them Acquire and BeginPut answer kBusy.
+  size_t max_leases = 1 << 20;
+  size_t max_reservations = 1 << 20;
 };
 
 // A reserved slot for a block being written.
@@ -106,7 +110,7 @@ class Store {
   Status Put(const NamespaceId& ns, const BlockKey& key, std::span<const std::byte> bytes);
 
   // Leases a ready block of namespace `ns`. kNotFound on a miss (absent, being written, or of
-  // another namespace).
+  // another namespace); kBusy when max_leases are open.
   Result<Lease> Acquire(const NamespaceId& ns, const BlockKey& key);
 
   // Ends a lease. kNotFound when unknown (already released or timed out).

@@ -429,3 +429,36 @@ TEST(StoreRaceTest, AKeyOfAnotherNamespaceIsNeverAlreadyStored) {
 
 }  // namespace
 }  // namespace kvtier::store
+
+namespace kvtier::store {
+namespace {
+
+TEST(StoreLimitsTest, LeasesAndReservationsAreCappedDaemonWide) {
+  FakeClock clock;
+  FakeTier host(TierId::kHost, 8 * kBlock);
+  StoreOptions options;
+  options.max_leases = 2;
+  options.max_reservations = 1;
+  auto store = Store::Create(options, {&host}, clock);
+  ASSERT_TRUE(store.ok());
+  Store& s = **store;
+  ASSERT_TRUE(s.RegisterNamespace({kNs, 16, kBlock, "t"}).ok());
+  ASSERT_TRUE(s.Put(kNs, Key(1), Payload(1)).ok());
+  auto a = s.Acquire(kNs, Key(1));
+  auto b = s.Acquire(kNs, Key(1));
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(s.Acquire(kNs, Key(1)).status().code(), StatusCode::kBusy);
+  ASSERT_TRUE(s.Release(a->id).ok());
+  auto c = s.Acquire(kNs, Key(1));
+  ASSERT_TRUE(c.ok());
+  auto r = s.BeginPut(kNs, Key(2), kBlock);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(s.BeginPut(kNs, Key(3), kBlock).status().code(), StatusCode::kBusy);
+  ASSERT_TRUE(s.AbortPut(r->id).ok());
+  EXPECT_TRUE(s.Put(kNs, Key(3), Payload(3)).ok());
+  ASSERT_TRUE(s.Release(b->id).ok());
+  ASSERT_TRUE(s.Release(c->id).ok());
+}
+
+}  // namespace
+}  // namespace kvtier::store
