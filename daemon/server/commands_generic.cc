@@ -85,8 +85,11 @@ Status StoreValue(CommandContext& ctx, std::string_view key, std::string_view va
 // error (nothing appended) when the stored block is not a generic value.
 Status AppendValue(CommandContext& ctx, std::string_view key) {
   store::Store& store = ctx.server.store;
-  KVTIER_ASSIGN_OR_RETURN(store::Lease lease,
-                          store.Acquire(ctx.server.generic_ns, GenericKey(ctx.server.generic_ns, key)));
+  const BlockKey block_key = GenericKey(ctx.server.generic_ns, key);
+  // Readers take the key's stripe too: a SET then never finds the old value leased (and never
+  // answers BUSY for it), and a GET never sees the gap between a SET's remove and its commit.
+  MutexLock lock(ctx.server.GenericWriteLock(block_key));
+  KVTIER_ASSIGN_OR_RETURN(store::Lease lease, store.Acquire(ctx.server.generic_ns, block_key));
   std::vector<std::byte> staged;
   const std::byte* block = lease.address;
   Status st;

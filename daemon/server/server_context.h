@@ -36,10 +36,11 @@ struct ServerCounters {
 inline constexpr size_t kPreAuthBulkBytes = 4 << 10;
 inline constexpr size_t kPreAuthArgs = 16;
 
-// Generic SETs of one key take turns under one of these locks (chosen by the key's hash), so that
-// concurrent writers of a key do not meet each other's reservation and answer BUSY: a Redis user
-// expects the last SET to win. Different keys rarely share a lock, and a lock is held only for
-// one value's copy.
+// Generic SETs and GETs of one key take turns under one of these locks (chosen by the key's hash),
+// so that a writer never meets another's reservation or a reader's lease and answers BUSY, and a
+// reader never sees the moment between a SET's remove and its commit: a Redis user expects the
+// last SET to win and a GET to see a value. Different keys rarely share a lock, and a lock is held
+// only for one value's copy.
 inline constexpr size_t kGenericWriteStripes = 64;
 
 struct ServerContext {
