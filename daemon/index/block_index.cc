@@ -151,7 +151,7 @@ std::optional<BlockMeta> BlockIndex::EraseIf(const BlockKey& key,
 }
 
 Status BlockIndex::MoveTier(const BlockKey& key, const BlockMeta& from, TierId tier,
-                            const Extent& extent) {
+                            const Extent& extent, uint32_t mover_pins) {
   Shard& shard = ShardFor(key);
   MutexLock lock(shard.mu);
   auto it = shard.entries.find(key);
@@ -162,7 +162,8 @@ Status BlockIndex::MoveTier(const BlockKey& key, const BlockMeta& from, TierId t
     return NotFound("block changed since its bytes were copied");
   }
   // Readers copy straight out of the old extent; it may only be given up once nobody holds it.
-  if (meta.lease_count > 0) return Busy("block is leased");
+  if (meta.lease_count > mover_pins) return Busy("block is leased");
+  meta.lease_count -= std::min(meta.lease_count, mover_pins);
   {
     TierOrder& from = tiers_[TierIndex(meta.tier)];
     MutexLock policy_lock(from.mu);

@@ -105,8 +105,10 @@ class BlockIndex {
   // `extent`) (demotion, promotion): it leaves the old tier's policy and joins the new one as just
   // used. If the entry is no longer that incarnation in that place (removed and put again
   // meanwhile, even at the same extent) the copy may be stale, so the move is refused with
-  // kNotFound. kBusy while the block is leased (readers copy straight out of the old extent).
-  Status MoveTier(const BlockKey& key, const BlockMeta& from, TierId tier, const Extent& extent);
+  // kNotFound. kBusy while the block is leased beyond the `mover_pins` leases the mover itself
+  // holds (readers copy straight out of the old extent); those are given back with the move.
+  Status MoveTier(const BlockKey& key, const BlockMeta& from, TierId tier, const Extent& extent,
+                  uint32_t mover_pins = 0);
 
   // The victim chosen by `tier`'s policy that is ready, unleased and unpinned at `now_us`,
   // together with its metadata. The entry stays in the map (the caller frees or demotes it and

@@ -176,6 +176,10 @@ class Store {
   // that LRU eviction of other sizes cannot make room for. false: nothing could go.
   bool EvictReclaimUnit(size_t level);
   bool DemoteOrDrop(size_t level, const BlockKey& key, const index::BlockMeta& meta);
+  enum class DemoteOutcome { kMoved, kBlockChanged, kNoRoomBelow };
+  // Copies a victim into tiers_[level + 1] and repoints it there. kBlockChanged: leased, removed
+  // or replaced meanwhile (it stays where it is); kNoRoomBelow: the next tier could not take it.
+  DemoteOutcome Demote(size_t level, const BlockKey& key, const index::BlockMeta& meta);
   Status CopyBetweenTiers(tiers::Tier& from, const Extent& src, tiers::Tier& to,
                           const Extent& dst);
   // Removes a reservation's kWriting entry (only that incarnation) and frees its extent.

@@ -60,27 +60,19 @@ bool Store::EvictReclaimUnit(size_t level) {
 bool Store::DemoteOrDrop(size_t level, const BlockKey& key, const BlockMeta& meta) {
   TierCounters& counters = tier_counters_[static_cast<size_t>(meta.tier)];
   if (level + 1 < tiers_.size()) {
-    tiers::Tier& next = *tiers_[level + 1];
-    Result<Extent> dst = AllocateWithEviction(level + 1, meta.extent.length);
-    if (dst.ok()) {
-      // The victim's bytes are immutable while it is ready, so copying without a lock is safe;
-      // MoveTier then refuses the switch if a reader leased the block meanwhile.
-      Status moved = CopyBetweenTiers(*tiers_[level], meta.extent, next, *dst);
-      if (moved.ok()) moved = index_->MoveTier(key, meta, next.id(), *dst);
-      if (moved.ok()) {
-        tiers_[level]->Free(meta.extent);
+    switch (Demote(level, key, meta)) {
+      case DemoteOutcome::kMoved:
         counters.evictions.fetch_add(1);
         counters.demotions.fetch_add(1);
         return true;
-      }
-      next.Free(*dst);
-      if (moved.code() == StatusCode::kBusy || moved.code() == StatusCode::kNotFound) {
+      case DemoteOutcome::kBlockChanged:
         index_->Unpick(key);
         return false;
-      }
+      case DemoteOutcome::kNoRoomBelow:
+        // The next tier cannot take the block now: dropping it still makes room, which is what
+        // the put asked for; the block is a cache entry, not data of record.
+        break;
     }
-    // The next tier cannot take the block now: dropping it still makes room, which is what the
-    // put asked for; the block is a cache entry, not data of record.
   }
   std::optional<BlockMeta> gone = index_->EraseIf(key, [&](const BlockMeta& m) {
     return m.state == BlockState::kReady && m.lease_count == 0 && m.generation == meta.generation &&
@@ -98,6 +90,43 @@ bool Store::DemoteOrDrop(size_t level, const BlockKey& key, const BlockMeta& met
     c->evictions.fetch_add(1, std::memory_order_relaxed);
   }
   return true;
+}
+
+Store::DemoteOutcome Store::Demote(size_t level, const BlockKey& key, const BlockMeta& meta) {
+  // Pin the victim while its bytes are copied (a lease the store holds itself): without it a
+  // Remove could free the extent mid-copy and a new put could write into it while we read.
+  Status pinned = index_->Update(key, [&](BlockMeta& m) {
+    if (m.generation != meta.generation || m.state != BlockState::kReady ||
+        m.tier != meta.tier || m.lease_count != 0) {
+      return NotFound("block changed since it was picked");
+    }
+    m.lease_count = 1;
+    return Status::Ok();
+  });
+  if (!pinned.ok()) return DemoteOutcome::kBlockChanged;
+  auto unpin = [&] {
+    (void)index_->Update(key, [](BlockMeta& m) {
+      --m.lease_count;
+      return Status::Ok();
+    });
+  };
+  tiers::Tier& next = *tiers_[level + 1];
+  Result<Extent> dst = AllocateWithEviction(level + 1, meta.extent.length);
+  if (!dst.ok()) {
+    unpin();
+    return DemoteOutcome::kNoRoomBelow;
+  }
+  Status moved = CopyBetweenTiers(*tiers_[level], meta.extent, next, *dst);
+  // MoveTier takes our pin back with the move; it refuses while readers hold leases too.
+  if (moved.ok()) moved = index_->MoveTier(key, meta, next.id(), *dst, /*mover_pins=*/1);
+  if (moved.ok()) {
+    tiers_[level]->Free(meta.extent);
+    return DemoteOutcome::kMoved;
+  }
+  next.Free(*dst);
+  unpin();
+  return moved.code() == StatusCode::kDeviceError ? DemoteOutcome::kNoRoomBelow
+                                                  : DemoteOutcome::kBlockChanged;
 }
 
 Status Store::CopyBetweenTiers(tiers::Tier& from, const Extent& src, tiers::Tier& to,

@@ -359,9 +359,11 @@ class HookedTier final : public tiers::Tier {
   FakeTier inner_;
 };
 
-// Regression: a demotion copied a block, the key was removed and stored again at the same extent
-// meanwhile (a SET overwrite), and the move still pointed the key at the old bytes.
-TEST(StoreRaceTest, DemotionNeverPublishesBytesOfAReplacedBlock) {
+// Regression: a demotion copied a block while the key was removed and stored again at the same
+// extent (a SET overwrite); the move then pointed the key at the old bytes, and the new put wrote
+// into memory the mover was still reading. The mover now pins the block while it copies: a
+// Remove in that window answers BUSY (a SET retries), and the moved block is intact.
+TEST(StoreRaceTest, ABlockBeingDemotedCannotBeReplacedUnderTheCopy) {
   FakeClock clock;
   FakeTier host(TierId::kHost, kBlock);  // room for exactly one block
   HookedTier nvme(TierId::kNvme, 4 * kBlock);
@@ -370,13 +372,17 @@ TEST(StoreRaceTest, DemotionNeverPublishesBytesOfAReplacedBlock) {
   Store& s = **store;
   ASSERT_TRUE(s.RegisterNamespace({kNs, 16, kBlock, "t"}).ok());
   ASSERT_TRUE(s.Put(kNs, Key(1), Payload(100)).ok());
-  nvme.hook = [&] {
-    ASSERT_TRUE(s.Remove(kNs, Key(1)).ok());
-    ASSERT_TRUE(s.Put(kNs, Key(1), Payload(200)).ok());
-  };
-  (void)s.Put(kNs, Key(2), Payload(2));  // evicts key 1: the demotion runs the hook mid-copy
+  Status remove_during_copy;
+  nvme.hook = [&] { remove_during_copy = s.Remove(kNs, Key(1)); };
+  ASSERT_TRUE(s.Put(kNs, Key(2), Payload(2)).ok());  // evicts key 1: the hook runs mid-copy
+  EXPECT_EQ(remove_during_copy.code(), StatusCode::kBusy);
   std::vector<std::byte> out;
-  if (s.Get(kNs, Key(1), out).ok()) EXPECT_EQ(out, Payload(200));
+  ASSERT_TRUE(s.Get(kNs, Key(1), out).ok());
+  EXPECT_EQ(out, Payload(100));
+  ASSERT_TRUE(s.Remove(kNs, Key(1)).ok());
+  ASSERT_TRUE(s.Put(kNs, Key(1), Payload(200)).ok());
+  ASSERT_TRUE(s.Get(kNs, Key(1), out).ok());
+  EXPECT_EQ(out, Payload(200));
 }
 
 // Regression: a reservation timed out, its slot went to another put, and the late writer's bytes
