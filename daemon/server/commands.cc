@@ -1,6 +1,7 @@
 #include "daemon/server/commands.h"
 
 #include <string>
+#include <vector>
 #include <unordered_map>
 
 namespace kvtier::server {
@@ -79,6 +80,33 @@ const CommandSpec* PrepareCommand(CommandContext& ctx, const resp::Command& cmd)
     return nullptr;
   }
   return spec;
+}
+
+Status AppendLeasedBulk(CommandContext& ctx, const store::Lease& lease, size_t skip_bytes,
+                        const std::function<Status(std::span<const std::byte>)>& check) {
+  store::Store& store = ctx.server.store;
+  std::vector<std::byte> staged;
+  const std::byte* block = lease.address;
+  Status st;
+  if (block == nullptr) {  // not plain memory: stage the block once
+    staged.resize(lease.extent.length);
+    st = store.tier(lease.tier)->Read(lease.extent, staged);
+    block = staged.data();
+  }
+  const std::span<const std::byte> bytes(block, lease.extent.length);
+  if (st.ok() && check) st = check(bytes);
+  if (st.ok() && skip_bytes > bytes.size()) st = Corruption("stored block is too short");
+  const size_t reply_mark = ctx.reply.buffer()->size();
+  if (st.ok()) {
+    ctx.reply.AppendBulk(std::string_view(reinterpret_cast<const char*>(block) + skip_bytes,
+                                          bytes.size() - skip_bytes));
+  }
+  Status released = store.Release(lease.id);
+  if (!released.ok()) {
+    ctx.reply.buffer()->resize(reply_mark);
+    if (st.ok()) st = released;
+  }
+  return st;
 }
 
 }  // namespace kvtier::server

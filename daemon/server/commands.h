@@ -9,12 +9,14 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <span>
 #include <string_view>
 
 #include "common/resp/reply_writer.h"
 #include "common/resp/request_parser.h"
 #include "daemon/server/server_context.h"
+#include "daemon/store/store.h"
 #include "daemon/server/session.h"
 
 namespace kvtier::server {
@@ -63,5 +65,13 @@ std::span<const CommandSpec> KvtShmCommands();
 // number of arguments, NOAUTH), or, for an HTTP request sent to the port, close_after_reply is set
 // and nothing is written, as Redis does.
 const CommandSpec* PrepareCommand(CommandContext& ctx, const resp::Command& cmd);
+
+// Appends bytes [skip_bytes, end) of a leased block to the reply as a bulk string, then ends the
+// lease. `check`, when given, vets the whole block first. If the lease lapsed during the copy the
+// slot may have been reused: the bytes are taken back out of the reply and the lease's error is
+// returned, so the caller reports a miss (docs/protocol.md asks the same of every client). On any
+// error nothing is left in the reply.
+Status AppendLeasedBulk(CommandContext& ctx, const store::Lease& lease, size_t skip_bytes,
+                        const std::function<Status(std::span<const std::byte>)>& check = {});
 
 }  // namespace kvtier::server

@@ -90,31 +90,12 @@ Status AppendValue(CommandContext& ctx, std::string_view key) {
   // answers BUSY for it), and a GET never sees the gap between a SET's remove and its commit.
   MutexLock lock(ctx.server.GenericWriteLock(block_key));
   KVTIER_ASSIGN_OR_RETURN(store::Lease lease, store.Acquire(ctx.server.generic_ns, block_key));
-  std::vector<std::byte> staged;
-  const std::byte* block = lease.address;
-  Status st;
-  if (block == nullptr) {
-    staged.resize(lease.extent.length);
-    st = store.tier(lease.tier)->Read(lease.extent, staged);
-    block = staged.data();
-  }
-  if (st.ok() && (lease.extent.length < kGenericValueHeaderBytes || block[0] != kGenericValueFormat)) {
-    st = Corruption("stored value has an unknown format");
-  }
-  const size_t reply_mark = ctx.reply.buffer()->size();
-  if (st.ok()) {
-    const size_t length = lease.extent.length - kGenericValueHeaderBytes;
-    ctx.reply.AppendBulk(std::string_view(
-        reinterpret_cast<const char*>(block) + kGenericValueHeaderBytes, length));
-  }
-  // A lease that lapsed during the copy means the slot may have been reused: never send those
-  // bytes; the caller reports a miss.
-  Status released = store.Release(lease.id);
-  if (!released.ok()) {
-    ctx.reply.buffer()->resize(reply_mark);
-    if (st.ok()) st = released;
-  }
-  return st;
+  return AppendLeasedBulk(ctx, lease, kGenericValueHeaderBytes, [](std::span<const std::byte> b) {
+    if (b.size() < kGenericValueHeaderBytes || b[0] != kGenericValueFormat) {
+      return Corruption("stored value has an unknown format");
+    }
+    return Status::Ok();
+  });
 }
 
 Progress Set(CommandContext& ctx, Command& cmd) {

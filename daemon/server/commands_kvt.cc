@@ -78,19 +78,6 @@ Progress Put(CommandContext& ctx, Command& cmd) {
   return Progress::kDone;
 }
 
-// Appends the payload of a leased block as a bulk string.
-Status AppendLeased(CommandContext& ctx, const store::Lease& lease) {
-  if (lease.address != nullptr) {
-    ctx.reply.AppendBulk(std::string_view(reinterpret_cast<const char*>(lease.address),
-                                          lease.extent.length));
-    return Status::Ok();
-  }
-  std::vector<std::byte> staged(lease.extent.length);
-  KVTIER_RETURN_IF_ERROR(ctx.server.store.tier(lease.tier)->Read(lease.extent, staged));
-  ctx.reply.AppendBulk(std::string_view(reinterpret_cast<const char*>(staged.data()), staged.size()));
-  return Status::Ok();
-}
-
 // Resumable: payloads are copied into the reply, which may outgrow the in-flight limit.
 Progress Get(CommandContext& ctx, Command& cmd) {
   std::optional<KvtNamespace> ns;
@@ -110,17 +97,7 @@ Progress Get(CommandContext& ctx, Command& cmd) {
         ctx.stopped ? Result<store::Lease>(NotFound("after a miss"))
                     : ctx.server.store.Acquire(ns->id, PackedKey(cmd.args[2], ctx.cursor));
     // A block is only useful with its whole prefix: after the first miss, nothing more is read.
-    const size_t reply_mark = ctx.reply.buffer()->size();
-    Status st = lease.ok() ? AppendLeased(ctx, *lease) : lease.status();
-    if (lease.ok()) {
-      // A lease that lapsed while we copied means the slot may have been reused mid-copy: the
-      // bytes are taken back out of the reply and the block counts as a miss.
-      Status released = ctx.server.store.Release(lease->id);
-      if (!released.ok()) {
-        ctx.reply.buffer()->resize(reply_mark);
-        if (st.ok()) st = released;
-      }
-    }
+    Status st = lease.ok() ? AppendLeasedBulk(ctx, *lease, 0) : lease.status();
     if (!st.ok()) {
       ctx.stopped = true;
       ctx.reply.AppendNull();
