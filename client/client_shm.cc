@@ -9,6 +9,7 @@
 #include "client/client.h"
 #include "client/connection.h"
 #include "client/reply_mapping.h"
+#include "common/stream_copy.h"
 
 namespace kvtier::client {
 namespace {
@@ -20,9 +21,11 @@ size_t TotalBytes(const Block& block) {
   return total;
 }
 
+// Fills an arena slot. The slot is read later by the daemon or other clients, never again by this
+// thread, so large segments are written around the cache (common/stream_copy.h).
 void Gather(ConstBlock block, std::byte* dst) {
   for (const ConstSegment& segment : block) {
-    if (segment.bytes > 0) std::memcpy(dst, segment.data, segment.bytes);
+    if (segment.bytes > 0) StreamCopy(dst, segment.data, segment.bytes);
     dst += segment.bytes;
   }
 }

@@ -4,6 +4,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/stream_copy.h"
 #include "daemon/server/commands.h"
 #include "daemon/server/generic_keyspace.h"
 #include "daemon/server/info.h"
@@ -39,7 +40,7 @@ bool AnyKeyTooLong(CommandContext& ctx, const Command& cmd, size_t first, size_t
 Status WriteReservation(store::Store& store, const store::Reservation& r, std::string_view value) {
   if (r.address != nullptr) {
     r.address[0] = kGenericValueFormat;
-    std::memcpy(r.address + kGenericValueHeaderBytes, value.data(), value.size());
+    StreamCopy(r.address + kGenericValueHeaderBytes, value.data(), value.size());
     return Status::Ok();
   }
   // A tier that is not plain memory: stage the block once.

@@ -4,6 +4,8 @@
 #include <cstring>
 #include <set>
 
+#include "common/stream_copy.h"
+
 namespace kvtier::store {
 
 using index::BlockMeta;
@@ -213,7 +215,7 @@ void Store::DiscardWriting(const ReservationRecord& record) {
 Status Store::Put(const NamespaceId& ns, const BlockKey& key, std::span<const std::byte> bytes) {
   KVTIER_ASSIGN_OR_RETURN(Reservation r, BeginPut(ns, key, bytes.size()));
   Status written = r.address != nullptr
-                       ? (std::memcpy(r.address, bytes.data(), bytes.size()), Status::Ok())
+                       ? (StreamCopy(r.address, bytes.data(), bytes.size()), Status::Ok())
                        : tier(r.tier)->Write(r.extent, bytes);
   if (!written.ok()) {
     (void)AbortPut(r.id);

@@ -3,6 +3,7 @@
 #include <cstring>
 #include <vector>
 
+#include "common/stream_copy.h"
 #include "daemon/store/store.h"
 
 namespace kvtier::store {
@@ -134,7 +135,7 @@ Status Store::CopyBetweenTiers(tiers::Tier& from, const Extent& src, tiers::Tier
   std::byte* src_addr = from.Address(src);
   std::byte* dst_addr = to.Address(dst);
   if (src_addr != nullptr && dst_addr != nullptr) {
-    std::memcpy(dst_addr, src_addr, src.length);
+    StreamCopy(dst_addr, src_addr, src.length);
     return Status::Ok();
   }
   if (src_addr != nullptr) return to.Write(dst, {src_addr, src.length});
