@@ -122,6 +122,8 @@ const std::map<std::string, Setter>& Setters() {
             false)},
       {"limits.idle_timeout_ms",
        Uint(&DaemonConfig::idle_timeout_ms, 86'400'000, "limits.idle_timeout_ms")},
+      {"limits.reader_wait_ms",
+       Uint(&DaemonConfig::reader_wait_ms, 3'600'000, "limits.reader_wait_ms")},
       {"limits.max_clients", Uint(&DaemonConfig::max_clients, 1'000'000, "limits.max_clients")},
       {"limits.max_leases", Uint(&DaemonConfig::max_leases, 1ull << 32, "limits.max_leases")},
       {"limits.max_reservations",

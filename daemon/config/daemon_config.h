@@ -50,6 +50,7 @@ struct DaemonConfig {
   uint64_t max_lookup_keys = 65'536;
   uint64_t max_inflight_bytes_per_client = 1ull << 30;
   uint64_t idle_timeout_ms = 0;
+  uint64_t reader_wait_ms = 10'000;
   uint64_t max_clients = 10'000;
   uint64_t max_leases = 1u << 20;        // open read leases, all clients together
   uint64_t max_reservations = 1u << 20;  // puts in flight, all clients together

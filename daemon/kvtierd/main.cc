@@ -117,6 +117,7 @@ server::ServerOptions ServerOptionsFrom(const config::DaemonConfig& c) {
   o.max_lookup_keys = c.max_lookup_keys;
   o.max_inflight_bytes_per_client = c.max_inflight_bytes_per_client;
   o.idle_timeout_ms = c.idle_timeout_ms;
+  o.reader_wait_ms = c.reader_wait_ms;
   o.max_clients = c.max_clients;
   return o;
 }
@@ -190,6 +191,7 @@ int Run(const config::DaemonConfig& c) {
     p.total_connections = s.total_connections;
     p.commands_processed = s.commands_processed;
     p.protocol_errors = s.protocol_errors;
+    p.lapsed_reply_leases = s.lapsed_reply_leases;
     return p;
   };
   std::unique_ptr<http::HttpServer> http;

@@ -111,6 +111,7 @@ std::string StatsToJson(const store::StoreStats& stats, const ProcessInfo& proce
                     {"total_connections", process.total_connections},
                     {"commands_processed", process.commands_processed},
                     {"protocol_errors", process.protocol_errors},
+                    {"lapsed_reply_leases", process.lapsed_reply_leases},
                     {"gpu_tier", process.gpu_tier_note},
                     {"nvme_tier", process.nvme_tier_note}};
   return doc.dump();
@@ -197,6 +198,9 @@ std::string StatsToPrometheus(const store::StoreStats& stats, const ProcessInfo&
        double(process.commands_processed)},
       {"kvtier_protocol_errors_total", "counter", "Connections closed for malformed input.",
        double(process.protocol_errors)},
+      {"kvtier_lapsed_reply_leases_total", "counter",
+       "Large replies cut short (connection closed) because their lease lapsed mid-send.",
+       double(process.lapsed_reply_leases)},
       {"kvtier_uptime_seconds", "gauge", "Seconds since the daemon started.",
        double(process.uptime_s)},
   };

@@ -82,6 +82,12 @@ const CommandSpec* PrepareCommand(CommandContext& ctx, const resp::Command& cmd)
   return spec;
 }
 
+bool CommandContext::KeepWaitingForReaders() {
+  const auto now = std::chrono::steady_clock::now();
+  if (waiting_since == std::chrono::steady_clock::time_point{}) waiting_since = now;
+  return now - waiting_since < std::chrono::milliseconds(server.options.reader_wait_ms);
+}
+
 Status AppendLeasedBulk(CommandContext& ctx, const store::Lease& lease, size_t skip_bytes,
                         const std::function<Status(std::span<const std::byte>)>& check) {
   store::Store& store = ctx.server.store;
@@ -96,6 +102,17 @@ Status AppendLeasedBulk(CommandContext& ctx, const store::Lease& lease, size_t s
   const std::span<const std::byte> bytes(block, lease.extent.length);
   if (st.ok() && check) st = check(bytes);
   if (st.ok() && skip_bytes > bytes.size()) st = Corruption("stored block is too short");
+  const size_t payload_bytes = st.ok() ? bytes.size() - skip_bytes : 0;
+  if (st.ok() && ctx.leased != nullptr && lease.address != nullptr &&
+      payload_bytes >= kLeasedPayloadMinBytes) {
+    ctx.reply.AppendBulkHeader(payload_bytes);
+    std::string& out = *ctx.reply.buffer();
+    ctx.leased->payloads.push_back(
+        LeasedPayload{out.size(), lease.id, block + skip_bytes, payload_bytes});
+    ctx.leased->bytes += payload_bytes;
+    out.append(resp::kCrlf);
+    return Status::Ok();  // the connection ends the lease once the bytes are sent
+  }
   const size_t reply_mark = ctx.reply.buffer()->size();
   if (st.ok()) {
     ctx.reply.AppendBulk(std::string_view(reinterpret_cast<const char*>(block) + skip_bytes,

@@ -8,10 +8,13 @@
 // call the store, which is thread-safe.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <span>
 #include <string_view>
+#include <vector>
 
 #include "common/resp/reply_writer.h"
 #include "common/resp/request_parser.h"
@@ -20,6 +23,28 @@
 #include "daemon/server/session.h"
 
 namespace kvtier::server {
+
+// A large block the connection sends straight from its leased slot instead of copying it into the
+// output buffer: the lease is held until the bytes are written (renewed while a slow reader takes
+// them) and released before anything after them is sent. If the lease lapsed meanwhile the slot
+// may have been reused, so the connection closes instead of finishing the reply: a client never
+// receives a complete reply with wrong bytes. `at` is the offset in the output buffer where the
+// payload goes (its bulk header is before it, its CRLF after it).
+struct LeasedPayload {
+  size_t at = 0;
+  uint64_t lease_id = 0;
+  const std::byte* data = nullptr;
+  size_t bytes = 0;
+};
+
+// Payloads at least this large go out from their slot; smaller ones are copied (a copy costs less
+// than the extra writes and the lease held meanwhile).
+inline constexpr size_t kLeasedPayloadMinBytes = size_t{64} << 10;
+
+struct LeasedOutput {
+  std::vector<LeasedPayload> payloads;  // in output-buffer order
+  size_t bytes = 0;                     // their total size, counted against the in-flight limit
+};
 
 // What a handler may ask of its connection, and the state of a reply written in pieces.
 struct CommandContext {
@@ -35,14 +60,29 @@ struct CommandContext {
   // calls it again with the same command. Both start at 0 for every command.
   size_t cursor = 0;
   bool stopped = false;
+  // Where AppendLeasedBulk queues large payloads; nullptr makes it copy them into the reply.
+  LeasedOutput* leased = nullptr;
+  // For handlers that return kRetryLater: when they first did, and what they must remember
+  // across calls (keys removed so far, the first error).
+  std::chrono::steady_clock::time_point waiting_since{};
+  int64_t tally = 0;
+  Status first_error;
 
-  // True when the buffered reply bytes reached the client's in-flight limit.
+  // True when the buffered reply bytes (queued leased payloads included) reached the client's
+  // in-flight limit.
   bool OutputFull() const {
-    return reply.buffer()->size() >= server.options.max_inflight_bytes_per_client;
+    const size_t queued = reply.buffer()->size() + (leased != nullptr ? leased->bytes : 0);
+    return queued >= server.options.max_inflight_bytes_per_client;
   }
+  // For a handler that found a block it must change leased by a reader: true (start the wait)
+  // until the server's reader_wait_ms has passed since the first call that waited.
+  bool KeepWaitingForReaders();
 };
 
-enum class Progress : uint8_t { kDone, kMore };
+// kDone: the reply is written. kMore: the reply outgrew the in-flight limit; flush and call again.
+// kRetryLater: a block the command must change is being read; flush, wait a moment without
+// blocking the thread, and call again with the same context.
+enum class Progress : uint8_t { kDone, kMore, kRetryLater };
 
 using CommandHandler = Progress (*)(CommandContext& ctx, resp::Command& cmd);
 
@@ -66,11 +106,13 @@ std::span<const CommandSpec> KvtShmCommands();
 // and nothing is written, as Redis does.
 const CommandSpec* PrepareCommand(CommandContext& ctx, const resp::Command& cmd);
 
-// Appends bytes [skip_bytes, end) of a leased block to the reply as a bulk string, then ends the
-// lease. `check`, when given, vets the whole block first. If the lease lapsed during the copy the
-// slot may have been reused: the bytes are taken back out of the reply and the lease's error is
-// returned, so the caller reports a miss (docs/protocol.md asks the same of every client). On any
-// error nothing is left in the reply.
+// Appends bytes [skip_bytes, end) of a leased block to the reply as a bulk string and ends the
+// lease. `check`, when given, vets the whole block first. A large payload of a memory tier, with
+// ctx.leased set, is queued instead of copied (LeasedPayload): the connection sends it from the
+// slot and ends the lease then. Otherwise the bytes are copied now; if the lease lapsed during the
+// copy the slot may have been reused: the bytes are taken back out of the reply and the lease's
+// error is returned, so the caller reports a miss (docs/protocol.md asks the same of every
+// client). On any error nothing is left in the reply and the lease has ended.
 Status AppendLeasedBulk(CommandContext& ctx, const store::Lease& lease, size_t skip_bytes,
                         const std::function<Status(std::span<const std::byte>)>& check = {});
 

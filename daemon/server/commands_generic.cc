@@ -1,7 +1,6 @@
 // Generic commands: SET, GET, MSET, MGET, EXISTS, DEL, DBSIZE on the generic key space
 // (generic_keyspace.h). INFO lives in info.cc.
 #include <cstring>
-#include <thread>
 #include <vector>
 
 #include "common/stream_copy.h"
@@ -19,9 +18,6 @@ using resp::Command;
 // SET removes the old value and puts the new one under the key's write lock, so no other generic
 // writer comes in between; the retry only covers a block put there by other means.
 constexpr int kSetAttempts = 4;
-// A GET holds its lease on a value only while it copies it out, so a SET that finds the old value
-// leased yields and tries again this many times before answering BUSY.
-constexpr int kLeasedRemoveAttempts = 256;
 
 bool KeyTooLong(CommandContext& ctx, std::string_view key) {
   if (key.size() <= ctx.server.options.max_key_bytes) return false;
@@ -50,25 +46,17 @@ Status WriteReservation(store::Store& store, const store::Reservation& r, std::s
   return store.tier(r.tier)->Write(r.extent, block);
 }
 
-// Removes the old value of a key, if any, waiting briefly for readers that are copying it out.
-Status RemoveOldValue(store::Store& store, const NamespaceId& ns, const BlockKey& key) {
-  Status removed;
-  for (int attempt = 0; attempt < kLeasedRemoveAttempts; ++attempt) {
-    removed = store.Remove(ns, key);
-    if (removed.ok() || removed.code() == StatusCode::kNotFound) return Status::Ok();
-    if (removed.code() != StatusCode::kBusy) return removed;
-    std::this_thread::yield();
-  }
-  return removed;
-}
-
-Status StoreValue(CommandContext& ctx, std::string_view key, std::string_view value) {
+// Stores `value` under `key`, replacing the old value. false (nothing changed): the old value is
+// leased by a reader, most likely a GET still sending it; the caller waits and tries again.
+Result<bool> StoreValue(CommandContext& ctx, std::string_view key, std::string_view value) {
   store::Store& store = ctx.server.store;
   const NamespaceId& ns = ctx.server.generic_ns;
   const BlockKey block_key = GenericKey(ns, key);
   MutexLock lock(ctx.server.GenericWriteLock(block_key));
   for (int attempt = 0; attempt < kSetAttempts; ++attempt) {
-    KVTIER_RETURN_IF_ERROR(RemoveOldValue(store, ns, block_key));
+    Status removed = store.Remove(ns, block_key);
+    if (removed.code() == StatusCode::kBusy) return false;
+    if (!removed.ok() && removed.code() != StatusCode::kNotFound) return removed;
     Result<store::Reservation> r =
         store.BeginPut(ns, block_key, kGenericValueHeaderBytes + value.size());
     if (!r.ok() && r.status().code() == StatusCode::kAlreadyExists) continue;
@@ -77,7 +65,8 @@ Status StoreValue(CommandContext& ctx, std::string_view key, std::string_view va
       (void)store.AbortPut(r->id);
       return st;
     }
-    return store.CommitPut(r->id);
+    KVTIER_RETURN_IF_ERROR(store.CommitPut(r->id));
+    return true;
   }
   return Busy("the key is being replaced concurrently");
 }
@@ -99,16 +88,22 @@ Status AppendValue(CommandContext& ctx, std::string_view key) {
   });
 }
 
+Status ReadersDidNotFinish() {
+  return Busy("the old value is still being read by another client");
+}
+
 Progress Set(CommandContext& ctx, Command& cmd) {
   if (cmd.size() > 3) {
     ctx.reply.AppendError("ERR SET options are not supported");
-  } else if (!KeyTooLong(ctx, cmd.args[1])) {
-    Status st = StoreValue(ctx, cmd.args[1], cmd.args[2]);
-    if (st.ok()) {
-      ctx.reply.AppendSimpleString("OK");
-    } else {
-      AppendStatusError(ctx.reply, st);
-    }
+    return Progress::kDone;
+  }
+  if (KeyTooLong(ctx, cmd.args[1])) return Progress::kDone;
+  Result<bool> stored = StoreValue(ctx, cmd.args[1], cmd.args[2]);
+  if (stored.ok() && !*stored && ctx.KeepWaitingForReaders()) return Progress::kRetryLater;
+  if (stored.ok() && *stored) {
+    ctx.reply.AppendSimpleString("OK");
+  } else {
+    AppendStatusError(ctx.reply, stored.ok() ? ReadersDidNotFinish() : stored.status());
   }
   return Progress::kDone;
 }
@@ -129,16 +124,21 @@ Progress MSet(CommandContext& ctx, Command& cmd) {
     ctx.reply.AppendError("ERR wrong number of arguments for 'mset' command");
     return Progress::kDone;
   }
-  if (AnyKeyTooLong(ctx, cmd, 1, 2)) return Progress::kDone;
-  Status first_error;
-  for (size_t i = 1; i < cmd.size(); i += 2) {
-    Status st = StoreValue(ctx, cmd.args[i], cmd.args[i + 1]);
-    if (!st.ok() && first_error.ok()) first_error = st;
+  if (ctx.cursor == 0) {
+    if (AnyKeyTooLong(ctx, cmd, 1, 2)) return Progress::kDone;
+    ctx.cursor = 1;
   }
-  if (first_error.ok()) {
+  // Resumable: a pair whose old value is being read is retried later, from that pair on.
+  for (; ctx.cursor < cmd.size(); ctx.cursor += 2) {
+    Result<bool> stored = StoreValue(ctx, cmd.args[ctx.cursor], cmd.args[ctx.cursor + 1]);
+    if (stored.ok() && !*stored && ctx.KeepWaitingForReaders()) return Progress::kRetryLater;
+    Status st = !stored.ok() ? stored.status() : *stored ? Status::Ok() : ReadersDidNotFinish();
+    if (!st.ok() && ctx.first_error.ok()) ctx.first_error = st;
+  }
+  if (ctx.first_error.ok()) {
     ctx.reply.AppendSimpleString("OK");
   } else {
-    AppendStatusError(ctx.reply, first_error);
+    AppendStatusError(ctx.reply, ctx.first_error);
   }
   return Progress::kDone;
 }
@@ -169,14 +169,23 @@ Progress Exists(CommandContext& ctx, Command& cmd) {
   return Progress::kDone;
 }
 
+// Resumable like MSET: a key whose value is being read is retried later; one still read after
+// reader_wait_ms stays and is not counted.
 Progress Del(CommandContext& ctx, Command& cmd) {
-  if (AnyKeyTooLong(ctx, cmd, 1, 1)) return Progress::kDone;
-  int64_t removed = 0;
-  for (size_t i = 1; i < cmd.size(); ++i) {
-    const BlockKey key = GenericKey(ctx.server.generic_ns, cmd.args[i]);
-    if (ctx.server.store.Remove(ctx.server.generic_ns, key).ok()) ++removed;
+  if (ctx.cursor == 0) {
+    if (AnyKeyTooLong(ctx, cmd, 1, 1)) return Progress::kDone;
+    ctx.cursor = 1;
   }
-  ctx.reply.AppendInteger(removed);
+  for (; ctx.cursor < cmd.size(); ++ctx.cursor) {
+    const BlockKey key = GenericKey(ctx.server.generic_ns, cmd.args[ctx.cursor]);
+    MutexLock lock(ctx.server.GenericWriteLock(key));
+    Status removed = ctx.server.store.Remove(ctx.server.generic_ns, key);
+    if (removed.code() == StatusCode::kBusy && ctx.KeepWaitingForReaders()) {
+      return Progress::kRetryLater;
+    }
+    if (removed.ok()) ++ctx.tally;
+  }
+  ctx.reply.AppendInteger(ctx.tally);
   return Progress::kDone;
 }
 

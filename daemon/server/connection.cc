@@ -23,6 +23,11 @@ constexpr size_t kDirectReadMaxBytes = 16 << 20;
 // empty instead of kept, so an idle connection costs a few KiB whatever it did before (the
 // target is 64 KiB at most). 16 KiB keeps the buffer of a typical pipelined batch.
 constexpr size_t kKeepOutputBytes = 16 << 10;
+// A leased payload goes out in pieces of this size, its lease renewed before each, so a client
+// that reads slowly but steadily never sees the lease lapse under it.
+constexpr size_t kPayloadPieceBytes = 1 << 20;
+// How long a command that waits for readers (Progress::kRetryLater) pauses between attempts.
+constexpr std::chrono::milliseconds kRetryPause{1};
 
 }  // namespace
 
@@ -96,6 +101,7 @@ void Connection::Finish() {
   error_code ec;
   socket_.shutdown(asio::socket_base::shutdown_send, ec);
   socket_.close(ec);
+  DropLeasedPayloads();
   session_.EndAll();
   server_.counters.connected_clients.fetch_sub(1);
   on_exit_();
@@ -181,6 +187,7 @@ Connection::Awaitable<bool> Connection::Process() {
 
 Connection::Awaitable<bool> Connection::Execute(resp::Command& cmd) {
   CommandContext ctx{server_, session_, writer_};
+  ctx.leased = &leased_;
   const size_t reply_start = out_.size();
   const CommandSpec* spec = PrepareCommand(ctx, cmd);
   const bool ran = co_await RunHandler(spec, ctx, cmd);
@@ -201,7 +208,7 @@ Connection::Awaitable<bool> Connection::Execute(resp::Command& cmd) {
     co_await Flush();
     co_return false;
   }
-  if (out_.size() < server_.options.max_inflight_bytes_per_client) co_return true;
+  if (out_.size() + leased_.bytes < server_.options.max_inflight_bytes_per_client) co_return true;
   const bool flushed = co_await Flush();
   co_return flushed;
 }
@@ -209,9 +216,20 @@ Connection::Awaitable<bool> Connection::Execute(resp::Command& cmd) {
 Connection::Awaitable<bool> Connection::RunHandler(const CommandSpec* spec, CommandContext& ctx,
                                                    resp::Command& cmd) {
   for (;;) {
-    if (spec == nullptr || spec->handler(ctx, cmd) == Progress::kDone) co_return true;
+    if (spec == nullptr) co_return true;
+    const Progress progress = spec->handler(ctx, cmd);
+    if (progress == Progress::kDone) co_return true;
+    // Flushing first also ends this connection's own leases: a pipelined GET of the value a SET
+    // waits for must not make the SET wait for itself.
     const bool flushed = co_await Flush();
     if (!flushed) co_return false;
+    if (progress == Progress::kRetryLater) {
+      asio::steady_timer pause(strand_, kRetryPause);
+      error_code ec;
+      co_await pause.async_wait(redirect_error(use_awaitable, ec));
+      if (closing_) co_return false;
+      Touch();  // the client is waiting for us, not idle
+    }
   }
 }
 
@@ -224,22 +242,77 @@ Connection::Awaitable<bool> Connection::FailProtocol(const Status& status) {
 
 Connection::Awaitable<bool> Connection::Flush() {
   if (out_.empty()) co_return true;
-  error_code ec;
-  co_await asio::async_write(socket_, asio::buffer(out_), redirect_error(use_awaitable, ec));
+  const bool sent = co_await WriteOut(out_.size());
   out_.clear();
   if (out_.capacity() > kKeepOutputBytes) std::string().swap(out_);
-  if (ec) co_return false;
-  Touch();
+  co_return sent;
+}
+
+Connection::Awaitable<bool> Connection::WriteOut(size_t end) {
+  bool ok = true;
+  size_t from = 0;
+  size_t done = 0;
+  error_code ec;
+  for (; done < leased_.payloads.size() && leased_.payloads[done].at <= end; ++done) {
+    const LeasedPayload& payload = leased_.payloads[done];
+    if (ok) {
+      co_await asio::async_write(socket_, asio::buffer(out_.data() + from, payload.at - from),
+                                 redirect_error(use_awaitable, ec));
+      ok = !ec;
+    }
+    if (ok) {
+      const bool sent = co_await WritePayload(payload);
+      ok = sent;
+    }
+    // Every payload's lease ends here, sent or not. One that lapsed meanwhile may have had its
+    // slot reused under the write: the reply must not be completed.
+    if (!server_.store.Release(payload.lease_id).ok() && ok) {
+      server_.counters.lapsed_reply_leases.fetch_add(1, std::memory_order_relaxed);
+      ok = false;
+    }
+    from = payload.at;
+  }
+  for (size_t i = 0; i < done; ++i) leased_.bytes -= leased_.payloads[i].bytes;
+  leased_.payloads.erase(leased_.payloads.begin(), leased_.payloads.begin() + done);
+  if (ok) {
+    co_await asio::async_write(socket_, asio::buffer(out_.data() + from, end - from),
+                               redirect_error(use_awaitable, ec));
+    ok = !ec;
+  }
+  if (ok) Touch();
+  co_return ok;
+}
+
+Connection::Awaitable<bool> Connection::WritePayload(const LeasedPayload& payload) {
+  error_code ec;
+  for (size_t at = 0; at < payload.bytes; at += kPayloadPieceBytes) {
+    if (!server_.store.Renew(payload.lease_id).ok()) {
+      server_.counters.lapsed_reply_leases.fetch_add(1, std::memory_order_relaxed);
+      co_return false;
+    }
+    const size_t n = std::min(kPayloadPieceBytes, payload.bytes - at);
+    co_await asio::async_write(socket_, asio::buffer(payload.data + at, n),
+                               redirect_error(use_awaitable, ec));
+    if (ec) co_return false;
+    Touch();
+  }
   co_return true;
+}
+
+void Connection::DropLeasedPayloads() {
+  for (const LeasedPayload& payload : leased_.payloads) {
+    (void)server_.store.Release(payload.lease_id);
+  }
+  leased_.payloads.clear();
+  leased_.bytes = 0;
 }
 
 Connection::Awaitable<bool> Connection::FlushWithFd(size_t offset, int fd) {
   // Earlier replies go first, so the descriptor arrives with this reply's first byte.
   error_code ec;
   if (offset > 0) {
-    co_await asio::async_write(socket_, asio::buffer(out_.data(), offset),
-                               redirect_error(use_awaitable, ec));
-    if (ec) co_return false;
+    const bool sent = co_await WriteOut(offset);
+    if (!sent) co_return false;
   }
   const std::string_view reply = std::string_view(out_).substr(offset);
   size_t sent = 0;

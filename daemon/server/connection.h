@@ -9,6 +9,12 @@
 // flush half-way, see CommandContext). A malformed frame gets its error reply and the connection is
 // closed, because the start of the next frame is unknown.
 //
+// Large values (GET, MGET, KVT.GET) are not copied into the output buffer: the reply holds their
+// bulk headers, and Flush sends each payload straight from its leased arena slot between them
+// (LeasedPayload in commands.h), then ends the lease. A command that must replace or remove a
+// value another client is still receiving waits for that transfer on a timer (kRetryLater), never
+// on the thread.
+//
 // Memory: an idle connection holds no read buffer (the buffer is taken when bytes arrive and given
 // back once the parser is between commands) and an output buffer of at most kKeepOutputBytes, so it
 // costs a few KiB. Large payloads are received straight into the parser's argument (BulkWindow),
@@ -72,8 +78,17 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // long reply. false: the client is gone.
   Awaitable<bool> RunHandler(const CommandSpec* spec, CommandContext& ctx, resp::Command& cmd);
   Awaitable<bool> FailProtocol(const Status& status);
-  // Writes the buffered replies. false: the write failed (the peer is gone).
+  // Writes the buffered replies. false: the write failed (the peer is gone) or a leased payload's
+  // lease lapsed (the connection must close before the reply completes).
   Awaitable<bool> Flush();
+  // Sends out_[0, end) with the leased payloads queued in that range in place, ending each
+  // payload's lease before the bytes after it go out. The payloads are gone from leased_ after,
+  // whatever the outcome; out_ is left as it is.
+  Awaitable<bool> WriteOut(size_t end);
+  // Sends one payload from its slot in pieces, renewing the lease before each.
+  Awaitable<bool> WritePayload(const LeasedPayload& payload);
+  // Ends the leases of every queued payload (the connection is closing).
+  void DropLeasedPayloads();
   // Writes out_[0, offset), then the rest with `fd` riding on its first byte.
   Awaitable<bool> FlushWithFd(size_t offset, int fd);
 
@@ -93,6 +108,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   resp::RequestParser parser_;
   bool full_limits_;
   std::string out_;
+  LeasedOutput leased_;
   resp::ReplyWriter writer_;
   std::unique_ptr<char[]> read_buf_;
   std::string_view input_;  // bytes of read_buf_ not yet fed to the parser

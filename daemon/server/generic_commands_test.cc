@@ -80,19 +80,6 @@ TEST_F(GenericCommandsTest, DbsizeCountsEveryBlock) {
   EXPECT_EQ(c_.Call({"DBSIZE"}), ":2\r\n");
 }
 
-TEST_F(GenericCommandsTest, SetOfALeasedValueIsBusy) {
-  EXPECT_EQ(c_.Call({"SET", "k", "old"}), "+OK\r\n");
-  const NamespaceId ns = GenericNamespaceId();
-  Result<store::Lease> lease = ts_.store().Acquire(ns, GenericKey(ns, "k"));
-  ASSERT_TRUE(lease.ok());
-  EXPECT_EQ(c_.Call({"SET", "k", "new"}),
-            "-BUSY block is leased; remove it after the readers release it\r\n");
-  EXPECT_EQ(c_.Call({"GET", "k"}), "$3\r\nold\r\n");
-  ASSERT_TRUE(ts_.store().Release(lease->id).ok());
-  EXPECT_EQ(c_.Call({"SET", "k", "new"}), "+OK\r\n");
-  EXPECT_EQ(c_.Call({"GET", "k"}), "$3\r\nnew\r\n");
-}
-
 TEST_F(GenericCommandsTest, AValueLargerThanTheTierIsRejected) {
   const std::string huge(size_t{65} << 20, 'x');  // the test tier holds 64 MiB
   const std::string reply = c_.Call({"SET", "huge", huge});

@@ -61,6 +61,7 @@ void StatsSection(const ServerContext& server, const store::StoreStats& stats, s
   Field(out, "total_commands_processed", server.counters.commands_processed.load());
   Field(out, "rejected_connections", server.counters.rejected_connections.load());
   Field(out, "total_error_replies_protocol", server.counters.protocol_errors.load());
+  Field(out, "lapsed_reply_leases", server.counters.lapsed_reply_leases.load());
   Field(out, "evicted_keys", stats.evicted_blocks);
 }
 
@@ -118,6 +119,7 @@ metrics::ProcessInfo MakeProcessInfo(const ServerContext& server) {
   p.total_connections = server.counters.total_connections.load();
   p.commands_processed = server.counters.commands_processed.load();
   p.protocol_errors = server.counters.protocol_errors.load();
+  p.lapsed_reply_leases = server.counters.lapsed_reply_leases.load();
   return p;
 }
 

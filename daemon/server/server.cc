@@ -287,6 +287,7 @@ ServerStats Server::Stats() const {
   s.total_connections = c.total_connections.load();
   s.commands_processed = c.commands_processed.load();
   s.protocol_errors = c.protocol_errors.load();
+  s.lapsed_reply_leases = c.lapsed_reply_leases.load();
   s.rejected_connections = c.rejected_connections.load();
   return s;
 }

@@ -61,6 +61,9 @@ struct ServerOptions {
   // A connection that completes no command and accepts no reply bytes for this long is closed;
   // 0: never. A request trickling in a byte at a time does not count as activity.
   uint64_t idle_timeout_ms = 0;
+  // SET, MSET and DEL of a value that another client is still receiving (a large GET reply goes
+  // out straight from the value's slot, under a lease) wait this long for it, then answer BUSY.
+  uint64_t reader_wait_ms = 10'000;
   size_t max_clients = 10000;
   // Lapsed leases and reservations are taken back by the store's owner, which calls
   // Store::ExpireDeadlines periodically; the server only ends those of closed connections.
@@ -71,6 +74,9 @@ struct ServerStats {
   uint64_t total_connections = 0;     // accepted, rejected ones included
   uint64_t commands_processed = 0;
   uint64_t protocol_errors = 0;       // malformed frames (the connection was closed)
+  // Large replies cut short because the value's lease lapsed while the client read it slowly
+  // (the connection was closed rather than finish the reply with bytes that may have changed).
+  uint64_t lapsed_reply_leases = 0;
   uint64_t rejected_connections = 0;  // max_clients reached or uid not allowed
 };
 

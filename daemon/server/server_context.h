@@ -28,6 +28,7 @@ struct ServerCounters {
   std::atomic<uint64_t> total_connections{0};
   std::atomic<uint64_t> commands_processed{0};
   std::atomic<uint64_t> protocol_errors{0};
+  std::atomic<uint64_t> lapsed_reply_leases{0};
   std::atomic<uint64_t> rejected_connections{0};
 };
 
@@ -36,11 +37,12 @@ struct ServerCounters {
 inline constexpr size_t kPreAuthBulkBytes = 4 << 10;
 inline constexpr size_t kPreAuthArgs = 16;
 
-// Generic SETs and GETs of one key take turns under one of these locks (chosen by the key's hash),
-// so that a writer never meets another's reservation or a reader's lease and answers BUSY, and a
-// reader never sees the moment between a SET's remove and its commit: a Redis user expects the
-// last SET to win and a GET to see a value. Different keys rarely share a lock, and a lock is held
-// only for one value's copy.
+// Generic SETs, GETs and DELs of one key take turns under one of these locks (chosen by the key's
+// hash), so that a writer never meets another's reservation, and a reader never sees the moment
+// between a SET's remove and its commit: a Redis user expects the last SET to win and a GET to see
+// a value. A GET of a large value keeps its lease after the lock is released, until the bytes are
+// sent; a SET that meets it waits on a timer (Progress::kRetryLater). Different keys rarely share a
+// lock, and a lock is held only for one value's copy.
 inline constexpr size_t kGenericWriteStripes = 64;
 
 struct ServerContext {

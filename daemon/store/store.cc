@@ -272,6 +272,16 @@ Status Store::Release(uint64_t lease_id) {
   return Status::Ok();
 }
 
+Status Store::Renew(uint64_t lease_id) {
+  MutexLock lock(leases_mu_);
+  auto it = leases_.find(lease_id);
+  if (it == leases_.end()) {
+    return NotFound("no lease " + std::to_string(lease_id) + " (released or timed out)");
+  }
+  it->second.deadline_us = clock_.NowMicros() + options_.lease_timeout_us;
+  return Status::Ok();
+}
+
 void Store::EndLease(const LeaseRecord& lease) {
   Status st = index_->Update(lease.key, [](BlockMeta& meta) {
     if (meta.lease_count == 0) return Internal("lease count underflow");

@@ -116,6 +116,12 @@ class Store {
   // Ends a lease. kNotFound when unknown (already released or timed out).
   Status Release(uint64_t lease_id);
 
+  // Moves a lease's deadline to now + lease_timeout, for a holder that is still copying (the
+  // server writing a large value to a slow socket). kNotFound when the lease already ended or
+  // timed out: its slot may have been reused, so what was read under it since the last renewal
+  // must not be trusted.
+  Status Renew(uint64_t lease_id);
+
   // Copy-out convenience: Acquire, read into `out` (resized to the block), Release.
   Status Get(const NamespaceId& ns, const BlockKey& key, std::vector<std::byte>& out);
 

@@ -186,6 +186,23 @@ TEST_F(StoreTest, LeasesAndReservationsTimeOut) {
   EXPECT_TRUE(PutBlock(4).ok());
 }
 
+TEST_F(StoreTest, RenewedLeaseOutlivesItsFirstDeadlineButNotALapse) {
+  Build({2});
+  ASSERT_TRUE(PutBlock(1).ok());
+  auto lease = store_->Acquire(kNs, Key(1));
+  ASSERT_TRUE(lease.ok());
+  clock_.AdvanceMicros(900'000);
+  ASSERT_TRUE(store_->Renew(lease->id).ok());
+  clock_.AdvanceMicros(900'000);  // past the first deadline, not the renewed one
+  EXPECT_EQ(store_->ExpireDeadlines(), 0u);
+  EXPECT_EQ(store_->Remove(kNs, Key(1)).code(), StatusCode::kBusy);
+  clock_.AdvanceMicros(200'000);
+  EXPECT_EQ(store_->ExpireDeadlines(), 1u);
+  // Too late: the holder learns that its reads since the last renewal are not to be trusted.
+  EXPECT_EQ(store_->Renew(lease->id).code(), StatusCode::kNotFound);
+  EXPECT_EQ(store_->Release(lease->id).code(), StatusCode::kNotFound);
+}
+
 TEST_F(StoreTest, PinnedBlocksSurviveUntilTheirTtl) {
   Build({2});
   ASSERT_TRUE(PutBlock(1).ok());

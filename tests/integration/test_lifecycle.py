@@ -57,12 +57,13 @@ def test_graceful_stop_with_busy_clients(daemon, sig):
     try:
         for child in readers + writers:
             assert child.stdout.readline().startswith("READY")
-        # The hog's GETs lease the value while they copy it: wait for them to be done.
+        # The reader holds 4 leases; each of the hog's GETs keeps the value leased until its
+        # bytes are on the socket, which they never fully are.
         with RawClient(daemon.unix) as c:
             def held():
                 totals = c.stats()["totals"]
                 return (totals["leases_active"], totals["blocks_writing"])
-            assert wait_for(lambda: held() == (4, 4), 10), held()
+            assert wait_for(lambda: held()[0] >= 5 and held()[1] == 4, 10), held()
 
         daemon.proc.send_signal(sig)
         assert daemon.proc.wait(timeout=15) == 0, daemon.log()

@@ -1,0 +1,151 @@
+// Large values go out straight from their leased slot (LeasedPayload, commands.h): the bytes are
+// right, the lease ends once they are sent, a writer of the same key waits for the reader instead
+// of failing, and a lease that lapses mid-send cuts the reply short instead of completing it.
+#include <sys/socket.h>
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <thread>
+
+#include "daemon/server/generic_keyspace.h"
+#include "daemon/server/test_client.h"
+
+namespace kvtier::server {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::TestClient;
+using testing::TestServer;
+
+std::string Bulk(std::string_view s) {
+  return "$" + std::to_string(s.size()) + "\r\n" + std::string(s) + "\r\n";
+}
+
+// Compares replies without printing megabytes: the sizes and the first differing offset.
+::testing::AssertionResult SameReply(const std::string& got, const std::string& want) {
+  if (got == want) return ::testing::AssertionSuccess();
+  size_t at = 0;
+  while (at < got.size() && at < want.size() && got[at] == want[at]) ++at;
+  return ::testing::AssertionFailure() << "reply of " << got.size() << " bytes, expected "
+                                       << want.size() << "; first difference at byte " << at
+                                       << ": got '" << got.substr(at, 16) << "'";
+}
+
+std::string Value(size_t bytes, char seed) {
+  std::string v(bytes, '\0');
+  for (size_t i = 0; i < bytes; ++i) v[i] = static_cast<char>(seed + i * 7 + i / 4093);
+  return v;
+}
+
+// A reader that takes its bytes slowly: a small receive buffer, so the server's write of a
+// multi-MiB value blocks part way until the test reads.
+TestClient SlowReader(TestServer& ts) {
+  TestClient c = ts.ConnectUnix();
+  int bytes = 64 << 10;
+  setsockopt(c.fd(), SOL_SOCKET, SO_RCVBUF, &bytes, sizeof(bytes));
+  return c;
+}
+
+class LeasedReplyTest : public ::testing::Test {
+ protected:
+  static ServerOptions Options() {
+    ServerOptions o;
+    o.reader_wait_ms = 60'000;  // longer than any test: a wait ends because the reader finished
+    return o;
+  }
+  void SetUp() override {
+    ASSERT_TRUE(ts_.status().ok()) << ts_.status().ToString();
+    c_ = ts_.ConnectUnix();
+  }
+  uint64_t LeasesOpen() { return ts_.store().Stats().leases_active; }
+
+  // Values of several sizes each take whole slabs of the host tier: room for all of them.
+  TestServer ts_{Options(), /*with_arena=*/true, /*capacity_bytes=*/uint64_t{512} << 20};
+  TestClient c_;
+};
+
+TEST_F(LeasedReplyTest, LargeValuesArriveWholeAndTheirLeasesEnd) {
+  const std::string big = Value(3 << 20, 'a');
+  const std::string edge = Value(64 << 10, 'b');  // exactly the threshold
+  ASSERT_EQ(c_.Call({"SET", "big", big}), "+OK\r\n");
+  ASSERT_EQ(c_.Call({"SET", "edge", edge}), "+OK\r\n");
+  ASSERT_EQ(c_.Call({"SET", "small", "s"}), "+OK\r\n");
+  EXPECT_TRUE(SameReply(c_.Call({"GET", "big"}), Bulk(big)));
+  EXPECT_TRUE(SameReply(c_.Call({"MGET", "small", "big", "missing", "edge", "big"}),
+                        "*5\r\n" + Bulk("s") + Bulk(big) + "$-1\r\n" + Bulk(edge) + Bulk(big)));
+  EXPECT_EQ(LeasesOpen(), 0u);
+}
+
+TEST_F(LeasedReplyTest, PipelinedGetThenSetOfTheSameKeyDoesNotWaitForItself) {
+  const std::string old_value = Value(2 << 20, 'c');
+  ASSERT_EQ(c_.Call({"SET", "k", old_value}), "+OK\r\n");
+  // One batch: the GET's payload is still queued on this connection when the SET runs.
+  ASSERT_TRUE(c_.Send("*2\r\n$3\r\nGET\r\n$1\r\nk\r\n"
+                      "*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$3\r\nnew\r\n"
+                      "*2\r\n$3\r\nGET\r\n$1\r\nk\r\n"));
+  EXPECT_TRUE(SameReply(c_.ReadReply(), Bulk(old_value)));
+  EXPECT_EQ(c_.ReadReply(), "+OK\r\n");
+  EXPECT_EQ(c_.ReadReply(), Bulk("new"));
+  EXPECT_EQ(LeasesOpen(), 0u);
+}
+
+TEST_F(LeasedReplyTest, SetWaitsForAReaderStillReceivingTheOldValue) {
+  const std::string old_value = Value(8 << 20, 'e');
+  ASSERT_EQ(c_.Call({"SET", "k", old_value}), "+OK\r\n");
+  TestClient reader = SlowReader(ts_);
+  ASSERT_TRUE(reader.Send("*2\r\n$3\r\nGET\r\n$1\r\nk\r\n"));
+  // The reader's GET has leased the value once its connection holds the lease.
+  for (int i = 0; i < 1000 && LeasesOpen() == 0; ++i) std::this_thread::sleep_for(1ms);
+  ASSERT_EQ(LeasesOpen(), 1u);
+  ASSERT_TRUE(c_.Send("*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$3\r\nnew\r\n"));
+  EXPECT_EQ(c_.ReadReply(100ms), "");  // waiting, not failing
+  EXPECT_TRUE(SameReply(reader.ReadReply(), Bulk(old_value)));  // the old bytes, whole
+  EXPECT_EQ(c_.ReadReply(), "+OK\r\n");
+  EXPECT_EQ(c_.Call({"GET", "k"}), Bulk("new"));
+}
+
+TEST_F(LeasedReplyTest, LapsedLeaseCutsTheReplyShortAndCloses) {
+  const std::string value = Value(8 << 20, 'f');
+  ASSERT_EQ(c_.Call({"SET", "k", value}), "+OK\r\n");
+  TestClient reader = SlowReader(ts_);
+  ASSERT_TRUE(reader.Send("*2\r\n$3\r\nGET\r\n$1\r\nk\r\n"));
+  for (int i = 0; i < 1000 && LeasesOpen() == 0; ++i) std::this_thread::sleep_for(1ms);
+  ASSERT_EQ(LeasesOpen(), 1u);
+  // The reader stalls past the lease timeout; the store takes the lease back, and a writer may
+  // now reuse the slot.
+  ts_.clock().AdvanceMicros(31'000'000);
+  ASSERT_EQ(ts_.store().ExpireDeadlines(), 1u);
+  EXPECT_EQ(c_.Call({"SET", "k", "replaced"}), "+OK\r\n");
+  bool closed = false;
+  const std::string got = reader.ReadUntilClosed(&closed);
+  EXPECT_TRUE(closed);
+  const std::string whole = Bulk(value);
+  EXPECT_LT(got.size(), whole.size());  // never the complete reply
+  EXPECT_EQ(ts_.server().Stats().lapsed_reply_leases, 1u);
+  EXPECT_EQ(c_.Call({"GET", "k"}), Bulk("replaced"));
+}
+
+TEST(LeasedReplyWaitTest, WriterGivesUpAfterReaderWaitAndDelLeavesTheKey) {
+  ServerOptions o;
+  o.reader_wait_ms = 50;
+  TestServer ts(o);
+  ASSERT_TRUE(ts.status().ok());
+  TestClient c = ts.ConnectUnix();
+  ASSERT_EQ(c.Call({"SET", "k", "old"}), "+OK\r\n");
+  const NamespaceId ns = GenericNamespaceId();
+  Result<store::Lease> lease = ts.store().Acquire(ns, GenericKey(ns, "k"));
+  ASSERT_TRUE(lease.ok());
+  EXPECT_EQ(c.Call({"SET", "k", "new"}),
+            "-BUSY the old value is still being read by another client\r\n");
+  EXPECT_EQ(c.Call({"MSET", "a", "1", "k", "new", "b", "2"}),
+            "-BUSY the old value is still being read by another client\r\n");
+  EXPECT_EQ(c.Call({"DEL", "a", "k", "b"}), ":2\r\n");
+  EXPECT_EQ(c.Call({"GET", "k"}), Bulk("old"));
+  ASSERT_TRUE(ts.store().Release(lease->id).ok());
+  EXPECT_EQ(c.Call({"SET", "k", "new"}), "+OK\r\n");
+  EXPECT_EQ(c.Call({"GET", "k"}), Bulk("new"));
+}
+
+}  // namespace
+}  // namespace kvtier::server
