@@ -14,10 +14,18 @@
 #include <cstdint>
 #include <span>
 
+#include "common/keys.h"
 #include "common/status.h"
 #include "common/types.h"
 
 namespace kvtier::tiers {
+
+// Which block an extent holds. Durable tiers record it with the bytes, so that a block read back
+// can be checked against the key it is read for, and a restart can tell what is where.
+struct BlockIdentity {
+  NamespaceId ns;
+  BlockKey key;
+};
 
 struct TierStats {
   uint64_t capacity_bytes = 0;   // bytes the tier may hand out in total
@@ -50,6 +58,21 @@ class Tier {
 
   // Copies the first dst.size() bytes of `extent` into `dst`. kDeviceError on I/O failure.
   virtual Status Read(const Extent& extent, std::span<std::byte> dst) = 0;
+
+  // Write and Read with the block's identity: what the store calls. Tiers that keep blocks on a
+  // device (NVMe) store the identity and a checksum with the bytes and verify both on the way
+  // back: ReadBlock answers kChecksumMismatch (the caller drops the block, a miss) rather than
+  // return bytes that are not the block's. Memory tiers ignore the identity.
+  virtual Status WriteBlock(const Extent& extent, const BlockIdentity& identity,
+                            std::span<const std::byte> src) {
+    (void)identity;
+    return Write(extent, src);
+  }
+  virtual Status ReadBlock(const Extent& extent, const BlockIdentity& identity,
+                           std::span<std::byte> dst) {
+    (void)identity;
+    return Read(extent, dst);
+  }
 
   // The bytes of `extent` in this process's address space, for tiers that are plain memory (host
   // arena, fake GPU tier); nullptr for tiers that are not (NVMe, a real GPU pool).

@@ -47,6 +47,7 @@ LookupResult BlockIndex::Lookup(std::span<const BlockKey> keys, bool touch,
     auto it = shard.entries.find(key);
     if (it == shard.entries.end() || it->second.state != BlockState::kReady) break;
     if (ns && it->second.ns != *ns) break;
+    if (touch && it->second.reads < UINT8_MAX) ++it->second.reads;
     result.tiers.push_back(it->second.tier);
   }
   result.ready_prefix = result.tiers.size();

@@ -44,6 +44,7 @@ struct BlockMeta {
   // incarnation landed at the same extent. Set by the store; the index only compares it.
   uint64_t generation = 0;
   uint32_t lease_count = 0;      // readers copying out; not evictable while > 0
+  uint8_t reads = 0;             // lookups and leases that found it, saturating (NVMe admission)
   TierId tier = TierId::kHost;
   BlockState state = BlockState::kWriting;
   bool has_checksum = false;

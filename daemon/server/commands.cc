@@ -94,9 +94,9 @@ Status AppendLeasedBulk(CommandContext& ctx, const store::Lease& lease, size_t s
   std::vector<std::byte> staged;
   const std::byte* block = lease.address;
   Status st;
-  if (block == nullptr) {  // not plain memory: stage the block once
+  if (block == nullptr) {  // not plain memory: stage the block once, verified by its tier
     staged.resize(lease.extent.length);
-    st = store.tier(lease.tier)->Read(lease.extent, staged);
+    st = store.ReadLeased(lease, staged);
     block = staged.data();
   }
   const std::span<const std::byte> bytes(block, lease.extent.length);

@@ -111,7 +111,8 @@ Progress Set(CommandContext& ctx, Command& cmd) {
 Progress Get(CommandContext& ctx, Command& cmd) {
   if (KeyTooLong(ctx, cmd.args[1])) return Progress::kDone;
   Status st = AppendValue(ctx, cmd.args[1]);
-  if (st.code() == StatusCode::kNotFound) {
+  // A value whose stored bytes failed verification is gone (dropped): a miss, like any other.
+  if (st.code() == StatusCode::kNotFound || st.code() == StatusCode::kChecksumMismatch) {
     ctx.reply.AppendNull();
   } else if (!st.ok()) {
     AppendStatusError(ctx.reply, st);

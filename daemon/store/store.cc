@@ -27,12 +27,20 @@ Result<std::unique_ptr<Store>> Store::Create(const StoreOptions& options,
   }
   KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<index::BlockIndex> index,
                           index::BlockIndex::Create(options.index));
-  return std::unique_ptr<Store>(new Store(options, std::move(tiers), clock, std::move(index)));
+  KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<placement::AdmissionPolicy> admission,
+                          placement::MakeAdmissionPolicy(options.nvme_admission));
+  return std::unique_ptr<Store>(
+      new Store(options, std::move(tiers), std::move(admission), clock, std::move(index)));
 }
 
-Store::Store(const StoreOptions& options, std::vector<tiers::Tier*> tiers, Clock& clock,
+Store::Store(const StoreOptions& options, std::vector<tiers::Tier*> tiers,
+             std::unique_ptr<placement::AdmissionPolicy> admission, Clock& clock,
              std::unique_ptr<index::BlockIndex> index)
-    : options_(options), tiers_(std::move(tiers)), clock_(clock), index_(std::move(index)) {}
+    : options_(options),
+      tiers_(std::move(tiers)),
+      admission_(std::move(admission)),
+      clock_(clock),
+      index_(std::move(index)) {}
 
 Store::~Store() = default;
 
@@ -231,10 +239,12 @@ Result<Lease> Store::Acquire(const NamespaceId& ns, const BlockKey& key) {
       return Busy("too many leases open (" + std::to_string(options_.max_leases) + ")");
     }
   }
+  if (options_.promote_on_read) PromoteForRead(ns, key);
   Lease lease;
   Status st = index_->Update(key, [&](BlockMeta& meta) {
     if (meta.state != BlockState::kReady || meta.ns != ns) return NotFound("block not cached");
     ++meta.lease_count;
+    if (meta.reads < UINT8_MAX) ++meta.reads;
     lease.tier = meta.tier;
     lease.extent = meta.extent;
     lease.checksum = meta.checksum;
@@ -283,12 +293,15 @@ Status Store::Renew(uint64_t lease_id) {
 }
 
 void Store::EndLease(const LeaseRecord& lease) {
-  Status st = index_->Update(lease.key, [](BlockMeta& meta) {
-    if (meta.lease_count == 0) return Internal("lease count underflow");
-    --meta.lease_count;
+  std::optional<BlockMeta> meta;
+  Status st = index_->Update(lease.key, [&](BlockMeta& m) {
+    if (m.lease_count == 0) return Internal("lease count underflow");
+    --m.lease_count;
+    meta = m;
     return Status::Ok();
   });
   (void)st;  // The block cannot vanish while leased; a failure here would be a bug in the index.
+  if (lease.corrupt && meta) DropCorrupt(lease.key, *meta);
   if (!NamespaceRegistered(lease.ns)) {
     // The namespace was dropped while this block was being read: it goes now.
     std::optional<BlockMeta> gone = index_->EraseIf(
@@ -305,7 +318,7 @@ Status Store::Get(const NamespaceId& ns, const BlockKey& key, std::vector<std::b
   out.resize(lease.extent.length);
   Status st = lease.address != nullptr
                   ? (std::memcpy(out.data(), lease.address, out.size()), Status::Ok())
-                  : tier(lease.tier)->Read(lease.extent, out);
+                  : ReadLeased(lease, out);
   Status released = Release(lease.id);
   return st.ok() ? released : st;
 }

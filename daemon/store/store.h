@@ -13,7 +13,8 @@
 // - When a tier is full, its policy's victim (ready, unleased, unpinned) is demoted to the next
 //   tier or, from the last tier, dropped. When nothing can go, the put fails with kBusy and reads
 //   keep working.
-// - Accounting: committed puts = blocks present + blocks dropped by eviction + blocks removed.
+// - Accounting: committed puts + adopted blocks = blocks present + blocks dropped by eviction +
+//   blocks removed (corrupt blocks dropped count as removed).
 //
 // Thread safety: every method may be called from any thread. No lock is held while block bytes
 // are copied by the caller; the store itself copies bytes only when it demotes a block.
@@ -33,6 +34,7 @@
 #include "common/status.h"
 #include "common/thread_annotations.h"
 #include "daemon/index/block_index.h"
+#include "daemon/placement/admission_policy.h"
 #include "daemon/store/store_stats.h"
 #include "tiers/tier.h"
 
@@ -56,6 +58,13 @@ struct StoreOptions {
   // otherwise open millions over many connections. Past them Acquire and BeginPut answer kBusy.
   size_t max_leases = 1 << 20;
   size_t max_reservations = 1 << 20;
+  // A block leased while it sits below the host tier (NVMe) is first moved up into the host
+  // arena, so that readers copy it out of memory ("promotion on hit"). false: it is read in place
+  // by inline gets (ReadLeased), and the shared-memory path does not lease it.
+  bool promote_on_read = true;
+  // Which host blocks are written to NVMe when they are evicted (placement/admission_policy.h);
+  // refused ones are dropped.
+  std::string nvme_admission = "all";
 };
 
 // A reserved slot for a block being written.
@@ -122,6 +131,12 @@ class Store {
   // must not be trusted.
   Status Renew(uint64_t lease_id);
 
+  // Reads a leased block that is not in memory (lease.address == nullptr) into `dst` (at most the
+  // block's size), through the tier's ReadBlock, which verifies what a device returns.
+  // kChecksumMismatch: the stored bytes are not the block's; the block is dropped when this lease
+  // ends, and the caller reports a miss. kDeviceError: the read failed; the block stays.
+  Status ReadLeased(const Lease& lease, std::span<std::byte> dst);
+
   // Copy-out convenience: Acquire, read into `out` (resized to the block), Release.
   Status Get(const NamespaceId& ns, const BlockKey& key, std::vector<std::byte>& out);
 
@@ -147,6 +162,18 @@ class Store {
   // calls this periodically; tests call it after moving a FakeClock.
   size_t ExpireDeadlines();
 
+  // Evicts least-recently-used blocks of `tier` (demoting them, or dropping them from the last
+  // tier) until its used bytes are at most `target_used_bytes`, trying at most `max_victims`
+  // victims. Returns the victims tried. For the background mover, which keeps room free so that a
+  // put rarely waits for a demotion to disk.
+  size_t EvictToTarget(TierId tier, uint64_t target_used_bytes, size_t max_victims);
+
+  // Adds a block that a durable tier found at start-up (warm restart), ready, as the most recently
+  // used of its tier: adopt the oldest first. Its namespace serves it once registered again.
+  // kInvalidArgument for a tier the store does not have; kAlreadyExists when the key is taken.
+  Status AdoptBlock(TierId tier, const NamespaceId& ns, const BlockKey& key, const Extent& extent,
+                    std::optional<uint64_t> checksum);
+
   StoreStats Stats() const;
   static constexpr uint64_t kQuarantineFactor = 10;
   // The tier with `id`, or nullptr.
@@ -169,9 +196,11 @@ class Store {
     NamespaceId ns;
     BlockKey key;
     uint64_t deadline_us;
+    bool corrupt = false;  // ReadLeased found bad bytes: the block goes when the lease ends
   };
 
-  Store(const StoreOptions& options, std::vector<tiers::Tier*> tiers, Clock& clock,
+  Store(const StoreOptions& options, std::vector<tiers::Tier*> tiers,
+        std::unique_ptr<placement::AdmissionPolicy> admission, Clock& clock,
         std::unique_ptr<index::BlockIndex> index);
 
   // Allocates `bytes` in tiers_[level], making room by evicting that tier's victims.
@@ -187,7 +216,25 @@ class Store {
   // or replaced meanwhile (it stays where it is); kNoRoomBelow: the next tier could not take it.
   DemoteOutcome Demote(size_t level, const BlockKey& key, const index::BlockMeta& meta);
   Status CopyBetweenTiers(tiers::Tier& from, const Extent& src, tiers::Tier& to,
-                          const Extent& dst);
+                          const Extent& dst, const tiers::BlockIdentity& identity);
+  // Pins a ready, unleased block for a mover (a lease the store holds itself) so that nobody frees
+  // its extent while its bytes are copied. false: it changed since it was picked or is leased.
+  bool PinForMove(const BlockKey& key, const index::BlockMeta& meta);
+  void UnpinAfterMove(const BlockKey& key);
+  // Whether a victim of tiers_[level] may be written to tiers_[level + 1] (NVMe admission).
+  bool AdmitBelow(size_t level, const index::BlockMeta& meta) const;
+  enum class PromoteOutcome { kMoved, kNotMoved, kCorrupt };
+  // Moves a ready block from tiers_[level] up to tiers_[to_level]. kNotMoved: it changed, is
+  // leased, or there is no room; it stays where it is. kCorrupt: its bytes failed verification and
+  // the block was dropped.
+  PromoteOutcome Promote(size_t level, size_t to_level, const BlockKey& key,
+                         const index::BlockMeta& meta);
+  // Before a lease: brings a block that lives below the host tier up into it, when configured.
+  void PromoteForRead(const NamespaceId& ns, const BlockKey& key);
+  // Drops a block whose bytes failed verification, if nobody holds it.
+  void DropCorrupt(const BlockKey& key, const index::BlockMeta& meta);
+  // The position of tier `id` in tiers_, or tiers_.size() when absent.
+  size_t LevelOf(TierId id) const;
   // Removes a reservation's kWriting entry (only that incarnation) and frees its extent.
   void DiscardWriting(const ReservationRecord& record);
   // Frees a block's extent in its tier after it left the index.
@@ -199,6 +246,7 @@ class Store {
 
   const StoreOptions options_;
   const std::vector<tiers::Tier*> tiers_;
+  std::unique_ptr<placement::AdmissionPolicy> admission_;
   Clock& clock_;
   std::unique_ptr<index::BlockIndex> index_;
   std::atomic<uint64_t> next_id_{1};

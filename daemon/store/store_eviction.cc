@@ -60,7 +60,9 @@ bool Store::EvictReclaimUnit(size_t level) {
 
 bool Store::DemoteOrDrop(size_t level, const BlockKey& key, const BlockMeta& meta) {
   TierCounters& counters = tier_counters_[static_cast<size_t>(meta.tier)];
-  if (level + 1 < tiers_.size()) {
+  const bool admitted = level + 1 < tiers_.size() && AdmitBelow(level, meta);
+  if (level + 1 < tiers_.size() && !admitted) counters.admission_drops.fetch_add(1);
+  if (admitted) {
     switch (Demote(level, key, meta)) {
       case DemoteOutcome::kMoved:
         counters.evictions.fetch_add(1);
@@ -93,9 +95,9 @@ bool Store::DemoteOrDrop(size_t level, const BlockKey& key, const BlockMeta& met
   return true;
 }
 
-Store::DemoteOutcome Store::Demote(size_t level, const BlockKey& key, const BlockMeta& meta) {
-  // Pin the victim while its bytes are copied (a lease the store holds itself): without it a
-  // Remove could free the extent mid-copy and a new put could write into it while we read.
+bool Store::PinForMove(const BlockKey& key, const BlockMeta& meta) {
+  // A lease the store holds itself: without it a Remove could free the extent mid-copy and a new
+  // put could write into it while we read.
   Status pinned = index_->Update(key, [&](BlockMeta& m) {
     if (m.generation != meta.generation || m.state != BlockState::kReady ||
         m.tier != meta.tier || m.lease_count != 0) {
@@ -104,20 +106,26 @@ Store::DemoteOutcome Store::Demote(size_t level, const BlockKey& key, const Bloc
     m.lease_count = 1;
     return Status::Ok();
   });
-  if (!pinned.ok()) return DemoteOutcome::kBlockChanged;
-  auto unpin = [&] {
-    (void)index_->Update(key, [](BlockMeta& m) {
-      --m.lease_count;
-      return Status::Ok();
-    });
-  };
+  return pinned.ok();
+}
+
+void Store::UnpinAfterMove(const BlockKey& key) {
+  (void)index_->Update(key, [](BlockMeta& m) {
+    --m.lease_count;
+    return Status::Ok();
+  });
+}
+
+Store::DemoteOutcome Store::Demote(size_t level, const BlockKey& key, const BlockMeta& meta) {
+  if (!PinForMove(key, meta)) return DemoteOutcome::kBlockChanged;
+  auto unpin = [&] { UnpinAfterMove(key); };
   tiers::Tier& next = *tiers_[level + 1];
   Result<Extent> dst = AllocateWithEviction(level + 1, meta.extent.length);
   if (!dst.ok()) {
     unpin();
     return DemoteOutcome::kNoRoomBelow;
   }
-  Status moved = CopyBetweenTiers(*tiers_[level], meta.extent, next, *dst);
+  Status moved = CopyBetweenTiers(*tiers_[level], meta.extent, next, *dst, {meta.ns, key});
   // MoveTier takes our pin back with the move; it refuses while readers hold leases too.
   if (moved.ok()) moved = index_->MoveTier(key, meta, next.id(), *dst, /*mover_pins=*/1);
   if (moved.ok()) {
@@ -131,20 +139,20 @@ Store::DemoteOutcome Store::Demote(size_t level, const BlockKey& key, const Bloc
 }
 
 Status Store::CopyBetweenTiers(tiers::Tier& from, const Extent& src, tiers::Tier& to,
-                               const Extent& dst) {
+                               const Extent& dst, const tiers::BlockIdentity& identity) {
   std::byte* src_addr = from.Address(src);
   std::byte* dst_addr = to.Address(dst);
   if (src_addr != nullptr && dst_addr != nullptr) {
     StreamCopy(dst_addr, src_addr, src.length);
     return Status::Ok();
   }
-  if (src_addr != nullptr) return to.Write(dst, {src_addr, src.length});
-  if (dst_addr != nullptr) return from.Read(src, {dst_addr, src.length});
+  if (src_addr != nullptr) return to.WriteBlock(dst, identity, {src_addr, src.length});
+  if (dst_addr != nullptr) return from.ReadBlock(src, identity, {dst_addr, src.length});
   // Neither tier is plain memory: bounce through a buffer. Not on a hot path today (host is
   // always between GPU and NVMe).
   std::vector<std::byte> bounce(src.length);
-  KVTIER_RETURN_IF_ERROR(from.Read(src, bounce));
-  return to.Write(dst, bounce);
+  KVTIER_RETURN_IF_ERROR(from.ReadBlock(src, identity, bounce));
+  return to.WriteBlock(dst, identity, bounce);
 }
 
 void Store::FreeExtent(const BlockMeta& meta) {

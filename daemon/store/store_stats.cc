@@ -21,7 +21,8 @@ StoreStats Store::Stats() const {
   for (tiers::Tier* t : tiers_) {
     const TierCounters& c = tier_counters_[static_cast<size_t>(t->id())];
     s.tiers.push_back({t->id(), t->Stats(), c.evictions.load(), c.demotions.load(),
-                       c.drops.load()});
+                       c.drops.load(), c.admission_drops.load(), c.promotions.load(),
+                       c.checksum_failures.load()});
   }
   {
     MutexLock lock(namespaces_mu_);
@@ -69,6 +70,7 @@ StoreStats Store::Stats() const {
   s.busy_puts = counters_.busy_puts.load();
   s.removed_blocks = counters_.removed_blocks.load();
   s.evicted_blocks = counters_.evicted_blocks.load();
+  s.adopted_blocks = counters_.adopted_blocks.load();
   s.expired_leases = counters_.expired_leases.load();
   s.expired_reservations = counters_.expired_reservations.load();
   return s;

@@ -36,6 +36,9 @@ struct TierCounters {
   Counter evictions{0};   // victims that left this tier (demoted or dropped)
   Counter demotions{0};   // victims moved to the next tier
   Counter drops{0};       // victims dropped because there is no next tier (or it failed)
+  Counter admission_drops{0};    // victims dropped because the next tier's admission refused them
+  Counter promotions{0};         // blocks moved up out of this tier for a reader
+  Counter checksum_failures{0};  // blocks of this tier whose bytes failed verification (dropped)
 };
 
 struct StoreCounters {
@@ -44,6 +47,7 @@ struct StoreCounters {
   Counter busy_puts{0};            // BeginPut answered kBusy for lack of room
   Counter removed_blocks{0};       // Remove and DropNamespace
   Counter evicted_blocks{0};       // dropped from the last tier
+  Counter adopted_blocks{0};       // found on a durable tier at start-up (AdoptBlock)
   Counter expired_leases{0};
   Counter expired_reservations{0};
 };
@@ -73,6 +77,9 @@ struct TierStatsSnapshot {
   uint64_t evictions = 0;
   uint64_t demotions = 0;
   uint64_t drops = 0;
+  uint64_t admission_drops = 0;
+  uint64_t promotions = 0;
+  uint64_t checksum_failures = 0;
 };
 
 struct StoreStats {
@@ -87,6 +94,7 @@ struct StoreStats {
   uint64_t busy_puts = 0;
   uint64_t removed_blocks = 0;
   uint64_t evicted_blocks = 0;
+  uint64_t adopted_blocks = 0;
   uint64_t expired_leases = 0;
   uint64_t expired_reservations = 0;
 };

@@ -4,72 +4,19 @@
 
 #include <gtest/gtest.h>
 
-#include "tests/fakes/fake_tier.h"
+#include "daemon/store/store_test_fixture.h"
 #include "tiers/host/host_tier.h"
 
 namespace kvtier::store {
 namespace {
 
 using testing::FakeTier;
-
-constexpr uint64_t kBlock = 4096;
-const NamespaceId kNs{{0xAA, 0x01}};
-const NamespaceId kOtherNs{{0xBB, 0x02}};
-
-BlockKey Key(uint64_t n) { return BlockKey{{0x1234, n}}; }
-
-std::vector<std::byte> Payload(uint64_t seed, uint64_t size = kBlock) {
-  std::vector<std::byte> v(size);
-  for (uint64_t i = 0; i < size; ++i) v[i] = static_cast<std::byte>((seed * 131 + i * 7) & 0xff);
-  return v;
-}
-
-class StoreTest : public ::testing::Test {
- protected:
-  // `tier_blocks` blocks of room in each tier, hottest first.
-  void Build(std::vector<uint64_t> tier_blocks, bool last_addressable = true) {
-    std::vector<tiers::Tier*> list;
-    TierId ids[] = {TierId::kHost, TierId::kNvme};
-    for (size_t i = 0; i < tier_blocks.size(); ++i) {
-      bool addressable = i + 1 < tier_blocks.size() || last_addressable;
-      tiers_.push_back(std::make_unique<FakeTier>(ids[i], tier_blocks[i] * kBlock, addressable));
-      list.push_back(tiers_.back().get());
-    }
-    StoreOptions options;
-    options.lease_timeout_us = 1'000'000;
-    options.reservation_timeout_us = 2'000'000;
-    auto store = Store::Create(options, list, clock_);
-    ASSERT_TRUE(store.ok()) << store.status().ToString();
-    store_ = std::move(store).value();
-    ASSERT_TRUE(
-        store_->RegisterNamespace({kNs, /*tokens_per_block=*/16, kBlock, "test"}).ok());
-  }
-
-  // The accounting identity, checked after every test: every acknowledged put is present, was
-  // evicted, or was removed; and the tiers hold exactly the blocks the index knows.
-  void TearDown() override {
-    if (!store_) return;
-    StoreStats s = store_->Stats();
-    EXPECT_EQ(s.committed_puts, s.blocks_present + s.evicted_blocks + s.removed_blocks);
-    uint64_t tier_blocks = 0;
-    for (const auto& t : s.tiers) tier_blocks += t.space.block_count;
-    EXPECT_EQ(tier_blocks, s.blocks_present + s.blocks_writing + s.blocks_quarantined);
-    for (const auto& t : tiers_) EXPECT_EQ(t->bad_frees(), 0u);
-  }
-
-  Status PutBlock(uint64_t n, const NamespaceId& ns = kNs) {
-    return store_->Put(ns, Key(n), Payload(n));
-  }
-
-  bool Cached(uint64_t n) {
-    std::vector<BlockKey> keys{Key(n)};
-    return store_->Lookup(kNs, keys).ready_prefix == 1;
-  }
-
-  FakeClock clock_;
-  std::vector<std::unique_ptr<FakeTier>> tiers_;
-  std::unique_ptr<Store> store_;
-};
+using testing::kBlock;
+using testing::Key;
+using testing::kNs;
+using testing::kOtherNs;
+using testing::Payload;
+using testing::StoreTest;
 
 TEST_F(StoreTest, PutThenGetReturnsTheSameBytes) {
   Build({8});
@@ -219,7 +166,9 @@ TEST_F(StoreTest, PinnedBlocksSurviveUntilTheirTtl) {
 }
 
 TEST_F(StoreTest, VictimsAreDemotedToTheNextTierAndStillServed) {
-  Build({2, 3}, /*last_addressable=*/false);
+  StoreOptions read_in_place;  // promotion on read is store_placement_test's subject
+  read_in_place.promote_on_read = false;
+  Build({2, 3}, /*last_addressable=*/false, read_in_place);
   for (uint64_t n = 1; n <= 5; ++n) ASSERT_TRUE(PutBlock(n).ok());
   std::vector<BlockKey> chain{Key(1), Key(2), Key(3), Key(4), Key(5)};
   index::LookupResult r = store_->Lookup(kNs, chain);

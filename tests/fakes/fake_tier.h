@@ -3,13 +3,16 @@
 // Allocation is first-fit over a sorted free list: slow and simple on purpose, so that tests of
 // the store do not depend on the slab allocator they are not about. It can pretend not to be
 // memory (Address() returns nullptr, like NVMe or a real GPU pool), so both store code paths run,
-// and it injects faults on demand: failing Write/Read with kDeviceError.
+// and it injects faults on demand: failing Write/Read with kDeviceError. Like a durable tier, it
+// remembers what WriteBlock stored at each extent (identity and a hash of the bytes) and ReadBlock
+// answers kChecksumMismatch when either no longer matches, e.g. after FlipByte.
 //
 // Thread safety: all methods may be called from any thread.
 #pragma once
 
 #include <cstring>
 #include <map>
+#include <string_view>
 #include <vector>
 
 #include "common/thread_annotations.h"
@@ -85,6 +88,35 @@ class FakeTier final : public tiers::Tier {
     return Status::Ok();
   }
 
+  Status WriteBlock(const Extent& e, const tiers::BlockIdentity& identity,
+                    std::span<const std::byte> src) override {
+    KVTIER_RETURN_IF_ERROR(Write(e, src));
+    MutexLock lock(mu_);
+    written_[e.offset] = Written{identity, Hash(src)};
+    return Status::Ok();
+  }
+
+  Status ReadBlock(const Extent& e, const tiers::BlockIdentity& identity,
+                   std::span<std::byte> dst) override {
+    KVTIER_RETURN_IF_ERROR(Read(e, dst));
+    MutexLock lock(mu_);
+    auto it = written_.find(e.offset);
+    if (it == written_.end()) return Status::Ok();  // stored with plain Write: nothing to check
+    if (it->second.identity.key != identity.key || it->second.identity.ns != identity.ns ||
+        (dst.size() == e.length && it->second.hash != Hash(dst))) {
+      ++checksum_failures_;
+      return ChecksumMismatch("fake tier: stored bytes do not match the block");
+    }
+    return Status::Ok();
+  }
+
+  // Damages the stored bytes at `offset` (as a failing device would).
+  void FlipByte(uint64_t offset) { bytes_[offset] ^= std::byte{0x40}; }
+  uint64_t checksum_failures() const {
+    MutexLock lock(mu_);
+    return checksum_failures_;
+  }
+
   std::byte* Address(const Extent& e) override {
     return addressable_ ? bytes_.data() + e.offset : nullptr;
   }
@@ -106,6 +138,15 @@ class FakeTier final : public tiers::Tier {
   }
 
  private:
+  struct Written {
+    tiers::BlockIdentity identity;
+    size_t hash;
+  };
+  static size_t Hash(std::span<const std::byte> bytes) {
+    return std::hash<std::string_view>()(
+        std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
+  }
+
   const TierId id_;
   const uint64_t capacity_;
   const bool addressable_;
@@ -117,6 +158,8 @@ class FakeTier final : public tiers::Tier {
   uint64_t used_ GUARDED_BY(mu_) = 0;
   uint64_t blocks_ GUARDED_BY(mu_) = 0;
   uint64_t bad_frees_ GUARDED_BY(mu_) = 0;
+  std::map<uint64_t, Written> written_ GUARDED_BY(mu_);  // offset -> what WriteBlock stored
+  uint64_t checksum_failures_ GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace kvtier::testing

@@ -1,0 +1,122 @@
+// The store's placement path: promoting blocks that live below the host tier when they are read,
+// reading them in place, dropping blocks whose bytes fail verification, the background mover's
+// eviction to a target, NVMe admission, and adopting blocks found at start-up.
+#include <vector>
+
+#include "daemon/store/store.h"
+
+namespace kvtier::store {
+
+using index::BlockMeta;
+using index::BlockState;
+
+size_t Store::LevelOf(TierId id) const {
+  for (size_t level = 0; level < tiers_.size(); ++level) {
+    if (tiers_[level]->id() == id) return level;
+  }
+  return tiers_.size();
+}
+
+bool Store::AdmitBelow(size_t level, const BlockMeta& meta) const {
+  // Admission guards the SSD's write budget; moves between memory tiers are free to happen.
+  return tiers_[level + 1]->id() != TierId::kNvme || admission_->Admit(meta);
+}
+
+void Store::PromoteForRead(const NamespaceId& ns, const BlockKey& key) {
+  const size_t host = LevelOf(TierId::kHost);
+  std::optional<BlockMeta> meta = index_->Get(key);
+  if (!meta || meta->state != BlockState::kReady || meta->ns != ns) return;
+  const size_t level = LevelOf(meta->tier);
+  // Only blocks below the host tier move up for a reader; a GPU-pool block stays in the GPU.
+  if (host >= tiers_.size() || level <= host || level >= tiers_.size()) return;
+  // A block that cannot move now (leased by another reader, no room) is leased where it is.
+  (void)Promote(level, host, key, *meta);
+}
+
+Store::PromoteOutcome Store::Promote(size_t level, size_t to_level, const BlockKey& key,
+                                     const BlockMeta& meta) {
+  if (!PinForMove(key, meta)) return PromoteOutcome::kNotMoved;
+  tiers::Tier& from = *tiers_[level];
+  tiers::Tier& to = *tiers_[to_level];
+  Result<Extent> dst = AllocateWithEviction(to_level, meta.extent.length);
+  if (!dst.ok()) {
+    UnpinAfterMove(key);
+    return PromoteOutcome::kNotMoved;
+  }
+  Status moved = CopyBetweenTiers(from, meta.extent, to, *dst, {meta.ns, key});
+  // MoveTier takes our pin back with the move; it refuses while readers hold leases too.
+  if (moved.ok()) moved = index_->MoveTier(key, meta, to.id(), *dst, /*mover_pins=*/1);
+  if (moved.ok()) {
+    from.Free(meta.extent);
+    tier_counters_[static_cast<size_t>(from.id())].promotions.fetch_add(1);
+    return PromoteOutcome::kMoved;
+  }
+  to.Free(*dst);
+  UnpinAfterMove(key);
+  if (moved.code() != StatusCode::kChecksumMismatch) return PromoteOutcome::kNotMoved;
+  DropCorrupt(key, meta);
+  return PromoteOutcome::kCorrupt;
+}
+
+Status Store::ReadLeased(const Lease& lease, std::span<std::byte> dst) {
+  tiers::Tier* t = tier(lease.tier);
+  if (t == nullptr) return Internal("lease names a tier the store does not have");
+  if (dst.size() > lease.extent.length) dst = dst.first(lease.extent.length);
+  NamespaceId ns;
+  {
+    MutexLock lock(leases_mu_);
+    auto it = leases_.find(lease.id);
+    if (it == leases_.end()) return NotFound("lease " + std::to_string(lease.id) + " has ended");
+    ns = it->second.ns;
+  }
+  Status st = t->ReadBlock(lease.extent, {ns, lease.key}, dst);
+  if (st.code() == StatusCode::kChecksumMismatch) {
+    MutexLock lock(leases_mu_);
+    auto it = leases_.find(lease.id);
+    if (it != leases_.end()) it->second.corrupt = true;
+  }
+  return st;
+}
+
+void Store::DropCorrupt(const BlockKey& key, const BlockMeta& meta) {
+  std::optional<BlockMeta> gone = index_->EraseIf(key, [&](const BlockMeta& m) {
+    return m.generation == meta.generation && m.tier == meta.tier && m.lease_count == 0;
+  });
+  // Counted once per block: a block still leased by other readers is counted by the last one.
+  if (!gone) return;
+  FreeExtent(*gone);
+  tier_counters_[static_cast<size_t>(gone->tier)].checksum_failures.fetch_add(1);
+  counters_.removed_blocks.fetch_add(1);
+}
+
+size_t Store::EvictToTarget(TierId id, uint64_t target_used_bytes, size_t max_victims) {
+  const size_t level = LevelOf(id);
+  if (level >= tiers_.size()) return 0;
+  size_t tried = 0;
+  while (tried < max_victims && tiers_[level]->Stats().used_bytes > target_used_bytes) {
+    if (!EvictOne(level)) break;  // nothing evictable: everything is leased, pinned or writing
+    ++tried;
+  }
+  return tried;
+}
+
+Status Store::AdoptBlock(TierId id, const NamespaceId& ns, const BlockKey& key,
+                         const Extent& extent, std::optional<uint64_t> checksum) {
+  if (LevelOf(id) >= tiers_.size()) {
+    return InvalidArgument("cannot adopt a block of tier '" + std::string(TierName(id)) +
+                           "': the store does not have it");
+  }
+  BlockMeta meta;
+  meta.ns = ns;
+  meta.extent = extent;
+  meta.tier = id;
+  meta.state = BlockState::kReady;
+  meta.generation = next_id_.fetch_add(1);
+  meta.has_checksum = checksum.has_value();
+  meta.checksum = checksum.value_or(0);
+  KVTIER_RETURN_IF_ERROR(index_->InsertReady(key, meta));
+  counters_.adopted_blocks.fetch_add(1);
+  return Status::Ok();
+}
+
+}  // namespace kvtier::store

@@ -1,0 +1,161 @@
+// Placement between the host tier and a tier that is not memory (a FakeTier standing in for
+// NVMe): demotion on eviction, promotion on read, reads in place, corrupt blocks, admission, the
+// background mover's eviction to a target, and blocks adopted at start-up.
+#include <gtest/gtest.h>
+
+#include "daemon/store/store.h"
+#include "daemon/store/store_test_fixture.h"
+
+namespace kvtier::store {
+namespace {
+
+using testing::FakeTier;
+using testing::kBlock;
+using testing::Key;
+using testing::kNs;
+using testing::Payload;
+using testing::StoreTest;
+
+class StorePlacementTest : public StoreTest {
+ protected:
+  // A host tier of `host_blocks` blocks above a durable-like tier of `nvme_blocks`.
+  void BuildTwoTiers(uint64_t host_blocks, uint64_t nvme_blocks, StoreOptions options = {}) {
+    Build({host_blocks, nvme_blocks}, /*last_addressable=*/false, options);
+  }
+  TierId TierOf(uint64_t n) {
+    std::vector<BlockKey> keys{Key(n)};
+    index::LookupResult r = store_->Lookup(kNs, keys);
+    return r.ready_prefix == 1 ? r.tiers[0] : TierId::kGpu;  // kGpu: "absent" in these tests
+  }
+  const TierStatsSnapshot& TierStatsOf(const StoreStats& s, TierId id) {
+    for (const auto& t : s.tiers) {
+      if (t.tier == id) return t;
+    }
+    ADD_FAILURE() << "no such tier";
+    return s.tiers.front();
+  }
+  FakeTier& nvme() { return *tiers_[1]; }
+};
+
+TEST_F(StorePlacementTest, EvictedBlocksGoDownAndComeBackUpWhenRead) {
+  BuildTwoTiers(2, 8);
+  for (uint64_t n = 1; n <= 3; ++n) ASSERT_TRUE(PutBlock(n).ok());
+  EXPECT_EQ(TierOf(1), TierId::kNvme);
+  EXPECT_EQ(TierOf(3), TierId::kHost);
+  Result<Lease> lease = store_->Acquire(kNs, Key(1));
+  ASSERT_TRUE(lease.ok());
+  EXPECT_EQ(lease->tier, TierId::kHost);
+  ASSERT_NE(lease->address, nullptr);
+  EXPECT_EQ(std::vector<std::byte>(lease->address, lease->address + kBlock), Payload(1));
+  ASSERT_TRUE(store_->Release(lease->id).ok());
+  const StoreStats s = store_->Stats();
+  EXPECT_EQ(TierStatsOf(s, TierId::kNvme).promotions, 1u);
+  EXPECT_EQ(TierStatsOf(s, TierId::kHost).demotions, 2u);  // 1, then the victim of its return
+  EXPECT_EQ(s.blocks_present, 3u);
+}
+
+TEST_F(StorePlacementTest, WithoutPromotionABlockIsReadInPlace) {
+  StoreOptions options;
+  options.promote_on_read = false;
+  BuildTwoTiers(1, 8, options);
+  ASSERT_TRUE(PutBlock(1).ok());
+  ASSERT_TRUE(PutBlock(2).ok());
+  ASSERT_EQ(TierOf(1), TierId::kNvme);
+  Result<Lease> lease = store_->Acquire(kNs, Key(1));
+  ASSERT_TRUE(lease.ok());
+  EXPECT_EQ(lease->tier, TierId::kNvme);
+  EXPECT_EQ(lease->address, nullptr);
+  std::vector<std::byte> out(kBlock);
+  ASSERT_TRUE(store_->ReadLeased(*lease, out).ok());
+  EXPECT_EQ(out, Payload(1));
+  ASSERT_TRUE(store_->Release(lease->id).ok());
+  EXPECT_EQ(TierOf(1), TierId::kNvme);
+}
+
+TEST_F(StorePlacementTest, ACorruptBlockIsAMissAndIsDropped) {
+  BuildTwoTiers(1, 8);
+  ASSERT_TRUE(PutBlock(1).ok());
+  ASSERT_TRUE(PutBlock(2).ok());
+  ASSERT_EQ(TierOf(1), TierId::kNvme);
+  nvme().FlipByte(0);  // block 1 is the only one there, at offset 0
+  EXPECT_EQ(store_->Acquire(kNs, Key(1)).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(TierOf(1), TierId::kGpu);  // gone
+  EXPECT_EQ(TierStatsOf(store_->Stats(), TierId::kNvme).checksum_failures, 1u);
+  std::vector<std::byte> out;
+  ASSERT_TRUE(store_->Get(kNs, Key(2), out).ok());
+  EXPECT_EQ(out, Payload(2));
+}
+
+TEST_F(StorePlacementTest, ACorruptBlockReadInPlaceGoesWhenItsLeaseEnds) {
+  StoreOptions options;
+  options.promote_on_read = false;
+  BuildTwoTiers(1, 8, options);
+  ASSERT_TRUE(PutBlock(1).ok());
+  ASSERT_TRUE(PutBlock(2).ok());
+  nvme().FlipByte(kBlock - 1);
+  Result<Lease> lease = store_->Acquire(kNs, Key(1));
+  ASSERT_TRUE(lease.ok());
+  std::vector<std::byte> out(kBlock);
+  EXPECT_EQ(store_->ReadLeased(*lease, out).code(), StatusCode::kChecksumMismatch);
+  EXPECT_EQ(TierOf(1), TierId::kNvme);  // still leased
+  ASSERT_TRUE(store_->Release(lease->id).ok());
+  EXPECT_EQ(TierOf(1), TierId::kGpu);
+  EXPECT_EQ(store_->Get(kNs, Key(1), out).code(), StatusCode::kNotFound);
+}
+
+TEST_F(StorePlacementTest, ReusedAdmissionKeepsOnlyBlocksThatWereReadOffTheDisk) {
+  StoreOptions options;
+  options.nvme_admission = "reused";
+  BuildTwoTiers(2, 8, options);
+  ASSERT_TRUE(PutBlock(1).ok());
+  ASSERT_TRUE(PutBlock(2).ok());
+  ASSERT_EQ(TierOf(2), TierId::kHost);  // a lookup: block 2 has now been read once
+  ASSERT_TRUE(PutBlock(3).ok());        // evicts 1 (never read): dropped
+  ASSERT_TRUE(PutBlock(4).ok());        // evicts 2: written to NVMe
+  EXPECT_EQ(TierOf(1), TierId::kGpu);
+  EXPECT_EQ(TierOf(2), TierId::kNvme);
+  const StoreStats s = store_->Stats();
+  EXPECT_EQ(TierStatsOf(s, TierId::kHost).admission_drops, 1u);
+  EXPECT_EQ(TierStatsOf(s, TierId::kHost).demotions, 1u);
+}
+
+TEST_F(StorePlacementTest, UnknownAdmissionPolicyIsRefusedAtCreation) {
+  StoreOptions options;
+  options.nvme_admission = "sometimes";
+  FakeClock clock;
+  kvtier::testing::FakeTier host(TierId::kHost, 4 * kBlock);
+  auto store = Store::Create(options, {&host}, clock);
+  EXPECT_EQ(store.status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST_F(StorePlacementTest, EvictToTargetMovesTheOldestBlocksDown) {
+  BuildTwoTiers(4, 8);
+  for (uint64_t n = 1; n <= 4; ++n) ASSERT_TRUE(PutBlock(n).ok());
+  EXPECT_EQ(store_->EvictToTarget(TierId::kHost, 2 * kBlock, 100), 2u);
+  EXPECT_EQ(TierOf(1), TierId::kNvme);
+  EXPECT_EQ(TierOf(2), TierId::kNvme);
+  EXPECT_EQ(TierOf(3), TierId::kHost);
+  EXPECT_EQ(store_->EvictToTarget(TierId::kHost, 2 * kBlock, 100), 0u);  // already there
+  EXPECT_EQ(store_->EvictToTarget(TierId::kHost, 0, 1), 1u);              // bounded
+}
+
+TEST_F(StorePlacementTest, AdoptedBlocksAreServedFromWhereTheyLie) {
+  BuildTwoTiers(2, 8);
+  // What a durable tier found on disk at start-up: the bytes are already there.
+  Result<Extent> extent = nvme().Allocate(kBlock);
+  ASSERT_TRUE(extent.ok());
+  ASSERT_TRUE(nvme().WriteBlock(*extent, {kNs, Key(7)}, Payload(7)).ok());
+  ASSERT_TRUE(store_->AdoptBlock(TierId::kNvme, kNs, Key(7), *extent, std::nullopt).ok());
+  EXPECT_EQ(store_->AdoptBlock(TierId::kNvme, kNs, Key(7), *extent, std::nullopt).code(),
+            StatusCode::kAlreadyExists);
+  EXPECT_EQ(store_->AdoptBlock(TierId::kGpu, kNs, Key(8), *extent, std::nullopt).code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(TierOf(7), TierId::kNvme);
+  std::vector<std::byte> out;
+  ASSERT_TRUE(store_->Get(kNs, Key(7), out).ok());
+  EXPECT_EQ(out, Payload(7));
+  EXPECT_EQ(store_->Stats().adopted_blocks, 1u);
+}
+
+}  // namespace
+}  // namespace kvtier::store
