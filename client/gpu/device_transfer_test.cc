@@ -164,7 +164,15 @@ class DeviceTransferTest : public ::testing::Test {
   NamespaceInfo ns_;
 };
 
-TEST_F(DeviceTransferTest, ContiguousBlocksRoundTrip) {
+// The two builds of this file need distinct suite names: ctest lists both binaries' tests.
+#if KVTIER_TEST_CUDA_COPIER
+using CudaDeviceTransferTest = DeviceTransferTest;
+#define TRANSFER_TEST(name) TEST_F(CudaDeviceTransferTest, name)
+#else
+#define TRANSFER_TEST(name) TEST_F(DeviceTransferTest, name)
+#endif
+
+TRANSFER_TEST(ContiguousBlocksRoundTrip) {
   const std::vector<BlockKey> keys = Keys(4, 1);
   DeviceMemory source(4 * kBlockBytes), target(4 * kBlockBytes);
   const std::vector<std::byte> bytes = Bytes(4 * kBlockBytes, 1);
@@ -188,7 +196,7 @@ TEST_F(DeviceTransferTest, ContiguousBlocksRoundTrip) {
   EXPECT_EQ((*again)[0].code(), StatusCode::kAlreadyExists);
 }
 
-TEST_F(DeviceTransferTest, PagedBlocksGatherIntoSlotsAndScatterBack) {
+TRANSFER_TEST(PagedBlocksGatherIntoSlotsAndScatterBack) {
   // 8 planes of 8 KiB per block = one 64 KiB block; 8 blocks per plane, 16 KiB stride.
   const PagedShape shape{.planes = 8, .blocks = 8, .stride_bytes = 16 << 10,
                          .layer_block_bytes = 8 << 10};
@@ -229,7 +237,7 @@ TEST_F(DeviceTransferTest, PagedBlocksGatherIntoSlotsAndScatterBack) {
   EXPECT_EQ(restored.Download(0, shape.total_bytes()), mirror);
 }
 
-TEST_F(DeviceTransferTest, AMissEndsThePrefix) {
+TRANSFER_TEST(AMissEndsThePrefix) {
   const std::vector<BlockKey> keys = Keys(3, 3);
   DeviceMemory memory(3 * kBlockBytes);
   memory.Upload(Bytes(3 * kBlockBytes, 3));
@@ -241,7 +249,7 @@ TEST_F(DeviceTransferTest, AMissEndsThePrefix) {
   EXPECT_EQ(*got, 1u);
 }
 
-TEST_F(DeviceTransferTest, MismatchedArgumentsAreInvalid) {
+TRANSFER_TEST(MismatchedArgumentsAreInvalid) {
   const std::vector<BlockKey> keys = Keys(2, 4);
   DeviceMemory memory(kBlockBytes);
   const void* one[] = {memory.get()};
@@ -257,7 +265,7 @@ TEST_F(DeviceTransferTest, MismatchedArgumentsAreInvalid) {
 
 #if !KVTIER_TEST_CUDA_COPIER
 // Copy failures, injected in the fake copier: the failed blocks are aborted, never committed.
-TEST_F(DeviceTransferTest, AFailedCopyAbortsItsReservation) {
+TRANSFER_TEST(AFailedCopyAbortsItsReservation) {
   auto& fake = static_cast<FakeDeviceCopier&>(*copier_);
   const std::vector<BlockKey> keys = Keys(3, 5);
   DeviceMemory memory(3 * kBlockBytes);
@@ -274,7 +282,7 @@ TEST_F(DeviceTransferTest, AFailedCopyAbortsItsReservation) {
   EXPECT_EQ(client_->counters().aborted_puts, 1u);
 }
 
-TEST_F(DeviceTransferTest, AFailedWaitAbortsEveryBlockAndFailsTheGet) {
+TRANSFER_TEST(AFailedWaitAbortsEveryBlockAndFailsTheGet) {
   auto& fake = static_cast<FakeDeviceCopier&>(*copier_);
   const std::vector<BlockKey> keys = Keys(2, 6);
   DeviceMemory memory(2 * kBlockBytes);

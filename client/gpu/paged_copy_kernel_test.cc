@@ -20,6 +20,8 @@ struct Case {
   PagedShape shape;
 };
 
+void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
+
 // A 16-token Llama-8B block (32 layers x K,V of 32 KiB: the 16-byte kernel), and an odd shape
 // that forces the byte kernel (lengths and strides not multiples of 16).
 const Case kCases[] = {
