@@ -74,10 +74,10 @@ double TimeCopies(void* dst, const void* src, size_t count, size_t bytes, cudaMe
   cuda::Event end = Check(cuda::Event::Create(0, {.timing = true}), "event");
   Check(start.Record(stream), "record");
   for (size_t i = 0; i < count; ++i) {
-    CheckCuda(cudaMemcpyAsync(static_cast<std::byte*>(dst) + i * bytes,
-                              static_cast<const std::byte*>(src) + i * bytes, bytes, kind,
-                              stream.get()),
-              "cudaMemcpyAsync");
+    CheckCuda(
+        cudaMemcpyAsync(static_cast<std::byte*>(dst) + i * bytes,
+                        static_cast<const std::byte*>(src) + i * bytes, bytes, kind, stream.get()),
+        "cudaMemcpyAsync");
   }
   Check(end.Record(stream), "record");
   Check(end.Synchronize(), "synchronize");
@@ -135,15 +135,15 @@ ClientFigures MeasureClient(const std::string& url, size_t blocks, int reps) {
   for (int r = -1; r < reps; ++r) {  // r = -1 warms up (page faults, CUDA lazy init)
     const std::vector<BlockKey> keys = keys_for(100 + r + 1);
     const double t0 = NowSeconds();
-    std::vector<Status> put = Check(
-        gpu::PutFromDevice(c, *copier, ns.id, keys, src, kBlockBytes), "PutFromDevice");
+    std::vector<Status> put =
+        Check(gpu::PutFromDevice(c, *copier, ns.id, keys, src, kBlockBytes), "PutFromDevice");
     const double t1 = NowSeconds();
     for (const Status& s : put) Check(s, "PutFromDevice block");
     if (r >= 0) put_s.push_back(t1 - t0);
     Check(c.Del(ns.id, keys), "del");
   }
-  for (const Status& s : Check(gpu::PutFromDevice(c, *copier, ns.id, resident, src, kBlockBytes),
-                               "PutFromDevice")) {
+  for (const Status& s :
+       Check(gpu::PutFromDevice(c, *copier, ns.id, resident, src, kBlockBytes), "PutFromDevice")) {
     Check(s, "PutFromDevice block");
   }
   for (int r = -1; r < reps; ++r) {
@@ -159,10 +159,10 @@ ClientFigures MeasureClient(const std::string& url, size_t blocks, int reps) {
   cuda::Stream stream = Check(cuda::Stream::Create(0), "stream");
   std::vector<double> h2d_s, d2h_s;
   for (int r = -1; r < reps; ++r) {
-    const double h2d = TimeCopies(device.get(), host.data, blocks, kBlockBytes,
-                                  cudaMemcpyHostToDevice, stream);
-    const double d2h = TimeCopies(host.data, device.get(), blocks, kBlockBytes,
-                                  cudaMemcpyDeviceToHost, stream);
+    const double h2d =
+        TimeCopies(device.get(), host.data, blocks, kBlockBytes, cudaMemcpyHostToDevice, stream);
+    const double d2h =
+        TimeCopies(host.data, device.get(), blocks, kBlockBytes, cudaMemcpyDeviceToHost, stream);
     if (r >= 0) {
       h2d_s.push_back(h2d);
       d2h_s.push_back(d2h);
@@ -287,8 +287,8 @@ double MeasurePaged(size_t blocks, int reps) {
     CheckCuda(cudaEventRecord(end.get(), copier->stream()), "record");
     Check(end.Synchronize(), "synchronize");
     const double gather = Check(cuda::Event::ElapsedMs(start, end), "elapsed") / 1e3;
-    const double contiguous = TimeCopies(flat.get(), cache.get(), blocks, kBlockBytes,
-                                         cudaMemcpyDeviceToDevice, stream);
+    const double contiguous =
+        TimeCopies(flat.get(), cache.get(), blocks, kBlockBytes, cudaMemcpyDeviceToDevice, stream);
     if (r >= 0) {
       gather_s.push_back(gather);
       contiguous_s.push_back(contiguous);
@@ -310,9 +310,12 @@ int Main(int argc, char** argv) {
   int reps = 7;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
-    if (flag == "--url") url = argv[i + 1];
-    else if (flag == "--blocks") blocks = std::stoul(argv[i + 1]);
-    else if (flag == "--reps") reps = std::atoi(argv[i + 1]);
+    if (flag == "--url")
+      url = argv[i + 1];
+    else if (flag == "--blocks")
+      blocks = std::stoul(argv[i + 1]);
+    else if (flag == "--reps")
+      reps = std::atoi(argv[i + 1]);
   }
   if (url.empty() || blocks == 0 || reps <= 0) {
     std::fprintf(stderr, "usage: %s --url unix:///path.sock [--blocks N] [--reps R]\n", argv[0]);

@@ -70,13 +70,13 @@ Status CudaDeviceCopier::Gather(const PagedKvLayout& layout, uint64_t block_id, 
   cuda::ScopedDevice scoped(device_);
   KVTIER_RETURN_IF_ERROR(scoped.status());
   if (dst_kind == MemoryKind::kDevice) return Launch(layout, block_id, dst, /*gather=*/true);
-  KVTIER_ASSIGN_OR_RETURN(std::byte* staging, Staging(layout.block_bytes()));
+  KVTIER_ASSIGN_OR_RETURN(std::byte * staging, Staging(layout.block_bytes()));
   KVTIER_RETURN_IF_ERROR(Launch(layout, block_id, staging, /*gather=*/true));
   return Copy(dst, staging, layout.block_bytes(), CopyDirection::kDeviceToHost);
 }
 
-Status CudaDeviceCopier::Scatter(const void* src, MemoryKind src_kind,
-                                 const PagedKvLayout& layout, uint64_t block_id) {
+Status CudaDeviceCopier::Scatter(const void* src, MemoryKind src_kind, const PagedKvLayout& layout,
+                                 uint64_t block_id) {
   KVTIER_RETURN_IF_ERROR(ValidatePagedLayout(layout));
   if (src == nullptr) return InvalidArgument("paged scatter from a null buffer");
   cuda::ScopedDevice scoped(device_);
@@ -84,7 +84,7 @@ Status CudaDeviceCopier::Scatter(const void* src, MemoryKind src_kind,
   if (src_kind == MemoryKind::kDevice) {
     return Launch(layout, block_id, const_cast<void*>(src), /*gather=*/false);
   }
-  KVTIER_ASSIGN_OR_RETURN(std::byte* staging, Staging(layout.block_bytes()));
+  KVTIER_ASSIGN_OR_RETURN(std::byte * staging, Staging(layout.block_bytes()));
   KVTIER_RETURN_IF_ERROR(Copy(staging, src, layout.block_bytes(), CopyDirection::kHostToDevice));
   return Launch(layout, block_id, staging, /*gather=*/false);
 }

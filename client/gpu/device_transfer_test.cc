@@ -3,6 +3,8 @@
 // path. Built twice: with the fake copier, "device" memory being host memory (label integration,
 // every machine), and with KVTIER_TEST_CUDA_COPIER, real device memory and CudaDeviceCopier
 // (label gpu).
+#include "client/gpu/device_transfer.h"
+
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <spawn.h>
@@ -16,7 +18,6 @@
 #include <thread>
 #include <vector>
 
-#include "client/gpu/device_transfer.h"
 #include "client/gpu/fake_device_copier.h"
 #include "client/gpu/paged_test_util.h"
 #if KVTIER_TEST_CUDA_COPIER
@@ -89,9 +90,9 @@ class DeviceTransferTest : public ::testing::Test {
     ASSERT_NE(::mkdtemp(dir_template), nullptr);
     dir_ = dir_template;
     url_ = "unix://" + dir_ + "/kvtierd.sock";
-    std::vector<std::string> args = {KVTIERD_PATH, "--unix", dir_ + "/kvtierd.sock", "--port",
-                                     "0", "--http-port", "0", "--host-bytes", "64MiB",
-                                     "--data-dir", dir_ + "/data"};
+    std::vector<std::string> args = {
+        KVTIERD_PATH,   "--unix", dir_ + "/kvtierd.sock", "--port",      "0", "--http-port", "0",
+        "--host-bytes", "64MiB",  "--data-dir",           dir_ + "/data"};
     std::vector<char*> argv;
     for (std::string& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
@@ -150,7 +151,8 @@ class DeviceTransferTest : public ::testing::Test {
 
   std::vector<BlockKey> Keys(size_t n, uint32_t seed) {
     std::vector<uint32_t> tokens(n * ns_.tokens_per_block);
-    for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = seed * 1000003u + static_cast<uint32_t>(i);
+    for (size_t i = 0; i < tokens.size(); ++i)
+      tokens[i] = seed * 1000003u + static_cast<uint32_t>(i);
     return *Client::HashTokens(ns_, tokens);
   }
 
@@ -183,7 +185,8 @@ TRANSFER_TEST(ContiguousBlocksRoundTrip) {
     src.push_back(source.get() + i * kBlockBytes);
     dst.push_back(target.get() + i * kBlockBytes);
   }
-  Result<std::vector<Status>> put = PutFromDevice(*client_, *copier_, ns_.id, keys, src, kBlockBytes);
+  Result<std::vector<Status>> put =
+      PutFromDevice(*client_, *copier_, ns_.id, keys, src, kBlockBytes);
   ASSERT_TRUE(put.ok()) << put.status().ToString();
   for (const Status& s : *put) EXPECT_TRUE(s.ok()) << s.ToString();
   Result<size_t> got = GetToDevice(*client_, *copier_, ns_.id, keys, dst, kBlockBytes);
@@ -191,15 +194,16 @@ TRANSFER_TEST(ContiguousBlocksRoundTrip) {
   EXPECT_EQ(*got, 4u);
   EXPECT_EQ(target.Download(0, bytes.size()), bytes);
   // A second put of the same blocks has nothing to do.
-  Result<std::vector<Status>> again = PutFromDevice(*client_, *copier_, ns_.id, keys, src, kBlockBytes);
+  Result<std::vector<Status>> again =
+      PutFromDevice(*client_, *copier_, ns_.id, keys, src, kBlockBytes);
   ASSERT_TRUE(again.ok());
   EXPECT_EQ((*again)[0].code(), StatusCode::kAlreadyExists);
 }
 
 TRANSFER_TEST(PagedBlocksGatherIntoSlotsAndScatterBack) {
   // 8 planes of 8 KiB per block = one 64 KiB block; 8 blocks per plane, 16 KiB stride.
-  const PagedShape shape{.planes = 8, .blocks = 8, .stride_bytes = 16 << 10,
-                         .layer_block_bytes = 8 << 10};
+  const PagedShape shape{
+      .planes = 8, .blocks = 8, .stride_bytes = 16 << 10, .layer_block_bytes = 8 << 10};
   const std::vector<std::byte> engine_bytes = Bytes(shape.total_bytes(), 2);
   DeviceMemory engine(shape.total_bytes()), restored(shape.total_bytes());
   engine.Upload(engine_bytes);
@@ -228,7 +232,8 @@ TRANSFER_TEST(PagedBlocksGatherIntoSlotsAndScatterBack) {
   ASSERT_EQ(*got, 3u);
   std::vector<std::byte> mirror(shape.total_bytes());
   const PagedKvLayout mirror_layout = LayoutOver(mirror.data(), shape);
-  const PagedKvLayout source_layout = LayoutOver(const_cast<std::byte*>(engine_bytes.data()), shape);
+  const PagedKvLayout source_layout =
+      LayoutOver(const_cast<std::byte*>(engine_bytes.data()), shape);
   for (size_t i = 0; i < 3; ++i) {
     std::vector<std::byte> block(kBlockBytes);
     ReferenceGather(source_layout, put_ids[i], block.data());
@@ -242,7 +247,8 @@ TRANSFER_TEST(AMissEndsThePrefix) {
   DeviceMemory memory(3 * kBlockBytes);
   memory.Upload(Bytes(3 * kBlockBytes, 3));
   const void* src[] = {memory.get()};
-  ASSERT_TRUE(PutFromDevice(*client_, *copier_, ns_.id, std::span(keys).first(1), src, kBlockBytes).ok());
+  ASSERT_TRUE(
+      PutFromDevice(*client_, *copier_, ns_.id, std::span(keys).first(1), src, kBlockBytes).ok());
   void* dst[] = {memory.get(), memory.get() + kBlockBytes, memory.get() + 2 * kBlockBytes};
   Result<size_t> got = GetToDevice(*client_, *copier_, ns_.id, keys, dst, kBlockBytes);
   ASSERT_TRUE(got.ok()) << got.status().ToString();
@@ -256,8 +262,9 @@ TRANSFER_TEST(MismatchedArgumentsAreInvalid) {
   EXPECT_EQ(PutFromDevice(*client_, *copier_, ns_.id, keys, one, kBlockBytes).status().code(),
             StatusCode::kInvalidArgument);
   const void* null_block[] = {memory.get(), nullptr};
-  EXPECT_EQ(PutFromDevice(*client_, *copier_, ns_.id, keys, null_block, kBlockBytes).status().code(),
-            StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      PutFromDevice(*client_, *copier_, ns_.id, keys, null_block, kBlockBytes).status().code(),
+      StatusCode::kInvalidArgument);
   const uint64_t ids[] = {0, 1};
   EXPECT_EQ(PutFromPaged(*client_, *copier_, ns_.id, keys, PagedKvLayout{}, ids).status().code(),
             StatusCode::kInvalidArgument);
@@ -305,7 +312,8 @@ TRANSFER_TEST(AFailedWaitAbortsEveryBlockAndFailsTheGet) {
     Status Synchronize() override { return DeviceError("injected"); }
     DeviceCopier& inner;
   } failing(fake);
-  Result<std::vector<Status>> put = PutFromDevice(*client_, failing, ns_.id, keys, src, kBlockBytes);
+  Result<std::vector<Status>> put =
+      PutFromDevice(*client_, failing, ns_.id, keys, src, kBlockBytes);
   ASSERT_TRUE(put.ok());
   EXPECT_EQ((*put)[0].code(), StatusCode::kDeviceError);
   EXPECT_EQ((*put)[1].code(), StatusCode::kDeviceError);

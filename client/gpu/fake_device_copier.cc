@@ -31,8 +31,8 @@ Status FakeDeviceCopier::Gather(const PagedKvLayout& layout, uint64_t block_id, 
   return Status::Ok();
 }
 
-Status FakeDeviceCopier::Scatter(const void* src, MemoryKind src_kind,
-                                 const PagedKvLayout& layout, uint64_t block_id) {
+Status FakeDeviceCopier::Scatter(const void* src, MemoryKind src_kind, const PagedKvLayout& layout,
+                                 uint64_t block_id) {
   KVTIER_RETURN_IF_ERROR(ValidatePagedLayout(layout));
   if (src == nullptr) return InvalidArgument("paged scatter from a null buffer");
   if (ConsumeFailure()) return DeviceError("fake device copier: injected scatter failure");

@@ -12,7 +12,8 @@ using testing::LayoutOver;
 using testing::PagedShape;
 
 // The shape the GPU benchmark uses, scaled down: 32 layers of K and V, 16-byte aligned slices.
-constexpr PagedShape kShape{.planes = 64, .blocks = 4, .stride_bytes = 1024, .layer_block_bytes = 512};
+constexpr PagedShape kShape{
+    .planes = 64, .blocks = 4, .stride_bytes = 1024, .layer_block_bytes = 512};
 
 TEST(FakeDeviceCopierTest, GatherAndScatterMatchTheReference) {
   std::vector<std::byte> memory = Bytes(kShape.total_bytes(), 7);

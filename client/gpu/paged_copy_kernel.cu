@@ -57,11 +57,11 @@ cudaError_t LaunchPagedCopy(void* const* plane_bases, uint32_t planes, uint64_t 
                   planes);
   auto* flat = static_cast<unsigned char*>(contiguous);
   if (wide) {
-    PagedCopyKernel<uint4><<<grid, kThreads, 0, stream>>>(table, block_offset_bytes,
-                                                          layer_block_bytes, flat, gather);
+    PagedCopyKernel<uint4>
+        <<<grid, kThreads, 0, stream>>>(table, block_offset_bytes, layer_block_bytes, flat, gather);
   } else {
-    PagedCopyKernel<unsigned char><<<grid, kThreads, 0, stream>>>(table, block_offset_bytes,
-                                                                  layer_block_bytes, flat, gather);
+    PagedCopyKernel<unsigned char>
+        <<<grid, kThreads, 0, stream>>>(table, block_offset_bytes, layer_block_bytes, flat, gather);
   }
   return cudaGetLastError();
 }

@@ -25,8 +25,8 @@ void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
 // A 16-token Llama-8B block (32 layers x K,V of 32 KiB: the 16-byte kernel), and an odd shape
 // that forces the byte kernel (lengths and strides not multiples of 16).
 const Case kCases[] = {
-    {"llama8b_16_tokens", {.planes = 64, .blocks = 6, .stride_bytes = 32 << 10,
-                           .layer_block_bytes = 32 << 10}},
+    {"llama8b_16_tokens",
+     {.planes = 64, .blocks = 6, .stride_bytes = 32 << 10, .layer_block_bytes = 32 << 10}},
     {"padded_odd", {.planes = 5, .blocks = 7, .stride_bytes = 1003, .layer_block_bytes = 1000}},
 };
 
@@ -71,8 +71,8 @@ TEST_P(PagedCopyKernelTest, GatherMatchesTheReference) {
     ASSERT_TRUE(flat.ok());
     ASSERT_TRUE(copier_->Gather(device_layout_, block, to_host.data(), MemoryKind::kHost).ok());
     ASSERT_TRUE(copier_->Gather(device_layout_, block, flat->get(), MemoryKind::kDevice).ok());
-    ASSERT_TRUE(copier_->Copy(from_device.data(), flat->get(), bytes,
-                              CopyDirection::kDeviceToHost).ok());
+    ASSERT_TRUE(
+        copier_->Copy(from_device.data(), flat->get(), bytes, CopyDirection::kDeviceToHost).ok());
     ASSERT_TRUE(copier_->Synchronize().ok());
     EXPECT_EQ(to_host, expected) << "block " << block;
     EXPECT_EQ(from_device, expected) << "block " << block;

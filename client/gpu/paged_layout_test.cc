@@ -14,7 +14,8 @@ using testing::LayoutOver;
 using testing::PagedShape;
 
 // 6 planes of 5 blocks, 100 bytes of each block used out of a 128-byte stride (padding).
-constexpr PagedShape kShape{.planes = 6, .blocks = 5, .stride_bytes = 128, .layer_block_bytes = 100};
+constexpr PagedShape kShape{
+    .planes = 6, .blocks = 5, .stride_bytes = 128, .layer_block_bytes = 100};
 
 TEST(PagedLayoutTest, GatherTakesEachPlanesSliceInOrder) {
   std::vector<std::byte> memory = Bytes(kShape.total_bytes(), 1);
@@ -41,7 +42,8 @@ TEST(PagedLayoutTest, ScatterWritesOnlyTheBlocksSlices) {
   // Everything outside block 1's 100-byte slices, padding included, is untouched.
   for (size_t i = 0; i < memory.size(); ++i) {
     const size_t in_plane = i % (kShape.blocks * kShape.stride_bytes);
-    const bool in_block = in_plane / kShape.stride_bytes == 1 && in_plane % kShape.stride_bytes < 100;
+    const bool in_block =
+        in_plane / kShape.stride_bytes == 1 && in_plane % kShape.stride_bytes < 100;
     if (!in_block) {
       ASSERT_EQ(memory[i], before[i]) << "byte " << i;
     }

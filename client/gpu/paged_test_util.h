@@ -22,7 +22,8 @@ struct PagedShape {
 inline PagedKvLayout LayoutOver(void* base, const PagedShape& shape) {
   PagedKvLayout layout;
   for (size_t p = 0; p < shape.planes; ++p) {
-    layout.plane_bases.push_back(static_cast<std::byte*>(base) + p * shape.blocks * shape.stride_bytes);
+    layout.plane_bases.push_back(static_cast<std::byte*>(base) +
+                                 p * shape.blocks * shape.stride_bytes);
   }
   layout.block_stride_bytes = shape.stride_bytes;
   layout.layer_block_bytes = shape.layer_block_bytes;

@@ -39,7 +39,8 @@ Result<IpcExport> IpcExport::Create(int device, void* base, size_t bytes) {
   wire.device = device;
   wire.bytes = bytes;
   KVTIER_CUDA_RETURN_IF_ERROR(cudaIpcGetMemHandle(&wire.memory, base), "cudaIpcGetMemHandle");
-  KVTIER_ASSIGN_OR_RETURN(Event event, Event::Create(device, {.interprocess = true}));
+  KVTIER_ASSIGN_OR_RETURN(Event event,
+                          Event::Create(device, {.interprocess = true, .blocking_sync = false}));
   KVTIER_CUDA_RETURN_IF_ERROR(cudaIpcGetEventHandle(&wire.event, event.get()),
                               "cudaIpcGetEventHandle");
   // Recorded once up front so that an importer waiting before any RecordWrites returns at once.

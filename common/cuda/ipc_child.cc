@@ -34,13 +34,12 @@ int Copy(const cuda::IpcImport& import, uint8_t seed) {
   if (!local.ok()) return Fail("allocate", local.status());
   if (Status s = import.WaitForExporter(*stream); !s.ok()) return Fail("wait", s);
   std::vector<std::byte> host(import.size());
-  const bool copied =
-      cudaMemcpyAsync(local->get(), import.base(), import.size(), cudaMemcpyDeviceToDevice,
-                      stream->get()) == cudaSuccess &&
-      cudaMemcpyAsync(host.data(), local->get(), host.size(), cudaMemcpyDeviceToHost,
-                      stream->get()) == cudaSuccess &&
-      cudaMemsetAsync(import.base() + import.size() / 2, 0xAB, import.size() / 2,
-                      stream->get()) == cudaSuccess;
+  const bool copied = cudaMemcpyAsync(local->get(), import.base(), import.size(),
+                                      cudaMemcpyDeviceToDevice, stream->get()) == cudaSuccess &&
+                      cudaMemcpyAsync(host.data(), local->get(), host.size(),
+                                      cudaMemcpyDeviceToHost, stream->get()) == cudaSuccess &&
+                      cudaMemsetAsync(import.base() + import.size() / 2, 0xAB, import.size() / 2,
+                                      stream->get()) == cudaSuccess;
   if (!copied) return Fail("copy", DeviceError("cudaMemcpyAsync/cudaMemsetAsync failed"));
   if (Status s = stream->Synchronize(); !s.ok()) return Fail("synchronize", s);
   if (host != cuda::testing::Pattern(host.size(), seed)) {

@@ -99,8 +99,8 @@ class IpcTest : public ::testing::Test {
 };
 
 TEST_F(IpcTest, AnotherProcessImportsAndCopiesOut) {
-  Child child = Spawn({KVTIER_IPC_CHILD_PATH, "copy", testing::ToHex(export_.serialized()),
-                       std::to_string(kSeed)});
+  Child child = Spawn(
+      {KVTIER_IPC_CHILD_PATH, "copy", testing::ToHex(export_.serialized()), std::to_string(kSeed)});
   const int status = Wait(child);
   ASSERT_TRUE(WIFEXITED(status)) << status;
   ASSERT_EQ(WEXITSTATUS(status), 0) << "the child saw other bytes or failed; see its stderr";
@@ -127,8 +127,8 @@ TEST_F(IpcTest, ImporterKilledWhileHoldingTheImportLeavesTheMemoryValid) {
   ASSERT_EQ(cudaMemcpy(buffer_.get(), pattern_.data(), kBytes, cudaMemcpyHostToDevice),
             cudaSuccess);
   EXPECT_EQ(DeviceBytes(buffer_), pattern_);
-  Child second = Spawn({KVTIER_IPC_CHILD_PATH, "copy", testing::ToHex(export_.serialized()),
-                        std::to_string(kSeed)});
+  Child second = Spawn(
+      {KVTIER_IPC_CHILD_PATH, "copy", testing::ToHex(export_.serialized()), std::to_string(kSeed)});
   const int second_status = Wait(second);
   EXPECT_TRUE(WIFEXITED(second_status) && WEXITSTATUS(second_status) == 0) << second_status;
 }

@@ -20,9 +20,8 @@ Result<std::unique_ptr<FakeGpuTier>> FakeGpuTier::Create(const GpuTierOptions& o
   void* base = ::mmap(nullptr, options.capacity_bytes, PROT_READ | PROT_WRITE,
                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (base == MAP_FAILED) return ErrnoStatus(errno, "fake GPU tier: mmap");
-  return std::unique_ptr<FakeGpuTier>(new FakeGpuTier(static_cast<std::byte*>(base),
-                                                      options.capacity_bytes,
-                                                      std::move(allocator)));
+  return std::unique_ptr<FakeGpuTier>(
+      new FakeGpuTier(static_cast<std::byte*>(base), options.capacity_bytes, std::move(allocator)));
 }
 
 FakeGpuTier::FakeGpuTier(std::byte* base, uint64_t bytes, SlabAllocator allocator)

@@ -27,8 +27,8 @@ Result<std::unique_ptr<GpuTier>> GpuTier::Create(const GpuTierOptions& options) 
   KVTIER_RETURN_IF_ERROR(cuda::ProbeDevice(options.device));
   if (options.copy_lanes == 0) return InvalidArgument("tiers.gpu copy_lanes must be at least 1");
   uint64_t capacity = options.capacity_bytes;
-  const bool alignment_valid = options.alignment != 0 &&
-                               (options.alignment & (options.alignment - 1)) == 0;
+  const bool alignment_valid =
+      options.alignment != 0 && (options.alignment & (options.alignment - 1)) == 0;
   if (capacity == 0 && alignment_valid) {  // a bad alignment is reported by the allocator below
     KVTIER_ASSIGN_OR_RETURN(capacity, AutoCapacity(options.device, options.alignment));
   }
@@ -91,7 +91,7 @@ Status GpuTier::Copy(void* dst, const void* src, size_t bytes, bool to_device) {
 
 void* GpuTier::DevicePointer(const Extent& extent) {
   return SlabPool::CheckCopy(extent, 0, pool_bytes(), "").ok() ? buffer_.get() + extent.offset
-                                                                : nullptr;
+                                                               : nullptr;
 }
 
 Result<std::string> GpuTier::ExportIpc() {

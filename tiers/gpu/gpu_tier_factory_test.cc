@@ -55,7 +55,8 @@ TEST(MakeGpuTierTest, RealTierOrTheReasonWhyNot) {
 }
 
 TEST(MakeGpuTierTest, AMissingDeviceOrdinalIsNamed) {
-  Result<std::unique_ptr<DeviceTier>> tier = MakeGpuTier({.device = 4096, .capacity_bytes = 1 << 20});
+  Result<std::unique_ptr<DeviceTier>> tier =
+      MakeGpuTier({.device = 4096, .capacity_bytes = 1 << 20});
   ASSERT_FALSE(tier.ok());
   EXPECT_TRUE(StartsWith(tier.status().message(), "no GPU tier: ")) << tier.status().message();
 }
