@@ -14,13 +14,13 @@
 
 // Use at the top of a TEST body (or SetUp): skips, or fails under KVTIER_REQUIRE_GPU, unless
 // CUDA device 0 is usable.
-#define KVTIER_REQUIRE_CUDA_DEVICE()                                                  \
-  do {                                                                                \
-    const ::kvtier::Status _kvtier_probe = ::kvtier::cuda::ProbeDevice(0);            \
-    if (!_kvtier_probe.ok()) {                                                        \
-      if (std::getenv("KVTIER_REQUIRE_GPU") != nullptr) {                             \
-        FAIL() << "KVTIER_REQUIRE_GPU is set but " << _kvtier_probe.ToString();       \
-      }                                                                               \
-      GTEST_SKIP() << "needs a CUDA device: " << _kvtier_probe.ToString();            \
-    }                                                                                 \
+#define KVTIER_REQUIRE_CUDA_DEVICE()                                            \
+  do {                                                                          \
+    const ::kvtier::Status _kvtier_probe = ::kvtier::cuda::ProbeDevice(0);      \
+    if (!_kvtier_probe.ok()) {                                                  \
+      if (std::getenv("KVTIER_REQUIRE_GPU") != nullptr) {                       \
+        FAIL() << "KVTIER_REQUIRE_GPU is set but " << _kvtier_probe.ToString(); \
+      }                                                                         \
+      GTEST_SKIP() << "needs a CUDA device: " << _kvtier_probe.ToString();      \
+    }                                                                           \
   } while (0)
