@@ -18,7 +18,9 @@
 //                             device-to-device cudaMemcpyAsync of the same bytes per block.
 // Each figure is the median of several repetitions; ratios above 1 mean kvtier is faster.
 //
-// usage: kvtier_gpu_bench --url unix:///path/kvtierd.sock [--blocks N] [--reps R]
+// usage: kvtier_gpu_bench [--section all|client|ipc|paged] [--url unix:///path/kvtierd.sock]
+//                         [--blocks N] [--reps R]
+// (--url, a running kvtierd, is needed by the client section only.)
 // (kvtier_gpu_bench --ipc-child ... is the second process of the IPC figure.)
 #include <cuda_runtime_api.h>
 #include <signal.h>
@@ -306,19 +308,28 @@ int Main(int argc, char** argv) {
     return 0;
   }
   std::string url;
+  std::string section = "all";
   size_t blocks = 128;
   int reps = 7;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
-    if (flag == "--url")
+    if (flag == "--url") {
       url = argv[i + 1];
-    else if (flag == "--blocks")
+    } else if (flag == "--section") {
+      section = argv[i + 1];
+    } else if (flag == "--blocks") {
       blocks = std::stoul(argv[i + 1]);
-    else if (flag == "--reps")
+    } else if (flag == "--reps") {
       reps = std::atoi(argv[i + 1]);
+    }
   }
-  if (url.empty() || blocks == 0 || reps <= 0) {
-    std::fprintf(stderr, "usage: %s --url unix:///path.sock [--blocks N] [--reps R]\n", argv[0]);
+  const bool all = section == "all";
+  if ((url.empty() && (all || section == "client")) || blocks == 0 || reps <= 0 ||
+      !(all || section == "client" || section == "ipc" || section == "paged")) {
+    std::fprintf(stderr,
+                 "usage: %s [--section all|client|ipc|paged] [--url unix:///path.sock] "
+                 "[--blocks N] [--reps R]\n(--url is needed for the client section)\n",
+                 argv[0]);
     return 64;
   }
   cudaDeviceProp prop{};
@@ -326,20 +337,24 @@ int Main(int argc, char** argv) {
   std::fprintf(stderr, "kvtier_gpu_bench: device 0 is %s; %zu blocks of 2 MiB, %d repetitions\n",
                prop.name, blocks, reps);
 
-  const ClientFigures c = MeasureClient(url, blocks, reps);
-  PrintFigure("h2d_ratio_to_cudamemcpy", c.h2d_gbps / c.h2d_base_gbps, "ratio");
-  PrintFigure("h2d_client_gbps", c.h2d_gbps, "GB/s");
-  PrintFigure("h2d_cudamemcpy_gbps", c.h2d_base_gbps, "GB/s");
-  PrintFigure("d2h_ratio_to_cudamemcpy", c.d2h_gbps / c.d2h_base_gbps, "ratio");
-  PrintFigure("d2h_client_gbps", c.d2h_gbps, "GB/s");
-  PrintFigure("d2h_cudamemcpy_gbps", c.d2h_base_gbps, "GB/s");
-
-  const IpcFigures ipc = MeasureIpc(argv[0], blocks, reps);
-  PrintFigure("ipc_d2d_ratio_to_device_copy", ipc.ipc_gbps / ipc.local_gbps, "ratio");
-  PrintFigure("ipc_d2d_gbps", ipc.ipc_gbps, "GB/s");
-  PrintFigure("device_copy_gbps", ipc.local_gbps, "GB/s");
-
-  PrintFigure("paged_gather_ratio_to_contiguous", MeasurePaged(256, reps), "ratio");
+  if (all || section == "client") {
+    const ClientFigures c = MeasureClient(url, blocks, reps);
+    PrintFigure("h2d_ratio_to_cudamemcpy", c.h2d_gbps / c.h2d_base_gbps, "ratio");
+    PrintFigure("h2d_client_gbps", c.h2d_gbps, "GB/s");
+    PrintFigure("h2d_cudamemcpy_gbps", c.h2d_base_gbps, "GB/s");
+    PrintFigure("d2h_ratio_to_cudamemcpy", c.d2h_gbps / c.d2h_base_gbps, "ratio");
+    PrintFigure("d2h_client_gbps", c.d2h_gbps, "GB/s");
+    PrintFigure("d2h_cudamemcpy_gbps", c.d2h_base_gbps, "GB/s");
+  }
+  if (all || section == "ipc") {
+    const IpcFigures ipc = MeasureIpc(argv[0], blocks, reps);
+    PrintFigure("ipc_d2d_ratio_to_device_copy", ipc.ipc_gbps / ipc.local_gbps, "ratio");
+    PrintFigure("ipc_d2d_gbps", ipc.ipc_gbps, "GB/s");
+    PrintFigure("device_copy_gbps", ipc.local_gbps, "GB/s");
+  }
+  if (all || section == "paged") {
+    PrintFigure("paged_gather_ratio_to_contiguous", MeasurePaged(256, reps), "ratio");
+  }
   return 0;
 }
 
