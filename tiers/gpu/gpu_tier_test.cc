@@ -2,11 +2,18 @@
 
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
+#include <spawn.h>
+#include <sys/wait.h>
+
+#include <algorithm>
 
 #include "common/cuda/ipc.h"
+#include "common/cuda/ipc_test_util.h"
 #include "common/cuda/probe.h"
 #include "tests/gpu/gpu_test_support.h"
 #include "tiers/gpu/device_tier_test_suite.h"
+
+extern char** environ;
 
 namespace kvtier::tiers {
 namespace {
@@ -65,6 +72,40 @@ TEST(GpuTierTest, ThePoolExportsOneIpcHandle) {
   Result<std::string> second = (*tier)->ExportIpc();
   ASSERT_TRUE(second.ok());
   EXPECT_EQ(*first, *second);
+}
+
+// What a client on the node will do: import the pool once and read a block at its extent's
+// offset, in another process (common/cuda/ipc_child.cc checks the import holds the pattern and
+// overwrites its second half).
+TEST(GpuTierTest, AnotherProcessReadsThePoolThroughItsIpcHandle) {
+  KVTIER_REQUIRE_CUDA_DEVICE();
+  constexpr uint64_t kPool = 4 << 20;
+  constexpr uint8_t kSeed = 23;
+  Result<std::unique_ptr<GpuTier>> tier = GpuTier::Create({.capacity_bytes = kPool});
+  ASSERT_TRUE(tier.ok()) << tier.status().ToString();
+  Result<Extent> extent = (*tier)->Allocate(kPool);  // the whole pool, so the import matches it
+  ASSERT_TRUE(extent.ok()) << extent.status().ToString();
+  const std::vector<std::byte> pattern = cuda::testing::Pattern(kPool, kSeed);
+  ASSERT_TRUE((*tier)->Write(*extent, pattern).ok());
+  Result<std::string> handle = (*tier)->ExportIpc();
+  ASSERT_TRUE(handle.ok()) << handle.status().ToString();
+
+  std::vector<std::string> args = {KVTIER_IPC_CHILD_PATH, "copy", cuda::testing::ToHex(*handle),
+                                   std::to_string(kSeed)};
+  std::vector<char*> argv;
+  for (std::string& arg : args) argv.push_back(arg.data());
+  argv.push_back(nullptr);
+  pid_t pid = -1;
+  ASSERT_EQ(::posix_spawn(&pid, argv[0], nullptr, nullptr, argv.data(), environ), 0);
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "child status " << status;
+
+  std::vector<std::byte> now(kPool);
+  ASSERT_TRUE((*tier)->Read(*extent, now).ok());
+  EXPECT_TRUE(std::equal(now.begin(), now.begin() + kPool / 2, pattern.begin()));
+  EXPECT_TRUE(std::all_of(now.begin() + kPool / 2, now.end(),
+                          [](std::byte b) { return b == std::byte{0xAB}; }));
 }
 
 TEST(GpuTierTest, AMissingDeviceIsNotFound) {
