@@ -189,6 +189,18 @@ class Client {
   Result<size_t> Get(const NamespaceId& ns, std::span<const BlockKey> keys,
                      std::span<void* const> blocks, size_t block_bytes);
 
+  // The same two calls with the copy step supplied by the caller, for blocks in memory the client
+  // cannot memcpy (GPU forms: client/gpu/device_transfer.h). Every block is `block_bytes` long;
+  // `copier` moves block i into (put) or out of (get) its slot; see SlotCopier. Results and
+  // errors as Put and Get; a block whose copy failed gets the copy's error (put) or ends the
+  // served prefix (get; the first failed copy's error is returned when nothing was served).
+  // Blocks the arena does not hold are fetched inline into host memory and handed to the copier
+  // from there.
+  Result<std::vector<Status>> PutWith(const NamespaceId& ns, std::span<const BlockKey> keys,
+                                      size_t block_bytes, SlotCopier& copier);
+  Result<size_t> GetWith(const NamespaceId& ns, std::span<const BlockKey> keys,
+                         size_t block_bytes, SlotCopier& copier);
+
   // ---- Pins, removal, statistics ----
 
   // Keeps the ready blocks among `keys` from eviction for `ttl` (0 unpins); returns how many.

@@ -43,38 +43,6 @@ Status NotAttached(std::string_view call) {
                          "unix:// URL), or use the inline calls");
 }
 
-// Decodes the grant replies of one batch of chunked RESERVE or ACQUIRE commands. A command the
-// daemon refused as a whole gives each of its keys that status.
-Result<std::vector<SlotGrant>> DecodeChunkedGrants(std::span<const resp::Reply> replies,
-                                                   size_t key_count, std::string_view command) {
-  std::vector<SlotGrant> grants;
-  grants.reserve(key_count);
-  for (size_t c = 0; c < replies.size(); ++c) {
-    const size_t chunk = std::min(kMaxKeysPerCommand, key_count - c * kMaxKeysPerCommand);
-    if (replies[c].is_error()) {
-      const Status status = ErrorReplyToStatus(replies[c], command);
-      for (size_t i = 0; i < chunk; ++i) grants.push_back(SlotGrant{status});
-      continue;
-    }
-    KVTIER_ASSIGN_OR_RETURN(std::vector<SlotGrant> part, DecodeGrants(replies[c], chunk, command));
-    std::move(part.begin(), part.end(), std::back_inserter(grants));
-  }
-  return grants;
-}
-
-// Per-id statuses of chunked COMMIT/ABORT/RELEASE replies, in id order.
-Result<std::vector<Status>> DecodeChunkedStatuses(std::span<const resp::Reply> replies,
-                                                  size_t id_count, std::string_view command) {
-  std::vector<Status> out;
-  out.reserve(id_count);
-  for (size_t c = 0; c < replies.size(); ++c) {
-    const size_t chunk = std::min(kMaxKeysPerCommand, id_count - c * kMaxKeysPerCommand);
-    KVTIER_ASSIGN_OR_RETURN(std::vector<Status> part, DecodeStatusArray(replies[c], chunk, command));
-    std::move(part.begin(), part.end(), std::back_inserter(out));
-  }
-  return out;
-}
-
 size_t ChunkCount(size_t n) { return (n + kMaxKeysPerCommand - 1) / kMaxKeysPerCommand; }
 
 }  // namespace
@@ -127,7 +95,8 @@ Result<std::vector<Status>> Client::Put(const NamespaceId& ns, std::span<const B
                     std::span<const std::string>(&size_arg, 1));
   KVTIER_ASSIGN_OR_RETURN(std::vector<resp::Reply> reserve_replies, RoundTrip(reserve));
   KVTIER_ASSIGN_OR_RETURN(std::vector<SlotGrant> grants,
-                          DecodeChunkedGrants(reserve_replies, keys.size(), "KVT.RESERVE"));
+                          DecodeChunkedGrants(reserve_replies, keys.size(), kMaxKeysPerCommand,
+                                              "KVT.RESERVE"));
   FilledSlots filled = FillSlots(grants, blocks, block_bytes, statuses);
   KVTIER_RETURN_IF_ERROR(FinishReservations(filled, statuses));
   return statuses;
@@ -166,7 +135,7 @@ Status Client::FinishReservations(const FilledSlots& filled, std::vector<Status>
   KVTIER_ASSIGN_OR_RETURN(
       std::vector<Status> committed,
       DecodeChunkedStatuses(std::span(replies).first(commit_chunks), filled.commit_ids.size(),
-                            "KVT.COMMIT"));
+                            kMaxKeysPerCommand, "KVT.COMMIT"));
   for (size_t j = 0; j < committed.size(); ++j) {
     Status& status = statuses[filled.commit_index[j]];
     if (committed[j].code() == StatusCode::kNotFound) {
@@ -202,7 +171,8 @@ Result<size_t> Client::Get(const NamespaceId& ns, std::span<const BlockKey> keys
   AppendKeyCommands(acquire, "KVT.ACQUIRE", ns, keys, kMaxKeysPerCommand);
   KVTIER_ASSIGN_OR_RETURN(std::vector<resp::Reply> acquire_replies, RoundTrip(acquire));
   KVTIER_ASSIGN_OR_RETURN(std::vector<SlotGrant> grants,
-                          DecodeChunkedGrants(acquire_replies, keys.size(), "KVT.ACQUIRE"));
+                          DecodeChunkedGrants(acquire_replies, keys.size(), kMaxKeysPerCommand,
+                                              "KVT.ACQUIRE"));
   LeasedCopy copy = CopyLeased(grants, blocks);
   KVTIER_ASSIGN_OR_RETURN(size_t served, ReleaseLeases(copy));
   if (!copy.error.ok()) return copy.error;
@@ -255,7 +225,8 @@ Result<size_t> Client::ReleaseLeases(const LeasedCopy& copy) {
   KVTIER_ASSIGN_OR_RETURN(std::vector<resp::Reply> replies, RoundTrip(release));
   KVTIER_ASSIGN_OR_RETURN(
       std::vector<Status> released,
-      DecodeChunkedStatuses(replies, copy.release_ids.size(), "KVT.RELEASE"));
+      DecodeChunkedStatuses(replies, copy.release_ids.size(), kMaxKeysPerCommand,
+                            "KVT.RELEASE"));
   // A lease that had ended before its release may have had its slot reused mid-copy: the copy is
   // torn, so the served prefix ends before that block.
   size_t served = copy.copied;

@@ -64,6 +64,20 @@ struct SlotGrant {
   uint64_t length = 0;  // leases only; reservations are block_bytes long
 };
 
+// The copy step of Client::PutWith / GetWith, for caller memory that the client cannot reach with
+// memcpy (device memory; client/gpu/device_transfer.h). The client calls Start once per block it
+// may copy, with the block's index in the call and its arena slot, then Wait once; it commits
+// (or releases) only after Wait returned OK, so a copy may be asynchronous until then. For a put
+// the slot is the destination; for a get it is the source and must not be written. Start's
+// error fails that block alone (its reservation is aborted, or the get ends before it); Wait's
+// error fails every block started since the previous Wait.
+class SlotCopier {
+ public:
+  virtual ~SlotCopier() = default;
+  virtual Status Start(size_t index, std::span<std::byte> slot) = 0;
+  virtual Status Wait() = 0;
+};
+
 // Counters a Client keeps about its own calls, for `kvtier bench` and `kvtier replay`.
 struct ClientCounters {
   uint64_t round_trips = 0;     // batches sent and answered

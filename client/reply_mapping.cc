@@ -1,6 +1,8 @@
 #include "client/reply_mapping.h"
 
+#include <algorithm>
 #include <array>
+#include <iterator>
 #include <string>
 #include <utility>
 
@@ -213,6 +215,40 @@ Result<ArenaInfo> DecodeAttach(const Reply& reply) {
   const Reply* tier = FindField(reply, "tier");
   if (tier != nullptr && IsText(*tier)) info.tier = tier->str;
   return info;
+}
+
+// Decodes the grant replies of one batch of chunked RESERVE or ACQUIRE commands. A command the
+// daemon refused as a whole gives each of its keys that status.
+Result<std::vector<SlotGrant>> DecodeChunkedGrants(std::span<const resp::Reply> replies,
+                                                   size_t key_count, size_t chunk_keys,
+                                                   std::string_view command) {
+  std::vector<SlotGrant> grants;
+  grants.reserve(key_count);
+  for (size_t c = 0; c < replies.size(); ++c) {
+    const size_t chunk = std::min(chunk_keys, key_count - c * chunk_keys);
+    if (replies[c].is_error()) {
+      const Status status = ErrorReplyToStatus(replies[c], command);
+      for (size_t i = 0; i < chunk; ++i) grants.push_back(SlotGrant{status});
+      continue;
+    }
+    KVTIER_ASSIGN_OR_RETURN(std::vector<SlotGrant> part, DecodeGrants(replies[c], chunk, command));
+    std::move(part.begin(), part.end(), std::back_inserter(grants));
+  }
+  return grants;
+}
+
+// Per-id statuses of chunked COMMIT/ABORT/RELEASE replies, in id order.
+Result<std::vector<Status>> DecodeChunkedStatuses(std::span<const resp::Reply> replies,
+                                                  size_t id_count, size_t chunk_ids,
+                                                  std::string_view command) {
+  std::vector<Status> out;
+  out.reserve(id_count);
+  for (size_t c = 0; c < replies.size(); ++c) {
+    const size_t chunk = std::min(chunk_ids, id_count - c * chunk_ids);
+    KVTIER_ASSIGN_OR_RETURN(std::vector<Status> part, DecodeStatusArray(replies[c], chunk, command));
+    std::move(part.begin(), part.end(), std::back_inserter(out));
+  }
+  return out;
 }
 
 }  // namespace kvtier::client

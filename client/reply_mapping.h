@@ -16,6 +16,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <string_view>
 #include <vector>
 
@@ -64,6 +65,19 @@ Result<std::vector<Status>> DecodeStatusArray(const resp::Reply& reply, size_t c
 // missing keys as kNotFound.
 Result<std::vector<SlotGrant>> DecodeGrants(const resp::Reply& reply, size_t count,
                                             std::string_view command);
+
+// The replies of one batch of RESERVE or ACQUIRE commands that split `key_count` keys into
+// commands of `chunk_keys` keys each, decoded into one grant per key. A command the daemon refused
+// as a whole gives each of its keys that status.
+Result<std::vector<SlotGrant>> DecodeChunkedGrants(std::span<const resp::Reply> replies,
+                                                   size_t key_count, size_t chunk_keys,
+                                                   std::string_view command);
+
+// The per-id statuses of a batch of COMMIT, ABORT or RELEASE commands of `chunk_ids` ids each,
+// in id order.
+Result<std::vector<Status>> DecodeChunkedStatuses(std::span<const resp::Reply> replies,
+                                                  size_t id_count, size_t chunk_ids,
+                                                  std::string_view command);
 
 // KVT.ATTACH: `arena_bytes <n> tier <name>`.
 Result<ArenaInfo> DecodeAttach(const resp::Reply& reply);

@@ -74,8 +74,9 @@ class Tier {
     return Read(extent, dst);
   }
 
-  // The bytes of `extent` in this process's address space, for tiers that are plain memory (host
-  // arena, fake GPU tier); nullptr for tiers that are not (NVMe, a real GPU pool).
+  // The bytes of `extent` in this process's address space, for tiers that are plain memory (the
+  // host arena, or a HostTier standing in for another tier); nullptr for tiers that are not (NVMe,
+  // the GPU pool, and FakeGpuTier, which behaves like the pool: tiers/gpu/device_tier.h).
   virtual std::byte* Address(const Extent& extent) { return nullptr; }
 
   // The range of this tier's space that is given back as a whole once every block in it is freed

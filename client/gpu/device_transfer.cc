@@ -1,0 +1,107 @@
+#include "client/gpu/device_transfer.h"
+
+#include <string>
+
+namespace kvtier::client::gpu {
+namespace {
+
+// Block i is a contiguous device buffer.
+class ContiguousCopier final : public SlotCopier {
+ public:
+  ContiguousCopier(DeviceCopier& copier, std::span<const void* const> blocks, bool to_slot)
+      : copier_(copier), blocks_(blocks), to_slot_(to_slot) {}
+  Status Start(size_t index, std::span<std::byte> slot) override {
+    void* device = const_cast<void*>(blocks_[index]);
+    return to_slot_ ? copier_.Copy(slot.data(), device, slot.size(), CopyDirection::kDeviceToHost)
+                    : copier_.Copy(device, slot.data(), slot.size(), CopyDirection::kHostToDevice);
+  }
+  Status Wait() override { return copier_.Synchronize(); }
+
+ private:
+  DeviceCopier& copier_;
+  std::span<const void* const> blocks_;
+  bool to_slot_;
+};
+
+// Block i is block_ids[i] of a paged layout.
+class PagedCopier final : public SlotCopier {
+ public:
+  PagedCopier(DeviceCopier& copier, const PagedKvLayout& layout,
+              std::span<const uint64_t> block_ids, bool to_slot)
+      : copier_(copier), layout_(layout), block_ids_(block_ids), to_slot_(to_slot) {}
+  Status Start(size_t index, std::span<std::byte> slot) override {
+    return to_slot_ ? copier_.Gather(layout_, block_ids_[index], slot.data(), MemoryKind::kHost)
+                    : copier_.Scatter(slot.data(), MemoryKind::kHost, layout_, block_ids_[index]);
+  }
+  Status Wait() override { return copier_.Synchronize(); }
+
+ private:
+  DeviceCopier& copier_;
+  const PagedKvLayout& layout_;
+  std::span<const uint64_t> block_ids_;
+  bool to_slot_;
+};
+
+Status CheckCounts(size_t keys, size_t blocks, const char* what) {
+  if (keys == blocks) return Status::Ok();
+  return InvalidArgument(std::string(what) + ": " + std::to_string(keys) + " keys but " +
+                         std::to_string(blocks) + " blocks");
+}
+
+template <typename Pointer>
+Status CheckPointers(std::span<Pointer const> blocks, const char* what) {
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    if (blocks[i] == nullptr) {
+      return InvalidArgument(std::string(what) + ": block " + std::to_string(i) + " is null");
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<std::vector<Status>> PutFromDevice(Client& client, DeviceCopier& copier,
+                                          const NamespaceId& ns, std::span<const BlockKey> keys,
+                                          std::span<const void* const> device_blocks,
+                                          size_t block_bytes) {
+  KVTIER_RETURN_IF_ERROR(CheckCounts(keys.size(), device_blocks.size(), "PutFromDevice"));
+  KVTIER_RETURN_IF_ERROR(CheckPointers(device_blocks, "PutFromDevice"));
+  ContiguousCopier slots(copier, device_blocks, /*to_slot=*/true);
+  return client.PutWith(ns, keys, block_bytes, slots);
+}
+
+Result<size_t> GetToDevice(Client& client, DeviceCopier& copier, const NamespaceId& ns,
+                           std::span<const BlockKey> keys, std::span<void* const> device_blocks,
+                           size_t block_bytes) {
+  KVTIER_RETURN_IF_ERROR(CheckCounts(keys.size(), device_blocks.size(), "GetToDevice"));
+  KVTIER_RETURN_IF_ERROR(CheckPointers(device_blocks, "GetToDevice"));
+  std::span<const void* const> blocks(const_cast<const void* const*>(device_blocks.data()),
+                                      device_blocks.size());
+  ContiguousCopier slots(copier, blocks, /*to_slot=*/false);
+  return client.GetWith(ns, keys, block_bytes, slots);
+}
+
+Result<std::vector<Status>> PutFromPaged(Client& client, DeviceCopier& copier,
+                                         const NamespaceId& ns, std::span<const BlockKey> keys,
+                                         const PagedKvLayout& layout,
+                                         std::span<const uint64_t> block_ids) {
+  KVTIER_RETURN_IF_ERROR(ValidatePagedLayout(layout));
+  KVTIER_RETURN_IF_ERROR(CheckCounts(keys.size(), block_ids.size(), "PutFromPaged"));
+  PagedCopier slots(copier, layout, block_ids, /*to_slot=*/true);
+  return client.PutWith(ns, keys, layout.block_bytes(), slots);
+}
+
+Result<size_t> GetToPaged(Client& client, DeviceCopier& copier, const NamespaceId& ns,
+                          std::span<const BlockKey> keys, const PagedKvLayout& layout,
+                          std::span<const uint64_t> block_ids) {
+  KVTIER_RETURN_IF_ERROR(ValidatePagedLayout(layout));
+  KVTIER_RETURN_IF_ERROR(CheckCounts(keys.size(), block_ids.size(), "GetToPaged"));
+  PagedCopier slots(copier, layout, block_ids, /*to_slot=*/false);
+  return client.GetWith(ns, keys, layout.block_bytes(), slots);
+}
+
+cuda::PinnedHostRange PinArena(const Client& client) {
+  return cuda::PinnedHostRange::Register(client.arena().base(), client.arena().size_bytes());
+}
+
+}  // namespace kvtier::client::gpu

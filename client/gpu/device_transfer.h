@@ -1,0 +1,67 @@
+// GPU forms of the client's shared-memory Put and Get: blocks move between an inference engine's
+// GPU memory and the daemon's host-arena slots with a DeviceCopier, one copy each way, no
+// staging through the socket.
+//
+//   PutFromDevice / GetToDevice   each block is one contiguous device buffer of block_bytes.
+//   PutFromPaged / GetToPaged     each block is block_ids[i] of a paged KV layout: gathered into
+//                                 its slot (put) or scattered out of it (get) by the copier's
+//                                 kernel, one launch per block.
+//
+// They run Client::PutWith / GetWith (client.h): RESERVE or ACQUIRE, queue one copy per granted
+// block, wait for all of them, then COMMIT or RELEASE; per-key results and errors are those of
+// Client::Put and Client::Get (a failed device copy gives its key the copier's error on a put,
+// and ends the served prefix on a get). Blocks the arena does not hold (NVMe, the GPU pool) are
+// read inline into host memory and copied to the device from there. Device-to-device copies
+// from the daemon's GPU pool over CUDA IPC are not done yet: the daemon does not export its pool.
+//
+// For DMA-speed copies pin the client's mapping of the arena once after Client::Attach(), keep
+// the returned range alive while the mapping is used, and drop it before re-attaching:
+//   Result<ArenaInfo> info = client.Attach();
+//   cuda::PinnedHostRange pinned = PinArena(client);  // best effort; pinned.status() says why not
+//
+// Thread safety: as Client and DeviceCopier: neither is shared between threads.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "client/client.h"
+#include "client/gpu/device_copier.h"
+#include "client/gpu/paged_layout.h"
+#include "common/cuda/pinned_host_range.h"
+
+namespace kvtier::client::gpu {
+
+// Stores one block per key from `device_blocks` (device memory, block_bytes each).
+// kInvalidArgument when keys and blocks differ in number or a pointer is null.
+Result<std::vector<Status>> PutFromDevice(Client& client, DeviceCopier& copier,
+                                          const NamespaceId& ns, std::span<const BlockKey> keys,
+                                          std::span<const void* const> device_blocks,
+                                          size_t block_bytes);
+
+// Fetches the leading cached blocks of `keys` into `device_blocks`; returns how many were served.
+Result<size_t> GetToDevice(Client& client, DeviceCopier& copier, const NamespaceId& ns,
+                           std::span<const BlockKey> keys, std::span<void* const> device_blocks,
+                           size_t block_bytes);
+
+// Stores block block_ids[i] of `layout` under keys[i]. The stored block is layout.block_bytes()
+// long, plane after plane. kInvalidArgument for a bad layout (ValidatePagedLayout) or when keys
+// and block ids differ in number.
+Result<std::vector<Status>> PutFromPaged(Client& client, DeviceCopier& copier,
+                                         const NamespaceId& ns, std::span<const BlockKey> keys,
+                                         const PagedKvLayout& layout,
+                                         std::span<const uint64_t> block_ids);
+
+// Fetches the leading cached blocks of `keys` into blocks block_ids[i] of `layout`; returns how
+// many were served.
+Result<size_t> GetToPaged(Client& client, DeviceCopier& copier, const NamespaceId& ns,
+                          std::span<const BlockKey> keys, const PagedKvLayout& layout,
+                          std::span<const uint64_t> block_ids);
+
+// Registers the client's arena mapping with CUDA (see the header comment). Not pinned, with the
+// reason in status(), when the client is not attached, there is no CUDA or no device.
+cuda::PinnedHostRange PinArena(const Client& client);
+
+}  // namespace kvtier::client::gpu

@@ -1,0 +1,331 @@
+// The GPU forms of put and get (device_transfer.h) against a real kvtierd (KVTIERD_PATH, started
+// once for the suite on a scratch Unix socket with a 64 MiB host tier), through the shared-memory
+// path. Built twice: with the fake copier, "device" memory being host memory (label integration,
+// every machine), and with KVTIER_TEST_CUDA_COPIER, real device memory and CudaDeviceCopier
+// (label gpu).
+#include "client/gpu/device_transfer.h"
+
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "client/gpu/fake_device_copier.h"
+#include "client/gpu/paged_test_util.h"
+#if KVTIER_TEST_CUDA_COPIER
+#include <cuda_runtime_api.h>
+
+#include "client/gpu/cuda_device_copier.h"
+#include "common/cuda/cuda_handles.h"
+#include "tests/gpu/gpu_test_support.h"
+#endif
+
+extern char** environ;
+
+namespace kvtier::client::gpu {
+namespace {
+
+using testing::Bytes;
+using testing::LayoutOver;
+using testing::PagedShape;
+
+constexpr uint64_t kBlockBytes = 64 << 10;
+
+// "Device" memory of the copier under test, with host-side access for checks.
+class DeviceMemory {
+ public:
+  explicit DeviceMemory(size_t bytes) {
+#if KVTIER_TEST_CUDA_COPIER
+    Result<cuda::DeviceBuffer> buffer = cuda::DeviceBuffer::Allocate(0, bytes);
+    EXPECT_TRUE(buffer.ok()) << buffer.status().ToString();
+    if (buffer.ok()) buffer_ = std::move(buffer).value();
+#else
+    host_.resize(bytes);
+#endif
+  }
+  std::byte* get() {
+#if KVTIER_TEST_CUDA_COPIER
+    return buffer_.get();
+#else
+    return host_.data();
+#endif
+  }
+  void Upload(const std::vector<std::byte>& bytes) {
+#if KVTIER_TEST_CUDA_COPIER
+    ASSERT_EQ(cudaMemcpy(get(), bytes.data(), bytes.size(), cudaMemcpyHostToDevice), cudaSuccess);
+#else
+    std::memcpy(get(), bytes.data(), bytes.size());
+#endif
+  }
+  std::vector<std::byte> Download(size_t offset, size_t bytes) {
+    std::vector<std::byte> out(bytes);
+#if KVTIER_TEST_CUDA_COPIER
+    EXPECT_EQ(cudaMemcpy(out.data(), get() + offset, bytes, cudaMemcpyDeviceToHost), cudaSuccess);
+#else
+    std::memcpy(out.data(), get() + offset, bytes);
+#endif
+    return out;
+  }
+
+ private:
+#if KVTIER_TEST_CUDA_COPIER
+  cuda::DeviceBuffer buffer_;
+#else
+  std::vector<std::byte> host_;
+#endif
+};
+
+class DeviceTransferTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    char dir_template[] = "/tmp/kvtier-gpu-it-XXXXXX";
+    ASSERT_NE(::mkdtemp(dir_template), nullptr);
+    dir_ = dir_template;
+    url_ = "unix://" + dir_ + "/kvtierd.sock";
+    std::vector<std::string> args = {
+        KVTIERD_PATH,   "--unix", dir_ + "/kvtierd.sock", "--port",      "0", "--http-port", "0",
+        "--host-bytes", "64MiB",  "--data-dir",           dir_ + "/data"};
+    std::vector<char*> argv;
+    for (std::string& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    ASSERT_EQ(::posix_spawn(&pid_, argv[0], nullptr, nullptr, argv.data(), environ), 0);
+    // Starting a process has no completion to wait on: poll the socket for up to 20 s.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (std::chrono::steady_clock::now() < deadline) {
+      Result<Client> probe = Client::Connect(url_);
+      if (probe.ok() && probe->Ping().ok()) return;
+      int status = 0;
+      ASSERT_EQ(::waitpid(pid_, &status, WNOHANG), 0) << "kvtierd exited during start-up";
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    FAIL() << "kvtierd did not accept on " << url_;
+  }
+
+  static void TearDownTestSuite() {
+    if (pid_ > 0) {
+      ::kill(pid_, SIGTERM);
+      int status = 0;
+      ::waitpid(pid_, &status, 0);
+      EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "kvtierd status " << status;
+    }
+    const std::string cmd = "rm -rf '" + dir_ + "'";
+    EXPECT_EQ(std::system(cmd.c_str()), 0);
+  }
+
+  void SetUp() override {
+#if KVTIER_TEST_CUDA_COPIER
+    KVTIER_REQUIRE_CUDA_DEVICE();
+    Result<std::unique_ptr<CudaDeviceCopier>> copier = CudaDeviceCopier::Create(0);
+    ASSERT_TRUE(copier.ok()) << copier.status().ToString();
+    copier_ = std::move(copier).value();
+#else
+    copier_ = std::make_unique<FakeDeviceCopier>();
+#endif
+    Result<Client> client = Client::Connect(url_);
+    ASSERT_TRUE(client.ok()) << client.status().ToString();
+    client_ = std::make_unique<Client>(std::move(client).value());
+    ASSERT_TRUE(client_->Attach().ok());
+    pinned_ = PinArena(*client_);
+#if KVTIER_TEST_CUDA_COPIER
+    ASSERT_TRUE(pinned_.pinned()) << pinned_.status().ToString();
+#endif
+    hashing::NamespaceDescriptor d;
+    d.model_id = std::string("gpu-transfer/") +
+                 ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    d.kv_dtype = "int8";
+    d.num_layers = d.num_kv_heads = d.head_dim = 1;
+    d.tokens_per_block = 16;
+    d.layout_tag = "test";
+    Result<NamespaceInfo> ns = client_->RegisterNamespace(d, kBlockBytes);
+    ASSERT_TRUE(ns.ok()) << ns.status().ToString();
+    ns_ = *ns;
+  }
+
+  std::vector<BlockKey> Keys(size_t n, uint32_t seed) {
+    std::vector<uint32_t> tokens(n * ns_.tokens_per_block);
+    for (size_t i = 0; i < tokens.size(); ++i)
+      tokens[i] = seed * 1000003u + static_cast<uint32_t>(i);
+    return *Client::HashTokens(ns_, tokens);
+  }
+
+  static inline std::string dir_;
+  static inline std::string url_;
+  static inline pid_t pid_ = -1;
+  std::unique_ptr<DeviceCopier> copier_;
+  std::unique_ptr<Client> client_;
+  // Declared after client_ so that it is destroyed first: unregister, then unmap.
+  cuda::PinnedHostRange pinned_;
+  NamespaceInfo ns_;
+};
+
+// The two builds of this file need distinct suite names: ctest lists both binaries' tests.
+#if KVTIER_TEST_CUDA_COPIER
+using CudaDeviceTransferTest = DeviceTransferTest;
+#define TRANSFER_TEST(name) TEST_F(CudaDeviceTransferTest, name)
+#else
+#define TRANSFER_TEST(name) TEST_F(DeviceTransferTest, name)
+#endif
+
+TRANSFER_TEST(ContiguousBlocksRoundTrip) {
+  const std::vector<BlockKey> keys = Keys(4, 1);
+  DeviceMemory source(4 * kBlockBytes), target(4 * kBlockBytes);
+  const std::vector<std::byte> bytes = Bytes(4 * kBlockBytes, 1);
+  source.Upload(bytes);
+  std::vector<const void*> src;
+  std::vector<void*> dst;
+  for (size_t i = 0; i < 4; ++i) {
+    src.push_back(source.get() + i * kBlockBytes);
+    dst.push_back(target.get() + i * kBlockBytes);
+  }
+  Result<std::vector<Status>> put =
+      PutFromDevice(*client_, *copier_, ns_.id, keys, src, kBlockBytes);
+  ASSERT_TRUE(put.ok()) << put.status().ToString();
+  for (const Status& s : *put) EXPECT_TRUE(s.ok()) << s.ToString();
+  Result<size_t> got = GetToDevice(*client_, *copier_, ns_.id, keys, dst, kBlockBytes);
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_EQ(*got, 4u);
+  EXPECT_EQ(target.Download(0, bytes.size()), bytes);
+  // A second put of the same blocks has nothing to do.
+  Result<std::vector<Status>> again =
+      PutFromDevice(*client_, *copier_, ns_.id, keys, src, kBlockBytes);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ((*again)[0].code(), StatusCode::kAlreadyExists);
+}
+
+TRANSFER_TEST(PagedBlocksGatherIntoSlotsAndScatterBack) {
+  // 8 planes of 8 KiB per block = one 64 KiB block; 8 blocks per plane, 16 KiB stride.
+  const PagedShape shape{
+      .planes = 8, .blocks = 8, .stride_bytes = 16 << 10, .layer_block_bytes = 8 << 10};
+  const std::vector<std::byte> engine_bytes = Bytes(shape.total_bytes(), 2);
+  DeviceMemory engine(shape.total_bytes()), restored(shape.total_bytes());
+  engine.Upload(engine_bytes);
+  restored.Upload(std::vector<std::byte>(shape.total_bytes()));
+  const PagedKvLayout layout = LayoutOver(engine.get(), shape);
+  ASSERT_EQ(layout.block_bytes(), kBlockBytes);
+  const std::vector<BlockKey> keys = Keys(3, 2);
+  const uint64_t put_ids[] = {5, 2, 7};
+  Result<std::vector<Status>> put = PutFromPaged(*client_, *copier_, ns_.id, keys, layout, put_ids);
+  ASSERT_TRUE(put.ok()) << put.status().ToString();
+  for (const Status& s : *put) EXPECT_TRUE(s.ok()) << s.ToString();
+
+  // The stored block is the plane-by-plane gather: read it back plainly through the arena.
+  std::vector<std::byte> stored(kBlockBytes), expected(kBlockBytes);
+  void* plain[] = {stored.data()};
+  ASSERT_EQ(*client_->Get(ns_.id, std::span(keys).first(1), plain, kBlockBytes), 1u);
+  ReferenceGather(LayoutOver(const_cast<std::byte*>(engine_bytes.data()), shape), 5,
+                  expected.data());
+  EXPECT_EQ(stored, expected);
+
+  // Scattered into other block ids of a zeroed cache: exactly those slices change.
+  const PagedKvLayout restored_layout = LayoutOver(restored.get(), shape);
+  const uint64_t get_ids[] = {0, 1, 3};
+  Result<size_t> got = GetToPaged(*client_, *copier_, ns_.id, keys, restored_layout, get_ids);
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  ASSERT_EQ(*got, 3u);
+  std::vector<std::byte> mirror(shape.total_bytes());
+  const PagedKvLayout mirror_layout = LayoutOver(mirror.data(), shape);
+  const PagedKvLayout source_layout =
+      LayoutOver(const_cast<std::byte*>(engine_bytes.data()), shape);
+  for (size_t i = 0; i < 3; ++i) {
+    std::vector<std::byte> block(kBlockBytes);
+    ReferenceGather(source_layout, put_ids[i], block.data());
+    ReferenceScatter(block.data(), mirror_layout, get_ids[i]);
+  }
+  EXPECT_EQ(restored.Download(0, shape.total_bytes()), mirror);
+}
+
+TRANSFER_TEST(AMissEndsThePrefix) {
+  const std::vector<BlockKey> keys = Keys(3, 3);
+  DeviceMemory memory(3 * kBlockBytes);
+  memory.Upload(Bytes(3 * kBlockBytes, 3));
+  const void* src[] = {memory.get()};
+  ASSERT_TRUE(
+      PutFromDevice(*client_, *copier_, ns_.id, std::span(keys).first(1), src, kBlockBytes).ok());
+  void* dst[] = {memory.get(), memory.get() + kBlockBytes, memory.get() + 2 * kBlockBytes};
+  Result<size_t> got = GetToDevice(*client_, *copier_, ns_.id, keys, dst, kBlockBytes);
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_EQ(*got, 1u);
+}
+
+TRANSFER_TEST(MismatchedArgumentsAreInvalid) {
+  const std::vector<BlockKey> keys = Keys(2, 4);
+  DeviceMemory memory(kBlockBytes);
+  const void* one[] = {memory.get()};
+  EXPECT_EQ(PutFromDevice(*client_, *copier_, ns_.id, keys, one, kBlockBytes).status().code(),
+            StatusCode::kInvalidArgument);
+  const void* null_block[] = {memory.get(), nullptr};
+  EXPECT_EQ(
+      PutFromDevice(*client_, *copier_, ns_.id, keys, null_block, kBlockBytes).status().code(),
+      StatusCode::kInvalidArgument);
+  const uint64_t ids[] = {0, 1};
+  EXPECT_EQ(PutFromPaged(*client_, *copier_, ns_.id, keys, PagedKvLayout{}, ids).status().code(),
+            StatusCode::kInvalidArgument);
+}
+
+#if !KVTIER_TEST_CUDA_COPIER
+// Copy failures, injected in the fake copier: the failed blocks are aborted, never committed.
+TRANSFER_TEST(AFailedCopyAbortsItsReservation) {
+  auto& fake = static_cast<FakeDeviceCopier&>(*copier_);
+  const std::vector<BlockKey> keys = Keys(3, 5);
+  DeviceMemory memory(3 * kBlockBytes);
+  memory.Upload(Bytes(3 * kBlockBytes, 5));
+  const void* src[] = {memory.get(), memory.get() + kBlockBytes, memory.get() + 2 * kBlockBytes};
+  fake.FailNext(1);  // the first block's copy
+  Result<std::vector<Status>> put = PutFromDevice(*client_, fake, ns_.id, keys, src, kBlockBytes);
+  ASSERT_TRUE(put.ok()) << put.status().ToString();
+  EXPECT_EQ((*put)[0].code(), StatusCode::kDeviceError);
+  EXPECT_TRUE((*put)[1].ok());
+  EXPECT_TRUE((*put)[2].ok());
+  EXPECT_EQ(client_->Lookup(ns_.id, keys)->prefix, 0u);
+  EXPECT_EQ(client_->Lookup(ns_.id, std::span(keys).subspan(1))->prefix, 2u);
+  EXPECT_EQ(client_->counters().aborted_puts, 1u);
+}
+
+TRANSFER_TEST(AFailedWaitAbortsEveryBlockAndFailsTheGet) {
+  auto& fake = static_cast<FakeDeviceCopier&>(*copier_);
+  const std::vector<BlockKey> keys = Keys(2, 6);
+  DeviceMemory memory(2 * kBlockBytes);
+  memory.Upload(Bytes(2 * kBlockBytes, 6));
+  const void* src[] = {memory.get(), memory.get() + kBlockBytes};
+  void* dst[] = {memory.get(), memory.get() + kBlockBytes};
+  // Both copies are queued, the synchronisation fails: nothing may be committed.
+  struct FailingWait : DeviceCopier {
+    explicit FailingWait(DeviceCopier& inner) : inner(inner) {}
+    bool fake() const override { return true; }
+    Status Copy(void* d, const void* s, size_t n, CopyDirection k) override {
+      return inner.Copy(d, s, n, k);
+    }
+    Status Gather(const PagedKvLayout& l, uint64_t b, void* d, MemoryKind k) override {
+      return inner.Gather(l, b, d, k);
+    }
+    Status Scatter(const void* s, MemoryKind k, const PagedKvLayout& l, uint64_t b) override {
+      return inner.Scatter(s, k, l, b);
+    }
+    Status Synchronize() override { return DeviceError("injected"); }
+    DeviceCopier& inner;
+  } failing(fake);
+  Result<std::vector<Status>> put =
+      PutFromDevice(*client_, failing, ns_.id, keys, src, kBlockBytes);
+  ASSERT_TRUE(put.ok());
+  EXPECT_EQ((*put)[0].code(), StatusCode::kDeviceError);
+  EXPECT_EQ((*put)[1].code(), StatusCode::kDeviceError);
+  EXPECT_EQ(client_->Lookup(ns_.id, keys)->prefix, 0u);
+  // Stored properly, then a get whose wait fails: an error, and the leases are released (a
+  // second get with a working copier serves both).
+  ASSERT_TRUE(PutFromDevice(*client_, fake, ns_.id, keys, src, kBlockBytes).ok());
+  EXPECT_EQ(GetToDevice(*client_, failing, ns_.id, keys, dst, kBlockBytes).status().code(),
+            StatusCode::kDeviceError);
+  EXPECT_EQ(*GetToDevice(*client_, fake, ns_.id, keys, dst, kBlockBytes), 2u);
+}
+#endif
+
+}  // namespace
+}  // namespace kvtier::client::gpu

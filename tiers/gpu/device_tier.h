@@ -1,0 +1,57 @@
+// DeviceTier: what the GPU tier offers beyond tiers::Tier, shared by the real CUDA pool (GpuTier)
+// and its host-memory stand-in (FakeGpuTier), and the options both are built from.
+//
+// A device tier is one fixed pool of device memory carved into block slots by a SlabAllocator.
+// Its bytes are not host-addressable: Address() is nullptr for both implementations, so the store
+// moves them with Read/Write (host <-> device copies that run at DMA speed when the host buffer
+// is pinned, see common/cuda/pinned_host_range.h) and code tested against the fake takes the same
+// paths as on a GPU. DevicePointer() gives an extent's address in the device's address space, for
+// device-to-device copies and for clients that import the pool over CUDA IPC (an importer adds
+// the extent's offset to its own base).
+//
+// Thread safety: as tiers::Tier; every method may be called from any thread.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "tiers/slab_allocator.h"
+#include "tiers/tier.h"
+
+namespace kvtier::tiers {
+
+struct GpuTierOptions {
+  // false: no GPU tier ("disabled in config"), whatever the machine has.
+  bool enabled = true;
+  // true: a FakeGpuTier in host memory instead of a device pool (tests, CPU-only demos).
+  bool fake = false;
+  int device = 0;  // CUDA device ordinal
+  // Pool size. 0 sizes it from the device: half of its free memory when the tier is created
+  // (the engine sharing the GPU needs the rest). Required (> 0) for the fake.
+  uint64_t capacity_bytes = 0;
+  uint64_t slab_bytes = SlabAllocator::Options{}.slab_bytes;
+  uint64_t alignment = SlabAllocator::Options{}.alignment;
+  // Copy lanes: each is a CUDA stream used by one Read/Write at a time, so up to this many
+  // copies run at once (PCIe has one DMA engine per direction; 4 keeps both busy).
+  uint32_t copy_lanes = 4;
+};
+
+class DeviceTier : public Tier {
+ public:
+  TierId id() const final { return TierId::kGpu; }
+  // Device memory is not host-addressable, in the fake too (see above).
+  std::byte* Address(const Extent& extent) final { return nullptr; }
+
+  // The device address of the extent's first byte (the fake: its host address), or nullptr when
+  // the extent does not lie inside the pool.
+  virtual void* DevicePointer(const Extent& extent) = 0;
+  // The CUDA device ordinal of the pool; -1 for the fake.
+  virtual int device() const = 0;
+  // Start of the pool in the device's address space and its size in bytes.
+  virtual void* pool_base() const = 0;
+  virtual uint64_t pool_bytes() const = 0;
+  // Invalid frees (double, unknown or wrong length): counted, otherwise ignored.
+  virtual uint64_t invalid_free_count() const = 0;
+};
+
+}  // namespace kvtier::tiers
