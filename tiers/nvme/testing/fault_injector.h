@@ -3,7 +3,7 @@
 // Installed through IoBackendConfig::fault_filter, it sits inside a real backend (io_uring or the
 // thread pool) and rewrites completions after the kernel has done the transfer: EIO and ENOSPC
 // become errors, kShort halves the byte count (the backend must resubmit the rest), kEagain makes
-// the backend retry. Faults fire on the Nth matching completion, or at a seeded rate, so a failing
+// the backend retry. A short transfer stays a multiple of 4 KiB. Faults fire on the Nth matching completion, or at a seeded rate, so a failing
 // run can be replayed. Rules may be changed at any time (Set), for example to stop faults before a
 // verification pass.
 //
@@ -54,7 +54,11 @@ class FaultInjector final : public CompletionFilter {
     switch (rule_.fault) {
       case Fault::kEio: return -EIO;
       case Fault::kEnospc: return -ENOSPC;
-      case Fault::kShort: return result > 1 ? result / 2 : result;
+      case Fault::kShort: {
+        // Half, rounded down to 4 KiB as the kernel does for O_DIRECT: the rest must stay aligned.
+        int64_t shorter = (result / 2) & ~int64_t{4095};
+        return shorter > 0 ? shorter : result;
+      }
       case Fault::kEagain: return -EAGAIN;
       case Fault::kNone: break;
     }
