@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <span>
 
+#include "common/keys.h"
 #include "common/status.h"
 #include "common/types.h"
 
@@ -27,6 +28,14 @@ struct TierStats {
   // 1 - used / reserved: the share of set-aside space that holds no block bytes (slot rounding
   // and empty slots in partly used slabs). 0 when nothing is reserved.
   double fragmentation = 0.0;
+};
+
+// The name of the block an extent holds, for tiers that store it beside the bytes (NVMe: in the
+// on-disk record header and the durable catalog) and check it when the block is read back.
+struct BlockIdentity {
+  NamespaceId ns;
+  BlockKey key;
+  bool operator==(const BlockIdentity&) const = default;
 };
 
 class Tier {
@@ -50,6 +59,19 @@ class Tier {
 
   // Copies the first dst.size() bytes of `extent` into `dst`. kDeviceError on I/O failure.
   virtual Status Read(const Extent& extent, std::span<std::byte> dst) = 0;
+
+  // Write and Read for a named block. Tiers that keep blocks across restarts or verify them (NVMe)
+  // record `id` with the bytes and, on ReadBlock, check that the extent still holds that block with
+  // intact bytes: kChecksumMismatch otherwise (the caller treats it as a miss and frees the extent;
+  // dst's contents are then unspecified). Other tiers ignore `id`: these default to Write and Read.
+  virtual Status WriteBlock(const Extent& extent, const BlockIdentity& id,
+                            std::span<const std::byte> src) {
+    return Write(extent, src);
+  }
+  virtual Status ReadBlock(const Extent& extent, const BlockIdentity& id,
+                           std::span<std::byte> dst) {
+    return Read(extent, dst);
+  }
 
   // The bytes of `extent` in this process's address space, for tiers that are plain memory (host
   // arena, fake GPU tier); nullptr for tiers that are not (NVMe, a real GPU pool).

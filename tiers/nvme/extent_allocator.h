@@ -56,6 +56,12 @@ class ExtentAllocator {
   // fragmentation = 1 - used / reserved (header and tail rounding only: free holes are not counted).
   TierStats Stats() const;
 
+  // True when `extent` was handed out (Allocate or Claim) with exactly this length and not freed.
+  bool IsLive(const Extent& extent) const {
+    auto it = live_.find(extent.offset);
+    return it != live_.end() && it->second == extent.length;
+  }
+
   uint64_t free_bytes() const { return capacity_bytes_ - reserved_bytes_; }
   // The largest free hole, in bytes.
   uint64_t largest_free_bytes() const;

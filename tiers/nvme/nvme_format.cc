@@ -2,6 +2,8 @@
 
 #include <cstring>
 
+// XXH3_state_t on the stack needs the static-linking declarations.
+#define XXH_STATIC_LINKING_ONLY
 #include <xxhash.h>
 
 namespace kvtier::tiers::nvme {
@@ -61,15 +63,30 @@ class Reader {
 
 uint64_t Hash(const std::byte* p, size_t n) { return XXH3_64bits(p, n); }
 
+// XXH3-64 of a fixed-size structure of `total` bytes whose checksum sits at [used, used + 8): it
+// covers the fields before it and the zero padding after it, so no bit of the structure can change
+// unnoticed.
+uint64_t SealHash(const std::byte* p, size_t used, size_t total) {
+  XXH3_state_t state;
+  XXH3_64bits_reset(&state);
+  XXH3_64bits_update(&state, p, used);
+  XXH3_64bits_update(&state, p + used + 8, total - used - 8);
+  return XXH3_64bits_digest(&state);
+}
+
 uint64_t StoredChecksum(const std::byte* p, size_t at) {
   uint64_t v;
   std::memcpy(&v, p + at, 8);
   return v;
 }
 
-void Seal(std::byte* p, size_t used) {
-  uint64_t sum = Hash(p, used);
+void Seal(std::byte* p, size_t used, size_t total) {
+  uint64_t sum = SealHash(p, used, total);
   std::memcpy(p + used, &sum, 8);
+}
+
+bool SealOk(const std::byte* p, size_t used, size_t total) {
+  return StoredChecksum(p, used) == SealHash(p, used, total);
 }
 
 std::string VersionMismatch(const std::string& what, uint32_t found) {
@@ -96,7 +113,7 @@ void EncodeSuperblock(const Superblock& sb, std::span<std::byte> out) {
   w.U64(sb.capacity_bytes);
   w.U64(sb.file_id);
   w.U64(sb.created_unix_us);
-  Seal(out.data(), kSuperblockUsed);
+  Seal(out.data(), kSuperblockUsed, kSuperblockBytes);
 }
 
 Result<Superblock> DecodeSuperblock(std::span<const std::byte> in, const std::string& file) {
@@ -108,7 +125,7 @@ Result<Superblock> DecodeSuperblock(std::span<const std::byte> in, const std::st
   Superblock sb;
   sb.format_version = r.U32();
   if (sb.format_version != kFormatVersion) return Corruption(VersionMismatch(file, sb.format_version));
-  if (StoredChecksum(in.data(), kSuperblockUsed) != Hash(in.data(), kSuperblockUsed)) {
+  if (!SealOk(in.data(), kSuperblockUsed, kSuperblockBytes)) {
     return Corruption(file + ": superblock checksum mismatch");
   }
   uint32_t sb_bytes = r.U32(), alignment = r.U32(), header_bytes = r.U32();
@@ -140,7 +157,7 @@ void EncodeRecordHeader(const RecordHeader& h, std::span<std::byte> out) {
   w.U64(h.payload_checksum);
   w.U64(h.file_id);
   w.U64(0);  // reserved
-  Seal(out.data(), kRecordUsed);
+  Seal(out.data(), kRecordUsed, kRecordHeaderBytes);
 }
 
 Result<RecordHeader> DecodeRecordHeader(std::span<const std::byte> in) {
@@ -151,7 +168,7 @@ Result<RecordHeader> DecodeRecordHeader(std::span<const std::byte> in) {
   if (version != kFormatVersion) {
     return ChecksumMismatch("record header of unknown version " + std::to_string(version));
   }
-  if (StoredChecksum(in.data(), kRecordUsed) != Hash(in.data(), kRecordUsed)) {
+  if (!SealOk(in.data(), kRecordUsed, kRecordHeaderBytes)) {
     return ChecksumMismatch("record header checksum mismatch");
   }
   if (r.U32() != kRecordHeaderBytes) return ChecksumMismatch("record header of unknown size");
@@ -185,7 +202,7 @@ std::string EncodeCatalogValue(const CatalogRecord& rec) {
   w.U64(rec.payload_bytes);
   w.U64(rec.payload_checksum);
   w.U64(rec.last_access_unix_us);
-  Seal(p, kValueUsed);
+  Seal(p, kValueUsed, kCatalogValueBytes);
   return out;
 }
 
@@ -194,7 +211,7 @@ Result<CatalogRecord> DecodeCatalogValue(std::string_view catalog_key, std::stri
     return Corruption("catalog value of " + std::to_string(value.size()) + " bytes");
   }
   const auto* p = reinterpret_cast<const std::byte*>(value.data());
-  if (StoredChecksum(p, kValueUsed) != Hash(p, kValueUsed)) {
+  if (!SealOk(p, kValueUsed, kCatalogValueBytes)) {
     return Corruption("catalog value checksum mismatch");
   }
   Reader r(p);
@@ -221,7 +238,7 @@ std::string EncodeCatalogMeta(uint64_t file_id) {
   w.U32(kFormatVersion);
   w.U32(0);
   w.U64(file_id);
-  Seal(p, kMetaUsed);
+  Seal(p, kMetaUsed, kCatalogMetaBytes);
   return out;
 }
 
@@ -231,7 +248,7 @@ Result<uint64_t> DecodeCatalogMeta(std::string_view value) {
   Reader r(p);
   uint32_t version = r.U32();
   if (version != kFormatVersion) return Corruption(VersionMismatch("the catalog", version));
-  if (StoredChecksum(p, kMetaUsed) != Hash(p, kMetaUsed)) {
+  if (!SealOk(p, kMetaUsed, kCatalogMetaBytes)) {
     return Corruption("catalog meta entry checksum mismatch");
   }
   r.U32();

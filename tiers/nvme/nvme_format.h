@@ -2,9 +2,11 @@
 //
 // docs/nvme-format.md is the prose version of this file; change both together and bump the version
 // constants when a layout changes. Every structure is little-endian, fixed-size, starts with a magic
-// or version and ends with an XXH3-64 checksum of the bytes before it, so that a torn write, a stale
+// or version and carries an XXH3-64 checksum of all its other bytes, so that a torn write, a stale
 // sector or a flipped bit is reported as such instead of being trusted. Decoders never trust a
 // length or offset they read: the caller checks extents against the file's geometry.
+//
+// The checksum of the superblock and of a record header covers the whole 4 KiB, padding included.
 //
 // These are pure functions of their arguments: thread-safe, no I/O.
 #pragma once

@@ -56,9 +56,9 @@ TEST(NvmeFormatTest, ForeignFileIsCorruption) {
 TEST(NvmeFormatTest, EveryBitFlipInTheSuperblockIsDetected) {
   AlignedBuffer buf(kSuperblockBytes);
   EncodeSuperblock({.capacity_bytes = 1 << 20, .file_id = 3}, buf.span());
-  for (size_t bit = 0; bit < 64 * 8; ++bit) {
+  for (size_t bit = 0; bit < kSuperblockBytes * 8; ++bit) {
     buf.data()[bit / 8] ^= std::byte(1 << (bit % 8));
-    EXPECT_FALSE(DecodeSuperblock(buf.span(), "f").ok()) << "bit " << bit;
+    ASSERT_FALSE(DecodeSuperblock(buf.span(), "f").ok()) << "bit " << bit;
     buf.data()[bit / 8] ^= std::byte(1 << (bit % 8));
   }
 }
@@ -78,9 +78,9 @@ TEST(NvmeFormatTest, RecordHeaderRoundTrips) {
 TEST(NvmeFormatTest, EveryBitFlipInARecordHeaderIsDetected) {
   AlignedBuffer buf(kRecordHeaderBytes);
   EncodeRecordHeader(SampleHeader(), buf.span());
-  for (size_t bit = 0; bit < 88 * 8; ++bit) {
+  for (size_t bit = 0; bit < kRecordHeaderBytes * 8; ++bit) {
     buf.data()[bit / 8] ^= std::byte(1 << (bit % 8));
-    EXPECT_EQ(DecodeRecordHeader(buf.span()).status().code(), StatusCode::kChecksumMismatch)
+    ASSERT_EQ(DecodeRecordHeader(buf.span()).status().code(), StatusCode::kChecksumMismatch)
         << "bit " << bit;
     buf.data()[bit / 8] ^= std::byte(1 << (bit % 8));
   }

@@ -1,0 +1,373 @@
+#include "tiers/nvme/nvme_tier.h"
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <system_error>
+
+#include <spdlog/spdlog.h>
+
+#include "tiers/nvme/block_io.h"
+#include "tiers/nvme/nvme_format.h"
+
+namespace kvtier::tiers::nvme {
+namespace {
+
+namespace fs = std::filesystem;
+
+uint64_t NowUnixUs() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+Status ValidateOptions(const NvmeTier::Options& o) {
+  if (o.data_dir.empty()) return InvalidArgument("nvme data_dir must not be empty");
+  if (o.capacity_bytes < 2 * kBlockAlignment) {
+    return InvalidArgument("nvme capacity_bytes must be at least 8192, not " +
+                           std::to_string(o.capacity_bytes));
+  }
+  if ((o.registered_region == nullptr) != (o.registered_region_bytes == 0)) {
+    return InvalidArgument("nvme registered_region and registered_region_bytes go together");
+  }
+  return Status::Ok();
+}
+
+// Creates the directory and honours a forced cold start (option or marker file).
+Status PrepareDirectory(const NvmeTier::Options& o) {
+  std::error_code ec;
+  fs::create_directories(o.data_dir, ec);
+  if (ec) return ErrnoStatus(ec.value(), "create nvme data_dir " + o.data_dir);
+  fs::path dir(o.data_dir);
+  bool marker = fs::exists(dir / NvmeTier::kColdStartMarker, ec);
+  if (!o.cold_start && !marker) return Status::Ok();
+  spdlog::info("nvme: cold start requested ({}); wiping {}", marker ? "marker file" : "option",
+               o.data_dir);
+  fs::remove(dir / NvmeTier::kDataFileName, ec);
+  if (ec) return ErrnoStatus(ec.value(), "remove nvme data file in " + o.data_dir);
+  KVTIER_RETURN_IF_ERROR(Catalog::Destroy((dir / NvmeTier::kCatalogDirName).string()));
+  fs::remove_all(dir / NvmeTier::kCatalogDirName, ec);
+  if (marker) fs::remove(dir / NvmeTier::kColdStartMarker, ec);
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<std::unique_ptr<NvmeTier>> NvmeTier::Open(const Options& options,
+                                                 std::unique_ptr<IoBackend> backend) {
+  KVTIER_RETURN_IF_ERROR(ValidateOptions(options));
+  KVTIER_RETURN_IF_ERROR(PrepareDirectory(options));
+  fs::path dir(options.data_dir);
+  KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<DataFile> file,
+                          DataFile::Open({.path = (dir / kDataFileName).string(),
+                                          .capacity_bytes = options.capacity_bytes,
+                                          .direct_io = options.direct_io}));
+  if (backend == nullptr) {
+    KVTIER_ASSIGN_OR_RETURN(backend, MakeIoBackend(options.io));
+  }
+  if (options.registered_region != nullptr) {
+    Status st = backend->RegisterRegion(options.registered_region, options.registered_region_bytes);
+    if (!st.ok()) spdlog::warn("nvme: zero-copy buffers unavailable: {}", st.ToString());
+  }
+  KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<Catalog> catalog,
+                          Catalog::Open({.path = (dir / kCatalogDirName).string(),
+                                         .env = options.catalog_env,
+                                         .sync_writes = options.sync_writes}));
+  std::unique_ptr<NvmeTier> tier(
+      new NvmeTier(options, std::move(file), std::move(backend), std::move(catalog)));
+  KVTIER_RETURN_IF_ERROR(tier->Recover());
+  return tier;
+}
+
+NvmeTier::NvmeTier(const Options& options, std::unique_ptr<DataFile> file,
+                   std::unique_ptr<IoBackend> backend, std::unique_ptr<Catalog> catalog)
+    : options_(options),
+      file_(std::move(file)),
+      io_(std::move(backend)),
+      catalog_(std::move(catalog)),
+      allocator_(file_->capacity_bytes()) {}
+
+NvmeTier::~NvmeTier() = default;
+
+// Loads the catalog and keeps the records whose extent is sane and whose on-disk header agrees.
+// A catalog written for another formatting of the data file (or none) is emptied first.
+Status NvmeTier::Recover() {
+  KVTIER_ASSIGN_OR_RETURN(std::optional<uint64_t> meta, catalog_->ReadMeta());
+  uint64_t file_id = file_->superblock().file_id;
+  if (!meta.has_value() || *meta != file_id) {
+    if (meta.has_value()) {
+      spdlog::warn("nvme: catalog describes another formatting of {}; starting cold",
+                   file_->path());
+    }
+    KVTIER_RETURN_IF_ERROR(catalog_->DeleteAllRecords());
+    KVTIER_RETURN_IF_ERROR(catalog_->WriteMeta(file_id));
+    return Status::Ok();
+  }
+  KVTIER_ASSIGN_OR_RETURN(Catalog::Loaded loaded, catalog_->Load());
+  dropped_at_recovery_ += loaded.undecodable;
+  constexpr size_t kHeadersPerBatch = 64;
+  for (size_t i = 0; i < loaded.records.size(); i += kHeadersPerBatch) {
+    size_t n = std::min(kHeadersPerBatch, loaded.records.size() - i);
+    KVTIER_RETURN_IF_ERROR(CheckRecords(std::span(loaded.records).subspan(i, n)));
+  }
+  MutexLock lock(mu_);
+  std::sort(recovered_.begin(), recovered_.end(), [](const auto& a, const auto& b) {
+    return a.last_access_unix_us < b.last_access_unix_us;
+  });
+  recovered_blocks_ = recovered_.size();
+  if (dropped_at_recovery_ > 0 || !recovered_.empty()) {
+    spdlog::info("nvme: recovered {} blocks from {}, dropped {} catalog records",
+                 recovered_.size(), options_.data_dir, dropped_at_recovery_.load());
+  }
+  return Status::Ok();
+}
+
+// Reads the record headers of `records` in one batch and adopts those that match. A record is kept
+// only if its extent can be claimed (inside the region, not overlapping a kept one) and its header
+// decodes and names the same block, size, checksum and data-file formatting.
+Status NvmeTier::CheckRecords(std::span<const CatalogRecord> records) {
+  AlignedBuffer headers(records.size() * kRecordHeaderBytes);
+  if (headers.data() == nullptr) return Busy("nvme: out of memory for recovery");
+  std::vector<IoRequest> reqs;
+  std::vector<bool> claimed(records.size(), false);
+  {
+    MutexLock lock(mu_);
+    for (size_t i = 0; i < records.size(); ++i) {
+      claimed[i] = allocator_.Claim({records[i].offset, records[i].payload_bytes}).ok();
+      if (!claimed[i]) continue;
+      reqs.push_back({IoOp::kRead, file_->fd(), file_->data_offset() + records[i].offset,
+                      headers.data() + i * kRecordHeaderBytes, kRecordHeaderBytes, {}});
+    }
+  }
+  io_->Submit(reqs);
+  size_t next_req = 0;
+  for (size_t i = 0; i < records.size(); ++i) {
+    const CatalogRecord& r = records[i];
+    bool keep = claimed[i] && reqs[next_req++].status.ok();
+    if (keep) {
+      Result<RecordHeader> h = DecodeRecordHeader(
+          std::span(headers.data() + i * kRecordHeaderBytes, kRecordHeaderBytes));
+      keep = h.ok() && h->ns == r.ns && h->key == r.key && h->payload_bytes == r.payload_bytes &&
+             h->payload_checksum == r.payload_checksum && h->file_id == file_->superblock().file_id;
+    }
+    if (!keep) {
+      ++dropped_at_recovery_;
+      if (claimed[i]) {
+        MutexLock lock(mu_);
+        (void)allocator_.Free({r.offset, r.payload_bytes});
+      }
+      if (!catalog_->Delete(r.ns, r.key).ok()) ++catalog_errors_;
+      continue;
+    }
+    BlockIdentity id{r.ns, r.key};
+    {
+      MutexLock lock(catalog_mu_);
+      owner_[id] = r.offset;
+    }
+    MutexLock lock(mu_);
+    blocks_[r.offset] = Entry{id, r.payload_bytes, r.payload_checksum, true};
+    recovered_.push_back({r.ns, r.key, {r.offset, r.payload_bytes}, r.payload_checksum,
+                          r.last_access_unix_us});
+  }
+  return Status::Ok();
+}
+
+std::vector<RecoveredBlock> NvmeTier::TakeRecovered() {
+  MutexLock lock(mu_);
+  return std::move(recovered_);
+}
+
+Result<Extent> NvmeTier::Allocate(uint64_t bytes) {
+  MutexLock lock(mu_);
+  return allocator_.Allocate(bytes);
+}
+
+void NvmeTier::Free(const Extent& extent) {
+  Entry entry;
+  bool had_block = false;
+  {
+    MutexLock lock(mu_);
+    auto it = blocks_.find(extent.offset);
+    if (it != blocks_.end()) {
+      entry = it->second;
+      had_block = true;
+      blocks_.erase(it);
+    }
+  }
+  if (had_block && entry.durable) {
+    // The record goes before the extent can be handed out again (docs/nvme-format.md).
+    MutexLock lock(catalog_mu_);
+    auto owner = owner_.find(entry.id);
+    if (owner != owner_.end() && owner->second == extent.offset) {
+      owner_.erase(owner);
+      if (!catalog_->Delete(entry.id.ns, entry.id.key).ok()) ++catalog_errors_;
+    }
+  }
+  MutexLock lock(mu_);
+  if (!allocator_.Free(extent).ok()) ++invalid_frees_;
+}
+
+Status NvmeTier::WriteBlock(const Extent& extent, const BlockIdentity& id,
+                            std::span<const std::byte> src) {
+  return WriteImpl(extent, id, src, /*durable=*/true);
+}
+
+Status NvmeTier::Write(const Extent& extent, std::span<const std::byte> src) {
+  return WriteImpl(extent, BlockIdentity{}, src, /*durable=*/false);
+}
+
+Status NvmeTier::WriteImpl(const Extent& extent, const BlockIdentity& id,
+                           std::span<const std::byte> src, bool durable) {
+  if (src.empty() || src.size() > extent.length) {
+    return InvalidArgument("nvme: write of " + std::to_string(src.size()) +
+                           " bytes into an extent of " + std::to_string(extent.length));
+  }
+  {
+    // A rewrite of the extent invalidates what it held until the new block is complete.
+    MutexLock lock(mu_);
+    if (!allocator_.IsLive(extent)) return InvalidArgument("nvme: write to an unallocated extent");
+    blocks_.erase(extent.offset);
+  }
+  Entry entry{id, src.size(), PayloadChecksum(src), durable};
+  BlockIo plan = PlanWrite(file_->fd(), file_->data_offset() + extent.offset, src);
+  EncodeRecordHeader({id.ns, id.key, entry.payload_bytes, entry.checksum,
+                      file_->superblock().file_id},
+                     plan.header);
+  io_->Submit(plan.batch());
+  for (const IoRequest& r : plan.batch()) {
+    if (!r.status.ok()) {
+      ++io_errors_;
+      return r.status;
+    }
+  }
+  device_bytes_written_ += plan.device_bytes;
+  if (options_.sync_writes) KVTIER_RETURN_IF_ERROR(io_->Sync(file_->fd()));
+  if (durable) PutRecord(extent.offset, entry, /*access=*/false);
+  {
+    MutexLock lock(mu_);
+    blocks_[extent.offset] = entry;
+  }
+  ++writes_;
+  bytes_admitted_ += src.size();
+  return Status::Ok();
+}
+
+// Puts (or refreshes) the catalog record of the block at `offset`, unless a newer copy of the same
+// block owns the record by now (a refresh after a read).
+void NvmeTier::PutRecord(uint64_t offset, const Entry& entry, bool access) {
+  MutexLock lock(catalog_mu_);
+  auto owner = owner_.find(entry.id);
+  if (access && (owner == owner_.end() || owner->second != offset)) return;
+  owner_[entry.id] = offset;
+  CatalogRecord rec{entry.id.ns, entry.id.key, offset, entry.payload_bytes, entry.checksum,
+                    NowUnixUs()};
+  Status st = catalog_->Put(rec);
+  if (!st.ok()) {
+    ++catalog_errors_;
+    spdlog::warn("nvme: catalog put failed; the block will not survive a restart: {}",
+                 st.ToString());
+  }
+}
+
+Status NvmeTier::ReadBlock(const Extent& extent, const BlockIdentity& id,
+                           std::span<std::byte> dst) {
+  Entry expected;
+  {
+    MutexLock lock(mu_);
+    auto it = blocks_.find(extent.offset);
+    if (it == blocks_.end()) return NotFound("nvme: no block stored at this extent");
+    expected = it->second;
+  }
+  expected.id = id;  // the caller's view is the one checked against the disk
+  KVTIER_RETURN_IF_ERROR(ReadImpl(extent, expected, dst));
+  if (expected.durable && options_.record_access_on_read) PutRecord(extent.offset, expected, true);
+  return Status::Ok();
+}
+
+Status NvmeTier::Read(const Extent& extent, std::span<std::byte> dst) {
+  Entry expected;
+  {
+    MutexLock lock(mu_);
+    auto it = blocks_.find(extent.offset);
+    if (it == blocks_.end()) return NotFound("nvme: no block stored at this extent");
+    expected = it->second;
+  }
+  return ReadImpl(extent, expected, dst);
+}
+
+Status NvmeTier::ReadImpl(const Extent& extent, const Entry& expected, std::span<std::byte> dst) {
+  if (dst.size() != expected.payload_bytes) {
+    return InvalidArgument("nvme: read of " + std::to_string(dst.size()) +
+                           " bytes of a block of " + std::to_string(expected.payload_bytes));
+  }
+  BlockIo plan = PlanRead(file_->fd(), file_->data_offset() + extent.offset, dst);
+  io_->Submit(plan.batch());
+  for (const IoRequest& r : plan.batch()) {
+    if (!r.status.ok()) {
+      ++io_errors_;
+      return r.status;
+    }
+  }
+  FinishRead(plan);
+  KVTIER_RETURN_IF_ERROR(VerifyRead(extent, expected, plan.header, dst));
+  ++reads_;
+  bytes_read_ += dst.size();
+  return Status::Ok();
+}
+
+Status NvmeTier::VerifyRead(const Extent& extent, const Entry& expected,
+                            std::span<const std::byte> header, std::span<const std::byte> payload) {
+  Result<RecordHeader> h = DecodeRecordHeader(header);
+  if (!h.ok()) return ChecksumFailure(extent, h.status().message());
+  if (h->ns != expected.id.ns || h->key != expected.id.key ||
+      h->file_id != file_->superblock().file_id) {
+    return ChecksumFailure(extent, "record header names another block");
+  }
+  if (h->payload_bytes != expected.payload_bytes || h->payload_checksum != expected.checksum) {
+    return ChecksumFailure(extent, "record header disagrees with the catalog");
+  }
+  if (PayloadChecksum(payload) != expected.checksum) {
+    return ChecksumFailure(extent, "payload checksum mismatch");
+  }
+  return Status::Ok();
+}
+
+Status NvmeTier::ChecksumFailure(const Extent& extent, const std::string& why) {
+  ++checksum_failures_;
+  std::string msg = "nvme: block at " + file_->path() + " offset " +
+                    std::to_string(file_->data_offset() + extent.offset) + ": " + why;
+  spdlog::warn("{}; dropping it", msg);
+  return ChecksumMismatch(std::move(msg));
+}
+
+Status NvmeTier::Sync() {
+  KVTIER_RETURN_IF_ERROR(io_->Sync(file_->fd()));
+  return catalog_->Sync();
+}
+
+TierStats NvmeTier::Stats() const {
+  MutexLock lock(mu_);
+  return allocator_.Stats();
+}
+
+NvmeStats NvmeTier::nvme_stats() const {
+  NvmeStats s;
+  s.reads = reads_;
+  s.writes = writes_;
+  s.bytes_read = bytes_read_;
+  s.bytes_admitted = bytes_admitted_;
+  s.device_bytes_written = device_bytes_written_;
+  s.queue_depth = io_->queue_depth();
+  s.in_flight = io_->in_flight();
+  s.io_errors = io_errors_;
+  s.catalog_errors = catalog_errors_;
+  s.checksum_failures = checksum_failures_;
+  s.recovered_blocks = recovered_blocks_;
+  s.dropped_at_recovery = dropped_at_recovery_;
+  s.fixed_buffer_requests = io_->fixed_buffer_requests();
+  s.io_uring = io_->kind() == IoBackendKind::kIoUring;
+  s.direct_io = file_->direct_io();
+  return s;
+}
+
+}  // namespace kvtier::tiers::nvme
