@@ -4,6 +4,8 @@
 #include <rocksdb/options.h>
 #include <rocksdb/write_batch.h>
 
+#include <cstring>
+
 #include <spdlog/spdlog.h>
 
 namespace kvtier::tiers::nvme {
@@ -109,8 +111,13 @@ Result<std::optional<uint64_t>> Catalog::ReadMeta() {
   if (s.IsNotFound()) return std::optional<uint64_t>();
   KVTIER_RETURN_IF_ERROR(FromRocks(s, "catalog read meta"));
   Result<uint64_t> id = DecodeCatalogMeta(value);
-  if (!id.ok()) return Corruption(path_ + ": " + id.status().message());
-  return std::optional<uint64_t>(*id);
+  if (id.ok()) return std::optional<uint64_t>(*id);
+  uint32_t version = 0;
+  if (value.size() >= 4) std::memcpy(&version, value.data(), 4);
+  if (version != kFormatVersion) return Corruption(path_ + ": " + id.status().message());
+  // Damaged, but of our version: the records cannot be tied to the data file; start cold.
+  spdlog::warn("nvme: {}: {}; its records will be discarded", path_, id.status().message());
+  return std::optional<uint64_t>();
 }
 
 Status Catalog::WriteMeta(uint64_t file_id) {

@@ -64,8 +64,9 @@ class Catalog {
   // under the wrong key) is deleted and counted in `undecodable`.
   Result<Loaded> Load();
 
-  // The file_id in the meta entry; nullopt when there is none (a new catalog). kCorruption when it
-  // is damaged or of another format version (both versions named).
+  // The file_id in the meta entry; nullopt when there is none (a new catalog) or when it is damaged
+  // (logged; the caller discards the records). kCorruption when it is of another format version
+  // (both versions named): the caller refuses to start.
   Result<std::optional<uint64_t>> ReadMeta();
   // Writes the meta entry, synced.
   Status WriteMeta(uint64_t file_id);

@@ -1,6 +1,7 @@
 #include "tiers/nvme/catalog.h"
 
 #include <gtest/gtest.h>
+#include <rocksdb/db.h>
 
 #include "tiers/nvme/testing/temp_dir.h"
 
@@ -54,6 +55,40 @@ TEST(CatalogTest, DestroyRemovesEverything) {
   auto cat = Catalog::Open({.path = path});
   EXPECT_TRUE((*cat)->Load()->records.empty());
   EXPECT_TRUE(Catalog::Destroy(dir.file("never-existed")).ok());
+}
+
+TEST(CatalogTest, DamagedMetaIsAbsentButAnotherVersionIsRefused) {
+  testing::TempDir dir;
+  std::string path = dir.file("c");
+  {
+    auto cat = Catalog::Open({.path = path});
+    ASSERT_TRUE((*cat)->WriteMeta(5).ok());
+  }
+  std::string meta = EncodeCatalogMeta(5);
+  meta[10] ^= 1;
+  {
+    rocksdb::DB* raw = nullptr;
+    ASSERT_TRUE(rocksdb::DB::Open(rocksdb::Options(), path, &raw).ok());
+    ASSERT_TRUE(raw->Put(rocksdb::WriteOptions(), "meta", meta).ok());
+    delete raw;
+  }
+  {
+    auto cat = Catalog::Open({.path = path});
+    auto read = (*cat)->ReadMeta();
+    ASSERT_TRUE(read.ok());
+    EXPECT_FALSE(read->has_value());
+  }
+  meta[0] = 2;  // format version 2
+  {
+    rocksdb::DB* raw = nullptr;
+    ASSERT_TRUE(rocksdb::DB::Open(rocksdb::Options(), path, &raw).ok());
+    ASSERT_TRUE(raw->Put(rocksdb::WriteOptions(), "meta", meta).ok());
+    delete raw;
+  }
+  auto cat = Catalog::Open({.path = path});
+  Status st = (*cat)->ReadMeta().status();
+  EXPECT_EQ(st.code(), StatusCode::kCorruption);
+  EXPECT_NE(st.message().find("format version 2"), std::string::npos) << st.message();
 }
 
 TEST(CatalogTest, OpenFailureNamesThePath) {

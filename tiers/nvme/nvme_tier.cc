@@ -51,6 +51,20 @@ Status PrepareDirectory(const NvmeTier::Options& o) {
   return Status::Ok();
 }
 
+// Opens the catalog. One damaged beyond RocksDB's own recovery is a lost index, not a reason to
+// refuse to start: it is destroyed (an error in the log) and the tier starts cold.
+Result<std::unique_ptr<Catalog>> OpenCatalog(const NvmeTier::Options& o) {
+  Catalog::Options co{.path = (fs::path(o.data_dir) / NvmeTier::kCatalogDirName).string(),
+                      .env = o.catalog_env,
+                      .sync_writes = o.sync_writes};
+  Result<std::unique_ptr<Catalog>> catalog = Catalog::Open(co);
+  if (catalog.ok() || catalog.status().code() != StatusCode::kCorruption) return catalog;
+  spdlog::error("nvme: {}; discarding the catalog (the NVMe cache starts cold)",
+                catalog.status().ToString());
+  KVTIER_RETURN_IF_ERROR(Catalog::Destroy(co.path));
+  return Catalog::Open(co);
+}
+
 }  // namespace
 
 Result<std::unique_ptr<NvmeTier>> NvmeTier::Open(const Options& options,
@@ -69,10 +83,7 @@ Result<std::unique_ptr<NvmeTier>> NvmeTier::Open(const Options& options,
     Status st = backend->RegisterRegion(options.registered_region, options.registered_region_bytes);
     if (!st.ok()) spdlog::warn("nvme: zero-copy buffers unavailable: {}", st.ToString());
   }
-  KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<Catalog> catalog,
-                          Catalog::Open({.path = (dir / kCatalogDirName).string(),
-                                         .env = options.catalog_env,
-                                         .sync_writes = options.sync_writes}));
+  KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<Catalog> catalog, OpenCatalog(options));
   std::unique_ptr<NvmeTier> tier(
       new NvmeTier(options, std::move(file), std::move(backend), std::move(catalog)));
   KVTIER_RETURN_IF_ERROR(tier->Recover());
@@ -103,7 +114,12 @@ Status NvmeTier::Recover() {
     KVTIER_RETURN_IF_ERROR(catalog_->WriteMeta(file_id));
     return Status::Ok();
   }
-  KVTIER_ASSIGN_OR_RETURN(Catalog::Loaded loaded, catalog_->Load());
+  Result<Catalog::Loaded> load = catalog_->Load();
+  if (!load.ok() && load.status().code() == StatusCode::kCorruption) {
+    spdlog::error("nvme: {}; discarding the catalog's records", load.status().ToString());
+    return catalog_->DeleteAllRecords();
+  }
+  KVTIER_ASSIGN_OR_RETURN(Catalog::Loaded loaded, std::move(load));
   dropped_at_recovery_ += loaded.undecodable;
   constexpr size_t kHeadersPerBatch = 64;
   for (size_t i = 0; i < loaded.records.size(); i += kHeadersPerBatch) {

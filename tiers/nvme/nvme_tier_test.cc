@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <random>
 #include <thread>
@@ -225,6 +226,20 @@ TEST_P(NvmeTierTest, ADataFileOfAnotherVersionIsRefused) {
   EXPECT_NE(st.message().find("format version 2"), std::string::npos) << st.message();
   o.cold_start = true;
   EXPECT_TRUE(NvmeTier::Open(o).ok());
+}
+
+TEST_P(NvmeTierTest, ADamagedCatalogIsDiscardedAndTheTierStartsCold) {
+  auto o = Opts();
+  { Put(*OpenTier(o), 1, 8192); }
+  for (const auto& f : std::filesystem::directory_iterator(o.data_dir + "/catalog")) {
+    if (f.path().filename().string().rfind("MANIFEST", 0) == 0) {
+      std::ofstream(f.path(), std::ios::trunc) << "this is not a manifest";
+    }
+  }
+  auto tier = OpenTier(o);
+  ASSERT_NE(tier, nullptr);
+  EXPECT_TRUE(tier->TakeRecovered().empty());
+  Put(*tier, 2, 8192);
 }
 
 TEST_P(NvmeTierTest, CapacityAccountingIsExact) {
