@@ -59,8 +59,10 @@ NvmeTier::Options TierOptions(const std::string& dir, uint64_t capacity, uint32_
   o.data_dir = dir;
   o.capacity_bytes = capacity;
   o.io.kind = tiers::nvme::IoBackendKind::kIoUring;
-  o.io.queue_depth = 4;  // per ring: one block is a header and a payload request
-  o.io.ring_count = qd;  // one ring per thread
+  // Throughput: one ring per thread, each holding one block's header and payload requests, so
+  // qd blocks are in flight. Restart (qd 1): the default depth, as the daemon runs it.
+  o.io.queue_depth = qd > 1 ? 4 : tiers::nvme::IoBackendConfig{}.queue_depth;
+  o.io.ring_count = qd;
   o.record_access_on_read = false;
   return o;
 }

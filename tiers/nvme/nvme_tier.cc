@@ -121,7 +121,7 @@ Status NvmeTier::Recover() {
   }
   KVTIER_ASSIGN_OR_RETURN(Catalog::Loaded loaded, std::move(load));
   dropped_at_recovery_ += loaded.undecodable;
-  constexpr size_t kHeadersPerBatch = 64;
+  constexpr size_t kHeadersPerBatch = 1024;  // 4 MiB of headers per batch
   for (size_t i = 0; i < loaded.records.size(); i += kHeadersPerBatch) {
     size_t n = std::min(kHeadersPerBatch, loaded.records.size() - i);
     KVTIER_RETURN_IF_ERROR(CheckRecords(std::span(loaded.records).subspan(i, n)));
