@@ -178,6 +178,7 @@ Result<RecordHeader> DecodeRecordHeader(std::span<const std::byte> in) {
   h.payload_bytes = r.U64();
   h.payload_checksum = r.U64();
   h.file_id = r.U64();
+  if (r.U64() != 0) return ChecksumMismatch("record header has a non-zero reserved field");
   return h;
 }
 
@@ -217,7 +218,7 @@ Result<CatalogRecord> DecodeCatalogValue(std::string_view catalog_key, std::stri
   Reader r(p);
   uint32_t version = r.U32();
   if (version != kFormatVersion) return Corruption(VersionMismatch("catalog value", version));
-  r.U32();
+  if (r.U32() != 0) return Corruption("catalog value has a non-zero reserved field");
   CatalogRecord rec;
   rec.ns = r.Key<NamespaceId>();
   rec.key = r.Key<BlockKey>();
@@ -251,7 +252,7 @@ Result<uint64_t> DecodeCatalogMeta(std::string_view value) {
   if (!SealOk(p, kMetaUsed, kCatalogMetaBytes)) {
     return Corruption("catalog meta entry checksum mismatch");
   }
-  r.U32();
+  if (r.U32() != 0) return Corruption("catalog meta entry has a non-zero reserved field");
   return r.U64();
 }
 

@@ -1,9 +1,13 @@
 #include "tiers/nvme/nvme_format.h"
 
+#include <cstring>
 #include <random>
 #include <vector>
 
 #include <gtest/gtest.h>
+
+#define XXH_STATIC_LINKING_ONLY
+#include <xxhash.h>
 
 #include "tiers/nvme/aligned_buffer.h"
 
@@ -84,6 +88,24 @@ TEST(NvmeFormatTest, EveryBitFlipInARecordHeaderIsDetected) {
         << "bit " << bit;
     buf.data()[bit / 8] ^= std::byte(1 << (bit % 8));
   }
+}
+
+// Regression (found by nvme_format_fuzz): a header whose reserved field is set but whose checksum
+// was recomputed decoded, and re-encoded to different bytes. Reserved fields must be zero.
+TEST(NvmeFormatTest, ANonZeroReservedFieldIsRejectedEvenWithAValidChecksum) {
+  AlignedBuffer buf(kRecordHeaderBytes);
+  EncodeRecordHeader(SampleHeader(), buf.span());
+  buf.data()[72] = std::byte{1};
+  // Reseal as docs/nvme-format.md says: XXH3-64 of [0, 80) and [88, 4096), stored at 80.
+  XXH3_state_t state;
+  XXH3_64bits_reset(&state);
+  XXH3_64bits_update(&state, buf.data(), 80);
+  XXH3_64bits_update(&state, buf.data() + 88, kRecordHeaderBytes - 88);
+  uint64_t sum = XXH3_64bits_digest(&state);
+  std::memcpy(buf.data() + 80, &sum, 8);
+  Status st = DecodeRecordHeader(buf.span()).status();
+  EXPECT_EQ(st.code(), StatusCode::kChecksumMismatch);
+  EXPECT_NE(st.message().find("reserved"), std::string::npos) << st.message();
 }
 
 TEST(NvmeFormatTest, CatalogValueRoundTripsAndIsBoundToItsKey) {
