@@ -144,48 +144,59 @@ Status NvmeTier::Recover() {
 Status NvmeTier::CheckRecords(std::span<const CatalogRecord> records) {
   AlignedBuffer headers(records.size() * kRecordHeaderBytes);
   if (headers.data() == nullptr) return Busy("nvme: out of memory for recovery");
-  std::vector<IoRequest> reqs;
-  std::vector<bool> claimed(records.size(), false);
+  std::vector<IoRequest> reqs(records.size());  // fd -1 and status OK: not read
   {
     MutexLock lock(mu_);
     for (size_t i = 0; i < records.size(); ++i) {
-      claimed[i] = allocator_.Claim({records[i].offset, records[i].payload_bytes}).ok();
-      if (!claimed[i]) continue;
-      reqs.push_back({IoOp::kRead, file_->fd(), file_->data_offset() + records[i].offset,
-                      headers.data() + i * kRecordHeaderBytes, kRecordHeaderBytes, {}});
+      if (!allocator_.Claim({records[i].offset, records[i].payload_bytes}).ok()) continue;
+      reqs[i] = {IoOp::kRead, file_->fd(), file_->data_offset() + records[i].offset,
+                 headers.data() + i * kRecordHeaderBytes, kRecordHeaderBytes, {}};
     }
   }
-  io_->Submit(reqs);
-  size_t next_req = 0;
-  for (size_t i = 0; i < records.size(); ++i) {
-    const CatalogRecord& r = records[i];
-    bool keep = claimed[i] && reqs[next_req++].status.ok();
+  std::vector<IoRequest> to_read;
+  for (const IoRequest& r : reqs) {
+    if (r.fd >= 0) to_read.push_back(r);
+  }
+  io_->Submit(to_read);
+  for (size_t i = 0, next = 0; i < records.size(); ++i) {
+    bool claimed = reqs[i].fd >= 0;
+    bool keep = claimed && to_read[next++].status.ok() &&
+                HeaderMatches(records[i], {headers.data() + i * kRecordHeaderBytes,
+                                           kRecordHeaderBytes});
     if (keep) {
-      Result<RecordHeader> h = DecodeRecordHeader(
-          std::span(headers.data() + i * kRecordHeaderBytes, kRecordHeaderBytes));
-      keep = h.ok() && h->ns == r.ns && h->key == r.key && h->payload_bytes == r.payload_bytes &&
-             h->payload_checksum == r.payload_checksum && h->file_id == file_->superblock().file_id;
+      Adopt(records[i]);
+    } else {
+      Drop(records[i], claimed);
     }
-    if (!keep) {
-      ++dropped_at_recovery_;
-      if (claimed[i]) {
-        MutexLock lock(mu_);
-        (void)allocator_.Free({r.offset, r.payload_bytes});
-      }
-      if (!catalog_->Delete(r.ns, r.key).ok()) ++catalog_errors_;
-      continue;
-    }
-    BlockIdentity id{r.ns, r.key};
-    {
-      MutexLock lock(catalog_mu_);
-      owner_[id] = r.offset;
-    }
-    MutexLock lock(mu_);
-    blocks_[r.offset] = Entry{id, r.payload_bytes, r.payload_checksum, true};
-    recovered_.push_back({r.ns, r.key, {r.offset, r.payload_bytes}, r.payload_checksum,
-                          r.last_access_unix_us});
   }
   return Status::Ok();
+}
+
+bool NvmeTier::HeaderMatches(const CatalogRecord& r, std::span<const std::byte> header) const {
+  Result<RecordHeader> h = DecodeRecordHeader(header);
+  return h.ok() && h->ns == r.ns && h->key == r.key && h->payload_bytes == r.payload_bytes &&
+         h->payload_checksum == r.payload_checksum && h->file_id == file_->superblock().file_id;
+}
+
+void NvmeTier::Adopt(const CatalogRecord& r) {
+  BlockIdentity id{r.ns, r.key};
+  {
+    MutexLock lock(catalog_mu_);
+    owner_[id] = r.offset;
+  }
+  MutexLock lock(mu_);
+  blocks_[r.offset] = Entry{id, r.payload_bytes, r.payload_checksum, true};
+  recovered_.push_back(
+      {r.ns, r.key, {r.offset, r.payload_bytes}, r.payload_checksum, r.last_access_unix_us});
+}
+
+void NvmeTier::Drop(const CatalogRecord& r, bool claimed) {
+  ++dropped_at_recovery_;
+  if (claimed) {
+    MutexLock lock(mu_);
+    (void)allocator_.Free({r.offset, r.payload_bytes});
+  }
+  if (!catalog_->Delete(r.ns, r.key).ok()) ++catalog_errors_;
 }
 
 std::vector<RecoveredBlock> NvmeTier::TakeRecovered() {

@@ -168,6 +168,10 @@ class NvmeTier final : public Tier {
 
   Status Recover();
   Status CheckRecords(std::span<const CatalogRecord> records);
+  bool HeaderMatches(const CatalogRecord& record, std::span<const std::byte> header) const;
+  void Adopt(const CatalogRecord& record);
+  // Forgets a record that failed its checks: frees its extent if it was claimed, deletes it.
+  void Drop(const CatalogRecord& record, bool claimed);
   Status WriteImpl(const Extent& extent, const BlockIdentity& id, std::span<const std::byte> src,
                    bool durable);
   Status ReadImpl(const Extent& extent, const Entry& expected, std::span<std::byte> dst);

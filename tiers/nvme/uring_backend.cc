@@ -146,59 +146,78 @@ void FailUnfinished(std::span<IoRequest> requests, std::span<internal::IoProgres
 
 }  // namespace
 
-// Keeps up to queue_depth pieces in flight until every request has finished. Pieces to (re)submit
-// wait on `pending`; the per-batch vectors are thread-local so a batch allocates nothing once warm.
+// The state of one Submit on one ring. The vectors are thread-local, so a batch allocates nothing
+// once its thread is warm.
+struct UringBackend::BatchState {
+  std::span<IoRequest> requests;
+  std::vector<internal::IoProgress>& progress;
+  std::vector<uint32_t>& pending;  // pieces waiting to be (re)submitted
+  size_t finished = 0;
+  uint32_t in_ring = 0;
+  bool broken = false;  // the ring refused a submission: reap only
+};
+
+// Keeps up to queue_depth pieces in flight until every request has finished.
 void UringBackend::RunBatch(Ring& ring, std::span<IoRequest> requests) {
   thread_local std::vector<internal::IoProgress> progress;
   thread_local std::vector<uint32_t> pending;
   progress.assign(requests.size(), {});
   pending.clear();
   for (uint32_t i = requests.size(); i-- > 0;) pending.push_back(i);
-  size_t finished = 0;
-  uint32_t in_ring = 0;
-  bool broken = false;
+  BatchState b{requests, progress, pending};
   io_uring* r = ring.get();
-  while (finished < requests.size()) {
-    while (!broken && !pending.empty() && in_ring < queue_depth_) {
-      io_uring_sqe* sqe = io_uring_get_sqe(r);
-      if (sqe == nullptr) break;
-      uint32_t i = pending.back();
-      pending.pop_back();
-      const IoRequest& req = requests[i];
-      int fixed = FixedIndex(internal::NextBuffer(req, progress[i]),
-                             std::min(internal::Remaining(req, progress[i]), kMaxSqeBytes));
-      if (fixed >= 0) fixed_requests_.fetch_add(1, std::memory_order_relaxed);
-      Prepare(sqe, req, progress[i], fixed, i);
-      ++in_ring;
-      in_flight_.fetch_add(1, std::memory_order_relaxed);
-    }
+  while (b.finished < requests.size()) {
+    if (!b.broken) FillRing(r, b);
     io_uring_cqe* cqe = nullptr;
-    int rc = broken ? io_uring_wait_cqe(r, &cqe) : io_uring_submit_and_wait(r, 1);
+    int rc = b.broken ? io_uring_wait_cqe(r, &cqe) : io_uring_submit_and_wait(r, 1);
     if (rc < 0 && rc != -EINTR && rc != -EAGAIN && rc != -EBUSY) {
-      if (broken) {  // cannot even reap: fail what is left rather than wait for ever
+      if (b.broken) {  // cannot even reap: fail what is left rather than wait for ever
         FailUnfinished(requests, progress, rc);
-        break;
+        return;
       }
       // The ring refused a submission: send nothing more on it, fail what was not sent, and
       // still reap what was.
-      broken = true;
+      b.broken = true;
       for (uint32_t i : pending) {
         requests[i].status = TranslateIoError(-rc, requests[i], kEngine);
         progress[i].finished = true;
       }
-      finished += pending.size();
+      b.finished += pending.size();
       pending.clear();
-      if (in_ring == 0) break;
+      if (b.in_ring == 0) return;
     }
-    while (in_ring > 0 && io_uring_peek_cqe(r, &cqe) == 0) {
-      auto i = static_cast<uint32_t>(io_uring_cqe_get_data64(cqe));
-      int64_t res = internal::FilterResult(filter_.get(), requests[i], cqe->res);
-      io_uring_cqe_seen(r, cqe);
-      --in_ring;
-      in_flight_.fetch_sub(1, std::memory_order_relaxed);
-      if (internal::ApplyResult(requests[i], progress[i], res, kEngine)) ++finished;
-      else pending.push_back(i);
-    }
+    Reap(r, b);
+  }
+}
+
+// Moves pending pieces into submission entries, up to the queue depth.
+void UringBackend::FillRing(io_uring* r, BatchState& b) {
+  while (!b.pending.empty() && b.in_ring < queue_depth_) {
+    io_uring_sqe* sqe = io_uring_get_sqe(r);
+    if (sqe == nullptr) return;
+    uint32_t i = b.pending.back();
+    b.pending.pop_back();
+    const IoRequest& req = b.requests[i];
+    int fixed = FixedIndex(internal::NextBuffer(req, b.progress[i]),
+                           std::min(internal::Remaining(req, b.progress[i]), kMaxSqeBytes));
+    if (fixed >= 0) fixed_requests_.fetch_add(1, std::memory_order_relaxed);
+    Prepare(sqe, req, b.progress[i], fixed, i);
+    ++b.in_ring;
+    in_flight_.fetch_add(1, std::memory_order_relaxed);
+  }
+}
+
+// Applies every completion available now; unfinished pieces go back to pending.
+void UringBackend::Reap(io_uring* r, BatchState& b) {
+  io_uring_cqe* cqe = nullptr;
+  while (b.in_ring > 0 && io_uring_peek_cqe(r, &cqe) == 0) {
+    auto i = static_cast<uint32_t>(io_uring_cqe_get_data64(cqe));
+    int64_t res = internal::FilterResult(filter_.get(), b.requests[i], cqe->res);
+    io_uring_cqe_seen(r, cqe);
+    --b.in_ring;
+    in_flight_.fetch_sub(1, std::memory_order_relaxed);
+    if (internal::ApplyResult(b.requests[i], b.progress[i], res, kEngine)) ++b.finished;
+    else b.pending.push_back(i);
   }
 }
 

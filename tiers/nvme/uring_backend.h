@@ -45,6 +45,7 @@ class UringBackend final : public IoBackend {
 
  private:
   class Ring;
+  struct BatchState;
   struct Chunk {
     std::byte* base;
     uint64_t bytes;
@@ -54,6 +55,8 @@ class UringBackend final : public IoBackend {
 
   Ring& AcquireRing();
   void RunBatch(Ring& ring, std::span<IoRequest> requests);
+  void FillRing(io_uring* ring, BatchState& batch);
+  void Reap(io_uring* ring, BatchState& batch);
   // Index of the registered chunk holding [buffer, buffer + length), or -1.
   int FixedIndex(const std::byte* buffer, uint64_t length) const;
 
