@@ -397,4 +397,25 @@ NvmeStats NvmeTier::nvme_stats() const {
   return s;
 }
 
+void VisitNvmeStats(const NvmeStats& s,
+                    const std::function<void(std::string_view name, double value)>& visit) {
+  auto u = [&](std::string_view name, uint64_t v) { visit(name, static_cast<double>(v)); };
+  u("reads", s.reads);
+  u("writes", s.writes);
+  u("bytes_read", s.bytes_read);
+  u("bytes_admitted", s.bytes_admitted);
+  u("device_bytes_written", s.device_bytes_written);
+  visit("write_amplification", s.write_amplification());
+  u("queue_depth", s.queue_depth);
+  u("in_flight", s.in_flight);
+  u("io_errors", s.io_errors);
+  u("catalog_errors", s.catalog_errors);
+  u("checksum_failures", s.checksum_failures);
+  u("recovered_blocks", s.recovered_blocks);
+  u("dropped_at_recovery", s.dropped_at_recovery);
+  u("fixed_buffer_requests", s.fixed_buffer_requests);
+  u("io_uring", s.io_uring ? 1 : 0);
+  u("direct_io", s.direct_io ? 1 : 0);
+}
+
 }  // namespace kvtier::tiers::nvme

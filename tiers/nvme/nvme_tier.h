@@ -35,9 +35,11 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -90,6 +92,12 @@ struct NvmeStats {
     return bytes_admitted == 0 ? 0.0 : static_cast<double>(device_bytes_written) / bytes_admitted;
   }
 };
+
+// Calls visit(name, value) once per NvmeStats field, in a fixed order, with stable snake_case names
+// ("reads", "device_bytes_written", "write_amplification", ...): the one list that /metrics, INFO
+// and `kvtier stats` render, so the three views cannot drift apart.
+void VisitNvmeStats(const NvmeStats& stats,
+                    const std::function<void(std::string_view name, double value)>& visit);
 
 class NvmeTier final : public Tier {
  public:

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <random>
 #include <thread>
 #include <vector>
@@ -309,6 +310,20 @@ TEST_P(NvmeTierTest, ConcurrentWritersAndReaders) {
   for (auto& th : threads) th.join();
   EXPECT_EQ(failures.load(), 0);
   EXPECT_EQ(tier->Stats().block_count, 0u);
+}
+
+TEST(NvmeStatsTest, VisitorNamesEveryFieldOnce) {
+  NvmeStats s;
+  s.bytes_admitted = 100;
+  s.device_bytes_written = 110;
+  s.checksum_failures = 3;
+  std::map<std::string, double> seen;
+  VisitNvmeStats(s, [&](std::string_view name, double v) {
+    EXPECT_TRUE(seen.emplace(std::string(name), v).second) << name;
+  });
+  EXPECT_EQ(seen.size(), 16u);
+  EXPECT_DOUBLE_EQ(seen["write_amplification"], 1.1);
+  EXPECT_DOUBLE_EQ(seen["checksum_failures"], 3);
 }
 
 TEST(NvmeTierOptionsTest, BadOptionsAreNamed) {
