@@ -1,6 +1,8 @@
 #include "tiers/nvme/data_file.h"
 
 #include <fcntl.h>
+#include <linux/fs.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -60,7 +62,11 @@ Result<std::unique_ptr<DataFile>> DataFile::Open(const Options& options) {
   std::unique_ptr<DataFile> file(new DataFile(fd, options.path, direct));
   struct stat st {};
   if (::fstat(fd, &st) != 0) return ErrnoStatus(errno, "stat " + options.path);
-  if (st.st_size == 0) {
+  if (S_ISBLK(st.st_mode)) {
+    KVTIER_RETURN_IF_ERROR(file->OpenDevice(capacity, options.reformat));
+    return file;
+  }
+  if (st.st_size == 0 || options.reformat) {
     KVTIER_RETURN_IF_ERROR(file->Format(capacity));
     return file;
   }
@@ -77,6 +83,33 @@ Result<std::unique_ptr<DataFile>> DataFile::Open(const Options& options) {
   return file;
 }
 
+// A raw block device is never formatted unasked: it may hold something else. Only `reformat` (a
+// forced cold start) writes a superblock; otherwise it must already carry ours, of this capacity.
+Status DataFile::OpenDevice(uint64_t capacity, bool reformat) {
+  block_device_ = true;
+  uint64_t device_bytes = 0;
+  if (::ioctl(fd_, BLKGETSIZE64, &device_bytes) != 0) {
+    return ErrnoStatus(errno, "size of block device " + path_);
+  }
+  if (kSuperblockBytes + capacity > device_bytes) {
+    return InvalidArgument("nvme capacity_bytes " + std::to_string(capacity) +
+                           " does not fit block device " + path_ + " of " +
+                           std::to_string(device_bytes) + " bytes (after a 4096-byte superblock)");
+  }
+  if (reformat) {
+    KVTIER_RETURN_IF_ERROR(Format(capacity));
+  } else {
+    KVTIER_RETURN_IF_ERROR(ReadSuperblock());
+    if (superblock_.capacity_bytes != capacity) {
+      return InvalidArgument("block device " + path_ + " was formatted for " +
+                             std::to_string(superblock_.capacity_bytes) +
+                             " bytes, configured for " + std::to_string(capacity) +
+                             "; force a cold start to reformat it");
+    }
+  }
+  return Status::Ok();
+}
+
 DataFile::DataFile(int fd, std::string path, bool direct_io)
     : fd_(fd), path_(std::move(path)), direct_io_(direct_io) {}
 
@@ -86,13 +119,15 @@ DataFile::~DataFile() { ::close(fd_); }
 // synced, so a crash while formatting leaves a file that fails to open cleanly and is formatted
 // again, never one that looks valid with the wrong size.
 Status DataFile::Format(uint64_t capacity_bytes) {
-  if (::ftruncate(fd_, 0) != 0) return ErrnoStatus(errno, "truncate " + path_);
   Superblock sb;
   sb.capacity_bytes = capacity_bytes;
   sb.file_id = RandomFileId();
   sb.created_unix_us = NowUnixUs();
-  int rc = ::posix_fallocate(fd_, 0, static_cast<off_t>(sb.data_offset + capacity_bytes));
-  if (rc != 0) return ErrnoStatus(rc, "posix_fallocate " + path_);
+  if (!block_device_) {
+    if (::ftruncate(fd_, 0) != 0) return ErrnoStatus(errno, "truncate " + path_);
+    int rc = ::posix_fallocate(fd_, 0, static_cast<off_t>(sb.data_offset + capacity_bytes));
+    if (rc != 0) return ErrnoStatus(rc, "posix_fallocate " + path_);
+  }
   AlignedBuffer buf(kSuperblockBytes);
   if (buf.data() == nullptr) return Busy("nvme: out of memory for a superblock buffer");
   EncodeSuperblock(sb, buf.span());

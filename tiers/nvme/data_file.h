@@ -1,6 +1,6 @@
 // DataFile: one preallocated file that holds the NVMe tier's blocks, opened for direct I/O.
 //
-// Layout: a 4 KiB superblock (tiers/nvme/nvme_format.h, docs/nvme-format.md) and then the data
+// Layout (a file, or a raw block device from offset 0): a 4 KiB superblock (tiers/nvme/nvme_format.h, docs/nvme-format.md) and then the data
 // region, `capacity_bytes` long, where the extent allocator places blocks. The whole file is
 // allocated up front (posix_fallocate) so that writes never extend it and never meet ENOSPC from a
 // full file system later, and so that O_DIRECT writes need no metadata update.
@@ -28,9 +28,14 @@ class DataFile {
     std::string path;
     uint64_t capacity_bytes = 0;  // data region; rounded down to kBlockAlignment
     bool direct_io = true;        // false: always buffered (tests of the fallback)
+    bool reformat = false;        // format whatever is there (a forced cold start)
   };
 
-  // Opens `path`, creating and formatting it when absent. An existing file of this format keeps its
+  // Opens `path`, creating and formatting it when absent. `path` may also be a raw block device:
+  // it is then used from offset 0 without preallocation, and formatted only when `reformat` is set
+  // (a device is never overwritten unasked; until then it answers kCorruption if it does not carry
+  // a kvtier superblock, and kInvalidArgument if it carries one of another capacity or is too
+  // small). An existing file of this format keeps its
   // superblock (file_id included) so the catalog's records stay valid; one formatted with another
   // capacity is reformatted with a fresh file_id (a warning: the cold cache is lost). Errors:
   // kInvalidArgument for a capacity below two alignment units; kCorruption naming the file when it
@@ -52,10 +57,13 @@ class DataFile {
   bool direct_io() const { return direct_io_; }
   // True when Open formatted the file (new, or reformatted): nothing in it can be recovered.
   bool formatted() const { return formatted_; }
+  bool block_device() const { return block_device_; }
 
  private:
   DataFile(int fd, std::string path, bool direct_io);
 
+  // Finishes Open for a raw block device.
+  Status OpenDevice(uint64_t capacity, bool reformat);
   Status Format(uint64_t capacity_bytes);
   Status ReadSuperblock();
 
@@ -63,6 +71,7 @@ class DataFile {
   const std::string path_;
   const bool direct_io_;
   bool formatted_ = false;
+  bool block_device_ = false;
   Superblock superblock_;
 };
 

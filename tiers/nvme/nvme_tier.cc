@@ -33,22 +33,25 @@ Status ValidateOptions(const NvmeTier::Options& o) {
   return Status::Ok();
 }
 
-// Creates the directory and honours a forced cold start (option or marker file).
-Status PrepareDirectory(const NvmeTier::Options& o) {
+// Creates the directory and honours a forced cold start (option or marker file). Returns whether a
+// cold start was forced.
+Result<bool> PrepareDirectory(const NvmeTier::Options& o) {
   std::error_code ec;
   fs::create_directories(o.data_dir, ec);
   if (ec) return ErrnoStatus(ec.value(), "create nvme data_dir " + o.data_dir);
   fs::path dir(o.data_dir);
   bool marker = fs::exists(dir / NvmeTier::kColdStartMarker, ec);
-  if (!o.cold_start && !marker) return Status::Ok();
+  if (!o.cold_start && !marker) return false;
   spdlog::info("nvme: cold start requested ({}); wiping {}", marker ? "marker file" : "option",
                o.data_dir);
-  fs::remove(dir / NvmeTier::kDataFileName, ec);
-  if (ec) return ErrnoStatus(ec.value(), "remove nvme data file in " + o.data_dir);
+  if (o.data_path.empty()) {
+    fs::remove(dir / NvmeTier::kDataFileName, ec);
+    if (ec) return ErrnoStatus(ec.value(), "remove nvme data file in " + o.data_dir);
+  }  // else DataFile::Open reformats it: a device is never removed
   KVTIER_RETURN_IF_ERROR(Catalog::Destroy((dir / NvmeTier::kCatalogDirName).string()));
   fs::remove_all(dir / NvmeTier::kCatalogDirName, ec);
   if (marker) fs::remove(dir / NvmeTier::kColdStartMarker, ec);
-  return Status::Ok();
+  return true;
 }
 
 // Opens the catalog. One damaged beyond RocksDB's own recovery is a lost index, not a reason to
@@ -70,12 +73,15 @@ Result<std::unique_ptr<Catalog>> OpenCatalog(const NvmeTier::Options& o) {
 Result<std::unique_ptr<NvmeTier>> NvmeTier::Open(const Options& options,
                                                  std::unique_ptr<IoBackend> backend) {
   KVTIER_RETURN_IF_ERROR(ValidateOptions(options));
-  KVTIER_RETURN_IF_ERROR(PrepareDirectory(options));
+  KVTIER_ASSIGN_OR_RETURN(bool cold, PrepareDirectory(options));
   fs::path dir(options.data_dir);
+  std::string data_path =
+      options.data_path.empty() ? (dir / kDataFileName).string() : options.data_path;
   KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<DataFile> file,
-                          DataFile::Open({.path = (dir / kDataFileName).string(),
+                          DataFile::Open({.path = data_path,
                                           .capacity_bytes = options.capacity_bytes,
-                                          .direct_io = options.direct_io}));
+                                          .direct_io = options.direct_io,
+                                          .reformat = cold}));
   if (backend == nullptr) {
     KVTIER_ASSIGN_OR_RETURN(backend, MakeIoBackend(options.io));
   }

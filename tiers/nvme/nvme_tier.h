@@ -107,6 +107,10 @@ class NvmeTier final : public Tier {
 
   struct Options {
     std::string data_dir;         // created when missing
+    // Where the blocks go instead of <data_dir>/kvtier-nvme.data: another file, or a raw block
+    // device (used from offset 0; formatted only by a forced cold start, see DataFile::Open). The
+    // catalog always lives in data_dir.
+    std::string data_path;
     uint64_t capacity_bytes = 0;  // bytes of the data region (blocks, headers, padding)
     IoBackendConfig io;
     // The host arena (or any long-lived buffer), registered with io_uring for zero-copy transfers.

@@ -14,6 +14,7 @@
 #include <gtest/gtest.h>
 
 #include "tiers/nvme/aligned_buffer.h"
+#include "tiers/nvme/testing/loop_device.h"
 #include "tiers/nvme/testing/temp_dir.h"
 
 namespace kvtier::tiers::nvme {
@@ -241,6 +242,51 @@ TEST_P(NvmeTierTest, ADamagedCatalogIsDiscardedAndTheTierStartsCold) {
   ASSERT_NE(tier, nullptr);
   EXPECT_TRUE(tier->TakeRecovered().empty());
   Put(*tier, 2, 8192);
+}
+
+TEST_P(NvmeTierTest, DataPathPutsTheBlocksElsewhere) {
+  auto o = Opts();
+  o.data_path = dir_.file("elsewhere.data");
+  { Put(*OpenTier(o), 1, 8192); }
+  EXPECT_TRUE(std::filesystem::exists(o.data_path));
+  EXPECT_FALSE(std::filesystem::exists(o.data_dir + "/kvtier-nvme.data"));
+  auto tier = OpenTier(o);
+  ASSERT_EQ(tier->TakeRecovered().size(), 1u);
+  o.cold_start = true;
+  tier.reset();
+  EXPECT_TRUE(OpenTier(o)->TakeRecovered().empty());
+}
+
+// A raw block device (a loop device here): never formatted unasked, then a tier like any other.
+TEST_P(NvmeTierTest, RawBlockDevice) {
+  testing::LoopDevice loop(dir_.file("loop.img"), 80 * kMiB);
+  if (!loop.ok()) GTEST_SKIP() << "needs root and losetup";
+  auto o = Opts();
+  o.data_path = loop.path();
+  Status refused = NvmeTier::Open(o).status();
+  EXPECT_EQ(refused.code(), StatusCode::kCorruption) << refused.ToString();
+  o.cold_start = true;
+  std::vector<Extent> extents;
+  {
+    auto tier = OpenTier(o);
+    ASSERT_NE(tier, nullptr);
+    EXPECT_TRUE(tier->data_file().block_device());
+    for (uint64_t i = 0; i < 5; ++i) extents.push_back(Put(*tier, i, 2 * kMiB + 100));
+  }
+  o.cold_start = false;
+  auto tier = OpenTier(o);
+  ASSERT_NE(tier, nullptr);
+  auto rec = tier->TakeRecovered();
+  ASSERT_EQ(rec.size(), 5u);
+  for (const auto& b : rec) EXPECT_TRUE(ReadsBack(*tier, b.extent, b.key.high));
+  tier.reset();
+  o.capacity_bytes = 32 * kMiB;  // another capacity: refused, not silently reformatted
+  EXPECT_EQ(NvmeTier::Open(o).status().code(), StatusCode::kInvalidArgument);
+  o.capacity_bytes = 128 * kMiB;  // larger than the device
+  o.cold_start = true;
+  Status too_big = NvmeTier::Open(o).status();
+  EXPECT_EQ(too_big.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(too_big.message().find(loop.path()), std::string::npos) << too_big.message();
 }
 
 TEST_P(NvmeTierTest, CapacityAccountingIsExact) {
