@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <system_error>
 
@@ -329,9 +330,20 @@ Status NvmeTier::Read(const Extent& extent, std::span<std::byte> dst) {
 }
 
 Status NvmeTier::ReadImpl(const Extent& extent, const Entry& expected, std::span<std::byte> dst) {
-  if (dst.size() != expected.payload_bytes) {
+  if (dst.size() > expected.payload_bytes) {
     return InvalidArgument("nvme: read of " + std::to_string(dst.size()) +
                            " bytes of a block of " + std::to_string(expected.payload_bytes));
+  }
+  if (dst.size() < expected.payload_bytes) {
+    // A prefix (Tier::Read's contract): the checksum needs the whole payload, so read it all into
+    // a per-thread buffer and copy the prefix out.
+    thread_local AlignedBuffer whole;
+    if (whole.size() < expected.payload_bytes) whole = AlignedBuffer(expected.payload_bytes);
+    if (whole.data() == nullptr) return Busy("nvme: out of memory for a partial read");
+    std::span<std::byte> all(whole.data(), expected.payload_bytes);
+    KVTIER_RETURN_IF_ERROR(ReadImpl(extent, expected, all));
+    std::memcpy(dst.data(), all.data(), dst.size());
+    return Status::Ok();
   }
   BlockIo plan = PlanRead(file_->fd(), file_->data_offset() + extent.offset, dst);
   io_->Submit(plan.batch());

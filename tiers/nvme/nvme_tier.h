@@ -147,8 +147,9 @@ class NvmeTier final : public Tier {
   // extent). A catalog failure is not an error (the block is served, but lost at restart).
   Status WriteBlock(const Extent& extent, const BlockIdentity& id,
                     std::span<const std::byte> src) override;
-  // Reads block `id` into dst (dst.size() must equal the stored size). kNotFound when nothing was
-  // written at extent; kInvalidArgument for a size mismatch; kDeviceError on I/O failure;
+  // Reads block `id` into dst: the whole block, or its first dst.size() bytes (the whole block is
+  // still read and verified, through a per-thread buffer). kNotFound when nothing was written at
+  // extent; kInvalidArgument when dst is larger than the block; kDeviceError on I/O failure;
   // kChecksumMismatch when the header or payload does not check out (drop the block).
   Status ReadBlock(const Extent& extent, const BlockIdentity& id,
                    std::span<std::byte> dst) override;
