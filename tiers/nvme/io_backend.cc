@@ -101,13 +101,15 @@ int64_t FilterResult(CompletionFilter* filter, const IoRequest& request, int64_t
 
 namespace {
 
-bool IoUringDisabledBySysctl() {
+// kernel.io_uring_disabled: 0 allowed, 1 only for privileged users and io_uring_group, 2 refused
+// to everyone; -1 where the kernel has no such switch (before 6.6).
+int IoUringDisabledSysctl() {
   FILE* f = std::fopen("/proc/sys/kernel/io_uring_disabled", "r");
-  if (f == nullptr) return false;  // older kernels have no such switch
-  int value = 0;
-  bool disabled = std::fscanf(f, "%d", &value) == 1 && value != 0;
+  if (f == nullptr) return -1;
+  int value = -1;
+  if (std::fscanf(f, "%d", &value) != 1) value = -1;
   std::fclose(f);
-  return disabled;
+  return value;
 }
 
 bool IsRefusal(int err) { return err == EPERM || err == ENOSYS || err == EOPNOTSUPP; }
@@ -124,15 +126,15 @@ Result<std::unique_ptr<IoBackend>> MakeIoBackend(const IoBackendConfig& config) 
                            std::to_string(config.ring_count));
   }
   if (config.kind == IoBackendKind::kThreads) return ThreadBackend::Create(config);
-  if (config.kind == IoBackendKind::kAuto && IoUringDisabledBySysctl()) {
-    spdlog::warn("nvme: kernel.io_uring_disabled is set; using the pread/pwrite thread backend");
-    return ThreadBackend::Create(config);
-  }
+  // Ask the kernel rather than guess from the sysctl: with io_uring_disabled = 1 a privileged
+  // daemon still gets rings. The sysctl only explains a refusal in the log.
   int err = 0;
   Result<std::unique_ptr<IoBackend>> uring = UringBackend::Create(config, &err);
   if (uring.ok() || config.kind == IoBackendKind::kIoUring || !IsRefusal(err)) return uring;
-  spdlog::warn("nvme: io_uring refused ({}); using the pread/pwrite thread backend",
-               uring.status().ToString());
+  int sysctl = IoUringDisabledSysctl();
+  spdlog::warn("nvme: io_uring refused ({}{}); using the pread/pwrite thread backend",
+               uring.status().ToString(),
+               sysctl > 0 ? ", kernel.io_uring_disabled = " + std::to_string(sysctl) : "");
   return ThreadBackend::Create(config);
 }
 

@@ -12,7 +12,8 @@
 //
 // Two implementations pass the same test suite: io_uring (liburing) and a pread/pwrite thread pool.
 // MakeIoBackend() picks one from IoBackendConfig; `auto` prefers io_uring and falls back to threads
-// when the kernel refuses rings (EPERM, ENOSYS, EOPNOTSUPP, kernel.io_uring_disabled), logging why.
+// when the kernel refuses rings with EPERM, ENOSYS or EOPNOTSUPP (seccomp, old kernels, and
+// kernel.io_uring_disabled, which the log line then names), logging why.
 //
 // Registered memory: a backend may be told about one memory region (the host arena) with
 // RegisterRegion(); requests whose buffer lies inside it then go straight between the region and the

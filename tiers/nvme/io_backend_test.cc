@@ -1,7 +1,14 @@
 #include "tiers/nvme/io_backend.h"
 
 #include <fcntl.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
+
+#include <cstddef>
 
 #include <cstring>
 #include <thread>
@@ -223,6 +230,43 @@ TEST(MakeIoBackendTest, AutoGivesAWorkingBackend) {
   auto made = MakeIoBackend({});
   ASSERT_TRUE(made.ok()) << made.status().ToString();
   EXPECT_NE((*made)->kind(), IoBackendKind::kAuto);
+}
+
+// Refuses io_uring_setup with EPERM in this process, as a seccomp profile (Docker's default) or
+// kernel.io_uring_disabled does. Returns false where seccomp is unavailable.
+bool RefuseIoUringSetup() {
+  sock_filter filter[] = {
+      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, nr)),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_io_uring_setup, 0, 1),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+  };
+  sock_fprog prog{static_cast<unsigned short>(std::size(filter)), filter};
+  return ::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0 &&
+         ::prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) == 0;
+}
+
+// In a child process (the filter cannot be removed): auto falls back to threads and works;
+// io_uring asked for by name is an error.
+TEST(MakeIoBackendTest, AutoFallsBackToThreadsWhereIoUringIsRefused) {
+  pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    if (!RefuseIoUringSetup()) ::_exit(77);
+    auto named = MakeIoBackend({.kind = IoBackendKind::kIoUring});
+    if (named.ok() || named.status().code() != StatusCode::kPermissionDenied) ::_exit(1);
+    auto made = MakeIoBackend({.kind = IoBackendKind::kAuto, .queue_depth = 2});
+    if (!made.ok() || (*made)->kind() != IoBackendKind::kThreads) ::_exit(2);
+    AlignedBuffer buf(4096);
+    IoRequest r{IoOp::kRead, ::open("/proc/self/exe", O_RDONLY), 0, buf.data(), 4096, {}};
+    (*made)->Submit({&r, 1});
+    ::_exit(r.status.ok() ? 0 : 3);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status));
+  if (WEXITSTATUS(status) == 77) GTEST_SKIP() << "seccomp unavailable";
+  EXPECT_EQ(WEXITSTATUS(status), 0);
 }
 
 TEST(MakeIoBackendTest, ParsesKindNames) {
