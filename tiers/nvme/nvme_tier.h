@@ -1,12 +1,14 @@
 // NvmeTier: the cold tier. Blocks in extents of a preallocated O_DIRECT data file, named and
 // indexed in a RocksDB catalog, so the cold cache survives a restart.
 //
-// Lifecycle. NvmeTier::Open(options) prepares <data_dir>/kvtier-nvme.data and <data_dir>/catalog,
-// checks every catalog record against the record header in its extent (not the payload: that is
-// checked on every read), and keeps the blocks that pass. The owner (the store) then calls
-// TakeRecovered() once and adds those blocks to its index as NVMe-resident; until it does, their
-// extents stay allocated. A forced cold start (Options::cold_start, or a file named COLD_START in
-// the data directory, removed once honoured) wipes both first.
+// Lifecycle. NvmeTier::Open(options) prepares <data_dir>/kvtier-nvme.data (or Options::data_path:
+// another file or a raw block device) and <data_dir>/catalog, checks every catalog record against
+// the record header in its extent (not the payload: that is checked on every read), and keeps the
+// blocks that pass. The owner (the store) then calls TakeRecovered() once and adds those blocks to
+// its index as NVMe-resident. Their extents are allocated, exactly as if the store had allocated
+// and written them: it frees each one when it evicts or drops the block (a store that wants none
+// of them frees them all). A forced cold start (Options::cold_start, or a file named COLD_START in
+// the data directory, removed once honoured) wipes data and catalog first.
 //
 // Writing. WriteBlock(extent, id, src) computes the payload's XXH3-64, writes the record header
 // (identity, size, checksum) and the payload into the extent in one batch, and only when both are on
@@ -16,12 +18,13 @@
 // its checksum: wrong bytes are never returned as a block. Plain Write/Read work too, but their
 // blocks have no identity and no catalog record: they are checksummed, not durable.
 //
-// Durability contract. No fsync per block by default. A process crash loses nothing written (O_DIRECT
-// data is in the device, catalog writes are in RocksDB's log). A power cut may lose blocks written
-// since the last Sync() (or all unsynced blocks with sync_writes = false); a record that survives
-// while its data did not is dropped at open (header mismatch) or at read (payload checksum), so a
-// crash never serves wrong bytes. With sync_writes = true every WriteBlock fdatasyncs the data file
-// and syncs the catalog before it returns (slow; for tests and paranoid deployments).
+// Durability contract. No fsync per block by default. A process crash (kill -9) loses no block whose
+// WriteBlock returned (O_DIRECT data is with the device, catalog writes are in the OS). A power cut
+// may lose any block written since the last Sync(), which the store may call periodically to bound
+// the loss; a record that survives while its data did not is dropped at open (header mismatch) or
+// at read (payload checksum), so a crash never serves wrong bytes. With sync_writes = true every
+// WriteBlock fdatasyncs the data file and syncs the catalog before it returns (slow: for paranoid
+// deployments; a cache rarely needs it).
 //
 // Buffers. src/dst may be anywhere; buffers aligned to 4 KiB (host-arena slots) go straight to the
 // device, and when they lie in Options::registered_region (the host arena) io_uring uses its fixed
