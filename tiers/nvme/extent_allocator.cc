@@ -1,28 +1,40 @@
 #include "tiers/nvme/extent_allocator.h"
 
+#include <algorithm>
 #include <string>
 
 #include "tiers/nvme/nvme_format.h"
 
 namespace kvtier::tiers::nvme {
 
-ExtentAllocator::ExtentAllocator(uint64_t capacity_bytes)
-    : capacity_bytes_(capacity_bytes / kBlockAlignment * kBlockAlignment) {
-  if (capacity_bytes_ > 0) InsertFree(0, capacity_bytes_);
+ExtentAllocator::ExtentAllocator(uint64_t segment_bytes, uint32_t segments)
+    : segment_bytes_(std::max<uint64_t>(segment_bytes / kBlockAlignment, 1) * kBlockAlignment),
+      capacity_bytes_(segment_bytes / kBlockAlignment * kBlockAlignment * segments),
+      free_by_size_(segments) {
+  if (capacity_bytes_ == 0) return;
+  for (uint32_t s = 0; s < segments; ++s) InsertFree(s * segment_bytes_, segment_bytes_);
 }
 
 Result<Extent> ExtentAllocator::Allocate(uint64_t payload_bytes) {
   if (payload_bytes == 0) return InvalidArgument("nvme: allocation of 0 bytes");
-  if (payload_bytes > capacity_bytes_ || ExtentFootprint(payload_bytes) > capacity_bytes_) {
+  if (payload_bytes > segment_bytes_ || ExtentFootprint(payload_bytes) > segment_bytes_ ||
+      capacity_bytes_ == 0) {
     return Rejected("nvme: a block of " + std::to_string(payload_bytes) +
-                    " bytes does not fit a tier of " + std::to_string(capacity_bytes_));
+                    " bytes does not fit a data file of " + std::to_string(segment_bytes_));
   }
   uint64_t need = ExtentFootprint(payload_bytes);
-  auto best = free_by_size_.lower_bound({need, 0});
-  if (best == free_by_size_.end()) {
+  uint32_t segments = static_cast<uint32_t>(free_by_size_.size());
+  uint64_t offset = UINT64_MAX;
+  for (uint32_t i = 0; i < segments && offset == UINT64_MAX; ++i) {
+    uint32_t s = (next_segment_ + i) % segments;
+    auto best = free_by_size_[s].lower_bound({need, 0});
+    if (best == free_by_size_[s].end()) continue;
+    offset = best->second;
+    next_segment_ = (s + 1) % segments;
+  }
+  if (offset == UINT64_MAX) {
     return Busy("nvme: no free extent of " + std::to_string(need) + " bytes");
   }
-  uint64_t offset = best->second;
   TakeFrom(free_by_offset_.find(offset), offset, need);
   live_.emplace(offset, payload_bytes);
   used_bytes_ += payload_bytes;
@@ -33,7 +45,8 @@ Result<Extent> ExtentAllocator::Allocate(uint64_t payload_bytes) {
 Status ExtentAllocator::Claim(const Extent& extent) {
   if (extent.length == 0 || extent.offset % kBlockAlignment != 0 ||
       extent.offset >= capacity_bytes_ || extent.length > capacity_bytes_ ||
-      ExtentFootprint(extent.length) > capacity_bytes_ - extent.offset) {
+      ExtentFootprint(extent.length) > capacity_bytes_ - extent.offset ||
+      Segment(extent.offset) != Segment(extent.offset + ExtentFootprint(extent.length) - 1)) {
     return Corruption("nvme: extent " + std::to_string(extent.offset) + "+" +
                       std::to_string(extent.length) + " lies outside the data region");
   }
@@ -63,16 +76,18 @@ Status ExtentAllocator::Free(const Extent& extent) {
   used_bytes_ -= extent.length;
   reserved_bytes_ -= bytes;
   uint64_t offset = extent.offset;
-  // Coalesce with the free neighbours on both sides.
+  // Coalesce with the free neighbours on both sides, within the segment.
+  uint32_t segment = Segment(offset);
   auto next = free_by_offset_.lower_bound(offset);
-  if (next != free_by_offset_.end() && next->first == offset + bytes) {
+  if (next != free_by_offset_.end() && next->first == offset + bytes &&
+      Segment(next->first) == segment) {
     bytes += next->second;
     next = std::next(next);
     EraseFree(std::prev(next));
   }
   if (next != free_by_offset_.begin()) {
     auto prev = std::prev(next);
-    if (prev->first + prev->second == offset) {
+    if (prev->first + prev->second == offset && Segment(prev->first) == segment) {
       offset = prev->first;
       bytes += prev->second;
       EraseFree(prev);
@@ -94,16 +109,20 @@ TierStats ExtentAllocator::Stats() const {
 }
 
 uint64_t ExtentAllocator::largest_free_bytes() const {
-  return free_by_size_.empty() ? 0 : free_by_size_.rbegin()->first;
+  uint64_t largest = 0;
+  for (const auto& holes : free_by_size_) {
+    if (!holes.empty()) largest = std::max(largest, holes.rbegin()->first);
+  }
+  return largest;
 }
 
 void ExtentAllocator::InsertFree(uint64_t offset, uint64_t bytes) {
   free_by_offset_.emplace(offset, bytes);
-  free_by_size_.emplace(bytes, offset);
+  free_by_size_[Segment(offset)].emplace(bytes, offset);
 }
 
 void ExtentAllocator::EraseFree(std::map<uint64_t, uint64_t>::iterator it) {
-  free_by_size_.erase({it->second, it->first});
+  free_by_size_[Segment(it->first)].erase({it->second, it->first});
   free_by_offset_.erase(it);
 }
 

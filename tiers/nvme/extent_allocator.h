@@ -17,6 +17,11 @@
 //   can use space freed by the first. Claim() re-marks the extents of recovered blocks at start-up.
 // Cost: O(log n) per call and one map node per free hole, fine at thousands of blocks per second.
 //
+// Segments: with several data files the region is their concatenation, one equal segment per file.
+// An extent never straddles two segments (holes do not merge across a boundary), and Allocate
+// starts its search at the segment after the last one it used, so consecutive blocks go to
+// different files and their I/O runs on different devices at once.
+//
 // Offsets are relative to the start of the data region. Extent::length is the payload length the
 // caller asked for; the footprint is derived from it, so Free needs nothing else.
 //
@@ -28,6 +33,7 @@
 #include <set>
 #include <unordered_map>
 #include <utility>
+#include <vector>
 
 #include "common/status.h"
 #include "common/types.h"
@@ -37,15 +43,17 @@ namespace kvtier::tiers::nvme {
 
 class ExtentAllocator {
  public:
-  // capacity_bytes: the data region, a multiple of kBlockAlignment.
-  explicit ExtentAllocator(uint64_t capacity_bytes);
+  // segment_bytes: the size of each segment, a multiple of kBlockAlignment; the region is
+  // segments * segment_bytes. One segment by default.
+  explicit ExtentAllocator(uint64_t segment_bytes, uint32_t segments = 1);
 
-  // Errors: kInvalidArgument for 0 bytes; kRejected when the footprint exceeds the whole region;
+  // Errors: kInvalidArgument for 0 bytes; kRejected when the footprint exceeds a segment;
   // kBusy when no free hole is large enough now (free something and retry; freed neighbours merge).
   Result<Extent> Allocate(uint64_t payload_bytes);
 
   // Marks `extent` (of a block found at recovery) as in use. kCorruption when it lies outside the
-  // region, is misaligned, or overlaps an extent already in use: the caller drops that record.
+  // region, straddles two segments, is misaligned, or overlaps an extent already in use: the
+  // caller drops that record.
   Status Claim(const Extent& extent);
 
   // Returns an extent from Allocate or Claim. kInternal (nothing changes) for an extent not in use
@@ -63,6 +71,9 @@ class ExtentAllocator {
   }
 
   uint64_t free_bytes() const { return capacity_bytes_ - reserved_bytes_; }
+  uint64_t segment_bytes() const { return segment_bytes_; }
+  // The segment holding `offset`.
+  uint32_t Segment(uint64_t offset) const { return static_cast<uint32_t>(offset / segment_bytes_); }
   // The largest free hole, in bytes.
   uint64_t largest_free_bytes() const;
 
@@ -71,9 +82,12 @@ class ExtentAllocator {
   void EraseFree(std::map<uint64_t, uint64_t>::iterator it);
   void TakeFrom(std::map<uint64_t, uint64_t>::iterator hole, uint64_t offset, uint64_t bytes);
 
+  const uint64_t segment_bytes_;
   const uint64_t capacity_bytes_;
-  std::map<uint64_t, uint64_t> free_by_offset_;         // offset -> bytes, never adjacent
-  std::set<std::pair<uint64_t, uint64_t>> free_by_size_;  // (bytes, offset)
+  // offset -> bytes; two holes are adjacent only across a segment boundary.
+  std::map<uint64_t, uint64_t> free_by_offset_;
+  std::vector<std::set<std::pair<uint64_t, uint64_t>>> free_by_size_;  // per segment: (bytes, offset)
+  uint32_t next_segment_ = 0;  // where the next Allocate starts looking
   std::unordered_map<uint64_t, uint64_t> live_;         // offset -> payload bytes
   uint64_t used_bytes_ = 0;
   uint64_t reserved_bytes_ = 0;

@@ -120,5 +120,25 @@ TEST(ExtentAllocatorTest, RandomChurnKeepsExactAccounting) {
   EXPECT_EQ(a.largest_free_bytes(), 256 * kMiB);  // everything coalesced back into one hole
 }
 
+TEST(ExtentAllocatorTest, SegmentsTakeTurnsAndNeverShareAnExtent) {
+  uint64_t fp = ExtentFootprint(kMiB);
+  ExtentAllocator a(4 * fp, 3);  // three data files of four blocks each
+  EXPECT_EQ(a.Stats().capacity_bytes, 12 * fp);
+  std::vector<Extent> e;
+  for (int i = 0; i < 12; ++i) {
+    auto got = a.Allocate(kMiB);
+    ASSERT_TRUE(got.ok()) << i;
+    EXPECT_EQ(a.Segment(got->offset), static_cast<uint32_t>(i % 3)) << i;  // round robin
+    e.push_back(*got);
+  }
+  EXPECT_EQ(a.Allocate(kMiB).status().code(), StatusCode::kBusy);
+  EXPECT_EQ(a.Allocate(5 * fp).status().code(), StatusCode::kRejected);  // larger than a file
+  for (const Extent& x : e) ASSERT_TRUE(a.Free(x).ok());
+  // Everything is free again, but holes do not merge across files: at most one file's worth.
+  EXPECT_EQ(a.largest_free_bytes(), 4 * fp);
+  EXPECT_EQ(a.Claim({4 * fp - 4096, 4096}).code(), StatusCode::kCorruption);  // straddles
+  EXPECT_TRUE(a.Claim({4 * fp, 4096}).ok());
+}
+
 }  // namespace
 }  // namespace kvtier::tiers::nvme
