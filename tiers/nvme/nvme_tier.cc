@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <set>
 #include <system_error>
 
 #include <spdlog/spdlog.h>
@@ -28,6 +29,14 @@ Status ValidateOptions(const NvmeTier::Options& o) {
     return InvalidArgument("nvme capacity_bytes must be at least 8192, not " +
                            std::to_string(o.capacity_bytes));
   }
+  std::set<std::string> unique(o.data_paths.begin(), o.data_paths.end());
+  if (unique.size() != o.data_paths.size() || unique.count("") > 0) {
+    return InvalidArgument("nvme data_paths must be distinct and non-empty");
+  }
+  if (!o.data_paths.empty() && o.capacity_bytes / o.data_paths.size() < 2 * kBlockAlignment) {
+    return InvalidArgument("nvme capacity_bytes is too small for " +
+                           std::to_string(o.data_paths.size()) + " data_paths");
+  }
   if ((o.registered_region == nullptr) != (o.registered_region_bytes == 0)) {
     return InvalidArgument("nvme registered_region and registered_region_bytes go together");
   }
@@ -45,10 +54,7 @@ Result<bool> PrepareDirectory(const NvmeTier::Options& o) {
   if (!o.cold_start && !marker) return false;
   spdlog::info("nvme: cold start requested ({}); wiping {}", marker ? "marker file" : "option",
                o.data_dir);
-  if (o.data_path.empty()) {
-    fs::remove(dir / NvmeTier::kDataFileName, ec);
-    if (ec) return ErrnoStatus(ec.value(), "remove nvme data file in " + o.data_dir);
-  }  // else DataFile::Open reformats it: a device is never removed
+  // The data files are formatted afresh by DataFile::Open (a device is never removed).
   KVTIER_RETURN_IF_ERROR(Catalog::Destroy((dir / NvmeTier::kCatalogDirName).string()));
   fs::remove_all(dir / NvmeTier::kCatalogDirName, ec);
   if (marker) fs::remove(dir / NvmeTier::kColdStartMarker, ec);
@@ -75,14 +81,17 @@ Result<std::unique_ptr<NvmeTier>> NvmeTier::Open(const Options& options,
                                                  std::unique_ptr<IoBackend> backend) {
   KVTIER_RETURN_IF_ERROR(ValidateOptions(options));
   KVTIER_ASSIGN_OR_RETURN(bool cold, PrepareDirectory(options));
-  fs::path dir(options.data_dir);
-  std::string data_path =
-      options.data_path.empty() ? (dir / kDataFileName).string() : options.data_path;
-  KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<DataFile> file,
-                          DataFile::Open({.path = data_path,
-                                          .capacity_bytes = options.capacity_bytes,
-                                          .direct_io = options.direct_io,
-                                          .reformat = cold}));
+  std::vector<std::string> paths = options.data_paths;
+  if (paths.empty()) paths.push_back((fs::path(options.data_dir) / kDataFileName).string());
+  std::vector<std::unique_ptr<DataFile>> files;
+  for (const std::string& path : paths) {
+    KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<DataFile> file,
+                            DataFile::Open({.path = path,
+                                            .capacity_bytes = options.capacity_bytes / paths.size(),
+                                            .direct_io = options.direct_io,
+                                            .reformat = cold}));
+    files.push_back(std::move(file));
+  }
   if (backend == nullptr) {
     KVTIER_ASSIGN_OR_RETURN(backend, MakeIoBackend(options.io));
   }
@@ -92,18 +101,31 @@ Result<std::unique_ptr<NvmeTier>> NvmeTier::Open(const Options& options,
   }
   KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<Catalog> catalog, OpenCatalog(options));
   std::unique_ptr<NvmeTier> tier(
-      new NvmeTier(options, std::move(file), std::move(backend), std::move(catalog)));
+      new NvmeTier(options, std::move(files), std::move(backend), std::move(catalog)));
   KVTIER_RETURN_IF_ERROR(tier->Recover());
   return tier;
 }
 
-NvmeTier::NvmeTier(const Options& options, std::unique_ptr<DataFile> file,
+NvmeTier::NvmeTier(const Options& options, std::vector<std::unique_ptr<DataFile>> files,
                    std::unique_ptr<IoBackend> backend, std::unique_ptr<Catalog> catalog)
     : options_(options),
-      file_(std::move(file)),
+      files_(std::move(files)),
+      segment_bytes_(files_.front()->capacity_bytes()),
       io_(std::move(backend)),
       catalog_(std::move(catalog)),
-      allocator_(file_->capacity_bytes()) {}
+      allocator_(segment_bytes_, static_cast<uint32_t>(files_.size())) {}
+
+NvmeTier::Place NvmeTier::Locate(uint64_t offset) const {
+  const DataFile& f = *files_[offset / segment_bytes_];
+  return {&f, f.data_offset() + offset % segment_bytes_};
+}
+
+uint64_t NvmeTier::CombinedFileId() const {
+  if (files_.size() == 1) return files_.front()->superblock().file_id;
+  uint64_t id = files_.size();
+  for (const auto& f : files_) id = (id ^ f->superblock().file_id) * 0x9E3779B97F4A7C15ULL;
+  return id;
+}
 
 NvmeTier::~NvmeTier() = default;
 
@@ -111,11 +133,11 @@ NvmeTier::~NvmeTier() = default;
 // A catalog written for another formatting of the data file (or none) is emptied first.
 Status NvmeTier::Recover() {
   KVTIER_ASSIGN_OR_RETURN(std::optional<uint64_t> meta, catalog_->ReadMeta());
-  uint64_t file_id = file_->superblock().file_id;
+  uint64_t file_id = CombinedFileId();
   if (!meta.has_value() || *meta != file_id) {
     if (meta.has_value()) {
-      spdlog::warn("nvme: catalog describes another formatting of {}; starting cold",
-                   file_->path());
+      spdlog::warn("nvme: the catalog in {} describes other data files or another formatting of "
+                   "them; starting cold", options_.data_dir);
     }
     KVTIER_RETURN_IF_ERROR(catalog_->DeleteAllRecords());
     KVTIER_RETURN_IF_ERROR(catalog_->WriteMeta(file_id));
@@ -156,8 +178,9 @@ Status NvmeTier::CheckRecords(std::span<const CatalogRecord> records) {
     MutexLock lock(mu_);
     for (size_t i = 0; i < records.size(); ++i) {
       if (!allocator_.Claim({records[i].offset, records[i].payload_bytes}).ok()) continue;
-      reqs[i] = {IoOp::kRead, file_->fd(), file_->data_offset() + records[i].offset,
-                 headers.data() + i * kRecordHeaderBytes, kRecordHeaderBytes, {}};
+      Place p = Locate(records[i].offset);
+      reqs[i] = {IoOp::kRead, p.file->fd(), p.at, headers.data() + i * kRecordHeaderBytes,
+                 kRecordHeaderBytes, {}};
     }
   }
   std::vector<IoRequest> to_read;
@@ -182,7 +205,8 @@ Status NvmeTier::CheckRecords(std::span<const CatalogRecord> records) {
 bool NvmeTier::HeaderMatches(const CatalogRecord& r, std::span<const std::byte> header) const {
   Result<RecordHeader> h = DecodeRecordHeader(header);
   return h.ok() && h->ns == r.ns && h->key == r.key && h->payload_bytes == r.payload_bytes &&
-         h->payload_checksum == r.payload_checksum && h->file_id == file_->superblock().file_id;
+         h->payload_checksum == r.payload_checksum &&
+         h->file_id == Locate(r.offset).file->superblock().file_id;
 }
 
 void NvmeTier::Adopt(const CatalogRecord& r) {
@@ -263,9 +287,10 @@ Status NvmeTier::WriteImpl(const Extent& extent, const BlockIdentity& id,
     blocks_.erase(extent.offset);
   }
   Entry entry{id, src.size(), PayloadChecksum(src), durable};
-  BlockIo plan = PlanWrite(file_->fd(), file_->data_offset() + extent.offset, src);
+  Place place = Locate(extent.offset);
+  BlockIo plan = PlanWrite(place.file->fd(), place.at, src);
   EncodeRecordHeader({id.ns, id.key, entry.payload_bytes, entry.checksum,
-                      file_->superblock().file_id},
+                      place.file->superblock().file_id},
                      plan.header);
   io_->Submit(plan.batch());
   for (const IoRequest& r : plan.batch()) {
@@ -275,7 +300,7 @@ Status NvmeTier::WriteImpl(const Extent& extent, const BlockIdentity& id,
     }
   }
   device_bytes_written_ += plan.device_bytes;
-  if (options_.sync_writes) KVTIER_RETURN_IF_ERROR(io_->Sync(file_->fd()));
+  if (options_.sync_writes) KVTIER_RETURN_IF_ERROR(io_->Sync(place.file->fd()));
   if (durable) PutRecord(extent.offset, entry, /*access=*/false);
   {
     MutexLock lock(mu_);
@@ -345,7 +370,8 @@ Status NvmeTier::ReadImpl(const Extent& extent, const Entry& expected, std::span
     std::memcpy(dst.data(), all.data(), dst.size());
     return Status::Ok();
   }
-  BlockIo plan = PlanRead(file_->fd(), file_->data_offset() + extent.offset, dst);
+  Place place = Locate(extent.offset);
+  BlockIo plan = PlanRead(place.file->fd(), place.at, dst);
   io_->Submit(plan.batch());
   for (const IoRequest& r : plan.batch()) {
     if (!r.status.ok()) {
@@ -365,7 +391,7 @@ Status NvmeTier::VerifyRead(const Extent& extent, const Entry& expected,
   Result<RecordHeader> h = DecodeRecordHeader(header);
   if (!h.ok()) return ChecksumFailure(extent, h.status().message());
   if (h->ns != expected.id.ns || h->key != expected.id.key ||
-      h->file_id != file_->superblock().file_id) {
+      h->file_id != Locate(extent.offset).file->superblock().file_id) {
     return ChecksumFailure(extent, "record header names another block");
   }
   if (h->payload_bytes != expected.payload_bytes || h->payload_checksum != expected.checksum) {
@@ -379,14 +405,15 @@ Status NvmeTier::VerifyRead(const Extent& extent, const Entry& expected,
 
 Status NvmeTier::ChecksumFailure(const Extent& extent, const std::string& why) {
   ++checksum_failures_;
-  std::string msg = "nvme: block at " + file_->path() + " offset " +
-                    std::to_string(file_->data_offset() + extent.offset) + ": " + why;
+  Place place = Locate(extent.offset);
+  std::string msg = "nvme: block at " + place.file->path() + " offset " +
+                    std::to_string(place.at) + ": " + why;
   spdlog::warn("{}; dropping it", msg);
   return ChecksumMismatch(std::move(msg));
 }
 
 Status NvmeTier::Sync() {
-  KVTIER_RETURN_IF_ERROR(io_->Sync(file_->fd()));
+  for (const auto& f : files_) KVTIER_RETURN_IF_ERROR(io_->Sync(f->fd()));
   return catalog_->Sync();
 }
 
@@ -411,7 +438,8 @@ NvmeStats NvmeTier::nvme_stats() const {
   s.dropped_at_recovery = dropped_at_recovery_;
   s.fixed_buffer_requests = io_->fixed_buffer_requests();
   s.io_uring = io_->kind() == IoBackendKind::kIoUring;
-  s.direct_io = file_->direct_io();
+  s.direct_io = std::all_of(files_.begin(), files_.end(),
+                            [](const auto& f) { return f->direct_io(); });
   return s;
 }
 

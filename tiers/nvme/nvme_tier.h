@@ -1,8 +1,8 @@
 // NvmeTier: the cold tier. Blocks in extents of a preallocated O_DIRECT data file, named and
 // indexed in a RocksDB catalog, so the cold cache survives a restart.
 //
-// Lifecycle. NvmeTier::Open(options) prepares <data_dir>/kvtier-nvme.data (or Options::data_path:
-// another file or a raw block device) and <data_dir>/catalog, checks every catalog record against
+// Lifecycle. NvmeTier::Open(options) prepares <data_dir>/kvtier-nvme.data (or Options::data_paths:
+// files or raw block devices, one per drive) and <data_dir>/catalog, checks every catalog record against
 // the record header in its extent (not the payload: that is checked on every read), and keeps the
 // blocks that pass. The owner (the store) then calls TakeRecovered() once and adds those blocks to
 // its index as NVMe-resident. Their extents are allocated, exactly as if the store had allocated
@@ -110,10 +110,11 @@ class NvmeTier final : public Tier {
 
   struct Options {
     std::string data_dir;         // created when missing
-    // Where the blocks go instead of <data_dir>/kvtier-nvme.data: another file, or a raw block
-    // device (used from offset 0; formatted only by a forced cold start, see DataFile::Open). The
-    // catalog always lives in data_dir.
-    std::string data_path;
+    // Where the blocks go instead of <data_dir>/kvtier-nvme.data: files or raw block devices (used
+    // from offset 0; formatted only by a forced cold start, see DataFile::Open), typically one per
+    // drive. capacity_bytes is split equally between them; consecutive blocks go to different ones.
+    // The catalog always lives in data_dir. Changing the list starts the tier cold.
+    std::vector<std::string> data_paths;
     uint64_t capacity_bytes = 0;  // bytes of the data region (blocks, headers, padding)
     IoBackendConfig io;
     // The host arena (or any long-lived buffer), registered with io_uring for zero-copy transfers.
@@ -169,7 +170,8 @@ class NvmeTier final : public Tier {
   uint64_t invalid_free_count() const { return invalid_frees_.load(std::memory_order_relaxed); }
 
   Catalog& catalog_for_testing() { return *catalog_; }
-  const DataFile& data_file() const { return *file_; }
+  const DataFile& data_file(size_t i = 0) const { return *files_[i]; }
+  size_t data_file_count() const { return files_.size(); }
 
  private:
   struct Entry {
@@ -179,8 +181,18 @@ class NvmeTier final : public Tier {
     bool durable = false;  // has a catalog record
   };
 
-  NvmeTier(const Options& options, std::unique_ptr<DataFile> file,
+  // The data file holding region offset `offset`, and the file offset of it.
+  struct Place {
+    const DataFile* file;
+    uint64_t at;
+  };
+
+  NvmeTier(const Options& options, std::vector<std::unique_ptr<DataFile>> files,
            std::unique_ptr<IoBackend> backend, std::unique_ptr<Catalog> catalog);
+
+  Place Locate(uint64_t offset) const;
+  // The id the catalog's meta entry records: the data file's, or a combination of all of them.
+  uint64_t CombinedFileId() const;
 
   Status Recover();
   Status CheckRecords(std::span<const CatalogRecord> records);
@@ -197,7 +209,8 @@ class NvmeTier final : public Tier {
   Status ChecksumFailure(const Extent& extent, const std::string& why);
 
   const Options options_;
-  const std::unique_ptr<DataFile> file_;
+  const std::vector<std::unique_ptr<DataFile>> files_;  // equal capacities: one segment each
+  const uint64_t segment_bytes_;
   const std::unique_ptr<IoBackend> io_;
   const std::unique_ptr<Catalog> catalog_;
 

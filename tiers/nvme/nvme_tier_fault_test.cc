@@ -181,7 +181,7 @@ struct Live {
 };
 
 // One run: random writes, frees, syncs and catalog flushes, then a power cut and a reopen.
-void PowerCutRun(uint64_t seed, testing::RevertMode mode, IoBackendKind kind) {
+void PowerCutRun(uint64_t seed, testing::RevertMode mode, IoBackendKind kind, int files = 1) {
   SCOPED_TRACE("seed " + std::to_string(seed));
   testing::TempDir dir;
   auto fs = std::make_shared<testing::DropUnsyncedFs>(rocksdb::FileSystem::Default());
@@ -189,6 +189,9 @@ void PowerCutRun(uint64_t seed, testing::RevertMode mode, IoBackendKind kind) {
   auto journal = std::make_shared<testing::PowerCutJournal>();
   NvmeTier::Options o = Opts(dir.path(), kind);
   o.capacity_bytes = 16 * kMiB;  // small, so freed extents are reused
+  for (int f = 0; f < files && files > 1; ++f) {
+    o.data_paths.push_back(dir.file("data-" + std::to_string(f)));
+  }
   o.catalog_env = env.get();
   std::map<uint64_t, Live> live;
   std::mt19937_64 rng(seed);
@@ -260,6 +263,12 @@ TEST(NvmeTierPowerCutTest, UnsyncedDataIsDroppedNeverServed) {
 TEST(NvmeTierPowerCutTest, EverythingUnsyncedLost) {
   for (uint64_t seed = 21; seed <= 26; ++seed) {
     PowerCutRun(seed, testing::RevertMode::kAll, IoBackendKind::kIoUring);
+  }
+}
+
+TEST(NvmeTierPowerCutTest, SeveralDataFiles) {
+  for (uint64_t seed = 41; seed <= 46; ++seed) {
+    PowerCutRun(seed, testing::RevertMode::kRandom, IoBackendKind::kIoUring, 3);
   }
 }
 

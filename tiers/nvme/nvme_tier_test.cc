@@ -260,9 +260,9 @@ TEST_P(NvmeTierTest, ADamagedCatalogIsDiscardedAndTheTierStartsCold) {
 
 TEST_P(NvmeTierTest, DataPathPutsTheBlocksElsewhere) {
   auto o = Opts();
-  o.data_path = dir_.file("elsewhere.data");
+  o.data_paths = {dir_.file("elsewhere.data")};
   { Put(*OpenTier(o), 1, 8192); }
-  EXPECT_TRUE(std::filesystem::exists(o.data_path));
+  EXPECT_TRUE(std::filesystem::exists(o.data_paths[0]));
   EXPECT_FALSE(std::filesystem::exists(o.data_dir + "/kvtier-nvme.data"));
   auto tier = OpenTier(o);
   ASSERT_EQ(tier->TakeRecovered().size(), 1u);
@@ -271,12 +271,42 @@ TEST_P(NvmeTierTest, DataPathPutsTheBlocksElsewhere) {
   EXPECT_TRUE(OpenTier(o)->TakeRecovered().empty());
 }
 
+TEST_P(NvmeTierTest, SeveralDataFilesShareTheBlocksAndTheRestart) {
+  auto o = Opts(3 * 8 * kMiB);
+  o.data_paths = {dir_.file("a.data"), dir_.file("b.data"), dir_.file("c.data")};
+  std::vector<Extent> extents;
+  {
+    auto tier = OpenTier(o);
+    ASSERT_EQ(tier->data_file_count(), 3u);
+    EXPECT_EQ(tier->Stats().capacity_bytes, 24 * kMiB);
+    for (uint64_t i = 0; i < 9; ++i) extents.push_back(Put(*tier, i, kMiB));
+    for (uint64_t i = 0; i < 9; ++i) {
+      EXPECT_EQ(extents[i].offset / (8 * kMiB), i % 3) << "block " << i << " not striped";
+    }
+    EXPECT_EQ(tier->Allocate(8 * kMiB).status().code(), StatusCode::kRejected);  // > one file
+  }
+  {
+    auto tier = OpenTier(o);
+    auto rec = tier->TakeRecovered();
+    ASSERT_EQ(rec.size(), 9u);
+    for (const auto& b : rec) {
+      EXPECT_EQ(b.extent, extents[b.key.high]);
+      EXPECT_TRUE(ReadsBack(*tier, b.extent, b.key.high));
+    }
+  }
+  o.data_paths.pop_back();  // another set of files: the catalog no longer applies
+  o.capacity_bytes = 2 * 8 * kMiB;
+  EXPECT_TRUE(OpenTier(o)->TakeRecovered().empty());
+  o.data_paths = {dir_.file("a.data"), dir_.file("a.data")};
+  EXPECT_EQ(NvmeTier::Open(o).status().code(), StatusCode::kInvalidArgument);
+}
+
 // A raw block device (a loop device here): never formatted unasked, then a tier like any other.
 TEST_P(NvmeTierTest, RawBlockDevice) {
   testing::LoopDevice loop(dir_.file("loop.img"), 80 * kMiB);
   if (!loop.ok()) GTEST_SKIP() << "needs root and losetup";
   auto o = Opts();
-  o.data_path = loop.path();
+  o.data_paths = {loop.path()};
   Status refused = NvmeTier::Open(o).status();
   EXPECT_EQ(refused.code(), StatusCode::kCorruption) << refused.ToString();
   o.cold_start = true;
