@@ -15,13 +15,14 @@ if(KVTIER_SANITIZE)
   add_link_options(-fsanitize=${_kvtier_san})
 endif()
 
-# kvtier_test(NAME SOURCES... [LIBS libs...] [LABELS labels...]) adds a GoogleTest binary and
-# registers each of its tests with ctest.
+# kvtier_test(NAME SOURCES... [LIBS libs...] [LABELS labels...] [PREFIX prefix]) adds a GoogleTest
+# binary and registers each of its tests with ctest, named PREFIX + suite.test (so a module's tests
+# can be picked with `ctest -R <prefix>`).
 function(kvtier_test name)
   if(NOT KVTIER_BUILD_TESTS)
     return()
   endif()
-  cmake_parse_arguments(ARG "" "" "LIBS;LABELS" ${ARGN})
+  cmake_parse_arguments(ARG "" "PREFIX" "LIBS;LABELS" ${ARGN})
   add_executable(${name} ${ARG_UNPARSED_ARGUMENTS})
   target_link_libraries(${name} PRIVATE ${ARG_LIBS} GTest::gmock GTest::gtest_main kvtier_build_flags)
   set_target_properties(${name} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
@@ -32,5 +33,5 @@ function(kvtier_test name)
   if(ARG_LABELS)
     list(GET ARG_LABELS 0 label)
   endif()
-  gtest_discover_tests(${name} PROPERTIES LABELS "${label}" DISCOVERY_TIMEOUT 60)
+  gtest_discover_tests(${name} TEST_PREFIX "${ARG_PREFIX}" PROPERTIES LABELS "${label}" DISCOVERY_TIMEOUT 60)
 endfunction()

@@ -25,6 +25,7 @@ namespace kvtier::tiers {
 struct BlockIdentity {
   NamespaceId ns;
   BlockKey key;
+  bool operator==(const BlockIdentity&) const = default;
 };
 
 struct TierStats {

@@ -1,0 +1,155 @@
+#include "tiers/nvme/data_file.h"
+
+#include <fcntl.h>
+#include <linux/fs.h>
+#include <sys/ioctl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <random>
+
+#include <spdlog/spdlog.h>
+
+#include "tiers/nvme/aligned_buffer.h"
+
+namespace kvtier::tiers::nvme {
+namespace {
+
+uint64_t NowUnixUs() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+uint64_t RandomFileId() {
+  std::random_device rd;
+  uint64_t id = (uint64_t{rd()} << 32) ^ rd() ^ NowUnixUs();
+  return id == 0 ? 1 : id;
+}
+
+// Opens with O_DIRECT when asked and accepted; *direct says what was obtained.
+Result<int> OpenFile(const std::string& path, bool want_direct, bool* direct) {
+  int flags = O_RDWR | O_CREAT | O_CLOEXEC;
+  if (want_direct) {
+    int fd = ::open(path.c_str(), flags | O_DIRECT, 0600);
+    if (fd >= 0) {
+      *direct = true;
+      return fd;
+    }
+    if (errno != EINVAL) return ErrnoStatus(errno, "open " + path);
+    spdlog::warn("nvme: {} refuses O_DIRECT; using buffered I/O (the page cache will also hold "
+                 "NVMe blocks)", path);
+  }
+  *direct = false;
+  int fd = ::open(path.c_str(), flags, 0600);
+  if (fd < 0) return ErrnoStatus(errno, "open " + path);
+  return fd;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<DataFile>> DataFile::Open(const Options& options) {
+  uint64_t capacity = options.capacity_bytes / kBlockAlignment * kBlockAlignment;
+  if (capacity < 2 * kBlockAlignment) {
+    return InvalidArgument("nvme capacity_bytes must be at least " +
+                           std::to_string(2 * kBlockAlignment) + ", not " +
+                           std::to_string(options.capacity_bytes));
+  }
+  bool direct = false;
+  KVTIER_ASSIGN_OR_RETURN(int fd, OpenFile(options.path, options.direct_io, &direct));
+  std::unique_ptr<DataFile> file(new DataFile(fd, options.path, direct));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) return ErrnoStatus(errno, "stat " + options.path);
+  if (S_ISBLK(st.st_mode)) {
+    KVTIER_RETURN_IF_ERROR(file->OpenDevice(capacity, options.reformat));
+    return file;
+  }
+  if (st.st_size == 0 || options.reformat) {
+    KVTIER_RETURN_IF_ERROR(file->Format(capacity));
+    return file;
+  }
+  KVTIER_RETURN_IF_ERROR(file->ReadSuperblock());
+  if (file->superblock_.capacity_bytes != capacity) {
+    spdlog::warn("nvme: {} was formatted for {} bytes, configured for {}; reformatting (the cold "
+                 "cache starts empty)", options.path, file->superblock_.capacity_bytes, capacity);
+    KVTIER_RETURN_IF_ERROR(file->Format(capacity));
+  } else if (static_cast<uint64_t>(st.st_size) < file->data_offset() + capacity) {
+    // A truncated file: grow it back; records beyond the old end fail their header check.
+    int rc = ::posix_fallocate(fd, 0, static_cast<off_t>(file->data_offset() + capacity));
+    if (rc != 0) return ErrnoStatus(rc, "posix_fallocate " + options.path);
+  }
+  return file;
+}
+
+// A raw block device is never formatted unasked: it may hold something else. Only `reformat` (a
+// forced cold start) writes a superblock; otherwise it must already carry ours, of this capacity.
+Status DataFile::OpenDevice(uint64_t capacity, bool reformat) {
+  block_device_ = true;
+  uint64_t device_bytes = 0;
+  if (::ioctl(fd_, BLKGETSIZE64, &device_bytes) != 0) {
+    return ErrnoStatus(errno, "size of block device " + path_);
+  }
+  if (kSuperblockBytes + capacity > device_bytes) {
+    return InvalidArgument("nvme capacity_bytes " + std::to_string(capacity) +
+                           " does not fit block device " + path_ + " of " +
+                           std::to_string(device_bytes) + " bytes (after a 4096-byte superblock)");
+  }
+  if (reformat) {
+    KVTIER_RETURN_IF_ERROR(Format(capacity));
+  } else {
+    KVTIER_RETURN_IF_ERROR(ReadSuperblock());
+    if (superblock_.capacity_bytes != capacity) {
+      return InvalidArgument("block device " + path_ + " was formatted for " +
+                             std::to_string(superblock_.capacity_bytes) +
+                             " bytes, configured for " + std::to_string(capacity) +
+                             "; force a cold start to reformat it");
+    }
+  }
+  return Status::Ok();
+}
+
+DataFile::DataFile(int fd, std::string path, bool direct_io)
+    : fd_(fd), path_(std::move(path)), direct_io_(direct_io) {}
+
+DataFile::~DataFile() { ::close(fd_); }
+
+// Writes a fresh superblock after allocating the whole file. The superblock goes last and is
+// synced, so a crash while formatting leaves a file that fails to open cleanly and is formatted
+// again, never one that looks valid with the wrong size.
+Status DataFile::Format(uint64_t capacity_bytes) {
+  Superblock sb;
+  sb.capacity_bytes = capacity_bytes;
+  sb.file_id = RandomFileId();
+  sb.created_unix_us = NowUnixUs();
+  if (!block_device_) {
+    if (::ftruncate(fd_, 0) != 0) return ErrnoStatus(errno, "truncate " + path_);
+    int rc = ::posix_fallocate(fd_, 0, static_cast<off_t>(sb.data_offset + capacity_bytes));
+    if (rc != 0) return ErrnoStatus(rc, "posix_fallocate " + path_);
+  }
+  AlignedBuffer buf(kSuperblockBytes);
+  if (buf.data() == nullptr) return Busy("nvme: out of memory for a superblock buffer");
+  EncodeSuperblock(sb, buf.span());
+  if (::pwrite(fd_, buf.data(), kSuperblockBytes, 0) != static_cast<ssize_t>(kSuperblockBytes)) {
+    return ErrnoStatus(errno == 0 ? EIO : errno, "write superblock of " + path_);
+  }
+  if (::fdatasync(fd_) != 0) return ErrnoStatus(errno, "fdatasync " + path_);
+  superblock_ = sb;
+  formatted_ = true;
+  return Status::Ok();
+}
+
+Status DataFile::ReadSuperblock() {
+  AlignedBuffer buf(kSuperblockBytes);
+  if (buf.data() == nullptr) return Busy("nvme: out of memory for a superblock buffer");
+  ssize_t n = ::pread(fd_, buf.data(), kSuperblockBytes, 0);
+  if (n < 0) return ErrnoStatus(errno, "read superblock of " + path_);
+  if (n != static_cast<ssize_t>(kSuperblockBytes)) {
+    return Corruption(path_ + " is too short to be a kvtier NVMe data file");
+  }
+  KVTIER_ASSIGN_OR_RETURN(superblock_, DecodeSuperblock(buf.span(), path_));
+  return Status::Ok();
+}
+
+}  // namespace kvtier::tiers::nvme

@@ -1,0 +1,97 @@
+#include "tiers/nvme/data_file.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include "tiers/nvme/aligned_buffer.h"
+#include "tiers/nvme/testing/temp_dir.h"
+
+namespace kvtier::tiers::nvme {
+namespace {
+
+constexpr uint64_t kCapacity = 8 << 20;
+
+TEST(DataFileTest, CreatesPreallocatesAndReopensWithTheSameIdentity) {
+  testing::TempDir dir;
+  std::string path = dir.file("d");
+  uint64_t file_id = 0;
+  {
+    auto f = DataFile::Open({.path = path, .capacity_bytes = kCapacity});
+    ASSERT_TRUE(f.ok()) << f.status().ToString();
+    EXPECT_TRUE((*f)->formatted());
+    EXPECT_EQ((*f)->capacity_bytes(), kCapacity);
+    file_id = (*f)->superblock().file_id;
+    struct stat st {};
+    ASSERT_EQ(::fstat((*f)->fd(), &st), 0);
+    EXPECT_EQ(static_cast<uint64_t>(st.st_size), kCapacity + kSuperblockBytes);
+    EXPECT_GE(static_cast<uint64_t>(st.st_blocks) * 512, kCapacity);  // really allocated
+  }
+  auto again = DataFile::Open({.path = path, .capacity_bytes = kCapacity});
+  ASSERT_TRUE(again.ok());
+  EXPECT_FALSE((*again)->formatted());
+  EXPECT_EQ((*again)->superblock().file_id, file_id);
+}
+
+TEST(DataFileTest, UsesDirectIoWhereTheFileSystemAllowsIt) {
+  testing::TempDir dir;
+  auto f = DataFile::Open({.path = dir.file("d"), .capacity_bytes = kCapacity});
+  ASSERT_TRUE(f.ok());
+  int flags = ::fcntl((*f)->fd(), F_GETFL);
+  EXPECT_EQ((flags & O_DIRECT) != 0, (*f)->direct_io());
+  auto buffered =
+      DataFile::Open({.path = dir.file("b"), .capacity_bytes = kCapacity, .direct_io = false});
+  ASSERT_TRUE(buffered.ok());
+  EXPECT_FALSE((*buffered)->direct_io());
+}
+
+TEST(DataFileTest, ANewCapacityReformatsWithAFreshIdentity) {
+  testing::TempDir dir;
+  uint64_t first = (*DataFile::Open({.path = dir.file("d"), .capacity_bytes = kCapacity}))
+                       ->superblock()
+                       .file_id;
+  auto f = DataFile::Open({.path = dir.file("d"), .capacity_bytes = 2 * kCapacity});
+  ASSERT_TRUE(f.ok());
+  EXPECT_TRUE((*f)->formatted());
+  EXPECT_NE((*f)->superblock().file_id, first);
+  EXPECT_EQ((*f)->capacity_bytes(), 2 * kCapacity);
+}
+
+TEST(DataFileTest, AnotherVersionIsRefusedWithBothVersionsNamed) {
+  testing::TempDir dir;
+  std::string path = dir.file("d");
+  { ASSERT_TRUE(DataFile::Open({.path = path, .capacity_bytes = kCapacity}).ok()); }
+  int fd = ::open(path.c_str(), O_RDWR);
+  AlignedBuffer sb(kSuperblockBytes);
+  EncodeSuperblock({.format_version = 9, .capacity_bytes = kCapacity, .file_id = 5}, sb.span());
+  ASSERT_EQ(::pwrite(fd, sb.data(), kSuperblockBytes, 0), static_cast<ssize_t>(kSuperblockBytes));
+  ::close(fd);
+  Status st = DataFile::Open({.path = path, .capacity_bytes = kCapacity}).status();
+  EXPECT_EQ(st.code(), StatusCode::kCorruption);
+  EXPECT_NE(st.message().find(path + " has format version 9, this build reads version 1"),
+            std::string::npos)
+      << st.message();
+}
+
+TEST(DataFileTest, AForeignFileIsRefused) {
+  testing::TempDir dir;
+  std::string path = dir.file("d");
+  int fd = ::open(path.c_str(), O_RDWR | O_CREAT, 0600);
+  ASSERT_EQ(::write(fd, "hello, world", 12), 12);
+  ::close(fd);
+  Status st = DataFile::Open({.path = path, .capacity_bytes = kCapacity}).status();
+  EXPECT_EQ(st.code(), StatusCode::kCorruption);
+  EXPECT_NE(st.message().find(path), std::string::npos);
+}
+
+TEST(DataFileTest, TinyCapacityIsRejectedByName) {
+  testing::TempDir dir;
+  Status st = DataFile::Open({.path = dir.file("d"), .capacity_bytes = 4096}).status();
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("capacity_bytes"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace kvtier::tiers::nvme

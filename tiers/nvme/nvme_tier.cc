@@ -1,0 +1,467 @@
+#include "tiers/nvme/nvme_tier.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <set>
+#include <system_error>
+
+#include <spdlog/spdlog.h>
+
+#include "tiers/nvme/block_io.h"
+#include "tiers/nvme/nvme_format.h"
+
+namespace kvtier::tiers::nvme {
+namespace {
+
+namespace fs = std::filesystem;
+
+uint64_t NowUnixUs() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+Status ValidateOptions(const NvmeTier::Options& o) {
+  if (o.data_dir.empty()) return InvalidArgument("nvme data_dir must not be empty");
+  if (o.capacity_bytes < 2 * kBlockAlignment) {
+    return InvalidArgument("nvme capacity_bytes must be at least 8192, not " +
+                           std::to_string(o.capacity_bytes));
+  }
+  std::set<std::string> unique(o.data_paths.begin(), o.data_paths.end());
+  if (unique.size() != o.data_paths.size() || unique.count("") > 0) {
+    return InvalidArgument("nvme data_paths must be distinct and non-empty");
+  }
+  if (!o.data_paths.empty() && o.capacity_bytes / o.data_paths.size() < 2 * kBlockAlignment) {
+    return InvalidArgument("nvme capacity_bytes is too small for " +
+                           std::to_string(o.data_paths.size()) + " data_paths");
+  }
+  if ((o.registered_region == nullptr) != (o.registered_region_bytes == 0)) {
+    return InvalidArgument("nvme registered_region and registered_region_bytes go together");
+  }
+  return Status::Ok();
+}
+
+// Creates the directory and honours a forced cold start (option or marker file). Returns whether a
+// cold start was forced.
+Result<bool> PrepareDirectory(const NvmeTier::Options& o) {
+  std::error_code ec;
+  fs::create_directories(o.data_dir, ec);
+  if (ec) return ErrnoStatus(ec.value(), "create nvme data_dir " + o.data_dir);
+  fs::path dir(o.data_dir);
+  bool marker = fs::exists(dir / NvmeTier::kColdStartMarker, ec);
+  if (!o.cold_start && !marker) return false;
+  spdlog::info("nvme: cold start requested ({}); wiping {}", marker ? "marker file" : "option",
+               o.data_dir);
+  // The data files are formatted afresh by DataFile::Open (a device is never removed).
+  KVTIER_RETURN_IF_ERROR(Catalog::Destroy((dir / NvmeTier::kCatalogDirName).string()));
+  fs::remove_all(dir / NvmeTier::kCatalogDirName, ec);
+  if (marker) fs::remove(dir / NvmeTier::kColdStartMarker, ec);
+  return true;
+}
+
+// Opens the catalog. One damaged beyond RocksDB's own recovery is a lost index, not a reason to
+// refuse to start: it is destroyed (an error in the log) and the tier starts cold.
+Result<std::unique_ptr<Catalog>> OpenCatalog(const NvmeTier::Options& o) {
+  Catalog::Options co{.path = (fs::path(o.data_dir) / NvmeTier::kCatalogDirName).string(),
+                      .env = o.catalog_env,
+                      .sync_writes = o.sync_writes};
+  Result<std::unique_ptr<Catalog>> catalog = Catalog::Open(co);
+  if (catalog.ok() || catalog.status().code() != StatusCode::kCorruption) return catalog;
+  spdlog::error("nvme: {}; discarding the catalog (the NVMe cache starts cold)",
+                catalog.status().ToString());
+  KVTIER_RETURN_IF_ERROR(Catalog::Destroy(co.path));
+  return Catalog::Open(co);
+}
+
+}  // namespace
+
+Result<std::unique_ptr<NvmeTier>> NvmeTier::Open(const Options& options,
+                                                 std::unique_ptr<IoBackend> backend) {
+  KVTIER_RETURN_IF_ERROR(ValidateOptions(options));
+  KVTIER_ASSIGN_OR_RETURN(bool cold, PrepareDirectory(options));
+  std::vector<std::string> paths = options.data_paths;
+  if (paths.empty()) paths.push_back((fs::path(options.data_dir) / kDataFileName).string());
+  std::vector<std::unique_ptr<DataFile>> files;
+  for (const std::string& path : paths) {
+    KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<DataFile> file,
+                            DataFile::Open({.path = path,
+                                            .capacity_bytes = options.capacity_bytes / paths.size(),
+                                            .direct_io = options.direct_io,
+                                            .reformat = cold}));
+    files.push_back(std::move(file));
+  }
+  if (backend == nullptr) {
+    KVTIER_ASSIGN_OR_RETURN(backend, MakeIoBackend(options.io));
+  }
+  if (options.registered_region != nullptr) {
+    Status st = backend->RegisterRegion(options.registered_region, options.registered_region_bytes);
+    if (!st.ok()) spdlog::warn("nvme: zero-copy buffers unavailable: {}", st.ToString());
+  }
+  KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<Catalog> catalog, OpenCatalog(options));
+  std::unique_ptr<NvmeTier> tier(
+      new NvmeTier(options, std::move(files), std::move(backend), std::move(catalog)));
+  KVTIER_RETURN_IF_ERROR(tier->Recover());
+  return tier;
+}
+
+NvmeTier::NvmeTier(const Options& options, std::vector<std::unique_ptr<DataFile>> files,
+                   std::unique_ptr<IoBackend> backend, std::unique_ptr<Catalog> catalog)
+    : options_(options),
+      files_(std::move(files)),
+      segment_bytes_(files_.front()->capacity_bytes()),
+      io_(std::move(backend)),
+      catalog_(std::move(catalog)),
+      allocator_(segment_bytes_, static_cast<uint32_t>(files_.size())) {}
+
+NvmeTier::Place NvmeTier::Locate(uint64_t offset) const {
+  const DataFile& f = *files_[offset / segment_bytes_];
+  return {&f, f.data_offset() + offset % segment_bytes_};
+}
+
+uint64_t NvmeTier::CombinedFileId() const {
+  if (files_.size() == 1) return files_.front()->superblock().file_id;
+  uint64_t id = files_.size();
+  for (const auto& f : files_) id = (id ^ f->superblock().file_id) * 0x9E3779B97F4A7C15ULL;
+  return id;
+}
+
+NvmeTier::~NvmeTier() = default;
+
+// Loads the catalog and keeps the records whose extent is sane and whose on-disk header agrees.
+// A catalog written for another formatting of the data file (or none) is emptied first.
+Status NvmeTier::Recover() {
+  KVTIER_ASSIGN_OR_RETURN(std::optional<uint64_t> meta, catalog_->ReadMeta());
+  uint64_t file_id = CombinedFileId();
+  if (!meta.has_value() || *meta != file_id) {
+    if (meta.has_value()) {
+      spdlog::warn("nvme: the catalog in {} describes other data files or another formatting of "
+                   "them; starting cold", options_.data_dir);
+    }
+    KVTIER_RETURN_IF_ERROR(catalog_->DeleteAllRecords());
+    KVTIER_RETURN_IF_ERROR(catalog_->WriteMeta(file_id));
+    return Status::Ok();
+  }
+  Result<Catalog::Loaded> load = catalog_->Load();
+  if (!load.ok() && load.status().code() == StatusCode::kCorruption) {
+    spdlog::error("nvme: {}; discarding the catalog's records", load.status().ToString());
+    return catalog_->DeleteAllRecords();
+  }
+  KVTIER_ASSIGN_OR_RETURN(Catalog::Loaded loaded, std::move(load));
+  dropped_at_recovery_ += loaded.undecodable;
+  constexpr size_t kHeadersPerBatch = 1024;  // 4 MiB of headers per batch
+  for (size_t i = 0; i < loaded.records.size(); i += kHeadersPerBatch) {
+    size_t n = std::min(kHeadersPerBatch, loaded.records.size() - i);
+    KVTIER_RETURN_IF_ERROR(CheckRecords(std::span(loaded.records).subspan(i, n)));
+  }
+  MutexLock lock(mu_);
+  std::sort(recovered_.begin(), recovered_.end(), [](const auto& a, const auto& b) {
+    return a.last_access_unix_us < b.last_access_unix_us;
+  });
+  recovered_blocks_ = recovered_.size();
+  if (dropped_at_recovery_ > 0 || !recovered_.empty()) {
+    spdlog::info("nvme: recovered {} blocks from {}, dropped {} catalog records",
+                 recovered_.size(), options_.data_dir, dropped_at_recovery_.load());
+  }
+  return Status::Ok();
+}
+
+// Reads the record headers of `records` in one batch and adopts those that match. A record is kept
+// only if its extent can be claimed (inside the region, not overlapping a kept one) and its header
+// decodes and names the same block, size, checksum and data-file formatting.
+Status NvmeTier::CheckRecords(std::span<const CatalogRecord> records) {
+  AlignedBuffer headers(records.size() * kRecordHeaderBytes);
+  if (headers.data() == nullptr) return Busy("nvme: out of memory for recovery");
+  std::vector<IoRequest> reqs(records.size());  // fd -1 and status OK: not read
+  {
+    MutexLock lock(mu_);
+    for (size_t i = 0; i < records.size(); ++i) {
+      if (!allocator_.Claim({records[i].offset, records[i].payload_bytes}).ok()) continue;
+      Place p = Locate(records[i].offset);
+      reqs[i] = {IoOp::kRead, p.file->fd(), p.at, headers.data() + i * kRecordHeaderBytes,
+                 kRecordHeaderBytes, {}};
+    }
+  }
+  std::vector<IoRequest> to_read;
+  for (const IoRequest& r : reqs) {
+    if (r.fd >= 0) to_read.push_back(r);
+  }
+  io_->Submit(to_read);
+  for (size_t i = 0, next = 0; i < records.size(); ++i) {
+    bool claimed = reqs[i].fd >= 0;
+    bool keep = claimed && to_read[next++].status.ok() &&
+                HeaderMatches(records[i], {headers.data() + i * kRecordHeaderBytes,
+                                           kRecordHeaderBytes});
+    if (keep) {
+      Adopt(records[i]);
+    } else {
+      Drop(records[i], claimed);
+    }
+  }
+  return Status::Ok();
+}
+
+bool NvmeTier::HeaderMatches(const CatalogRecord& r, std::span<const std::byte> header) const {
+  Result<RecordHeader> h = DecodeRecordHeader(header);
+  return h.ok() && h->ns == r.ns && h->key == r.key && h->payload_bytes == r.payload_bytes &&
+         h->payload_checksum == r.payload_checksum &&
+         h->file_id == Locate(r.offset).file->superblock().file_id;
+}
+
+void NvmeTier::Adopt(const CatalogRecord& r) {
+  BlockIdentity id{r.ns, r.key};
+  {
+    MutexLock lock(catalog_mu_);
+    owner_[id] = r.offset;
+  }
+  MutexLock lock(mu_);
+  blocks_[r.offset] = Entry{id, r.payload_bytes, r.payload_checksum, true};
+  recovered_.push_back(
+      {r.ns, r.key, {r.offset, r.payload_bytes}, r.payload_checksum, r.last_access_unix_us});
+}
+
+void NvmeTier::Drop(const CatalogRecord& r, bool claimed) {
+  ++dropped_at_recovery_;
+  if (claimed) {
+    MutexLock lock(mu_);
+    (void)allocator_.Free({r.offset, r.payload_bytes});
+  }
+  if (!catalog_->Delete(r.ns, r.key).ok()) ++catalog_errors_;
+}
+
+std::vector<RecoveredBlock> NvmeTier::TakeRecovered() {
+  MutexLock lock(mu_);
+  return std::move(recovered_);
+}
+
+Result<Extent> NvmeTier::Allocate(uint64_t bytes) {
+  MutexLock lock(mu_);
+  return allocator_.Allocate(bytes);
+}
+
+void NvmeTier::Free(const Extent& extent) {
+  Entry entry;
+  bool had_block = false;
+  {
+    MutexLock lock(mu_);
+    auto it = blocks_.find(extent.offset);
+    if (it != blocks_.end()) {
+      entry = it->second;
+      had_block = true;
+      blocks_.erase(it);
+    }
+  }
+  if (had_block && entry.durable) {
+    // The record goes before the extent can be handed out again (docs/nvme-format.md).
+    MutexLock lock(catalog_mu_);
+    auto owner = owner_.find(entry.id);
+    if (owner != owner_.end() && owner->second == extent.offset) {
+      owner_.erase(owner);
+      if (!catalog_->Delete(entry.id.ns, entry.id.key).ok()) ++catalog_errors_;
+    }
+  }
+  MutexLock lock(mu_);
+  if (!allocator_.Free(extent).ok()) ++invalid_frees_;
+}
+
+Status NvmeTier::WriteBlock(const Extent& extent, const BlockIdentity& id,
+                            std::span<const std::byte> src) {
+  return WriteImpl(extent, id, src, /*durable=*/true);
+}
+
+Status NvmeTier::Write(const Extent& extent, std::span<const std::byte> src) {
+  return WriteImpl(extent, BlockIdentity{}, src, /*durable=*/false);
+}
+
+Status NvmeTier::WriteImpl(const Extent& extent, const BlockIdentity& id,
+                           std::span<const std::byte> src, bool durable) {
+  if (src.empty() || src.size() > extent.length) {
+    return InvalidArgument("nvme: write of " + std::to_string(src.size()) +
+                           " bytes into an extent of " + std::to_string(extent.length));
+  }
+  {
+    // A rewrite of the extent invalidates what it held until the new block is complete.
+    MutexLock lock(mu_);
+    if (!allocator_.IsLive(extent)) return InvalidArgument("nvme: write to an unallocated extent");
+    blocks_.erase(extent.offset);
+  }
+  Entry entry{id, src.size(), PayloadChecksum(src), durable};
+  Place place = Locate(extent.offset);
+  BlockIo plan = PlanWrite(place.file->fd(), place.at, src);
+  EncodeRecordHeader({id.ns, id.key, entry.payload_bytes, entry.checksum,
+                      place.file->superblock().file_id},
+                     plan.header);
+  io_->Submit(plan.batch());
+  for (const IoRequest& r : plan.batch()) {
+    if (!r.status.ok()) {
+      ++io_errors_;
+      return r.status;
+    }
+  }
+  device_bytes_written_ += plan.device_bytes;
+  if (options_.sync_writes) KVTIER_RETURN_IF_ERROR(io_->Sync(place.file->fd()));
+  if (durable) PutRecord(extent.offset, entry, /*access=*/false);
+  {
+    MutexLock lock(mu_);
+    blocks_[extent.offset] = entry;
+  }
+  ++writes_;
+  bytes_admitted_ += src.size();
+  return Status::Ok();
+}
+
+// Puts (or refreshes) the catalog record of the block at `offset`, unless a newer copy of the same
+// block owns the record by now (a refresh after a read).
+void NvmeTier::PutRecord(uint64_t offset, const Entry& entry, bool access) {
+  MutexLock lock(catalog_mu_);
+  auto owner = owner_.find(entry.id);
+  if (access && (owner == owner_.end() || owner->second != offset)) return;
+  owner_[entry.id] = offset;
+  CatalogRecord rec{entry.id.ns, entry.id.key, offset, entry.payload_bytes, entry.checksum,
+                    NowUnixUs()};
+  Status st = catalog_->Put(rec);
+  if (!st.ok()) {
+    ++catalog_errors_;
+    spdlog::warn("nvme: catalog put failed; the block will not survive a restart: {}",
+                 st.ToString());
+  }
+}
+
+Status NvmeTier::ReadBlock(const Extent& extent, const BlockIdentity& id,
+                           std::span<std::byte> dst) {
+  Entry expected;
+  {
+    MutexLock lock(mu_);
+    auto it = blocks_.find(extent.offset);
+    if (it == blocks_.end()) return NotFound("nvme: no block stored at this extent");
+    expected = it->second;
+  }
+  expected.id = id;  // the caller's view is the one checked against the disk
+  KVTIER_RETURN_IF_ERROR(ReadImpl(extent, expected, dst));
+  if (expected.durable && options_.record_access_on_read) PutRecord(extent.offset, expected, true);
+  return Status::Ok();
+}
+
+Status NvmeTier::Read(const Extent& extent, std::span<std::byte> dst) {
+  Entry expected;
+  {
+    MutexLock lock(mu_);
+    auto it = blocks_.find(extent.offset);
+    if (it == blocks_.end()) return NotFound("nvme: no block stored at this extent");
+    expected = it->second;
+  }
+  return ReadImpl(extent, expected, dst);
+}
+
+Status NvmeTier::ReadImpl(const Extent& extent, const Entry& expected, std::span<std::byte> dst) {
+  if (dst.size() > expected.payload_bytes) {
+    return InvalidArgument("nvme: read of " + std::to_string(dst.size()) +
+                           " bytes of a block of " + std::to_string(expected.payload_bytes));
+  }
+  if (dst.size() < expected.payload_bytes) {
+    // A prefix (Tier::Read's contract): the checksum needs the whole payload, so read it all into
+    // a per-thread buffer and copy the prefix out.
+    thread_local AlignedBuffer whole;
+    if (whole.size() < expected.payload_bytes) whole = AlignedBuffer(expected.payload_bytes);
+    if (whole.data() == nullptr) return Busy("nvme: out of memory for a partial read");
+    std::span<std::byte> all(whole.data(), expected.payload_bytes);
+    KVTIER_RETURN_IF_ERROR(ReadImpl(extent, expected, all));
+    std::memcpy(dst.data(), all.data(), dst.size());
+    return Status::Ok();
+  }
+  Place place = Locate(extent.offset);
+  BlockIo plan = PlanRead(place.file->fd(), place.at, dst);
+  io_->Submit(plan.batch());
+  for (const IoRequest& r : plan.batch()) {
+    if (!r.status.ok()) {
+      ++io_errors_;
+      return r.status;
+    }
+  }
+  FinishRead(plan);
+  KVTIER_RETURN_IF_ERROR(VerifyRead(extent, expected, plan.header, dst));
+  ++reads_;
+  bytes_read_ += dst.size();
+  return Status::Ok();
+}
+
+Status NvmeTier::VerifyRead(const Extent& extent, const Entry& expected,
+                            std::span<const std::byte> header, std::span<const std::byte> payload) {
+  Result<RecordHeader> h = DecodeRecordHeader(header);
+  if (!h.ok()) return ChecksumFailure(extent, h.status().message());
+  if (h->ns != expected.id.ns || h->key != expected.id.key ||
+      h->file_id != Locate(extent.offset).file->superblock().file_id) {
+    return ChecksumFailure(extent, "record header names another block");
+  }
+  if (h->payload_bytes != expected.payload_bytes || h->payload_checksum != expected.checksum) {
+    return ChecksumFailure(extent, "record header disagrees with the catalog");
+  }
+  if (PayloadChecksum(payload) != expected.checksum) {
+    return ChecksumFailure(extent, "payload checksum mismatch");
+  }
+  return Status::Ok();
+}
+
+Status NvmeTier::ChecksumFailure(const Extent& extent, const std::string& why) {
+  ++checksum_failures_;
+  Place place = Locate(extent.offset);
+  std::string msg = "nvme: block at " + place.file->path() + " offset " +
+                    std::to_string(place.at) + ": " + why;
+  spdlog::warn("{}; dropping it", msg);
+  return ChecksumMismatch(std::move(msg));
+}
+
+Status NvmeTier::Sync() {
+  for (const auto& f : files_) KVTIER_RETURN_IF_ERROR(io_->Sync(f->fd()));
+  return catalog_->Sync();
+}
+
+TierStats NvmeTier::Stats() const {
+  MutexLock lock(mu_);
+  return allocator_.Stats();
+}
+
+NvmeStats NvmeTier::nvme_stats() const {
+  NvmeStats s;
+  s.reads = reads_;
+  s.writes = writes_;
+  s.bytes_read = bytes_read_;
+  s.bytes_admitted = bytes_admitted_;
+  s.device_bytes_written = device_bytes_written_;
+  s.queue_depth = io_->queue_depth();
+  s.in_flight = io_->in_flight();
+  s.io_errors = io_errors_;
+  s.catalog_errors = catalog_errors_;
+  s.checksum_failures = checksum_failures_;
+  s.recovered_blocks = recovered_blocks_;
+  s.dropped_at_recovery = dropped_at_recovery_;
+  s.fixed_buffer_requests = io_->fixed_buffer_requests();
+  s.io_uring = io_->kind() == IoBackendKind::kIoUring;
+  s.direct_io = std::all_of(files_.begin(), files_.end(),
+                            [](const auto& f) { return f->direct_io(); });
+  return s;
+}
+
+void VisitNvmeStats(const NvmeStats& s,
+                    const std::function<void(std::string_view name, double value)>& visit) {
+  auto u = [&](std::string_view name, uint64_t v) { visit(name, static_cast<double>(v)); };
+  u("reads", s.reads);
+  u("writes", s.writes);
+  u("bytes_read", s.bytes_read);
+  u("bytes_admitted", s.bytes_admitted);
+  u("device_bytes_written", s.device_bytes_written);
+  visit("write_amplification", s.write_amplification());
+  u("queue_depth", s.queue_depth);
+  u("in_flight", s.in_flight);
+  u("io_errors", s.io_errors);
+  u("catalog_errors", s.catalog_errors);
+  u("checksum_failures", s.checksum_failures);
+  u("recovered_blocks", s.recovered_blocks);
+  u("dropped_at_recovery", s.dropped_at_recovery);
+  u("fixed_buffer_requests", s.fixed_buffer_requests);
+  u("io_uring", s.io_uring ? 1 : 0);
+  u("direct_io", s.direct_io ? 1 : 0);
+}
+
+}  // namespace kvtier::tiers::nvme

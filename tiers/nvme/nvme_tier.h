@@ -1,0 +1,233 @@
+// NvmeTier: the cold tier. Blocks in extents of a preallocated O_DIRECT data file, named and
+// indexed in a RocksDB catalog, so the cold cache survives a restart.
+//
+// Lifecycle. NvmeTier::Open(options) prepares <data_dir>/kvtier-nvme.data (or Options::data_paths:
+// files or raw block devices, one per drive) and <data_dir>/catalog, checks every catalog record against
+// the record header in its extent (not the payload: that is checked on every read), and keeps the
+// blocks that pass. The owner (the store) then calls TakeRecovered() once and adds those blocks to
+// its index as NVMe-resident. Their extents are allocated, exactly as if the store had allocated
+// and written them: it frees each one when it evicts or drops the block (a store that wants none
+// of them frees them all). A forced cold start (Options::cold_start, or a file named COLD_START in
+// the data directory, removed once honoured) wipes data and catalog first.
+//
+// Writing. WriteBlock(extent, id, src) computes the payload's XXH3-64, writes the record header
+// (identity, size, checksum) and the payload into the extent in one batch, and only when both are on
+// the device puts the catalog record. Free(extent) deletes the record before the extent can be
+// handed out again. ReadBlock(extent, id, dst) reads header and payload and returns
+// kChecksumMismatch (one log line, a counter) unless the header names `id` and the payload matches
+// its checksum: wrong bytes are never returned as a block. Plain Write/Read work too, but their
+// blocks have no identity and no catalog record: they are checksummed, not durable.
+//
+// Durability contract. No fsync per block by default. A process crash (kill -9) loses no block whose
+// WriteBlock returned (O_DIRECT data is with the device, catalog writes are in the OS). A power cut
+// may lose any block written since the last Sync(), which the store may call periodically to bound
+// the loss; a record that survives while its data did not is dropped at open (header mismatch) or
+// at read (payload checksum), so a crash never serves wrong bytes. With sync_writes = true every
+// WriteBlock fdatasyncs the data file and syncs the catalog before it returns (slow: for paranoid
+// deployments; a cache rarely needs it).
+//
+// Buffers. src/dst may be anywhere; buffers aligned to 4 KiB (host-arena slots) go straight to the
+// device, and when they lie in Options::registered_region (the host arena) io_uring uses its fixed
+// buffers. Other buffers, and the unaligned tail of a block, go through a per-thread bounce buffer.
+//
+// Thread safety: every method may be called from any thread. Bookkeeping sits under one mutex,
+// catalog updates under another (so a record's put and delete happen in the order the tier decided);
+// no lock is held during data I/O. As tiers/tier.h says, one extent has one writer and no readers
+// while it is being written.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "common/keys.h"
+#include "common/status.h"
+#include "common/thread_annotations.h"
+#include "common/types.h"
+#include "tiers/nvme/catalog.h"
+#include "tiers/nvme/data_file.h"
+#include "tiers/nvme/extent_allocator.h"
+#include "tiers/nvme/io_backend.h"
+#include "tiers/tier.h"
+
+namespace kvtier::tiers::nvme {
+
+struct BlockIdentityHash {
+  size_t operator()(const BlockIdentity& id) const noexcept {
+    return Key128Hash{}(id.key) ^ (Key128Hash{}(id.ns) * 31);
+  }
+};
+
+// A block found on disk at open, handed to the store by TakeRecovered().
+struct RecoveredBlock {
+  NamespaceId ns;
+  BlockKey key;
+  Extent extent;  // extent.length is the payload size
+  uint64_t payload_checksum = 0;
+  uint64_t last_access_unix_us = 0;
+};
+
+// Counters for /metrics and `kvtier stats`. Monotonic except the gauges marked so.
+struct NvmeStats {
+  uint64_t reads = 0;                 // ReadBlock/Read calls that returned a block
+  uint64_t writes = 0;                // WriteBlock/Write calls that stored a block
+  uint64_t bytes_read = 0;            // payload bytes returned
+  uint64_t bytes_admitted = 0;        // payload bytes stored
+  uint64_t device_bytes_written = 0;  // bytes written to the data file (headers, padding included)
+  uint64_t queue_depth = 0;           // configured depth
+  uint64_t in_flight = 0;             // gauge: requests in the kernel now
+  uint64_t io_errors = 0;             // reads and writes that failed with a device error
+  uint64_t catalog_errors = 0;        // catalog puts/deletes that failed (durability lost, not data)
+  uint64_t checksum_failures = 0;     // ReadBlock/Read answered kChecksumMismatch
+  uint64_t recovered_blocks = 0;      // blocks kept at open
+  uint64_t dropped_at_recovery = 0;   // catalog records dropped at open
+  uint64_t fixed_buffer_requests = 0; // requests that used registered (arena) buffers
+  bool io_uring = false;              // false: the pread/pwrite thread backend
+  bool direct_io = false;             // false: the file system refused O_DIRECT
+  // device_bytes_written / bytes_admitted; 0 before the first write.
+  double write_amplification() const {
+    return bytes_admitted == 0 ? 0.0 : static_cast<double>(device_bytes_written) / bytes_admitted;
+  }
+};
+
+// Calls visit(name, value) once per NvmeStats field, in a fixed order, with stable snake_case names
+// ("reads", "device_bytes_written", "write_amplification", ...): the one list that /metrics, INFO
+// and `kvtier stats` render, so the three views cannot drift apart.
+void VisitNvmeStats(const NvmeStats& stats,
+                    const std::function<void(std::string_view name, double value)>& visit);
+
+class NvmeTier final : public Tier {
+ public:
+  static constexpr std::string_view kDataFileName = "kvtier-nvme.data";
+  static constexpr std::string_view kCatalogDirName = "catalog";
+  static constexpr std::string_view kColdStartMarker = "COLD_START";
+
+  struct Options {
+    std::string data_dir;         // created when missing
+    // Where the blocks go instead of <data_dir>/kvtier-nvme.data: files or raw block devices (used
+    // from offset 0; formatted only by a forced cold start, see DataFile::Open), typically one per
+    // drive. capacity_bytes is split equally between them; consecutive blocks go to different ones.
+    // The catalog always lives in data_dir. Changing the list starts the tier cold.
+    std::vector<std::string> data_paths;
+    uint64_t capacity_bytes = 0;  // bytes of the data region (blocks, headers, padding)
+    IoBackendConfig io;
+    // The host arena (or any long-lived buffer), registered with io_uring for zero-copy transfers.
+    // Must outlive the tier. Registration failure (RLIMIT_MEMLOCK) is a warning, not an error.
+    std::byte* registered_region = nullptr;
+    uint64_t registered_region_bytes = 0;
+    bool cold_start = false;      // wipe data file and catalog before opening
+    bool direct_io = true;        // false: buffered I/O (tests of the fallback)
+    bool sync_writes = false;     // fsync data and catalog on every WriteBlock (see the contract)
+    // Put the record again with a new last-access time on every successful ReadBlock, so a restart
+    // sees recency. Costs one small unsynced RocksDB write per read.
+    bool record_access_on_read = true;
+    rocksdb::Env* catalog_env = nullptr;  // tests: a power-cut emulator; nullptr: default
+  };
+
+  // Opens or creates the tier. `backend` replaces the one Options::io would build (tests wrap the
+  // real backend to emulate power cuts). Errors (the daemon refuses to start and prints them):
+  // kInvalidArgument for bad options, naming the key; kCorruption when the data file or catalog is
+  // of another format version or not a kvtier file (both versions and the path named: remove the
+  // directory or force a cold start); I/O errors of the data file, backend or catalog.
+  static Result<std::unique_ptr<NvmeTier>> Open(const Options& options,
+                                               std::unique_ptr<IoBackend> backend = nullptr);
+
+  ~NvmeTier() override;
+
+  TierId id() const override { return TierId::kNvme; }
+  // See Tier::Allocate. kRejected when the block plus its 4 KiB header can never fit.
+  Result<Extent> Allocate(uint64_t bytes) override;
+  // Deletes the block's catalog record (if it is still the key's current one), then frees the
+  // extent. An extent not allocated is counted in invalid_free_count().
+  void Free(const Extent& extent) override;
+  // Stores src (0 < size <= extent.length) as block `id`. kInvalidArgument for a bad size or an
+  // extent not allocated; kDeviceError when the device failed (nothing is recorded: free the
+  // extent). A catalog failure is not an error (the block is served, but lost at restart).
+  Status WriteBlock(const Extent& extent, const BlockIdentity& id,
+                    std::span<const std::byte> src) override;
+  // Reads block `id` into dst: the whole block, or its first dst.size() bytes (the whole block is
+  // still read and verified, through a per-thread buffer). kNotFound when nothing was written at
+  // extent; kInvalidArgument when dst is larger than the block; kDeviceError on I/O failure;
+  // kChecksumMismatch when the header or payload does not check out (drop the block).
+  Status ReadBlock(const Extent& extent, const BlockIdentity& id,
+                   std::span<std::byte> dst) override;
+  // WriteBlock/ReadBlock without an identity: checksummed, not recorded in the catalog.
+  Status Write(const Extent& extent, std::span<const std::byte> src) override;
+  Status Read(const Extent& extent, std::span<std::byte> dst) override;
+  TierStats Stats() const override;
+
+  // The blocks found at open, oldest access first; empty on later calls. Call once after Open.
+  std::vector<RecoveredBlock> TakeRecovered();
+  // Makes every block written so far durable: fdatasync of the data file, then of the catalog log.
+  Status Sync();
+  NvmeStats nvme_stats() const;
+  uint64_t invalid_free_count() const { return invalid_frees_.load(std::memory_order_relaxed); }
+
+  Catalog& catalog_for_testing() { return *catalog_; }
+  const DataFile& data_file(size_t i = 0) const { return *files_[i]; }
+  size_t data_file_count() const { return files_.size(); }
+
+ private:
+  struct Entry {
+    BlockIdentity id;
+    uint64_t payload_bytes = 0;
+    uint64_t checksum = 0;
+    bool durable = false;  // has a catalog record
+  };
+
+  // The data file holding region offset `offset`, and the file offset of it.
+  struct Place {
+    const DataFile* file;
+    uint64_t at;
+  };
+
+  NvmeTier(const Options& options, std::vector<std::unique_ptr<DataFile>> files,
+           std::unique_ptr<IoBackend> backend, std::unique_ptr<Catalog> catalog);
+
+  Place Locate(uint64_t offset) const;
+  // The id the catalog's meta entry records: the data file's, or a combination of all of them.
+  uint64_t CombinedFileId() const;
+
+  Status Recover();
+  Status CheckRecords(std::span<const CatalogRecord> records);
+  bool HeaderMatches(const CatalogRecord& record, std::span<const std::byte> header) const;
+  void Adopt(const CatalogRecord& record);
+  // Forgets a record that failed its checks: frees its extent if it was claimed, deletes it.
+  void Drop(const CatalogRecord& record, bool claimed);
+  Status WriteImpl(const Extent& extent, const BlockIdentity& id, std::span<const std::byte> src,
+                   bool durable);
+  Status ReadImpl(const Extent& extent, const Entry& expected, std::span<std::byte> dst);
+  Status VerifyRead(const Extent& extent, const Entry& expected, std::span<const std::byte> header,
+                    std::span<const std::byte> payload);
+  void PutRecord(uint64_t offset, const Entry& entry, bool access);
+  Status ChecksumFailure(const Extent& extent, const std::string& why);
+
+  const Options options_;
+  const std::vector<std::unique_ptr<DataFile>> files_;  // equal capacities: one segment each
+  const uint64_t segment_bytes_;
+  const std::unique_ptr<IoBackend> io_;
+  const std::unique_ptr<Catalog> catalog_;
+
+  mutable Mutex mu_;
+  ExtentAllocator allocator_ GUARDED_BY(mu_);
+  std::unordered_map<uint64_t, Entry> blocks_ GUARDED_BY(mu_);  // by extent offset
+  std::vector<RecoveredBlock> recovered_ GUARDED_BY(mu_);
+
+  // Which extent holds each identity's catalog record, so a Free of an older copy does not delete
+  // the record of a newer one. Put/Delete happen under this lock, in the order decided here.
+  Mutex catalog_mu_ ACQUIRED_BEFORE(mu_);
+  std::unordered_map<BlockIdentity, uint64_t, BlockIdentityHash> owner_ GUARDED_BY(catalog_mu_);
+
+  std::atomic<uint64_t> reads_{0}, writes_{0}, bytes_read_{0}, bytes_admitted_{0};
+  std::atomic<uint64_t> device_bytes_written_{0}, io_errors_{0}, catalog_errors_{0};
+  std::atomic<uint64_t> checksum_failures_{0}, recovered_blocks_{0}, dropped_at_recovery_{0};
+  std::atomic<uint64_t> invalid_frees_{0};
+};
+
+}  // namespace kvtier::tiers::nvme
