@@ -3,6 +3,8 @@
 The daemon comes from KVTIER_BIN_DIR (default <repo>/build/bin) and listens on free TCP and HTTP
 ports, with its Unix socket, data directory, config file and log in a directory of the test's.
 It counts as ready once it answers PING on both the Unix socket and TCP, and HTTP /healthz.
+A Daemon can be stopped (or killed) and started again on the same data directory, which is how the
+NVMe tests restart it.
 """
 import os
 import pathlib
@@ -40,13 +42,15 @@ class Daemon:
     """One kvtierd process and where to reach it."""
 
     def __init__(self, workdir, password=None, host_bytes="256MiB", slab_bytes="8MiB",
-                 extra_config=""):
+                 extra_config="", nvme_bytes=None):
         self.workdir = pathlib.Path(workdir)
         self.unix = str(self.workdir / "kvtierd.sock")
         self.data_dir = str(self.workdir / "data")
         self.log_path = self.workdir / "kvtierd.log"
         self.password = password
         self.host_bytes = host_bytes
+        # None leaves --nvme-bytes out (the daemon's default); "0" turns the NVMe tier off.
+        self.nvme_bytes = nvme_bytes
         self.config_text = CONFIG_YAML.format(slab_bytes=slab_bytes) + extra_config
         self.host = "127.0.0.1"
         self.port = 0
@@ -63,7 +67,12 @@ class Daemon:
         except OSError:
             return ""
 
-    def start(self):
+    @property
+    def nvme_dir(self):
+        return pathlib.Path(self.data_dir) / "nvme"
+
+    def start(self, extra_args=()):
+        """Starts kvtierd; extra_args (e.g. --cold-start) apply to this start only."""
         config = self.workdir / "kvtierd.yaml"
         config.write_text(self.config_text)
         # Free ports can be taken by someone else before the daemon binds them: try a few times.
@@ -76,6 +85,9 @@ class Daemon:
                    "--host-bytes", self.host_bytes, "--data-dir", self.data_dir]
             if self.password:
                 cmd += ["--password", self.password]
+            if self.nvme_bytes is not None:
+                cmd += ["--nvme-bytes", str(self.nvme_bytes)]
+            cmd += list(extra_args)
             with open(self.log_path, "ab") as log:
                 self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
                                              stdin=subprocess.DEVNULL)
@@ -130,6 +142,7 @@ class Daemon:
             return None
 
     def kill(self):
+        """SIGKILL: no clean-up at all, as in a crash."""
         if self.proc is not None and self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
