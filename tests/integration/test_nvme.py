@@ -1,0 +1,307 @@
+"""kvtierd with an NVMe tier: blocks spill from a small host tier to NVMe and are served from there,
+the cold cache survives a graceful restart, damaged bytes on disk are never served, the "reused"
+admission policy keeps never-read blocks off the device, bad NVMe settings are refused, and a
+daemon without an NVMe tier says so.
+
+The NVMe tier lives in a file under the test's directory (<data_dir>/nvme/), so the tests run on
+any file system; docs/nvme-format.md describes the bytes the corruption test damages.
+"""
+import contextlib
+import os
+import struct
+import subprocess
+
+import pytest
+
+from helpers import RawClient, http_get, parse_metrics, wait_for
+from kvtierd_process import BIN_DIR, Daemon
+from nvme_helpers import (MIB, get_each, lookup_each, nvme_counters, payload, put_blocks,
+                          register_ns, tier, tier_sum)
+
+BLOCK_BYTES = 256 << 10
+HOST_BYTES = "32MiB"
+NVME_BYTES = "256MiB"
+# 75 MiB of blocks: more than twice the host tier, well within the NVMe tier.
+BLOCKS = 300
+RECORD_MAGIC = b"SVTBLOCK"  # docs/nvme-format.md: record header magic, little-endian u64
+SECTOR = 4096
+
+
+def nvme_daemon(tmp_path, nvme_bytes=NVME_BYTES, extra_config=""):
+    return Daemon(tmp_path, host_bytes=HOST_BYTES, slab_bytes="8MiB", nvme_bytes=nvme_bytes,
+                  extra_config=extra_config)
+
+
+@contextlib.contextmanager
+def running(daemon, extra_args=()):
+    """Starts the daemon, yields a client on its Unix socket, then stops it and checks a clean
+    exit (SIGTERM is also what syncs the NVMe tier)."""
+    daemon.start(extra_args)
+    try:
+        with RawClient(daemon.unix) as c:
+            yield c
+    finally:
+        rc = daemon.stop()
+    assert rc == 0, f"kvtierd did not stop cleanly (status {rc}):\n{daemon.log()}"
+
+
+def nvme_metric(metrics, counter):
+    """The /metrics sample of one NVMe device counter."""
+    found = [value for (name, labels), value in metrics.items()
+             if 'tier="nvme"' in labels and f'counter="{counter}"' in labels]
+    assert len(found) == 1, (counter, sorted(k for k in metrics if "nvme" in k[1]))
+    return found[0]
+
+
+def settled(c, count):
+    """Stats once the background mover is done: while it moves a block, the block is counted in
+    both tiers. Nothing is lost here (the NVMe tier holds everything the host lets go), so the
+    mover is done when the tiers hold `count` blocks together."""
+    def together():
+        stats = c.stats()
+        return stats if tier_sum(stats, "blocks") == count else None
+    stats = wait_for(together, 10)
+    assert stats, c.stats()["tiers"]
+    return stats
+
+
+def fill(c, model, salt=1, count=BLOCKS):
+    ns = register_ns(c, model, BLOCK_BYTES)
+    put_blocks(c, ns, salt, range(count), BLOCK_BYTES)
+    return ns
+
+
+def test_spill_to_nvme_and_serve_from_it(tmp_path):
+    d = nvme_daemon(tmp_path)
+    with running(d) as c:
+        ns = fill(c, "nvme/spill")
+        stats = settled(c, BLOCKS)
+        host, nvme = tier(stats, "host"), tier(stats, "nvme")
+        assert nvme is not None, stats["tiers"]
+        assert host["used_bytes"] <= host["capacity_bytes"] == 32 * MIB
+        assert nvme["capacity_bytes"] == 256 * MIB
+        assert host["demotions"] > 0 and nvme["blocks"] > 0, stats["tiers"]
+        # Nothing left the NVMe tier: it holds everything the host let go.
+        assert nvme["evictions"] == 0 and nvme["drops"] == 0, stats["tiers"]
+
+        # The oldest blocks went down first.
+        assert lookup_each(c, ns, 1, range(10)) == ["nvme"] * 10
+        # One read from NVMe: the right bytes, and the block is in host memory afterwards.
+        assert get_each(c, ns, 1, [0]) == [payload(1, 0, BLOCK_BYTES)]
+        assert lookup_each(c, ns, 1, [0]) == ["host"]
+
+        # Every block, wherever it is now, reads back exactly.
+        for n, got in zip(range(BLOCKS), get_each(c, ns, 1, range(BLOCKS))):
+            assert got == payload(1, n, BLOCK_BYTES), f"block {n} read back wrong"
+
+        stats = c.stats()
+        assert tier_sum(stats, "promotions") > 0, stats["tiers"]
+        assert tier_sum(stats, "checksum_failures") == 0, stats["tiers"]
+        counters = nvme_counters(stats)
+        demoted = tier(stats, "host")["demotions"]
+        assert counters["writes"] >= demoted
+        assert counters["bytes_admitted"] >= demoted * BLOCK_BYTES
+        assert counters["device_bytes_written"] >= counters["bytes_admitted"]
+        assert counters["reads"] > 0 and counters["io_errors"] == 0
+
+        # /metrics reads the same numbers: between two stats documents, since the mover may
+        # still be at work.
+        before = c.stats()
+        metrics = parse_metrics(http_get(d, "/metrics"))
+        after = c.stats()
+        for field, metric in (("capacity_bytes", "kvtier_tier_capacity_bytes"),
+                              ("demotions", "kvtier_tier_demotions_total"),
+                              ("promotions", "kvtier_tier_promotions_total")):
+            for name in ("host", "nvme"):
+                value = metrics[(metric, f'tier="{name}"')]
+                assert tier(before, name)[field] <= value <= tier(after, name)[field], \
+                    (metric, name)
+        for counter in ("writes", "reads", "device_bytes_written", "bytes_admitted"):
+            value = nvme_metric(metrics, counter)
+            assert nvme_counters(before)[counter] <= value <= nvme_counters(after)[counter], \
+                counter
+
+
+def test_warm_restart_serves_the_nvme_blocks(tmp_path):
+    d = nvme_daemon(tmp_path)
+    with running(d) as c:
+        ns = fill(c, "nvme/warm")
+        before = lookup_each(c, ns, 1, range(BLOCKS))
+    on_nvme = [n for n, t in enumerate(before) if t == "nvme"]
+    assert len(on_nvme) >= BLOCKS // 2, before
+
+    with running(d) as c:
+        assert register_ns(c, "nvme/warm", BLOCK_BYTES) == ns
+        stats = c.stats()
+        # Host blocks are not written down at a stop: the host tier starts empty.
+        assert tier(stats, "host")["blocks"] == 0, stats["tiers"]
+        assert nvme_counters(stats)["recovered_blocks"] >= len(on_nvme)
+        after = lookup_each(c, ns, 1, range(BLOCKS))
+        found = [n for n in on_nvme if after[n] == "nvme"]
+        assert len(found) >= 0.99 * len(on_nvme), (len(found), len(on_nvme))
+        assert all(t in ("nvme", None) for t in after), after
+        for n, got in zip(found, get_each(c, ns, 1, found)):
+            assert got == payload(1, n, BLOCK_BYTES), f"block {n} read back wrong after restart"
+
+    # A cold start discards the NVMe tier, and a normal start after it finds nothing either.
+    for extra_args in (["--cold-start"], []):
+        with running(d, extra_args) as c:
+            assert register_ns(c, "nvme/warm", BLOCK_BYTES) == ns
+            assert lookup_each(c, ns, 1, range(BLOCKS)) == [None] * BLOCKS
+            assert tier(c.stats(), "nvme")["blocks"] == 0
+
+
+def record_headers(nvme_dir):
+    """(path, file offset, salt, number, payload bytes) of every record header in the data files,
+    found by their magic at 4 KiB boundaries past the superblock."""
+    records = []
+    paths = sorted(p for p in nvme_dir.rglob("*.data") if p.is_file())
+    assert paths, f"no data file under {nvme_dir}: {list(nvme_dir.rglob('*'))}"
+    for path in paths:
+        with open(path, "rb") as f:
+            offset = SECTOR
+            while True:
+                f.seek(offset)
+                header = f.read(SECTOR)
+                if len(header) < SECTOR:
+                    break
+                if header[:8] == RECORD_MAGIC:
+                    salt, number = struct.unpack(">QQ", header[32:48])
+                    size = struct.unpack("<Q", header[48:56])[0]
+                    records.append((path, offset, salt, number, size))
+                offset += SECTOR
+    return records
+
+
+def flip(path, offset):
+    with open(path, "r+b") as f:
+        f.seek(offset)
+        byte = f.read(1)
+        f.seek(offset)
+        f.write(bytes([byte[0] ^ 0x5A]))
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def test_damaged_bytes_on_disk_are_never_served(tmp_path):
+    d = nvme_daemon(tmp_path)
+    with running(d) as c:
+        ns = fill(c, "nvme/corrupt")
+        stats = c.stats()
+    assert tier(stats, "nvme")["blocks"] >= 20, stats["tiers"]
+
+    records = [r for r in record_headers(d.nvme_dir) if r[2] == 1]
+    assert len(records) >= 20, records
+    assert all(size == BLOCK_BYTES for *_, size in records)
+    # Payload damage in six blocks (first byte, middle, last byte), header damage in two (one in
+    # the key, one in the payload checksum).
+    payload_hit = records[:6]
+    for i, (path, offset, _, _, size) in enumerate(payload_hit):
+        flip(path, offset + SECTOR + (0, size // 2, size - 1)[i % 3])
+    header_hit = records[6:8]
+    flip(header_hit[0][0], header_hit[0][1] + 40)
+    flip(header_hit[1][0], header_hit[1][1] + 60)
+    damaged = {r[3] for r in payload_hit + header_hit}
+    intact = {r[3] for r in records[8:]}
+
+    with running(d) as c:
+        assert register_ns(c, "nvme/corrupt", BLOCK_BYTES) == ns
+        stats = c.stats()
+        assert nvme_counters(stats)["dropped_at_recovery"] >= 2, nvme_counters(stats)
+        got = get_each(c, ns, 1, range(BLOCKS))
+        for n, value in enumerate(got):
+            if n in damaged:
+                assert value is None, f"damaged block {n} was served"
+            elif n in intact:
+                assert value == payload(1, n, BLOCK_BYTES), f"intact block {n} read back wrong"
+            else:
+                assert value in (None, payload(1, n, BLOCK_BYTES)), f"block {n} read back wrong"
+        stats = c.stats()
+        assert nvme_counters(stats)["checksum_failures"] >= len(payload_hit), nvme_counters(stats)
+        assert tier_sum(stats, "checksum_failures") >= len(payload_hit), stats["tiers"]
+        # A block that failed its checksum is dropped, not tried again.
+        assert lookup_each(c, ns, 1, sorted(damaged)) == [None] * len(damaged)
+    assert "checksum" in d.log().lower()
+
+
+def admission_run(tmp_path, policy):
+    """Reads 16 blocks once, then puts enough never-read blocks to push most of them out of the
+    host tier; returns (stats, tiers of the read blocks, tiers of the first never-read ones)."""
+    tmp_path.mkdir()
+    d = nvme_daemon(tmp_path, extra_config=f"nvme:\n  admission: {policy}\n")
+    with running(d) as c:
+        ns = register_ns(c, f"nvme/admission-{policy}", BLOCK_BYTES)
+        put_blocks(c, ns, 2, range(16), BLOCK_BYTES)
+        assert get_each(c, ns, 2, range(16)) == [payload(2, n, BLOCK_BYTES) for n in range(16)]
+        put_blocks(c, ns, 1, range(BLOCKS), BLOCK_BYTES)
+        stats = c.stats()
+        return stats, lookup_each(c, ns, 2, range(16)), lookup_each(c, ns, 1, range(16))
+
+
+def test_reused_admission_keeps_never_read_blocks_off_nvme(tmp_path):
+    stats_all, read_all, cold_all = admission_run(tmp_path / "all", "all")
+    stats_reused, read_reused, cold_reused = admission_run(tmp_path / "reused", "reused")
+    assert cold_all == ["nvme"] * 16
+    # Which blocks the host tier keeps is the eviction policy's choice; a block that was read
+    # must not be dropped on its way out, though, and most of these went to NVMe.
+    for read in (read_all, read_reused):
+        assert all(t in ("host", "nvme") for t in read) and read.count("nvme") >= 8, read
+    assert cold_reused == [None] * 16, "never-read blocks were written to NVMe"
+    assert tier_sum(stats_all, "admission_drops") == 0
+    assert tier_sum(stats_reused, "admission_drops") > 0, stats_reused["tiers"]
+    assert nvme_counters(stats_reused)["writes"] < nvme_counters(stats_all)["writes"]
+    assert tier(stats_reused, "nvme")["blocks"] < tier(stats_all, "nvme")["blocks"]
+
+
+@pytest.fixture
+def workdir(tmp_path):
+    (tmp_path / "data").mkdir()
+    return tmp_path
+
+
+def run_with_config(workdir, config_text, *args):
+    """Runs kvtierd expecting it to exit by itself; returns (status, output)."""
+    config = workdir / "kvtierd.yaml"
+    config.write_text(config_text)
+    cmd = [str(BIN_DIR / "kvtierd"), "--config", str(config), "--unix", str(workdir / "k.sock"),
+           "--port", "0", "--http-port", "0", "--host-bytes", "32MiB",
+           "--data-dir", str(workdir / "data"), *args]
+    done = subprocess.run(cmd, capture_output=True, timeout=15, stdin=subprocess.DEVNULL)
+    return done.returncode, (done.stdout + done.stderr).decode(errors="replace")
+
+
+def test_bad_nvme_size_flag_is_refused(workdir):
+    status, out = run_with_config(workdir, "", "--nvme-bytes", "12furlongs")
+    assert status != 0, out
+    assert "--nvme-bytes" in out, out
+
+
+@pytest.mark.parametrize("config_text, named", [
+    ("nvme:\n  bytes: 64MiB\n  flux_capacitor: true\n", "nvme.flux_capacitor"),
+    ("nvme:\n  admission: sometimes\n", "nvme.admission"),
+    ("nvme:\n  io_backend: carrier-pigeon\n", "nvme.io_backend"),
+    ("nvme:\n  bytes: 12furlongs\n", "nvme.bytes"),
+    ("placement:\n  high_watermark: 0.5\n  low_watermark: 0.7\n", "placement.low_watermark"),
+], ids=["unknown-key", "admission", "io-backend", "bytes", "watermarks"])
+def test_bad_nvme_config_is_refused_naming_the_key(workdir, config_text, named):
+    status, out = run_with_config(workdir, config_text)
+    assert status != 0, out
+    assert named in out, out
+
+
+def test_without_nvme_tier_stats_say_why_and_all_works(tmp_path):
+    d = nvme_daemon(tmp_path, nvme_bytes="0")
+    with running(d) as c:
+        stats = c.stats()
+        assert tier(stats, "nvme") is None or tier(stats, "nvme")["capacity_bytes"] == 0
+        note = stats["process"]["nvme_tier"]
+        assert "nvme" in note.lower() and "not implemented" not in note, note
+        ns = fill(c, "nvme/off")
+        # Beyond the host tier, blocks are evicted and nothing is demoted.
+        stats = c.stats()
+        assert tier(stats, "host")["evictions"] > 0 and tier_sum(stats, "demotions") == 0
+        got = get_each(c, ns, 1, range(BLOCKS))
+        assert got[0] is None
+        assert all(v in (None, payload(1, n, BLOCK_BYTES)) for n, v in enumerate(got))
+        assert got[-1] == payload(1, BLOCKS - 1, BLOCK_BYTES)
+    assert not d.nvme_dir.exists() or not any(d.nvme_dir.rglob("*.data"))
