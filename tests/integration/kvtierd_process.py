@@ -42,14 +42,16 @@ class Daemon:
     """One kvtierd process and where to reach it."""
 
     def __init__(self, workdir, password=None, host_bytes="256MiB", slab_bytes="8MiB",
-                 extra_config="", nvme_bytes=None):
+                 extra_config="", nvme_bytes="0"):
         self.workdir = pathlib.Path(workdir)
         self.unix = str(self.workdir / "kvtierd.sock")
         self.data_dir = str(self.workdir / "data")
         self.log_path = self.workdir / "kvtierd.log"
         self.password = password
         self.host_bytes = host_bytes
-        # None leaves --nvme-bytes out (the daemon's default); "0" turns the NVMe tier off.
+        # Off unless a test asks for it: the daemon's default ("auto", a tenth of the free disk)
+        # would preallocate gigabytes in every test's directory and turn the host tier's
+        # evictions, which the older tests check, into demotions. None leaves the flag out.
         self.nvme_bytes = nvme_bytes
         self.config_text = CONFIG_YAML.format(slab_bytes=slab_bytes) + extra_config
         self.host = "127.0.0.1"

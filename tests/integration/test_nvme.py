@@ -27,7 +27,12 @@ RECORD_MAGIC = b"SVTBLOCK"  # docs/nvme-format.md: record header magic, little-e
 SECTOR = 4096
 
 
-def nvme_daemon(tmp_path, nvme_bytes=NVME_BYTES, extra_config=""):
+BACKENDS = pytest.mark.parametrize("backend", ["auto", "threads"])
+
+
+def nvme_daemon(tmp_path, nvme_bytes=NVME_BYTES, extra_config="", backend=None):
+    if backend is not None:
+        extra_config = f"nvme:\n  io_backend: {backend}\n" + extra_config
     return Daemon(tmp_path, host_bytes=HOST_BYTES, slab_bytes="8MiB", nvme_bytes=nvme_bytes,
                   extra_config=extra_config)
 
@@ -71,8 +76,9 @@ def fill(c, model, salt=1, count=BLOCKS):
     return ns
 
 
-def test_spill_to_nvme_and_serve_from_it(tmp_path):
-    d = nvme_daemon(tmp_path)
+@BACKENDS
+def test_spill_to_nvme_and_serve_from_it(tmp_path, backend):
+    d = nvme_daemon(tmp_path, backend=backend)
     with running(d) as c:
         ns = fill(c, "nvme/spill")
         stats = settled(c, BLOCKS)
@@ -122,8 +128,9 @@ def test_spill_to_nvme_and_serve_from_it(tmp_path):
                 counter
 
 
-def test_warm_restart_serves_the_nvme_blocks(tmp_path):
-    d = nvme_daemon(tmp_path)
+@BACKENDS
+def test_warm_restart_serves_the_nvme_blocks(tmp_path, backend):
+    d = nvme_daemon(tmp_path, backend=backend)
     with running(d) as c:
         ns = fill(c, "nvme/warm")
         before = lookup_each(c, ns, 1, range(BLOCKS))
@@ -183,8 +190,9 @@ def flip(path, offset):
         os.fsync(f.fileno())
 
 
-def test_damaged_bytes_on_disk_are_never_served(tmp_path):
-    d = nvme_daemon(tmp_path)
+@BACKENDS
+def test_damaged_bytes_on_disk_are_never_served(tmp_path, backend):
+    d = nvme_daemon(tmp_path, backend=backend)
     with running(d) as c:
         ns = fill(c, "nvme/corrupt")
         stats = c.stats()
@@ -222,6 +230,59 @@ def test_damaged_bytes_on_disk_are_never_served(tmp_path):
         # A block that failed its checksum is dropped, not tried again.
         assert lookup_each(c, ns, 1, sorted(damaged)) == [None] * len(damaged)
     assert "checksum" in d.log().lower()
+
+
+def test_read_without_promotion_leaves_the_block_on_nvme(tmp_path):
+    d = nvme_daemon(tmp_path, extra_config="nvme:\n  promote_on_hit: false\n")
+    with running(d) as c:
+        ns = fill(c, "nvme/no-promote")
+        settled(c, BLOCKS)
+        assert lookup_each(c, ns, 1, range(4)) == ["nvme"] * 4
+        assert get_each(c, ns, 1, range(4)) == [payload(1, n, BLOCK_BYTES) for n in range(4)]
+        assert lookup_each(c, ns, 1, range(4)) == ["nvme"] * 4
+        stats = c.stats()
+        assert tier_sum(stats, "promotions") == 0 and nvme_counters(stats)["reads"] >= 4
+
+
+def test_mover_demotes_between_the_watermarks_without_puts(tmp_path):
+    d = nvme_daemon(tmp_path, extra_config="placement:\n  high_watermark: 0.5\n"
+                                           "  low_watermark: 0.25\n")
+    with running(d) as c:
+        # 24 MiB of blocks: three quarters of the host tier, so no put ever needs room.
+        ns = fill(c, "nvme/mover", count=96)
+        capacity = tier(c.stats(), "host")["capacity_bytes"]
+
+        def below_low_watermark():
+            stats = c.stats()
+            done = (tier(stats, "host")["used_bytes"] <= capacity // 4
+                    and tier_sum(stats, "blocks") == 96)
+            return stats if done else None
+        stats = wait_for(below_low_watermark, 10)
+        assert stats, c.stats()["tiers"]
+        assert tier(stats, "host")["demotions"] >= 96 // 2, stats["tiers"]
+        # The oldest went down; everything still reads back.
+        assert lookup_each(c, ns, 1, [0]) == ["nvme"]
+        assert get_each(c, ns, 1, range(96)) == [payload(1, n, BLOCK_BYTES) for n in range(96)]
+
+
+def test_data_file_of_another_format_version_is_refused(tmp_path):
+    d = nvme_daemon(tmp_path)
+    with running(d) as c:
+        fill(c, "nvme/version", count=8)
+    (path,) = [p for p in d.nvme_dir.rglob("*.data") if p.is_file()]
+    with open(path, "r+b") as f:
+        f.seek(8)  # superblock format version (docs/nvme-format.md)
+        assert struct.unpack("<I", f.read(4)) == (1,)
+        f.seek(8)
+        f.write(struct.pack("<I", 2))
+    with pytest.raises(RuntimeError):
+        d.start()
+    assert d.proc.returncode not in (None, 0)
+    log = d.log()
+    assert "version 2" in log and "version 1" in log and str(path.name) in log, log[-2000:]
+    # The operator's way out: a cold start formats it again.
+    with running(d, ["--cold-start"]) as c:
+        assert tier(c.stats(), "nvme")["blocks"] == 0
 
 
 def admission_run(tmp_path, policy):
