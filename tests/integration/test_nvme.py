@@ -7,6 +7,7 @@ The NVMe tier lives in a file under the test's directory (<data_dir>/nvme/), so 
 any file system; docs/nvme-format.md describes the bytes the corruption test damages.
 """
 import contextlib
+import mmap
 import os
 import struct
 import subprocess
@@ -15,8 +16,8 @@ import pytest
 
 from helpers import RawClient, http_get, parse_metrics, wait_for
 from kvtierd_process import BIN_DIR, Daemon
-from nvme_helpers import (MIB, get_each, lookup_each, nvme_counters, payload, put_blocks,
-                          register_ns, tier, tier_sum)
+from nvme_helpers import (MIB, get_each, key, lookup_each, nvme_counters, payload,
+                          put_blocks, register_ns, tier, tier_sum)
 
 BLOCK_BYTES = 256 << 10
 HOST_BYTES = "32MiB"
@@ -190,9 +191,37 @@ def flip(path, offset):
         os.fsync(f.fileno())
 
 
-@BACKENDS
-def test_damaged_bytes_on_disk_are_never_served(tmp_path, backend):
-    d = nvme_daemon(tmp_path, backend=backend)
+def acquire_each(c, ns, salt, numbers):
+    """Each block's bytes as read from the shared arena under a KVT.ACQUIRE lease (one key per
+    call), None where ACQUIRE answers NOTFOUND. A lease whose release is not OK is a torn copy."""
+    info, fd = c.attach()
+    try:
+        arena = mmap.mmap(fd, int(info["arena_bytes"]), mmap.MAP_SHARED, mmap.PROT_READ)
+    finally:
+        os.close(fd)
+    values = []
+    with arena:
+        for n in numbers:
+            [(status, lease, offset, length)] = c.call("KVT.ACQUIRE", ns, key(salt, n))
+            if status == b"NOTFOUND":
+                values.append(None)
+                continue
+            assert status == b"OK", (n, status)
+            values.append(arena[offset:offset + length])
+            assert c.call("KVT.RELEASE", lease) == [b"OK"], n
+    return values
+
+
+# How the damaged blocks are read: GET promoting them (the default), GET reading them in place on
+# NVMe, and a shared-memory lease, which brings them into the host arena first.
+READ_PATHS = pytest.mark.parametrize("backend, read", [
+    ("auto", "get"), ("threads", "get"), ("auto", "get-in-place"), ("auto", "acquire")])
+
+
+@READ_PATHS
+def test_damaged_bytes_on_disk_are_never_served(tmp_path, backend, read):
+    config = "nvme:\n  promote_on_hit: false\n" if read == "get-in-place" else ""
+    d = nvme_daemon(tmp_path, backend=backend, extra_config=config)
     with running(d) as c:
         ns = fill(c, "nvme/corrupt")
         stats = c.stats()
@@ -216,7 +245,10 @@ def test_damaged_bytes_on_disk_are_never_served(tmp_path, backend):
         assert register_ns(c, "nvme/corrupt", BLOCK_BYTES) == ns
         stats = c.stats()
         assert nvme_counters(stats)["dropped_at_recovery"] >= 2, nvme_counters(stats)
-        got = get_each(c, ns, 1, range(BLOCKS))
+        if read == "acquire":
+            got = acquire_each(c, ns, 1, range(BLOCKS))
+        else:
+            got = get_each(c, ns, 1, range(BLOCKS))
         for n, value in enumerate(got):
             if n in damaged:
                 assert value is None, f"damaged block {n} was served"
