@@ -40,13 +40,15 @@ class Daemon:
     """One kvtierd process and where to reach it."""
 
     def __init__(self, workdir, password=None, host_bytes="256MiB", slab_bytes="8MiB",
-                 extra_config=""):
+                 extra_config="", nvme_bytes="0"):
         self.workdir = pathlib.Path(workdir)
         self.unix = str(self.workdir / "kvtierd.sock")
         self.data_dir = str(self.workdir / "data")
         self.log_path = self.workdir / "kvtierd.log"
         self.password = password
         self.host_bytes = host_bytes
+        # The host tier alone unless a test asks for NVMe: its tests count evictions and drops.
+        self.nvme_bytes = nvme_bytes
         self.config_text = CONFIG_YAML.format(slab_bytes=slab_bytes) + extra_config
         self.host = "127.0.0.1"
         self.port = 0
@@ -73,7 +75,8 @@ class Daemon:
                 continue
             cmd = [str(BIN_DIR / "kvtierd"), "--config", str(config), "--unix", self.unix,
                    "--port", str(self.port), "--http-port", str(self.http_port),
-                   "--host-bytes", self.host_bytes, "--data-dir", self.data_dir]
+                   "--host-bytes", self.host_bytes, "--data-dir", self.data_dir,
+                   "--nvme-bytes", self.nvme_bytes]
             if self.password:
                 cmd += ["--password", self.password]
             with open(self.log_path, "ab") as log:
