@@ -36,7 +36,7 @@ class DaemonTest : public ::testing::Test {
     const std::string data = dir_ + "/data";
     std::vector<std::string> args = {KVTIERD_PATH, "--unix", socket, "--port", "0",
                                      "--http-port", "0", "--host-bytes", "64MiB",
-                                     "--data-dir", data};
+                                     "--data-dir", data, "--nvme-bytes", "0"};
     std::vector<char*> argv;
     for (std::string& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);

@@ -12,7 +12,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <span>
+#include <string_view>
 
 #include "common/keys.h"
 #include "common/status.h"
@@ -87,6 +89,14 @@ class Tier {
   virtual Extent ReclaimUnit(const Extent& extent) const { return extent; }
 
   virtual TierStats Stats() const = 0;
+
+  // Device counters beyond TierStats (NVMe: reads, bytes written to the device, checksum
+  // failures, ...), one visit(name, value) each with a stable snake_case name; none by default.
+  // The store copies them into its statistics, so /metrics, /stats and INFO show them.
+  virtual void VisitDeviceStats(
+      const std::function<void(std::string_view name, double value)>& visit) const {
+    (void)visit;
+  }
 };
 
 }  // namespace kvtier::tiers

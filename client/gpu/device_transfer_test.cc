@@ -92,7 +92,7 @@ class DeviceTransferTest : public ::testing::Test {
     url_ = "unix://" + dir_ + "/kvtierd.sock";
     std::vector<std::string> args = {
         KVTIERD_PATH,   "--unix", dir_ + "/kvtierd.sock", "--port",      "0", "--http-port", "0",
-        "--host-bytes", "64MiB",  "--data-dir",           dir_ + "/data"};
+        "--host-bytes", "64MiB",  "--data-dir",           dir_ + "/data", "--nvme-bytes", "0"};
     std::vector<char*> argv;
     for (std::string& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);

@@ -38,16 +38,42 @@ std::string Row(const char* format, auto... cells) {
 }
 
 std::string TierTable(const json& tiers) {
-  std::string out = Row("%-6s %12s %12s %7s %10s %10s\n", "TIER", "USED", "CAPACITY", "USE",
-                        "BLOCKS", "EVICTIONS");
+  std::string out = Row("%-6s %12s %12s %7s %10s %10s %10s %10s\n", "TIER", "USED", "CAPACITY",
+                        "USE", "BLOCKS", "EVICTIONS", "DEMOTED", "PROMOTED");
   for (const json& t : tiers) {
     if (!t.is_object()) continue;
     const std::string name = t.value("tier", std::string("?"));
     const int64_t used = Count(t, "used_bytes");
     const int64_t capacity = Count(t, "capacity_bytes");
-    out += Row("%-6s %12s %12s %7s %10s %10s\n", name.c_str(), BytesText(used).c_str(),
+    out += Row("%-6s %12s %12s %7s %10s %10s %10s %10s\n", name.c_str(), BytesText(used).c_str(),
                BytesText(capacity).c_str(), Percent(used, capacity).c_str(),
-               CountText(Count(t, "blocks")).c_str(), CountText(Count(t, "evictions")).c_str());
+               CountText(Count(t, "blocks")).c_str(), CountText(Count(t, "evictions")).c_str(),
+               CountText(Count(t, "demotions")).c_str(), CountText(Count(t, "promotions")).c_str());
+  }
+  return out;
+}
+
+// One line per tier with device counters: "nvme device: reads=.. writes=.. ...".
+std::string DeviceLines(const json& tiers) {
+  std::string out;
+  for (const json& t : tiers) {
+    const auto device = t.find("device");
+    if (!t.is_object() || device == t.end() || !device->is_object() || device->empty()) continue;
+    out += t.value("tier", std::string("?")) + " device:";
+    for (const auto& [name, value] : device->items()) {
+      if (value.is_number()) out += " " + name + "=" + value.dump();
+    }
+    out += "\n";
+  }
+  return out;
+}
+
+// Why a tier is absent ("no GPU tier: built without CUDA"), from the process section.
+std::string TierNotes(const json& process) {
+  std::string out;
+  for (const char* key : {"gpu_tier", "nvme_tier"}) {
+    const std::string note = process.value(key, std::string());
+    if (!note.empty()) out += note + "\n";
   }
   return out;
 }
@@ -101,7 +127,12 @@ Result<std::string> FormatStatsTable(std::string_view stats_json) {
     return InvalidArgument("KVT.STATS did not return a JSON object");
   }
   std::string out;
-  if (const auto it = doc.find("tiers"); it != doc.end() && it->is_array()) out += TierTable(*it);
+  if (const auto it = doc.find("tiers"); it != doc.end() && it->is_array()) {
+    out += TierTable(*it) + DeviceLines(*it);
+  }
+  if (const auto it = doc.find("process"); it != doc.end() && it->is_object()) {
+    out += TierNotes(*it);
+  }
   if (const auto it = doc.find("namespaces"); it != doc.end() && it->is_array()) {
     out += "\n" + NamespaceTable(*it);
   }

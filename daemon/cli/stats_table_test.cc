@@ -41,6 +41,17 @@ TEST(StatsTableTest, MissingFieldsShowAsDashes) {
   EXPECT_NE(table->find("(no namespaces)"), std::string::npos);
 }
 
+TEST(StatsTableTest, ShowsDeviceCountersAndWhyATierIsAbsent) {
+  Result<std::string> table = FormatStatsTable(R"({
+    "tiers": [{"tier": "nvme", "capacity_bytes": 100, "used_bytes": 50, "demotions": 0,
+               "promotions": 4, "device": {"reads": 12, "checksum_failures": 1}}],
+    "namespaces": [],
+    "process": {"gpu_tier": "no GPU tier: built without CUDA", "nvme_tier": ""}})");
+  ASSERT_TRUE(table.ok());
+  EXPECT_NE(table->find("nvme device: checksum_failures=1 reads=12"), std::string::npos) << *table;
+  EXPECT_NE(table->find("no GPU tier: built without CUDA\n"), std::string::npos) << *table;
+}
+
 TEST(StatsTableTest, NotJsonIsAnError) {
   EXPECT_EQ(FormatStatsTable("not json").status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(FormatStatsTable("[1, 2]").status().code(), StatusCode::kInvalidArgument);

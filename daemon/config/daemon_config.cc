@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <map>
@@ -59,6 +60,33 @@ Setter Size(uint64_t DaemonConfig::*field, const std::string& key, bool allow_au
   };
 }
 
+// Like Size, with "auto" kept as DaemonConfig::kAutoBytes (0 already means "off" for these).
+Setter SizeOrAuto(uint64_t DaemonConfig::*field, const std::string& key) {
+  return [=](const std::string& value, DaemonConfig& c) {
+    if (value == "auto") {
+      c.*field = DaemonConfig::kAutoBytes;
+      return Status::Ok();
+    }
+    return Size(field, key, false)(value, c);
+  };
+}
+
+Status ParseFraction(const std::string& key, const std::string& value, double& out) {
+  char* end = nullptr;
+  const double v = std::strtod(value.c_str(), &end);
+  if (value.empty() || *end != '\0' || !(v > 0.0 && v <= 1.0)) {
+    return InvalidArgument(key + ": expected a fraction in (0, 1], got '" + value + "'");
+  }
+  out = v;
+  return Status::Ok();
+}
+
+Setter Fraction(double DaemonConfig::*field, const std::string& key) {
+  return [=](const std::string& value, DaemonConfig& c) {
+    return ParseFraction(key, value, c.*field);
+  };
+}
+
 Setter Text(std::string DaemonConfig::*field) {
   return [=](const std::string& value, DaemonConfig& c) {
     c.*field = value;
@@ -104,6 +132,19 @@ const std::map<std::string, Setter>& Setters() {
       {"tiers.huge_pages", Bool(&DaemonConfig::huge_pages, "tiers.huge_pages")},
       {"tiers.mlock", Bool(&DaemonConfig::mlock, "tiers.mlock")},
       {"tiers.data_dir", Text(&DaemonConfig::data_dir)},
+      {"nvme.bytes", SizeOrAuto(&DaemonConfig::nvme_bytes, "nvme.bytes")},
+      {"nvme.io_backend", Text(&DaemonConfig::nvme_io_backend)},
+      {"nvme.queue_depth", Uint(&DaemonConfig::nvme_queue_depth, 4096, "nvme.queue_depth")},
+      {"nvme.rings", Uint(&DaemonConfig::nvme_rings, 64, "nvme.rings")},
+      {"nvme.direct_io", Bool(&DaemonConfig::nvme_direct_io, "nvme.direct_io")},
+      {"nvme.promote_on_hit", Bool(&DaemonConfig::nvme_promote_on_hit, "nvme.promote_on_hit")},
+      {"nvme.admission", Text(&DaemonConfig::nvme_admission)},
+      {"nvme.sync_interval_ms",
+       Uint(&DaemonConfig::nvme_sync_interval_ms, 3'600'000, "nvme.sync_interval_ms")},
+      {"nvme.cold_start", Bool(&DaemonConfig::cold_start, "nvme.cold_start")},
+      {"placement.high_watermark",
+       Fraction(&DaemonConfig::high_watermark, "placement.high_watermark")},
+      {"placement.low_watermark", Fraction(&DaemonConfig::low_watermark, "placement.low_watermark")},
       {"store.eviction_policy", Text(&DaemonConfig::eviction_policy)},
       {"store.lease_timeout_ms",
        Uint(&DaemonConfig::lease_timeout_ms, 86'400'000, "store.lease_timeout_ms")},
@@ -144,6 +185,12 @@ Status ApplyNode(const YAML::Node& node, const std::string& prefix, const std::s
       KVTIER_RETURN_IF_ERROR(ApplyNode(value, key, source, config));
       continue;
     }
+    if (key == "nvme.paths") {
+      if (!value.IsSequence()) return InvalidArgument(source + ": " + key + ": expected a list");
+      config.nvme_paths.clear();
+      for (const auto& path : value) config.nvme_paths.push_back(path.as<std::string>());
+      continue;
+    }
     if (key == "listen.allowed_uids") {
       if (!value.IsSequence()) return InvalidArgument(source + ": " + key + ": expected a list");
       config.allowed_uids.clear();
@@ -181,6 +228,16 @@ Result<std::string> ReadFile(const std::string& path) {
 }
 
 }  // namespace
+
+uint64_t AutoNvmeBytes(const std::string& data_dir) {
+  std::error_code ec;
+  std::filesystem::path dir = data_dir;
+  while (!dir.empty() && !std::filesystem::exists(dir, ec)) dir = dir.parent_path();
+  const std::filesystem::space_info space = std::filesystem::space(dir.empty() ? "." : dir, ec);
+  if (ec) return 0;
+  const uint64_t bytes = std::min<uint64_t>(space.available / 10, 16ull << 30) & ~((1ull << 20) - 1);
+  return bytes < (64ull << 20) ? 0 : bytes;
+}
 
 uint64_t AutoHostBytes() {
   const long pages = sysconf(_SC_AVPHYS_PAGES);
@@ -238,6 +295,28 @@ Status Finalize(DaemonConfig& config) {
     config.io_threads = std::clamp<uint32_t>(std::thread::hardware_concurrency(), 1, 8);
   }
   if (config.data_dir.empty()) config.data_dir = DefaultDataDir();
+  if (config.nvme_bytes == DaemonConfig::kAutoBytes) {
+    config.nvme_bytes = AutoNvmeBytes(config.data_dir);
+  }
+  if (config.nvme_bytes != 0 && config.nvme_bytes < (8ull << 20)) {
+    return InvalidArgument("nvme.bytes: at least 8MiB (or 0 to turn the tier off), got " +
+                           std::to_string(config.nvme_bytes));
+  }
+  if (config.nvme_io_backend != "auto" && config.nvme_io_backend != "io_uring" &&
+      config.nvme_io_backend != "threads") {
+    return InvalidArgument("nvme.io_backend: expected auto, io_uring or threads, got '" +
+                           config.nvme_io_backend + "'");
+  }
+  if (config.nvme_admission != "all" && config.nvme_admission != "reused") {
+    return InvalidArgument("nvme.admission: expected all or reused, got '" +
+                           config.nvme_admission + "'");
+  }
+  if (config.nvme_queue_depth == 0 || config.nvme_rings == 0) {
+    return InvalidArgument("nvme: queue_depth and rings must be positive");
+  }
+  if (config.low_watermark >= config.high_watermark) {
+    return InvalidArgument("placement.low_watermark: must be below placement.high_watermark");
+  }
   return Status::Ok();
 }
 
@@ -247,7 +326,8 @@ Result<ParseOutcome> ParseCommandLine(int argc, const char* const* argv) {
   c.unix_path = DefaultSocketPath();
   CLI::App app{"kvtierd: the kvtier KV-cache daemon (see deploy/kvtierd.yaml for every key)",
                "kvtierd"};
-  std::string config_file, host_bytes, log_level, policy;
+  std::string config_file, host_bytes, nvme_bytes, log_level, policy;
+  bool cold_start = false;
   std::optional<std::string> unix_path, data_dir, password;
   std::optional<uint16_t> port, http_port;
   std::optional<uint32_t> io_threads;
@@ -259,6 +339,11 @@ Result<ParseOutcome> ParseCommandLine(int argc, const char* const* argv) {
   app.add_option("--host-bytes", host_bytes,
                  "Host tier size, e.g. 512MiB, 4GiB, or auto (a quarter of free RAM, cap 64GiB)");
   app.add_option("--data-dir", data_dir, "Directory for the NVMe tier and state");
+  app.add_option("--nvme-bytes", nvme_bytes,
+                 "NVMe tier size, e.g. 64GiB; 0 turns it off; auto (a tenth of the data "
+                 "directory's free space, cap 16GiB)");
+  app.add_flag("--cold-start", cold_start,
+               "Discard the NVMe tier's blocks at start (default: serve them again)");
   app.add_option("--password", password, "Password clients must AUTH with");
   app.add_option("--policy", policy, "Eviction policy: lru or arc");
   app.add_option("--io-threads", io_threads, "Network threads (0: one per core, at most 8)");
@@ -284,6 +369,11 @@ Result<ParseOutcome> ParseCommandLine(int argc, const char* const* argv) {
   if (io_threads) c.io_threads = *io_threads;
   if (!policy.empty()) c.eviction_policy = policy;
   if (!log_level.empty()) c.log_level = log_level;
+  if (cold_start) c.cold_start = true;
+  if (!nvme_bytes.empty()) {
+    Status st = SizeOrAuto(&DaemonConfig::nvme_bytes, "--nvme-bytes")(nvme_bytes, c);
+    if (!st.ok()) return st;
+  }
   if (!host_bytes.empty()) {
     Status st = Size(&DaemonConfig::host_bytes, "--host-bytes", true)(host_bytes, c);
     if (!st.ok()) return st;

@@ -37,6 +37,23 @@ struct DaemonConfig {
   bool mlock = true;
   std::string data_dir;             // default: DefaultDataDir()
 
+  // nvme tier (files under <data_dir>/nvme unless nvme_paths names files or devices)
+  static constexpr uint64_t kAutoBytes = UINT64_MAX;
+  uint64_t nvme_bytes = kAutoBytes;  // 0 turns the tier off; auto: see AutoNvmeBytes
+  std::vector<std::string> nvme_paths;
+  std::string nvme_io_backend = "auto";  // auto, io_uring, threads
+  uint64_t nvme_queue_depth = 32;
+  uint64_t nvme_rings = 4;
+  bool nvme_direct_io = true;
+  bool nvme_promote_on_hit = true;
+  std::string nvme_admission = "all";    // all, reused
+  uint64_t nvme_sync_interval_ms = 1000;  // how much a power cut may lose; 0: sync every write
+  bool cold_start = false;                // discard the NVMe tier's contents at start
+
+  // placement: the background mover keeps the host tier between these fractions of its size
+  double high_watermark = 0.95;
+  double low_watermark = 0.90;
+
   // store
   std::string eviction_policy = "lru";
   uint64_t lease_timeout_ms = 30'000;
@@ -63,6 +80,11 @@ struct DaemonConfig {
 // The host tier size "auto" resolves to: a quarter of the machine's available memory, capped at
 // 64 GiB and at least 64 MiB.
 uint64_t AutoHostBytes();
+
+// The NVMe tier size "auto" resolves to: a tenth of the free space of the file system holding
+// `data_dir` (or its nearest existing parent), capped at 16 GiB, rounded down to 1 MiB; 0 (the
+// tier off) when that is under 64 MiB.
+uint64_t AutoNvmeBytes(const std::string& data_dir);
 
 // Parses flags (and the file named by --config). Returns the resolved, validated configuration.
 // `help_text` receives the --help output when --help was given (the caller prints it and exits

@@ -109,6 +109,65 @@ TEST(DaemonConfigTest, ShippedExampleLoadsAndMatchesTheDefaults) {
   EXPECT_EQ(c.max_clients, defaults.max_clients);
   EXPECT_EQ(c.max_leases, defaults.max_leases);
   EXPECT_EQ(c.max_reservations, defaults.max_reservations);
+  EXPECT_EQ(c.nvme_bytes, DaemonConfig::kAutoBytes);
+  EXPECT_EQ(c.nvme_io_backend, defaults.nvme_io_backend);
+  EXPECT_EQ(c.nvme_queue_depth, defaults.nvme_queue_depth);
+  EXPECT_EQ(c.nvme_admission, defaults.nvme_admission);
+  EXPECT_EQ(c.nvme_promote_on_hit, defaults.nvme_promote_on_hit);
+  EXPECT_EQ(c.nvme_sync_interval_ms, defaults.nvme_sync_interval_ms);
+  EXPECT_EQ(c.high_watermark, defaults.high_watermark);
+  EXPECT_EQ(c.low_watermark, defaults.low_watermark);
+  EXPECT_TRUE(c.nvme_paths.empty());
+}
+
+TEST(DaemonConfigTest, NvmeKeysAndFlags) {
+  const char* argv[] = {"kvtierd", "--nvme-bytes", "2GiB", "--cold-start", "--data-dir", "/tmp/x"};
+  auto r = ParseCommandLine(6, argv);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->config.nvme_bytes, 2ull << 30);
+  EXPECT_TRUE(r->config.cold_start);
+
+  const char* off[] = {"kvtierd", "--nvme-bytes", "0"};
+  r = ParseCommandLine(3, off);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->config.nvme_bytes, 0u);
+
+  DaemonConfig c;
+  ASSERT_TRUE(ApplyYaml("nvme:\n  bytes: 1GiB\n  admission: reused\n  paths: [/dev/a, /dev/b]\n"
+                        "placement:\n  high_watermark: 0.8\n  low_watermark: 0.5\n",
+                        "test.yaml", c)
+                  .ok());
+  ASSERT_TRUE(Finalize(c).ok());
+  EXPECT_EQ(c.nvme_bytes, 1ull << 30);
+  EXPECT_EQ(c.nvme_admission, "reused");
+  EXPECT_EQ(c.nvme_paths, (std::vector<std::string>{"/dev/a", "/dev/b"}));
+  EXPECT_EQ(c.low_watermark, 0.5);
+}
+
+TEST(DaemonConfigTest, BadNvmeSettingsNameTheirKey) {
+  const char* flag[] = {"kvtierd", "--nvme-bytes", "12furlongs"};
+  auto r = ParseCommandLine(3, flag);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("--nvme-bytes"), std::string::npos) << r.status().message();
+  struct Case {
+    const char* yaml;
+    const char* key;
+  } cases[] = {
+      {"nvme:\n  io_backend: spdk\n", "nvme.io_backend"},
+      {"nvme:\n  admission: sometimes\n", "nvme.admission"},
+      {"nvme:\n  bytes: 1MiB\n", "nvme.bytes"},
+      {"nvme:\n  queue_depth: 0\n", "nvme"},
+      {"placement:\n  high_watermark: 1.5\n", "placement.high_watermark"},
+      {"placement:\n  high_watermark: 0.5\n  low_watermark: 0.6\n", "placement.low_watermark"},
+      {"nvme:\n  flavour: fast\n", "nvme.flavour"},
+  };
+  for (const Case& c : cases) {
+    DaemonConfig config;
+    Status st = ApplyYaml(c.yaml, "test.yaml", config);
+    if (st.ok()) st = Finalize(config);
+    ASSERT_FALSE(st.ok()) << c.yaml;
+    EXPECT_NE(st.message().find(c.key), std::string::npos) << st.message();
+  }
 }
 
 }  // namespace

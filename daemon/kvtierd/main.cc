@@ -1,11 +1,12 @@
 // kvtierd: the kvtier daemon. Wires configuration, tiers, the store, the RESP server and the HTTP
 // endpoint together, then waits for SIGINT/SIGTERM.
 //
-// Start-up order: config -> data directory lock -> host tier -> store -> RESP server -> HTTP ->
-// deadline thread. Shutdown runs in reverse: HTTP stops answering, the RESP server stops accepting
-// and closes every connection (releasing its leases and aborting its reservations), the deadline
-// thread stops, then the store and the tiers are destroyed. Nothing is detached; every thread is
-// joined before main returns.
+// Start-up order: config -> data directory lock -> tiers (host, NVMe: which finds the blocks of the
+// previous run) -> store (adopting those blocks) -> RESP server -> HTTP -> housekeeping threads
+// (deadlines, the background mover, NVMe sync). Shutdown runs in reverse: HTTP stops answering,
+// the RESP server stops accepting and closes every connection (releasing its leases and aborting
+// its reservations), the housekeeping threads stop, the NVMe tier is synced, then the store and
+// the tiers are destroyed. Nothing is detached; every thread is joined before main returns.
 #include <fcntl.h>
 #include <malloc.h>
 #include <pthread.h>
@@ -15,21 +16,20 @@
 #include <unistd.h>
 
 #include <chrono>
-#include <condition_variable>
 #include <cstdio>
 #include <filesystem>
-#include <mutex>
-#include <thread>
+#include <memory>
 
 #include <spdlog/spdlog.h>
 
 #include "common/units.h"
 #include "daemon/config/daemon_config.h"
 #include "daemon/http/http_server.h"
+#include "daemon/kvtierd/daemon_tiers.h"
+#include "daemon/kvtierd/periodic_thread.h"
 #include "daemon/metrics/stats_format.h"
 #include "daemon/server/server.h"
 #include "daemon/store/store.h"
-#include "tiers/host/host_tier.h"
 
 namespace kvtier {
 namespace {
@@ -57,38 +57,6 @@ class DataDirLock {
  private:
   explicit DataDirLock(int fd) : fd_(fd) {}
   int fd_;
-};
-
-// Takes back lapsed leases and reservations ten times a second.
-class DeadlineThread {
- public:
-  explicit DeadlineThread(store::Store& store) : store_(store), thread_([this] { Run(); }) {}
-  ~DeadlineThread() {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      stop_ = true;
-    }
-    cv_.notify_all();
-    thread_.join();
-  }
-
- private:
-  void Run() {
-    pthread_setname_np(pthread_self(), "kvtier-deadline");
-    std::unique_lock<std::mutex> lock(mu_);
-    while (!cv_.wait_for(lock, std::chrono::milliseconds(100), [this] { return stop_; })) {
-      lock.unlock();
-      size_t expired = store_.ExpireDeadlines();
-      if (expired > 0) spdlog::debug("took back {} lapsed leases or reservations", expired);
-      lock.lock();
-    }
-  }
-
-  store::Store& store_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool stop_ = false;
-  std::thread thread_;
 };
 
 Status EnsureSocketDir(const std::string& unix_path) {
@@ -122,6 +90,18 @@ server::ServerOptions ServerOptionsFrom(const config::DaemonConfig& c) {
   return o;
 }
 
+// The background mover: when the host tier is fuller than the high watermark, demote its least
+// recently used blocks to NVMe (or drop them, without NVMe) until it is below the low one, so that
+// a put finds room without waiting for the disk.
+void KeepHostRoom(store::Store& store, const tiers::Tier& host, const config::DaemonConfig& c) {
+  const tiers::TierStats s = host.Stats();
+  const auto high = static_cast<uint64_t>(static_cast<double>(s.capacity_bytes) * c.high_watermark);
+  if (s.used_bytes <= high) return;
+  const auto low = static_cast<uint64_t>(static_cast<double>(s.capacity_bytes) * c.low_watermark);
+  const size_t moved = store.EvictToTarget(TierId::kHost, low, /*max_victims=*/4096);
+  spdlog::debug("mover: {} host blocks demoted or dropped to reach the low watermark", moved);
+}
+
 int Run(const config::DaemonConfig& c) {
   spdlog::set_level(spdlog::level::from_str(c.log_level));
   // Operators tail the log through pipes and journald: every line goes out as it is written.
@@ -137,35 +117,24 @@ int Run(const config::DaemonConfig& c) {
     spdlog::error("{}", st.ToString());
     return 1;
   }
-  auto host = tiers::HostTier::Create({.capacity_bytes = c.host_bytes,
-                                       .slab_bytes = c.slab_bytes,
-                                       .try_huge_pages = c.huge_pages,
-                                       .try_mlock = c.mlock});
-  if (!host.ok()) {
-    spdlog::error("host tier: {}", host.status().ToString());
+  auto opened = daemon::OpenTiers(c);
+  if (!opened.ok()) {
+    spdlog::error("{}", opened.status().ToString());
     return 1;
   }
-  const tiers::HostArena& arena = (*host)->arena();
-  spdlog::info("host tier: {} ({} pages{})", FormatBytes(c.host_bytes),
-               arena.huge_pages() ? "huge" : "normal",
-               arena.locked()                   ? ", locked in RAM"
-               : arena.lock_status().ok()       ? ", not locked (tiers.mlock is off)"
-                                                : ", not locked: " + arena.lock_status().message());
-
-  store::StoreOptions store_options;
-  store_options.lease_timeout_us = c.lease_timeout_ms * 1000;
-  store_options.reservation_timeout_us = c.reservation_timeout_ms * 1000;
-  store_options.index.policy = c.eviction_policy;
-  store_options.index.capacity_hint_blocks = 0;
-  store_options.max_leases = c.max_leases;
-  store_options.max_reservations = c.max_reservations;
-  auto store = store::Store::Create(store_options, {host->get()}, SteadyClock::Instance());
+  daemon::DaemonTiers& tiers = *opened;
+  auto store =
+      store::Store::Create(daemon::StoreOptionsFrom(c), tiers.chain(), SteadyClock::Instance());
   if (!store.ok()) {
     spdlog::error("store: {}", store.status().ToString());
     return 1;
   }
+  daemon::AdoptRecoveredBlocks(tiers, **store);
 
-  auto server = server::Server::Create(ServerOptionsFrom(c), **store, host->get());
+  server::ServerOptions server_options = ServerOptionsFrom(c);
+  server_options.gpu_tier_note = tiers.gpu_note;
+  server_options.nvme_tier_note = tiers.nvme_note;
+  auto server = server::Server::Create(server_options, **store, tiers.host.get());
   if (!server.ok()) {
     spdlog::error("{}", server.status().ToString());
     return 1;
@@ -179,8 +148,8 @@ int Run(const config::DaemonConfig& c) {
 
   metrics::ProcessInfo base_info;
   base_info.version = kVersion;
-  base_info.gpu_tier_note = "no GPU tier: not implemented in this version";
-  base_info.nvme_tier_note = "no NVMe tier: not implemented in this version";
+  base_info.gpu_tier_note = tiers.gpu_note;
+  base_info.nvme_tier_note = tiers.nvme_note;
   auto process_info = [&]() {
     metrics::ProcessInfo p = base_info;
     p.uptime_s = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::seconds>(
@@ -208,7 +177,22 @@ int Run(const config::DaemonConfig& c) {
     http = std::move(h).value();
     spdlog::info("metrics on http://{}:{}/metrics", c.http_host, http->port());
   }
-  auto deadlines = std::make_unique<DeadlineThread>(**store);
+  store::Store& s = **store;
+  std::vector<std::unique_ptr<daemon::PeriodicThread>> housekeeping;
+  housekeeping.push_back(std::make_unique<daemon::PeriodicThread>(
+      "kvtier-deadline", std::chrono::milliseconds(100), [&s] {
+        const size_t expired = s.ExpireDeadlines();
+        if (expired > 0) spdlog::debug("took back {} lapsed leases or reservations", expired);
+      }));
+  housekeeping.push_back(std::make_unique<daemon::PeriodicThread>(
+      "kvtier-mover", std::chrono::milliseconds(20),
+      [&s, &tiers, &c] { KeepHostRoom(s, *tiers.host, c); }));
+  if (tiers.nvme && c.nvme_sync_interval_ms > 0) {
+    housekeeping.push_back(std::make_unique<daemon::PeriodicThread>(
+        "kvtier-nvmesync", std::chrono::milliseconds(c.nvme_sync_interval_ms), [&tiers] {
+          if (Status st = tiers.nvme->Sync(); !st.ok()) spdlog::warn("NVMe sync: {}", st.ToString());
+        }));
+  }
   spdlog::info("kvtierd {} ready", kVersion);
 
   sigset_t signals;
@@ -221,7 +205,10 @@ int Run(const config::DaemonConfig& c) {
 
   if (http) http->Stop();
   (*server)->Stop();
-  deadlines.reset();
+  housekeeping.clear();
+  if (tiers.nvme) {
+    if (Status st = tiers.nvme->Sync(); !st.ok()) spdlog::warn("NVMe sync: {}", st.ToString());
+  }
   store::StoreStats final_stats = (*store)->Stats();
   spdlog::info("stopped with {} blocks cached, {} leases left", final_stats.blocks_present,
                final_stats.leases_active);

@@ -24,6 +24,8 @@ std::string NamespaceLabels(const store::NamespaceStats& ns) {
 }
 
 json TierJson(const store::TierStatsSnapshot& t) {
+  json device = json::object();
+  for (const auto& [name, value] : t.device) device[name] = value;
   return {{"tier", TierName(t.tier)},
           {"capacity_bytes", t.space.capacity_bytes},
           {"used_bytes", t.space.used_bytes},
@@ -32,7 +34,11 @@ json TierJson(const store::TierStatsSnapshot& t) {
           {"fragmentation", t.space.fragmentation},
           {"evictions", t.evictions},
           {"demotions", t.demotions},
-          {"drops", t.drops}};
+          {"drops", t.drops},
+          {"admission_drops", t.admission_drops},
+          {"promotions", t.promotions},
+          {"corrupt_drops", t.corrupt_drops},
+          {"device", device}};
 }
 
 json NamespaceJson(const store::NamespaceStats& ns) {
@@ -140,11 +146,29 @@ std::string StatsToPrometheus(const store::StoreStats& stats, const ProcessInfo&
        [](const store::TierStatsSnapshot& t) { return double(t.demotions); }},
       {"kvtier_tier_drops_total", "counter", "Blocks dropped from the tier.",
        [](const store::TierStatsSnapshot& t) { return double(t.drops); }},
+      {"kvtier_tier_admission_drops_total", "counter",
+       "Victims dropped because the next tier's admission policy refused them.",
+       [](const store::TierStatsSnapshot& t) { return double(t.admission_drops); }},
+      {"kvtier_tier_promotions_total", "counter", "Blocks moved up out of the tier for a reader.",
+       [](const store::TierStatsSnapshot& t) { return double(t.promotions); }},
+      {"kvtier_tier_corrupt_drops_total", "counter",
+       "Blocks whose stored bytes failed verification (dropped, served as misses).",
+       [](const store::TierStatsSnapshot& t) { return double(t.corrupt_drops); }},
   };
   for (const TierMetric& m : kTierMetrics) {
     Header(out, m.name, m.type, m.help);
     for (const auto& t : stats.tiers) {
       Sample(out, m.name, "tier=\"" + std::string(TierName(t.tier)) + "\"", m.get(t));
+    }
+  }
+  // Device counters (NVMe reads, device bytes written, I/O errors, ...) under one family, one
+  // series per tier and counter name.
+  Header(out, "kvtier_tier_device", "gauge",
+         "Device counters of a tier (see the counter label; docs/nvme-format.md for NVMe).");
+  for (const auto& t : stats.tiers) {
+    for (const auto& [name, value] : t.device) {
+      Sample(out, "kvtier_tier_device",
+             "tier=\"" + std::string(TierName(t.tier)) + "\",counter=\"" + name + "\"", value);
     }
   }
   struct NamespaceMetric {
@@ -228,6 +252,14 @@ std::string StatsToInfoSection(const store::StoreStats& stats) {
     field(p + "used_bytes", std::to_string(t.space.used_bytes));
     field(p + "blocks", std::to_string(t.space.block_count));
     field(p + "evictions", std::to_string(t.evictions));
+    field(p + "demotions", std::to_string(t.demotions));
+    field(p + "promotions", std::to_string(t.promotions));
+    field(p + "corrupt_drops", std::to_string(t.corrupt_drops));
+    for (const auto& [name, value] : t.device) {
+      char text[32];
+      std::snprintf(text, sizeof text, "%.15g", value);
+      field(p + name, text);
+    }
   }
   for (const auto& ns : stats.namespaces) {
     char ratio[32];

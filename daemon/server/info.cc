@@ -120,6 +120,8 @@ metrics::ProcessInfo MakeProcessInfo(const ServerContext& server) {
   p.commands_processed = server.counters.commands_processed.load();
   p.protocol_errors = server.counters.protocol_errors.load();
   p.lapsed_reply_leases = server.counters.lapsed_reply_leases.load();
+  p.gpu_tier_note = server.options.gpu_tier_note;
+  p.nvme_tier_note = server.options.nvme_tier_note;
   return p;
 }
 

@@ -47,6 +47,10 @@ struct ServerOptions {
   int io_threads = 2;
   // Empty: no AUTH required. Otherwise every client must AUTH (or HELLO ... AUTH) first.
   std::string password;
+  // Why a tier is absent, for INFO and KVT.STATS ("no GPU tier: built without CUDA"); empty when
+  // the tier runs.
+  std::string gpu_tier_note;
+  std::string nvme_tier_note;
 
   // Frame limits of the request parser (see docs/protocol.md, Limits).
   size_t max_bulk_bytes = size_t{512} << 20;

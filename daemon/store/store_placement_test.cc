@@ -80,7 +80,7 @@ TEST_F(StorePlacementTest, ACorruptBlockIsAMissAndIsDropped) {
   nvme().FlipByte(0);  // block 1 is the only one there, at offset 0
   EXPECT_EQ(store_->Acquire(kNs, Key(1)).status().code(), StatusCode::kNotFound);
   EXPECT_EQ(TierOf(1), TierId::kGpu);  // gone
-  EXPECT_EQ(TierStatsOf(store_->Stats(), TierId::kNvme).checksum_failures, 1u);
+  EXPECT_EQ(TierStatsOf(store_->Stats(), TierId::kNvme).corrupt_drops, 1u);
   std::vector<std::byte> out;
   ASSERT_TRUE(store_->Get(kNs, Key(2), out).ok());
   EXPECT_EQ(out, Payload(2));

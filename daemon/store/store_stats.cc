@@ -22,7 +22,10 @@ StoreStats Store::Stats() const {
     const TierCounters& c = tier_counters_[static_cast<size_t>(t->id())];
     s.tiers.push_back({t->id(), t->Stats(), c.evictions.load(), c.demotions.load(),
                        c.drops.load(), c.admission_drops.load(), c.promotions.load(),
-                       c.checksum_failures.load()});
+                       c.corrupt_drops.load(), {}});
+    t->VisitDeviceStats([&](std::string_view name, double value) {
+      s.tiers.back().device.emplace_back(std::string(name), value);
+    });
   }
   {
     MutexLock lock(namespaces_mu_);

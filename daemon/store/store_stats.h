@@ -10,6 +10,7 @@
 #include <atomic>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/keys.h"
@@ -38,7 +39,7 @@ struct TierCounters {
   Counter drops{0};       // victims dropped because there is no next tier (or it failed)
   Counter admission_drops{0};    // victims dropped because the next tier's admission refused them
   Counter promotions{0};         // blocks moved up out of this tier for a reader
-  Counter checksum_failures{0};  // blocks of this tier whose bytes failed verification (dropped)
+  Counter corrupt_drops{0};  // blocks of this tier whose bytes failed verification (dropped)
 };
 
 struct StoreCounters {
@@ -79,7 +80,9 @@ struct TierStatsSnapshot {
   uint64_t drops = 0;
   uint64_t admission_drops = 0;
   uint64_t promotions = 0;
-  uint64_t checksum_failures = 0;
+  uint64_t corrupt_drops = 0;
+  // The tier's own device counters (Tier::VisitDeviceStats), in its order.
+  std::vector<std::pair<std::string, double>> device;
 };
 
 struct StoreStats {

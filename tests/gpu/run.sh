@@ -80,7 +80,7 @@ cleanup() {
 }
 trap cleanup EXIT
 "$build/bin/kvtierd" --unix "$scratch/kvtierd.sock" --port 0 --http-port 0 --host-bytes 4GiB \
-  --data-dir "$scratch/data" --log-level warn &
+  --data-dir "$scratch/data" --nvme-bytes 0 --log-level warn &
 daemon_pid=$!
 for _ in $(seq 200); do
   [ -S "$scratch/kvtierd.sock" ] && break

@@ -49,9 +49,8 @@ class Daemon:
         self.log_path = self.workdir / "kvtierd.log"
         self.password = password
         self.host_bytes = host_bytes
-        # Off unless a test asks for it: the daemon's default ("auto", a tenth of the free disk)
-        # would preallocate gigabytes in every test's directory and turn the host tier's
-        # evictions, which the older tests check, into demotions. None leaves the flag out.
+        # The host tier alone unless a test asks for NVMe: its tests count evictions and drops.
+        # None leaves --nvme-bytes out (the daemon's default, auto).
         self.nvme_bytes = nvme_bytes
         self.config_text = CONFIG_YAML.format(slab_bytes=slab_bytes) + extra_config
         self.host = "127.0.0.1"

@@ -161,6 +161,11 @@ class NvmeTier final : public Tier {
   Status Write(const Extent& extent, std::span<const std::byte> src) override;
   Status Read(const Extent& extent, std::span<std::byte> dst) override;
   TierStats Stats() const override;
+  // The NvmeStats fields, through VisitNvmeStats.
+  void VisitDeviceStats(
+      const std::function<void(std::string_view, double)>& visit) const override {
+    VisitNvmeStats(nvme_stats(), visit);
+  }
 
   // The blocks found at open, oldest access first; empty on later calls. Call once after Open.
   std::vector<RecoveredBlock> TakeRecovered();

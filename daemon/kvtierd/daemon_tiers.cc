@@ -1,0 +1,113 @@
+#include "daemon/kvtierd/daemon_tiers.h"
+
+#include <spdlog/spdlog.h>
+
+#include "common/cuda/probe.h"
+#include "common/units.h"
+
+namespace kvtier::daemon {
+namespace {
+
+Result<std::unique_ptr<tiers::nvme::NvmeTier>> OpenNvme(const config::DaemonConfig& c,
+                                                        const tiers::HostArena& arena) {
+  tiers::nvme::NvmeTier::Options o;
+  o.data_dir = c.data_dir + "/nvme";
+  o.data_paths = c.nvme_paths;
+  o.capacity_bytes = c.nvme_bytes;
+  KVTIER_ASSIGN_OR_RETURN(o.io.kind, tiers::nvme::ParseIoBackendKind(c.nvme_io_backend));
+  o.io.queue_depth = static_cast<uint32_t>(c.nvme_queue_depth);
+  o.io.ring_count = static_cast<uint32_t>(c.nvme_rings);
+  // I/O goes straight between arena slots and the device.
+  o.registered_region = arena.base();
+  o.registered_region_bytes = arena.size();
+  o.cold_start = c.cold_start;
+  o.direct_io = c.nvme_direct_io;
+  o.sync_writes = c.nvme_sync_interval_ms == 0;
+  return tiers::nvme::NvmeTier::Open(o);
+}
+
+std::string GpuNote() {
+  if (!cuda::BuiltWithCuda()) return "no GPU tier: built without CUDA (KVTIER_WITH_CUDA=OFF)";
+  if (Status probe = cuda::ProbeDevice(0); !probe.ok()) {
+    return "no GPU tier: " + probe.message();
+  }
+  // The pool (tiers/gpu) exists, but the store does not place blocks in it yet: see issue notes.
+  return "no GPU tier: a CUDA device is present, but this version serves blocks from host memory "
+         "and NVMe only";
+}
+
+}  // namespace
+
+std::vector<tiers::Tier*> DaemonTiers::chain() const {
+  std::vector<tiers::Tier*> list{host.get()};
+  if (nvme) list.push_back(nvme.get());
+  return list;
+}
+
+Result<DaemonTiers> OpenTiers(const config::DaemonConfig& c) {
+  DaemonTiers t;
+  auto host = tiers::HostTier::Create({.capacity_bytes = c.host_bytes,
+                                       .slab_bytes = c.slab_bytes,
+                                       .try_huge_pages = c.huge_pages,
+                                       .try_mlock = c.mlock});
+  if (!host.ok()) return Status(host.status().code(), "host tier: " + host.status().message());
+  t.host = std::move(host).value();
+  const tiers::HostArena& arena = t.host->arena();
+  spdlog::info("host tier: {} ({} pages{})", FormatBytes(c.host_bytes),
+               arena.huge_pages() ? "huge" : "normal",
+               arena.locked()             ? ", locked in RAM"
+               : arena.lock_status().ok() ? ", not locked (tiers.mlock is off)"
+                                          : ", not locked: " + arena.lock_status().message());
+  t.pinned_arena = cuda::PinnedHostRange::Register(arena.base(), arena.size());
+  if (t.pinned_arena.pinned()) spdlog::info("host tier: registered with CUDA (pinned)");
+  t.gpu_note = GpuNote();
+  spdlog::info("{}", t.gpu_note);
+  if (c.nvme_bytes == 0) {
+    t.nvme_note = "no NVMe tier: nvme.bytes is 0";
+    spdlog::info("{}", t.nvme_note);
+    return t;
+  }
+  auto nvme = OpenNvme(c, arena);
+  if (!nvme.ok()) return Status(nvme.status().code(), "NVMe tier: " + nvme.status().message());
+  t.nvme = std::move(nvme).value();
+  const tiers::nvme::NvmeStats s = t.nvme->nvme_stats();
+  spdlog::info("NVMe tier: {} in {}/nvme ({} backend, {}{})", FormatBytes(c.nvme_bytes),
+               c.data_dir, s.io_uring ? "io_uring" : "thread pool",
+               s.direct_io ? "O_DIRECT" : "buffered: the file system refused O_DIRECT",
+               c.cold_start ? ", cold start" : "");
+  return t;
+}
+
+size_t AdoptRecoveredBlocks(DaemonTiers& tiers, store::Store& store) {
+  if (!tiers.nvme) return 0;
+  std::vector<tiers::nvme::RecoveredBlock> found = tiers.nvme->TakeRecovered();
+  size_t adopted = 0;
+  for (const tiers::nvme::RecoveredBlock& b : found) {
+    Status st = store.AdoptBlock(TierId::kNvme, b.ns, b.key, b.extent, b.payload_checksum);
+    if (st.ok()) {
+      ++adopted;
+    } else {
+      tiers.nvme->Free(b.extent);
+    }
+  }
+  const tiers::nvme::NvmeStats s = tiers.nvme->nvme_stats();
+  spdlog::info("NVMe tier: serving {} blocks from the previous run ({} records dropped at "
+               "recovery)",
+               adopted, s.dropped_at_recovery);
+  return adopted;
+}
+
+store::StoreOptions StoreOptionsFrom(const config::DaemonConfig& c) {
+  store::StoreOptions o;
+  o.lease_timeout_us = c.lease_timeout_ms * 1000;
+  o.reservation_timeout_us = c.reservation_timeout_ms * 1000;
+  o.index.policy = c.eviction_policy;
+  o.index.capacity_hint_blocks = 0;
+  o.max_leases = c.max_leases;
+  o.max_reservations = c.max_reservations;
+  o.promote_on_read = c.nvme_promote_on_hit;
+  o.nvme_admission = c.nvme_admission;
+  return o;
+}
+
+}  // namespace kvtier::daemon

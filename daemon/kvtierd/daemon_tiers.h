@@ -1,0 +1,48 @@
+// DaemonTiers: the tiers kvtierd runs with, built from its configuration, and the blocks the NVMe
+// tier found on disk handed to the store (warm restart).
+//
+// Ownership: DaemonTiers owns every tier and the CUDA registration of the host arena; the store
+// borrows the tiers (chain()) and must be destroyed first. Start-up only; no threads.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/cuda/pinned_host_range.h"
+#include "common/status.h"
+#include "daemon/config/daemon_config.h"
+#include "daemon/store/store.h"
+#include "tiers/host/host_tier.h"
+#include "tiers/nvme/nvme_tier.h"
+
+namespace kvtier::daemon {
+
+struct DaemonTiers {
+  std::unique_ptr<tiers::HostTier> host;
+  // The arena registered with CUDA, so that host <-> GPU copies run at DMA speed; a no-op range
+  // (with the reason in its status) without CUDA or a device. Declared after `host` so that it is
+  // unregistered before the arena is unmapped.
+  cuda::PinnedHostRange pinned_arena;
+  std::unique_ptr<tiers::nvme::NvmeTier> nvme;  // nullptr: no NVMe tier (see nvme_note)
+  std::string nvme_note;                        // why there is no NVMe tier; empty when there is
+  std::string gpu_note;                         // why there is no GPU tier
+
+  // The store's tier list, hottest first.
+  std::vector<tiers::Tier*> chain() const;
+};
+
+// Creates the host tier, registers it with CUDA where possible, and opens the NVMe tier (which
+// may find blocks from a previous run). Errors name the setting to fix: a data directory of an
+// incompatible format version is refused here, with both versions in the message.
+Result<DaemonTiers> OpenTiers(const config::DaemonConfig& config);
+
+// Hands the blocks the NVMe tier found at open to the store, oldest first so that the LRU order
+// survives the restart. Returns how many the store took; those it refuses (a key taken twice)
+// are freed.
+size_t AdoptRecoveredBlocks(DaemonTiers& tiers, store::Store& store);
+
+// The options the store runs with.
+store::StoreOptions StoreOptionsFrom(const config::DaemonConfig& config);
+
+}  // namespace kvtier::daemon
