@@ -46,8 +46,8 @@ NVME_BYTES = "256MiB"
 
 class Writer(threading.Thread):
     """Puts blocks (salt, 0), (salt, 1), ... PER_PUT at a time, PUT_BLOCKS_PER_S on average, and
-    in between reads earlier blocks back, until its connection breaks. Wrong bytes are recorded, not raised, so
-    the main thread can report them."""
+    in between reads earlier blocks back, until its connection breaks. Wrong bytes are recorded,
+    not raised, so that the main thread can report them."""
 
     def __init__(self, unix, ns, salt, rng):
         super().__init__(name=f"writer-{salt}")
@@ -102,30 +102,37 @@ def check_everything(c, ns, written):
     return present, missed
 
 
+def check_after_restart(d, written, context):
+    """Registers the namespace again and checks every block written so far; returns the namespace
+    and how many blocks the NVMe tier recovered."""
+    with RawClient(d.unix) as c:
+        ns = register_ns(c, MODEL, BLOCK_BYTES)
+        recovered = int(nvme_counters(c.stats())["recovered_blocks"])
+        present, missed = check_everything(c, ns, written)
+        # Each block recovered is one the writer sent, and LOOKUP finds it.
+        assert present == recovered, (context, present, recovered)
+        stats = c.stats()
+        assert tier_sum(stats, "corrupt_drops") == 0, (context, stats["tiers"])
+        counters = nvme_counters(stats)
+        assert counters["io_errors"] == 0 and counters["checksum_failures"] == 0, \
+            (context, counters)
+        assert not missed, (context, missed)
+    return ns, recovered
+
+
 def test_kill9_under_load_then_every_reported_block_reads_back(tmp_path):
     rng = random.Random(SEED)
     d = Daemon(tmp_path, host_bytes="4MiB", slab_bytes="1MiB", nvme_bytes=NVME_BYTES,
                extra_config=CONFIG)
     written = {}  # salt -> blocks sent under it
+    recovered = []  # blocks recovered at each restart
     started = time.monotonic()
-    recovered_total = 0
     try:
         d.start()
+        with RawClient(d.unix) as c:
+            ns = register_ns(c, MODEL, BLOCK_BYTES)
         for iteration in range(ITERATIONS):
             context = f"iteration {iteration}, KVTIER_CRASH_SEED={SEED}"
-            with RawClient(d.unix) as c:
-                ns = register_ns(c, MODEL, BLOCK_BYTES)
-                if iteration:
-                    stats = c.stats()
-                    recovered_total += nvme_counters(stats)["recovered_blocks"]
-                    present, missed = check_everything(c, ns, written)
-                    assert present == nvme_counters(stats)["recovered_blocks"], (context, present,
-                                                                          nvme_counters(stats))
-                    stats = c.stats()
-                    assert tier_sum(stats, "checksum_failures") == 0, (context, stats["tiers"])
-                    assert nvme_counters(stats)["io_errors"] == 0, (context, nvme_counters(stats))
-                    assert not missed, (context, missed)
-
             salt = iteration + 1
             writer = Writer(d.unix, ns, salt, random.Random(rng.random()))
             writer.start()
@@ -138,15 +145,12 @@ def test_kill9_under_load_then_every_reported_block_reads_back(tmp_path):
             written[salt] = writer.sent
             # A restart after a crash must never be refused (Daemon.start raises with the log).
             d.start()
-        with RawClient(d.unix) as c:
-            ns = register_ns(c, MODEL, BLOCK_BYTES)
-            present, missed = check_everything(c, ns, written)
-            assert not missed, missed
+            ns, count = check_after_restart(d, written, context)
+            recovered.append(count)
     finally:
         rc = d.stop()
     assert rc == 0, d.log()
-    # The load did reach NVMe before the crashes: otherwise this test checked nothing.
-    assert recovered_total > 0, (written, d.log()[-4000:])
+    # The load reached NVMe before most crashes: otherwise this test checked little.
+    assert sum(1 for n in recovered if n) >= ITERATIONS // 2, recovered
     print(f"{ITERATIONS} crashes in {time.monotonic() - started:.1f} s, "
-          f"{sum(written.values())} blocks sent, {recovered_total:.0f} recovered "
-          f"(summed over the restarts)")
+          f"{sum(written.values())} blocks sent, blocks recovered at each restart: {recovered}")
