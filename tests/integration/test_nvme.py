@@ -318,6 +318,43 @@ def test_data_file_of_another_format_version_is_refused(tmp_path):
         assert tier(c.stats(), "nvme")["blocks"] == 0
 
 
+def test_removed_blocks_stay_removed_across_a_restart(tmp_path):
+    d = nvme_daemon(tmp_path)
+    with running(d) as c:
+        ns = fill(c, "nvme/removed", count=BLOCKS // 2)
+        other = register_ns(c, "nvme/dropped", BLOCK_BYTES)
+        put_blocks(c, other, 2, range(BLOCKS // 2), BLOCK_BYTES)
+        settled(c, BLOCKS)
+        assert lookup_each(c, ns, 1, range(8)) == ["nvme"] * 8
+        assert lookup_each(c, other, 2, range(8)) == ["nvme"] * 8
+        assert c.call("KVT.DEL", ns, b"".join(key(1, n) for n in range(4))) == 4
+        assert c.call("KVT.DROP", other) == BLOCKS // 2
+        kept = [n for n, t in enumerate(lookup_each(c, ns, 1, range(BLOCKS // 2))) if t == "nvme"]
+    with running(d) as c:
+        assert register_ns(c, "nvme/removed", BLOCK_BYTES) == ns
+        assert register_ns(c, "nvme/dropped", BLOCK_BYTES) == other
+        assert lookup_each(c, ns, 1, range(4)) == [None] * 4
+        assert lookup_each(c, other, 2, range(BLOCKS // 2)) == [None] * (BLOCKS // 2)
+        assert lookup_each(c, ns, 1, kept) == ["nvme"] * len(kept)
+        assert tier(c.stats(), "nvme")["blocks"] == len(kept)
+
+
+def test_resized_nvme_tier_starts_cold(tmp_path):
+    d = nvme_daemon(tmp_path)
+    with running(d) as c:
+        ns = fill(c, "nvme/resized")
+        assert tier(settled(c, BLOCKS), "nvme")["blocks"] > 0
+    d.nvme_bytes = "128MiB"
+    with running(d) as c:
+        assert register_ns(c, "nvme/resized", BLOCK_BYTES) == ns
+        nvme = tier(c.stats(), "nvme")
+        assert nvme["capacity_bytes"] == 128 * MIB and nvme["blocks"] == 0, nvme
+        assert lookup_each(c, ns, 1, range(BLOCKS)) == [None] * BLOCKS
+        fill(c, "nvme/resized", salt=3)
+        assert get_each(c, ns, 3, range(BLOCKS)) == [payload(3, n, BLOCK_BYTES)
+                                                      for n in range(BLOCKS)]
+
+
 def admission_run(tmp_path, policy):
     """Reads 16 blocks once, then puts enough never-read blocks to push most of them out of the
     host tier; returns (stats, tiers of the read blocks, tiers of the first never-read ones)."""
