@@ -9,6 +9,8 @@ any file system; docs/nvme-format.md describes the bytes the corruption test dam
 import contextlib
 import mmap
 import os
+import random
+import shutil
 import struct
 import subprocess
 
@@ -263,6 +265,47 @@ def test_damaged_bytes_on_disk_are_never_served(tmp_path, backend, read):
         # A block that failed its checksum is dropped, not tried again.
         assert lookup_each(c, ns, 1, sorted(damaged)) == [None] * len(damaged)
     assert "checksum" in d.log().lower()
+
+
+def damage_catalog_files(d, names):
+    """Flips 20 bytes in each catalog file whose name passes names()."""
+    rng = random.Random(5)
+    for path in sorted((d.nvme_dir / "catalog").iterdir()):
+        if path.name == "LOCK" or not names(path.name) or path.stat().st_size == 0:
+            continue
+        data = bytearray(path.read_bytes())
+        for _ in range(20):
+            data[rng.randrange(len(data))] ^= 0xFF
+        path.write_bytes(data)
+
+
+# Damage to the NVMe directory other than a few flipped data bytes: the restart must be accepted
+# (the tier starts cold or serves what it can still verify) and must never serve wrong bytes.
+DAMAGE = {
+    "catalog-every-file": lambda d: damage_catalog_files(d, lambda name: True),
+    "catalog-log-and-tables": lambda d: damage_catalog_files(
+        d, lambda name: name.endswith((".log", ".sst"))),
+    "catalog-removed": lambda d: shutil.rmtree(d.nvme_dir / "catalog"),
+    "data-file-truncated": lambda d: os.truncate(d.nvme_dir / "kvtier-nvme.data", 8 * MIB),
+    "data-file-removed": lambda d: os.remove(d.nvme_dir / "kvtier-nvme.data"),
+}
+
+
+@pytest.mark.parametrize("damage", sorted(DAMAGE))
+def test_damaged_nvme_directory_restarts_and_serves_only_right_bytes(tmp_path, damage):
+    d = nvme_daemon(tmp_path)
+    with running(d) as c:
+        ns = fill(c, "nvme/damaged-dir")
+        assert tier(settled(c, BLOCKS), "nvme")["blocks"] > 0
+    DAMAGE[damage](d)
+    with running(d) as c:
+        assert register_ns(c, "nvme/damaged-dir", BLOCK_BYTES) == ns
+        for n, value in enumerate(get_each(c, ns, 1, range(BLOCKS))):
+            assert value in (None, payload(1, n, BLOCK_BYTES)), f"block {n} read back wrong"
+        # The tier keeps working.
+        fill(c, "nvme/damaged-dir", salt=4)
+        assert get_each(c, ns, 4, range(BLOCKS)) == [payload(4, n, BLOCK_BYTES)
+                                                      for n in range(BLOCKS)]
 
 
 def test_read_without_promotion_leaves_the_block_on_nvme(tmp_path):
