@@ -130,6 +130,21 @@ def test_spill_to_nvme_and_serve_from_it(tmp_path, backend):
             assert nvme_counters(before)[counter] <= value <= nvme_counters(after)[counter], \
                 counter
 
+        # So do INFO and `kvtier stats`.
+        before = c.stats()
+        info = dict(line.split(":", 1) for line in c.call("INFO", "kvtier").decode().split("\r\n")
+                    if ":" in line)
+        after = c.stats()
+        for counter in ("writes", "device_bytes_written", "recovered_blocks"):
+            value = float(info[f"tier_nvme_{counter}"])
+            assert nvme_counters(before)[counter] <= value <= nvme_counters(after)[counter], \
+                counter
+        assert int(info["tier_nvme_capacity_bytes"]) == 256 * MIB
+        cli = subprocess.run([str(BIN_DIR / "kvtier"), "stats", "--url", f"unix://{d.unix}"],
+                             capture_output=True, text=True, timeout=15)
+        assert cli.returncode == 0, cli.stderr
+        assert "nvme device:" in cli.stdout and " writes=" in cli.stdout, cli.stdout
+
 
 @BACKENDS
 def test_warm_restart_serves_the_nvme_blocks(tmp_path, backend):
