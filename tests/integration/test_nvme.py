@@ -397,6 +397,29 @@ def test_removed_blocks_stay_removed_across_a_restart(tmp_path):
         assert tier(c.stats(), "nvme")["blocks"] == len(kept)
 
 
+@pytest.mark.parametrize("new_value_on", ["host", "nvme"])
+def test_replaced_value_on_nvme_never_comes_back(tmp_path, new_value_on):
+    """SET over a value that lives on NVMe: the old block's record must go with it, or a restart
+    would serve the old value again."""
+    d = nvme_daemon(tmp_path, extra_config="nvme:\n  promote_on_hit: false\n")
+    old, new = b"\x01" * BLOCK_BYTES, b"\x02" * BLOCK_BYTES
+    with running(d) as c:
+        for i in range(16):
+            assert c.call("SET", f"value:{i}", old) == b"OK"
+        fill(c, "nvme/replaced", count=200)
+        reads = nvme_counters(c.stats())["reads"]
+        assert c.call("GET", "value:0") == old
+        assert nvme_counters(c.stats())["reads"] == reads + 1, "value:0 was not on NVMe"
+        for i in range(16):
+            assert c.call("SET", f"value:{i}", new) == b"OK"
+        if new_value_on == "nvme":
+            fill(c, "nvme/replaced", salt=2, count=200)
+        assert {c.call("GET", f"value:{i}") for i in range(16)} == {new}
+    with running(d) as c:
+        got = [c.call("GET", f"value:{i}") for i in range(16)]
+        assert got == ([new] * 16 if new_value_on == "nvme" else [None] * 16)
+
+
 def test_resized_nvme_tier_starts_cold(tmp_path):
     d = nvme_daemon(tmp_path)
     with running(d) as c:
