@@ -387,14 +387,17 @@ def test_removed_blocks_stay_removed_across_a_restart(tmp_path):
         assert lookup_each(c, other, 2, range(8)) == ["nvme"] * 8
         assert c.call("KVT.DEL", ns, b"".join(key(1, n) for n in range(4))) == 4
         assert c.call("KVT.DROP", other) == BLOCKS // 2
-        kept = [n for n, t in enumerate(lookup_each(c, ns, 1, range(BLOCKS // 2))) if t == "nvme"]
+        # The mover may still demote host blocks until the stop: these at least are on NVMe.
+        kept = {n for n, t in enumerate(lookup_each(c, ns, 1, range(BLOCKS // 2))) if t == "nvme"}
     with running(d) as c:
         assert register_ns(c, "nvme/removed", BLOCK_BYTES) == ns
         assert register_ns(c, "nvme/dropped", BLOCK_BYTES) == other
-        assert lookup_each(c, ns, 1, range(4)) == [None] * 4
         assert lookup_each(c, other, 2, range(BLOCKS // 2)) == [None] * (BLOCKS // 2)
-        assert lookup_each(c, ns, 1, kept) == ["nvme"] * len(kept)
-        assert tier(c.stats(), "nvme")["blocks"] == len(kept)
+        after = lookup_each(c, ns, 1, range(BLOCKS // 2))
+        found = {n for n, t in enumerate(after) if t == "nvme"}
+        assert after[:4] == [None] * 4 and kept <= found, (after, sorted(kept))
+        # Every block the NVMe tier serves again is one of those that were not removed.
+        assert tier(c.stats(), "nvme")["blocks"] == len(found)
 
 
 @pytest.mark.parametrize("new_value_on", ["host", "nvme"])
