@@ -202,10 +202,14 @@ class KVTierCache:
         return parts
 
     def save(self, tokens: Any, cache: Any, *, batch_index: int = 0,
-             skip_cached: bool = True) -> SaveResult:
+             skip_cached: bool = False) -> SaveResult:
         """Store the full blocks of ``tokens`` from ``cache`` (which holds at least those tokens,
-        from position 0, in row ``batch_index``). With ``skip_cached`` (default) the blocks kvtierd
-        already holds are not copied again (one lookup first)."""
+        from position 0, in row ``batch_index``).
+
+        Blocks kvtierd already holds come back ALREADY_EXISTS; on the shared-memory path they
+        cost nothing (no slot is reserved, nothing is copied), inline their bytes are sent anyway.
+        ``skip_cached`` looks the prefix up first and sends only what follows it: worth it inline
+        over a slow link, but the lookup counts in the namespace's hit statistics."""
         tpb = self.tokens_per_block
         cached_len = layer_kv(cache, 0)[0].shape[-2]
         keys = self.keys(tokens)[: cached_len // tpb]
