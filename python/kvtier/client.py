@@ -136,6 +136,23 @@ class Client(_kvtier.Client):
         put_kv()); returns how many blocks were served."""
         return self._get_kv(ns, keys, as_buffers(list(parts)), start_token, path)
 
+    def put_pages(self, ns: Namespace, keys: Any, pages: Sequence[Any], block_ids: Sequence[int],
+                  path: str = "auto") -> list[Status]:
+        """Store blocks gathered from paged memory, with no intermediate copy.
+
+        ``pages``: arrays whose first dimension is the page id and whose pages are C-contiguous
+        (e.g. one paged KV tensor per layer of an engine, viewed ``[num_pages, page_bytes]``; the
+        page stride may exceed the page). Block ``i`` is page ``block_ids[i]`` of every array, in
+        order; the page sizes must add up to ``ns.block_bytes``. Returns per-key statuses as put().
+        """
+        return self._put_pages(ns, keys, as_buffers(list(pages)), list(block_ids), path)
+
+    def get_pages(self, ns: Namespace, keys: Any, pages: Sequence[Any], block_ids: Sequence[int],
+                  path: str = "auto") -> int:
+        """Scatter the leading cached blocks of ``keys`` into pages ``block_ids`` of ``pages``
+        (the layout of put_pages()); returns how many blocks were served."""
+        return self._get_pages(ns, keys, as_buffers(list(pages)), list(block_ids), path)
+
     def stats(self) -> dict:
         """The daemon's statistics (KVT.STATS, the same JSON as HTTP /stats and ``kvtier stats``)."""
         return json.loads(self._stats())

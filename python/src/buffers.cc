@@ -224,6 +224,60 @@ BlockSet<Segment> BlockSet<Segment>::TokenStrided(const py::handle& parts, size_
   return set;
 }
 
+template <typename Segment>
+BlockSet<Segment> BlockSet<Segment>::Paged(const py::handle& parts,
+                                           const std::vector<int64_t>& block_ids,
+                                           size_t block_bytes) {
+  if (!py::isinstance<py::list>(parts) && !py::isinstance<py::tuple>(parts)) {
+    Invalid("pages: expected a list of arrays shaped [num_pages, ...]");
+  }
+  BlockSet set;
+  py::sequence seq = py::reinterpret_borrow<py::sequence>(parts);
+  struct Pages {
+    std::byte* base;
+    size_t count;
+    py::ssize_t stride;
+    size_t page_bytes;
+  };
+  std::vector<Pages> pages;
+  size_t per_block = 0;
+  for (size_t p = 0; p < seq.size(); ++p) {
+    const std::string what = "pages[" + std::to_string(p) + "]";
+    set.views_.push_back(View(seq[p], kWritable, what));
+    const py::buffer_info& info = set.views_.back();
+    if (info.ndim < 1 || info.strides[0] < 0) {
+      Invalid(what + ": expected an array whose first dimension (non-negative stride) is the page");
+    }
+    // One page must be C-contiguous: check the dimensions after the first.
+    py::ssize_t expected = info.itemsize;
+    for (py::ssize_t d = info.ndim - 1; d >= 1; --d) {
+      if (info.shape[d] != 1 && info.strides[d] != expected) {
+        Invalid(what + ": a page (all dimensions after the first) is not C-contiguous");
+      }
+      expected *= info.shape[d];
+    }
+    pages.push_back(Pages{static_cast<std::byte*>(info.ptr), static_cast<size_t>(info.shape[0]),
+                          info.strides[0], static_cast<size_t>(expected)});
+    per_block += static_cast<size_t>(expected);
+  }
+  if (!block_ids.empty() && per_block != block_bytes) {
+    Invalid("pages: one page of every part is " + std::to_string(per_block) +
+            " bytes, the namespace's blocks are " + std::to_string(block_bytes));
+  }
+  for (size_t i = 0; i < block_ids.size(); ++i) {
+    set.block_starts_.push_back(set.segments_.size());
+    for (const Pages& p : pages) {
+      if (block_ids[i] < 0 || static_cast<size_t>(block_ids[i]) >= p.count) {
+        Invalid("block_ids[" + std::to_string(i) + "]: page " + std::to_string(block_ids[i]) +
+                " is outside [0, " + std::to_string(p.count) + ")");
+      }
+      set.segments_.push_back(Segment{p.base + block_ids[i] * p.stride, p.page_bytes});
+    }
+  }
+  set.Seal();
+  return set;
+}
+
 template class BlockSet<client::ConstSegment>;
 template class BlockSet<client::MutableSegment>;
 

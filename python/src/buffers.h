@@ -10,7 +10,10 @@
 //   a sequence of N contiguous buffers of block_bytes each;
 //   "token-strided parts" (the KV layout of transformers and most engines): a list of arrays,
 //   each [outer, tokens, inner] (or [tokens, inner]) with contiguous inner rows, of which block i
-//   takes tokens [start + i*T, start + (i+1)*T) of every outer row of every part, in order.
+//   takes tokens [start + i*T, start + (i+1)*T) of every outer row of every part, in order;
+//   "paged parts" (an engine's paged KV memory, e.g. one tensor per layer): a list of arrays
+//   whose first dimension is the page (block) id and whose pages are contiguous, of which block i
+//   takes page block_ids[i] of every part, in order.
 //
 // Every function here runs with the GIL held (it touches Python objects). Errors are thrown as
 // StatusError(kInvalidArgument), naming what is wrong with which argument.
@@ -53,6 +56,10 @@ class BlockSet {
   // block starting at token `start_token` of every part.
   static BlockSet TokenStrided(const py::handle& parts, size_t count, size_t block_bytes,
                                size_t tokens_per_block, size_t start_token);
+
+  // Paged parts (see the header comment): block i is page block_ids[i] of each part.
+  static BlockSet Paged(const py::handle& parts, const std::vector<int64_t>& block_ids,
+                        size_t block_bytes);
 
   std::span<const Block> blocks() const { return blocks_; }
   size_t segment_count() const { return segments_.size(); }

@@ -171,6 +171,30 @@ serialised).
                                                                   ns.tokens_per_block, start_token);
         return Get(self, ns, k, set, path);
       })
+      .def("_put_pages", [](PyClient& self, const NamespaceInfo& ns, const py::handle& keys,
+                            const py::handle& pages, const std::vector<int64_t>& block_ids,
+                            const std::string& path) {
+        const std::vector<BlockKey> k = KeysFromPython(keys);
+        if (k.size() != block_ids.size()) {
+          throw StatusError(InvalidArgument("put_pages: " + std::to_string(k.size()) +
+                                            " keys but " + std::to_string(block_ids.size()) +
+                                            " block ids"));
+        }
+        const ConstBlockSet set = ConstBlockSet::Paged(pages, block_ids, ns.block_bytes);
+        return Put(self, ns, k, set, path);
+      })
+      .def("_get_pages", [](PyClient& self, const NamespaceInfo& ns, const py::handle& keys,
+                            const py::handle& pages, const std::vector<int64_t>& block_ids,
+                            const std::string& path) {
+        const std::vector<BlockKey> k = KeysFromPython(keys);
+        if (k.size() != block_ids.size()) {
+          throw StatusError(InvalidArgument("get_pages: " + std::to_string(k.size()) +
+                                            " keys but " + std::to_string(block_ids.size()) +
+                                            " block ids"));
+        }
+        const MutableBlockSet set = MutableBlockSet::Paged(pages, block_ids, ns.block_bytes);
+        return Get(self, ns, k, set, path);
+      })
       .def("get_bytes", [](PyClient& self, const py::handle& ns, const py::handle& keys) {
         const NamespaceId id = NamespaceIdOf(ns);
         const std::vector<BlockKey> k = KeysFromPython(keys);

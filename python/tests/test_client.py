@@ -188,3 +188,30 @@ def test_threads_share_one_client(unix_url):
     for t in threads:
         t.join()
     assert errors == []
+
+
+def test_paged_parts(client, request):
+    # Three "layers" of 10 pages each; the third is a strided view (page stride 2x the page).
+    rng = np.random.default_rng(4)
+    layers = [rng.standard_normal((10, 4, 8), dtype=np.float32) for _ in range(2)]
+    wide = rng.integers(0, 256, (10, 2, 128), dtype=np.uint8)
+    pages = layers + [wide[:, 0, :]]
+    ns = register(client, "paged-" + request.node.callspec.id, block_bytes=3 * 128)
+    keys = keys_for(ns, 3)
+    assert all(client.put_pages(ns, keys, pages, [7, 2, 9]))
+    blob = np.zeros((3, ns.block_bytes), np.uint8)
+    assert client.get(ns, keys, blob) == 3
+    for i, page in enumerate([7, 2, 9]):
+        expected = np.concatenate([layers[0][page].view(np.uint8).ravel(),
+                                   layers[1][page].view(np.uint8).ravel(), wide[page, 0]])
+        assert np.array_equal(blob[i], expected)
+    out = [np.zeros_like(layers[0]), np.zeros_like(layers[1]), np.zeros((10, 2, 128), np.uint8)[:, 1, :]]
+    assert client.get_pages(ns, keys, out, [0, 1, 5]) == 3
+    assert np.array_equal(out[0][[0, 1, 5]], layers[0][[7, 2, 9]])
+    assert np.array_equal(out[2][5], wide[9, 0])
+    with pytest.raises(kvtier.InvalidArgumentError, match="outside"):
+        client.put_pages(ns, keys[:1], pages, [10])
+    with pytest.raises(kvtier.InvalidArgumentError, match="block ids"):
+        client.put_pages(ns, keys, pages, [1])
+    with pytest.raises(kvtier.InvalidArgumentError, match="not C-contiguous"):
+        client.put_pages(ns, keys[:1], [layers[0][:, :, :4]] * 6, [0])
