@@ -62,8 +62,8 @@ PartGeometry Geometry(const py::buffer_info& info, const std::string& what) {
   }
   if (info.shape[n - 1] > 1 && info.strides[n - 1] != info.itemsize) {
     Invalid(what + ": the last dimension must be contiguous (stride " +
-            std::to_string(info.strides[n - 1]) + " bytes, item " +
-            std::to_string(info.itemsize) + " bytes)");
+            std::to_string(info.strides[n - 1]) + " bytes, item " + std::to_string(info.itemsize) +
+            " bytes)");
   }
   PartGeometry g;
   g.base = static_cast<std::byte*>(info.ptr);
@@ -106,7 +106,8 @@ std::vector<BlockKey> KeysFromPython(const py::handle& keys) {
   }
   const auto* p = static_cast<const std::byte*>(info.ptr);
   out.reserve(ByteSize(info) / 16);
-  for (size_t at = 0; at < ByteSize(info); at += 16) out.push_back(BlockKey{Key128::FromBytes(p + at)});
+  for (size_t at = 0; at < ByteSize(info); at += 16)
+    out.push_back(BlockKey{Key128::FromBytes(p + at)});
   return out;
 }
 

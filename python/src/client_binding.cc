@@ -59,7 +59,8 @@ bool UseShm(Client& c, const std::string& path) {
   if (path == "shm") return true;
   if (path == "inline") return false;
   if (path == "auto") return c.attached();
-  throw StatusError(InvalidArgument("path: expected 'auto', 'shm' or 'inline', got '" + path + "'"));
+  throw StatusError(
+      InvalidArgument("path: expected 'auto', 'shm' or 'inline', got '" + path + "'"));
 }
 
 // Per-key outcomes of a put: kvtier.Status objects (OK and ALREADY_EXISTS both mean "stored").
@@ -67,7 +68,8 @@ std::vector<Status> Put(PyClient& self, const NamespaceInfo& ns, const std::vect
                         const ConstBlockSet& set, const std::string& path) {
   return self.Run([&](Client& c) {
     const bool shm = UseShm(c, path);
-    return ValueOrThrow(shm ? c.Put(ns.id, keys, set.blocks()) : c.PutInline(ns.id, keys, set.blocks()));
+    return ValueOrThrow(shm ? c.Put(ns.id, keys, set.blocks())
+                            : c.PutInline(ns.id, keys, set.blocks()));
   });
 }
 
@@ -75,7 +77,8 @@ size_t Get(PyClient& self, const NamespaceInfo& ns, const std::vector<BlockKey>&
            const MutableBlockSet& set, const std::string& path) {
   return self.Run([&](Client& c) {
     const bool shm = UseShm(c, path);
-    return ValueOrThrow(shm ? c.Get(ns.id, keys, set.blocks()) : c.GetInline(ns.id, keys, set.blocks()));
+    return ValueOrThrow(shm ? c.Get(ns.id, keys, set.blocks())
+                            : c.GetInline(ns.id, keys, set.blocks()));
   });
 }
 
@@ -113,128 +116,164 @@ serialised).
 )doc")
       .def(py::init(&Connect), py::arg("url"), py::arg("username"), py::arg("password"),
            py::arg("timeout_s"), py::arg("client_name"))
-      .def("ping", [](PyClient& self) { self.Run([](Client& c) { ThrowIfError(c.Ping()); }); },
-           "PING the daemon; raises when it does not answer PONG.")
+      .def(
+          "ping", [](PyClient& self) { self.Run([](Client& c) { ThrowIfError(c.Ping()); }); },
+          "PING the daemon; raises when it does not answer PONG.")
       .def("close", &PyClient::Close, "Close the connection (idempotent).")
       .def_property_readonly("closed", &PyClient::closed)
-      .def_property_readonly("url", [](PyClient& self) {
-        return self.Run([](Client& c) { return c.endpoint().url; });
-      })
-      .def_property_readonly("usable", [](PyClient& self) {
-        return !self.closed() && self.Run([](Client& c) { return c.usable(); });
-      }, "False once an I/O error or timeout has made the connection unusable (connect again).")
-      .def_property_readonly("attached", [](PyClient& self) {
-        return self.Run([](Client& c) { return c.attached(); });
-      }, "True when the daemon's host arena is mapped (shared-memory path available).")
-      .def("attach", [](PyClient& self) {
-        client::ArenaInfo info = self.Run([](Client& c) { return ValueOrThrow(c.Attach()); });
-        py::dict d;
-        d["arena_bytes"] = info.arena_bytes;
-        d["tier"] = info.tier;
-        return d;
-      }, "Map the daemon's host arena (unix:// only) so put/get copy through shared memory.")
-      .def("register_namespace", [](PyClient& self, const hashing::NamespaceDescriptor& desc,
-                                    uint64_t block_bytes) {
-        return self.Run([&](Client& c) { return ValueOrThrow(c.RegisterNamespace(desc, block_bytes)); });
-      }, py::arg("desc"), py::arg("block_bytes") = 0,
-         "Register `desc` with the daemon (KVT.REGISTER) and return its Namespace. block_bytes=0 "
-         "takes the dense K/V size from the descriptor.")
-      .def("lookup", [](PyClient& self, const py::handle& ns, const py::handle& keys) {
-        const NamespaceId id = NamespaceIdOf(ns);
-        const std::vector<BlockKey> k = KeysFromPython(keys);
-        return self.Run([&](Client& c) { return ValueOrThrow(c.Lookup(id, k)); });
-      }, py::arg("ns"), py::arg("keys"),
-         "The longest cached prefix of `keys` and the tier of each of its blocks.")
-      .def("_put", [](PyClient& self, const NamespaceInfo& ns, const py::handle& keys,
-                      const py::handle& blocks, const std::string& path) {
-        const std::vector<BlockKey> k = KeysFromPython(keys);
-        const ConstBlockSet set = ConstBlockSet::Contiguous(blocks, k.size(), ns.block_bytes);
-        return Put(self, ns, k, set, path);
-      })
-      .def("_get", [](PyClient& self, const NamespaceInfo& ns, const py::handle& keys,
-                      const py::handle& out, const std::string& path) {
-        const std::vector<BlockKey> k = KeysFromPython(keys);
-        const MutableBlockSet set = MutableBlockSet::Contiguous(out, k.size(), ns.block_bytes);
-        return Get(self, ns, k, set, path);
-      })
-      .def("_put_kv", [](PyClient& self, const NamespaceInfo& ns, const py::handle& keys,
-                         const py::handle& parts, size_t start_token, const std::string& path) {
-        const std::vector<BlockKey> k = KeysFromPython(keys);
-        const ConstBlockSet set = ConstBlockSet::TokenStrided(parts, k.size(), ns.block_bytes,
-                                                              ns.tokens_per_block, start_token);
-        return Put(self, ns, k, set, path);
-      })
-      .def("_get_kv", [](PyClient& self, const NamespaceInfo& ns, const py::handle& keys,
-                         const py::handle& parts, size_t start_token, const std::string& path) {
-        const std::vector<BlockKey> k = KeysFromPython(keys);
-        const MutableBlockSet set = MutableBlockSet::TokenStrided(parts, k.size(), ns.block_bytes,
-                                                                  ns.tokens_per_block, start_token);
-        return Get(self, ns, k, set, path);
-      })
-      .def("_put_pages", [](PyClient& self, const NamespaceInfo& ns, const py::handle& keys,
-                            const py::handle& pages, const std::vector<int64_t>& block_ids,
-                            const std::string& path) {
-        const std::vector<BlockKey> k = KeysFromPython(keys);
-        if (k.size() != block_ids.size()) {
-          throw StatusError(InvalidArgument("put_pages: " + std::to_string(k.size()) +
-                                            " keys but " + std::to_string(block_ids.size()) +
-                                            " block ids"));
-        }
-        const ConstBlockSet set = ConstBlockSet::Paged(pages, block_ids, ns.block_bytes);
-        return Put(self, ns, k, set, path);
-      })
-      .def("_get_pages", [](PyClient& self, const NamespaceInfo& ns, const py::handle& keys,
-                            const py::handle& pages, const std::vector<int64_t>& block_ids,
-                            const std::string& path) {
-        const std::vector<BlockKey> k = KeysFromPython(keys);
-        if (k.size() != block_ids.size()) {
-          throw StatusError(InvalidArgument("get_pages: " + std::to_string(k.size()) +
-                                            " keys but " + std::to_string(block_ids.size()) +
-                                            " block ids"));
-        }
-        const MutableBlockSet set = MutableBlockSet::Paged(pages, block_ids, ns.block_bytes);
-        return Get(self, ns, k, set, path);
-      })
-      .def("get_bytes", [](PyClient& self, const py::handle& ns, const py::handle& keys) {
-        const NamespaceId id = NamespaceIdOf(ns);
-        const std::vector<BlockKey> k = KeysFromPython(keys);
-        std::vector<std::string> got =
-            self.Run([&](Client& c) { return ValueOrThrow(c.GetInline(id, k)); });
-        py::list out(got.size());
-        for (size_t i = 0; i < got.size(); ++i) out[i] = py::bytes(got[i]);
-        return out;
-      }, py::arg("ns"), py::arg("keys"),
-         "The leading cached blocks of `keys` as new bytes objects (inline path), stopping at the "
-         "first miss.")
-      .def("pin", [](PyClient& self, const py::handle& ns, const py::handle& keys, double ttl_s) {
-        const NamespaceId id = NamespaceIdOf(ns);
-        const std::vector<BlockKey> k = KeysFromPython(keys);
-        const auto ttl = std::chrono::milliseconds(static_cast<int64_t>(ttl_s * 1000));
-        return self.Run([&](Client& c) { return ValueOrThrow(c.Pin(id, k, ttl)); });
-      }, py::arg("ns"), py::arg("keys"), py::arg("ttl_s"),
-         "Keep the ready blocks among `keys` from eviction for ttl_s seconds (0 unpins); returns "
-         "how many.")
-      .def("delete", [](PyClient& self, const py::handle& ns, const py::handle& keys) {
-        const NamespaceId id = NamespaceIdOf(ns);
-        const std::vector<BlockKey> k = KeysFromPython(keys);
-        return self.Run([&](Client& c) { return ValueOrThrow(c.Del(id, k)); });
-      }, py::arg("ns"), py::arg("keys"), "Remove the blocks; returns how many were present.")
-      .def("drop", [](PyClient& self, const py::handle& ns) {
-        const NamespaceId id = NamespaceIdOf(ns);
-        return self.Run([&](Client& c) { return ValueOrThrow(c.Drop(id)); });
-      }, py::arg("ns"), "Remove every block of the namespace and forget it; returns the count.")
-      .def("_stats", [](PyClient& self) {
-        return self.Run([](Client& c) { return ValueOrThrow(c.Stats()); });
-      })
-      .def_property_readonly("counters", [](PyClient& self) {
-        const client::ClientCounters k = self.Run([](Client& c) { return c.counters(); });
-        py::dict d;
-        d["round_trips"] = k.round_trips;
-        d["commands"] = k.commands;
-        d["torn_reads"] = k.torn_reads;
-        d["aborted_puts"] = k.aborted_puts;
-        return d;
-      }, "This connection's own counters (round trips, commands, torn reads, aborted puts).");
+      .def_property_readonly(
+          "url",
+          [](PyClient& self) { return self.Run([](Client& c) { return c.endpoint().url; }); })
+      .def_property_readonly(
+          "usable",
+          [](PyClient& self) {
+            return !self.closed() && self.Run([](Client& c) { return c.usable(); });
+          },
+          "False once an I/O error or timeout has made the connection unusable (connect again).")
+      .def_property_readonly(
+          "attached",
+          [](PyClient& self) { return self.Run([](Client& c) { return c.attached(); }); },
+          "True when the daemon's host arena is mapped (shared-memory path available).")
+      .def(
+          "attach",
+          [](PyClient& self) {
+            client::ArenaInfo info = self.Run([](Client& c) { return ValueOrThrow(c.Attach()); });
+            py::dict d;
+            d["arena_bytes"] = info.arena_bytes;
+            d["tier"] = info.tier;
+            return d;
+          },
+          "Map the daemon's host arena (unix:// only) so put/get copy through shared memory.")
+      .def(
+          "register_namespace",
+          [](PyClient& self, const hashing::NamespaceDescriptor& desc, uint64_t block_bytes) {
+            return self.Run(
+                [&](Client& c) { return ValueOrThrow(c.RegisterNamespace(desc, block_bytes)); });
+          },
+          py::arg("desc"), py::arg("block_bytes") = 0,
+          "Register `desc` with the daemon (KVT.REGISTER) and return its Namespace. block_bytes=0 "
+          "takes the dense K/V size from the descriptor.")
+      .def(
+          "lookup",
+          [](PyClient& self, const py::handle& ns, const py::handle& keys) {
+            const NamespaceId id = NamespaceIdOf(ns);
+            const std::vector<BlockKey> k = KeysFromPython(keys);
+            return self.Run([&](Client& c) { return ValueOrThrow(c.Lookup(id, k)); });
+          },
+          py::arg("ns"), py::arg("keys"),
+          "The longest cached prefix of `keys` and the tier of each of its blocks.")
+      .def("_put",
+           [](PyClient& self, const NamespaceInfo& ns, const py::handle& keys,
+              const py::handle& blocks, const std::string& path) {
+             const std::vector<BlockKey> k = KeysFromPython(keys);
+             const ConstBlockSet set = ConstBlockSet::Contiguous(blocks, k.size(), ns.block_bytes);
+             return Put(self, ns, k, set, path);
+           })
+      .def("_get",
+           [](PyClient& self, const NamespaceInfo& ns, const py::handle& keys,
+              const py::handle& out, const std::string& path) {
+             const std::vector<BlockKey> k = KeysFromPython(keys);
+             const MutableBlockSet set = MutableBlockSet::Contiguous(out, k.size(), ns.block_bytes);
+             return Get(self, ns, k, set, path);
+           })
+      .def("_put_kv",
+           [](PyClient& self, const NamespaceInfo& ns, const py::handle& keys,
+              const py::handle& parts, size_t start_token, const std::string& path) {
+             const std::vector<BlockKey> k = KeysFromPython(keys);
+             const ConstBlockSet set = ConstBlockSet::TokenStrided(
+                 parts, k.size(), ns.block_bytes, ns.tokens_per_block, start_token);
+             return Put(self, ns, k, set, path);
+           })
+      .def("_get_kv",
+           [](PyClient& self, const NamespaceInfo& ns, const py::handle& keys,
+              const py::handle& parts, size_t start_token, const std::string& path) {
+             const std::vector<BlockKey> k = KeysFromPython(keys);
+             const MutableBlockSet set = MutableBlockSet::TokenStrided(
+                 parts, k.size(), ns.block_bytes, ns.tokens_per_block, start_token);
+             return Get(self, ns, k, set, path);
+           })
+      .def("_put_pages",
+           [](PyClient& self, const NamespaceInfo& ns, const py::handle& keys,
+              const py::handle& pages, const std::vector<int64_t>& block_ids,
+              const std::string& path) {
+             const std::vector<BlockKey> k = KeysFromPython(keys);
+             if (k.size() != block_ids.size()) {
+               throw StatusError(InvalidArgument("put_pages: " + std::to_string(k.size()) +
+                                                 " keys but " + std::to_string(block_ids.size()) +
+                                                 " block ids"));
+             }
+             const ConstBlockSet set = ConstBlockSet::Paged(pages, block_ids, ns.block_bytes);
+             return Put(self, ns, k, set, path);
+           })
+      .def("_get_pages",
+           [](PyClient& self, const NamespaceInfo& ns, const py::handle& keys,
+              const py::handle& pages, const std::vector<int64_t>& block_ids,
+              const std::string& path) {
+             const std::vector<BlockKey> k = KeysFromPython(keys);
+             if (k.size() != block_ids.size()) {
+               throw StatusError(InvalidArgument("get_pages: " + std::to_string(k.size()) +
+                                                 " keys but " + std::to_string(block_ids.size()) +
+                                                 " block ids"));
+             }
+             const MutableBlockSet set = MutableBlockSet::Paged(pages, block_ids, ns.block_bytes);
+             return Get(self, ns, k, set, path);
+           })
+      .def(
+          "get_bytes",
+          [](PyClient& self, const py::handle& ns, const py::handle& keys) {
+            const NamespaceId id = NamespaceIdOf(ns);
+            const std::vector<BlockKey> k = KeysFromPython(keys);
+            std::vector<std::string> got =
+                self.Run([&](Client& c) { return ValueOrThrow(c.GetInline(id, k)); });
+            py::list out(got.size());
+            for (size_t i = 0; i < got.size(); ++i) out[i] = py::bytes(got[i]);
+            return out;
+          },
+          py::arg("ns"), py::arg("keys"),
+          "The leading cached blocks of `keys` as new bytes objects (inline path), stopping at the "
+          "first miss.")
+      .def(
+          "pin",
+          [](PyClient& self, const py::handle& ns, const py::handle& keys, double ttl_s) {
+            const NamespaceId id = NamespaceIdOf(ns);
+            const std::vector<BlockKey> k = KeysFromPython(keys);
+            const auto ttl = std::chrono::milliseconds(static_cast<int64_t>(ttl_s * 1000));
+            return self.Run([&](Client& c) { return ValueOrThrow(c.Pin(id, k, ttl)); });
+          },
+          py::arg("ns"), py::arg("keys"), py::arg("ttl_s"),
+          "Keep the ready blocks among `keys` from eviction for ttl_s seconds (0 unpins); returns "
+          "how many.")
+      .def(
+          "delete",
+          [](PyClient& self, const py::handle& ns, const py::handle& keys) {
+            const NamespaceId id = NamespaceIdOf(ns);
+            const std::vector<BlockKey> k = KeysFromPython(keys);
+            return self.Run([&](Client& c) { return ValueOrThrow(c.Del(id, k)); });
+          },
+          py::arg("ns"), py::arg("keys"), "Remove the blocks; returns how many were present.")
+      .def(
+          "drop",
+          [](PyClient& self, const py::handle& ns) {
+            const NamespaceId id = NamespaceIdOf(ns);
+            return self.Run([&](Client& c) { return ValueOrThrow(c.Drop(id)); });
+          },
+          py::arg("ns"), "Remove every block of the namespace and forget it; returns the count.")
+      .def("_stats",
+           [](PyClient& self) {
+             return self.Run([](Client& c) { return ValueOrThrow(c.Stats()); });
+           })
+      .def_property_readonly(
+          "counters",
+          [](PyClient& self) {
+            const client::ClientCounters k = self.Run([](Client& c) { return c.counters(); });
+            py::dict d;
+            d["round_trips"] = k.round_trips;
+            d["commands"] = k.commands;
+            d["torn_reads"] = k.torn_reads;
+            d["aborted_puts"] = k.aborted_puts;
+            return d;
+          },
+          "This connection's own counters (round trips, commands, torn reads, aborted puts).");
 }
 
 }  // namespace kvtier::python

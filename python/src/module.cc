@@ -100,10 +100,10 @@ so other block keys. tenant_salt is bytes (a str is encoded as UTF-8).
              d.tenant_salt = std::string(tenant_salt);
              return d;
            }),
-           py::kw_only(), py::arg("model_id"), py::arg("model_revision") = "",
-           py::arg("kv_dtype"), py::arg("num_layers"), py::arg("num_kv_heads"),
-           py::arg("head_dim"), py::arg("tokens_per_block"), py::arg("layout_tag"),
-           py::arg("tp_rank") = 0, py::arg("tp_size") = 1,
+           py::kw_only(), py::arg("model_id"), py::arg("model_revision") = "", py::arg("kv_dtype"),
+           py::arg("num_layers"), py::arg("num_kv_heads"), py::arg("head_dim"),
+           py::arg("tokens_per_block"), py::arg("layout_tag"), py::arg("tp_rank") = 0,
+           py::arg("tp_size") = 1,
            py::arg("hash_scheme_version") = hashing::kCurrentHashSchemeVersion,
            py::arg("tenant_salt") = py::bytes())
       .def_readwrite("model_id", &NamespaceDescriptor::model_id)
@@ -120,22 +120,27 @@ so other block keys. tenant_salt is bytes (a str is encoded as UTF-8).
       .def_property(
           "tenant_salt", [](const NamespaceDescriptor& d) { return py::bytes(d.tenant_salt); },
           [](NamespaceDescriptor& d, py::bytes salt) { d.tenant_salt = std::string(salt); })
-      .def("validate", [](const NamespaceDescriptor& d) { ThrowIfError(hashing::Validate(d)); },
-           "Raise InvalidArgumentError (naming the field) unless the descriptor is plausible.")
-      .def("canonical_encoding",
-           [](const NamespaceDescriptor& d) { return py::bytes(hashing::CanonicalEncoding(d)); },
-           "The tagged, length-prefixed bytes that the namespace id hashes (docs/hashing.md).")
-      .def("namespace_id",
-           [](const NamespaceDescriptor& d) {
-             return KeyToBytes(ValueOrThrow(hashing::ComputeNamespaceId(d)));
-           },
-           "The 16-byte namespace id (XXH3-128 of the canonical encoding); validates first.")
-      .def("block_bytes", [](const NamespaceDescriptor& d) { return hashing::BlockBytes(d); },
-           "Dense K/V bytes of one block (0 for an invalid descriptor).")
+      .def(
+          "validate", [](const NamespaceDescriptor& d) { ThrowIfError(hashing::Validate(d)); },
+          "Raise InvalidArgumentError (naming the field) unless the descriptor is plausible.")
+      .def(
+          "canonical_encoding",
+          [](const NamespaceDescriptor& d) { return py::bytes(hashing::CanonicalEncoding(d)); },
+          "The tagged, length-prefixed bytes that the namespace id hashes (docs/hashing.md).")
+      .def(
+          "namespace_id",
+          [](const NamespaceDescriptor& d) {
+            return KeyToBytes(ValueOrThrow(hashing::ComputeNamespaceId(d)));
+          },
+          "The 16-byte namespace id (XXH3-128 of the canonical encoding); validates first.")
+      .def(
+          "block_bytes", [](const NamespaceDescriptor& d) { return hashing::BlockBytes(d); },
+          "Dense K/V bytes of one block (0 for an invalid descriptor).")
       .def("__repr__", [](const NamespaceDescriptor& d) {
         return "NamespaceDescriptor(model_id='" + d.model_id + "', kv_dtype='" + d.kv_dtype +
-               "', num_layers=" + std::to_string(d.num_layers) + ", num_kv_heads=" +
-               std::to_string(d.num_kv_heads) + ", head_dim=" + std::to_string(d.head_dim) +
+               "', num_layers=" + std::to_string(d.num_layers) +
+               ", num_kv_heads=" + std::to_string(d.num_kv_heads) +
+               ", head_dim=" + std::to_string(d.head_dim) +
                ", tokens_per_block=" + std::to_string(d.tokens_per_block) + ", layout_tag='" +
                d.layout_tag + "')";
       });
@@ -163,22 +168,25 @@ Returned by Client.register_namespace(); may also be built from known values.
   py::class_<client::LookupResult>(m, "LookupResult",
                                    "The longest cached prefix (in blocks) and the tier of each.")
       .def_readonly("prefix", &client::LookupResult::prefix)
-      .def_property_readonly("tiers", [](const client::LookupResult& r) {
-        std::vector<std::string> out;
-        for (TierId t : r.tiers) out.emplace_back(TierName(t));
-        return out;
-      })
+      .def_property_readonly("tiers",
+                             [](const client::LookupResult& r) {
+                               std::vector<std::string> out;
+                               for (TierId t : r.tiers) out.emplace_back(TierName(t));
+                               return out;
+                             })
       .def("__repr__", [](const client::LookupResult& r) {
         return "LookupResult(prefix=" + std::to_string(r.prefix) + ")";
       });
 
   py::class_<Status>(m, "Status", "A per-key outcome: code name ('OK', 'BUSY', ...) and message.")
-      .def_property_readonly("code", [](const Status& s) { return std::string(StatusCodeName(s.code())); })
+      .def_property_readonly("code",
+                             [](const Status& s) { return std::string(StatusCodeName(s.code())); })
       .def_property_readonly("message", &Status::message)
       .def_property_readonly("ok", &Status::ok)
-      .def_property_readonly("stored", [](const Status& s) {
-        return s.ok() || s.code() == StatusCode::kAlreadyExists;
-      }, "True for OK and ALREADY_EXISTS: the block is in the cache either way.")
+      .def_property_readonly(
+          "stored",
+          [](const Status& s) { return s.ok() || s.code() == StatusCode::kAlreadyExists; },
+          "True for OK and ALREADY_EXISTS: the block is in the cache either way.")
       .def("__bool__", &Status::ok)
       .def("__repr__", [](const Status& s) { return "Status(" + s.ToString() + ")"; });
 }
@@ -201,8 +209,9 @@ PYBIND11_MODULE(_kvtier, m) {
   BindValueTypes(m);
   BindClient(m);
   m.attr("HASH_SCHEME_VERSION") = hashing::kCurrentHashSchemeVersion;
-  m.def("bytes_per_element", [](const std::string& dtype) { return hashing::BytesPerElement(dtype); },
-        py::arg("kv_dtype"), "Bytes of one element of a kvtier dtype name, 0 when unknown.");
+  m.def(
+      "bytes_per_element", [](const std::string& dtype) { return hashing::BytesPerElement(dtype); },
+      py::arg("kv_dtype"), "Bytes of one element of a kvtier dtype name, 0 when unknown.");
   m.def("_chain_keys", &ChainKeys, py::arg("ns"), py::arg("tokens"), py::arg("tokens_per_block"),
         py::arg("extras") = py::none());
   m.def("fold_foreign_keys", &FoldForeignKeys, py::arg("ns"), py::arg("engine_hashes"),
