@@ -105,6 +105,8 @@ std::unique_ptr<PyClient> Connect(const std::optional<std::string>& url,
 
 }  // namespace
 
+// One pybind11 class definition: a single chain of .def() calls, one short lambda per method, which
+// reads best kept together rather than split into helpers that each bind a few methods.
 void BindClient(py::module_& m) {
   py::class_<PyClient>(m, "Client", R"doc(
 A connection to one kvtierd (low level; use kvtier.connect()).
