@@ -13,11 +13,11 @@ sys.path.insert(0, str(REPO / "tests" / "integration"))
 from kvtierd_process import BIN_DIR, Daemon  # noqa: E402
 
 
-def start_daemon(tmp_path_factory, host_bytes="1GiB", slab_bytes="64MiB"):
+def start_daemon(tmp_path_factory, host_bytes="1GiB", slab_bytes="64MiB", password=None):
     if not (BIN_DIR / "kvtierd").exists():
         pytest.skip(f"no kvtierd in {BIN_DIR} (set KVTIER_BIN_DIR)")
     daemon = Daemon(tmp_path_factory.mktemp("kvtierd"), host_bytes=host_bytes,
-                    slab_bytes=slab_bytes)
+                    slab_bytes=slab_bytes, password=password)
     daemon.start()
     return daemon
 
@@ -31,6 +31,16 @@ def stop_daemon(daemon):
 @pytest.fixture(scope="module")
 def kvtierd(tmp_path_factory):
     daemon = start_daemon(tmp_path_factory)
+    try:
+        yield daemon
+    finally:
+        stop_daemon(daemon)
+
+
+@pytest.fixture(scope="module")
+def kvtierd_auth(tmp_path_factory):
+    daemon = start_daemon(tmp_path_factory, host_bytes="64MiB", slab_bytes="8MiB",
+                          password="s3cret")
     try:
         yield daemon
     finally:

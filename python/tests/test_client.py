@@ -166,6 +166,30 @@ def test_connection_errors(tmp_path):
         kvtier.connect("http://example")
 
 
+def test_authentication(kvtierd_auth):
+    url = "unix://" + kvtierd_auth.unix
+    with pytest.raises(kvtier.PermissionDeniedError) as info:
+        kvtier.connect(url, password="wrong")
+    assert isinstance(info.value, PermissionError) and info.value.code == "PERMISSION_DENIED"
+    with kvtier.connect(url, password="s3cret") as c:
+        c.ping()
+        assert c.attached
+
+
+def test_daemon_errors_carry_the_daemon_message(unix_url):
+    c = kvtier.connect(unix_url)
+    with pytest.raises(kvtier.NotFoundError, match="namespace 0101.* is not registered"):
+        c.drop(kvtier.Namespace(b"\x01" * 16, block_bytes=1, tokens_per_block=1))
+    # A block larger than the 1 GiB host tier is refused per key (at KVT.RESERVE: no byte is
+    # copied, and np.zeros leaves the pages untouched); raise_for_statuses raises it.
+    ns = register(c, "too-big", block_bytes=1536 << 20)
+    statuses = c.put(ns, [b"\x02" * 16], np.zeros((1, 1536 << 20), np.uint8), path="shm")
+    assert [s.code for s in statuses] == ["REJECTED"] and not statuses[0].stored
+    with pytest.raises(kvtier.RejectedError, match="key 0"):
+        kvtier.raise_for_statuses(statuses)
+    assert c.usable
+
+
 def test_threads_share_one_client(unix_url):
     # Calls release the GIL and serialise on the connection: several threads, one client.
     c = kvtier.connect(unix_url)
