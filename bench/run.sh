@@ -2,14 +2,23 @@
 # Builds the benchmarks (release preset) and prints one line per figure: "NAME VALUE UNIT".
 # Every figure is measured against its baseline in the same run; see the header of each program
 # and bench/README.md. The daemon figures come from bench/daemon_bench.sh, which starts and stops
-# kvtierd and redis-server itself; the NVMe figures from bench/nvme_bench.sh, which runs fio.
+# kvtierd and redis-server itself; the NVMe figures from bench/nvme_bench.sh, which runs fio;
+# the Python figures from bench/python_bench.py (its own kvtierd), run in build/venv-py with
+# the kvtier package, torch and transformers (as scripts/test.sh installs them).
 # --quick: fewer repetitions and smaller sizes, for a smoke run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh >&2
 cmake --preset release >/dev/null
-cmake --build --preset release --target kvtier_core_bench kvtier_daemon_bench kvtier_nvme_bench kvtierd \
-  >/dev/null
+cmake --build --preset release \
+  --target kvtier_core_bench kvtier_daemon_bench kvtier_nvme_bench kvtierd kvtier >/dev/null
 build/bin/kvtier_core_bench "$@"
 bench/daemon_bench.sh "$@"
 bench/nvme_bench.sh "$@"
+
+venv=build/venv-py
+[ -x "$venv/bin/python" ] || python3 -m venv "$venv"
+"$venv/bin/python" -m pip install -q --disable-pip-version-check -r python/requirements-test.txt >&2
+CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" "$venv/bin/python" -m pip install -q \
+  --disable-pip-version-check ./python >&2
+KVTIER_BIN_DIR="$PWD/build/bin" "$venv/bin/python" bench/python_bench.py "$@"

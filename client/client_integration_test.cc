@@ -3,8 +3,6 @@
 // SIGTERM at the end.
 #include <gtest/gtest.h>
 #include <signal.h>
-#include <spawn.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -17,8 +15,8 @@
 #include "client/async_client.h"
 #include "client/client.h"
 #include "client/kvtier_c.h"
+#include "client/testing/spawned_kvtierd.h"
 
-extern char** environ;
 
 namespace kvtier::client {
 namespace {
@@ -27,46 +25,11 @@ constexpr uint64_t kBlockBytes = 64 << 10;
 
 class DaemonTest : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() {
-    char dir_template[] = "/tmp/kvtier-client-it-XXXXXX";
-    ASSERT_NE(::mkdtemp(dir_template), nullptr);
-    dir_ = dir_template;
-    url_ = "unix://" + dir_ + "/kvtierd.sock";
-    const std::string socket = dir_ + "/kvtierd.sock";
-    const std::string data = dir_ + "/data";
-    std::vector<std::string> args = {KVTIERD_PATH, "--unix", socket, "--port", "0",
-                                     "--http-port", "0", "--host-bytes", "64MiB",
-                                     "--data-dir", data, "--nvme-bytes", "0"};
-    std::vector<char*> argv;
-    for (std::string& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    ASSERT_EQ(::posix_spawn(&pid_, argv[0], nullptr, nullptr, argv.data(), environ), 0);
-    // Wait for the daemon to accept. Starting a process has no completion to wait on, so this
-    // polls the socket (for up to 20 s) instead.
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-    while (std::chrono::steady_clock::now() < deadline) {
-      Result<Client> probe = Client::Connect(url_);
-      if (probe.ok() && probe->Ping().ok()) return;
-      int status = 0;
-      ASSERT_EQ(::waitpid(pid_, &status, WNOHANG), 0) << "kvtierd exited during start-up";
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    FAIL() << "kvtierd did not accept on " << url_;
-  }
-
-  static void TearDownTestSuite() {
-    if (pid_ > 0) {
-      ::kill(pid_, SIGTERM);
-      int status = 0;
-      ::waitpid(pid_, &status, 0);
-      EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "kvtierd status " << status;
-    }
-    const std::string cmd = "rm -rf '" + dir_ + "'";
-    EXPECT_EQ(std::system(cmd.c_str()), 0);
-  }
+  static void SetUpTestSuite() { daemon_.Start(KVTIERD_PATH, "client-it"); }
+  static void TearDownTestSuite() { daemon_.Stop(); }
 
   void SetUp() override {
-    Result<Client> client = Client::Connect(url_);
+    Result<Client> client = Client::Connect(daemon_.url());
     ASSERT_TRUE(client.ok()) << client.status().ToString();
     client_ = std::make_unique<Client>(std::move(client).value());
     hashing::NamespaceDescriptor d;
@@ -93,9 +56,7 @@ class DaemonTest : public ::testing::Test {
     return p;
   }
 
-  static inline std::string dir_;
-  static inline std::string url_;
-  static inline pid_t pid_ = -1;
+  static inline testing::SpawnedKvtierd daemon_;
   std::unique_ptr<Client> client_;
   NamespaceInfo ns_;
 };
@@ -181,7 +142,7 @@ TEST_F(DaemonTest, AsyncAndCAbi) {
   const std::vector<BlockKey> keys = Keys(1, 4);
   std::vector<std::byte> payload = Payload(7);
   {
-    Result<Client> second = Client::Connect(url_);
+    Result<Client> second = Client::Connect(daemon_.url());
     ASSERT_TRUE(second.ok());
     AsyncClient async(std::move(second).value());
     auto put = async.Put(ns_.id, keys, {{{payload.data(), payload.size()}}});
@@ -189,7 +150,7 @@ TEST_F(DaemonTest, AsyncAndCAbi) {
     EXPECT_EQ(async.Lookup(ns_.id, keys).get()->prefix, 1u);
   }
   kvtier_client* c = nullptr;
-  ASSERT_EQ(kvtier_connect(url_.c_str(), nullptr, 5000, &c), KVTIER_OK) << kvtier_last_error();
+  ASSERT_EQ(kvtier_connect(daemon_.url().c_str(), nullptr, 5000, &c), KVTIER_OK) << kvtier_last_error();
   ASSERT_EQ(kvtier_attach(c), KVTIER_OK) << kvtier_last_error();
   kvtier_key ns, key;
   ns_.id.ToBytes(reinterpret_cast<std::byte*>(ns.bytes));

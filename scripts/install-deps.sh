@@ -9,7 +9,7 @@ packages=(
   liburing-dev librocksdb-dev libxxhash-dev libboost-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libspdlog-dev libfmt-dev libcli11-dev nlohmann-json3-dev libyaml-cpp-dev
-  redis-server redis-tools fio python3 python3-venv curl
+  redis-server redis-tools fio python3 python3-venv python3-dev curl
 )
 
 missing=()

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Installs what is missing, then builds and runs every test: the release build, the integration
-# suite against a running release kvtierd, the same unit suite under AddressSanitizer +
-# UndefinedBehaviorSanitizer, and the concurrency suites under ThreadSanitizer. Exits non-zero on
-# the first failure.
+# suite against a running release kvtierd, the Python package's tests (python/tests), the same
+# unit suite under AddressSanitizer + UndefinedBehaviorSanitizer, and the concurrency suites under
+# ThreadSanitizer. Exits non-zero on the first failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
@@ -26,10 +26,24 @@ run_integration() {
   KVTIER_BIN_DIR="$PWD/build/bin" "$venv/bin/python" -m pytest -q tests/integration
 }
 
+# Builds the Python package (python/: pybind11 over the client library) into its own venv, with
+# torch and transformers from PyPI, and runs its tests against build/bin/kvtierd: hashing golden
+# vectors, both data paths, and the end-to-end restore on random GPT-2-small and Llama models.
+run_python() {
+  local venv=build/venv-py
+  echo "== python package (kvtier) =="
+  [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
+  "$venv/bin/python" -m pip install -q --disable-pip-version-check -r python/requirements-test.txt
+  CMAKE_BUILD_PARALLEL_LEVEL="$jobs" "$venv/bin/python" -m pip install -q \
+    --disable-pip-version-check ./python
+  KVTIER_BIN_DIR="$PWD/build/bin" "$venv/bin/python" -m pytest -q python/tests
+}
+
 echo "== build (release) =="
 scripts/build.sh release
 run_ctest release
 run_integration
+run_python
 
 echo "== build (asan: ASan + UBSan) =="
 scripts/build.sh asan

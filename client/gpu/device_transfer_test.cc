@@ -7,8 +7,6 @@
 
 #include <gtest/gtest.h>
 #include <signal.h>
-#include <spawn.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -20,6 +18,7 @@
 
 #include "client/gpu/fake_device_copier.h"
 #include "client/gpu/paged_test_util.h"
+#include "client/testing/spawned_kvtierd.h"
 #if KVTIER_TEST_CUDA_COPIER
 #include <cuda_runtime_api.h>
 
@@ -28,7 +27,6 @@
 #include "tests/gpu/gpu_test_support.h"
 #endif
 
-extern char** environ;
 
 namespace kvtier::client::gpu {
 namespace {
@@ -85,40 +83,8 @@ class DeviceMemory {
 
 class DeviceTransferTest : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() {
-    char dir_template[] = "/tmp/kvtier-gpu-it-XXXXXX";
-    ASSERT_NE(::mkdtemp(dir_template), nullptr);
-    dir_ = dir_template;
-    url_ = "unix://" + dir_ + "/kvtierd.sock";
-    std::vector<std::string> args = {
-        KVTIERD_PATH,   "--unix", dir_ + "/kvtierd.sock", "--port",      "0", "--http-port", "0",
-        "--host-bytes", "64MiB",  "--data-dir",           dir_ + "/data", "--nvme-bytes", "0"};
-    std::vector<char*> argv;
-    for (std::string& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    ASSERT_EQ(::posix_spawn(&pid_, argv[0], nullptr, nullptr, argv.data(), environ), 0);
-    // Starting a process has no completion to wait on: poll the socket for up to 20 s.
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-    while (std::chrono::steady_clock::now() < deadline) {
-      Result<Client> probe = Client::Connect(url_);
-      if (probe.ok() && probe->Ping().ok()) return;
-      int status = 0;
-      ASSERT_EQ(::waitpid(pid_, &status, WNOHANG), 0) << "kvtierd exited during start-up";
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    FAIL() << "kvtierd did not accept on " << url_;
-  }
-
-  static void TearDownTestSuite() {
-    if (pid_ > 0) {
-      ::kill(pid_, SIGTERM);
-      int status = 0;
-      ::waitpid(pid_, &status, 0);
-      EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "kvtierd status " << status;
-    }
-    const std::string cmd = "rm -rf '" + dir_ + "'";
-    EXPECT_EQ(std::system(cmd.c_str()), 0);
-  }
+  static void SetUpTestSuite() { daemon_.Start(KVTIERD_PATH, "gpu-it"); }
+  static void TearDownTestSuite() { daemon_.Stop(); }
 
   void SetUp() override {
 #if KVTIER_TEST_CUDA_COPIER
@@ -129,7 +95,7 @@ class DeviceTransferTest : public ::testing::Test {
 #else
     copier_ = std::make_unique<FakeDeviceCopier>();
 #endif
-    Result<Client> client = Client::Connect(url_);
+    Result<Client> client = Client::Connect(daemon_.url());
     ASSERT_TRUE(client.ok()) << client.status().ToString();
     client_ = std::make_unique<Client>(std::move(client).value());
     ASSERT_TRUE(client_->Attach().ok());
@@ -156,9 +122,7 @@ class DeviceTransferTest : public ::testing::Test {
     return *Client::HashTokens(ns_, tokens);
   }
 
-  static inline std::string dir_;
-  static inline std::string url_;
-  static inline pid_t pid_ = -1;
+  static inline client::testing::SpawnedKvtierd daemon_;
   std::unique_ptr<DeviceCopier> copier_;
   std::unique_ptr<Client> client_;
   // Declared after client_ so that it is destroyed first: unregister, then unmap.

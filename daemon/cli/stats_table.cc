@@ -61,7 +61,11 @@ std::string DeviceLines(const json& tiers) {
     if (!t.is_object() || device == t.end() || !device->is_object() || device->empty()) continue;
     out += t.value("tier", std::string("?")) + " device:";
     for (const auto& [name, value] : device->items()) {
-      if (value.is_number()) out += " " + name + "=" + value.dump();
+      if (!value.is_number()) continue;
+      // Counters arrive as JSON doubles; show whole numbers as such (ratios keep their digits).
+      const double v = value.get<double>();
+      const bool whole = v == static_cast<double>(static_cast<int64_t>(v));
+      out += " " + name + "=" + (whole ? std::to_string(static_cast<int64_t>(v)) : value.dump());
     }
     out += "\n";
   }

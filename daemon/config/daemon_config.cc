@@ -139,6 +139,7 @@ const std::map<std::string, Setter>& Setters() {
       {"nvme.direct_io", Bool(&DaemonConfig::nvme_direct_io, "nvme.direct_io")},
       {"nvme.promote_on_hit", Bool(&DaemonConfig::nvme_promote_on_hit, "nvme.promote_on_hit")},
       {"nvme.admission", Text(&DaemonConfig::nvme_admission)},
+      {"nvme.write_through", Bool(&DaemonConfig::nvme_write_through, "nvme.write_through")},
       {"nvme.sync_interval_ms",
        Uint(&DaemonConfig::nvme_sync_interval_ms, 3'600'000, "nvme.sync_interval_ms")},
       {"nvme.cold_start", Bool(&DaemonConfig::cold_start, "nvme.cold_start")},

@@ -47,6 +47,7 @@ struct DaemonConfig {
   bool nvme_direct_io = true;
   bool nvme_promote_on_hit = true;
   std::string nvme_admission = "all";    // all, reused
+  bool nvme_write_through = false;        // puts go to NVMe too before they are acknowledged
   uint64_t nvme_sync_interval_ms = 1000;  // how much a power cut may lose; 0: sync every write
   bool cold_start = false;                // discard the NVMe tier's contents at start
 

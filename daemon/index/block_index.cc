@@ -172,6 +172,7 @@ Status BlockIndex::MoveTier(const BlockKey& key, const BlockMeta& from, TierId t
   }
   meta.tier = tier;
   meta.extent = extent;
+  meta.has_shadow = false;
   TierOrder& to = tiers_[TierIndex(tier)];
   MutexLock policy_lock(to.mu);
   to.policy->Insert(key);

@@ -43,6 +43,11 @@ struct BlockMeta {
   // mover that copied the old bytes can tell that the block changed under it even when the new
   // incarnation landed at the same extent. Set by the store; the index only compares it.
   uint64_t generation = 0;
+  // A copy of a host block already written to NVMe (write-through): its demotion needs no write,
+  // and it survives a restart. Freed with the block; MoveTier drops it (the block then lives in
+  // the shadow's place or a new one).
+  Extent shadow;
+  bool has_shadow = false;
   uint32_t lease_count = 0;      // readers copying out; not evictable while > 0
   uint8_t reads = 0;             // lookups and leases that found it, saturating (NVMe admission)
   TierId tier = TierId::kHost;
@@ -107,7 +112,8 @@ class BlockIndex {
   // used. If the entry is no longer that incarnation in that place (removed and put again
   // meanwhile, even at the same extent) the copy may be stale, so the move is refused with
   // kNotFound. kBusy while the block is leased beyond the `mover_pins` leases the mover itself
-  // holds (readers copy straight out of the old extent); those are given back with the move.
+  // holds (readers copy straight out of the old extent); those are given back with the move. A
+  // shadow copy is forgotten by the move (the caller moved the block into it or frees it).
   Status MoveTier(const BlockKey& key, const BlockMeta& from, TierId tier, const Extent& extent,
                   uint32_t mover_pins = 0);
 

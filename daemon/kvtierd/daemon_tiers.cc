@@ -107,6 +107,7 @@ store::StoreOptions StoreOptionsFrom(const config::DaemonConfig& c) {
   o.max_reservations = c.max_reservations;
   o.promote_on_read = c.nvme_promote_on_hit;
   o.nvme_admission = c.nvme_admission;
+  o.nvme_write_through = c.nvme_write_through;
   return o;
 }
 

@@ -66,10 +66,13 @@ json NamespaceJson(const store::NamespaceStats& ns) {
 json TotalsJson(const store::StoreStats& s) {
   return {{"blocks_present", s.blocks_present},   {"blocks_writing", s.blocks_writing},
           {"blocks_quarantined", s.blocks_quarantined},
+          {"blocks_shadowed", s.blocks_shadowed},
           {"leases_active", s.leases_active},     {"committed_puts", s.committed_puts},
           {"aborted_puts", s.aborted_puts},       {"busy_puts", s.busy_puts},
           {"removed_blocks", s.removed_blocks},   {"evicted_blocks", s.evicted_blocks},
-          {"expired_leases", s.expired_leases},   {"expired_reservations", s.expired_reservations}};
+          {"expired_leases", s.expired_leases},   {"expired_reservations", s.expired_reservations},
+          {"adopted_blocks", s.adopted_blocks},   {"write_throughs", s.write_throughs},
+          {"write_through_failures", s.write_through_failures}};
 }
 
 // Appends one Prometheus sample line; `labels` is "" or `tier="host"`-style text.

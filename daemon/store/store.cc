@@ -190,6 +190,9 @@ Status Store::CommitPut(uint64_t reservation_id, std::optional<uint64_t> checksu
     c->puts.fetch_add(1, std::memory_order_relaxed);
     c->put_bytes.fetch_add(record.extent.length, std::memory_order_relaxed);
   }
+  if (options_.nvme_write_through && record.tier == TierId::kHost) {
+    WriteThrough(record.key, record.generation);
+  }
   return Status::Ok();
 }
 

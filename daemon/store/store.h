@@ -65,6 +65,12 @@ struct StoreOptions {
   // Which host blocks are written to NVMe when they are evicted (placement/admission_policy.h);
   // refused ones are dropped.
   std::string nvme_admission = "all";
+  // Write-through: a put into the host tier is also written to NVMe before CommitPut returns, so
+  // an acknowledged block survives a daemon crash and its later demotion costs no write. The NVMe
+  // copy is a shadow of the host block (BlockMeta::shadow). When NVMe cannot take it (full of
+  // blocks that cannot be evicted, a device error), the put still succeeds in memory only and
+  // write_through_failures counts it.
+  bool nvme_write_through = false;
 };
 
 // A reserved slot for a block being written.
@@ -231,6 +237,10 @@ class Store {
                          const index::BlockMeta& meta);
   // Before a lease: brings a block that lives below the host tier up into it, when configured.
   void PromoteForRead(const NamespaceId& ns, const BlockKey& key);
+  // Writes a just-committed host block to NVMe as its shadow (nvme_write_through).
+  void WriteThrough(const BlockKey& key, uint64_t generation);
+  // Demotes a host block that has a shadow on NVMe by moving it into the shadow: no copy.
+  DemoteOutcome DemoteIntoShadow(size_t level, const BlockKey& key, const index::BlockMeta& meta);
   // Drops a block whose bytes failed verification, if nobody holds it.
   void DropCorrupt(const BlockKey& key, const index::BlockMeta& meta);
   // The position of tier `id` in tiers_, or tiers_.size() when absent.

@@ -117,6 +117,9 @@ void Store::UnpinAfterMove(const BlockKey& key) {
 }
 
 Store::DemoteOutcome Store::Demote(size_t level, const BlockKey& key, const BlockMeta& meta) {
+  if (meta.has_shadow && tiers_[level + 1]->id() == TierId::kNvme) {
+    return DemoteIntoShadow(level, key, meta);
+  }
   if (!PinForMove(key, meta)) return DemoteOutcome::kBlockChanged;
   auto unpin = [&] { UnpinAfterMove(key); };
   tiers::Tier& next = *tiers_[level + 1];
@@ -157,6 +160,9 @@ Status Store::CopyBetweenTiers(tiers::Tier& from, const Extent& src, tiers::Tier
 
 void Store::FreeExtent(const BlockMeta& meta) {
   if (tiers::Tier* t = tier(meta.tier)) t->Free(meta.extent);
+  if (meta.has_shadow) {
+    if (tiers::Tier* t = tier(TierId::kNvme)) t->Free(meta.shadow);
+  }
 }
 
 }  // namespace kvtier::store

@@ -78,6 +78,51 @@ Status Store::ReadLeased(const Lease& lease, std::span<std::byte> dst) {
   return st;
 }
 
+void Store::WriteThrough(const BlockKey& key, uint64_t generation) {
+  const size_t level = LevelOf(TierId::kNvme);
+  std::optional<BlockMeta> meta = index_->Get(key);
+  if (level >= tiers_.size() || !meta || meta->generation != generation || meta->has_shadow ||
+      meta->tier != TierId::kHost || !PinForMove(key, *meta)) {
+    return;  // no NVMe tier, or the block already changed: nothing to write
+  }
+  tiers::Tier& nvme = *tiers_[level];
+  tiers::Tier& host = *tier(TierId::kHost);
+  Result<Extent> dst = AllocateWithEviction(level, meta->extent.length);
+  Status written = dst.ok() ? CopyBetweenTiers(host, meta->extent, nvme, *dst, {meta->ns, key})
+                            : dst.status();
+  bool attached = false;
+  if (written.ok()) {
+    attached = index_->Update(key, [&](BlockMeta& m) {
+                         if (m.generation != generation || m.has_shadow) {
+                           return NotFound("block changed");
+                         }
+                         m.shadow = *dst;
+                         m.has_shadow = true;
+                         return Status::Ok();
+                       }).ok();
+  }
+  UnpinAfterMove(key);
+  if (attached) {
+    counters_.write_throughs.fetch_add(1);
+    return;
+  }
+  if (dst.ok()) nvme.Free(*dst);
+  if (!written.ok()) counters_.write_through_failures.fetch_add(1);
+}
+
+Store::DemoteOutcome Store::DemoteIntoShadow(size_t level, const BlockKey& key,
+                                             const BlockMeta& meta) {
+  if (!PinForMove(key, meta)) return DemoteOutcome::kBlockChanged;
+  // MoveTier checks that this is still the incarnation (and so the shadow) we were given.
+  Status moved = index_->MoveTier(key, meta, TierId::kNvme, meta.shadow, /*mover_pins=*/1);
+  if (!moved.ok()) {
+    UnpinAfterMove(key);
+    return DemoteOutcome::kBlockChanged;
+  }
+  tiers_[level]->Free(meta.extent);
+  return DemoteOutcome::kMoved;
+}
+
 void Store::DropCorrupt(const BlockKey& key, const BlockMeta& meta) {
   std::optional<BlockMeta> gone = index_->EraseIf(key, [&](const BlockMeta& m) {
     return m.generation == meta.generation && m.tier == meta.tier && m.lease_count == 0;

@@ -157,5 +157,41 @@ TEST_F(StorePlacementTest, AdoptedBlocksAreServedFromWhereTheyLie) {
   EXPECT_EQ(store_->Stats().adopted_blocks, 1u);
 }
 
+TEST_F(StorePlacementTest, WriteThroughPutsAreOnNvmeAtOnceAndDemoteWithoutAWrite) {
+  StoreOptions options;
+  options.nvme_write_through = true;
+  BuildTwoTiers(2, 8, options);
+  ASSERT_TRUE(PutBlock(1).ok());
+  ASSERT_TRUE(PutBlock(2).ok());
+  EXPECT_EQ(nvme().block_writes(), 2u);  // both already on NVMe
+  EXPECT_EQ(nvme().Stats().block_count, 2u);
+  ASSERT_TRUE(PutBlock(3).ok());  // evicts 1: it moves into its shadow
+  EXPECT_EQ(TierOf(1), TierId::kNvme);
+  EXPECT_EQ(TierOf(2), TierId::kHost);
+  EXPECT_EQ(store_->Stats().blocks_shadowed, 2u);  // 2 and 3
+  EXPECT_EQ(nvme().block_writes(), 3u);  // only block 3's write-through
+  std::vector<std::byte> out;
+  ASSERT_TRUE(store_->Get(kNs, Key(1), out).ok());
+  EXPECT_EQ(out, Payload(1));
+  const StoreStats s = store_->Stats();
+  EXPECT_EQ(s.write_throughs, 3u);
+  EXPECT_EQ(s.write_through_failures, 0u);
+  // Removing a block frees its shadow too.
+  const uint64_t before = nvme().Stats().block_count;
+  ASSERT_TRUE(store_->Remove(kNs, Key(3)).ok());
+  EXPECT_EQ(nvme().Stats().block_count, before - 1);
+}
+
+TEST_F(StorePlacementTest, AFailingNvmeKeepsAWriteThroughPutInMemory) {
+  StoreOptions options;
+  options.nvme_write_through = true;
+  BuildTwoTiers(2, 8, options);
+  nvme().set_fail_io(true);
+  ASSERT_TRUE(PutBlock(1).ok());
+  EXPECT_EQ(TierOf(1), TierId::kHost);
+  EXPECT_EQ(store_->Stats().write_through_failures, 1u);
+  EXPECT_EQ(nvme().Stats().block_count, 0u);
+}
+
 }  // namespace
 }  // namespace kvtier::store

@@ -56,6 +56,7 @@ StoreStats Store::Stats() const {
   index_->ForEach([&](const BlockKey&, const index::BlockMeta& meta) {
     if (meta.state == index::BlockState::kReady) {
       ++s.blocks_present;
+      s.blocks_shadowed += meta.has_shadow ? 1 : 0;
     } else {
       ++s.blocks_writing;
     }
@@ -74,6 +75,8 @@ StoreStats Store::Stats() const {
   s.removed_blocks = counters_.removed_blocks.load();
   s.evicted_blocks = counters_.evicted_blocks.load();
   s.adopted_blocks = counters_.adopted_blocks.load();
+  s.write_throughs = counters_.write_throughs.load();
+  s.write_through_failures = counters_.write_through_failures.load();
   s.expired_leases = counters_.expired_leases.load();
   s.expired_reservations = counters_.expired_reservations.load();
   return s;

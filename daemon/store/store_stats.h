@@ -49,6 +49,8 @@ struct StoreCounters {
   Counter removed_blocks{0};       // Remove and DropNamespace
   Counter evicted_blocks{0};       // dropped from the last tier
   Counter adopted_blocks{0};       // found on a durable tier at start-up (AdoptBlock)
+  Counter write_throughs{0};       // puts also written to NVMe at commit
+  Counter write_through_failures{0};  // puts that NVMe could not take (kept in memory only)
   Counter expired_leases{0};
   Counter expired_reservations{0};
 };
@@ -91,6 +93,7 @@ struct StoreStats {
   uint64_t blocks_present = 0;      // ready blocks
   uint64_t blocks_writing = 0;      // reserved, not yet committed
   uint64_t blocks_quarantined = 0;  // reservations that timed out; space held for the late writer
+  uint64_t blocks_shadowed = 0;     // host blocks with a write-through copy on NVMe
   uint64_t leases_active = 0;
   uint64_t committed_puts = 0;
   uint64_t aborted_puts = 0;
@@ -98,6 +101,8 @@ struct StoreStats {
   uint64_t removed_blocks = 0;
   uint64_t evicted_blocks = 0;
   uint64_t adopted_blocks = 0;
+  uint64_t write_throughs = 0;
+  uint64_t write_through_failures = 0;
   uint64_t expired_leases = 0;
   uint64_t expired_reservations = 0;
 };

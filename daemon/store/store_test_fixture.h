@@ -56,7 +56,8 @@ class StoreTest : public ::testing::Test {
               s.blocks_present + s.evicted_blocks + s.removed_blocks);
     uint64_t tier_blocks = 0;
     for (const auto& t : s.tiers) tier_blocks += t.space.block_count;
-    EXPECT_EQ(tier_blocks, s.blocks_present + s.blocks_writing + s.blocks_quarantined);
+    EXPECT_EQ(tier_blocks,
+              s.blocks_present + s.blocks_writing + s.blocks_quarantined + s.blocks_shadowed);
     for (const auto& t : tiers_) EXPECT_EQ(t->bad_frees(), 0u);
   }
 

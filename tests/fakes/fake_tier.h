@@ -93,6 +93,7 @@ class FakeTier final : public tiers::Tier {
     KVTIER_RETURN_IF_ERROR(Write(e, src));
     MutexLock lock(mu_);
     written_[e.offset] = Written{identity, Hash(src)};
+    ++block_writes_;
     return Status::Ok();
   }
 
@@ -110,6 +111,11 @@ class FakeTier final : public tiers::Tier {
     return Status::Ok();
   }
 
+  // WriteBlock calls that stored a block.
+  uint64_t block_writes() const {
+    MutexLock lock(mu_);
+    return block_writes_;
+  }
   // Damages the stored bytes at `offset` (as a failing device would).
   void FlipByte(uint64_t offset) { bytes_[offset] ^= std::byte{0x40}; }
   uint64_t checksum_failures() const {
@@ -160,6 +166,7 @@ class FakeTier final : public tiers::Tier {
   uint64_t bad_frees_ GUARDED_BY(mu_) = 0;
   std::map<uint64_t, Written> written_ GUARDED_BY(mu_);  // offset -> what WriteBlock stored
   uint64_t checksum_failures_ GUARDED_BY(mu_) = 0;
+  uint64_t block_writes_ GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace kvtier::testing

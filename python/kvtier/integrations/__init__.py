@@ -1,0 +1,1 @@
+"""Engine adapters: kvtier.integrations.transformers."""
