@@ -72,8 +72,9 @@ class Daemon:
     def nvme_dir(self):
         return pathlib.Path(self.data_dir) / "nvme"
 
-    def start(self, extra_args=()):
-        """Starts kvtierd; extra_args (e.g. --cold-start) apply to this start only."""
+    def start(self, extra_args=(), wait=True):
+        """Starts kvtierd; extra_args (e.g. --cold-start) apply to this start only. wait=False
+        returns as soon as the process runs, for a test that kills it while it starts."""
         config = self.workdir / "kvtierd.yaml"
         config.write_text(self.config_text)
         # Free ports can be taken by someone else before the daemon binds them: try a few times.
@@ -92,7 +93,7 @@ class Daemon:
             with open(self.log_path, "ab") as log:
                 self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
                                              stdin=subprocess.DEVNULL)
-            if self._wait_ready():
+            if not wait or self._wait_ready():
                 return
             if self.proc.poll() is None:
                 break
