@@ -23,9 +23,10 @@ def daemon(tmp_path):
 
 
 def kvtierd_once(tmp_path, *args, timeout=15):
-    """Runs kvtierd expecting it to exit by itself; returns (status, output)."""
-    done = subprocess.run([str(BIN_DIR / "kvtierd"), *args], capture_output=True, timeout=timeout,
-                          stdin=subprocess.DEVNULL)
+    """Runs kvtierd expecting it to exit by itself; returns (status, output). Without an NVMe
+    tier: the default size (auto) would preallocate a tenth of the free disk in tmp_path."""
+    done = subprocess.run([str(BIN_DIR / "kvtierd"), "--nvme-bytes", "0", *args],
+                          capture_output=True, timeout=timeout, stdin=subprocess.DEVNULL)
     return done.returncode, (done.stdout + done.stderr).decode(errors="replace")
 
 
@@ -139,7 +140,7 @@ def test_bad_flags(tmp_path):
 def test_port_zero_turns_tcp_off_and_http_zero_turns_http_off(tmp_path):
     sock = str(tmp_path / "only.sock")
     proc = subprocess.Popen([str(BIN_DIR / "kvtierd"), "--unix", sock, "--port", "0",
-                             "--http-port", "0", "--host-bytes", "16MiB",
+                             "--http-port", "0", "--host-bytes", "16MiB", "--nvme-bytes", "0",
                              "--data-dir", str(tmp_path / "d")],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
