@@ -30,6 +30,15 @@ RECORD_MAGIC = b"SVTBLOCK"  # docs/nvme-format.md: record header magic, little-e
 SECTOR = 4096
 
 
+@pytest.fixture(autouse=True)
+def _drop_nvme_data_files(tmp_path):
+    """Removes the preallocated data files after each test (pytest keeps the directories of the
+    last runs, and these hold hundreds of MiB each); logs and catalogs stay."""
+    yield
+    for path in tmp_path.rglob("kvtier-nvme.data"):
+        path.unlink()
+
+
 BACKENDS = pytest.mark.parametrize("backend", ["auto", "threads"])
 
 

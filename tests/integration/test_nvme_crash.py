@@ -20,6 +20,8 @@ import signal
 import threading
 import time
 
+import pytest
+
 from helpers import RawClient
 from kvtierd_process import Daemon
 from nvme_helpers import (get_each, key, lookup_each, nvme_counters, payload, put_blocks,
@@ -51,6 +53,15 @@ MODEL = "nvme/crash"
 # Enough for everything the writer puts in all iterations (under 10,000 blocks), so nothing is
 # evicted from NVMe and a present block can only disappear between LOOKUP and GET through a fault.
 NVME_BYTES = "256MiB"
+
+
+@pytest.fixture(autouse=True)
+def _drop_nvme_data_files(tmp_path):
+    """Removes the preallocated data files after each test (pytest keeps the directories of the
+    last runs, and these hold hundreds of MiB each); logs and catalogs stay."""
+    yield
+    for path in tmp_path.rglob("kvtier-nvme.data"):
+        path.unlink()
 
 
 class Writer(threading.Thread):
