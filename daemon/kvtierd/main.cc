@@ -90,9 +90,9 @@ server::ServerOptions ServerOptionsFrom(const config::DaemonConfig& c) {
   return o;
 }
 
-// The background mover: when the host tier is fuller than the high watermark, demote its least
-// recently used blocks to NVMe (or drop them, without NVMe) until it is below the low one, so that
-// a put finds room without waiting for the disk.
+// The background mover (with an NVMe tier): when the host tier is fuller than the high watermark,
+// demote its least recently used blocks to NVMe until it is below the low one, so that a put finds
+// room without waiting for the disk.
 void KeepHostRoom(store::Store& store, const tiers::Tier& host, const config::DaemonConfig& c) {
   const tiers::TierStats s = host.Stats();
   const auto high = static_cast<uint64_t>(static_cast<double>(s.capacity_bytes) * c.high_watermark);
@@ -184,9 +184,12 @@ int Run(const config::DaemonConfig& c) {
         const size_t expired = s.ExpireDeadlines();
         if (expired > 0) spdlog::debug("took back {} lapsed leases or reservations", expired);
       }));
-  housekeeping.push_back(std::make_unique<daemon::PeriodicThread>(
-      "kvtier-mover", std::chrono::milliseconds(20),
-      [&s, &tiers, &c] { KeepHostRoom(s, *tiers.host, c); }));
+  // Without NVMe an early eviction would only drop blocks sooner: the put evicts what it needs.
+  if (tiers.nvme) {
+    housekeeping.push_back(std::make_unique<daemon::PeriodicThread>(
+        "kvtier-mover", std::chrono::milliseconds(20),
+        [&s, &tiers, &c] { KeepHostRoom(s, *tiers.host, c); }));
+  }
   if (tiers.nvme && c.nvme_sync_interval_ms > 0) {
     housekeeping.push_back(std::make_unique<daemon::PeriodicThread>(
         "kvtier-nvmesync", std::chrono::milliseconds(c.nvme_sync_interval_ms), [&tiers] {
