@@ -85,8 +85,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // payload's lease before the bytes after it go out. The payloads are gone from leased_ after,
   // whatever the outcome; out_ is left as it is.
   Awaitable<bool> WriteOut(size_t end);
-  // Sends one payload from its slot in pieces, renewing the lease before each.
-  Awaitable<bool> WritePayload(const LeasedPayload& payload);
+  // Sends `preceding` (output-buffer bytes before the payload) and the payload from its slot, in
+  // pieces, renewing the lease before each.
+  Awaitable<bool> WritePayload(std::string_view preceding, const LeasedPayload& payload);
   // Ends the leases of every queued payload (the connection is closing).
   void DropLeasedPayloads();
   // Writes out_[0, offset), then the rest with `fd` riding on its first byte.
