@@ -32,23 +32,12 @@ class DaemonTest : public ::testing::Test {
     Result<Client> client = Client::Connect(daemon_.url());
     ASSERT_TRUE(client.ok()) << client.status().ToString();
     client_ = std::make_unique<Client>(std::move(client).value());
-    hashing::NamespaceDescriptor d;
-    d.model_id = std::string("integration/") +
-                 ::testing::UnitTest::GetInstance()->current_test_info()->name();
-    d.kv_dtype = "int8";
-    d.num_layers = d.num_kv_heads = d.head_dim = 1;
-    d.tokens_per_block = 16;
-    d.layout_tag = "test";
-    Result<NamespaceInfo> ns = client_->RegisterNamespace(d, kBlockBytes);
+    Result<NamespaceInfo> ns = testing::RegisterTestNamespace(*client_, "integration", kBlockBytes);
     ASSERT_TRUE(ns.ok()) << ns.status().ToString();
     ns_ = *ns;
   }
 
-  std::vector<BlockKey> Keys(size_t n, uint32_t seed) {
-    std::vector<uint32_t> tokens(n * ns_.tokens_per_block);
-    for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = seed * 1000003u + static_cast<uint32_t>(i);
-    return *Client::HashTokens(ns_, tokens);
-  }
+  std::vector<BlockKey> Keys(size_t n, uint32_t seed) { return testing::TestKeys(ns_, n, seed); }
 
   static std::vector<std::byte> Payload(size_t i) {
     std::vector<std::byte> p(kBlockBytes);

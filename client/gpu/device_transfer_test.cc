@@ -103,24 +103,12 @@ class DeviceTransferTest : public ::testing::Test {
 #if KVTIER_TEST_CUDA_COPIER
     ASSERT_TRUE(pinned_.pinned()) << pinned_.status().ToString();
 #endif
-    hashing::NamespaceDescriptor d;
-    d.model_id = std::string("gpu-transfer/") +
-                 ::testing::UnitTest::GetInstance()->current_test_info()->name();
-    d.kv_dtype = "int8";
-    d.num_layers = d.num_kv_heads = d.head_dim = 1;
-    d.tokens_per_block = 16;
-    d.layout_tag = "test";
-    Result<NamespaceInfo> ns = client_->RegisterNamespace(d, kBlockBytes);
+    Result<NamespaceInfo> ns = client::testing::RegisterTestNamespace(*client_, "gpu-transfer", kBlockBytes);
     ASSERT_TRUE(ns.ok()) << ns.status().ToString();
     ns_ = *ns;
   }
 
-  std::vector<BlockKey> Keys(size_t n, uint32_t seed) {
-    std::vector<uint32_t> tokens(n * ns_.tokens_per_block);
-    for (size_t i = 0; i < tokens.size(); ++i)
-      tokens[i] = seed * 1000003u + static_cast<uint32_t>(i);
-    return *Client::HashTokens(ns_, tokens);
-  }
+  std::vector<BlockKey> Keys(size_t n, uint32_t seed) { return client::testing::TestKeys(ns_, n, seed); }
 
   static inline client::testing::SpawnedKvtierd daemon_;
   std::unique_ptr<DeviceCopier> copier_;

@@ -75,4 +75,26 @@ class SpawnedKvtierd {
   pid_t pid_ = -1;
 };
 
+// Registers a namespace of one-byte-per-element test blocks (16 tokens each, `block_bytes` long)
+// named "<prefix>/<current test name>", so every test gets blocks of its own.
+inline Result<NamespaceInfo> RegisterTestNamespace(Client& client, const std::string& prefix,
+                                                   size_t block_bytes) {
+  hashing::NamespaceDescriptor d;
+  d.model_id = prefix + "/" + ::testing::UnitTest::GetInstance()->current_test_info()->name();
+  d.kv_dtype = "int8";
+  d.num_layers = d.num_kv_heads = d.head_dim = 1;
+  d.tokens_per_block = 16;
+  d.layout_tag = "test";
+  return client.RegisterNamespace(d, block_bytes);
+}
+
+// Chained keys of `n` full blocks of distinct tokens derived from `seed`.
+inline std::vector<BlockKey> TestKeys(const NamespaceInfo& ns, size_t n, uint32_t seed) {
+  std::vector<uint32_t> tokens(n * ns.tokens_per_block);
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    tokens[i] = seed * 1000003u + static_cast<uint32_t>(i);
+  }
+  return *Client::HashTokens(ns, tokens);
+}
+
 }  // namespace kvtier::client::testing

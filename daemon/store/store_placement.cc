@@ -24,6 +24,8 @@ bool Store::AdmitBelow(size_t level, const BlockMeta& meta) const {
 
 void Store::PromoteForRead(const NamespaceId& ns, const BlockKey& key) {
   const size_t host = LevelOf(TierId::kHost);
+  // The common daemon without NVMe: nothing lives below the host tier, so no lookup is needed.
+  if (host + 1 >= tiers_.size()) return;
   std::optional<BlockMeta> meta = index_->Get(key);
   if (!meta || meta->state != BlockState::kReady || meta->ns != ns) return;
   const size_t level = LevelOf(meta->tier);

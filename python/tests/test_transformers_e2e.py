@@ -81,6 +81,23 @@ def client(request, unix_url, tcp_url):
     c.close()
 
 
+def assert_continuation_matches_recompute(model, b, restored_cache):
+    """Prefills the rest of request B on the restored cache, decodes NEW_TOKENS greedily, and
+    checks tokens and logits against the same request run with no kvtier."""
+    logits, cache = forward(model, b[SHARED_TOKENS:], restored_cache)
+    tokens_kv, logits_kv = greedy_decode(model, logits, cache, NEW_TOKENS)
+
+    # The same request with no kvtier.
+    logits, cache = forward(model, b)
+    tokens_ref, logits_ref = greedy_decode(model, logits, cache, NEW_TOKENS)
+
+    assert tokens_kv == tokens_ref
+    diff = max(float((x - y).abs().max()) for x, y in zip(logits_kv, logits_ref))
+    assert diff <= LOGIT_TOLERANCE, f"logits differ by {diff}"
+    gaps = [float(v[0] - v[1]) for v in (torch.topk(x, 2).values for x in logits_ref)]
+    assert min(gaps) > LOGIT_TOLERANCE, "near-tie in the reference run: token check inconclusive"
+
+
 def test_restore_matches_recompute(model, client, request):
     kv = KVTierCache.for_model(client, model, TOKENS_PER_BLOCK,
                                tenant_salt=request.node.name.encode())
@@ -103,18 +120,7 @@ def test_restore_matches_recompute(model, client, request):
             assert torch.equal(restored, original[..., :SHARED_TOKENS, :]), f"layer {layer}"
     assert hit.cache.get_seq_length() == SHARED_TOKENS
 
-    logits, cache = forward(model, b[SHARED_TOKENS:], hit.cache)
-    tokens_kv, logits_kv = greedy_decode(model, logits, cache, NEW_TOKENS)
-
-    # The same request with no kvtier.
-    logits, cache = forward(model, b)
-    tokens_ref, logits_ref = greedy_decode(model, logits, cache, NEW_TOKENS)
-
-    assert tokens_kv == tokens_ref
-    diff = max(float((x - y).abs().max()) for x, y in zip(logits_kv, logits_ref))
-    assert diff <= LOGIT_TOLERANCE, f"logits differ by {diff}"
-    gaps = [float(v[0] - v[1]) for v in (torch.topk(x, 2).values for x in logits_ref)]
-    assert min(gaps) > LOGIT_TOLERANCE, "near-tie in the reference run: token check inconclusive"
+    assert_continuation_matches_recompute(model, b, hit.cache)
 
 
 def test_other_models_never_match(model, client):

@@ -15,6 +15,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "tiers/gpu/slab_pool.h"
 #include "tiers/slab_allocator.h"
 #include "tiers/tier.h"
 
@@ -51,7 +52,19 @@ class DeviceTier : public Tier {
   virtual void* pool_base() const = 0;
   virtual uint64_t pool_bytes() const = 0;
   // Invalid frees (double, unknown or wrong length): counted, otherwise ignored.
-  virtual uint64_t invalid_free_count() const = 0;
+  uint64_t invalid_free_count() const { return pool_.invalid_free_count(); }
+
+  // Slot bookkeeping is the same for the device pool and the fake: both carve one pool with it.
+  Result<Extent> Allocate(uint64_t bytes) final { return pool_.Allocate(bytes); }
+  void Free(const Extent& extent) final { pool_.Free(extent); }
+  TierStats Stats() const final { return pool_.Stats(); }
+  Extent ReclaimUnit(const Extent& extent) const final { return pool_.ReclaimUnit(extent); }
+
+ protected:
+  explicit DeviceTier(SlabAllocator allocator) : pool_(std::move(allocator)) {}
+
+ private:
+  SlabPool pool_;
 };
 
 }  // namespace kvtier::tiers

@@ -25,7 +25,7 @@ Result<std::unique_ptr<FakeGpuTier>> FakeGpuTier::Create(const GpuTierOptions& o
 }
 
 FakeGpuTier::FakeGpuTier(std::byte* base, uint64_t bytes, SlabAllocator allocator)
-    : base_(base), bytes_(bytes), pool_(std::move(allocator)) {}
+    : DeviceTier(std::move(allocator)), base_(base), bytes_(bytes) {}
 
 FakeGpuTier::~FakeGpuTier() { ::munmap(base_, bytes_); }
 

@@ -31,20 +31,15 @@ class FakeGpuTier final : public DeviceTier {
   static Result<std::unique_ptr<FakeGpuTier>> Create(const GpuTierOptions& options);
   ~FakeGpuTier() override;
 
-  Result<Extent> Allocate(uint64_t bytes) override { return pool_.Allocate(bytes); }
-  void Free(const Extent& extent) override { pool_.Free(extent); }
   // kInvalidArgument when the copy does not fit the extent or the extent the pool; kDeviceError
   // when a failure was injected.
   Status Write(const Extent& extent, std::span<const std::byte> src) override;
   Status Read(const Extent& extent, std::span<std::byte> dst) override;
-  TierStats Stats() const override { return pool_.Stats(); }
-  Extent ReclaimUnit(const Extent& extent) const override { return pool_.ReclaimUnit(extent); }
 
   void* DevicePointer(const Extent& extent) override;
   int device() const override { return -1; }
   void* pool_base() const override { return base_; }
   uint64_t pool_bytes() const override { return bytes_; }
-  uint64_t invalid_free_count() const override { return pool_.invalid_free_count(); }
 
   // The next `count` Read or Write calls fail with kDeviceError and copy nothing.
   void FailNextCopies(uint32_t count) { failures_.store(count, std::memory_order_relaxed); }
@@ -55,7 +50,6 @@ class FakeGpuTier final : public DeviceTier {
 
   std::byte* const base_;
   const uint64_t bytes_;
-  SlabPool pool_;
   std::atomic<uint32_t> failures_{0};
 };
 

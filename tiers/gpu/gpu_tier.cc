@@ -53,12 +53,13 @@ Result<std::unique_ptr<GpuTier>> GpuTier::Create(const GpuTierOptions& options) 
 
 GpuTier::GpuTier(int device, cuda::DeviceBuffer buffer, SlabAllocator allocator,
                  std::vector<std::unique_ptr<Lane>> lanes)
-    : device_(device),
+    : DeviceTier(std::move(allocator)),
+      device_(device),
       buffer_(std::move(buffer)),
-      pool_(std::move(allocator)),
       lanes_(std::move(lanes)) {}
 
-// Members go in reverse order: the export, the streams, then the pool.
+// Members go in reverse order: the export, the streams, the device memory; the slot bookkeeping
+// (the base class) last.
 GpuTier::~GpuTier() = default;
 
 Status GpuTier::Write(const Extent& extent, std::span<const std::byte> src) {

@@ -44,22 +44,17 @@ class GpuTier final : public DeviceTier {
   static Result<std::unique_ptr<GpuTier>> Create(const GpuTierOptions& options);
   ~GpuTier() override;
 
-  Result<Extent> Allocate(uint64_t bytes) override { return pool_.Allocate(bytes); }
-  void Free(const Extent& extent) override { pool_.Free(extent); }
   // Host -> device. kInvalidArgument when src does not fit the extent or the extent the pool;
   // kDeviceError (or another CudaStatus code) when the copy fails: the slot's bytes are then
   // unspecified and the block must not be committed.
   Status Write(const Extent& extent, std::span<const std::byte> src) override;
   // Device -> host; errors as Write (dst's bytes are unspecified after a failure).
   Status Read(const Extent& extent, std::span<std::byte> dst) override;
-  TierStats Stats() const override { return pool_.Stats(); }
-  Extent ReclaimUnit(const Extent& extent) const override { return pool_.ReclaimUnit(extent); }
 
   void* DevicePointer(const Extent& extent) override;
   int device() const override { return device_; }
   void* pool_base() const override { return buffer_.get(); }
   uint64_t pool_bytes() const override { return buffer_.size(); }
-  uint64_t invalid_free_count() const override { return pool_.invalid_free_count(); }
 
   // The pool's CUDA IPC handle (common/cuda/ipc.h), made on first use and kept for the tier's
   // lifetime. An importer reads the block of extent e at import.base() + e.offset, under a lease.
@@ -81,7 +76,6 @@ class GpuTier final : public DeviceTier {
 
   const int device_;
   cuda::DeviceBuffer buffer_;
-  SlabPool pool_;
   std::vector<std::unique_ptr<Lane>> lanes_;
   std::atomic<uint32_t> next_lane_{0};
   Mutex export_mu_;
