@@ -152,7 +152,7 @@ std::optional<BlockMeta> BlockIndex::EraseIf(const BlockKey& key,
 }
 
 Status BlockIndex::MoveTier(const BlockKey& key, const BlockMeta& from, TierId tier,
-                            const Extent& extent, uint32_t mover_pins) {
+                            const Extent& extent, uint32_t mover_pins, bool keep_shadow) {
   Shard& shard = ShardFor(key);
   MutexLock lock(shard.mu);
   auto it = shard.entries.find(key);
@@ -172,7 +172,7 @@ Status BlockIndex::MoveTier(const BlockKey& key, const BlockMeta& from, TierId t
   }
   meta.tier = tier;
   meta.extent = extent;
-  meta.has_shadow = false;
+  meta.has_shadow = meta.has_shadow && keep_shadow;
   TierOrder& to = tiers_[TierIndex(tier)];
   MutexLock policy_lock(to.mu);
   to.policy->Insert(key);

@@ -43,13 +43,19 @@ struct BlockMeta {
   // mover that copied the old bytes can tell that the block changed under it even when the new
   // incarnation landed at the same extent. Set by the store; the index only compares it.
   uint64_t generation = 0;
-  // A copy of a host block already written to NVMe (write-through): its demotion needs no write,
-  // and it survives a restart. Freed with the block; MoveTier drops it (the block then lives in
-  // the shadow's place or a new one).
+  // A copy of a memory block (host, or GPU after a promotion) already written to NVMe
+  // (write-through): its demotion to NVMe needs no write, and it survives a restart. Freed with
+  // the block; MoveTier keeps it on a move between memory tiers and drops it otherwise (the block
+  // then lives in the shadow's place or a new one).
   Extent shadow;
   bool has_shadow = false;
+  // The read window of the GPU promotion policy (placement/gpu_promotion_policy.h): leases of
+  // the block since window_start_us. Apart from `reads`, which counts lookups too, never restarts
+  // and serves NVMe admission.
+  uint64_t window_start_us = 0;
   uint32_t lease_count = 0;      // readers copying out; not evictable while > 0
   uint8_t reads = 0;             // lookups and leases that found it, saturating (NVMe admission)
+  uint8_t window_reads = 0;      // saturating
   TierId tier = TierId::kHost;
   BlockState state = BlockState::kWriting;
   bool has_checksum = false;
@@ -113,9 +119,10 @@ class BlockIndex {
   // meanwhile, even at the same extent) the copy may be stale, so the move is refused with
   // kNotFound. kBusy while the block is leased beyond the `mover_pins` leases the mover itself
   // holds (readers copy straight out of the old extent); those are given back with the move. A
-  // shadow copy is forgotten by the move (the caller moved the block into it or frees it).
+  // shadow copy is forgotten by the move (the caller moved the block into it or frees it) unless
+  // `keep_shadow` (a move between memory tiers, which leaves the NVMe copy right).
   Status MoveTier(const BlockKey& key, const BlockMeta& from, TierId tier, const Extent& extent,
-                  uint32_t mover_pins = 0);
+                  uint32_t mover_pins = 0, bool keep_shadow = false);
 
   // The victim chosen by `tier`'s policy that is ready, unleased and unpinned at `now_us`,
   // together with its metadata. The entry stays in the map (the caller frees or demotes it and

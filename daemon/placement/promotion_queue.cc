@@ -1,0 +1,33 @@
+#include "daemon/placement/promotion_queue.h"
+
+#include <algorithm>
+
+namespace kvtier::placement {
+
+PromotionQueue::PromotionQueue(size_t capacity) : capacity_(std::max<size_t>(capacity, 1)) {}
+
+PromotionQueue::PushOutcome PromotionQueue::Push(const PromotionCandidate& candidate) {
+  MutexLock lock(mu_);
+  if (queued_.contains(candidate.key)) return PushOutcome::kAlreadyQueued;
+  if (queue_.size() >= capacity_) return PushOutcome::kFull;
+  queued_.insert(candidate.key);
+  queue_.push_back(candidate);
+  return PushOutcome::kQueued;
+}
+
+void PromotionQueue::PopBatch(size_t max, std::vector<PromotionCandidate>& out) {
+  out.clear();
+  MutexLock lock(mu_);
+  while (out.size() < max && !queue_.empty()) {
+    out.push_back(queue_.front());
+    queued_.erase(queue_.front().key);
+    queue_.pop_front();
+  }
+}
+
+size_t PromotionQueue::size() const {
+  MutexLock lock(mu_);
+  return queue_.size();
+}
+
+}  // namespace kvtier::placement
