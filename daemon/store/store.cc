@@ -11,6 +11,18 @@ namespace kvtier::store {
 using index::BlockMeta;
 using index::BlockState;
 
+namespace {
+
+// The position of tier `id` in `tiers`, or tiers.size() when absent.
+size_t PositionOf(const std::vector<tiers::Tier*>& tiers, TierId id) {
+  for (size_t level = 0; level < tiers.size(); ++level) {
+    if (tiers[level]->id() == id) return level;
+  }
+  return tiers.size();
+}
+
+}  // namespace
+
 Result<std::unique_ptr<Store>> Store::Create(const StoreOptions& options,
                                              std::vector<tiers::Tier*> tiers, Clock& clock) {
   if (tiers.empty()) return InvalidArgument("store needs at least one tier");
@@ -22,6 +34,12 @@ Result<std::unique_ptr<Store>> Store::Create(const StoreOptions& options,
                              "' twice");
     }
   }
+  // The GPU tier takes only blocks promoted from host and demotes its victims there: without a
+  // host tier right below it there is nowhere to put a block, and nothing to promote from.
+  const size_t gpu = PositionOf(tiers, TierId::kGpu);
+  if (gpu < tiers.size() && (gpu != 0 || tiers.size() < 2 || tiers[1]->id() != TierId::kHost)) {
+    return InvalidArgument("the GPU tier must be the first tier, with the host tier right after it");
+  }
   if (options.max_evictions_per_allocation < 1) {
     return InvalidArgument("max_evictions_per_allocation must be at least 1");
   }
@@ -29,16 +47,25 @@ Result<std::unique_ptr<Store>> Store::Create(const StoreOptions& options,
                           index::BlockIndex::Create(options.index));
   KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<placement::AdmissionPolicy> admission,
                           placement::MakeAdmissionPolicy(options.nvme_admission));
-  return std::unique_ptr<Store>(
-      new Store(options, std::move(tiers), std::move(admission), clock, std::move(index)));
+  KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<placement::GpuPromotionPolicy> gpu_promotion,
+                          placement::MakeGpuPromotionPolicy(options.gpu_promotion));
+  return std::unique_ptr<Store>(new Store(options, std::move(tiers), std::move(admission),
+                                          std::move(gpu_promotion), clock, std::move(index)));
 }
 
 Store::Store(const StoreOptions& options, std::vector<tiers::Tier*> tiers,
-             std::unique_ptr<placement::AdmissionPolicy> admission, Clock& clock,
+             std::unique_ptr<placement::AdmissionPolicy> admission,
+             std::unique_ptr<placement::GpuPromotionPolicy> gpu_promotion, Clock& clock,
              std::unique_ptr<index::BlockIndex> index)
     : options_(options),
       tiers_(std::move(tiers)),
+      put_level_(PositionOf(tiers_, TierId::kHost) < tiers_.size()
+                     ? PositionOf(tiers_, TierId::kHost)
+                     : 0),
+      gpu_level_(PositionOf(tiers_, TierId::kGpu)),
       admission_(std::move(admission)),
+      gpu_promotion_(std::move(gpu_promotion)),
+      promotion_queue_(options.max_promotion_candidates),
       clock_(clock),
       index_(std::move(index)) {}
 
@@ -111,12 +138,12 @@ Result<Reservation> Store::BeginPut(const NamespaceId& ns, const BlockKey& key, 
       return Busy("too many puts in flight (" + std::to_string(options_.max_reservations) + ")");
     }
   }
-  Result<Extent> extent = AllocateWithEviction(0, bytes);
+  Result<Extent> extent = AllocateWithEviction(put_level_, bytes);
   if (!extent.ok()) {
     if (extent.status().code() == StatusCode::kBusy) counters_.busy_puts.fetch_add(1);
     return extent.status();
   }
-  tiers::Tier& target = *tiers_[0];
+  tiers::Tier& target = *tiers_[put_level_];
   Reservation reservation;
   reservation.id = next_id_.fetch_add(1);
   BlockMeta meta;
@@ -243,11 +270,17 @@ Result<Lease> Store::Acquire(const NamespaceId& ns, const BlockKey& key) {
     }
   }
   if (options_.promote_on_read) PromoteForRead(ns, key);
+  const uint64_t now = clock_.NowMicros();
   Lease lease;
+  bool to_gpu = false;
+  uint64_t generation = 0;
   Status st = index_->Update(key, [&](BlockMeta& meta) {
     if (meta.state != BlockState::kReady || meta.ns != ns) return NotFound("block not cached");
     ++meta.lease_count;
     if (meta.reads < UINT8_MAX) ++meta.reads;
+    to_gpu = gpu_level_ < tiers_.size() && meta.tier == TierId::kHost &&
+             gpu_promotion_->OnRead(meta, now);
+    generation = meta.generation;
     lease.tier = meta.tier;
     lease.extent = meta.extent;
     lease.checksum = meta.checksum;
@@ -261,10 +294,11 @@ Result<Lease> Store::Acquire(const NamespaceId& ns, const BlockKey& key) {
     return st;
   }
   if (counters) counters->gets.fetch_add(1, std::memory_order_relaxed);
+  if (to_gpu) QueueForGpu(key, generation);
   lease.id = next_id_.fetch_add(1);
   lease.key = key;
   lease.address = tier(lease.tier)->Address(lease.extent);
-  lease.deadline_us = clock_.NowMicros() + options_.lease_timeout_us;
+  lease.deadline_us = now + options_.lease_timeout_us;
   MutexLock lock(leases_mu_);
   leases_.emplace(lease.id, LeaseRecord{ns, key, lease.deadline_us});
   return lease;

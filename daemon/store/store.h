@@ -1,5 +1,5 @@
 // Store: the in-process cache engine. Two-phase puts, leased reads, lookups and eviction over an
-// ordered list of tiers (hottest first), with the statistics operators read.
+// ordered list of tiers (hottest first: [gpu,] host[, nvme]), with the statistics operators read.
 //
 // Ownership: the store owns the BlockIndex and the lease and reservation tables; it borrows the
 // tiers (the daemon owns them and must outlive the store) and the clock.
@@ -10,6 +10,11 @@
 //   gives everything back. Nobody ever reads half a block.
 // - A lease pins a block: it is not evicted, moved or freed until Release or until the lease times
 //   out, so a reader can copy straight out of the tier's memory.
+// - Puts land in the host tier (the first tier when there is none), never in the GPU tier: a
+//   block earns its place on the device by being read (GpuPromotionPolicy). A read only records
+//   the block as a candidate; PromoteCandidates, called by the daemon's GPU mover thread, copies
+//   candidates up. Tiers are exclusive: a block lives in one tier at a time (plus, with
+//   write-through, its shadow on NVMe).
 // - When a tier is full, its policy's victim (ready, unleased, unpinned) is demoted to the next
 //   tier or, from the last tier, dropped. When nothing can go, the put fails with kBusy and reads
 //   keep working.
@@ -17,7 +22,8 @@
 //   blocks removed (corrupt blocks dropped count as removed).
 //
 // Thread safety: every method may be called from any thread. No lock is held while block bytes
-// are copied by the caller; the store itself copies bytes only when it demotes a block.
+// are copied, by the caller or by the store (which copies only when it moves a block between
+// tiers: demotion, promotion, write-through).
 #pragma once
 
 #include <atomic>
@@ -35,6 +41,8 @@
 #include "common/thread_annotations.h"
 #include "daemon/index/block_index.h"
 #include "daemon/placement/admission_policy.h"
+#include "daemon/placement/gpu_promotion_policy.h"
+#include "daemon/placement/promotion_queue.h"
 #include "daemon/store/store_stats.h"
 #include "tiers/tier.h"
 
@@ -71,6 +79,10 @@ struct StoreOptions {
   // blocks that cannot be evicted, a device error), the put still succeeds in memory only and
   // write_through_failures counts it.
   bool nvme_write_through = false;
+  // Which host blocks move up into the GPU tier, when the chain has one (see
+  // placement/gpu_promotion_policy.h), and how many candidates may wait for the GPU mover.
+  placement::GpuPromotionOptions gpu_promotion;
+  size_t max_promotion_candidates = 4096;
 };
 
 // A reserved slot for a block being written.
@@ -96,8 +108,8 @@ struct Lease {
 
 class Store {
  public:
-  // `tiers` hottest first, at least one, no two with the same id; none owned. kInvalidArgument
-  // otherwise.
+  // `tiers` hottest first, at least one, no two with the same id, a GPU tier only first and
+  // followed by the host tier; none owned. kInvalidArgument otherwise, and for bad policy options.
   static Result<std::unique_ptr<Store>> Create(const StoreOptions& options,
                                                std::vector<tiers::Tier*> tiers, Clock& clock);
   ~Store();
@@ -107,7 +119,7 @@ class Store {
   std::optional<NamespaceInfo> GetNamespace(const NamespaceId& ns) const;
   std::vector<NamespaceInfo> Namespaces() const;
 
-  // Reserves room for `key` in the hottest tier, evicting or demoting under pressure. Errors:
+  // Reserves room for `key` in the host tier, evicting or demoting under pressure. Errors:
   // kNotFound (namespace not registered), kInvalidArgument (size differs from the namespace's
   // block size, or 0), kAlreadyExists (the block is stored: skip the copy), kBusy (another client
   // is writing it, or no room can be made now: retry later), kRejected (larger than the tier, or
@@ -125,7 +137,9 @@ class Store {
   Status Put(const NamespaceId& ns, const BlockKey& key, std::span<const std::byte> bytes);
 
   // Leases a ready block of namespace `ns`. kNotFound on a miss (absent, being written, or of
-  // another namespace); kBusy when max_leases are open.
+  // another namespace); kBusy when max_leases are open. A block in the GPU tier is leased with
+  // address nullptr (read it with ReadLeased); a host block that the GPU promotion policy picks
+  // becomes a promotion candidate (nothing is copied here).
   Result<Lease> Acquire(const NamespaceId& ns, const BlockKey& key);
 
   // Ends a lease. kNotFound when unknown (already released or timed out).
@@ -174,6 +188,17 @@ class Store {
   // put rarely waits for a demotion to disk.
   size_t EvictToTarget(TierId tier, uint64_t target_used_bytes, size_t max_victims);
 
+  // Moves up to `max_blocks` promotion candidates from the host tier into the GPU tier, making
+  // room there by demoting its least recently used blocks to host. For the GPU mover thread only:
+  // it copies bytes and waits for the device. A candidate leased, removed, replaced or moved since
+  // it was recorded, or one that cannot move now (no room, a device error on the copy), stays in
+  // host (counted in gpu_promotions_skipped; a device error also in the GPU tier's copy_errors).
+  // Returns the blocks moved; 0 without a GPU tier.
+  size_t PromoteCandidates(size_t max_blocks);
+
+  // Candidates waiting for PromoteCandidates.
+  size_t PendingPromotions() const { return promotion_queue_.size(); }
+
   // Adds a block that a durable tier found at start-up (warm restart), ready, as the most recently
   // used of its tier: adopt the oldest first. Its namespace serves it once registered again.
   // kInvalidArgument for a tier the store does not have; kAlreadyExists when the key is taken.
@@ -206,7 +231,8 @@ class Store {
   };
 
   Store(const StoreOptions& options, std::vector<tiers::Tier*> tiers,
-        std::unique_ptr<placement::AdmissionPolicy> admission, Clock& clock,
+        std::unique_ptr<placement::AdmissionPolicy> admission,
+        std::unique_ptr<placement::GpuPromotionPolicy> gpu_promotion, Clock& clock,
         std::unique_ptr<index::BlockIndex> index);
 
   // Allocates `bytes` in tiers_[level], making room by evicting that tier's victims.
@@ -217,12 +243,19 @@ class Store {
   // that LRU eviction of other sizes cannot make room for. false: nothing could go.
   bool EvictReclaimUnit(size_t level);
   bool DemoteOrDrop(size_t level, const BlockKey& key, const index::BlockMeta& meta);
-  enum class DemoteOutcome { kMoved, kBlockChanged, kNoRoomBelow };
+  enum class DemoteOutcome { kMoved, kBlockChanged, kNoRoomBelow, kCopyFailed };
   // Copies a victim into tiers_[level + 1] and repoints it there. kBlockChanged: leased, removed
-  // or replaced meanwhile (it stays where it is); kNoRoomBelow: the next tier could not take it.
+  // or replaced meanwhile (it stays where it is); kNoRoomBelow: the next tier could not take it;
+  // kCopyFailed: a device error on the copy (counted).
   DemoteOutcome Demote(size_t level, const BlockKey& key, const index::BlockMeta& meta);
   Status CopyBetweenTiers(tiers::Tier& from, const Extent& src, tiers::Tier& to,
                           const Extent& dst, const tiers::BlockIdentity& identity);
+  // Repoints a block whose bytes were copied to (`to`, `dst`), taking back the mover's pin. A
+  // write-through shadow stays with a block that moves between the memory tiers.
+  Status MoveInIndex(const BlockKey& key, const index::BlockMeta& meta, TierId to,
+                     const Extent& dst);
+  // Counts a failed copy between two tiers against the one that is a device (not host memory).
+  void CountCopyError(const tiers::Tier& from, const tiers::Tier& to);
   // Pins a ready, unleased block for a mover (a lease the store holds itself) so that nobody frees
   // its extent while its bytes are copied. false: it changed since it was picked or is leased.
   bool PinForMove(const BlockKey& key, const index::BlockMeta& meta);
@@ -231,12 +264,16 @@ class Store {
   bool AdmitBelow(size_t level, const index::BlockMeta& meta) const;
   enum class PromoteOutcome { kMoved, kNotMoved, kCorrupt };
   // Moves a ready block from tiers_[level] up to tiers_[to_level]. kNotMoved: it changed, is
-  // leased, or there is no room; it stays where it is. kCorrupt: its bytes failed verification and
-  // the block was dropped.
+  // leased, there is no room, or the copy failed (counted); it stays where it is. kCorrupt: its
+  // bytes failed verification and the block was dropped.
   PromoteOutcome Promote(size_t level, size_t to_level, const BlockKey& key,
                          const index::BlockMeta& meta);
   // Before a lease: brings a block that lives below the host tier up into it, when configured.
   void PromoteForRead(const NamespaceId& ns, const BlockKey& key);
+  // After a lease of a host block that the GPU promotion policy picked: records it for the mover.
+  void QueueForGpu(const BlockKey& key, uint64_t generation);
+  // One candidate of PromoteCandidates: true when it moved.
+  bool PromoteCandidate(const placement::PromotionCandidate& candidate);
   // Writes a just-committed host block to NVMe as its shadow (nvme_write_through).
   void WriteThrough(const BlockKey& key, uint64_t generation);
   // Demotes a host block that has a shadow on NVMe by moving it into the shadow: no copy.
@@ -256,7 +293,11 @@ class Store {
 
   const StoreOptions options_;
   const std::vector<tiers::Tier*> tiers_;
+  const size_t put_level_;  // the host tier's position: where puts land
+  const size_t gpu_level_;  // the GPU tier's position (0), or tiers_.size() without one
   std::unique_ptr<placement::AdmissionPolicy> admission_;
+  std::unique_ptr<placement::GpuPromotionPolicy> gpu_promotion_;
+  placement::PromotionQueue promotion_queue_;
   Clock& clock_;
   std::unique_ptr<index::BlockIndex> index_;
   std::atomic<uint64_t> next_id_{1};

@@ -72,6 +72,7 @@ bool Store::DemoteOrDrop(size_t level, const BlockKey& key, const BlockMeta& met
         index_->Unpick(key);
         return false;
       case DemoteOutcome::kNoRoomBelow:
+      case DemoteOutcome::kCopyFailed:
         // The next tier cannot take the block now: dropping it still makes room, which is what
         // the put asked for; the block is a cache entry, not data of record.
         break;
@@ -128,17 +129,32 @@ Store::DemoteOutcome Store::Demote(size_t level, const BlockKey& key, const Bloc
     unpin();
     return DemoteOutcome::kNoRoomBelow;
   }
-  Status moved = CopyBetweenTiers(*tiers_[level], meta.extent, next, *dst, {meta.ns, key});
-  // MoveTier takes our pin back with the move; it refuses while readers hold leases too.
-  if (moved.ok()) moved = index_->MoveTier(key, meta, next.id(), *dst, /*mover_pins=*/1);
+  const Status copied =
+      CopyBetweenTiers(*tiers_[level], meta.extent, next, *dst, {meta.ns, key});
+  const Status moved = copied.ok() ? MoveInIndex(key, meta, next.id(), *dst) : copied;
   if (moved.ok()) {
     tiers_[level]->Free(meta.extent);
     return DemoteOutcome::kMoved;
   }
   next.Free(*dst);
   unpin();
-  return moved.code() == StatusCode::kDeviceError ? DemoteOutcome::kNoRoomBelow
-                                                  : DemoteOutcome::kBlockChanged;
+  if (copied.code() != StatusCode::kDeviceError) return DemoteOutcome::kBlockChanged;
+  CountCopyError(*tiers_[level], next);
+  return DemoteOutcome::kCopyFailed;
+}
+
+Status Store::MoveInIndex(const BlockKey& key, const BlockMeta& meta, TierId to,
+                          const Extent& dst) {
+  // A write-through shadow is the block's copy on NVMe: it stays right while the block moves
+  // between GPU and host (the bytes never change), and is what makes the put survive a crash.
+  const bool keep_shadow = meta.has_shadow && to != TierId::kNvme;
+  // MoveTier takes our pin back with the move; it refuses while readers hold leases too.
+  return index_->MoveTier(key, meta, to, dst, /*mover_pins=*/1, keep_shadow);
+}
+
+void Store::CountCopyError(const tiers::Tier& from, const tiers::Tier& to) {
+  const tiers::Tier& device = from.id() == TierId::kHost ? to : from;
+  tier_counters_[static_cast<size_t>(device.id())].copy_errors.fetch_add(1);
 }
 
 Status Store::CopyBetweenTiers(tiers::Tier& from, const Extent& src, tiers::Tier& to,

@@ -1,5 +1,5 @@
-// The store's placement path: promoting blocks that live below the host tier when they are read,
-// reading them in place, dropping blocks whose bytes fail verification, the background mover's
+// The store's placement path: promoting blocks that live below the host tier when they are read
+// (and moving blocks between any two tiers: Promote), reading them in place, dropping blocks whose bytes fail verification, the background mover's
 // eviction to a target, NVMe admission, and adopting blocks found at start-up.
 #include <vector>
 
@@ -45,9 +45,8 @@ Store::PromoteOutcome Store::Promote(size_t level, size_t to_level, const BlockK
     UnpinAfterMove(key);
     return PromoteOutcome::kNotMoved;
   }
-  Status moved = CopyBetweenTiers(from, meta.extent, to, *dst, {meta.ns, key});
-  // MoveTier takes our pin back with the move; it refuses while readers hold leases too.
-  if (moved.ok()) moved = index_->MoveTier(key, meta, to.id(), *dst, /*mover_pins=*/1);
+  const Status copied = CopyBetweenTiers(from, meta.extent, to, *dst, {meta.ns, key});
+  const Status moved = copied.ok() ? MoveInIndex(key, meta, to.id(), *dst) : copied;
   if (moved.ok()) {
     from.Free(meta.extent);
     tier_counters_[static_cast<size_t>(from.id())].promotions.fetch_add(1);
@@ -55,6 +54,7 @@ Store::PromoteOutcome Store::Promote(size_t level, size_t to_level, const BlockK
   }
   to.Free(*dst);
   UnpinAfterMove(key);
+  if (copied.code() == StatusCode::kDeviceError) CountCopyError(from, to);
   if (moved.code() != StatusCode::kChecksumMismatch) return PromoteOutcome::kNotMoved;
   DropCorrupt(key, meta);
   return PromoteOutcome::kCorrupt;

@@ -22,7 +22,7 @@ StoreStats Store::Stats() const {
     const TierCounters& c = tier_counters_[static_cast<size_t>(t->id())];
     s.tiers.push_back({t->id(), t->Stats(), c.evictions.load(), c.demotions.load(),
                        c.drops.load(), c.admission_drops.load(), c.promotions.load(),
-                       c.corrupt_drops.load(), {}});
+                       c.corrupt_drops.load(), c.copy_errors.load(), {}});
     t->VisitDeviceStats([&](std::string_view name, double value) {
       s.tiers.back().device.emplace_back(std::string(name), value);
     });
@@ -77,6 +77,10 @@ StoreStats Store::Stats() const {
   s.adopted_blocks = counters_.adopted_blocks.load();
   s.write_throughs = counters_.write_throughs.load();
   s.write_through_failures = counters_.write_through_failures.load();
+  s.gpu_candidates = counters_.gpu_candidates.load();
+  s.gpu_candidates_dropped = counters_.gpu_candidates_dropped.load();
+  s.gpu_promotions_skipped = counters_.gpu_promotions_skipped.load();
+  s.pending_promotions = promotion_queue_.size();
   s.expired_leases = counters_.expired_leases.load();
   s.expired_reservations = counters_.expired_reservations.load();
   return s;

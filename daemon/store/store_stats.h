@@ -38,8 +38,12 @@ struct TierCounters {
   Counter demotions{0};   // victims moved to the next tier
   Counter drops{0};       // victims dropped because there is no next tier (or it failed)
   Counter admission_drops{0};    // victims dropped because the next tier's admission refused them
-  Counter promotions{0};         // blocks moved up out of this tier for a reader
+  Counter promotions{0};         // blocks moved up out of this tier (read often, or read on NVMe)
   Counter corrupt_drops{0};  // blocks of this tier whose bytes failed verification (dropped)
+  // Moves into or out of this tier whose copy failed with a device error (counted on the device
+  // side of a copy, never on host memory): a promotion leaves the block where it was, a demotion
+  // drops it.
+  Counter copy_errors{0};
 };
 
 struct StoreCounters {
@@ -51,6 +55,9 @@ struct StoreCounters {
   Counter adopted_blocks{0};       // found on a durable tier at start-up (AdoptBlock)
   Counter write_throughs{0};       // puts also written to NVMe at commit
   Counter write_through_failures{0};  // puts that NVMe could not take (kept in memory only)
+  Counter gpu_candidates{0};          // host blocks queued for promotion into the GPU tier
+  Counter gpu_candidates_dropped{0};  // candidates refused because the queue was full
+  Counter gpu_promotions_skipped{0};  // candidates not moved: changed, leased, no room, copy error
   Counter expired_leases{0};
   Counter expired_reservations{0};
 };
@@ -83,6 +90,7 @@ struct TierStatsSnapshot {
   uint64_t admission_drops = 0;
   uint64_t promotions = 0;
   uint64_t corrupt_drops = 0;
+  uint64_t copy_errors = 0;
   // The tier's own device counters (Tier::VisitDeviceStats), in its order.
   std::vector<std::pair<std::string, double>> device;
 };
@@ -93,7 +101,7 @@ struct StoreStats {
   uint64_t blocks_present = 0;      // ready blocks
   uint64_t blocks_writing = 0;      // reserved, not yet committed
   uint64_t blocks_quarantined = 0;  // reservations that timed out; space held for the late writer
-  uint64_t blocks_shadowed = 0;     // host blocks with a write-through copy on NVMe
+  uint64_t blocks_shadowed = 0;     // memory blocks with a write-through copy on NVMe
   uint64_t leases_active = 0;
   uint64_t committed_puts = 0;
   uint64_t aborted_puts = 0;
@@ -103,6 +111,10 @@ struct StoreStats {
   uint64_t adopted_blocks = 0;
   uint64_t write_throughs = 0;
   uint64_t write_through_failures = 0;
+  uint64_t gpu_candidates = 0;
+  uint64_t gpu_candidates_dropped = 0;
+  uint64_t gpu_promotions_skipped = 0;
+  uint64_t pending_promotions = 0;  // candidates waiting for the GPU mover now
   uint64_t expired_leases = 0;
   uint64_t expired_reservations = 0;
 };

@@ -9,6 +9,7 @@
 
 #include "daemon/store/store.h"
 #include "tests/fakes/fake_tier.h"
+#include "tiers/gpu/fake_gpu_tier.h"
 
 namespace kvtier::store::testing {
 
@@ -28,10 +29,20 @@ inline std::vector<std::byte> Payload(uint64_t seed, uint64_t size = kBlock) {
 
 class StoreTest : public ::testing::Test {
  protected:
-  // `tier_blocks` blocks of room in each tier, hottest first.
+  // `tier_blocks` blocks of room in each tier, hottest first; with `gpu_blocks`, a FakeGpuTier of
+  // that many blocks above them.
   void Build(std::vector<uint64_t> tier_blocks, bool last_addressable = true,
-             StoreOptions options = {}) {
+             StoreOptions options = {}, uint64_t gpu_blocks = 0) {
     std::vector<tiers::Tier*> list;
+    if (gpu_blocks > 0) {
+      auto gpu = tiers::FakeGpuTier::Create({.fake = true,
+                                             .capacity_bytes = gpu_blocks * kBlock,
+                                             .slab_bytes = gpu_blocks * kBlock,
+                                             .alignment = kBlock});
+      ASSERT_TRUE(gpu.ok()) << gpu.status().ToString();
+      gpu_ = std::move(gpu).value();
+      list.push_back(gpu_.get());
+    }
     TierId ids[] = {TierId::kHost, TierId::kNvme};
     for (size_t i = 0; i < tier_blocks.size(); ++i) {
       bool addressable = i + 1 < tier_blocks.size() || last_addressable;
@@ -59,6 +70,7 @@ class StoreTest : public ::testing::Test {
     EXPECT_EQ(tier_blocks,
               s.blocks_present + s.blocks_writing + s.blocks_quarantined + s.blocks_shadowed);
     for (const auto& t : tiers_) EXPECT_EQ(t->bad_frees(), 0u);
+    if (gpu_) EXPECT_EQ(gpu_->invalid_free_count(), 0u);
   }
 
   Status PutBlock(uint64_t n, const NamespaceId& ns = kNs) {
@@ -71,6 +83,7 @@ class StoreTest : public ::testing::Test {
   }
 
   FakeClock clock_;
+  std::unique_ptr<tiers::FakeGpuTier> gpu_;  // only with Build's gpu_blocks
   std::vector<std::unique_ptr<FakeTier>> tiers_;
   std::unique_ptr<Store> store_;
 };
