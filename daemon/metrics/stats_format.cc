@@ -38,6 +38,7 @@ json TierJson(const store::TierStatsSnapshot& t) {
           {"admission_drops", t.admission_drops},
           {"promotions", t.promotions},
           {"corrupt_drops", t.corrupt_drops},
+          {"copy_errors", t.copy_errors},
           {"device", device}};
 }
 
@@ -72,7 +73,11 @@ json TotalsJson(const store::StoreStats& s) {
           {"removed_blocks", s.removed_blocks},   {"evicted_blocks", s.evicted_blocks},
           {"expired_leases", s.expired_leases},   {"expired_reservations", s.expired_reservations},
           {"adopted_blocks", s.adopted_blocks},   {"write_throughs", s.write_throughs},
-          {"write_through_failures", s.write_through_failures}};
+          {"write_through_failures", s.write_through_failures},
+          {"gpu_candidates", s.gpu_candidates},
+          {"gpu_candidates_dropped", s.gpu_candidates_dropped},
+          {"gpu_promotions_skipped", s.gpu_promotions_skipped},
+          {"pending_promotions", s.pending_promotions}};
 }
 
 // Appends one Prometheus sample line; `labels` is "" or `tier="host"`-style text.
@@ -152,11 +157,15 @@ std::string StatsToPrometheus(const store::StoreStats& stats, const ProcessInfo&
       {"kvtier_tier_admission_drops_total", "counter",
        "Victims dropped because the next tier's admission policy refused them.",
        [](const store::TierStatsSnapshot& t) { return double(t.admission_drops); }},
-      {"kvtier_tier_promotions_total", "counter", "Blocks moved up out of the tier for a reader.",
+      {"kvtier_tier_promotions_total", "counter",
+       "Blocks moved up out of the tier (read often, or read on NVMe).",
        [](const store::TierStatsSnapshot& t) { return double(t.promotions); }},
       {"kvtier_tier_corrupt_drops_total", "counter",
        "Blocks whose stored bytes failed verification (dropped, served as misses).",
        [](const store::TierStatsSnapshot& t) { return double(t.corrupt_drops); }},
+      {"kvtier_tier_copy_errors_total", "counter",
+       "Moves into or out of the tier whose copy failed with a device error.",
+       [](const store::TierStatsSnapshot& t) { return double(t.copy_errors); }},
   };
   for (const TierMetric& m : kTierMetrics) {
     Header(out, m.name, m.type, m.help);
@@ -219,6 +228,14 @@ std::string StatsToPrometheus(const store::StoreStats& stats, const ProcessInfo&
        double(stats.evicted_blocks)},
       {"kvtier_expired_leases_total", "counter", "Leases taken back at their deadline.",
        double(stats.expired_leases)},
+      {"kvtier_gpu_candidates_total", "counter",
+       "Host blocks queued for promotion into the GPU tier.", double(stats.gpu_candidates)},
+      {"kvtier_gpu_candidates_dropped_total", "counter",
+       "Promotion candidates refused because the queue was full.",
+       double(stats.gpu_candidates_dropped)},
+      {"kvtier_gpu_promotions_skipped_total", "counter",
+       "Promotion candidates not moved (changed, leased, no room or a copy error).",
+       double(stats.gpu_promotions_skipped)},
       {"kvtier_connected_clients", "gauge", "Open client connections.",
        double(process.connected_clients)},
       {"kvtier_commands_total", "counter", "Commands processed.",
@@ -258,6 +275,7 @@ std::string StatsToInfoSection(const store::StoreStats& stats) {
     field(p + "demotions", std::to_string(t.demotions));
     field(p + "promotions", std::to_string(t.promotions));
     field(p + "corrupt_drops", std::to_string(t.corrupt_drops));
+    field(p + "copy_errors", std::to_string(t.copy_errors));
     for (const auto& [name, value] : t.device) {
       char text[32];
       std::snprintf(text, sizeof text, "%.15g", value);
