@@ -27,8 +27,9 @@ struct GpuTierOptions {
   // true: a FakeGpuTier in host memory instead of a device pool (tests, CPU-only demos).
   bool fake = false;
   int device = 0;  // CUDA device ordinal
-  // Pool size. 0 sizes it from the device: half of its free memory when the tier is created
-  // (the engine sharing the GPU needs the rest). Required (> 0) for the fake.
+  // Pool size. 0 sizes it from the device when the tier is created: an eighth of its memory, at
+  // most half of its free memory (the engine sharing the GPU needs the rest). Required (> 0) for
+  // the fake.
   uint64_t capacity_bytes = 0;
   uint64_t slab_bytes = SlabAllocator::Options{}.slab_bytes;
   uint64_t alignment = SlabAllocator::Options{}.alignment;

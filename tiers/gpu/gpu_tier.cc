@@ -2,6 +2,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <string>
 #include <utility>
 
@@ -11,14 +12,15 @@
 namespace kvtier::tiers {
 namespace {
 
-// Half the device's free memory, rounded down to the alignment: the engine on the same GPU needs
-// the rest for weights, activations and its own KV cache.
+// An eighth of the device's memory, at most half of what is free, rounded down to the alignment:
+// the engine on the same GPU needs the rest for weights, activations and its own KV cache, and
+// may start after the daemon (so free memory alone would be too generous on an idle device).
 Result<uint64_t> AutoCapacity(int device, uint64_t alignment) {
   cuda::ScopedDevice scoped(device);
   KVTIER_RETURN_IF_ERROR(scoped.status());
   size_t free_bytes = 0, total_bytes = 0;
   KVTIER_CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&free_bytes, &total_bytes), "cudaMemGetInfo");
-  return (free_bytes / 2) & ~(alignment - 1);
+  return std::min<uint64_t>(total_bytes / 8, free_bytes / 2) & ~(alignment - 1);
 }
 
 }  // namespace

@@ -1,7 +1,8 @@
 // GpuTier: the hot tier, a pool of device memory on one CUDA device carved into block slots.
 //
-// At creation the tier cudaMallocs one pool (options.capacity_bytes, or half the device's free
-// memory) and hands out offsets in it with a SlabAllocator, as the host tier does with its arena.
+// At creation the tier cudaMallocs one pool (options.capacity_bytes, or an eighth of the device's
+// memory, at most half of its free memory) and hands out offsets in it with a SlabAllocator, as
+// the host tier does with its arena.
 // Write and Read copy between a host buffer and a slot with cudaMemcpyAsync on one of the tier's
 // own streams ("copy lanes") and wait for that stream, so the caller's thread blocks only for its
 // own copy and several copies run at once; a pinned host buffer (the registered host arena)

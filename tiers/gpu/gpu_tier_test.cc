@@ -52,14 +52,16 @@ TEST(GpuTierTest, BlocksLiveInDeviceMemory) {
   EXPECT_EQ(out, bytes);
 }
 
-TEST(GpuTierTest, ZeroCapacityTakesHalfTheFreeMemory) {
+TEST(GpuTierTest, ZeroCapacityTakesAnEighthOfTheDeviceAtMostHalfTheFreeMemory) {
   KVTIER_REQUIRE_CUDA_DEVICE();
   size_t free_bytes = 0, total_bytes = 0;
   ASSERT_EQ(cudaMemGetInfo(&free_bytes, &total_bytes), cudaSuccess);
   Result<std::unique_ptr<GpuTier>> tier = GpuTier::Create({});
   ASSERT_TRUE(tier.ok()) << tier.status().ToString();
-  EXPECT_LE((*tier)->pool_bytes(), free_bytes / 2);
-  EXPECT_GT((*tier)->pool_bytes(), free_bytes / 4);
+  // Other processes may take or give back memory meanwhile: bounds, not an exact size.
+  const uint64_t expected = std::min<uint64_t>(total_bytes / 8, free_bytes / 2);
+  EXPECT_LE((*tier)->pool_bytes(), total_bytes / 8);
+  EXPECT_GT((*tier)->pool_bytes(), expected / 2);
 }
 
 TEST(GpuTierTest, ThePoolExportsOneIpcHandle) {
