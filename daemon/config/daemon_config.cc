@@ -143,6 +143,15 @@ const std::map<std::string, Setter>& Setters() {
       {"nvme.sync_interval_ms",
        Uint(&DaemonConfig::nvme_sync_interval_ms, 3'600'000, "nvme.sync_interval_ms")},
       {"nvme.cold_start", Bool(&DaemonConfig::cold_start, "nvme.cold_start")},
+      {"gpu.bytes", SizeOrAuto(&DaemonConfig::gpu_bytes, "gpu.bytes")},
+      {"gpu.device", Uint(&DaemonConfig::gpu_device, 1023, "gpu.device")},
+      {"gpu.fake", Bool(&DaemonConfig::gpu_fake, "gpu.fake")},
+      {"gpu.copy_lanes", Uint(&DaemonConfig::gpu_copy_lanes, 64, "gpu.copy_lanes")},
+      {"gpu.promotion", Text(&DaemonConfig::gpu_promotion)},
+      {"gpu.promote_after_reads",
+       Uint(&DaemonConfig::gpu_promote_after_reads, 255, "gpu.promote_after_reads")},
+      {"gpu.promote_window_ms",
+       Uint(&DaemonConfig::gpu_promote_window_ms, 86'400'000, "gpu.promote_window_ms")},
       {"placement.high_watermark",
        Fraction(&DaemonConfig::high_watermark, "placement.high_watermark")},
       {"placement.low_watermark", Fraction(&DaemonConfig::low_watermark, "placement.low_watermark")},
@@ -220,12 +229,53 @@ bool IsLoopback(const std::string& host) {
   return (ntohl(addr.s_addr) >> 24) == 127;
 }
 
+// The --help footer: every key the config file takes, by section, so that a key that has no flag
+// (gpu.promote_after_reads) is still discoverable from the binary.
+std::string ConfigKeysHelp() {
+  std::map<std::string, std::string> sections;
+  auto add = [&](const std::string& key) {
+    const size_t dot = key.find('.');
+    std::string& line = sections[key.substr(0, dot)];
+    line += (line.empty() ? "" : ", ") + key.substr(dot + 1);
+  };
+  for (const auto& [key, setter] : Setters()) add(key);
+  add("listen.allowed_uids");
+  add("nvme.paths");
+  std::string out = "Config file keys (--config FILE; deploy/kvtierd.yaml explains each):\n";
+  for (const auto& [section, keys] : sections) out += "  " + section + ": " + keys + "\n";
+  return out;
+}
+
 Result<std::string> ReadFile(const std::string& path) {
   std::ifstream in(path);
   if (!in) return NotFound("--config: cannot read '" + path + "'");
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();
+}
+
+Status FinalizeGpu(const DaemonConfig& config) {
+  if (config.gpu_fake && config.gpu_bytes == DaemonConfig::kAutoBytes) {
+    return InvalidArgument(
+        "gpu.fake: needs an explicit gpu.bytes (the fake has no device to size it from)");
+  }
+  if (config.gpu_bytes != 0 && config.gpu_bytes != DaemonConfig::kAutoBytes &&
+      config.gpu_bytes < (1ull << 20)) {
+    return InvalidArgument("gpu.bytes: at least 1MiB (or 0 to turn the tier off), got " +
+                           std::to_string(config.gpu_bytes));
+  }
+  if (config.gpu_copy_lanes == 0) return InvalidArgument("gpu.copy_lanes: must be positive");
+  if (config.gpu_promotion != "reads" && config.gpu_promotion != "off") {
+    return InvalidArgument("gpu.promotion: expected reads or off, got '" + config.gpu_promotion +
+                           "'");
+  }
+  if (config.gpu_promote_after_reads == 0) {
+    return InvalidArgument("gpu.promote_after_reads: must be 1 or more");
+  }
+  if (config.gpu_promote_window_ms == 0) {
+    return InvalidArgument("gpu.promote_window_ms: must be positive");
+  }
+  return Status::Ok();
 }
 
 }  // namespace
@@ -315,6 +365,7 @@ Status Finalize(DaemonConfig& config) {
   if (config.nvme_queue_depth == 0 || config.nvme_rings == 0) {
     return InvalidArgument("nvme: queue_depth and rings must be positive");
   }
+  KVTIER_RETURN_IF_ERROR(FinalizeGpu(config));
   if (config.low_watermark >= config.high_watermark) {
     return InvalidArgument("placement.low_watermark: must be below placement.high_watermark");
   }
@@ -327,11 +378,12 @@ Result<ParseOutcome> ParseCommandLine(int argc, const char* const* argv) {
   c.unix_path = DefaultSocketPath();
   CLI::App app{"kvtierd: the kvtier KV-cache daemon (see deploy/kvtierd.yaml for every key)",
                "kvtierd"};
-  std::string config_file, host_bytes, nvme_bytes, log_level, policy;
+  std::string config_file, host_bytes, nvme_bytes, gpu_bytes, log_level, policy;
   bool cold_start = false;
   std::optional<std::string> unix_path, data_dir, password;
   std::optional<uint16_t> port, http_port;
   std::optional<uint32_t> io_threads;
+  app.footer(ConfigKeysHelp());
   app.add_option("--config", config_file, "YAML config file; flags override its values");
   app.add_option("--unix", unix_path, "Unix socket path (\"\" turns it off)");
   app.add_option("--port", port, "TCP port on listen.tcp_host (0 turns TCP off); default 6380");
@@ -343,6 +395,9 @@ Result<ParseOutcome> ParseCommandLine(int argc, const char* const* argv) {
   app.add_option("--nvme-bytes", nvme_bytes,
                  "NVMe tier size, e.g. 64GiB; 0 turns it off; auto (a tenth of the data "
                  "directory's free space, cap 16GiB)");
+  app.add_option("--gpu-bytes", gpu_bytes,
+                 std::string("GPU tier size, e.g. 8GiB; 0 turns it off; auto (") +
+                     kAutoGpuBytesMeaning + ")");
   app.add_flag("--cold-start", cold_start,
                "Discard the NVMe tier's blocks at start (default: serve them again)");
   app.add_option("--password", password, "Password clients must AUTH with");
@@ -373,6 +428,10 @@ Result<ParseOutcome> ParseCommandLine(int argc, const char* const* argv) {
   if (cold_start) c.cold_start = true;
   if (!nvme_bytes.empty()) {
     Status st = SizeOrAuto(&DaemonConfig::nvme_bytes, "--nvme-bytes")(nvme_bytes, c);
+    if (!st.ok()) return st;
+  }
+  if (!gpu_bytes.empty()) {
+    Status st = SizeOrAuto(&DaemonConfig::gpu_bytes, "--gpu-bytes")(gpu_bytes, c);
     if (!st.ok()) return st;
   }
   if (!host_bytes.empty()) {

@@ -51,6 +51,16 @@ struct DaemonConfig {
   uint64_t nvme_sync_interval_ms = 1000;  // how much a power cut may lose; 0: sync every write
   bool cold_start = false;                // discard the NVMe tier's contents at start
 
+  // gpu tier: a pool of device memory above the host tier. Puts land in host; blocks read often
+  // (gpu_promotion) are copied up by the GPU mover, and demoted back to host under pressure.
+  uint64_t gpu_bytes = kAutoBytes;  // 0 turns the tier off; auto: kAutoGpuBytesMeaning
+  uint32_t gpu_device = 0;          // CUDA device ordinal
+  bool gpu_fake = false;            // a host-memory stand-in (tests, demos); needs gpu_bytes
+  uint32_t gpu_copy_lanes = 4;      // copies to and from the device that may run at once
+  std::string gpu_promotion = "reads";   // reads, off (placement/gpu_promotion_policy.h)
+  uint32_t gpu_promote_after_reads = 2;
+  uint64_t gpu_promote_window_ms = 600'000;
+
   // placement: the background mover keeps the host tier between these fractions of its size
   double high_watermark = 0.95;
   double low_watermark = 0.90;
@@ -86,6 +96,12 @@ uint64_t AutoHostBytes();
 // `data_dir` (or its nearest existing parent), capped at 16 GiB, rounded down to 1 MiB; 0 (the
 // tier off) when that is under 64 MiB.
 uint64_t AutoNvmeBytes(const std::string& data_dir);
+
+// What gpu.bytes "auto" means, for --help and errors: it is resolved when the tier is created,
+// from the device itself (an eighth of its memory, at most half of what is free), so here it stays
+// DaemonConfig::kAutoBytes.
+inline constexpr const char* kAutoGpuBytesMeaning =
+    "an eighth of the device's memory, at most half of its free memory";
 
 // Parses flags (and the file named by --config). Returns the resolved, validated configuration.
 // `help_text` receives the --help output when --help was given (the caller prints it and exits

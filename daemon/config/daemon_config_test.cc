@@ -118,6 +118,13 @@ TEST(DaemonConfigTest, ShippedExampleLoadsAndMatchesTheDefaults) {
   EXPECT_EQ(c.high_watermark, defaults.high_watermark);
   EXPECT_EQ(c.low_watermark, defaults.low_watermark);
   EXPECT_TRUE(c.nvme_paths.empty());
+  EXPECT_EQ(c.gpu_bytes, DaemonConfig::kAutoBytes);
+  EXPECT_EQ(c.gpu_device, defaults.gpu_device);
+  EXPECT_EQ(c.gpu_fake, defaults.gpu_fake);
+  EXPECT_EQ(c.gpu_copy_lanes, defaults.gpu_copy_lanes);
+  EXPECT_EQ(c.gpu_promotion, defaults.gpu_promotion);
+  EXPECT_EQ(c.gpu_promote_after_reads, defaults.gpu_promote_after_reads);
+  EXPECT_EQ(c.gpu_promote_window_ms, defaults.gpu_promote_window_ms);
 }
 
 TEST(DaemonConfigTest, NvmeKeysAndFlags) {
@@ -167,6 +174,75 @@ TEST(DaemonConfigTest, BadNvmeSettingsNameTheirKey) {
     if (st.ok()) st = Finalize(config);
     ASSERT_FALSE(st.ok()) << c.yaml;
     EXPECT_NE(st.message().find(c.key), std::string::npos) << st.message();
+  }
+}
+
+TEST(DaemonConfigTest, GpuKeysAndFlags) {
+  auto r = Parse({"--gpu-bytes", "64MiB"});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->config.gpu_bytes, 64ull << 20);
+  r = Parse({"--gpu-bytes", "0"});
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->config.gpu_bytes, 0u);
+  r = Parse({"--gpu-bytes", "auto"});
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->config.gpu_bytes, DaemonConfig::kAutoBytes);
+
+  DaemonConfig c;
+  c.unix_path = "/tmp/s";
+  ASSERT_TRUE(ApplyYaml("gpu:\n  bytes: 1GiB\n  device: 1\n  fake: true\n  copy_lanes: 2\n"
+                        "  promotion: off\n  promote_after_reads: 3\n  promote_window_ms: 500\n",
+                        "test.yaml", c)
+                  .ok());
+  ASSERT_TRUE(Finalize(c).ok());
+  EXPECT_EQ(c.gpu_bytes, 1ull << 30);
+  EXPECT_EQ(c.gpu_device, 1u);
+  EXPECT_TRUE(c.gpu_fake);
+  EXPECT_EQ(c.gpu_copy_lanes, 2u);
+  EXPECT_EQ(c.gpu_promotion, "off");
+  EXPECT_EQ(c.gpu_promote_after_reads, 3u);
+  EXPECT_EQ(c.gpu_promote_window_ms, 500u);
+}
+
+TEST(DaemonConfigTest, BadGpuSettingsNameTheirKey) {
+  auto r = Parse({"--gpu-bytes", "lots"});
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("--gpu-bytes"), std::string::npos) << r.status().message();
+  struct Case {
+    const char* yaml;
+    const char* key;
+  } cases[] = {
+      // The fake has no device to size "auto" from.
+      {"gpu:\n  fake: true\n", "gpu.fake"},
+      {"gpu:\n  fake: maybe\n", "gpu.fake"},
+      {"gpu:\n  bytes: 4KiB\n", "gpu.bytes"},
+      {"gpu:\n  bytes: 12 furlongs\n", "gpu.bytes"},
+      {"gpu:\n  device: -1\n", "gpu.device"},
+      {"gpu:\n  copy_lanes: 0\n", "gpu.copy_lanes"},
+      {"gpu:\n  promotion: hottest\n", "gpu.promotion"},
+      {"gpu:\n  promote_after_reads: 0\n", "gpu.promote_after_reads"},
+      {"gpu:\n  promote_after_reads: 256\n", "gpu.promote_after_reads"},
+      {"gpu:\n  promote_window_ms: 0\n", "gpu.promote_window_ms"},
+      {"gpu:\n  lanes: 2\n", "gpu.lanes"},
+  };
+  for (const Case& c : cases) {
+    DaemonConfig config;
+    config.unix_path = "/tmp/s";
+    Status st = ApplyYaml(c.yaml, "test.yaml", config);
+    if (st.ok()) st = Finalize(config);
+    ASSERT_FALSE(st.ok()) << c.yaml;
+    EXPECT_NE(st.message().find(c.key), std::string::npos) << st.message();
+  }
+}
+
+TEST(DaemonConfigTest, HelpListsEveryConfigKey) {
+  auto r = Parse({"--help"});
+  ASSERT_TRUE(r.ok());
+  ASSERT_TRUE(r->help_requested);
+  for (const char* text : {"--gpu-bytes", "gpu: bytes, copy_lanes, device, fake, promote_after_reads, "
+                           "promote_window_ms, promotion",
+                           "nvme:", "allowed_uids"}) {
+    EXPECT_NE(r->help_text.find(text), std::string::npos) << text << " in\n" << r->help_text;
   }
 }
 

@@ -2,8 +2,8 @@
 
 #include <spdlog/spdlog.h>
 
-#include "common/cuda/probe.h"
 #include "common/units.h"
+#include "tiers/gpu/gpu_tier_factory.h"
 
 namespace kvtier::daemon {
 namespace {
@@ -26,20 +26,50 @@ Result<std::unique_ptr<tiers::nvme::NvmeTier>> OpenNvme(const config::DaemonConf
   return tiers::nvme::NvmeTier::Open(o);
 }
 
-std::string GpuNote() {
-  if (!cuda::BuiltWithCuda()) return "no GPU tier: built without CUDA (KVTIER_WITH_CUDA=OFF)";
-  if (Status probe = cuda::ProbeDevice(0); !probe.ok()) {
-    return "no GPU tier: " + probe.message();
+// The GPU tier, or why there is none (a note for the stats; the daemon serves without it).
+void OpenGpu(const config::DaemonConfig& c, DaemonTiers& t) {
+  if (c.gpu_bytes == 0) {
+    t.gpu_note = "no GPU tier: disabled in config (gpu.bytes is 0)";
+    spdlog::info("{}", t.gpu_note);
+    return;
   }
-  // The pool (tiers/gpu) exists, but the store does not place blocks in it yet: see issue notes.
-  return "no GPU tier: a CUDA device is present, but this version serves blocks from host memory "
-         "and NVMe only";
+  tiers::GpuTierOptions o;
+  o.fake = c.gpu_fake;
+  o.device = static_cast<int>(c.gpu_device);
+  o.capacity_bytes = c.gpu_bytes == config::DaemonConfig::kAutoBytes ? 0 : c.gpu_bytes;
+  // Blocks move between host and GPU whole: the same slabs keep their size classes alike.
+  o.slab_bytes = c.slab_bytes;
+  o.copy_lanes = c.gpu_copy_lanes;
+  Result<std::unique_ptr<tiers::DeviceTier>> gpu = tiers::MakeGpuTier(o);
+  if (!gpu.ok()) {
+    t.gpu_note = gpu.status().message();
+    // No device or no CUDA is how most machines are; a size the device cannot give, or a broken
+    // driver, is something to fix.
+    const bool expected = gpu.status().code() == StatusCode::kNotFound ||
+                          gpu.status().code() == StatusCode::kRejected;
+    if (expected) {
+      spdlog::info("{}", t.gpu_note);
+    } else {
+      spdlog::error("{} (serving from host memory and NVMe only)", t.gpu_note);
+    }
+    return;
+  }
+  t.gpu = std::move(gpu).value();
+  spdlog::info("GPU tier: {} on {}, promotion: {}", FormatBytes(t.gpu->Stats().capacity_bytes),
+               c.gpu_fake ? "the host-memory fake (gpu.fake)"
+                          : "CUDA device " + std::to_string(c.gpu_device),
+               c.gpu_promotion == "off"
+                   ? std::string("off")
+                   : "after " + std::to_string(c.gpu_promote_after_reads) + " reads within " +
+                         std::to_string(c.gpu_promote_window_ms) + " ms");
 }
 
 }  // namespace
 
 std::vector<tiers::Tier*> DaemonTiers::chain() const {
-  std::vector<tiers::Tier*> list{host.get()};
+  std::vector<tiers::Tier*> list;
+  if (gpu) list.push_back(gpu.get());
+  list.push_back(host.get());
   if (nvme) list.push_back(nvme.get());
   return list;
 }
@@ -60,8 +90,7 @@ Result<DaemonTiers> OpenTiers(const config::DaemonConfig& c) {
                                           : ", not locked: " + arena.lock_status().message());
   t.pinned_arena = cuda::PinnedHostRange::Register(arena.base(), arena.size());
   if (t.pinned_arena.pinned()) spdlog::info("host tier: registered with CUDA (pinned)");
-  t.gpu_note = GpuNote();
-  spdlog::info("{}", t.gpu_note);
+  OpenGpu(c, t);
   if (c.nvme_bytes == 0) {
     t.nvme_note = "no NVMe tier: nvme.bytes is 0";
     spdlog::info("{}", t.nvme_note);
@@ -108,6 +137,9 @@ store::StoreOptions StoreOptionsFrom(const config::DaemonConfig& c) {
   o.promote_on_read = c.nvme_promote_on_hit;
   o.nvme_admission = c.nvme_admission;
   o.nvme_write_through = c.nvme_write_through;
+  o.gpu_promotion.policy = c.gpu_promotion;
+  o.gpu_promotion.after_reads = c.gpu_promote_after_reads;
+  o.gpu_promotion.window_us = c.gpu_promote_window_ms * 1000;
   return o;
 }
 

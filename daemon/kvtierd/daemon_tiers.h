@@ -2,7 +2,8 @@
 // tier found on disk handed to the store (warm restart).
 //
 // Ownership: DaemonTiers owns every tier and the CUDA registration of the host arena; the store
-// borrows the tiers (chain()) and must be destroyed first. Start-up only; no threads.
+// borrows the tiers (chain()) and must be destroyed first, so every tier, the GPU pool included,
+// lives as long as the daemon serves. Start-up only; no threads.
 #pragma once
 
 #include <memory>
@@ -13,6 +14,7 @@
 #include "common/status.h"
 #include "daemon/config/daemon_config.h"
 #include "daemon/store/store.h"
+#include "tiers/gpu/device_tier.h"
 #include "tiers/host/host_tier.h"
 #include "tiers/nvme/nvme_tier.h"
 
@@ -26,14 +28,17 @@ struct DaemonTiers {
   cuda::PinnedHostRange pinned_arena;
   std::unique_ptr<tiers::nvme::NvmeTier> nvme;  // nullptr: no NVMe tier (see nvme_note)
   std::string nvme_note;                        // why there is no NVMe tier; empty when there is
-  std::string gpu_note;                         // why there is no GPU tier
+  // The device pool (or its host-memory fake, gpu.fake); nullptr: no GPU tier (see gpu_note).
+  std::unique_ptr<tiers::DeviceTier> gpu;
+  std::string gpu_note;                         // why there is no GPU tier; empty when there is
 
-  // The store's tier list, hottest first.
+  // The store's tier list, hottest first: [gpu,] host[, nvme].
   std::vector<tiers::Tier*> chain() const;
 };
 
-// Creates the host tier, registers it with CUDA where possible, and opens the NVMe tier (which
-// may find blocks from a previous run). Errors name the setting to fix: a data directory of an
+// Creates the host tier, registers it with CUDA where possible, creates the GPU tier where there
+// is one (its absence is not an error: gpu_note says why), and opens the NVMe tier (which may find
+// blocks from a previous run). Errors name the setting to fix: a data directory of an
 // incompatible format version is refused here, with both versions in the message.
 Result<DaemonTiers> OpenTiers(const config::DaemonConfig& config);
 

@@ -1,9 +1,9 @@
 // kvtierd: the kvtier daemon. Wires configuration, tiers, the store, the RESP server and the HTTP
 // endpoint together, then waits for SIGINT/SIGTERM.
 //
-// Start-up order: config -> data directory lock -> tiers (host, NVMe: which finds the blocks of the
-// previous run) -> store (adopting those blocks) -> RESP server -> HTTP -> housekeeping threads
-// (deadlines, the background mover, NVMe sync). Shutdown runs in reverse: HTTP stops answering,
+// Start-up order: config -> data directory lock -> tiers (host, GPU, NVMe: which finds the blocks
+// of the previous run) -> store (adopting those blocks) -> RESP server -> HTTP -> housekeeping
+// threads (deadlines, the background mover, the GPU mover, NVMe sync). Shutdown runs in reverse: HTTP stops answering,
 // the RESP server stops accepting and closes every connection (releasing its leases and aborting
 // its reservations), the housekeeping threads stop, the NVMe tier is synced, then the store and
 // the tiers are destroyed. Nothing is detached; every thread is joined before main returns.
@@ -102,6 +102,12 @@ void KeepHostRoom(store::Store& store, const tiers::Tier& host, const config::Da
   spdlog::debug("mover: {} host blocks demoted or dropped to reach the low watermark", moved);
 }
 
+// The GPU mover copies the blocks that reads picked for promotion (Store::PromoteCandidates) from
+// host into the GPU tier, off the network threads. One batch per tick bounds how long shutdown
+// waits for it; 256 blocks every 10 ms is more than PCIe moves for blocks of a MiB or more.
+constexpr auto kGpuMoverInterval = std::chrono::milliseconds(10);
+constexpr size_t kGpuMoverBatch = 256;
+
 int Run(const config::DaemonConfig& c) {
   spdlog::set_level(spdlog::level::from_str(c.log_level));
   // Operators tail the log through pipes and journald: every line goes out as it is written.
@@ -189,6 +195,13 @@ int Run(const config::DaemonConfig& c) {
     housekeeping.push_back(std::make_unique<daemon::PeriodicThread>(
         "kvtier-mover", std::chrono::milliseconds(20),
         [&s, &tiers, &c] { KeepHostRoom(s, *tiers.host, c); }));
+  }
+  if (tiers.gpu && c.gpu_promotion != "off") {
+    housekeeping.push_back(std::make_unique<daemon::PeriodicThread>(
+        "kvtier-gpumover", kGpuMoverInterval, [&s] {
+          const size_t moved = s.PromoteCandidates(kGpuMoverBatch);
+          if (moved > 0) spdlog::debug("GPU mover: {} blocks promoted into the GPU tier", moved);
+        }));
   }
   if (tiers.nvme && c.nvme_sync_interval_ms > 0) {
     housekeeping.push_back(std::make_unique<daemon::PeriodicThread>(
