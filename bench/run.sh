@@ -11,8 +11,10 @@ cd "$(dirname "$0")/.."
 scripts/install-deps.sh >&2
 cmake --preset release >/dev/null
 cmake --build --preset release \
-  --target kvtier_core_bench kvtier_daemon_bench kvtier_nvme_bench kvtierd kvtier >/dev/null
+  --target kvtier_core_bench kvtier_gpu_placement_bench kvtier_daemon_bench kvtier_nvme_bench \
+  kvtierd kvtier >/dev/null
 build/bin/kvtier_core_bench "$@"
+build/bin/kvtier_gpu_placement_bench "$@"
 bench/daemon_bench.sh "$@"
 bench/nvme_bench.sh "$@"
 
