@@ -191,7 +191,8 @@ int TestClient::TakeReceivedFd() {
   return fd;
 }
 
-TestServer::TestServer(ServerOptions options, bool with_arena, uint64_t capacity_bytes)
+TestServer::TestServer(ServerOptions options, bool with_arena, uint64_t capacity_bytes,
+                       uint64_t gpu_bytes)
     : options_(std::move(options)) {
   char dir[] = "/tmp/kvtier-server-test-XXXXXX";
   if (mkdtemp(dir) == nullptr) {
@@ -208,7 +209,17 @@ TestServer::TestServer(ServerOptions options, bool with_arena, uint64_t capacity
     return;
   }
   tier_ = std::move(tier).value();
-  auto store = store::Store::Create({}, {tier_.get()}, clock_);
+  std::vector<tiers::Tier*> chain{tier_.get()};
+  if (gpu_bytes > 0) {
+    auto gpu = tiers::FakeGpuTier::Create({.fake = true, .capacity_bytes = gpu_bytes});
+    if (!gpu.ok()) {
+      status_ = gpu.status();
+      return;
+    }
+    gpu_ = std::move(gpu).value();
+    chain.insert(chain.begin(), gpu_.get());
+  }
+  auto store = store::Store::Create({}, chain, clock_);
   if (!store.ok()) {
     status_ = store.status();
     return;
@@ -228,6 +239,7 @@ TestServer::~TestServer() {
   server_.reset();
   store_.reset();
   tier_.reset();
+  gpu_.reset();
   std::error_code ec;
   if (!dir_.empty()) std::filesystem::remove_all(dir_, ec);
 }

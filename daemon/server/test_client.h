@@ -1,5 +1,6 @@
 // Test support for the server: a Server started inside the test process on a temporary Unix
-// socket and an ephemeral TCP port, over a real Store on a HostTier, and a plain-socket client
+// socket and an ephemeral TCP port, over a real Store on a HostTier (optionally under a
+// FakeGpuTier), and a plain-socket client
 // that sends raw RESP and returns the raw bytes of each reply, so tests compare replies byte for
 // byte.
 //
@@ -21,6 +22,7 @@
 #include "common/keys.h"
 #include "daemon/server/server.h"
 #include "daemon/store/store.h"
+#include "tiers/gpu/fake_gpu_tier.h"
 #include "tiers/host/host_tier.h"
 
 namespace kvtier::server::testing {
@@ -81,9 +83,10 @@ class TestClient {
 class TestServer {
  public:
   // Fills in unix_path (a fresh temporary directory) and, unless a TCP port is set, tcp_ephemeral.
-  // With `with_arena` false the server gets no host arena (no shared-memory path).
+  // With `with_arena` false the server gets no host arena (no shared-memory path). With
+  // `gpu_bytes`, a FakeGpuTier of that size sits above the host tier (promotion after 2 reads).
   explicit TestServer(ServerOptions options = {}, bool with_arena = true,
-                      uint64_t capacity_bytes = uint64_t{64} << 20);
+                      uint64_t capacity_bytes = uint64_t{64} << 20, uint64_t gpu_bytes = 0);
   ~TestServer();
 
   // OK when the server runs; every accessor below needs it.
@@ -91,6 +94,7 @@ class TestServer {
   Server& server() { return *server_; }
   store::Store& store() { return *store_; }
   tiers::HostTier& tier() { return *tier_; }
+  tiers::FakeGpuTier* gpu() { return gpu_.get(); }  // nullptr without gpu_bytes
   FakeClock& clock() { return clock_; }
   const std::string& unix_path() const { return options_.unix_path; }
   uint16_t tcp_port() const { return server_->tcp_port(); }
@@ -104,6 +108,7 @@ class TestServer {
   ServerOptions options_;
   std::string dir_;
   FakeClock clock_;
+  std::unique_ptr<tiers::FakeGpuTier> gpu_;
   std::unique_ptr<tiers::HostTier> tier_;
   std::unique_ptr<store::Store> store_;
   std::unique_ptr<Server> server_;
