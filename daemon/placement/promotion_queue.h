@@ -24,6 +24,10 @@ namespace kvtier::placement {
 struct PromotionCandidate {
   BlockKey key;
   uint64_t generation = 0;  // BlockMeta::generation when the candidate was recorded
+  // How often the mover found the block leased and put it back for a later try: a block being
+  // read cannot move (readers copy out of its slot), and the blocks read most are the ones most
+  // often leased at any instant.
+  uint8_t retries = 0;
 };
 
 class PromotionQueue {

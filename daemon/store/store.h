@@ -190,10 +190,12 @@ class Store {
 
   // Moves up to `max_blocks` promotion candidates from the host tier into the GPU tier, making
   // room there by demoting its least recently used blocks to host. For the GPU mover thread only:
-  // it copies bytes and waits for the device. A candidate leased, removed, replaced or moved since
-  // it was recorded, or one that cannot move now (no room, a device error on the copy), stays in
-  // host (counted in gpu_promotions_skipped; a device error also in the GPU tier's copy_errors).
-  // Returns the blocks moved; 0 without a GPU tier.
+  // it copies bytes and waits for the device. A candidate that is leased now goes back into the
+  // queue for the next call (a few times, then it is skipped). One removed, replaced or moved
+  // since it was recorded, or one that cannot move now (no room, a device error on the copy),
+  // stays in host (counted in gpu_promotions_skipped; a device error also in the GPU tier's
+  // copy_errors) until a later read offers it again. Returns the blocks moved; 0 without a GPU
+  // tier.
   size_t PromoteCandidates(size_t max_blocks);
 
   // Candidates waiting for PromoteCandidates.
@@ -272,8 +274,9 @@ class Store {
   void PromoteForRead(const NamespaceId& ns, const BlockKey& key);
   // After a lease of a host block that the GPU promotion policy picked: records it for the mover.
   void QueueForGpu(const BlockKey& key, uint64_t generation);
-  // One candidate of PromoteCandidates: true when it moved.
-  bool PromoteCandidate(const placement::PromotionCandidate& candidate);
+  enum class CandidateOutcome { kMoved, kLeased, kSkipped };
+  // One candidate of PromoteCandidates. kLeased: a reader holds it now; try again later.
+  CandidateOutcome PromoteCandidate(const placement::PromotionCandidate& candidate);
   // Writes a just-committed host block to NVMe as its shadow (nvme_write_through).
   void WriteThrough(const BlockKey& key, uint64_t generation);
   // Demotes a host block that has a shadow on NVMe by moving it into the shadow: no copy.

@@ -170,7 +170,7 @@ TEST_F(StoreGpuTest, GpuPressureContinuesDownToNvme) {
   for (uint64_t n = 1; n <= 3; ++n) ExpectBytes(n);
 }
 
-TEST_F(StoreGpuTest, ALeasedCandidateIsSkippedAndOfferedAgainByItsNextRead) {
+TEST_F(StoreGpuTest, ALeasedCandidateWaitsForItsReaderThenMoves) {
   BuildWithGpu(4, 8);
   ASSERT_TRUE(PutBlock(1).ok());
   ExpectBytes(1);
@@ -179,8 +179,27 @@ TEST_F(StoreGpuTest, ALeasedCandidateIsSkippedAndOfferedAgainByItsNextRead) {
   ASSERT_EQ(store_->PendingPromotions(), 1u);
   EXPECT_EQ(store_->PromoteCandidates(16), 0u);  // a reader copies out of its host slot
   EXPECT_EQ(TierOf(1), TierId::kHost);
-  EXPECT_EQ(store_->Stats().gpu_promotions_skipped, 1u);
+  EXPECT_EQ(store_->PendingPromotions(), 1u);  // back in the queue for the mover's next run
   EXPECT_EQ(std::vector<std::byte>(lease->address, lease->address + kBlock), Payload(1));
+  ASSERT_TRUE(store_->Release(lease->id).ok());
+  EXPECT_EQ(store_->PromoteCandidates(16), 1u);
+  EXPECT_EQ(TierOf(1), TierId::kGpu);
+  EXPECT_EQ(store_->Stats().gpu_promotions_skipped, 0u);
+}
+
+TEST_F(StoreGpuTest, ACandidateLeasedForLongIsSkippedAndOfferedAgainByItsNextRead) {
+  BuildWithGpu(4, 8);
+  ASSERT_TRUE(PutBlock(1).ok());
+  ExpectBytes(1);
+  Result<Lease> lease = store_->Acquire(kNs, Key(1));
+  ASSERT_TRUE(lease.ok());
+  int runs = 0;
+  while (store_->PendingPromotions() > 0 && runs < 100) {
+    EXPECT_EQ(store_->PromoteCandidates(16), 0u);
+    ++runs;
+  }
+  EXPECT_EQ(runs, 9);  // the first try and eight more
+  EXPECT_EQ(store_->Stats().gpu_promotions_skipped, 1u);
   ASSERT_TRUE(store_->Release(lease->id).ok());
   ExpectBytes(1);
   EXPECT_EQ(store_->PromoteCandidates(16), 1u);
