@@ -42,7 +42,7 @@ class Daemon:
     """One kvtierd process and where to reach it."""
 
     def __init__(self, workdir, password=None, host_bytes="256MiB", slab_bytes="8MiB",
-                 extra_config="", nvme_bytes="0"):
+                 extra_config="", nvme_bytes="0", gpu_bytes="0"):
         self.workdir = pathlib.Path(workdir)
         self.unix = str(self.workdir / "kvtierd.sock")
         self.data_dir = str(self.workdir / "data")
@@ -52,6 +52,10 @@ class Daemon:
         # The host tier alone unless a test asks for NVMe: its tests count evictions and drops.
         # None leaves --nvme-bytes out (the daemon's default, auto).
         self.nvme_bytes = nvme_bytes
+        # No GPU tier unless a test asks for one (with gpu.fake in extra_config on machines
+        # without a device): on a machine with a GPU the default (auto) would promote blocks and
+        # change what the other tests count. None leaves --gpu-bytes out.
+        self.gpu_bytes = gpu_bytes
         self.config_text = CONFIG_YAML.format(slab_bytes=slab_bytes) + extra_config
         self.host = "127.0.0.1"
         self.port = 0
@@ -89,6 +93,8 @@ class Daemon:
                 cmd += ["--password", self.password]
             if self.nvme_bytes is not None:
                 cmd += ["--nvme-bytes", str(self.nvme_bytes)]
+            if self.gpu_bytes is not None:
+                cmd += ["--gpu-bytes", str(self.gpu_bytes)]
             cmd += list(extra_args)
             with open(self.log_path, "ab") as log:
                 self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
