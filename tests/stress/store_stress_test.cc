@@ -1,12 +1,15 @@
 // Consistency stressor for the store: several threads hammer a small key space with mixed puts,
 // reads, lookups, removes and pins while the tiers are far too small for the keys, so eviction
-// and demotion run constantly. Every payload is derived from its key; every read is verified byte
-// for byte. Any wrong byte, unexpected error or broken accounting is a violation.
+// and demotion run constantly; in the second test a GPU tier sits on top and a mover thread
+// promotes every block read, so blocks also move up and back down under the readers. Every
+// payload is derived from its key; every read is verified byte for byte. Any wrong byte,
+// unexpected error or broken accounting is a violation.
 //
 // KVTIER_STRESS_OPS (default 1,000,000) sets the total number of operations.
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <random>
 #include <thread>
 #include <vector>
@@ -15,6 +18,7 @@
 
 #include "daemon/store/store.h"
 #include "tests/fakes/fake_tier.h"
+#include "tiers/gpu/fake_gpu_tier.h"
 #include "tiers/host/host_tier.h"
 
 namespace kvtier::store {
@@ -157,16 +161,15 @@ void Worker(Store& store, FakeClock& clock, Tally& tally, uint64_t ops, uint32_t
   }
 }
 
-TEST(StoreStressTest, MixedOperationsNeverServeWrongBytesAndAccountingHolds) {
-  auto host = tiers::HostTier::Create({.capacity_bytes = 128 * kBlockBytes,
-                                       .slab_bytes = 16 * kBlockBytes,
-                                       .alignment = 512,
-                                       .try_huge_pages = false,
-                                       .try_mlock = false});
-  ASSERT_TRUE(host.ok()) << host.status().ToString();
-  // A second, smaller tier that is not plain memory, so demotion and tier reads are exercised.
-  testing::FakeTier cold(TierId::kNvme, 256 * kBlockBytes, /*addressable=*/false);
-  FakeClock clock;
+Result<std::unique_ptr<tiers::HostTier>> SmallHostTier() {
+  return tiers::HostTier::Create({.capacity_bytes = 128 * kBlockBytes,
+                                  .slab_bytes = 16 * kBlockBytes,
+                                  .alignment = 512,
+                                  .try_huge_pages = false,
+                                  .try_mlock = false});
+}
+
+StoreOptions StressOptions() {
   StoreOptions options;
   // Reservations do not lapse during the run. Here the clock jumps while a writer sleeps, and a
   // writer that overstays its reservation and the quarantine after it may write into a slot that
@@ -174,43 +177,90 @@ TEST(StoreStressTest, MixedOperationsNeverServeWrongBytesAndAccountingHolds) {
   // and quarantine are tested deterministically in daemon/store/store_test.cc.
   options.lease_timeout_us = kLeaseTimeoutUs;
   options.reservation_timeout_us = 1'000'000'000'000;
-  auto store = Store::Create(options, {host->get(), &cold}, clock);
-  ASSERT_TRUE(store.ok());
-  ASSERT_TRUE((*store)->RegisterNamespace({kNs, 16, kBlockBytes, "stress"}).ok());
+  return options;
+}
 
+// Runs the workers (and `mover` beside them, until they finish), lets every lease and reservation
+// lapse, and checks the books.
+StoreStats RunAndCheck(Store& store, FakeClock& clock, const std::function<void()>& mover = {}) {
   const uint64_t total = StressOps();
   Tally tally;
+  std::atomic<bool> done{false};
+  std::thread mover_thread;
+  if (mover) {
+    mover_thread = std::thread([&] {
+      while (!done.load()) mover();
+    });
+  }
   std::vector<std::thread> threads;
   for (int t = 0; t < kThreads; ++t) {
-    threads.emplace_back(Worker, std::ref(**store), std::ref(clock), std::ref(tally),
+    threads.emplace_back(Worker, std::ref(store), std::ref(clock), std::ref(tally),
                          total / kThreads, 1234 + t);
   }
   for (auto& t : threads) t.join();
+  done.store(true);
+  if (mover_thread.joinable()) mover_thread.join();
 
-  // Let every lease and reservation lapse, then check the books.
   clock.AdvanceMicros(10'000);
-  (*store)->ExpireDeadlines();
-  StoreStats s = (*store)->Stats();
+  store.ExpireDeadlines();
+  StoreStats s = store.Stats();
   EXPECT_EQ(tally.violations.load(), 0u);
   EXPECT_GT(tally.verified_reads.load(), total / 20);
   EXPECT_GT(s.evicted_blocks, 0u);
-  EXPECT_GT(s.tiers[0].demotions, 0u);
   EXPECT_EQ(s.committed_puts, s.blocks_present + s.evicted_blocks + s.removed_blocks);
   EXPECT_EQ(s.committed_puts, tally.commits.load());
   EXPECT_EQ(s.blocks_writing, 0u);
   EXPECT_EQ(s.blocks_quarantined, 0u);
   EXPECT_EQ(s.leases_active, 0u);
-  EXPECT_EQ(s.tiers[0].space.block_count + s.tiers[1].space.block_count, s.blocks_present);
-  EXPECT_EQ(cold.bad_frees(), 0u);
-  std::printf("stress: %llu ops, %llu verified reads, %llu commits, %llu evicted, %llu demoted, "
-              "%llu busy, 0 violations expected, %llu seen\n",
+  uint64_t tier_blocks = 0;
+  for (const TierStatsSnapshot& t : s.tiers) tier_blocks += t.space.block_count;
+  EXPECT_EQ(tier_blocks, s.blocks_present);
+  std::printf("stress: %llu ops, %llu verified reads, %llu commits, %llu evicted, %llu busy, "
+              "0 violations expected, %llu seen\n",
               static_cast<unsigned long long>(total),
               static_cast<unsigned long long>(tally.verified_reads.load()),
               static_cast<unsigned long long>(s.committed_puts),
               static_cast<unsigned long long>(s.evicted_blocks),
-              static_cast<unsigned long long>(s.tiers[0].demotions),
               static_cast<unsigned long long>(tally.busy.load()),
               static_cast<unsigned long long>(tally.violations.load()));
+  return s;
+}
+
+TEST(StoreStressTest, MixedOperationsNeverServeWrongBytesAndAccountingHolds) {
+  auto host = SmallHostTier();
+  ASSERT_TRUE(host.ok()) << host.status().ToString();
+  // A second, smaller tier that is not plain memory, so demotion and tier reads are exercised.
+  testing::FakeTier cold(TierId::kNvme, 256 * kBlockBytes, /*addressable=*/false);
+  FakeClock clock;
+  auto store = Store::Create(StressOptions(), {host->get(), &cold}, clock);
+  ASSERT_TRUE(store.ok());
+  ASSERT_TRUE((*store)->RegisterNamespace({kNs, 16, kBlockBytes, "stress"}).ok());
+  const StoreStats s = RunAndCheck(**store, clock);
+  EXPECT_GT(s.tiers[0].demotions, 0u);
+  EXPECT_EQ(cold.bad_frees(), 0u);
+}
+
+TEST(StoreStressTest, BlocksMovingThroughAGpuTierUnderReadersKeepTheirBytes) {
+  auto gpu = tiers::FakeGpuTier::Create({.fake = true,
+                                         .capacity_bytes = 32 * kBlockBytes,
+                                         .slab_bytes = 16 * kBlockBytes,
+                                         .alignment = 512});
+  ASSERT_TRUE(gpu.ok()) << gpu.status().ToString();
+  auto host = SmallHostTier();
+  ASSERT_TRUE(host.ok()) << host.status().ToString();
+  testing::FakeTier cold(TierId::kNvme, 256 * kBlockBytes, /*addressable=*/false);
+  FakeClock clock;
+  StoreOptions options = StressOptions();
+  options.gpu_promotion = {"reads", 1, 1'000'000};  // every read: the most movement
+  auto store = Store::Create(options, {gpu->get(), host->get(), &cold}, clock);
+  ASSERT_TRUE(store.ok());
+  ASSERT_TRUE((*store)->RegisterNamespace({kNs, 16, kBlockBytes, "stress"}).ok());
+  Store& s = **store;
+  const StoreStats stats = RunAndCheck(s, clock, [&s] { s.PromoteCandidates(64); });
+  EXPECT_GT(stats.tiers[1].promotions, 0u);  // host -> GPU
+  EXPECT_GT(stats.tiers[0].demotions, 0u);   // GPU -> host
+  EXPECT_EQ((*gpu)->invalid_free_count(), 0u);
+  EXPECT_EQ(cold.bad_frees(), 0u);
 }
 
 }  // namespace
