@@ -16,6 +16,13 @@ store::StoreStats SampleStats() {
   host.space.block_count = 1;
   host.evictions = 3;
   s.tiers.push_back(host);
+  store::TierStatsSnapshot gpu;
+  gpu.tier = TierId::kGpu;
+  gpu.space.capacity_bytes = 1 << 19;
+  gpu.demotions = 2;
+  gpu.copy_errors = 1;
+  s.tiers.insert(s.tiers.begin(), gpu);
+  s.gpu_candidates = 5;
   store::NamespaceStats ns;
   ns.id = NamespaceId{{1, 2}};
   ns.label = "llama \"8b\"";
@@ -33,9 +40,12 @@ store::StoreStats SampleStats() {
 
 TEST(StatsFormatTest, JsonCarriesTiersNamespacesAndTotals) {
   auto doc = nlohmann::json::parse(StatsToJson(SampleStats(), {.version = "0.1.0"}));
-  EXPECT_EQ(doc["tiers"][0]["tier"], "host");
-  EXPECT_EQ(doc["tiers"][0]["used_bytes"], 4096);
-  EXPECT_EQ(doc["tiers"][0]["evictions"], 3);
+  EXPECT_EQ(doc["tiers"][0]["tier"], "gpu");  // hottest first
+  EXPECT_EQ(doc["tiers"][0]["copy_errors"], 1);
+  EXPECT_EQ(doc["tiers"][1]["tier"], "host");
+  EXPECT_EQ(doc["tiers"][1]["used_bytes"], 4096);
+  EXPECT_EQ(doc["tiers"][1]["evictions"], 3);
+  EXPECT_EQ(doc["totals"]["gpu_candidates"], 5);
   EXPECT_EQ(doc["namespaces"][0]["id"], "00000000000000010000000000000002");
   EXPECT_EQ(doc["namespaces"][0]["hit_blocks"]["host"], 6);
   EXPECT_DOUBLE_EQ(doc["namespaces"][0]["block_hit_ratio"].get<double>(), 0.75);
@@ -51,11 +61,15 @@ TEST(StatsFormatTest, PrometheusHasTypedLabelledSamples) {
                       "00000000000000010000000000000002\",tier=\"host\"} 6\n"),
             std::string::npos);
   EXPECT_NE(text.find("kvtier_evicted_blocks_total 3\n"), std::string::npos);
+  EXPECT_NE(text.find("kvtier_tier_demotions_total{tier=\"gpu\"} 2\n"), std::string::npos);
+  EXPECT_NE(text.find("kvtier_tier_copy_errors_total{tier=\"gpu\"} 1\n"), std::string::npos);
+  EXPECT_NE(text.find("kvtier_gpu_candidates_total 5\n"), std::string::npos);
 }
 
 TEST(StatsFormatTest, InfoSectionUsesRedisFieldSyntax) {
   std::string info = StatsToInfoSection(SampleStats());
   EXPECT_NE(info.find("tier_host_used_bytes:4096\r\n"), std::string::npos);
+  EXPECT_NE(info.find("tier_gpu_copy_errors:1\r\n"), std::string::npos);
   EXPECT_NE(info.find("hit_ratio=0.7500"), std::string::npos);
 }
 
