@@ -161,6 +161,7 @@ int Run(const config::DaemonConfig& c) {
     p.commands_processed = s.commands_processed;
     p.protocol_errors = s.protocol_errors;
     p.lapsed_reply_leases = s.lapsed_reply_leases;
+    p.staged_set_values = s.staged_set_values;
     return p;
   };
   std::unique_ptr<http::HttpServer> http;

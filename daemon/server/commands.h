@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <span>
 #include <string_view>
 #include <vector>
@@ -60,6 +61,10 @@ struct CommandContext {
   // calls it again with the same command. Both start at 0 for every command.
   size_t cursor = 0;
   bool stopped = false;
+  // A SET whose value was received straight into a reserved slot (staged_value.h): the
+  // reservation to publish under the key; the value's argument is empty. The handler takes it
+  // (resets it) once it has committed or aborted it; the connection aborts what is left.
+  std::optional<uint64_t> staged_value;
   // Where AppendLeasedBulk queues large payloads; nullptr makes it copy them into the reply.
   LeasedOutput* leased = nullptr;
   // For handlers that return kRetryLater: when they first did, and what they must remember

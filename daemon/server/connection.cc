@@ -157,6 +157,13 @@ size_t Connection::ReadAvailable(error_code& ec) {
   const size_t arrived = std::max<size_t>(socket_.available(ec), 1);
   ec.clear();
   const size_t pending = parser_.pending_bulk_bytes();
+  if (pending > 0) staged_.MaybeBegin(server_, session_, parser_, arrived);
+  if (!staged_.Open(server_.store)) {
+    // The value's reservation timed out while it arrived: its slot may be given to another block
+    // soon, so nothing more is written there, and the SET could not be published anyway.
+    ec = asio::error::timed_out;
+    return 0;
+  }
   if (pending >= kDirectReadMinBytes) {
     input_ = {};
     std::span<char> window =
@@ -181,6 +188,7 @@ Connection::Awaitable<bool> Connection::Process() {
     input_.remove_prefix(*fed);
     if (!parser_.has_command()) co_return true;
     resp::Command cmd = parser_.TakeCommand();
+    staged_.Reset();
     const bool carry_on = co_await Execute(cmd);
     if (!carry_on) co_return false;
   }
@@ -189,9 +197,11 @@ Connection::Awaitable<bool> Connection::Process() {
 Connection::Awaitable<bool> Connection::Execute(resp::Command& cmd) {
   CommandContext ctx{server_, session_, writer_};
   ctx.leased = &leased_;
+  if (cmd.diverted_arg >= 0) ctx.staged_value = staged_.Take();
   const size_t reply_start = out_.size();
   const CommandSpec* spec = PrepareCommand(ctx, cmd);
   const bool ran = co_await RunHandler(spec, ctx, cmd);
+  if (ctx.staged_value) AbortStagedValue(server_, session_, *ctx.staged_value);
   server_.counters.commands_processed.fetch_add(1, std::memory_order_relaxed);
   Touch();
   if (!ran) co_return false;

@@ -81,6 +81,8 @@ struct ServerStats {
   // Large replies cut short because the value's lease lapsed while the client read it slowly
   // (the connection was closed rather than finish the reply with bytes that may have changed).
   uint64_t lapsed_reply_leases = 0;
+  // SET values received straight into their arena slot (staged_value.h), not copied there.
+  uint64_t staged_set_values = 0;
   uint64_t rejected_connections = 0;  // max_clients reached or uid not allowed
 };
 

@@ -29,6 +29,7 @@ struct ServerCounters {
   std::atomic<uint64_t> commands_processed{0};
   std::atomic<uint64_t> protocol_errors{0};
   std::atomic<uint64_t> lapsed_reply_leases{0};
+  std::atomic<uint64_t> staged_values{0};
   std::atomic<uint64_t> rejected_connections{0};
 };
 
@@ -52,6 +53,7 @@ struct ServerContext {
   NamespaceId generic_ns;
   uint64_t start_time_us = 0;  // SteadyClock, for INFO's uptime
   uint16_t tcp_port = 0;       // the bound port, set by Start before any connection exists
+  std::atomic<uint64_t> next_staging_key{1};  // placeholder keys of staged SET values
   ServerCounters counters;
   std::array<Mutex, kGenericWriteStripes> generic_write_locks;
 
