@@ -88,8 +88,11 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // whatever the outcome; out_ is left as it is.
   Awaitable<bool> WriteOut(size_t end);
   // Sends `preceding` (output-buffer bytes before the payload) and the payload from its slot, in
-  // pieces, renewing the lease before each.
-  Awaitable<bool> WritePayload(std::string_view preceding, const LeasedPayload& payload);
+  // pieces, renewing the lease before each. `trailer` (the output-buffer bytes after the payload,
+  // its CRLF first) rides with the last piece when one non-blocking send takes that piece whole;
+  // *trailer_sent says how many of its bytes went.
+  Awaitable<bool> WritePayload(std::string_view preceding, const LeasedPayload& payload,
+                               std::string_view trailer, size_t* trailer_sent);
   // Ends the leases of every queued payload (the connection is closing).
   void DropLeasedPayloads();
   // Writes out_[0, offset), then the rest with `fd` riding on its first byte.
