@@ -103,14 +103,17 @@ void RequestParser::CommitBulk(size_t filled) {
   }
 }
 
-void RequestParser::DivertBulk(std::span<char> sink) {
+bool RequestParser::DivertBulk(std::span<char> sink) {
   if (window_bytes_ != 0) CommitBulk(0);
-  if (state_ != State::kBulkBody || sink.size() != bulk_declared_ || !sink_.empty()) return;
+  if (state_ != State::kBulkBody || sink.size() != bulk_declared_ || command_.diverted_arg >= 0) {
+    return false;
+  }
   std::string& arg = command_.args.back();
   std::copy(arg.begin(), arg.end(), sink.begin());
   std::string().swap(arg);
   sink_ = sink;
   command_.diverted_arg = static_cast<int>(command_.args.size() - 1);
+  return true;
 }
 
 void RequestParser::Consume(std::string_view& input, size_t n) {

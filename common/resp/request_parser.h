@@ -107,12 +107,16 @@ class RequestParser {
   // DivertBulk(sink), with sink.size() == bulk_declared_bytes(), copies the payload bytes received
   // so far to the front of sink and sends every later one there (BulkWindow then returns windows
   // of sink); the argument stays empty and the finished command's diverted_arg names it. The sink
-  // must stay valid until the payload is complete or the parser is destroyed or failed.
+  // must stay valid until the payload is complete or the parser is destroyed or failed. One
+  // argument per command at most: returns false (and does nothing) when this command already has
+  // a diverted argument, outside a payload, or when the sizes differ.
   const std::vector<std::string>& partial_args() const { return command_.args; }
   size_t bulk_declared_bytes() const { return state_ == State::kBulkBody ? bulk_declared_ : 0; }
   // Arguments of the current command whose header has not been read yet.
   size_t elements_left() const { return elements_left_; }
-  void DivertBulk(std::span<char> sink);
+  bool DivertBulk(std::span<char> sink);
+  // True while the current payload goes to a DivertBulk sink.
+  bool bulk_diverted() const { return !sink_.empty(); }
 
  private:
   enum class State : uint8_t {

@@ -49,8 +49,11 @@ void StagedValue::MaybeBegin(ServerContext& server, Session& session, resp::Requ
     return;
   }
   r->address[0] = kGenericValueFormat;
-  parser.DivertBulk(std::span<char>(reinterpret_cast<char*>(r->address) + kGenericValueHeaderBytes,
-                                    declared));
+  if (!parser.DivertBulk(std::span<char>(
+          reinterpret_cast<char*>(r->address) + kGenericValueHeaderBytes, declared))) {
+    (void)server.store.AbortPut(r->id);
+    return;
+  }
   session.AddReservation(r->id);
   reservation_ = r->id;
   server.counters.staged_values.fetch_add(1, std::memory_order_relaxed);
