@@ -78,7 +78,7 @@ class Memory {
   }
 
  private:
-  bool cuda_;
+  [[maybe_unused]] bool cuda_;  // read only in CUDA builds
   std::vector<std::byte> host_;
 #if KVTIER_WITH_CUDA
   cuda::DeviceBuffer device_;
