@@ -8,7 +8,9 @@
 //   shm_get_ratio_to_memcpy      shared-memory Get (ACQUIRE, copy out, RELEASE) vs memcpy out of
 //                                that buffer
 //   shm_put_gib_per_s, shm_get_gib_per_s, memcpy_{put,get}_gib_per_s: the absolute rates
-// The shm figures move a working set of 512 MiB (128 MiB with --quick) in calls of 16 blocks, the
+// The shm figures move a working set of 512 MiB (128 MiB with --quick) in calls of 16 blocks,
+// each call timed back to back with the memcpy of the same blocks (the order alternating), so
+// that both sides of a ratio see the same memory bandwidth, which drifts on a shared machine; the
 // lookup repeats 1,000 times (100), the idle figure opens --idle-clients connections (1,000).
 // A ratio above 1 means kvtier is faster than its baseline. The daemon's host tier must hold the
 // working set (daemon_bench.sh sizes it); evictions during the measured loop are reported on
@@ -189,39 +191,36 @@ ShmBuffers MakeShmBuffers(size_t blocks) {
   return b;
 }
 
-Status ShmPutPhase(client::Client& c, const NamespaceId& ns, std::span<const BlockKey> keys,
+// One call's worth of blocks: put (or get) keys [first, first + n) through the daemon.
+Status ShmPutBatch(client::Client& c, const NamespaceId& ns, std::span<const BlockKey> keys,
                    const ShmBuffers& b) {
-  for (size_t i = 0; i < keys.size(); i += kShmBatch) {
-    const size_t n = std::min(kShmBatch, keys.size() - i);
-    KVTIER_ASSIGN_OR_RETURN(
-        std::vector<Status> put,
-        c.Put(ns, keys.subspan(i, n), std::span(b.src_ptrs).first(n), kShmBlockBytes));
-    for (const Status& s : put) KVTIER_RETURN_IF_ERROR(s);
-  }
+  KVTIER_ASSIGN_OR_RETURN(
+      std::vector<Status> put,
+      c.Put(ns, keys, std::span(b.src_ptrs).first(keys.size()), kShmBlockBytes));
+  for (const Status& s : put) KVTIER_RETURN_IF_ERROR(s);
   return Status::Ok();
 }
 
-Status ShmGetPhase(client::Client& c, const NamespaceId& ns, std::span<const BlockKey> keys,
+Status ShmGetBatch(client::Client& c, const NamespaceId& ns, std::span<const BlockKey> keys,
                    ShmBuffers& b) {
-  for (size_t i = 0; i < keys.size(); i += kShmBatch) {
-    const size_t n = std::min(kShmBatch, keys.size() - i);
-    KVTIER_ASSIGN_OR_RETURN(size_t served, c.Get(ns, keys.subspan(i, n),
-                                                 std::span(b.dst_ptrs).first(n), kShmBlockBytes));
-    if (served != n) return Internal("shm Get served " + std::to_string(served) + " blocks");
-  }
+  KVTIER_ASSIGN_OR_RETURN(size_t served, c.Get(ns, keys, std::span(b.dst_ptrs).first(keys.size()),
+                                               kShmBlockBytes));
+  if (served != keys.size()) return Internal("shm Get served " + std::to_string(served) + " blocks");
   return Status::Ok();
 }
 
-void MemcpyIn(ShmBuffers& b, size_t blocks) {
-  for (size_t i = 0; i < blocks; ++i) {
-    std::memcpy(b.baseline.data() + i * kShmBlockBytes, b.src_ptrs[i % kShmBatch], kShmBlockBytes);
+// The baseline of the same batch: the same blocks copied into (out of) their own place in a
+// buffer as large as the working set.
+void MemcpyInBatch(ShmBuffers& b, size_t first, size_t n) {
+  for (size_t i = first; i < first + n; ++i) {
+    std::memcpy(b.baseline.data() + i * kShmBlockBytes, b.src_ptrs[i - first], kShmBlockBytes);
   }
-  DoNotOptimize(b.baseline[blocks * kShmBlockBytes - 1]);
+  DoNotOptimize(b.baseline[(first + n) * kShmBlockBytes - 1]);
 }
 
-void MemcpyOut(ShmBuffers& b, size_t blocks) {
-  for (size_t i = 0; i < blocks; ++i) {
-    std::memcpy(b.dst_ptrs[i % kShmBatch], b.baseline.data() + i * kShmBlockBytes, kShmBlockBytes);
+void MemcpyOutBatch(ShmBuffers& b, size_t first, size_t n) {
+  for (size_t i = first; i < first + n; ++i) {
+    std::memcpy(b.dst_ptrs[i - first], b.baseline.data() + i * kShmBlockBytes, kShmBlockBytes);
   }
   DoNotOptimize(b.dst[b.dst.size() - 1]);
 }
@@ -235,34 +234,47 @@ Status Timed(double* seconds, Phase&& phase) {
   return s;
 }
 
-// One round: put every block and memcpy them in, get them and memcpy them out, the kvtier phase
-// first in odd rounds and the baseline first in even ones, so neither always finds the caches as
-// the other left them. Then (untimed) the last batch is read back and compared, and the blocks
+// Times `kvtier` and `baseline` back to back, in an order that alternates from call to call, so
+// that both see the same memory bandwidth (it drifts on a shared machine) and neither always
+// finds the caches as the other left them.
+template <typename Kvtier, typename Baseline>
+Status TimedPair(bool kvtier_first, double* kvtier_s, double* baseline_s, Kvtier&& kvtier,
+                 Baseline&& baseline) {
+  auto run_baseline = [&] {
+    baseline();
+    return Status::Ok();
+  };
+  if (!kvtier_first) KVTIER_RETURN_IF_ERROR(Timed(baseline_s, run_baseline));
+  KVTIER_RETURN_IF_ERROR(Timed(kvtier_s, kvtier));
+  if (kvtier_first) KVTIER_RETURN_IF_ERROR(Timed(baseline_s, run_baseline));
+  return Status::Ok();
+}
+
+// One round: every batch is put and memcpy'd in as a pair, then every batch is fetched and
+// memcpy'd out as a pair. Then (untimed) the last batch is read back and compared, and the blocks
 // are deleted so the next round's puts find free slots.
 Result<ShmRound> ShmOneRound(client::Client& c, const NamespaceId& ns, uint64_t round,
                              size_t blocks, ShmBuffers& b) {
   const std::vector<BlockKey> keys = MakeKeys(ns, round, blocks);
-  const bool kvtier_first = round % 2 == 1;
   ShmRound r;
-  auto put = [&] { return ShmPutPhase(c, ns, keys, b); };
-  auto get = [&] { return ShmGetPhase(c, ns, keys, b); };
-  auto copy_in = [&] {
-    MemcpyIn(b, blocks);
-    return Status::Ok();
-  };
-  auto copy_out = [&] {
-    MemcpyOut(b, blocks);
-    return Status::Ok();
-  };
-  if (!kvtier_first) KVTIER_RETURN_IF_ERROR(Timed(&r.memcpy_in, copy_in));
-  KVTIER_RETURN_IF_ERROR(Timed(&r.put, put));
-  if (kvtier_first) KVTIER_RETURN_IF_ERROR(Timed(&r.memcpy_in, copy_in));
-  if (!kvtier_first) KVTIER_RETURN_IF_ERROR(Timed(&r.memcpy_out, copy_out));
-  KVTIER_RETURN_IF_ERROR(Timed(&r.get, get));
-  if (kvtier_first) KVTIER_RETURN_IF_ERROR(Timed(&r.memcpy_out, copy_out));
+  size_t pair = round;
+  for (size_t i = 0; i < blocks; i += kShmBatch, ++pair) {
+    const size_t n = std::min(kShmBatch, blocks - i);
+    KVTIER_RETURN_IF_ERROR(TimedPair(
+        pair % 2 == 1, &r.put, &r.memcpy_in,
+        [&] { return ShmPutBatch(c, ns, std::span(keys).subspan(i, n), b); },
+        [&] { MemcpyInBatch(b, i, n); }));
+  }
+  for (size_t i = 0; i < blocks; i += kShmBatch, ++pair) {
+    const size_t n = std::min(kShmBatch, blocks - i);
+    KVTIER_RETURN_IF_ERROR(TimedPair(
+        pair % 2 == 1, &r.get, &r.memcpy_out,
+        [&] { return ShmGetBatch(c, ns, std::span(keys).subspan(i, n), b); },
+        [&] { MemcpyOutBatch(b, i, n); }));
+  }
   // dst may hold baseline copies now; fetch the last batch again and compare it with the source.
   const size_t last = (blocks - 1) / kShmBatch * kShmBatch;
-  KVTIER_RETURN_IF_ERROR(ShmGetPhase(c, ns, std::span(keys).subspan(last), b));
+  KVTIER_RETURN_IF_ERROR(ShmGetBatch(c, ns, std::span(keys).subspan(last), b));
   if (std::memcmp(b.dst.data(), b.src.data(), (blocks - last) * kShmBlockBytes) != 0) {
     return Internal("shm Get returned bytes that differ from those put");
   }

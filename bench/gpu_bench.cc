@@ -7,11 +7,16 @@
 //   d2h_ratio_to_cudamemcpy   PutFromDevice (RESERVE, copies, COMMIT) vs cudaMemcpyAsync from the
 //                             device into pinned host memory.
 //   ipc_d2d_ratio_to_device_copy
-//                             blocks copied out of a GpuTier pool by another process that imported
-//                             it over CUDA IPC vs cudaMemcpyAsync device-to-device of the same
-//                             blocks in the pool's own process. Simplified: the pool is a GpuTier
-//                             made by this program, not the daemon's (kvtierd does not export its
-//                             pool yet).
+//                             blocks copied out of a server's GPU pool (a GpuTier shared with
+//                             KVT.GPUATTACH) by another process that imported it over CUDA IPC
+//                             (AttachGpuPool), into that process's device buffer, vs
+//                             cudaMemcpyAsync device-to-device of the same blocks in the pool's
+//                             own process. The server runs inside this program, on a scratch
+//                             Unix socket, over a store of [GpuTier, HostTier].
+//   ipc_get_to_device_ratio_to_device_copy
+//                             the same blocks fetched by that process with GetToDevice and the
+//                             pool (ACQUIRE, device-to-device copies, RELEASE) vs the same
+//                             baseline: what the protocol costs on top of the copies.
 //   paged_gather_ratio_to_contiguous
 //                             the paged gather kernel on 16-token Llama-8B blocks (32 layers x K,V
 //                             of 32 KiB each) into contiguous device buffers vs one contiguous
@@ -21,7 +26,7 @@
 // usage: kvtier_gpu_bench [--section all|client|ipc|paged] [--url unix:///path/kvtierd.sock]
 //                         [--blocks N] [--reps R]
 // (--url, a running kvtierd, is needed by the client section only.)
-// (kvtier_gpu_bench --ipc-child ... is the second process of the IPC figure.)
+// (kvtier_gpu_bench --ipc-child <url> <blocks> <reps> is the second process of the IPC figures.)
 #include <cuda_runtime_api.h>
 #include <signal.h>
 #include <spawn.h>
@@ -39,9 +44,13 @@
 #include "client/gpu/cuda_device_copier.h"
 #include "client/gpu/device_transfer.h"
 #include "client/gpu/paged_test_util.h"
+#include "client/gpu/gpu_pool_import.h"
+#include "common/clock.h"
 #include "common/cuda/cuda_handles.h"
-#include "common/cuda/ipc.h"
+#include "daemon/server/server.h"
+#include "daemon/store/store.h"
 #include "tiers/gpu/gpu_tier.h"
+#include "tiers/host/host_tier.h"
 
 extern char** environ;
 
@@ -174,64 +183,71 @@ ClientFigures MeasureClient(const std::string& url, size_t blocks, int reps) {
   return {gb / Median(get_s), gb / Median(put_s), gb / Median(h2d_s), gb / Median(d2h_s)};
 }
 
-// ---- IPC: another process copies out of an imported GpuTier pool ----
+// ---- IPC: another process copies blocks out of a server's GPU pool ----
 
-double ChildIpcGbps(const std::string& hex, size_t blocks, int reps) {
-  std::string handle;
-  for (size_t i = 0; i + 1 < hex.size(); i += 2) {
-    handle += static_cast<char>(std::stoi(hex.substr(i, 2), nullptr, 16));
-  }
-  cuda::IpcImport import = Check(cuda::IpcImport::Open(handle), "IPC import");
-  cuda::Stream stream = Check(cuda::Stream::Create(import.device()), "stream");
+NamespaceId IpcNamespace() {
+  NamespaceId ns;
+  ns.high = 0x6b76746965722d67;  // "kvtier-g"
+  ns.low = 0x70752d62656e6368;   // "pu-bench"
+  return ns;
+}
+
+BlockKey IpcKey(size_t i) {
+  BlockKey key;
+  key.high = 0x6970632d626c6f63;  // "ipc-bloc"
+  key.low = i + 1;
+  return key;
+}
+
+// The child: attaches the server's pool and times raw copies out of the import, then GetToDevice
+// with it. Prints "<ipc GB/s> <get GB/s>".
+void ChildIpc(const std::string& url, size_t blocks, int reps) {
+  client::Client c = Check(client::Client::Connect(url), "connect to " + url);
+  Check(c.Attach(), "attach");
+  client::gpu::GpuPoolImport pool = Check(client::gpu::AttachGpuPool(c), "attach the GPU pool");
+  if (pool.fake()) Die("attach the GPU pool", Internal("the server's pool is not a GpuTier"));
+  cuda::Stream stream = Check(cuda::Stream::Create(0), "stream");
   cuda::DeviceBuffer local = Check(cuda::DeviceBuffer::Allocate(0, blocks * kBlockBytes), "buffer");
-  Check(import.WaitForExporter(stream), "wait for exporter");
-  std::vector<double> seconds;
+  std::vector<double> raw_s, get_s;
   for (int r = -1; r < reps; ++r) {
-    const double s = TimeCopies(local.get(), import.base(), blocks, kBlockBytes,
+    const double s = TimeCopies(local.get(), pool.base(), blocks, kBlockBytes,
                                 cudaMemcpyDeviceToDevice, stream);
-    if (r >= 0) seconds.push_back(s);
+    if (r >= 0) raw_s.push_back(s);
   }
-  // The imported bytes are the parent's: block 0 starts with its 0x42 fill.
+  auto copier = Check(client::gpu::CudaDeviceCopier::Create(0), "copier");
+  std::vector<BlockKey> keys;
+  std::vector<void*> dst;
+  for (size_t i = 0; i < blocks; ++i) {
+    keys.push_back(IpcKey(i));
+    dst.push_back(local.get() + i * kBlockBytes);
+  }
+  for (int r = -1; r < reps; ++r) {
+    CheckCuda(cudaMemset(local.get(), 0, blocks * kBlockBytes), "cudaMemset");
+    const double t0 = NowSeconds();
+    const size_t served = Check(
+        client::gpu::GetToDevice(c, *copier, IpcNamespace(), keys, dst, kBlockBytes, &pool),
+        "GetToDevice");
+    const double t1 = NowSeconds();
+    if (served != blocks) Die("GetToDevice", Internal("served " + std::to_string(served)));
+    if (r >= 0) get_s.push_back(t1 - t0);
+  }
+  // The copied bytes are the pool's: every block starts with the parent's 0x42 fill.
   unsigned char first = 0;
-  CheckCuda(cudaMemcpy(&first, local.get(), 1, cudaMemcpyDeviceToHost), "cudaMemcpy");
+  CheckCuda(cudaMemcpy(&first, local.get() + (blocks - 1) * kBlockBytes, 1,
+                       cudaMemcpyDeviceToHost),
+            "cudaMemcpy");
   if (first != 0x42) Die("IPC import", Internal("imported bytes differ from the pool's"));
-  return static_cast<double>(blocks * kBlockBytes) / 1e9 / Median(seconds);
+  const double gb = static_cast<double>(blocks * kBlockBytes) / 1e9;
+  std::printf("%.6f %.6f\n", gb / Median(raw_s), gb / Median(get_s));
 }
 
 struct IpcFigures {
-  double ipc_gbps = 0, local_gbps = 0;
+  double ipc_gbps = 0, get_gbps = 0, local_gbps = 0;
 };
 
-IpcFigures MeasureIpc(const char* self, size_t blocks, int reps) {
-  tiers::GpuTierOptions options;
-  options.capacity_bytes = blocks * kBlockBytes;
-  auto tier = Check(tiers::GpuTier::Create(options), "GpuTier");
-  PinnedHost host(kBlockBytes);
-  std::memset(host.data, 0x42, kBlockBytes);
-  for (size_t i = 0; i < blocks; ++i) {
-    Extent extent = Check(tier->Allocate(kBlockBytes), "allocate");
-    if (extent.offset != i * kBlockBytes) Die("allocate", Internal("pool blocks not contiguous"));
-    Check(tier->Write(extent, {static_cast<std::byte*>(host.data), kBlockBytes}), "write");
-  }
-  const std::string handle = Check(tier->ExportIpc(), "export");
-  cuda::DeviceBuffer local = Check(cuda::DeviceBuffer::Allocate(0, blocks * kBlockBytes), "buffer");
-  cuda::Stream stream = Check(cuda::Stream::Create(0), "stream");
-  std::vector<double> seconds;
-  for (int r = -1; r < reps; ++r) {
-    const double s = TimeCopies(local.get(), tier->pool_base(), blocks, kBlockBytes,
-                                cudaMemcpyDeviceToDevice, stream);
-    if (r >= 0) seconds.push_back(s);
-  }
-  IpcFigures figures;
-  figures.local_gbps = static_cast<double>(blocks * kBlockBytes) / 1e9 / Median(seconds);
-
-  std::string hex;
-  static constexpr char kDigits[] = "0123456789abcdef";
-  for (unsigned char ch : handle) {
-    hex += kDigits[ch >> 4];
-    hex += kDigits[ch & 15];
-  }
-  std::vector<std::string> args = {self, "--ipc-child", hex, std::to_string(blocks),
+// Runs `self --ipc-child url blocks reps` and returns what it printed.
+std::string RunIpcChild(const char* self, const std::string& url, size_t blocks, int reps) {
+  std::vector<std::string> args = {self, "--ipc-child", url, std::to_string(blocks),
                                    std::to_string(reps)};
   std::vector<char*> argv;
   for (std::string& a : args) argv.push_back(a.data());
@@ -242,6 +258,7 @@ IpcFigures MeasureIpc(const char* self, size_t blocks, int reps) {
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_adddup2(&actions, fds[1], STDOUT_FILENO);
   pid_t pid = -1;
+  // posix_spawn, not fork: this process has initialised CUDA.
   if (::posix_spawn(&pid, self, &actions, nullptr, argv.data(), environ) != 0) {
     Die("spawn the IPC child", ErrnoStatus(errno, "posix_spawn"));
   }
@@ -256,7 +273,56 @@ IpcFigures MeasureIpc(const char* self, size_t blocks, int reps) {
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
     Die("IPC child", Internal("exited with status " + std::to_string(status)));
   }
-  figures.ipc_gbps = std::atof(out.c_str());
+  return out;
+}
+
+IpcFigures MeasureIpc(const char* self, size_t blocks, int reps) {
+  tiers::GpuTierOptions options;
+  options.capacity_bytes = blocks * kBlockBytes;
+  auto gpu = Check(tiers::GpuTier::Create(options), "GpuTier");
+  auto host = Check(tiers::HostTier::Create({.capacity_bytes = uint64_t{64} << 20,
+                                             .try_huge_pages = false,
+                                             .try_mlock = false,
+                                             .name = ""}),
+                    "HostTier");
+  auto store = Check(store::Store::Create({}, {gpu.get(), host.get()}, SteadyClock::Instance()),
+                     "store");
+  Check(store->RegisterNamespace(
+            {.id = IpcNamespace(), .block_bytes = kBlockBytes, .label = "gpu-bench ipc"}),
+        "register");
+  PinnedHost fill(kBlockBytes);
+  std::memset(fill.data, 0x42, kBlockBytes);
+  for (size_t i = 0; i < blocks; ++i) {
+    Extent extent = Check(gpu->Allocate(kBlockBytes), "allocate");
+    if (extent.offset != i * kBlockBytes) Die("allocate", Internal("pool blocks not contiguous"));
+    Check(gpu->Write(extent, {static_cast<std::byte*>(fill.data), kBlockBytes}), "write");
+    Check(store->AdoptBlock(TierId::kGpu, IpcNamespace(), IpcKey(i), extent, std::nullopt),
+          "adopt");
+  }
+  cuda::DeviceBuffer local = Check(cuda::DeviceBuffer::Allocate(0, blocks * kBlockBytes), "buffer");
+  cuda::Stream stream = Check(cuda::Stream::Create(0), "stream");
+  std::vector<double> seconds;
+  for (int r = -1; r < reps; ++r) {
+    const double s = TimeCopies(local.get(), gpu->pool_base(), blocks, kBlockBytes,
+                                cudaMemcpyDeviceToDevice, stream);
+    if (r >= 0) seconds.push_back(s);
+  }
+  IpcFigures figures;
+  figures.local_gbps = static_cast<double>(blocks * kBlockBytes) / 1e9 / Median(seconds);
+
+  std::string dir = "/tmp/kvtier-gpu-bench-XXXXXX";
+  if (::mkdtemp(dir.data()) == nullptr) Die("mkdtemp", ErrnoStatus(errno, "mkdtemp"));
+  server::ServerOptions server_options;
+  server_options.unix_path = dir + "/kvtierd.sock";
+  auto server = Check(server::Server::Create(server_options, *store, host.get(), gpu.get()),
+                      "server");
+  Check(server->Start(), "start the server");
+  const std::string out = RunIpcChild(self, "unix://" + server_options.unix_path, blocks, reps);
+  server->Stop();
+  ::rmdir(dir.c_str());
+  if (std::sscanf(out.c_str(), "%lf %lf", &figures.ipc_gbps, &figures.get_gbps) != 2) {
+    Die("IPC child", Internal("unexpected output: " + out));
+  }
   return figures;
 }
 
@@ -304,7 +370,7 @@ double MeasurePaged(size_t blocks, int reps) {
 
 int Main(int argc, char** argv) {
   if (argc == 5 && std::string(argv[1]) == "--ipc-child") {
-    std::printf("%.6f\n", ChildIpcGbps(argv[2], std::stoul(argv[3]), std::atoi(argv[4])));
+    ChildIpc(argv[2], std::stoul(argv[3]), std::atoi(argv[4]));
     return 0;
   }
   std::string url;
@@ -349,7 +415,9 @@ int Main(int argc, char** argv) {
   if (all || section == "ipc") {
     const IpcFigures ipc = MeasureIpc(argv[0], blocks, reps);
     PrintFigure("ipc_d2d_ratio_to_device_copy", ipc.ipc_gbps / ipc.local_gbps, "ratio");
+    PrintFigure("ipc_get_to_device_ratio_to_device_copy", ipc.get_gbps / ipc.local_gbps, "ratio");
     PrintFigure("ipc_d2d_gbps", ipc.ipc_gbps, "GB/s");
+    PrintFigure("ipc_get_to_device_gbps", ipc.get_gbps, "GB/s");
     PrintFigure("device_copy_gbps", ipc.local_gbps, "GB/s");
   }
   if (all || section == "paged") {

@@ -168,6 +168,15 @@ class Client {
   bool attached() const { return arena_.mapped(); }
   const SharedArena& arena() const { return arena_; }
 
+  // Asks for the daemon's GPU pool (KVT.GPUATTACH) and returns what it handed out, without
+  // mapping it: client/gpu/gpu_pool_import.h (AttachGpuPool) does that, since the client library
+  // itself links no CUDA. From then on the connection's KVT.ACQUIRE also leases blocks in the
+  // pool; GetWith hands them to a copier that reads the pool, and Get and other copiers release
+  // them and read the blocks inline, so nothing breaks for a caller that never maps the pool.
+  // Errors: kInvalidArgument on a tcp:// connection or when a memfd pool came without its
+  // descriptor; the daemon's error (kNotFound "no GPU tier: ..." when it shares none).
+  Result<GpuPoolExport> AttachGpuPool();
+
   // Stores one block per key through the arena: RESERVE, copy (gathering each block's segments),
   // COMMIT; reservations that cannot be filled are ABORTed. Every block must have the same size
   // (the namespace's block size). Per-key statuses as PutInline, plus kTimeout when a reservation
@@ -182,7 +191,8 @@ class Client {
   // the first miss. A block whose lease had expired before its release counts as a miss (and
   // ends the prefix there); counters().torn_reads counts them. Blocks the arena does not hold (on
   // NVMe, in the GPU pool) are fetched inline after the leased ones, in one more round trip that
-  // a true miss also costs. kInvalidArgument when not attached or a block's destination size
+  // a true miss also costs (GPU blocks leased after AttachGpuPool included: memcpy cannot read
+  // device memory). kInvalidArgument when not attached or a block's destination size
   // differs from the stored size.
   Result<size_t> Get(const NamespaceId& ns, std::span<const BlockKey> keys,
                      std::span<const MutableBlock> blocks);
@@ -194,7 +204,8 @@ class Client {
   // `copier` moves block i into (put) or out of (get) its slot; see SlotCopier. Results and
   // errors as Put and Get; a block whose copy failed gets the copy's error (put) or ends the
   // served prefix (get; the first failed copy's error is returned when nothing was served).
-  // Blocks the arena does not hold are fetched inline into host memory and handed to the copier
+  // Leases in the GPU pool go to copier.StartFromGpuPool when the copier reads the pool. Blocks
+  // that neither mapping serves are fetched inline into host memory and handed to the copier
   // from there.
   Result<std::vector<Status>> PutWith(const NamespaceId& ns, std::span<const BlockKey> keys,
                                       size_t block_bytes, SlotCopier& copier);

@@ -61,6 +61,21 @@ Result<ArenaInfo> Client::Attach() {
   return info;
 }
 
+Result<GpuPoolExport> Client::AttachGpuPool() {
+  if (!endpoint().is_unix()) {
+    return InvalidArgument("KVT.GPUATTACH: " + endpoint().url +
+                           " is a TCP connection; the GPU pool is shared over a unix:// URL only");
+  }
+  KVTIER_ASSIGN_OR_RETURN(resp::Reply reply, Command({"KVT.GPUATTACH"}));
+  UniqueFd fd = connection_->TakeReceivedFd();
+  KVTIER_ASSIGN_OR_RETURN(GpuPoolExport exported, DecodeGpuAttach(reply));
+  if (exported.kind == "memfd" && !fd.valid()) {
+    return InvalidArgument("KVT.GPUATTACH: a memfd pool came without its descriptor");
+  }
+  exported.fd = std::move(fd);
+  return exported;
+}
+
 Result<std::vector<Status>> Client::Put(const NamespaceId& ns, std::span<const BlockKey> keys,
                                         std::span<const void* const> blocks, size_t block_bytes) {
   std::vector<ConstSegment> segments;
@@ -176,10 +191,10 @@ Result<size_t> Client::Get(const NamespaceId& ns, std::span<const BlockKey> keys
   LeasedCopy copy = CopyLeased(grants, blocks);
   KVTIER_ASSIGN_OR_RETURN(size_t served, ReleaseLeases(copy));
   if (!copy.error.ok()) return copy.error;
-  // ACQUIRE only leases blocks of the host arena; a block on NVMe or in the GPU pool answers
-  // NOTFOUND there but KVT.GET reads it. So the prefix goes on inline from the first such miss.
-  // A true miss costs that one extra round trip; a caller that looked the prefix up first rarely
-  // pays it.
+  // ACQUIRE only leases blocks of the host arena (and, after AttachGpuPool, of the GPU pool, which
+  // memcpy cannot read); a block on NVMe or in the GPU pool answers NOTFOUND there (or is skipped)
+  // but KVT.GET reads it. So the prefix goes on inline from the first such miss. A true miss costs
+  // that one extra round trip; a caller that looked the prefix up first rarely pays it.
   if (served == copy.first_miss && served < keys.size()) {
     KVTIER_ASSIGN_OR_RETURN(size_t more,
                             GetInline(ns, keys.subspan(served), blocks.subspan(served)));
@@ -200,6 +215,10 @@ Client::LeasedCopy Client::CopyLeased(std::span<const SlotGrant> grants,
     // Every granted lease is released, copied or not.
     copy.release_ids.push_back(grants[i].id);
     copy.release_index.push_back(i);
+    if (grants[i].tier != TierId::kHost) {
+      copy.first_miss = std::min(copy.first_miss, i);  // device memory: read inline instead
+      continue;
+    }
     if (i != copy.copied) continue;  // past a miss or a block that could not be copied
     const size_t want = TotalBytes(blocks[i]);
     const std::byte* src = arena_.Slice(grants[i].offset, grants[i].length);

@@ -2,7 +2,8 @@
 // in memory the client cannot memcpy, such as an engine's device memory (client/gpu). The
 // protocol is the one of client_shm.cc: RESERVE, copy, COMMIT (ABORT what failed), and ACQUIRE,
 // copy, RELEASE; the difference is that the copies may run asynchronously until one Wait, which
-// comes before any commit or release.
+// comes before any commit or release, and that a get may copy leases in the daemon's GPU pool
+// when the copier has it mapped.
 #include <algorithm>
 #include <string>
 #include <utility>
@@ -94,16 +95,23 @@ Result<size_t> Client::GetWith(const NamespaceId& ns, std::span<const BlockKey> 
     }
     copy.release_ids.push_back(grants[i].id);  // every lease is released, copied or not
     copy.release_index.push_back(i);
+    const bool pooled = grants[i].tier == TierId::kGpu;
+    if (grants[i].tier != TierId::kHost && !(pooled && copier.reads_gpu_pool())) {
+      copy.first_miss = std::min(copy.first_miss, i);  // not mapped here: read inline instead
+      continue;
+    }
     if (i != copy.copied || !copy.error.ok() || !copy_failure.ok()) continue;
-    std::byte* slot = arena_.Slice(grants[i].offset, grants[i].length);
-    if (slot == nullptr) {
+    std::byte* slot = pooled ? nullptr : arena_.Slice(grants[i].offset, grants[i].length);
+    if (!pooled && slot == nullptr) {
       copy.error = Internal("KVT.ACQUIRE: lease at offset " + std::to_string(grants[i].offset) +
                             " lies outside the arena");
     } else if (grants[i].length != block_bytes) {
       copy.error = InvalidArgument("KVT.ACQUIRE: block " + std::to_string(i) + " is " +
                                    std::to_string(grants[i].length) + " bytes, not " +
                                    std::to_string(block_bytes));
-    } else if (Status started = copier.Start(i, std::span<std::byte>(slot, block_bytes));
+    } else if (Status started =
+                   pooled ? copier.StartFromGpuPool(i, grants[i].offset, grants[i].length)
+                          : copier.Start(i, std::span<std::byte>(slot, block_bytes));
                !started.ok()) {
       copy_failure = std::move(started);
     } else {
@@ -123,8 +131,8 @@ Result<size_t> Client::GetWith(const NamespaceId& ns, std::span<const BlockKey> 
     if (served == 0) return copy_failure;
     return served;
   }
-  // As in Get: blocks ACQUIRE cannot lease (on NVMe, in the GPU pool) are read inline, here into
-  // host staging memory that the copier then moves on.
+  // As in Get: blocks ACQUIRE cannot lease (on NVMe, in a GPU pool the copier does not read) are
+  // read inline, here into host staging memory that the copier then moves on.
   if (served != copy.first_miss) return served;
   const size_t batch = std::max<size_t>(1, kInlineStagingBytes / block_bytes);
   std::vector<std::byte> staging;

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "client/unique_fd.h"
 #include "common/keys.h"
 #include "common/status.h"
 #include "common/types.h"
@@ -55,13 +56,25 @@ struct ArenaInfo {
   std::string tier;  // "host"
 };
 
+// What KVT.GPUATTACH handed out: how to map the daemon's GPU pool. client/gpu/gpu_pool_import.h
+// maps it; a Client only receives it.
+struct GpuPoolExport {
+  std::string kind;  // "cuda-ipc" (handle is a CUDA IPC export) or "memfd" (fd is the pool)
+  uint64_t pool_bytes = 0;
+  int device = -1;     // CUDA device ordinal of the pool; -1 for a fake pool
+  std::string handle;  // cuda-ipc only
+  UniqueFd fd;         // memfd only
+};
+
 // A reserved slot (KVT.RESERVE) or a leased block (KVT.ACQUIRE). status is OK when granted; then
-// `id` names the reservation or lease and [offset, offset + length) is its place in the arena.
+// `id` names the reservation or lease and [offset, offset + length) is its place in `tier`'s
+// mapping: the host arena, or (a lease on a connection that attached the GPU pool) the GPU pool.
 struct SlotGrant {
   Status status;
   uint64_t id = 0;
   uint64_t offset = 0;
   uint64_t length = 0;  // leases only; reservations are block_bytes long
+  TierId tier = TierId::kHost;
 };
 
 // The copy step of Client::PutWith / GetWith, for caller memory that the client cannot reach with
@@ -71,11 +84,21 @@ struct SlotGrant {
 // the slot is the destination; for a get it is the source and must not be written. Start's
 // error fails that block alone (its reservation is aborted, or the get ends before it); Wait's
 // error fails every block started since the previous Wait.
+//
+// A get may also be served out of the daemon's GPU pool: a copier that has the pool mapped says so
+// with reads_gpu_pool(), and the client hands it the leases in the pool with StartFromGpuPool
+// instead of Start. With any other copier such leases are released and their blocks read inline.
 class SlotCopier {
  public:
   virtual ~SlotCopier() = default;
   virtual Status Start(size_t index, std::span<std::byte> slot) = 0;
   virtual Status Wait() = 0;
+  virtual bool reads_gpu_pool() const { return false; }
+  // Block `index` lies at [offset, offset + length) of the GPU pool. Called only when
+  // reads_gpu_pool(); errors as Start's.
+  virtual Status StartFromGpuPool(size_t index, uint64_t offset, uint64_t length) {
+    return Rejected("this copier does not read the GPU pool");
+  }
 };
 
 // Counters a Client keeps about its own calls, for `kvtier bench` and `kvtier replay`.

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdint>
 #include <iterator>
 #include <string>
 #include <utility>
@@ -193,13 +194,17 @@ Result<std::vector<SlotGrant>> DecodeGrants(const Reply& reply, size_t count,
       continue;
     }
     SlotGrant& grant = out[i];
+    uint64_t tier = static_cast<uint64_t>(TierId::kHost);
     if (!IsList(entry) || entry.elements.size() < 3 || !IsText(entry.elements[0]) ||
         !ReadUnsigned(entry.elements[1], &grant.id) ||
         !ReadUnsigned(entry.elements[2], &grant.offset) ||
-        (entry.elements.size() > 3 && !ReadUnsigned(entry.elements[3], &grant.length))) {
+        (entry.elements.size() > 3 && !ReadUnsigned(entry.elements[3], &grant.length)) ||
+        (entry.elements.size() > 4 && !ReadUnsigned(entry.elements[4], &tier)) ||
+        tier >= static_cast<uint64_t>(kTierCount)) {
       return Unexpected(command, reply, "[status, id, offset, ...] per key");
     }
     grant.status = StatusFromWord(entry.elements[0].str, context);
+    grant.tier = static_cast<TierId>(tier);
   }
   return out;
 }
@@ -215,6 +220,26 @@ Result<ArenaInfo> DecodeAttach(const Reply& reply) {
   const Reply* tier = FindField(reply, "tier");
   if (tier != nullptr && IsText(*tier)) info.tier = tier->str;
   return info;
+}
+
+Result<GpuPoolExport> DecodeGpuAttach(const Reply& reply) {
+  constexpr std::string_view kCommand = "KVT.GPUATTACH";
+  if (reply.is_error()) return ErrorReplyToStatus(reply, kCommand);
+  const Reply* kind = FindField(reply, "kind");
+  const Reply* bytes = FindField(reply, "pool_bytes");
+  const Reply* device = FindField(reply, "device");
+  const Reply* handle = FindField(reply, "handle");
+  GpuPoolExport out;
+  if (kind == nullptr || !IsText(*kind) || bytes == nullptr ||
+      !ReadUnsigned(*bytes, &out.pool_bytes) || device == nullptr ||
+      device->type != ReplyType::kInteger || device->integer < -1 ||
+      device->integer > INT32_MAX || handle == nullptr || !IsText(*handle)) {
+    return Unexpected(kCommand, reply, "kind <name> pool_bytes <n> device <d> handle <bytes>");
+  }
+  out.kind = kind->str;
+  out.device = static_cast<int>(device->integer);
+  out.handle = handle->str;
+  return out;
 }
 
 // Decodes the grant replies of one batch of chunked RESERVE or ACQUIRE commands. A command the

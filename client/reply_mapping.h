@@ -61,8 +61,9 @@ Result<std::vector<Status>> DecodeStatusArray(const resp::Reply& reply, size_t c
                                               std::string_view command);
 
 // KVT.RESERVE (`[status, id, offset]` per key) or KVT.ACQUIRE (`[status, id, offset, length]`
-// per key). A reply shorter than `count` (a server that stops at the first miss) reports the
-// missing keys as kNotFound.
+// per key, plus the tier code as a fifth element on a connection that attached the GPU pool; the
+// tier is host when it is absent). A reply shorter than `count` (a server that stops at the first
+// miss) reports the missing keys as kNotFound. A tier code other than 0..2 is kInternal.
 Result<std::vector<SlotGrant>> DecodeGrants(const resp::Reply& reply, size_t count,
                                             std::string_view command);
 
@@ -81,6 +82,9 @@ Result<std::vector<Status>> DecodeChunkedStatuses(std::span<const resp::Reply> r
 
 // KVT.ATTACH: `arena_bytes <n> tier <name>`.
 Result<ArenaInfo> DecodeAttach(const resp::Reply& reply);
+
+// KVT.GPUATTACH: `kind <name> pool_bytes <n> device <d> handle <bytes>` (the fd is not in it).
+Result<GpuPoolExport> DecodeGpuAttach(const resp::Reply& reply);
 
 // The value of field `name` in a map or flat key/value array; nullptr when absent.
 const resp::Reply* FindField(const resp::Reply& reply, std::string_view name);

@@ -129,6 +129,43 @@ TEST(ReplyMappingTest, DecodesGrantsAndFillsAShortReplyWithMisses) {
             StatusCode::kNotFound);
 }
 
+TEST(ReplyMappingTest, DecodesTheTierOfAGrant) {
+  Result<std::vector<SlotGrant>> g = DecodeGrants(
+      Array({Array({Reply::Simple("OK"), Reply::Integer(7), Reply::Integer(4096),
+                    Reply::Integer(512), Reply::Integer(0)}),
+             Array({Reply::Simple("OK"), Reply::Integer(8), Reply::Integer(0),
+                    Reply::Integer(512), Reply::Integer(1)}),
+             Array({Reply::Simple("OK"), Reply::Integer(9), Reply::Integer(0),
+                    Reply::Integer(512)})}),
+      3, "KVT.ACQUIRE");
+  ASSERT_TRUE(g.ok()) << g.status().ToString();
+  EXPECT_EQ((*g)[0].tier, TierId::kGpu);
+  EXPECT_EQ((*g)[1].tier, TierId::kHost);
+  EXPECT_EQ((*g)[2].tier, TierId::kHost);  // no fifth element: the arena
+  EXPECT_EQ(DecodeGrants(Array({Array({Reply::Simple("OK"), Reply::Integer(7), Reply::Integer(0),
+                                       Reply::Integer(512), Reply::Integer(3)})}),
+                         1, "KVT.ACQUIRE")
+                .status()
+                .code(),
+            StatusCode::kInternal);
+}
+
+TEST(ReplyMappingTest, DecodesGpuAttach) {
+  Result<GpuPoolExport> p = DecodeGpuAttach(Reply::Aggregate(
+      ReplyType::kMap, {Reply::Bulk("kind"), Reply::Bulk("memfd"), Reply::Bulk("pool_bytes"),
+                        Reply::Integer(1 << 20), Reply::Bulk("device"), Reply::Integer(-1),
+                        Reply::Bulk("handle"), Reply::Bulk("")}));
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_EQ(p->kind, "memfd");
+  EXPECT_EQ(p->pool_bytes, 1u << 20);
+  EXPECT_EQ(p->device, -1);
+  EXPECT_TRUE(p->handle.empty());
+  EXPECT_EQ(DecodeGpuAttach(Array({Reply::Bulk("kind"), Reply::Bulk("memfd")})).status().code(),
+            StatusCode::kInternal);
+  EXPECT_EQ(DecodeGpuAttach(Reply::Error("NOTFOUND KVT.GPUATTACH: no GPU tier")).status().code(),
+            StatusCode::kNotFound);
+}
+
 TEST(ReplyMappingTest, DecodesScalars) {
   EXPECT_TRUE(DecodeOk(Reply::Simple("OK"), "SET").ok());
   EXPECT_TRUE(DecodeOk(Reply::Simple("PONG"), "PING", "PONG").ok());

@@ -5,42 +5,76 @@
 namespace kvtier::client::gpu {
 namespace {
 
+// A GPU lease's place in the imported pool (gets only).
+Result<std::byte*> PoolSource(const GpuPoolImport* pool, uint64_t offset, uint64_t length) {
+  std::byte* src = pool->Slice(offset, length);
+  if (src == nullptr) {
+    return Internal("KVT.ACQUIRE: GPU lease at offset " + std::to_string(offset) +
+                    " lies outside the " + std::to_string(pool->size_bytes()) + "-byte pool");
+  }
+  return src;
+}
+
 // Block i is a contiguous device buffer.
 class ContiguousCopier final : public SlotCopier {
  public:
-  ContiguousCopier(DeviceCopier& copier, std::span<const void* const> blocks, bool to_slot)
-      : copier_(copier), blocks_(blocks), to_slot_(to_slot) {}
+  ContiguousCopier(DeviceCopier& copier, std::span<const void* const> blocks, bool to_slot,
+                   const GpuPoolImport* pool = nullptr)
+      : copier_(copier), blocks_(blocks), to_slot_(to_slot), pool_(pool) {}
   Status Start(size_t index, std::span<std::byte> slot) override {
     void* device = const_cast<void*>(blocks_[index]);
     return to_slot_ ? copier_.Copy(slot.data(), device, slot.size(), CopyDirection::kDeviceToHost)
                     : copier_.Copy(device, slot.data(), slot.size(), CopyDirection::kHostToDevice);
   }
   Status Wait() override { return copier_.Synchronize(); }
+  bool reads_gpu_pool() const override { return pool_ != nullptr && !to_slot_; }
+  Status StartFromGpuPool(size_t index, uint64_t offset, uint64_t length) override {
+    KVTIER_ASSIGN_OR_RETURN(std::byte * src, PoolSource(pool_, offset, length));
+    return copier_.Copy(const_cast<void*>(blocks_[index]), src, length,
+                        CopyDirection::kDeviceToDevice);
+  }
 
  private:
   DeviceCopier& copier_;
   std::span<const void* const> blocks_;
   bool to_slot_;
+  const GpuPoolImport* pool_;
 };
 
 // Block i is block_ids[i] of a paged layout.
 class PagedCopier final : public SlotCopier {
  public:
   PagedCopier(DeviceCopier& copier, const PagedKvLayout& layout,
-              std::span<const uint64_t> block_ids, bool to_slot)
-      : copier_(copier), layout_(layout), block_ids_(block_ids), to_slot_(to_slot) {}
+              std::span<const uint64_t> block_ids, bool to_slot,
+              const GpuPoolImport* pool = nullptr)
+      : copier_(copier), layout_(layout), block_ids_(block_ids), to_slot_(to_slot), pool_(pool) {}
   Status Start(size_t index, std::span<std::byte> slot) override {
     return to_slot_ ? copier_.Gather(layout_, block_ids_[index], slot.data(), MemoryKind::kHost)
                     : copier_.Scatter(slot.data(), MemoryKind::kHost, layout_, block_ids_[index]);
   }
   Status Wait() override { return copier_.Synchronize(); }
+  bool reads_gpu_pool() const override { return pool_ != nullptr && !to_slot_; }
+  Status StartFromGpuPool(size_t index, uint64_t offset, uint64_t length) override {
+    KVTIER_ASSIGN_OR_RETURN(std::byte * src, PoolSource(pool_, offset, length));
+    return copier_.Scatter(src, MemoryKind::kDevice, layout_, block_ids_[index]);
+  }
 
  private:
   DeviceCopier& copier_;
   const PagedKvLayout& layout_;
   std::span<const uint64_t> block_ids_;
   bool to_slot_;
+  const GpuPoolImport* pool_;
 };
+
+// A fake pool is host memory that only the fake copier may treat as device memory; a CUDA pool
+// is device memory that memcpy must never touch.
+Status CheckPool(const GpuPoolImport* pool, const DeviceCopier& copier, const char* what) {
+  if (pool == nullptr || pool->fake() == copier.fake()) return Status::Ok();
+  return InvalidArgument(std::string(what) + ": a " + (pool->fake() ? "fake" : "CUDA") +
+                         " GPU pool needs the " + (pool->fake() ? "fake" : "CUDA") +
+                         " device copier");
+}
 
 Status CheckCounts(size_t keys, size_t blocks, const char* what) {
   if (keys == blocks) return Status::Ok();
@@ -72,12 +106,13 @@ Result<std::vector<Status>> PutFromDevice(Client& client, DeviceCopier& copier,
 
 Result<size_t> GetToDevice(Client& client, DeviceCopier& copier, const NamespaceId& ns,
                            std::span<const BlockKey> keys, std::span<void* const> device_blocks,
-                           size_t block_bytes) {
+                           size_t block_bytes, const GpuPoolImport* pool) {
   KVTIER_RETURN_IF_ERROR(CheckCounts(keys.size(), device_blocks.size(), "GetToDevice"));
   KVTIER_RETURN_IF_ERROR(CheckPointers(device_blocks, "GetToDevice"));
+  KVTIER_RETURN_IF_ERROR(CheckPool(pool, copier, "GetToDevice"));
   std::span<const void* const> blocks(const_cast<const void* const*>(device_blocks.data()),
                                       device_blocks.size());
-  ContiguousCopier slots(copier, blocks, /*to_slot=*/false);
+  ContiguousCopier slots(copier, blocks, /*to_slot=*/false, pool);
   return client.GetWith(ns, keys, block_bytes, slots);
 }
 
@@ -93,10 +128,11 @@ Result<std::vector<Status>> PutFromPaged(Client& client, DeviceCopier& copier,
 
 Result<size_t> GetToPaged(Client& client, DeviceCopier& copier, const NamespaceId& ns,
                           std::span<const BlockKey> keys, const PagedKvLayout& layout,
-                          std::span<const uint64_t> block_ids) {
+                          std::span<const uint64_t> block_ids, const GpuPoolImport* pool) {
   KVTIER_RETURN_IF_ERROR(ValidatePagedLayout(layout));
   KVTIER_RETURN_IF_ERROR(CheckCounts(keys.size(), block_ids.size(), "GetToPaged"));
-  PagedCopier slots(copier, layout, block_ids, /*to_slot=*/false);
+  KVTIER_RETURN_IF_ERROR(CheckPool(pool, copier, "GetToPaged"));
+  PagedCopier slots(copier, layout, block_ids, /*to_slot=*/false, pool);
   return client.GetWith(ns, keys, layout.block_bytes(), slots);
 }
 

@@ -10,14 +10,23 @@
 // They run Client::PutWith / GetWith (client.h): RESERVE or ACQUIRE, queue one copy per granted
 // block, wait for all of them, then COMMIT or RELEASE; per-key results and errors are those of
 // Client::Put and Client::Get (a failed device copy gives its key the copier's error on a put,
-// and ends the served prefix on a get). Blocks the arena does not hold (NVMe, the GPU pool) are
-// read inline into host memory and copied to the device from there. Device-to-device copies
-// from the daemon's GPU pool over CUDA IPC are not done yet: the daemon does not export its pool.
+// and ends the served prefix on a get).
+//
+// Gets given the daemon's GPU pool (`pool`, from AttachGpuPool: gpu_pool_import.h) copy the
+// blocks that live in it device-to-device, straight from the import (base + the lease's offset)
+// into the engine's memory: cudaMemcpyAsync DeviceToDevice, or the paged scatter kernel reading
+// the pool; host-arena blocks take the host-to-device path above, and what neither mapping holds
+// (NVMe, or GPU blocks when no pool is given) is read inline into host memory and copied to the
+// device from there. The pool is on the daemon's device; an engine on another device reads it
+// over peer access (NVLink or PCIe), which CUDA IPC enables on import. Puts always go through the
+// arena: the daemon moves blocks into its pool itself.
 //
 // For DMA-speed copies pin the client's mapping of the arena once after Client::Attach(), keep
 // the returned range alive while the mapping is used, and drop it before re-attaching:
 //   Result<ArenaInfo> info = client.Attach();
 //   cuda::PinnedHostRange pinned = PinArena(client);  // best effort; pinned.status() says why not
+//   Result<GpuPoolImport> pool = AttachGpuPool(client);  // optional; error: GPU blocks go inline
+//   GetToDevice(client, copier, ns, keys, blocks, block_bytes, pool.ok() ? &*pool : nullptr);
 //
 // Thread safety: as Client and DeviceCopier: neither is shared between threads.
 #pragma once
@@ -29,6 +38,7 @@
 
 #include "client/client.h"
 #include "client/gpu/device_copier.h"
+#include "client/gpu/gpu_pool_import.h"
 #include "client/gpu/paged_layout.h"
 #include "common/cuda/pinned_host_range.h"
 
@@ -42,9 +52,12 @@ Result<std::vector<Status>> PutFromDevice(Client& client, DeviceCopier& copier,
                                           size_t block_bytes);
 
 // Fetches the leading cached blocks of `keys` into `device_blocks`; returns how many were served.
+// With `pool`, blocks in the daemon's GPU pool are copied device-to-device out of it.
+// kInvalidArgument when `pool` and `copier` do not go together (a fake pool needs the fake
+// copier, a CUDA pool the CUDA one).
 Result<size_t> GetToDevice(Client& client, DeviceCopier& copier, const NamespaceId& ns,
                            std::span<const BlockKey> keys, std::span<void* const> device_blocks,
-                           size_t block_bytes);
+                           size_t block_bytes, const GpuPoolImport* pool = nullptr);
 
 // Stores block block_ids[i] of `layout` under keys[i]. The stored block is layout.block_bytes()
 // long, plane after plane. kInvalidArgument for a bad layout (ValidatePagedLayout) or when keys
@@ -55,10 +68,11 @@ Result<std::vector<Status>> PutFromPaged(Client& client, DeviceCopier& copier,
                                          std::span<const uint64_t> block_ids);
 
 // Fetches the leading cached blocks of `keys` into blocks block_ids[i] of `layout`; returns how
-// many were served.
+// many were served. `pool` as for GetToDevice: GPU blocks are scattered straight out of it.
 Result<size_t> GetToPaged(Client& client, DeviceCopier& copier, const NamespaceId& ns,
                           std::span<const BlockKey> keys, const PagedKvLayout& layout,
-                          std::span<const uint64_t> block_ids);
+                          std::span<const uint64_t> block_ids,
+                          const GpuPoolImport* pool = nullptr);
 
 // Registers the client's arena mapping with CUDA (see the header comment). Not pinned, with the
 // reason in status(), when the client is not attached, there is no CUDA or no device.

@@ -16,6 +16,7 @@ Status FakeDeviceCopier::Copy(void* dst, const void* src, size_t bytes, CopyDire
   if (dst == nullptr || src == nullptr) return InvalidArgument("device copy with a null pointer");
   std::memcpy(dst, src, bytes);
   ++counters_.copies;
+  if (direction == CopyDirection::kDeviceToDevice) ++counters_.device_to_device_copies;
   counters_.bytes += bytes;
   return Status::Ok();
 }
@@ -38,6 +39,7 @@ Status FakeDeviceCopier::Scatter(const void* src, MemoryKind src_kind, const Pag
   if (ConsumeFailure()) return DeviceError("fake device copier: injected scatter failure");
   ReferenceScatter(static_cast<const std::byte*>(src), layout, block_id);
   ++counters_.scatters;
+  if (src_kind == MemoryKind::kDevice) ++counters_.device_scatters;
   counters_.bytes += layout.block_bytes();
   return Status::Ok();
 }

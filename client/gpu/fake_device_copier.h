@@ -16,8 +16,10 @@ class FakeDeviceCopier final : public DeviceCopier {
  public:
   struct Counters {
     uint64_t copies = 0;
+    uint64_t device_to_device_copies = 0;  // of `copies`: out of the GPU pool, say
     uint64_t gathers = 0;
     uint64_t scatters = 0;
+    uint64_t device_scatters = 0;  // of `scatters`: from device memory rather than a host slot
     uint64_t bytes = 0;
   };
 

@@ -74,6 +74,10 @@ std::span<char> RequestParser::BulkWindow(size_t max_bytes) {
   if (window_bytes_ != 0) CommitBulk(0);
   if (state_ != State::kBulkBody || max_bytes == 0) return {};
   const size_t n = std::min(max_bytes, bulk_left_);
+  if (!sink_.empty()) {
+    window_bytes_ = n;
+    return sink_.subspan(bulk_declared_ - bulk_left_, n);
+  }
   ReserveBulk(n);
   std::string& arg = command_.args.back();
   const size_t old_size = arg.size();
@@ -85,8 +89,10 @@ std::span<char> RequestParser::BulkWindow(size_t max_bytes) {
 void RequestParser::CommitBulk(size_t filled) {
   if (state_ != State::kBulkBody) return;
   filled = std::min(filled, window_bytes_);
-  std::string& arg = command_.args.back();
-  arg.resize(arg.size() - window_bytes_ + filled);
+  if (sink_.empty()) {
+    std::string& arg = command_.args.back();
+    arg.resize(arg.size() - window_bytes_ + filled);
+  }
   window_bytes_ = 0;
   bulk_left_ -= filled;
   consumed_bytes_ += filled;
@@ -95,6 +101,19 @@ void RequestParser::CommitBulk(size_t filled) {
     crlf_seen_ = 0;
     state_ = State::kBulkCrlf;
   }
+}
+
+bool RequestParser::DivertBulk(std::span<char> sink) {
+  if (window_bytes_ != 0) CommitBulk(0);
+  if (state_ != State::kBulkBody || sink.size() != bulk_declared_ || command_.diverted_arg >= 0) {
+    return false;
+  }
+  std::string& arg = command_.args.back();
+  std::copy(arg.begin(), arg.end(), sink.begin());
+  std::string().swap(arg);
+  sink_ = sink;
+  command_.diverted_arg = static_cast<int>(command_.args.size() - 1);
+  return true;
 }
 
 void RequestParser::Consume(std::string_view& input, size_t n) {
@@ -277,8 +296,12 @@ void RequestParser::ReserveBulk(size_t extra) {
 
 Status RequestParser::StepBulkBody(std::string_view& input) {
   const size_t n = std::min(bulk_left_, input.size());
-  ReserveBulk(n);
-  command_.args.back().append(input.data(), n);
+  if (!sink_.empty()) {
+    std::copy_n(input.data(), n, sink_.begin() + static_cast<ptrdiff_t>(bulk_declared_ - bulk_left_));
+  } else {
+    ReserveBulk(n);
+    command_.args.back().append(input.data(), n);
+  }
   Consume(input, n);
   bulk_left_ -= n;
   if (bulk_left_ == 0) {
@@ -296,6 +319,7 @@ Status RequestParser::StepBulkCrlf(std::string_view& input) {
 }
 
 void RequestParser::FinishElement() {
+  sink_ = {};
   state_ = elements_left_ == 0 ? State::kReady : State::kBulkType;
 }
 

@@ -30,6 +30,9 @@ namespace kvtier::resp {
 // One command: its arguments in order, args[0] being the command name exactly as sent.
 struct Command {
   std::vector<std::string> args;
+  // The argument whose payload went to a caller's sink (RequestParser::DivertBulk) instead of
+  // into args: that argument is empty here. -1: none.
+  int diverted_arg = -1;
 
   size_t size() const { return args.size(); }
   // args[0], or empty for a command without arguments (the parser never yields one).
@@ -98,6 +101,23 @@ class RequestParser {
   // Precondition: `filled` <= the size of the last BulkWindow().
   void CommitBulk(size_t filled);
 
+  // Receiving a big payload into memory the caller owns (a reserved arena slot). While
+  // pending_bulk_bytes() > 0, the arguments so far (the last one being received) are
+  // partial_args(), and the current payload's declared length is bulk_declared_bytes().
+  // DivertBulk(sink), with sink.size() == bulk_declared_bytes(), copies the payload bytes received
+  // so far to the front of sink and sends every later one there (BulkWindow then returns windows
+  // of sink); the argument stays empty and the finished command's diverted_arg names it. The sink
+  // must stay valid until the payload is complete or the parser is destroyed or failed. One
+  // argument per command at most: returns false (and does nothing) when this command already has
+  // a diverted argument, outside a payload, or when the sizes differ.
+  const std::vector<std::string>& partial_args() const { return command_.args; }
+  size_t bulk_declared_bytes() const { return state_ == State::kBulkBody ? bulk_declared_ : 0; }
+  // Arguments of the current command whose header has not been read yet.
+  size_t elements_left() const { return elements_left_; }
+  bool DivertBulk(std::span<char> sink);
+  // True while the current payload goes to a DivertBulk sink.
+  bool bulk_diverted() const { return !sink_.empty(); }
+
  private:
   enum class State : uint8_t {
     kStart,        // before the first byte of a command
@@ -146,6 +166,7 @@ class RequestParser {
   size_t crlf_seen_ = 0;      // bytes of the payload's CRLF already consumed (0..2)
   size_t command_bytes_ = 0;  // wire bytes of the current command so far
   size_t window_bytes_ = 0;   // size of the outstanding BulkWindow()
+  std::span<char> sink_;      // where the current payload goes instead of its argument
   uint64_t consumed_bytes_ = 0;
 };
 

@@ -318,6 +318,49 @@ TEST(RequestParserTest, BulkWindowReceivesThePayloadInPlace) {
   EXPECT_EQ(parser.consumed_bytes(), 30u);
 }
 
+TEST(RequestParserTest, DivertedPayloadLandsInTheSinkWhateverPathItTakes) {
+  RequestParser parser;
+  ASSERT_TRUE(parser.Feed("*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$12\r\nab").ok());
+  ASSERT_EQ(parser.pending_bulk_bytes(), 10u);
+  EXPECT_EQ(parser.bulk_declared_bytes(), 12u);
+  EXPECT_EQ(parser.elements_left(), 0u);
+  ASSERT_EQ(parser.partial_args().size(), 3u);
+  EXPECT_EQ(parser.partial_args()[0], "SET");
+  std::string sink(12, '.');
+  parser.DivertBulk(std::span<char>(sink.data(), sink.size()));
+  EXPECT_EQ(sink, "ab..........");  // what had arrived moved over
+  ASSERT_TRUE(parser.Feed("cd").ok());  // through Feed
+  std::span<char> window = parser.BulkWindow(5);  // and through a window
+  ASSERT_EQ(window.data(), sink.data() + 4);
+  std::memcpy(window.data(), "efg", 3);
+  parser.CommitBulk(3);
+  ASSERT_TRUE(parser.Feed("hijkl\r\n").ok());
+  ASSERT_TRUE(parser.has_command());
+  EXPECT_EQ(sink, "abcdefghijkl");
+  Command cmd = parser.TakeCommand();
+  EXPECT_EQ(cmd.args, (Args{"SET", "k", ""}));
+  EXPECT_EQ(cmd.diverted_arg, 2);
+  // The next command is an ordinary one again.
+  ASSERT_TRUE(parser.Feed("*2\r\n$3\r\nGET\r\n$1\r\nk\r\n").ok());
+  cmd = parser.TakeCommand();
+  EXPECT_EQ(cmd.args, (Args{"GET", "k"}));
+  EXPECT_EQ(cmd.diverted_arg, -1);
+  EXPECT_EQ(sink, "abcdefghijkl");
+}
+
+TEST(RequestParserTest, DivertBulkOutsideAPayloadOrWithAWrongSizeDoesNothing) {
+  RequestParser parser;
+  std::string sink(4, '.');
+  parser.DivertBulk(std::span<char>(sink.data(), sink.size()));
+  ASSERT_TRUE(parser.Feed("*1\r\n$5\r\nab").ok());
+  parser.DivertBulk(std::span<char>(sink.data(), sink.size()));  // 4 != 5
+  ASSERT_TRUE(parser.Feed("cde\r\n").ok());
+  Command cmd = parser.TakeCommand();
+  EXPECT_EQ(cmd.args, Args{"abcde"});
+  EXPECT_EQ(cmd.diverted_arg, -1);
+  EXPECT_EQ(sink, "....");
+}
+
 TEST(RequestParserTest, UncommittedWindowIsDiscardedByFeed) {
   RequestParser parser;
   ASSERT_TRUE(parser.Feed("*1\r\n$4\r\nab").ok());

@@ -180,6 +180,24 @@ Status Prepare(const BenchFlags& flags, size_t block_bytes, std::vector<Worker>&
   return Status::Ok();
 }
 
+// Untimed rounds of the measured calls, their blocks deleted after each so that the measured puts
+// copy again.
+Status WarmUp(std::vector<Worker>& workers, const BenchFlags& flags, const NamespaceId& ns,
+              size_t block_bytes) {
+  for (size_t round = 0; round < flags.warmup; ++round) {
+    for (bool put : {true, false}) {
+      const Phase phase = RunPhase(workers, flags, ns, block_bytes, put);
+      KVTIER_RETURN_IF_ERROR(phase.total.error);
+    }
+    for (Worker& w : workers) {
+      KVTIER_RETURN_IF_ERROR(w.client.Del(ns, w.keys).status());
+      w.put = PhaseResult{};
+      w.get = PhaseResult{};
+    }
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 int RunBench(const BenchFlags& flags, std::ostream& out, std::ostream& err) {
@@ -192,6 +210,10 @@ int RunBench(const BenchFlags& flags, std::ostream& out, std::ostream& err) {
   client::NamespaceInfo ns;
   if (Status s = Prepare(flags, *block_bytes, workers, &ns); !s.ok()) {
     err << "kvtier bench: " << s.ToString() << "\n";
+    return 1;
+  }
+  if (Status s = WarmUp(workers, flags, ns.id, *block_bytes); !s.ok()) {
+    err << "kvtier bench: warm-up: " << s.ToString() << "\n";
     return 1;
   }
   const Phase put = RunPhase(workers, flags, ns.id, *block_bytes, /*put=*/true);
@@ -238,6 +260,9 @@ Command AddBenchCommand(CLI::App& app) {
       ->capture_default_str();
   sub->add_option("--batch", flags->batch, "Blocks per call")
       ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  sub->add_option("--warmup", flags->warmup, "Untimed put/get/delete rounds before measuring")
+      ->check(CLI::Range(size_t{0}, size_t{100}))
       ->capture_default_str();
   sub->add_flag("--json", flags->json, "Print one JSON object instead of a table");
   sub->add_flag("--keep", flags->keep, "Keep the blocks (do not drop the bench namespace)");

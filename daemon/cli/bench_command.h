@@ -1,11 +1,13 @@
 // `kvtier bench`: put and get throughput and latency against a running daemon.
 //
 //   kvtier bench [--block-bytes 1MiB] [--concurrency 1] [--path shm|inline] [--count 256]
-//                [--batch 1] [--json] [--keep] [--url URL]
+//                [--batch 1] [--warmup 1] [--json] [--keep] [--url URL]
 //
 // Each of --concurrency threads opens its own Client (a Client is not thread-safe) and first puts
 // --count blocks of --block-bytes, --batch blocks per call, then gets them back the same way;
-// every call's latency is recorded. Blocks go through the shared-memory arena (--path shm, Unix
+// every call's latency is recorded. Before that, --warmup untimed rounds put, get and delete the
+// same blocks: the first touch of each page of the arena in this process (a page fault) and the
+// daemon's first use of each slab would otherwise be measured as part of the copies. Blocks go through the shared-memory arena (--path shm, Unix
 // socket only) or inline in the RESP stream (--path inline). The run registers a fresh namespace
 // (a random tenant salt), so it never collides with earlier runs, and drops it at the end unless
 // --keep. Blocks the daemon refused (no room) or no longer has (evicted) are counted as failed,
@@ -31,6 +33,7 @@ struct BenchFlags {
   std::string path = "shm";
   size_t count = 256;
   size_t batch = 1;
+  size_t warmup = 1;
   bool json = false;
   bool keep = false;
 };

@@ -77,6 +77,25 @@ TEST_P(BenchCommandTest, PutsThenGetsEveryBlock) {
 
 INSTANTIATE_TEST_SUITE_P(Paths, BenchCommandTest, ::testing::Values("shm", "inline"));
 
+TEST(BenchCommandTest, WarmUpRoundsAreNotCounted) {
+  FakeServer server;
+  BenchFlags flags;
+  flags.client = Flags(server);
+  flags.block_bytes = "4KiB";
+  flags.count = 10;
+  flags.batch = 4;
+  flags.json = true;
+  for (size_t warmup : {size_t{0}, size_t{3}}) {
+    flags.warmup = warmup;
+    std::ostringstream out, err;
+    ASSERT_EQ(RunBench(flags, out, err), 0) << err.str();
+    const nlohmann::json j = nlohmann::json::parse(out.str());
+    EXPECT_EQ(j["put"]["blocks_ok"], 10) << "warmup " << warmup;
+    EXPECT_EQ(j["put"]["calls"], 3) << "warmup " << warmup;
+    EXPECT_EQ(j["get"]["blocks_ok"], 10) << "warmup " << warmup;
+  }
+}
+
 TEST(BenchCommandTest, BadBlockSizeFails) {
   FakeServer server;
   BenchFlags flags;

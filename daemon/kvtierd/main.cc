@@ -140,7 +140,8 @@ int Run(const config::DaemonConfig& c) {
   server::ServerOptions server_options = ServerOptionsFrom(c);
   server_options.gpu_tier_note = tiers.gpu_note;
   server_options.nvme_tier_note = tiers.nvme_note;
-  auto server = server::Server::Create(server_options, **store, tiers.host.get());
+  // The GPU tier is shared with clients that ask (KVT.GPUATTACH); they then lease its blocks too.
+  auto server = server::Server::Create(server_options, **store, tiers.host.get(), tiers.gpu.get());
   if (!server.ok()) {
     spdlog::error("{}", server.status().ToString());
     return 1;
@@ -167,6 +168,7 @@ int Run(const config::DaemonConfig& c) {
     p.commands_processed = s.commands_processed;
     p.protocol_errors = s.protocol_errors;
     p.lapsed_reply_leases = s.lapsed_reply_leases;
+    p.staged_set_values = s.staged_set_values;
     return p;
   };
   std::unique_ptr<http::HttpServer> http;

@@ -126,6 +126,7 @@ std::string StatsToJson(const store::StoreStats& stats, const ProcessInfo& proce
                     {"commands_processed", process.commands_processed},
                     {"protocol_errors", process.protocol_errors},
                     {"lapsed_reply_leases", process.lapsed_reply_leases},
+                    {"staged_set_values", process.staged_set_values},
                     {"gpu_tier", process.gpu_tier_note},
                     {"nvme_tier", process.nvme_tier_note}};
   return doc.dump();
@@ -245,6 +246,9 @@ std::string StatsToPrometheus(const store::StoreStats& stats, const ProcessInfo&
       {"kvtier_lapsed_reply_leases_total", "counter",
        "Large replies cut short (connection closed) because their lease lapsed mid-send.",
        double(process.lapsed_reply_leases)},
+      {"kvtier_staged_set_values_total", "counter",
+       "SET values received straight into their arena slot instead of copied there.",
+       double(process.staged_set_values)},
       {"kvtier_uptime_seconds", "gauge", "Seconds since the daemon started.",
        double(process.uptime_s)},
   };

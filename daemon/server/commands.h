@@ -2,9 +2,9 @@
 // may run before AUTH, and the handler that runs it against the store and writes its reply.
 //
 // Handlers are plain functions, one file per family (commands_connection.cc, commands_generic.cc,
-// commands_kvt.cc, commands_kvt_shm.cc). They never block on the network: anything the connection
-// must do besides sending the reply (close, pass a file descriptor, flush a long reply half-way)
-// is asked for through CommandContext. Handlers run on the calling connection's strand; they may
+// commands_kvt.cc, commands_kvt_shm.cc, commands_kvt_gpu.cc). They never block on the network:
+// anything the connection must do besides sending the reply (close, pass a file descriptor, flush
+// a long reply half-way) is asked for through CommandContext. Handlers run on the calling connection's strand; they may
 // call the store, which is thread-safe.
 #pragma once
 
@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <span>
 #include <string_view>
 #include <vector>
@@ -53,13 +54,18 @@ struct CommandContext {
   resp::ReplyWriter& reply;
   // Close the connection once the reply is written (QUIT, protocol abuse).
   bool close_after_reply = false;
-  // Pass this descriptor with SCM_RIGHTS on the first byte of this command's reply (KVT.ATTACH).
+  // Pass this descriptor with SCM_RIGHTS on the first byte of this command's reply (KVT.ATTACH,
+  // KVT.GPUATTACH of a fake pool).
   int send_fd = -1;
   // A handler whose reply can grow past the client's in-flight limit (MGET, KVT.GET) writes part of
   // it, records where it stopped here and returns kMore; the connection sends what is buffered and
   // calls it again with the same command. Both start at 0 for every command.
   size_t cursor = 0;
   bool stopped = false;
+  // A SET whose value was received straight into a reserved slot (staged_value.h): the
+  // reservation to publish under the key; the value's argument is empty. The handler takes it
+  // (resets it) once it has committed or aborted it; the connection aborts what is left.
+  std::optional<uint64_t> staged_value;
   // Where AppendLeasedBulk queues large payloads; nullptr makes it copy them into the reply.
   LeasedOutput* leased = nullptr;
   // For handlers that return kRetryLater: when they first did, and what they must remember
@@ -99,6 +105,7 @@ std::span<const CommandSpec> ConnectionCommands();
 std::span<const CommandSpec> GenericCommands();
 std::span<const CommandSpec> KvtCommands();
 std::span<const CommandSpec> KvtShmCommands();
+std::span<const CommandSpec> KvtGpuCommands();
 
 // Looks the command up and checks authentication and arity. Returns the spec to run, or nullptr
 // when the command must not run; then the error reply has been written (unknown command, wrong

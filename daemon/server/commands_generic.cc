@@ -71,6 +71,31 @@ Result<bool> StoreValue(CommandContext& ctx, std::string_view key, std::string_v
   return Busy("the key is being replaced concurrently");
 }
 
+// Publishes a value received into a reserved slot (CommandContext::staged_value) under `key`,
+// replacing the old value; results as StoreValue. The reservation is left to the caller when the
+// answer is "wait for readers"; otherwise it is used up (published, or aborted on an error).
+Result<bool> PublishStagedValue(CommandContext& ctx, std::string_view key, uint64_t reservation) {
+  store::Store& store = ctx.server.store;
+  const NamespaceId& ns = ctx.server.generic_ns;
+  const BlockKey block_key = GenericKey(ns, key);
+  MutexLock lock(ctx.server.GenericWriteLock(block_key));
+  for (int attempt = 0; attempt < kSetAttempts; ++attempt) {
+    Status removed = store.Remove(ns, block_key);
+    if (removed.code() == StatusCode::kBusy) return false;
+    if (!removed.ok() && removed.code() != StatusCode::kNotFound) return removed;
+    Status published = store.CommitPutAs(reservation, block_key);
+    if (published.code() == StatusCode::kAlreadyExists) continue;
+    // Published, or gone (CommitPutAs ends the reservation on every other error) ...
+    if (published.code() != StatusCode::kRejected) {
+      (void)ctx.session.TakeReservation(reservation);
+      ctx.staged_value.reset();
+    }
+    if (!published.ok()) return published;
+    return true;
+  }
+  return Busy("the key is being replaced concurrently");
+}
+
 // Appends the value of `key` as a bulk string. kNotFound (nothing appended) on a miss; another
 // error (nothing appended) when the stored block is not a generic value.
 Status AppendValue(CommandContext& ctx, std::string_view key) {
@@ -98,7 +123,11 @@ Progress Set(CommandContext& ctx, Command& cmd) {
     return Progress::kDone;
   }
   if (KeyTooLong(ctx, cmd.args[1])) return Progress::kDone;
-  Result<bool> stored = StoreValue(ctx, cmd.args[1], cmd.args[2]);
+  // A large value may have been received into its slot already (staged_value.h); the
+  // connection aborts that slot if this ends without publishing it.
+  Result<bool> stored = ctx.staged_value
+                            ? PublishStagedValue(ctx, cmd.args[1], *ctx.staged_value)
+                            : StoreValue(ctx, cmd.args[1], cmd.args[2]);
   if (stored.ok() && !*stored && ctx.KeepWaitingForReaders()) return Progress::kRetryLater;
   if (stored.ok() && *stored) {
     ctx.reply.AppendSimpleString("OK");

@@ -1,7 +1,9 @@
 // The shared-memory path: KVT.ATTACH (the arena's memfd over SCM_RIGHTS), KVT.RESERVE,
 // KVT.COMMIT, KVT.ABORT, KVT.ACQUIRE and KVT.RELEASE. The client copies block bytes itself, at the
-// arena offsets these commands hand out; the session remembers every id so that only this client
-// can finish it and so that a vanished client's ids are ended (session.h).
+// arena offsets these commands hand out (and, after KVT.GPUATTACH, at GPU pool offsets for leased
+// GPU blocks); the session remembers every id so that only this client can finish it and so that
+// a vanished client's ids are ended (session.h).
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -28,13 +30,25 @@ Progress Attach(CommandContext& ctx, Command&) {
   return Progress::kDone;
 }
 
+// `[status, id, offset]` (RESERVE) or `[status, id, offset, length]` (ACQUIRE), plus `tier` when
+// given: the tier code of a lease granted to a connection that attached the GPU pool, which says
+// whether the offset is in the arena or in the pool. Clients that never attached see the four
+// elements they always did.
 void AppendGrant(CommandContext& ctx, std::string_view status, uint64_t id, const Extent& extent,
-                 bool with_length) {
-  ctx.reply.AppendArrayHeader(with_length ? 4 : 3);
+                 bool with_length, std::optional<TierId> tier = std::nullopt) {
+  ctx.reply.AppendArrayHeader(tier ? 5 : with_length ? 4 : 3);
   ctx.reply.AppendSimpleString(status);
   ctx.reply.AppendInteger(static_cast<int64_t>(id));
   ctx.reply.AppendInteger(static_cast<int64_t>(extent.offset));
-  if (with_length) ctx.reply.AppendInteger(static_cast<int64_t>(extent.length));
+  if (with_length || tier) ctx.reply.AppendInteger(static_cast<int64_t>(extent.length));
+  if (tier) ctx.reply.AppendInteger(static_cast<int64_t>(*tier));
+}
+
+// Whether the client can read a block of `tier` through memory it has mapped: the arena, and the
+// GPU pool once it attached it (Server::Create checked that the pool is the store's GPU tier).
+bool MappedByClient(const CommandContext& ctx, TierId tier) {
+  if (tier == ctx.server.arena->id()) return true;
+  return tier == TierId::kGpu && ctx.session.gpu_pool_attached();
 }
 
 // One key of KVT.RESERVE: the status word, with the reservation recorded in the session.
@@ -84,8 +98,8 @@ std::string_view AcquireOne(CommandContext& ctx, const NamespaceId& ns, const Bl
   if (ctx.session.leases_held() >= kMaxHeldIdsPerConnection) return "BUSY";
   Result<store::Lease> lease = ctx.server.store.Acquire(ns, key);
   if (!lease.ok()) return StatusWord(lease.status().code());
-  if (lease->tier != ctx.server.arena->id()) {
-    // Not in the mapped arena: the client cannot read it through shared memory; KVT.GET can.
+  if (!MappedByClient(ctx, lease->tier)) {
+    // Not in memory the client mapped: it cannot read it through shared memory; KVT.GET can.
     (void)ctx.server.store.Release(lease->id);
     return "NOTFOUND";
   }
@@ -108,7 +122,9 @@ Progress Acquire(CommandContext& ctx, Command& cmd) {
     const std::string_view status =
         stopped ? "NOTFOUND" : AcquireOne(ctx, ns->id, PackedKey(cmd.args[2], i), lease);
     stopped = status != "OK";
-    AppendGrant(ctx, status, lease.id, lease.extent, /*with_length=*/true);
+    std::optional<TierId> tier;
+    if (!stopped && ctx.session.gpu_pool_attached()) tier = lease.tier;
+    AppendGrant(ctx, status, lease.id, lease.extent, /*with_length=*/true, tier);
   }
   return Progress::kDone;
 }

@@ -157,6 +157,13 @@ size_t Connection::ReadAvailable(error_code& ec) {
   const size_t arrived = std::max<size_t>(socket_.available(ec), 1);
   ec.clear();
   const size_t pending = parser_.pending_bulk_bytes();
+  if (pending > 0) staged_.MaybeBegin(server_, session_, parser_, arrived);
+  if (!staged_.Open(server_.store)) {
+    // The value's reservation timed out while it arrived: its slot may be given to another block
+    // soon, so nothing more is written there, and the SET could not be published anyway.
+    ec = asio::error::timed_out;
+    return 0;
+  }
   if (pending >= kDirectReadMinBytes) {
     input_ = {};
     std::span<char> window =
@@ -181,6 +188,7 @@ Connection::Awaitable<bool> Connection::Process() {
     input_.remove_prefix(*fed);
     if (!parser_.has_command()) co_return true;
     resp::Command cmd = parser_.TakeCommand();
+    staged_.Reset();
     const bool carry_on = co_await Execute(cmd);
     if (!carry_on) co_return false;
   }
@@ -189,9 +197,11 @@ Connection::Awaitable<bool> Connection::Process() {
 Connection::Awaitable<bool> Connection::Execute(resp::Command& cmd) {
   CommandContext ctx{server_, session_, writer_};
   ctx.leased = &leased_;
+  if (cmd.diverted_arg >= 0) ctx.staged_value = staged_.Take();
   const size_t reply_start = out_.size();
   const CommandSpec* spec = PrepareCommand(ctx, cmd);
   const bool ran = co_await RunHandler(spec, ctx, cmd);
+  if (ctx.staged_value) AbortStagedValue(server_, session_, *ctx.staged_value);
   server_.counters.commands_processed.fetch_add(1, std::memory_order_relaxed);
   Touch();
   if (!ran) co_return false;
@@ -256,9 +266,13 @@ Connection::Awaitable<bool> Connection::WriteOut(size_t end) {
   error_code ec;
   for (; done < leased_.payloads.size() && leased_.payloads[done].at <= end; ++done) {
     const LeasedPayload& payload = leased_.payloads[done];
+    size_t trailer_sent = 0;
     if (ok) {
       const std::string_view preceding(out_.data() + from, payload.at - from);
-      const bool sent = co_await WritePayload(preceding, payload);
+      const bool last = done + 1 == leased_.payloads.size() || leased_.payloads[done + 1].at > end;
+      const size_t trailer_end = last ? end : leased_.payloads[done + 1].at;
+      const std::string_view trailer(out_.data() + payload.at, trailer_end - payload.at);
+      const bool sent = co_await WritePayload(preceding, payload, trailer, &trailer_sent);
       ok = sent;
     }
     // Every payload's lease ends here, sent or not. One that lapsed meanwhile may have had its
@@ -267,7 +281,7 @@ Connection::Awaitable<bool> Connection::WriteOut(size_t end) {
       server_.counters.lapsed_reply_leases.fetch_add(1, std::memory_order_relaxed);
       ok = false;
     }
-    from = payload.at;
+    from = payload.at + trailer_sent;
   }
   for (size_t i = 0; i < done; ++i) leased_.bytes -= leased_.payloads[i].bytes;
   leased_.payloads.erase(leased_.payloads.begin(), leased_.payloads.begin() + done);
@@ -281,20 +295,45 @@ Connection::Awaitable<bool> Connection::WriteOut(size_t end) {
 }
 
 Connection::Awaitable<bool> Connection::WritePayload(std::string_view preceding,
-                                                     const LeasedPayload& payload) {
+                                                     const LeasedPayload& payload,
+                                                     std::string_view trailer,
+                                                     size_t* trailer_sent) {
   error_code ec;
+  *trailer_sent = 0;
   for (size_t at = 0; at < payload.bytes; at += kPayloadPieceBytes) {
     if (!server_.store.Renew(payload.lease_id).ok()) {
       server_.counters.lapsed_reply_leases.fetch_add(1, std::memory_order_relaxed);
       co_return false;
     }
     const size_t n = std::min(kPayloadPieceBytes, payload.bytes - at);
+    const bool last_piece = at + n == payload.bytes;
     // The bytes before the payload (its bulk header, earlier replies) go in the same gather write
     // as its first piece: a separate small send costs the reader a wake-up of its own.
-    const std::array<asio::const_buffer, 2> pieces = {
+    std::array<asio::const_buffer, 3> pieces = {
         asio::buffer(preceding.data(), at == 0 ? preceding.size() : 0),
-        asio::buffer(payload.data + at, n)};
-    co_await asio::async_write(socket_, pieces, redirect_error(use_awaitable, ec));
+        asio::buffer(payload.data + at, n), asio::buffer(trailer.data(), 0)};
+    const size_t head_bytes = pieces[0].size() + n;
+    size_t sent = 0;
+    if (last_piece) {
+      // The reply's CRLF and what follows it may complete the reply only once no byte of the
+      // payload can still be read from a slot whose lease lapsed. One send on the non-blocking
+      // socket, right after the renewal, either takes every payload byte now (it does not wait
+      // for the peer, so it ends long before the lease could lapse) or not: then the payload's
+      // rest goes as before and the trailer only after the lease is released (WriteOut).
+      pieces[2] = asio::buffer(trailer.data(), trailer.size());
+      sent = socket_.send(pieces, 0, ec);
+      if (ec == asio::error::would_block || ec == asio::error::try_again) ec.clear();
+      if (ec) co_return false;
+      if (sent >= head_bytes) {
+        *trailer_sent = sent - head_bytes;
+        Touch();
+        co_return true;
+      }
+    }
+    const std::array<asio::const_buffer, 2> rest = {
+        asio::buffer(pieces[0] + std::min(sent, pieces[0].size())),
+        asio::buffer(pieces[1] + (sent - std::min(sent, pieces[0].size())))};
+    co_await asio::async_write(socket_, rest, redirect_error(use_awaitable, ec));
     if (ec) co_return false;
     Touch();
   }

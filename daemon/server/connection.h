@@ -18,7 +18,8 @@
 // Memory: an idle connection holds no read buffer (the buffer is taken when bytes arrive and given
 // back once the parser is between commands) and an output buffer of at most kKeepOutputBytes, so it
 // costs a few KiB. Large payloads are received straight into the parser's argument (BulkWindow),
-// without passing through the read buffer.
+// without passing through the read buffer, and a large SET value straight into the arena slot it
+// will occupy (StagedValue).
 //
 // Ownership and threads: the server creates a connection with the accepted socket; the connection
 // keeps itself alive (shared_ptr held by its coroutines) until the client is gone or Close() is
@@ -41,6 +42,7 @@
 #include "daemon/server/commands.h"
 #include "daemon/server/server_context.h"
 #include "daemon/server/session.h"
+#include "daemon/server/staged_value.h"
 
 namespace kvtier::server {
 
@@ -86,8 +88,11 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // whatever the outcome; out_ is left as it is.
   Awaitable<bool> WriteOut(size_t end);
   // Sends `preceding` (output-buffer bytes before the payload) and the payload from its slot, in
-  // pieces, renewing the lease before each.
-  Awaitable<bool> WritePayload(std::string_view preceding, const LeasedPayload& payload);
+  // pieces, renewing the lease before each. `trailer` (the output-buffer bytes after the payload,
+  // its CRLF first) rides with the last piece when one non-blocking send takes that piece whole;
+  // *trailer_sent says how many of its bytes went.
+  Awaitable<bool> WritePayload(std::string_view preceding, const LeasedPayload& payload,
+                               std::string_view trailer, size_t* trailer_sent);
   // Ends the leases of every queued payload (the connection is closing).
   void DropLeasedPayloads();
   // Writes out_[0, offset), then the rest with `fd` riding on its first byte.
@@ -107,6 +112,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   boost::asio::steady_timer timer_;
   Session session_;
   resp::RequestParser parser_;
+  StagedValue staged_;
   bool full_limits_;
   std::string out_;
   LeasedOutput leased_;

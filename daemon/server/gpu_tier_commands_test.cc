@@ -53,7 +53,7 @@ class GpuTierCommandsTest : public ::testing::Test {
   }
 
   TestServer ts_{{}, /*with_arena=*/true, /*capacity_bytes=*/uint64_t{512} << 20,
-                 /*gpu_bytes=*/uint64_t{64} << 20};
+                 /*gpu_pool_bytes=*/uint64_t{64} << 20};
   TestClient c_;
   std::string ns_;
 };
@@ -93,7 +93,7 @@ TEST_F(GpuTierCommandsTest, ADeviceErrorOnAGpuReadIsAnErrorReplyNotWrongBytes) {
   const std::string key = PackKeys({TestKey(5)});
   ASSERT_EQ(c_.Call({"KVT.PUT", ns_, key, block}), "*1\r\n+OK\r\n");
   ReadAndPromote({"KVT.GET", ns_, key}, "*1\r\n" + Bulk(block));
-  ts_.gpu()->FailNextCopies(1);
+  static_cast<tiers::FakeGpuTier*>(ts_.gpu())->FailNextCopies(1);
   EXPECT_EQ(c_.Call({"KVT.GET", ns_, key}), "*1\r\n$-1\r\n");
   EXPECT_EQ(c_.Call({"KVT.GET", ns_, key}), "*1\r\n" + Bulk(block));  // the block stays
   EXPECT_EQ(ts_.store().Stats().leases_active, 0u);

@@ -43,12 +43,15 @@ void AppendUnknownNamespace(CommandContext& ctx, const NamespaceId& ns) {
   ctx.reply.AppendError("NOTFOUND namespace " + ns.ToHex() + " is not registered");
 }
 
+bool RefuseOffTheUnixSocket(CommandContext& ctx, std::string_view command) {
+  if (ctx.session.transport() == Transport::kUnix) return false;
+  ctx.reply.AppendError("ERR " + std::string(command) +
+                        " needs the Unix socket: shared memory is local to the node");
+  return true;
+}
+
 bool RefuseWithoutSharedMemory(CommandContext& ctx, std::string_view command) {
-  if (ctx.session.transport() != Transport::kUnix) {
-    ctx.reply.AppendError("ERR " + std::string(command) +
-                          " needs the Unix socket: shared memory is local to the node");
-    return true;
-  }
+  if (RefuseOffTheUnixSocket(ctx, command)) return true;
   if (ctx.server.arena == nullptr) {
     ctx.reply.AppendError("ERR " + std::string(command) +
                           " needs a host arena, and this daemon runs without one");

@@ -39,6 +39,10 @@ BlockKey PackedKey(std::string_view packed, size_t i);
 // `-NOTFOUND namespace <hex> is not registered`.
 void AppendUnknownNamespace(CommandContext& ctx, const NamespaceId& ns);
 
+// True (after writing `-ERR <command> needs the Unix socket ...`) unless the connection is on the
+// Unix socket: memory and descriptors are only shared with processes on the node.
+bool RefuseOffTheUnixSocket(CommandContext& ctx, std::string_view command);
+
 // True (after writing `-ERR <command> needs ...`) unless the connection can use the shared-memory
 // path: a Unix socket, and a daemon with a host arena.
 bool RefuseWithoutSharedMemory(CommandContext& ctx, std::string_view command);

@@ -17,6 +17,7 @@
 #include "daemon/server/listeners.h"
 #include "daemon/server/server_context.h"
 #include "daemon/store/store.h"
+#include "tiers/gpu/device_tier.h"
 
 namespace kvtier::server {
 namespace {
@@ -81,8 +82,9 @@ Status ValidateOptions(const ServerOptions& o) {
 struct Server::Impl {
   using Strand = asio::strand<asio::io_context::executor_type>;
 
-  Impl(const ServerOptions& options, store::Store& store, tiers::HostTier* arena)
-      : context{options, store, arena, GenericNamespaceId(), 0, 0, {}, {}},
+  Impl(const ServerOptions& options, store::Store& store, tiers::HostTier* arena,
+       tiers::DeviceTier* gpu_pool)
+      : context{options, store, arena, gpu_pool, GenericNamespaceId(), 0, 0, {}, {}},
         unix_strand(asio::make_strand(io)),
         tcp_strand(asio::make_strand(io)) {}
 
@@ -238,9 +240,16 @@ Server::Server(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Server::~Server() { Stop(); }
 
 Result<std::unique_ptr<Server>> Server::Create(const ServerOptions& options, store::Store& store,
-                                               tiers::HostTier* arena) {
+                                               tiers::HostTier* arena,
+                                               tiers::DeviceTier* gpu_pool) {
   KVTIER_RETURN_IF_ERROR(ValidateOptions(options));
-  auto impl = std::make_unique<Impl>(options, store, arena);
+  // Clients read a GPU lease's offset in the pool they imported: it must be the pool the store
+  // places GPU blocks in.
+  if (gpu_pool != nullptr &&
+      store.tier(TierId::kGpu) != static_cast<tiers::Tier*>(gpu_pool)) {
+    return InvalidArgument("gpu_pool: not the store's GPU tier");
+  }
+  auto impl = std::make_unique<Impl>(options, store, arena, gpu_pool);
   store::NamespaceInfo generic;
   generic.id = impl->context.generic_ns;
   generic.label = "generic";
@@ -288,6 +297,7 @@ ServerStats Server::Stats() const {
   s.commands_processed = c.commands_processed.load();
   s.protocol_errors = c.protocol_errors.load();
   s.lapsed_reply_leases = c.lapsed_reply_leases.load();
+  s.staged_set_values = c.staged_values.load();
   s.rejected_connections = c.rejected_connections.load();
   return s;
 }

@@ -5,10 +5,10 @@
 // against the store and writes the replies. Connections end their reservations and leases when
 // they close, so a client killed mid-put or mid-get leaves no partial block and no pinned block.
 //
-// Ownership: the server borrows the store and the optional host arena (both must outlive it) and
-// owns its listeners, its connections and its I/O threads. Threads: Create, Start, Stop and the
-// destructor are called by the owner (one thread, not concurrently); tcp_port(), unix_path() and
-// Stats() may be called from any thread. Start runs `io_threads` threads named "kvtier-io-<n>",
+// Ownership: the server borrows the store, the optional host arena and the optional GPU pool (all
+// must outlive it) and owns its listeners, its connections and its I/O threads. Threads: Create,
+// Start, Stop and the destructor are called by the owner (one thread, not concurrently);
+// tcp_port(), unix_path() and Stats() may be called from any thread. Start runs `io_threads` threads named "kvtier-io-<n>",
 // joined by Stop (which the destructor calls).
 #pragma once
 
@@ -26,6 +26,7 @@ namespace kvtier::store {
 class Store;
 }
 namespace kvtier::tiers {
+class DeviceTier;
 class HostTier;
 }
 
@@ -81,6 +82,8 @@ struct ServerStats {
   // Large replies cut short because the value's lease lapsed while the client read it slowly
   // (the connection was closed rather than finish the reply with bytes that may have changed).
   uint64_t lapsed_reply_leases = 0;
+  // SET values received straight into their arena slot (staged_value.h), not copied there.
+  uint64_t staged_set_values = 0;
   uint64_t rejected_connections = 0;  // max_clients reached or uid not allowed
 };
 
@@ -89,9 +92,13 @@ class Server {
   // Validates the options (kInvalidArgument naming the bad key: no listener, a non-loopback
   // tcp_host without a password, a zero limit, ...) and registers the generic namespace in the
   // store. Binds nothing yet. `arena` may be null: then KVT.ATTACH, KVT.RESERVE and KVT.ACQUIRE
-  // answer an error and only the inline commands work.
+  // answer an error and only the inline commands work. `gpu_pool`, the store's GPU tier, is shared
+  // with Unix-socket clients that ask for it (KVT.GPUATTACH), whose KVT.ACQUIRE then leases blocks
+  // in it too; null: KVT.GPUATTACH answers NOTFOUND with options.gpu_tier_note and GPU blocks are
+  // read inline. kInvalidArgument when `gpu_pool` is not the store's TierId::kGpu tier.
   static Result<std::unique_ptr<Server>> Create(const ServerOptions& options, store::Store& store,
-                                                tiers::HostTier* arena);
+                                                tiers::HostTier* arena,
+                                                tiers::DeviceTier* gpu_pool = nullptr);
   ~Server();
   Server(const Server&) = delete;
   Server& operator=(const Server&) = delete;

@@ -1,5 +1,5 @@
 // ServerContext: what every connection and command shares: the options, the store, the optional
-// host arena, the generic namespace's id and the server's counters.
+// host arena and GPU pool, the generic namespace's id and the server's counters.
 //
 // The server owns one ServerContext and hands connections a reference; it outlives them all.
 // Everything in it is immutable after Server::Create, an atomic counter, or a mutex, so any thread
@@ -18,6 +18,7 @@ namespace kvtier::store {
 class Store;
 }
 namespace kvtier::tiers {
+class DeviceTier;
 class HostTier;
 }
 
@@ -29,6 +30,7 @@ struct ServerCounters {
   std::atomic<uint64_t> commands_processed{0};
   std::atomic<uint64_t> protocol_errors{0};
   std::atomic<uint64_t> lapsed_reply_leases{0};
+  std::atomic<uint64_t> staged_values{0};
   std::atomic<uint64_t> rejected_connections{0};
 };
 
@@ -48,10 +50,12 @@ inline constexpr size_t kGenericWriteStripes = 64;
 struct ServerContext {
   ServerOptions options;
   store::Store& store;
-  tiers::HostTier* arena;  // nullable: no shared-memory path
+  tiers::HostTier* arena;        // nullable: no shared-memory path
+  tiers::DeviceTier* gpu_pool;   // nullable: the GPU pool is not shared with clients
   NamespaceId generic_ns;
   uint64_t start_time_us = 0;  // SteadyClock, for INFO's uptime
   uint16_t tcp_port = 0;       // the bound port, set by Start before any connection exists
+  std::atomic<uint64_t> next_staging_key{1};  // placeholder keys of staged SET values
   ServerCounters counters;
   std::array<Mutex, kGenericWriteStripes> generic_write_locks;
 

@@ -1,5 +1,6 @@
 // Session: the state of one client connection that commands read and change: protocol version,
-// authentication, name, and the reservations and leases the client holds in the store.
+// authentication, name, whether it mapped the GPU pool, and the reservations and leases the
+// client holds in the store.
 //
 // The session owns those reservations and leases on the client's behalf: the store's ids are
 // global, so a client may only commit, abort or release ids recorded here (another client's ids
@@ -40,6 +41,11 @@ class Session {
   void set_authenticated() { authenticated_ = true; }
   const std::string& name() const { return name_; }
   void set_name(std::string name) { name_ = std::move(name); }
+  // Set by KVT.GPUATTACH: the client has the GPU pool's export, so KVT.ACQUIRE may lease blocks
+  // in it (their offsets mean nothing to a client that has not mapped the pool). Never unset: a
+  // client that cannot use a GPU grant releases it and reads the block inline.
+  bool gpu_pool_attached() const { return gpu_pool_attached_; }
+  void set_gpu_pool_attached() { gpu_pool_attached_ = true; }
 
   void AddReservation(uint64_t id) { reservations_.insert(id); }
   // Forgets `id` and returns true when this session holds it; false for anyone else's id.
@@ -63,6 +69,7 @@ class Session {
   const Transport transport_;
   resp::Protocol protocol_ = resp::Protocol::kResp2;
   bool authenticated_;
+  bool gpu_pool_attached_ = false;
   std::string name_;
   std::unordered_set<uint64_t> reservations_;
   std::unordered_set<uint64_t> leases_;

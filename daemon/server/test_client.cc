@@ -192,46 +192,43 @@ int TestClient::TakeReceivedFd() {
 }
 
 TestServer::TestServer(ServerOptions options, bool with_arena, uint64_t capacity_bytes,
-                       uint64_t gpu_bytes)
+                       uint64_t gpu_pool_bytes)
     : options_(std::move(options)) {
-  char dir[] = "/tmp/kvtier-server-test-XXXXXX";
-  if (mkdtemp(dir) == nullptr) {
-    status_ = ErrnoStatus(errno, "mkdtemp");
-    return;
+  std::unique_ptr<tiers::DeviceTier> gpu;
+  if (gpu_pool_bytes > 0) {
+    auto fake = tiers::FakeGpuTier::Create({.fake = true, .capacity_bytes = gpu_pool_bytes});
+    if (!fake.ok()) {
+      status_ = fake.status();
+      return;
+    }
+    gpu = std::move(fake).value();
   }
+  status_ = Init(with_arena, capacity_bytes, std::move(gpu));
+}
+
+TestServer::TestServer(ServerOptions options, std::unique_ptr<tiers::DeviceTier> gpu_pool)
+    : options_(std::move(options)) {
+  status_ = Init(/*with_arena=*/true, uint64_t{64} << 20, std::move(gpu_pool));
+}
+
+Status TestServer::Init(bool with_arena, uint64_t capacity_bytes,
+                        std::unique_ptr<tiers::DeviceTier> gpu) {
+  char dir[] = "/tmp/kvtier-server-test-XXXXXX";
+  if (mkdtemp(dir) == nullptr) return ErrnoStatus(errno, "mkdtemp");
   dir_ = dir;
   options_.unix_path = dir_ + "/kvtierd.sock";
   if (options_.tcp_port == 0) options_.tcp_ephemeral = true;
-  auto tier = tiers::HostTier::Create(
-      {.capacity_bytes = capacity_bytes, .try_huge_pages = false, .try_mlock = false, .name = ""});
-  if (!tier.ok()) {
-    status_ = tier.status();
-    return;
-  }
-  tier_ = std::move(tier).value();
-  std::vector<tiers::Tier*> chain{tier_.get()};
-  if (gpu_bytes > 0) {
-    auto gpu = tiers::FakeGpuTier::Create({.fake = true, .capacity_bytes = gpu_bytes});
-    if (!gpu.ok()) {
-      status_ = gpu.status();
-      return;
-    }
-    gpu_ = std::move(gpu).value();
-    chain.insert(chain.begin(), gpu_.get());
-  }
-  auto store = store::Store::Create({}, chain, clock_);
-  if (!store.ok()) {
-    status_ = store.status();
-    return;
-  }
-  store_ = std::move(store).value();
-  auto server = Server::Create(options_, *store_, with_arena ? tier_.get() : nullptr);
-  if (!server.ok()) {
-    status_ = server.status();
-    return;
-  }
-  server_ = std::move(server).value();
-  status_ = server_->Start();
+  KVTIER_ASSIGN_OR_RETURN(tier_, tiers::HostTier::Create({.capacity_bytes = capacity_bytes,
+                                                          .try_huge_pages = false,
+                                                          .try_mlock = false,
+                                                          .name = ""}));
+  gpu_ = std::move(gpu);
+  std::vector<tiers::Tier*> chain = {tier_.get()};
+  if (gpu_ != nullptr) chain.insert(chain.begin(), gpu_.get());
+  KVTIER_ASSIGN_OR_RETURN(store_, store::Store::Create({}, chain, clock_));
+  KVTIER_ASSIGN_OR_RETURN(
+      server_, Server::Create(options_, *store_, with_arena ? tier_.get() : nullptr, gpu_.get()));
+  return server_->Start();
 }
 
 TestServer::~TestServer() {
@@ -242,6 +239,17 @@ TestServer::~TestServer() {
   gpu_.reset();
   std::error_code ec;
   if (!dir_.empty()) std::filesystem::remove_all(dir_, ec);
+}
+
+Status TestServer::PlaceBlock(TierId tier, const NamespaceId& ns, const BlockKey& key,
+                              std::span<const std::byte> bytes) {
+  tiers::Tier* target = store_->tier(tier);
+  if (target == nullptr) return InvalidArgument("the test store has no such tier");
+  KVTIER_ASSIGN_OR_RETURN(Extent extent, target->Allocate(bytes.size()));
+  Status st = target->Write(extent, bytes);
+  if (st.ok()) st = store_->AdoptBlock(tier, ns, key, extent, std::nullopt);
+  if (!st.ok()) target->Free(extent);
+  return st;
 }
 
 bool TestServer::WaitForClients(uint64_t n) {

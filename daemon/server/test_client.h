@@ -1,10 +1,10 @@
 // Test support for the server: a Server started inside the test process on a temporary Unix
-// socket and an ephemeral TCP port, over a real Store on a HostTier (optionally under a
-// FakeGpuTier), and a plain-socket client
+// socket and an ephemeral TCP port, over a real Store on a HostTier (below a FakeGpuTier shared
+// with clients, when asked for), and a plain-socket client
 // that sends raw RESP and returns the raw bytes of each reply, so tests compare replies byte for
 // byte.
 //
-// TestServer owns the tier, the store (on a FakeClock), the server and the temporary directory.
+// TestServer owns the tiers, the store (on a FakeClock), the server and the temporary directory.
 // TestClient owns one socket. Both are used from the test's threads; a TestClient is not
 // thread-safe (one per thread).
 #pragma once
@@ -14,6 +14,7 @@
 #include <functional>
 #include <initializer_list>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -84,9 +85,14 @@ class TestServer {
  public:
   // Fills in unix_path (a fresh temporary directory) and, unless a TCP port is set, tcp_ephemeral.
   // With `with_arena` false the server gets no host arena (no shared-memory path). With
-  // `gpu_bytes`, a FakeGpuTier of that size sits above the host tier (promotion after 2 reads).
+  // `gpu_pool_bytes` > 0 the store's tiers are [FakeGpuTier of that size, HostTier] and the server
+  // shares the fake pool (KVT.GPUATTACH). Puts land in the host tier; a block reaches the GPU tier
+  // when the store promotes it (read twice, then Store::PromoteCandidates) or through PlaceBlock.
   explicit TestServer(ServerOptions options = {}, bool with_arena = true,
-                      uint64_t capacity_bytes = uint64_t{64} << 20, uint64_t gpu_bytes = 0);
+                      uint64_t capacity_bytes = uint64_t{64} << 20, uint64_t gpu_pool_bytes = 0);
+  // With the given GPU tier (a GpuTier, on a machine with a device) above a 64 MiB host arena,
+  // shared with clients.
+  TestServer(ServerOptions options, std::unique_ptr<tiers::DeviceTier> gpu_pool);
   ~TestServer();
 
   // OK when the server runs; every accessor below needs it.
@@ -94,10 +100,16 @@ class TestServer {
   Server& server() { return *server_; }
   store::Store& store() { return *store_; }
   tiers::HostTier& tier() { return *tier_; }
-  tiers::FakeGpuTier* gpu() { return gpu_.get(); }  // nullptr without gpu_bytes
+  // The GPU tier; nullptr without one.
+  tiers::DeviceTier* gpu() { return gpu_.get(); }
   FakeClock& clock() { return clock_; }
   const std::string& unix_path() const { return options_.unix_path; }
   uint16_t tcp_port() const { return server_->tcp_port(); }
+
+  // Puts a ready block straight into `tier` (one the store has): allocated and written through
+  // the tier, then adopted by the store, wherever the store's placement would have put it.
+  Status PlaceBlock(TierId tier, const NamespaceId& ns, const BlockKey& key,
+                    std::span<const std::byte> bytes);
 
   TestClient ConnectUnix() { return TestClient::ConnectUnix(unix_path()); }
   TestClient ConnectTcp() { return TestClient::ConnectTcp(tcp_port()); }
@@ -108,7 +120,9 @@ class TestServer {
   ServerOptions options_;
   std::string dir_;
   FakeClock clock_;
-  std::unique_ptr<tiers::FakeGpuTier> gpu_;
+  Status Init(bool with_arena, uint64_t capacity_bytes, std::unique_ptr<tiers::DeviceTier> gpu);
+
+  std::unique_ptr<tiers::DeviceTier> gpu_;
   std::unique_ptr<tiers::HostTier> tier_;
   std::unique_ptr<store::Store> store_;
   std::unique_ptr<Server> server_;

@@ -182,6 +182,62 @@ Status Store::CommitPut(uint64_t reservation_id, std::optional<uint64_t> checksu
     tier(record.tier)->Free(record.extent);
     return NotFound("reservation " + std::to_string(reservation_id) + " timed out");
   }
+  return Publish(record, checksum);
+}
+
+Status Store::CommitPutAs(uint64_t reservation_id, const BlockKey& key,
+                          std::optional<uint64_t> checksum) {
+  ReservationRecord record;
+  {
+    MutexLock lock(reservations_mu_);
+    auto it = reservations_.find(reservation_id);
+    if (it == reservations_.end()) {
+      return NotFound("no reservation " + std::to_string(reservation_id) +
+                      " (finished, aborted or timed out)");
+    }
+    record = it->second;
+  }
+  // The usual conflict (the key's old block is still there) leaves the reservation alone, so the
+  // caller can remove the old block and try again.
+  if (std::optional<BlockMeta> existing = index_->Get(key); existing && !record.expired) {
+    if (existing->ns != record.ns) return Rejected("key is in use by another namespace");
+    return AlreadyExists("the key holds a block; remove it first");
+  }
+  {
+    MutexLock lock(reservations_mu_);
+    auto it = reservations_.find(reservation_id);
+    if (it == reservations_.end()) {
+      return NotFound("no reservation " + std::to_string(reservation_id) +
+                      " (finished, aborted or timed out)");
+    }
+    record = it->second;
+    reservations_.erase(it);
+  }
+  if (record.expired) {
+    tier(record.tier)->Free(record.extent);
+    return NotFound("reservation " + std::to_string(reservation_id) + " timed out");
+  }
+  // Move the writing entry from the staging key to `key`. The entry is invisible to readers in
+  // between, so nobody sees the block under either key until Publish marks it ready.
+  std::optional<BlockMeta> staged = index_->EraseIf(record.key, [&](const BlockMeta& m) {
+    return m.state == BlockState::kWriting && m.generation == record.generation;
+  });
+  if (!staged) {
+    tier(record.tier)->Free(record.extent);
+    counters_.aborted_puts.fetch_add(1);
+    return NotFound("reservation " + std::to_string(reservation_id) + " lost its entry");
+  }
+  if (Status st = index_->InsertWriting(key, *staged); !st.ok()) {
+    // Another writer took the key between the check above and here.
+    tier(record.tier)->Free(record.extent);
+    counters_.aborted_puts.fetch_add(1);
+    return st.code() == StatusCode::kAlreadyExists ? Busy("the key was written concurrently") : st;
+  }
+  record.key = key;
+  return Publish(record, checksum);
+}
+
+Status Store::Publish(const ReservationRecord& record, std::optional<uint64_t> checksum) {
   if (!NamespaceRegistered(record.ns)) {
     DiscardWriting(record);
     return NotFound("namespace " + record.ns.ToHex() + " was dropped during the put");
@@ -221,6 +277,12 @@ Status Store::CommitPut(uint64_t reservation_id, std::optional<uint64_t> checksu
     WriteThrough(record.key, record.generation);
   }
   return Status::Ok();
+}
+
+bool Store::ReservationOpen(uint64_t reservation_id) const {
+  MutexLock lock(reservations_mu_);
+  auto it = reservations_.find(reservation_id);
+  return it != reservations_.end() && !it->second.expired;
 }
 
 Status Store::AbortPut(uint64_t reservation_id) {

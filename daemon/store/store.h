@@ -130,6 +130,20 @@ class Store {
   // kNotFound when the reservation is unknown (never made, already finished or timed out).
   Status CommitPut(uint64_t reservation_id, std::optional<uint64_t> checksum = std::nullopt);
 
+  // Publishes a reserved block under `key` instead of the key it was reserved for, which the
+  // caller chose as a placeholder (a value received into a slot before the command that names
+  // its key could run). Errors: kNotFound (reservation unknown or timed out: it is gone);
+  // kAlreadyExists or kRejected when `key` holds a block (the reservation stays: remove that
+  // block and call again, or AbortPut); kBusy when another writer took `key` meanwhile (the
+  // reservation is gone).
+  Status CommitPutAs(uint64_t reservation_id, const BlockKey& key,
+                     std::optional<uint64_t> checksum = std::nullopt);
+
+  // Whether a reservation is still open (not committed, aborted or timed out): a writer that
+  // fills a slot over a long time checks before each piece, so it never writes into space a
+  // timed-out reservation has given back.
+  bool ReservationOpen(uint64_t reservation_id) const;
+
   // Gives a reservation back. kNotFound when unknown.
   Status AbortPut(uint64_t reservation_id);
 
@@ -285,6 +299,8 @@ class Store {
   void DropCorrupt(const BlockKey& key, const index::BlockMeta& meta);
   // The position of tier `id` in tiers_, or tiers_.size() when absent.
   size_t LevelOf(TierId id) const;
+  // Second half of CommitPut and CommitPutAs: the record has left reservations_.
+  Status Publish(const ReservationRecord& record, std::optional<uint64_t> checksum);
   // Removes a reservation's kWriting entry (only that incarnation) and frees its extent.
   void DiscardWriting(const ReservationRecord& record);
   // Frees a block's extent in its tier after it left the index.

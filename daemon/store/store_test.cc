@@ -49,6 +49,46 @@ TEST_F(StoreTest, AReservedBlockIsInvisibleUntilCommitted) {
   EXPECT_EQ(store_->CommitPut(r->id).code(), StatusCode::kNotFound);
 }
 
+TEST_F(StoreTest, CommitPutAsPublishesAReservationUnderAnotherKey) {
+  Build({8});
+  ASSERT_TRUE(PutBlock(2).ok());
+  auto r = store_->BeginPut(kNs, Key(100), kBlock);  // Key(100): a placeholder
+  ASSERT_TRUE(r.ok());
+  EXPECT_TRUE(store_->ReservationOpen(r->id));
+  std::vector<std::byte> bytes = Payload(9);
+  std::memcpy(r->address, bytes.data(), kBlock);
+  // The target key holds a block: the reservation stays for a retry once it is removed.
+  EXPECT_EQ(store_->CommitPutAs(r->id, Key(2)).code(), StatusCode::kAlreadyExists);
+  EXPECT_TRUE(store_->ReservationOpen(r->id));
+  ASSERT_TRUE(store_->Remove(kNs, Key(2)).ok());
+  ASSERT_TRUE(store_->CommitPutAs(r->id, Key(2), 55).ok());
+  EXPECT_FALSE(store_->ReservationOpen(r->id));
+  EXPECT_FALSE(Cached(100));
+  std::vector<std::byte> out;
+  ASSERT_TRUE(store_->Get(kNs, Key(2), out).ok());
+  EXPECT_EQ(out, bytes);
+  auto lease = store_->Acquire(kNs, Key(2));
+  ASSERT_TRUE(lease.ok());
+  EXPECT_EQ(lease->checksum, 55u);
+  ASSERT_TRUE(store_->Release(lease->id).ok());
+  EXPECT_EQ(store_->CommitPutAs(r->id, Key(3)).code(), StatusCode::kNotFound);
+  // The placeholder key is free again.
+  EXPECT_TRUE(PutBlock(100).ok());
+}
+
+TEST_F(StoreTest, CommitPutAsOfATimedOutReservationGivesItsSpaceBack) {
+  Build({1});
+  auto r = store_->BeginPut(kNs, Key(100), kBlock);
+  ASSERT_TRUE(r.ok());
+  clock_.AdvanceMicros(2'000'000);
+  EXPECT_EQ(store_->ExpireDeadlines(), 1u);
+  EXPECT_FALSE(store_->ReservationOpen(r->id));
+  EXPECT_EQ(store_->CommitPutAs(r->id, Key(1)).code(), StatusCode::kNotFound);
+  EXPECT_FALSE(Cached(1));
+  EXPECT_EQ(store_->Stats().blocks_quarantined, 0u);
+  EXPECT_TRUE(PutBlock(1).ok());  // the only slot is usable again
+}
+
 TEST_F(StoreTest, AbortGivesTheSpaceBack) {
   Build({1});
   auto r = store_->BeginPut(kNs, Key(1), kBlock);

@@ -1,6 +1,7 @@
 #include "tiers/gpu/fake_gpu_tier.h"
 
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
@@ -16,18 +17,32 @@ Result<std::unique_ptr<FakeGpuTier>> FakeGpuTier::Create(const GpuTierOptions& o
                           SlabAllocator::Create({.capacity_bytes = options.capacity_bytes,
                                                  .slab_bytes = options.slab_bytes,
                                                  .alignment = options.alignment}));
-  // Private and unreserved: like a device pool it costs nothing until blocks are written.
-  void* base = ::mmap(nullptr, options.capacity_bytes, PROT_READ | PROT_WRITE,
-                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  if (base == MAP_FAILED) return ErrnoStatus(errno, "fake GPU tier: mmap");
-  return std::unique_ptr<FakeGpuTier>(
-      new FakeGpuTier(static_cast<std::byte*>(base), options.capacity_bytes, std::move(allocator)));
+  // A sparse memfd: like a device pool it costs nothing until blocks are written, and, unlike an
+  // anonymous mapping, another process can map the same pages (ExportForClients).
+  const int fd = ::memfd_create("kvtier-fake-gpu", MFD_CLOEXEC);
+  if (fd < 0) return ErrnoStatus(errno, "fake GPU tier: memfd_create");
+  if (::ftruncate(fd, static_cast<off_t>(options.capacity_bytes)) != 0) {
+    const int err = errno;
+    ::close(fd);
+    return ErrnoStatus(err, "fake GPU tier: ftruncate");
+  }
+  void* base = ::mmap(nullptr, options.capacity_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (base == MAP_FAILED) {
+    const int err = errno;
+    ::close(fd);
+    return ErrnoStatus(err, "fake GPU tier: mmap");
+  }
+  return std::unique_ptr<FakeGpuTier>(new FakeGpuTier(
+      fd, static_cast<std::byte*>(base), options.capacity_bytes, std::move(allocator)));
 }
 
-FakeGpuTier::FakeGpuTier(std::byte* base, uint64_t bytes, SlabAllocator allocator)
-    : DeviceTier(std::move(allocator)), base_(base), bytes_(bytes) {}
+FakeGpuTier::FakeGpuTier(int fd, std::byte* base, uint64_t bytes, SlabAllocator allocator)
+    : DeviceTier(std::move(allocator)), fd_(fd), base_(base), bytes_(bytes) {}
 
-FakeGpuTier::~FakeGpuTier() { ::munmap(base_, bytes_); }
+FakeGpuTier::~FakeGpuTier() {
+  ::munmap(base_, bytes_);
+  ::close(fd_);
+}
 
 bool FakeGpuTier::ConsumeFailure() {
   uint32_t left = failures_.load(std::memory_order_relaxed);
@@ -49,6 +64,10 @@ Status FakeGpuTier::Read(const Extent& extent, std::span<std::byte> dst) {
   if (ConsumeFailure()) return DeviceError("fake GPU tier: injected read failure");
   if (!dst.empty()) std::memcpy(dst.data(), base_ + extent.offset, dst.size());
   return Status::Ok();
+}
+
+Result<PoolExport> FakeGpuTier::ExportForClients() {
+  return PoolExport{.kind = PoolExportKind::kMemfd, .pool_bytes = bytes_, .device = -1, .fd = fd_};
 }
 
 void* FakeGpuTier::DevicePointer(const Extent& extent) {

@@ -107,4 +107,12 @@ Result<std::string> GpuTier::ExportIpc() {
   return export_->serialized();
 }
 
+Result<PoolExport> GpuTier::ExportForClients() {
+  KVTIER_ASSIGN_OR_RETURN(std::string handle, ExportIpc());
+  return PoolExport{.kind = PoolExportKind::kCudaIpc,
+                    .pool_bytes = pool_bytes(),
+                    .device = device_,
+                    .ipc_handle = std::move(handle)};
+}
+
 }  // namespace kvtier::tiers

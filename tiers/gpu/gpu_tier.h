@@ -56,6 +56,8 @@ class GpuTier final : public DeviceTier {
   int device() const override { return device_; }
   void* pool_base() const override { return buffer_.get(); }
   uint64_t pool_bytes() const override { return buffer_.size(); }
+  // kCudaIpc, with ExportIpc()'s bytes.
+  Result<PoolExport> ExportForClients() override;
 
   // The pool's CUDA IPC handle (common/cuda/ipc.h), made on first use and kept for the tier's
   // lifetime. An importer reads the block of extent e at import.base() + e.offset, under a lease.

@@ -76,6 +76,19 @@ TEST(GpuTierTest, ThePoolExportsOneIpcHandle) {
   EXPECT_EQ(*first, *second);
 }
 
+TEST(GpuTierTest, TheClientExportIsTheIpcHandle) {
+  KVTIER_REQUIRE_CUDA_DEVICE();
+  Result<std::unique_ptr<GpuTier>> tier = GpuTier::Create({.capacity_bytes = 4 << 20});
+  ASSERT_TRUE(tier.ok()) << tier.status().ToString();
+  Result<PoolExport> exported = (*tier)->ExportForClients();
+  ASSERT_TRUE(exported.ok()) << exported.status().ToString();
+  EXPECT_EQ(exported->kind, PoolExportKind::kCudaIpc);
+  EXPECT_EQ(exported->pool_bytes, uint64_t{4} << 20);
+  EXPECT_EQ(exported->device, 0);
+  EXPECT_EQ(exported->fd, -1);
+  EXPECT_EQ(exported->ipc_handle, *(*tier)->ExportIpc());
+}
+
 // What a client on the node will do: import the pool once and read a block at its extent's
 // offset, in another process (common/cuda/ipc_child.cc checks the import holds the pattern and
 // overwrites its second half).

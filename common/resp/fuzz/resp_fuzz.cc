@@ -88,8 +88,25 @@ RequestRun RunRequests(std::string_view input, const RequestParser::Options& opt
   RequestParser parser(options);
   RequestRun run;
   const size_t total = input.size();
+  // A payload diverted into a sink of ours (DivertBulk), as the server does with large SET
+  // values: the command must come out the same once the sink is put back in its place.
+  std::vector<char> sink;
   while (!input.empty()) {
     const size_t chunk = rng == nullptr ? input.size() : std::min(rng->NextChunk(), input.size());
+    if (rng != nullptr && parser.pending_bulk_bytes() > 0 && !parser.bulk_diverted() &&
+        parser.bulk_declared_bytes() <= total && rng->Next() % 4 == 0) {
+      const size_t arrived = parser.bulk_declared_bytes() - parser.pending_bulk_bytes();
+      const std::string before = parser.partial_args().back();
+      Check(before.size() == arrived, "argument holds what arrived");
+      std::vector<char> fresh(parser.bulk_declared_bytes());
+      if (parser.DivertBulk(std::span<char>(fresh.data(), fresh.size()))) {
+        Check(parser.bulk_diverted() && parser.partial_args().back().empty(), "diverted");
+        Check(std::equal(before.begin(), before.end(), fresh.begin()), "divert moves what arrived");
+        sink = std::move(fresh);  // a vector's move keeps its buffer, which the parser points at
+      } else {
+        Check(parser.partial_args().back() == before, "a refused divert changes nothing");
+      }
+    }
     if (rng != nullptr && parser.pending_bulk_bytes() > 0 && rng->Next() % 2 == 0) {
       std::span<char> window = parser.BulkWindow(chunk);
       Check(!window.empty() && window.size() <= chunk, "window size");
@@ -112,6 +129,11 @@ RequestRun RunRequests(std::string_view input, const RequestParser::Options& opt
     if (parser.has_command()) {
       Command command = parser.TakeCommand();
       Check(command.size() > 0, "empty command");
+      if (command.diverted_arg >= 0) {
+        Check(static_cast<size_t>(command.diverted_arg) < command.size(), "diverted index");
+        Check(command.args[command.diverted_arg].empty(), "diverted argument left empty");
+        command.args[command.diverted_arg].assign(sink.begin(), sink.end());
+      }
       run.commands.push_back(std::move(command.args));
     } else {
       Check(*used == chunk, "stopped without a command");

@@ -1,0 +1,265 @@
+// The GPU pool shared with clients on the node: KVT.GPUATTACH hands out the pool (the fake pool's
+// memfd here; a CUDA IPC handle on a GPU machine), after which KVT.ACQUIRE leases GPU blocks too,
+// with the tier in each grant; a connection that did not attach sees what it always did, and a
+// client that vanishes leaves no GPU lease behind.
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <memory>
+
+#include <gtest/gtest.h>
+
+#include "common/resp/reply_parser.h"
+#include "daemon/server/test_client.h"
+
+namespace kvtier::server {
+namespace {
+
+using testing::PackKeys;
+using testing::Resp;
+using testing::TestClient;
+using testing::TestKey;
+using testing::TestServer;
+
+constexpr size_t kBlockBytes = 4096;
+constexpr uint64_t kPoolBytes = uint64_t{16} << 20;
+constexpr uint64_t kArenaBytes = uint64_t{64} << 20;
+
+resp::Reply Parse(const std::string& raw) {
+  resp::ReplyParser parser;
+  Result<size_t> used = parser.Feed(raw);
+  EXPECT_TRUE(used.ok() && parser.has_reply()) << raw;
+  return parser.has_reply() ? parser.TakeReply() : resp::Reply::Null();
+}
+
+std::string Bulk(std::string_view s) {
+  return "$" + std::to_string(s.size()) + "\r\n" + std::string(s) + "\r\n";
+}
+
+// The whole memfd `fd` (taken over) as the client maps it.
+class Mapping {
+ public:
+  Mapping(int fd, uint64_t bytes) : fd_(fd), bytes_(bytes) {
+    void* p = fd_ < 0 ? MAP_FAILED : mmap(nullptr, bytes_, PROT_READ, MAP_SHARED, fd_, 0);
+    base_ = p == MAP_FAILED ? nullptr : static_cast<const char*>(p);
+  }
+  ~Mapping() {
+    if (base_ != nullptr) munmap(const_cast<char*>(base_), bytes_);
+    if (fd_ >= 0) close(fd_);
+  }
+  const char* base() const { return base_; }
+
+ private:
+  int fd_;
+  uint64_t bytes_;
+  const char* base_ = nullptr;
+};
+
+std::string GpuAttachReply() {
+  return "*8\r\n" + Bulk("kind") + Bulk("memfd") + Bulk("pool_bytes") + ":" +
+         std::to_string(kPoolBytes) + "\r\n" + Bulk("device") + ":-1\r\n" + Bulk("handle") +
+         Bulk("");
+}
+
+std::string Block(char fill) { return std::string(kBlockBytes, fill); }
+
+std::span<const std::byte> AsBytes(const std::string& s) {
+  return std::as_bytes(std::span(s.data(), s.size()));
+}
+
+class GpuPoolTest : public ::testing::Test {
+ protected:
+  GpuPoolTest() : ts_(ServerOptions{}, /*with_arena=*/true, kArenaBytes, kPoolBytes) {}
+
+  void SetUp() override {
+    ASSERT_TRUE(ts_.status().ok()) << ts_.status().ToString();
+    c_ = ts_.ConnectUnix();
+    const std::string reply = c_.Call({"KVT.REGISTER", "model", "m", "dtype", "int8", "layers",
+                                       "1", "kv_heads", "1", "head_dim", "1", "block_tokens",
+                                       "1", "layout", "l", "block_bytes",
+                                       std::to_string(kBlockBytes)});
+    ns_hex_ = Parse(reply).elements.at(1).str;
+    std::optional<Key128> id = Key128::FromHex(ns_hex_);
+    ASSERT_TRUE(id.has_value()) << reply;
+    ns_ = NamespaceId{*id};
+  }
+
+  void Place(TierId tier, uint64_t key, char fill) {
+    const std::string bytes = Block(fill);
+    ASSERT_TRUE(ts_.PlaceBlock(tier, ns_, TestKey(key), AsBytes(bytes)).ok());
+  }
+
+  // Sends KVT.GPUATTACH on `client` and maps the pool it receives.
+  std::unique_ptr<Mapping> GpuAttach(TestClient& client) {
+    EXPECT_EQ(client.Call({"KVT.GPUATTACH"}), GpuAttachReply());
+    EXPECT_EQ(client.received_fds(), 1u);
+    return std::make_unique<Mapping>(client.TakeReceivedFd(), kPoolBytes);
+  }
+
+  TestServer ts_;
+  TestClient c_;
+  std::string ns_hex_;
+  NamespaceId ns_;
+};
+
+TEST_F(GpuPoolTest, GpuAttachPassesThePoolsMemfd) {
+  ASSERT_TRUE(c_.Send(Resp({"PING"}) + Resp({"KVT.GPUATTACH"}) + Resp({"PING"})));
+  EXPECT_EQ(c_.ReadReply(), "+PONG\r\n");
+  EXPECT_EQ(c_.ReadReply(), GpuAttachReply());
+  EXPECT_EQ(c_.ReadReply(), "+PONG\r\n");
+  ASSERT_EQ(c_.received_fds(), 1u);
+  const int fd = c_.TakeReceivedFd();
+  struct stat st {};
+  ASSERT_EQ(fstat(fd, &st), 0);
+  EXPECT_EQ(static_cast<uint64_t>(st.st_size), kPoolBytes);
+  // The client's mapping and the daemon's pool are the same pages.
+  Mapping map(fd, kPoolBytes);
+  ASSERT_NE(map.base(), nullptr);
+  std::memcpy(ts_.gpu()->pool_base(), "pooled", 6);
+  EXPECT_EQ(std::string(map.base(), 6), "pooled");
+}
+
+TEST_F(GpuPoolTest, Resp3GetsAMap) {
+  ASSERT_EQ(c_.Call({"HELLO", "3"}).substr(0, 1), "%");
+  EXPECT_EQ(c_.Call({"KVT.GPUATTACH"}).substr(0, 4), "%4\r\n");
+  EXPECT_EQ(c_.received_fds(), 1u);
+}
+
+TEST_F(GpuPoolTest, GpuAttachNeedsTheUnixSocket) {
+  TestClient tcp = ts_.ConnectTcp();
+  EXPECT_EQ(tcp.Call({"KVT.GPUATTACH"}),
+            "-ERR KVT.GPUATTACH needs the Unix socket: shared memory is local to the node\r\n");
+  EXPECT_EQ(tcp.received_fds(), 0u);
+}
+
+TEST_F(GpuPoolTest, AnAttachedConnectionLeasesGpuBlocksWithTheirTier) {
+  Place(TierId::kGpu, 0, 'g');
+  Place(TierId::kGpu, 1, 'h');
+  Place(TierId::kHost, 2, 'i');
+  std::unique_ptr<Mapping> pool = GpuAttach(c_);
+  ASSERT_NE(pool->base(), nullptr);
+  const resp::Reply reply =
+      Parse(c_.Call({"KVT.ACQUIRE", ns_hex_, PackKeys({TestKey(0), TestKey(1), TestKey(2)})}));
+  ASSERT_EQ(reply.elements.size(), 3u);
+  const char fills[] = {'g', 'h', 'i'};
+  for (size_t i = 0; i < 3; ++i) {
+    const resp::Reply& grant = reply.elements[i];
+    ASSERT_EQ(grant.elements.size(), 5u) << i;
+    EXPECT_EQ(grant.elements[0].str, "OK");
+    EXPECT_EQ(grant.elements[3].integer, static_cast<int64_t>(kBlockBytes));
+    if (i < 2) {
+      // [OK, id, offset, length, 0]: the offset is in the GPU pool, whose bytes are the block's.
+      EXPECT_EQ(grant.elements[4].integer, 0);
+      const uint64_t offset = static_cast<uint64_t>(grant.elements[2].integer);
+      ASSERT_LE(offset + kBlockBytes, kPoolBytes);
+      EXPECT_EQ(std::string(pool->base() + offset, kBlockBytes), Block(fills[i]));
+    } else {
+      EXPECT_EQ(grant.elements[4].integer, 1);  // the host arena
+    }
+  }
+  EXPECT_EQ(ts_.store().Stats().leases_active, 3u);
+  // A leased GPU block is pinned: it cannot be removed until it is released.
+  EXPECT_EQ(c_.Call({"KVT.DEL", ns_hex_, PackKeys({TestKey(0)})}), ":0\r\n");
+  EXPECT_EQ(c_.Call({"KVT.RELEASE", std::to_string(reply.elements[0].elements[1].integer),
+                     std::to_string(reply.elements[1].elements[1].integer),
+                     std::to_string(reply.elements[2].elements[1].integer)}),
+            "*3\r\n+OK\r\n+OK\r\n+OK\r\n");
+  EXPECT_EQ(ts_.store().Stats().leases_active, 0u);
+  EXPECT_EQ(c_.Call({"KVT.DEL", ns_hex_, PackKeys({TestKey(0)})}), ":1\r\n");
+}
+
+TEST_F(GpuPoolTest, MissesKeepTheirFourElements) {
+  Place(TierId::kGpu, 0, 'g');
+  std::unique_ptr<Mapping> pool = GpuAttach(c_);
+  const std::string raw = c_.Call({"KVT.ACQUIRE", ns_hex_, PackKeys({TestKey(0), TestKey(1)})});
+  const resp::Reply reply = Parse(raw);
+  ASSERT_EQ(reply.elements.size(), 2u);
+  EXPECT_EQ(reply.elements[0].elements.size(), 5u);
+  EXPECT_TRUE(raw.ends_with("*4\r\n+NOTFOUND\r\n:0\r\n:0\r\n:0\r\n")) << raw;
+}
+
+TEST_F(GpuPoolTest, AConnectionThatDidNotAttachKeepsTodaysReplies) {
+  Place(TierId::kGpu, 0, 'g');
+  Place(TierId::kHost, 1, 'i');
+  // Another connection's attach changes nothing for this one.
+  TestClient attached = ts_.ConnectUnix();
+  std::unique_ptr<Mapping> pool = GpuAttach(attached);
+  // The GPU block is not leased: NOTFOUND, and the client falls back to KVT.GET.
+  EXPECT_EQ(c_.Call({"KVT.ACQUIRE", ns_hex_, PackKeys({TestKey(0)})}),
+            "*1\r\n*4\r\n+NOTFOUND\r\n:0\r\n:0\r\n:0\r\n");
+  EXPECT_EQ(ts_.store().Stats().leases_active, 0u);
+  EXPECT_EQ(c_.Call({"KVT.GET", ns_hex_, PackKeys({TestKey(0)})}), "*1\r\n" + Bulk(Block('g')));
+  // A host block gets the four-element grant it always did.
+  const resp::Reply host = Parse(c_.Call({"KVT.ACQUIRE", ns_hex_, PackKeys({TestKey(1)})}));
+  ASSERT_EQ(host.elements.size(), 1u);
+  EXPECT_EQ(host.elements[0].elements.size(), 4u);
+  EXPECT_EQ(host.elements[0].elements[0].str, "OK");
+}
+
+TEST_F(GpuPoolTest, AClientThatDisconnectsReleasesItsGpuLeases) {
+  Place(TierId::kGpu, 0, 'g');
+  Place(TierId::kGpu, 1, 'h');
+  TestClient reader = ts_.ConnectUnix();
+  std::unique_ptr<Mapping> pool = GpuAttach(reader);
+  const resp::Reply reply =
+      Parse(reader.Call({"KVT.ACQUIRE", ns_hex_, PackKeys({TestKey(0), TestKey(1)})}));
+  ASSERT_EQ(reply.elements.size(), 2u);
+  ASSERT_EQ(reply.elements[1].elements.at(0).str, "OK");
+  EXPECT_EQ(ts_.store().Stats().leases_active, 2u);
+  EXPECT_EQ(c_.Call({"KVT.DEL", ns_hex_, PackKeys({TestKey(0), TestKey(1)})}), ":0\r\n");
+  reader.Close();
+  pool.reset();
+  ASSERT_TRUE(ts_.WaitForClients(1));
+  EXPECT_EQ(ts_.store().Stats().leases_active, 0u);
+  // The pool itself is untouched: the blocks are still served, then removable.
+  EXPECT_EQ(c_.Call({"KVT.GET", ns_hex_, PackKeys({TestKey(1)})}), "*1\r\n" + Bulk(Block('h')));
+  EXPECT_EQ(c_.Call({"KVT.DEL", ns_hex_, PackKeys({TestKey(0), TestKey(1)})}), ":2\r\n");
+}
+
+TEST_F(GpuPoolTest, ReservationsStayInTheArena) {
+  // The shared-memory put never writes into the pool: puts land in the host arena, and blocks
+  // reach the pool only by the store's promotion.
+  std::unique_ptr<Mapping> pool = GpuAttach(c_);
+  const std::string reply =
+      c_.Call({"KVT.RESERVE", ns_hex_, PackKeys({TestKey(7)}), std::to_string(kBlockBytes)});
+  EXPECT_EQ(reply.substr(0, 13), "*1\r\n*3\r\n+OK\r\n") << reply;
+  EXPECT_EQ(ts_.tier().Stats().block_count, 1u);
+  EXPECT_EQ(ts_.gpu()->Stats().block_count, 0u);
+}
+
+TEST(GpuPoolWithoutPoolTest, GpuAttachSaysWhyThereIsNoPool) {
+  ServerOptions options;
+  options.gpu_tier_note = "no GPU tier: built without CUDA (KVTIER_WITH_CUDA=OFF)";
+  TestServer ts(options);
+  ASSERT_TRUE(ts.status().ok());
+  TestClient c = ts.ConnectUnix();
+  EXPECT_EQ(c.Call({"KVT.GPUATTACH"}),
+            "-NOTFOUND KVT.GPUATTACH: no GPU tier: built without CUDA (KVTIER_WITH_CUDA=OFF)\r\n");
+  EXPECT_EQ(c.received_fds(), 0u);
+
+  TestServer unnoted;
+  ASSERT_TRUE(unnoted.status().ok());
+  TestClient d = unnoted.ConnectUnix();
+  EXPECT_EQ(d.Call({"KVT.GPUATTACH"}),
+            "-NOTFOUND KVT.GPUATTACH: this daemon does not share a GPU pool\r\n");
+}
+
+TEST(GpuPoolWithoutPoolTest, ThePoolMustBeTheStoresGpuTier) {
+  FakeClock clock;
+  auto host = tiers::HostTier::Create(
+      {.capacity_bytes = 1 << 20, .try_huge_pages = false, .try_mlock = false, .name = ""});
+  auto gpu = tiers::FakeGpuTier::Create({.fake = true, .capacity_bytes = 1 << 20});
+  ASSERT_TRUE(host.ok() && gpu.ok());
+  auto store = store::Store::Create({}, {host->get()}, clock);
+  ASSERT_TRUE(store.ok());
+  ServerOptions options;
+  options.unix_path = "/tmp/kvtier-never-bound.sock";
+  Result<std::unique_ptr<Server>> server =
+      Server::Create(options, **store, host->get(), gpu->get());
+  EXPECT_EQ(server.status().code(), StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace kvtier::server
