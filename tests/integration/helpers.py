@@ -126,21 +126,22 @@ class RawClient:
         self.send(encode_command(*args))
         return self.read_reply()
 
-    def attach(self):
-        """KVT.ATTACH: the reply as a dict and the arena descriptor from SCM_RIGHTS."""
-        self.send(encode_command("KVT.ATTACH"))
+    def attach(self, command="KVT.ATTACH"):
+        """KVT.ATTACH (or KVT.GPUATTACH of a daemon with the fake GPU pool): the reply as a dict
+        and the descriptor that came with it (SCM_RIGHTS)."""
+        self.send(encode_command(command))
         fds = array.array("i")
         while not self.fds:
             data, ancdata, _, _ = self.sock.recvmsg(65536, socket.CMSG_SPACE(fds.itemsize))
             if not data:
-                raise ConnectionError("closed before the KVT.ATTACH reply")
+                raise ConnectionError(f"closed before the {command} reply")
             for level, kind, payload in ancdata:
                 if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
                     fds.frombytes(payload[:len(payload) - len(payload) % fds.itemsize])
                     self.fds.extend(fds)
             self.buf += data
             if not self.fds:
-                raise ConnectionError("KVT.ATTACH reply came without a descriptor")
+                raise ConnectionError(f"{command} reply came without a descriptor")
         return as_dict(self.read_reply()), self.fds.pop(0)
 
     def _fill(self):

@@ -3,15 +3,18 @@
 Puts land in host memory. A block read often enough (gpu.promote_after_reads, 2 by default) is
 copied up by the daemon's GPU mover; KVT.LOOKUP then reports tier 0 for it, GET and KVT.GET still
 return its bytes, and /stats, /metrics, INFO and `kvtier stats` all show the GPU tier. When the
-pool is full, its least recently used blocks go back to host memory. A daemon without a GPU tier
-says why.
+pool is full, its least recently used blocks go back to host memory. A client that attaches the
+pool (KVT.GPUATTACH) leases promoted blocks in it. A daemon without a GPU tier says why.
 """
 import contextlib
+import mmap
+import os
 import subprocess
 
 from helpers import RawClient, http_get, parse_metrics, wait_for
 from kvtierd_process import BIN_DIR, Daemon
-from nvme_helpers import MIB, get_each, lookup_each, payload, put_blocks, register_ns, tier
+from nvme_helpers import (MIB, get_each, key, lookup_each, payload, put_blocks, register_ns,
+                          tier)
 
 BLOCK_BYTES = 256 << 10
 FAKE_GPU = "gpu:\n  fake: true\n"
@@ -87,6 +90,31 @@ def test_a_block_read_often_moves_to_the_gpu_and_reads_back_right(tmp_path):
         assert "gpu" in rows, cli.stdout
         assert rows["gpu"][3:5] == ["64.0", "MiB"] and rows["gpu"][6] == "2", cli.stdout
         assert "no GPU tier" not in cli.stdout, cli.stdout
+
+
+def test_clients_that_attach_the_pool_lease_promoted_blocks_in_it(tmp_path):
+    d = gpu_daemon(tmp_path)
+    with running(d) as c:
+        ns = register_ns(c, "gpu/attach", BLOCK_BYTES)
+        put_blocks(c, ns, 4, range(2), BLOCK_BYTES)
+        for _ in range(2):
+            get_each(c, ns, 4, [0])
+        assert wait_for(lambda: lookup_each(c, ns, 4, [0, 1]) == ["gpu", "host"], 5)
+        with RawClient(d.unix) as attached:
+            reply, fd = attached.attach("KVT.GPUATTACH")
+            try:
+                assert reply["kind"] == b"memfd" and reply["pool_bytes"] == 64 * MIB, reply
+                with mmap.mmap(fd, 64 * MIB, mmap.MAP_SHARED, mmap.PROT_READ) as pool:
+                    grants = attached.call("KVT.ACQUIRE", ns, key(4, 0) + key(4, 1))
+                    # [OK, id, offset, length, tier]: block 0 in the GPU pool (0), 1 in host (1).
+                    assert [g[0] for g in grants] == [b"OK", b"OK"], grants
+                    assert grants[0][4] == 0 and grants[1][4] == 1, grants
+                    _, _, offset, length, _ = grants[0]
+                    assert pool[offset:offset + length] == payload(4, 0, BLOCK_BYTES)
+                    released = attached.call("KVT.RELEASE", *[g[1] for g in grants])
+                    assert released == [b"OK", b"OK"], released
+            finally:
+                os.close(fd)
 
 
 def test_a_full_gpu_tier_demotes_its_least_recently_used_blocks_to_host(tmp_path):
