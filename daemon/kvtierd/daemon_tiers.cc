@@ -37,7 +37,7 @@ void OpenGpu(const config::DaemonConfig& c, DaemonTiers& t) {
   o.fake = c.gpu_fake;
   o.device = static_cast<int>(c.gpu_device);
   o.capacity_bytes = c.gpu_bytes == config::DaemonConfig::kAutoBytes ? 0 : c.gpu_bytes;
-  // Blocks move between host and GPU whole: the same slabs keep their size classes alike.
+  // The host arena's slab size: both tiers hold blocks of the same sizes.
   o.slab_bytes = c.slab_bytes;
   o.copy_lanes = c.gpu_copy_lanes;
   Result<std::unique_ptr<tiers::DeviceTier>> gpu = tiers::MakeGpuTier(o);
