@@ -137,7 +137,8 @@ figure() { awk -v n="$1" -v v="$2" -v u="$3" 'BEGIN { printf "%s %.4g %s\n", n, 
 # kvtierd: idle clients first, on a fresh daemon (a daemon that has served large requests has
 # freed memory a new connection could reuse without growing), then the lookup and shm figures.
 start_server kvtierd kvt_port "$bin/kvtierd" --unix "$tmp/kvtierd.sock" --port @PORT@ \
-  --http-port 0 --host-bytes "$host_bytes" --data-dir "$tmp/data" --nvme-bytes 0 --log-level warn
+  --http-port 0 --host-bytes "$host_bytes" --data-dir "$tmp/data" --nvme-bytes 0 --gpu-bytes 0 \
+  --log-level warn
 kvt_pid=$server_pid
 quick_flag=()
 [ "$quick" = 1 ] && quick_flag=(--quick)

@@ -28,6 +28,7 @@ namespace kvtier::client::testing {
 class SpawnedKvtierd {
  public:
   // `kvtierd_path`: the binary (tests get it as KVTIERD_PATH); `name` appears in the directory.
+  // The daemon runs on host memory alone (no NVMe, no GPU tier), whatever the machine has.
   void Start(const std::string& kvtierd_path, const std::string& name) {
     std::string dir_template = "/tmp/kvtier-" + name + "-XXXXXX";
     ASSERT_NE(::mkdtemp(dir_template.data()), nullptr);
@@ -37,7 +38,7 @@ class SpawnedKvtierd {
                                      "--port",      "0",           "--http-port",
                                      "0",           "--host-bytes", "64MiB",
                                      "--data-dir",  dir_ + "/data", "--nvme-bytes",
-                                     "0"};
+                                     "0",           "--gpu-bytes",  "0"};
     std::vector<char*> argv;
     for (std::string& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);

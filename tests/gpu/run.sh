@@ -81,8 +81,10 @@ cleanup() {
   rm -rf "$scratch"
 }
 trap cleanup EXIT
+# The client figures measure the host arena path: no GPU tier, so no block is promoted out of the
+# arena between repetitions (the ipc figures run their own server over a GPU pool).
 "$build/bin/kvtierd" --unix "$scratch/kvtierd.sock" --port 0 --http-port 0 --host-bytes 4GiB \
-  --data-dir "$scratch/data" --nvme-bytes 0 --log-level warn &
+  --data-dir "$scratch/data" --nvme-bytes 0 --gpu-bytes 0 --log-level warn &
 daemon_pid=$!
 for _ in $(seq 200); do
   [ -S "$scratch/kvtierd.sock" ] && break
