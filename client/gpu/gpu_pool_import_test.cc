@@ -106,7 +106,7 @@ TEST_F(GpuPoolImportTest, GetToDeviceCopiesGpuBlocksDeviceToDevice) {
   EXPECT_EQ(copier_.counters().copies, 3u);
   EXPECT_EQ(copier_.counters().device_to_device_copies, 3u);
   EXPECT_EQ(client_->counters().round_trips - trips, 2u);  // ACQUIRE, RELEASE: nothing inline
-  EXPECT_EQ(ts_.store().Stats().leases_active, 0u);
+  EXPECT_TRUE(ts_.WaitForLeases(0));
 }
 
 TEST_F(GpuPoolImportTest, AMixedPrefixTakesEachBlocksOwnPath) {
@@ -123,7 +123,7 @@ TEST_F(GpuPoolImportTest, AMixedPrefixTakesEachBlocksOwnPath) {
   for (size_t i = 0; i < 4; ++i) EXPECT_EQ(out.Block(i), Bytes(kBlockBytes, 20 + i)) << i;
   EXPECT_EQ(copier_.counters().copies, 4u);
   EXPECT_EQ(copier_.counters().device_to_device_copies, 2u);
-  EXPECT_EQ(ts_.store().Stats().leases_active, 0u);
+  EXPECT_TRUE(ts_.WaitForLeases(0));
 }
 
 TEST_F(GpuPoolImportTest, WithoutThePoolGpuBlocksAreReadInline) {
@@ -138,7 +138,7 @@ TEST_F(GpuPoolImportTest, WithoutThePoolGpuBlocksAreReadInline) {
   for (size_t i = 0; i < 3; ++i) EXPECT_EQ(out.Block(i), Bytes(kBlockBytes, 30 + i)) << i;
   EXPECT_EQ(copier_.counters().device_to_device_copies, 0u);
   EXPECT_EQ(copier_.counters().copies, 3u);  // one from the arena, two from inline staging
-  EXPECT_EQ(ts_.store().Stats().leases_active, 0u);
+  EXPECT_TRUE(ts_.WaitForLeases(0));
 
   // The plain Get (memcpy) never reads the pool either: the GPU block comes inline.
   std::vector<std::byte> plain(3 * kBlockBytes);
@@ -148,7 +148,7 @@ TEST_F(GpuPoolImportTest, WithoutThePoolGpuBlocksAreReadInline) {
   EXPECT_EQ(*plain_got, 3u);
   EXPECT_EQ(std::vector<std::byte>(plain.begin() + kBlockBytes, plain.begin() + 2 * kBlockBytes),
             Bytes(kBlockBytes, 31));
-  EXPECT_EQ(ts_.store().Stats().leases_active, 0u);
+  EXPECT_TRUE(ts_.WaitForLeases(0));
 }
 
 TEST_F(GpuPoolImportTest, GetToPagedScattersStraightOutOfThePool) {
@@ -172,7 +172,7 @@ TEST_F(GpuPoolImportTest, GetToPagedScattersStraightOutOfThePool) {
   EXPECT_EQ(cache, mirror);
   EXPECT_EQ(copier_.counters().scatters, 3u);
   EXPECT_EQ(copier_.counters().device_scatters, 2u);
-  EXPECT_EQ(ts_.store().Stats().leases_active, 0u);
+  EXPECT_TRUE(ts_.WaitForLeases(0));
 }
 
 TEST_F(GpuPoolImportTest, AFailedPoolCopyEndsThePrefix) {
@@ -184,7 +184,7 @@ TEST_F(GpuPoolImportTest, AFailedPoolCopyEndsThePrefix) {
                 .status()
                 .code(),
             StatusCode::kDeviceError);
-  EXPECT_EQ(ts_.store().Stats().leases_active, 0u);
+  EXPECT_TRUE(ts_.WaitForLeases(0));
   EXPECT_EQ(*GetToDevice(*client_, copier_, ns_.id, keys, out.pointers, kBlockBytes, &pool), 2u);
 }
 

@@ -104,7 +104,9 @@ Status AppendValue(CommandContext& ctx, std::string_view key) {
   // Readers take the key's stripe too: a SET then never finds the old value leased (and never
   // answers BUSY for it), and a GET never sees the gap between a SET's remove and its commit.
   MutexLock lock(ctx.server.GenericWriteLock(block_key));
-  KVTIER_ASSIGN_OR_RETURN(store::Lease lease, store.Acquire(ctx.server.generic_ns, block_key));
+  // Read into the reply, from host memory: its reads never promote the value to the GPU pool.
+  KVTIER_ASSIGN_OR_RETURN(store::Lease lease, store.Acquire(ctx.server.generic_ns, block_key,
+                                                            store::Store::Reader::kHostMemory));
   return AppendLeasedBulk(ctx, lease, kGenericValueHeaderBytes, [](std::span<const std::byte> b) {
     if (b.size() < kGenericValueHeaderBytes || b[0] != kGenericValueFormat) {
       return Corruption("stored value has an unknown format");

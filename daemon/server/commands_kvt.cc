@@ -95,7 +95,8 @@ Progress Get(CommandContext& ctx, Command& cmd) {
     if (ctx.OutputFull()) return Progress::kMore;
     Result<store::Lease> lease =
         ctx.stopped ? Result<store::Lease>(NotFound("after a miss"))
-                    : ctx.server.store.Acquire(ns->id, PackedKey(cmd.args[2], ctx.cursor));
+                    : ctx.server.store.Acquire(ns->id, PackedKey(cmd.args[2], ctx.cursor),
+                                               store::Store::Reader::kHostMemory);
     // A block is only useful with its whole prefix: after the first miss, nothing more is read.
     Status st = lease.ok() ? AppendLeasedBulk(ctx, *lease, 0) : lease.status();
     if (!st.ok()) {

@@ -220,7 +220,7 @@ TEST(KvtCommandsFlowTest, GetLargerThanTheInflightLimit) {
   }
   ASSERT_EQ(c.Call(put), "*6\r\n+OK\r\n+OK\r\n+OK\r\n+OK\r\n+OK\r\n+OK\r\n");
   EXPECT_EQ(c.Call({"KVT.GET", ns, PackKeys(keys)}), expected);
-  EXPECT_EQ(ts.store().Stats().leases_active, 0u);
+  EXPECT_TRUE(ts.WaitForLeases(0));
 }
 
 }  // namespace

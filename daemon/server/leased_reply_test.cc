@@ -74,7 +74,7 @@ TEST_F(LeasedReplyTest, LargeValuesArriveWholeAndTheirLeasesEnd) {
   EXPECT_TRUE(SameReply(c_.Call({"GET", "big"}), Bulk(big)));
   EXPECT_TRUE(SameReply(c_.Call({"MGET", "small", "big", "missing", "edge", "big"}),
                         "*5\r\n" + Bulk("s") + Bulk(big) + "$-1\r\n" + Bulk(edge) + Bulk(big)));
-  EXPECT_EQ(LeasesOpen(), 0u);
+  EXPECT_TRUE(ts_.WaitForLeases(0));
 }
 
 TEST_F(LeasedReplyTest, PipelinedGetThenSetOfTheSameKeyDoesNotWaitForItself) {
@@ -87,7 +87,7 @@ TEST_F(LeasedReplyTest, PipelinedGetThenSetOfTheSameKeyDoesNotWaitForItself) {
   EXPECT_TRUE(SameReply(c_.ReadReply(), Bulk(old_value)));
   EXPECT_EQ(c_.ReadReply(), "+OK\r\n");
   EXPECT_EQ(c_.ReadReply(), Bulk("new"));
-  EXPECT_EQ(LeasesOpen(), 0u);
+  EXPECT_TRUE(ts_.WaitForLeases(0));
 }
 
 TEST_F(LeasedReplyTest, SetWaitsForAReaderStillReceivingTheOldValue) {

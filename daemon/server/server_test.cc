@@ -343,7 +343,7 @@ TEST(ServerConcurrencyTest, ConcurrentSetsOfOneKeyAllSucceed) {
   }
   for (std::thread& t : threads) t.join();
   EXPECT_EQ(failures.load(), 0);
-  EXPECT_EQ(ts.store().Stats().leases_active, 0u);
+  EXPECT_TRUE(ts.WaitForLeases(0));
 }
 
 }  // namespace

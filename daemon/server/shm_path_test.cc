@@ -151,7 +151,7 @@ TEST_F(ShmPathTest, ReserveCommitAcquireRelease) {
   EXPECT_EQ(c_.Call({"KVT.RELEASE", std::to_string(a[0].id), std::to_string(a[1].id)}),
             "*2\r\n+OK\r\n+OK\r\n");
   EXPECT_EQ(c_.Call({"KVT.RELEASE", std::to_string(a[0].id)}), "*1\r\n+NOTFOUND\r\n");
-  EXPECT_EQ(ts_.store().Stats().leases_active, 0u);
+  EXPECT_TRUE(ts_.WaitForLeases(0));
   // The inline path reads what was written through shared memory.
   EXPECT_EQ(c_.Call({"KVT.GET", ns_, PackKeys({TestKey(1)})}),
             "*1\r\n" + Bulk(std::string(kBlockBytes, 'b')));
@@ -231,7 +231,7 @@ TEST_F(ShmPathTest, AClientKilledMidGetLeavesNoLease) {
   EXPECT_EQ(c_.Call({"KVT.DEL", ns_, keys}), ":0\r\n");
   reader.Close();
   ASSERT_TRUE(ts_.WaitForClients(1));
-  EXPECT_EQ(ts_.store().Stats().leases_active, 0u);
+  EXPECT_TRUE(ts_.WaitForLeases(0));
   // ...and once its reader is gone it is an ordinary block again.
   EXPECT_EQ(c_.Call({"KVT.DEL", ns_, keys}), ":1\r\n");
 }

@@ -256,4 +256,8 @@ bool TestServer::WaitForClients(uint64_t n) {
   return WaitFor([&] { return server_->Stats().connected_clients == n; });
 }
 
+bool TestServer::WaitForLeases(uint64_t n) {
+  return WaitFor([&] { return store_->Stats().leases_active == n; });
+}
+
 }  // namespace kvtier::server::testing

@@ -115,6 +115,9 @@ class TestServer {
   TestClient ConnectTcp() { return TestClient::ConnectTcp(tcp_port()); }
   // Waits until exactly `n` clients are connected (closed ones have ended their sessions).
   bool WaitForClients(uint64_t n);
+  // Waits until exactly `n` leases are open in the store. A large value sent from its slot has its
+  // lease ended just after the last bytes go out, a moment after the client may have read them.
+  bool WaitForLeases(uint64_t n);
 
  private:
   ServerOptions options_;

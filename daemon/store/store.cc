@@ -324,7 +324,7 @@ Status Store::Put(const NamespaceId& ns, const BlockKey& key, std::span<const st
   return CommitPut(r.id);
 }
 
-Result<Lease> Store::Acquire(const NamespaceId& ns, const BlockKey& key) {
+Result<Lease> Store::Acquire(const NamespaceId& ns, const BlockKey& key, Reader reader) {
   {
     MutexLock lock(leases_mu_);
     if (leases_.size() >= options_.max_leases) {
@@ -341,7 +341,7 @@ Result<Lease> Store::Acquire(const NamespaceId& ns, const BlockKey& key) {
     ++meta.lease_count;
     if (meta.reads < UINT8_MAX) ++meta.reads;
     to_gpu = gpu_level_ < tiers_.size() && meta.tier == TierId::kHost &&
-             gpu_promotion_->OnRead(meta, now);
+             reader == Reader::kGpuPool && gpu_promotion_->OnRead(meta, now);
     generation = meta.generation;
     lease.tier = meta.tier;
     lease.extent = meta.extent;

@@ -150,11 +150,18 @@ class Store {
   // Copy-in convenience: BeginPut, write `bytes` through the tier, CommitPut.
   Status Put(const NamespaceId& ns, const BlockKey& key, std::span<const std::byte> bytes);
 
+  // Whose read a lease serves, for the GPU promotion policy. A block in the GPU pool gains only a
+  // reader that copies it out of the pool device to device (kGpuPool: a client that attached the
+  // pool); any other reader (kHostMemory) would get it through a device-to-host copy, slower than
+  // out of the host arena, so its reads never make a block a promotion candidate.
+  enum class Reader : uint8_t { kGpuPool, kHostMemory };
+
   // Leases a ready block of namespace `ns`. kNotFound on a miss (absent, being written, or of
   // another namespace); kBusy when max_leases are open. A block in the GPU tier is leased with
-  // address nullptr (read it with ReadLeased); a host block that the GPU promotion policy picks
-  // becomes a promotion candidate (nothing is copied here).
-  Result<Lease> Acquire(const NamespaceId& ns, const BlockKey& key);
+  // address nullptr (read it with ReadLeased); a host block that the GPU promotion policy picks,
+  // counting kGpuPool reads only, becomes a promotion candidate (nothing is copied here).
+  Result<Lease> Acquire(const NamespaceId& ns, const BlockKey& key,
+                        Reader reader = Reader::kGpuPool);
 
   // Ends a lease. kNotFound when unknown (already released or timed out).
   Status Release(uint64_t lease_id);

@@ -64,6 +64,27 @@ class StoreGpuTest : public StoreTest {
   }
 };
 
+TEST_F(StoreGpuTest, ReadsOfReadersWithoutThePoolNeverPromote) {
+  BuildWithGpu(4, 4);
+  ASSERT_TRUE(PutBlock(1).ok());
+  for (int i = 0; i < 5; ++i) {
+    Result<Lease> lease = store_->Acquire(kNs, Key(1), Store::Reader::kHostMemory);
+    ASSERT_TRUE(lease.ok());
+    ASSERT_TRUE(store_->Release(lease->id).ok());
+  }
+  EXPECT_EQ(store_->PendingPromotions(), 0u);
+  EXPECT_EQ(store_->PromoteCandidates(16), 0u);
+  EXPECT_EQ(TierOf(1), TierId::kHost);
+  // Two reads by a client of the pool do.
+  for (int i = 0; i < 2; ++i) {
+    Result<Lease> lease = store_->Acquire(kNs, Key(1), Store::Reader::kGpuPool);
+    ASSERT_TRUE(lease.ok());
+    ASSERT_TRUE(store_->Release(lease->id).ok());
+  }
+  EXPECT_EQ(store_->PromoteCandidates(16), 1u);
+  EXPECT_EQ(TierOf(1), TierId::kGpu);
+}
+
 TEST_F(StoreGpuTest, PutsLandInHostNeverInTheGpu) {
   BuildWithGpu(4, 2);
   for (uint64_t n = 1; n <= 3; ++n) ASSERT_TRUE(PutBlock(n).ok());
