@@ -6,9 +6,6 @@
 // the paged kernel (label gpu; skipped without a device, as tests/gpu/gpu_test_support.h says).
 #include <gtest/gtest.h>
 #include <signal.h>
-#include <spawn.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <memory>
 #include <string>
@@ -16,12 +13,11 @@
 
 #include "client/gpu/paged_test_util.h"
 #include "daemon/server/test_client.h"
+#include "tests/fakes/child_process.h"
 #if KVTIER_TEST_CUDA_POOL
 #include "tests/gpu/gpu_test_support.h"
 #include "tiers/gpu/gpu_tier.h"
 #endif
-
-extern char** environ;
 
 namespace kvtier::client::gpu {
 namespace {
@@ -40,44 +36,10 @@ constexpr const char* kCopier = "cuda";
 constexpr const char* kCopier = "fake";
 #endif
 
-// A child started with posix_spawn (fork after CUDA initialisation is not allowed), its stdout
-// readable through a pipe.
-struct Child {
-  pid_t pid = -1;
-  int out = -1;
-};
-
-Child Spawn(std::vector<std::string> args) {
-  int fds[2];
-  EXPECT_EQ(::pipe(fds), 0);
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_adddup2(&actions, fds[1], STDOUT_FILENO);
-  posix_spawn_file_actions_addclose(&actions, fds[0]);
-  std::vector<char*> argv;
-  for (std::string& arg : args) argv.push_back(arg.data());
-  argv.push_back(nullptr);
-  Child child;
-  EXPECT_EQ(::posix_spawn(&child.pid, argv[0], &actions, nullptr, argv.data(), environ), 0);
-  posix_spawn_file_actions_destroy(&actions);
-  ::close(fds[1]);
-  child.out = fds[0];
-  return child;
-}
-
-int Wait(Child& child) {
-  int status = 0;
-  ::waitpid(child.pid, &status, 0);
-  ::close(child.out);
-  return status;
-}
-
-std::string ReadLine(int fd) {
-  std::string line;
-  char c;
-  while (::read(fd, &c, 1) == 1 && c != '\n') line += c;
-  return line;
-}
+using kvtier::testing::Child;
+using kvtier::testing::ReadLine;
+using kvtier::testing::Spawn;
+using kvtier::testing::Wait;
 
 class GpuPoolProcessTest : public ::testing::Test {
  protected:

@@ -3,9 +3,6 @@
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 #include <signal.h>
-#include <spawn.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <string>
@@ -13,9 +10,8 @@
 
 #include "common/cuda/cuda_handles.h"
 #include "common/cuda/ipc_test_util.h"
+#include "tests/fakes/child_process.h"
 #include "tests/gpu/gpu_test_support.h"
-
-extern char** environ;
 
 namespace kvtier::cuda {
 namespace {
@@ -23,44 +19,10 @@ namespace {
 constexpr size_t kBytes = size_t{4} << 20;
 constexpr uint8_t kSeed = 17;
 
-// A child process started with posix_spawn (fork after CUDA initialisation is not allowed), its
-// stdout readable through a pipe.
-struct Child {
-  pid_t pid = -1;
-  int out = -1;
-};
-
-Child Spawn(std::vector<std::string> args) {
-  int fds[2];
-  EXPECT_EQ(::pipe(fds), 0);
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_adddup2(&actions, fds[1], STDOUT_FILENO);
-  posix_spawn_file_actions_addclose(&actions, fds[0]);
-  std::vector<char*> argv;
-  for (std::string& arg : args) argv.push_back(arg.data());
-  argv.push_back(nullptr);
-  Child child;
-  EXPECT_EQ(::posix_spawn(&child.pid, argv[0], &actions, nullptr, argv.data(), environ), 0);
-  posix_spawn_file_actions_destroy(&actions);
-  ::close(fds[1]);
-  child.out = fds[0];
-  return child;
-}
-
-int Wait(Child& child) {
-  int status = 0;
-  ::waitpid(child.pid, &status, 0);
-  ::close(child.out);
-  return status;
-}
-
-std::string ReadLine(int fd) {
-  std::string line;
-  char c;
-  while (::read(fd, &c, 1) == 1 && c != '\n') line += c;
-  return line;
-}
+using kvtier::testing::Child;
+using kvtier::testing::ReadLine;
+using kvtier::testing::Spawn;
+using kvtier::testing::Wait;
 
 std::vector<std::byte> DeviceBytes(const DeviceBuffer& buffer) {
   std::vector<std::byte> host(buffer.size());

@@ -46,9 +46,12 @@ Status WriteReservation(store::Store& store, const store::Reservation& r, std::s
   return store.tier(r.tier)->Write(r.extent, block);
 }
 
-// Stores `value` under `key`, replacing the old value. false (nothing changed): the old value is
-// leased by a reader, most likely a GET still sending it; the caller waits and tries again.
-Result<bool> StoreValue(CommandContext& ctx, std::string_view key, std::string_view value) {
+// Replaces the value of `key` under the key's write lock: removes the old block, then
+// `publish(block_key)` stores the new one (kAlreadyExists: a block came back in between; it is
+// removed again). false (nothing changed): the old value is leased by a reader, most likely a GET
+// still sending it; the caller waits and tries again.
+template <typename Publish>
+Result<bool> ReplaceValue(CommandContext& ctx, std::string_view key, Publish&& publish) {
   store::Store& store = ctx.server.store;
   const NamespaceId& ns = ctx.server.generic_ns;
   const BlockKey block_key = GenericKey(ns, key);
@@ -57,43 +60,43 @@ Result<bool> StoreValue(CommandContext& ctx, std::string_view key, std::string_v
     Status removed = store.Remove(ns, block_key);
     if (removed.code() == StatusCode::kBusy) return false;
     if (!removed.ok() && removed.code() != StatusCode::kNotFound) return removed;
-    Result<store::Reservation> r =
-        store.BeginPut(ns, block_key, kGenericValueHeaderBytes + value.size());
-    if (!r.ok() && r.status().code() == StatusCode::kAlreadyExists) continue;
-    if (!r.ok()) return r.status();
-    if (Status st = WriteReservation(store, *r, value); !st.ok()) {
-      (void)store.AbortPut(r->id);
-      return st;
-    }
-    KVTIER_RETURN_IF_ERROR(store.CommitPut(r->id));
+    Status published = publish(block_key);
+    if (published.code() == StatusCode::kAlreadyExists) continue;
+    if (!published.ok()) return published;
     return true;
   }
   return Busy("the key is being replaced concurrently");
 }
 
-// Publishes a value received into a reserved slot (CommandContext::staged_value) under `key`,
-// replacing the old value; results as StoreValue. The reservation is left to the caller when the
-// answer is "wait for readers"; otherwise it is used up (published, or aborted on an error).
-Result<bool> PublishStagedValue(CommandContext& ctx, std::string_view key, uint64_t reservation) {
+// Stores `value` under `key`, replacing the old value; results as ReplaceValue.
+Result<bool> StoreValue(CommandContext& ctx, std::string_view key, std::string_view value) {
   store::Store& store = ctx.server.store;
-  const NamespaceId& ns = ctx.server.generic_ns;
-  const BlockKey block_key = GenericKey(ns, key);
-  MutexLock lock(ctx.server.GenericWriteLock(block_key));
-  for (int attempt = 0; attempt < kSetAttempts; ++attempt) {
-    Status removed = store.Remove(ns, block_key);
-    if (removed.code() == StatusCode::kBusy) return false;
-    if (!removed.ok() && removed.code() != StatusCode::kNotFound) return removed;
-    Status published = store.CommitPutAs(reservation, block_key);
-    if (published.code() == StatusCode::kAlreadyExists) continue;
-    // Published, or gone (CommitPutAs ends the reservation on every other error) ...
-    if (published.code() != StatusCode::kRejected) {
+  return ReplaceValue(ctx, key, [&](const BlockKey& block_key) -> Status {
+    KVTIER_ASSIGN_OR_RETURN(
+        const store::Reservation r,
+        store.BeginPut(ctx.server.generic_ns, block_key, kGenericValueHeaderBytes + value.size()));
+    if (Status st = WriteReservation(store, r, value); !st.ok()) {
+      (void)store.AbortPut(r.id);
+      return st;
+    }
+    return store.CommitPut(r.id);
+  });
+}
+
+// Publishes a value received into a reserved slot (CommandContext::staged_value) under `key`,
+// replacing the old value; results as ReplaceValue. The reservation is left to the caller when
+// the answer is "wait for readers" or the key is another namespace's; otherwise it is used up
+// (published, or gone with the error).
+Result<bool> PublishStagedValue(CommandContext& ctx, std::string_view key, uint64_t reservation) {
+  return ReplaceValue(ctx, key, [&](const BlockKey& block_key) {
+    Status published = ctx.server.store.CommitPutAs(reservation, block_key);
+    const StatusCode code = published.code();
+    if (code != StatusCode::kAlreadyExists && code != StatusCode::kRejected) {
       (void)ctx.session.TakeReservation(reservation);
       ctx.staged_value.reset();
     }
-    if (!published.ok()) return published;
-    return true;
-  }
-  return Busy("the key is being replaced concurrently");
+    return published;
+  });
 }
 
 // Appends the value of `key` as a bulk string. kNotFound (nothing appended) on a miss; another

@@ -166,7 +166,7 @@ Result<Reservation> Store::BeginPut(const NamespaceId& ns, const BlockKey& key, 
   return reservation;
 }
 
-Status Store::CommitPut(uint64_t reservation_id, std::optional<uint64_t> checksum) {
+Result<Store::ReservationRecord> Store::TakeReservation(uint64_t reservation_id, bool erase) {
   ReservationRecord record;
   {
     MutexLock lock(reservations_mu_);
@@ -176,47 +176,31 @@ Status Store::CommitPut(uint64_t reservation_id, std::optional<uint64_t> checksu
                       " (finished, aborted or timed out)");
     }
     record = it->second;
+    if (!erase) return record;
     reservations_.erase(it);
   }
   if (record.expired) {
     tier(record.tier)->Free(record.extent);
     return NotFound("reservation " + std::to_string(reservation_id) + " timed out");
   }
+  return record;
+}
+
+Status Store::CommitPut(uint64_t reservation_id, std::optional<uint64_t> checksum) {
+  KVTIER_ASSIGN_OR_RETURN(const ReservationRecord record, TakeReservation(reservation_id, true));
   return Publish(record, checksum);
 }
 
 Status Store::CommitPutAs(uint64_t reservation_id, const BlockKey& key,
                           std::optional<uint64_t> checksum) {
-  ReservationRecord record;
-  {
-    MutexLock lock(reservations_mu_);
-    auto it = reservations_.find(reservation_id);
-    if (it == reservations_.end()) {
-      return NotFound("no reservation " + std::to_string(reservation_id) +
-                      " (finished, aborted or timed out)");
-    }
-    record = it->second;
-  }
+  KVTIER_ASSIGN_OR_RETURN(ReservationRecord record, TakeReservation(reservation_id, false));
   // The usual conflict (the key's old block is still there) leaves the reservation alone, so the
   // caller can remove the old block and try again.
   if (std::optional<BlockMeta> existing = index_->Get(key); existing && !record.expired) {
     if (existing->ns != record.ns) return Rejected("key is in use by another namespace");
     return AlreadyExists("the key holds a block; remove it first");
   }
-  {
-    MutexLock lock(reservations_mu_);
-    auto it = reservations_.find(reservation_id);
-    if (it == reservations_.end()) {
-      return NotFound("no reservation " + std::to_string(reservation_id) +
-                      " (finished, aborted or timed out)");
-    }
-    record = it->second;
-    reservations_.erase(it);
-  }
-  if (record.expired) {
-    tier(record.tier)->Free(record.extent);
-    return NotFound("reservation " + std::to_string(reservation_id) + " timed out");
-  }
+  KVTIER_ASSIGN_OR_RETURN(record, TakeReservation(reservation_id, true));
   // Move the writing entry from the staging key to `key`. The entry is invisible to readers in
   // between, so nobody sees the block under either key until Publish marks it ready.
   std::optional<BlockMeta> staged = index_->EraseIf(record.key, [&](const BlockMeta& m) {
@@ -419,7 +403,9 @@ Status Store::Get(const NamespaceId& ns, const BlockKey& key, std::vector<std::b
                   ? (std::memcpy(out.data(), lease.address, out.size()), Status::Ok())
                   : ReadLeased(lease, out);
   Status released = Release(lease.id);
-  return st.ok() ? released : st;
+  // A lease that ended before its release may have had its slot reused under the read: whatever
+  // was read (a checksum mismatch included) is not the block's, and the answer is a miss.
+  return released.ok() ? st : released;
 }
 
 index::LookupResult Store::Lookup(const NamespaceId& ns, std::span<const BlockKey> keys) {

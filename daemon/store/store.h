@@ -306,6 +306,9 @@ class Store {
   void DropCorrupt(const BlockKey& key, const index::BlockMeta& meta);
   // The position of tier `id` in tiers_, or tiers_.size() when absent.
   size_t LevelOf(TierId id) const;
+  // A reservation's record: removed from the table when `erase` (an expired one then has its
+  // space freed and answers kNotFound), only looked at otherwise. kNotFound when unknown.
+  Result<ReservationRecord> TakeReservation(uint64_t reservation_id, bool erase);
   // Second half of CommitPut and CommitPutAs: the record has left reservations_.
   Status Publish(const ReservationRecord& record, std::optional<uint64_t> checksum);
   // Removes a reservation's kWriting entry (only that incarnation) and frees its extent.
