@@ -170,6 +170,12 @@ Status BlockIndex::MoveTier(const BlockKey& key, const BlockMeta& from, TierId t
     MutexLock policy_lock(from.mu);
     from.policy->Erase(key);
   }
+  if (meta.tier == TierId::kGpu) {
+    // Out of the GPU: the block must earn its way back with a fresh window of reads, or a pool
+    // that is too small would copy the same blocks up and down at every read.
+    meta.window_start_us = 0;
+    meta.window_reads = 0;
+  }
   meta.tier = tier;
   meta.extent = extent;
   meta.has_shadow = meta.has_shadow && keep_shadow;

@@ -121,8 +121,10 @@ Status AppendLeasedBulk(CommandContext& ctx, const store::Lease& lease, size_t s
   }
   Status released = store.Release(lease.id);
   if (!released.ok()) {
+    // The lease lapsed under the read: whatever was read, or found wrong, may be another block's
+    // bytes. A miss, not a corrupt block.
     ctx.reply.buffer()->resize(reply_mark);
-    if (st.ok()) st = released;
+    st = released;
   }
   return st;
 }

@@ -158,9 +158,10 @@ size_t Connection::ReadAvailable(error_code& ec) {
   ec.clear();
   const size_t pending = parser_.pending_bulk_bytes();
   if (pending > 0) staged_.MaybeBegin(server_, session_, parser_, arrived);
-  if (!staged_.Open(server_.store)) {
-    // The value's reservation timed out while it arrived: its slot may be given to another block
-    // soon, so nothing more is written there, and the SET could not be published anyway.
+  if (!staged_.Renew(server_.store)) {
+    // The value's reservation timed out (no byte came for reservation_timeout): its slot may be
+    // given to another block soon, so nothing more is written there, and the SET could not be
+    // published anyway.
     ec = asio::error::timed_out;
     return 0;
   }

@@ -59,8 +59,8 @@ void StagedValue::MaybeBegin(ServerContext& server, Session& session, resp::Requ
   server.counters.staged_values.fetch_add(1, std::memory_order_relaxed);
 }
 
-bool StagedValue::Open(const store::Store& store) const {
-  return !reservation_ || store.ReservationOpen(*reservation_);
+bool StagedValue::Renew(store::Store& store) const {
+  return !reservation_ || store.RenewReservation(*reservation_);
 }
 
 void AbortStagedValue(ServerContext& server, Session& session, uint64_t reservation) {

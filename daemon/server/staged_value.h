@@ -5,15 +5,16 @@
 // arena. Once enough of such a value has arrived, the connection reserves the value's block in the
 // host tier under a placeholder key, diverts the parser's payload into the slot
 // (RequestParser::DivertBulk), and SET publishes the reservation under the real key
-// (Store::CommitPutAs) instead of copying. The first eighth of the value still goes into the
+// (Store::CommitPutAs) instead of copying. The reservation is renewed before every read into the
+// slot, so a value may take as long as it needs to arrive while bytes keep coming. The first eighth of the value still goes into the
 // argument: the space is reserved only when that much has arrived, so a client that declares a
 // long value and sends little of it holds at most eight times what it sent, as the argument's own
 // growth would (twice).
 //
 // The reservation is the session's, so a client that disconnects mid-value, or whose frame turns
 // out malformed, has it aborted with the connection (Session::EndAll); nobody ever sees a partial
-// value. A reservation that times out while its bytes are still arriving is checked for before
-// every read into the slot (Open()), so the connection never writes into space given back.
+// value. A reservation that times out anyway (no byte for reservation_timeout) is found by that
+// renewal (Renew()), and the connection closes without writing into space given back.
 //
 // One per connection, used only on its strand.
 #pragma once
@@ -41,8 +42,9 @@ class StagedValue {
   void MaybeBegin(ServerContext& server, Session& session, resp::RequestParser& parser,
                   size_t waiting_in_socket);
   bool active() const { return reservation_.has_value(); }
-  // False when the reservation has ended (timed out): the connection must stop reading into it.
-  bool Open(const store::Store& store) const;
+  // Renews the reservation before a read into its slot. False when it has ended (timed out): the
+  // connection must stop reading into it.
+  bool Renew(store::Store& store) const;
   // Hands the reservation to the command that finished receiving it.
   std::optional<uint64_t> Take() { return std::exchange(reservation_, std::nullopt); }
   // A new command begins: it may be staged again.

@@ -215,7 +215,7 @@ Status Store::CommitPutAs(uint64_t reservation_id, const BlockKey& key,
     // Another writer took the key between the check above and here.
     tier(record.tier)->Free(record.extent);
     counters_.aborted_puts.fetch_add(1);
-    return st.code() == StatusCode::kAlreadyExists ? Busy("the key was written concurrently") : st;
+    return Busy("the key was written concurrently: " + st.message());
   }
   record.key = key;
   return Publish(record, checksum);
@@ -263,10 +263,12 @@ Status Store::Publish(const ReservationRecord& record, std::optional<uint64_t> c
   return Status::Ok();
 }
 
-bool Store::ReservationOpen(uint64_t reservation_id) const {
+bool Store::RenewReservation(uint64_t reservation_id) {
   MutexLock lock(reservations_mu_);
   auto it = reservations_.find(reservation_id);
-  return it != reservations_.end() && !it->second.expired;
+  if (it == reservations_.end() || it->second.expired) return false;
+  it->second.deadline_us = clock_.NowMicros() + options_.reservation_timeout_us;
+  return true;
 }
 
 Status Store::AbortPut(uint64_t reservation_id) {

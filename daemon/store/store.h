@@ -135,14 +135,15 @@ class Store {
   // its key could run). Errors: kNotFound (reservation unknown or timed out: it is gone);
   // kAlreadyExists or kRejected when `key` holds a block (the reservation stays: remove that
   // block and call again, or AbortPut); kBusy when another writer took `key` meanwhile (the
-  // reservation is gone).
+  // reservation is gone then).
   Status CommitPutAs(uint64_t reservation_id, const BlockKey& key,
                      std::optional<uint64_t> checksum = std::nullopt);
 
-  // Whether a reservation is still open (not committed, aborted or timed out): a writer that
-  // fills a slot over a long time checks before each piece, so it never writes into space a
-  // timed-out reservation has given back.
-  bool ReservationOpen(uint64_t reservation_id) const;
+  // Moves an open reservation's deadline to now + reservation_timeout, for a writer that fills
+  // its slot over a long time (the server receiving a large value from a slow client): it renews
+  // before each piece. false when the reservation is not open any more (committed, aborted or
+  // timed out): then nothing more may be written into its slot.
+  bool RenewReservation(uint64_t reservation_id);
 
   // Gives a reservation back. kNotFound when unknown.
   Status AbortPut(uint64_t reservation_id);

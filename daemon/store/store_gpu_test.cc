@@ -85,6 +85,21 @@ TEST_F(StoreGpuTest, ReadsOfReadersWithoutThePoolNeverPromote) {
   EXPECT_EQ(TierOf(1), TierId::kGpu);
 }
 
+TEST_F(StoreGpuTest, ADemotedBlockNeedsAFreshWindowOfReadsToComeBack) {
+  BuildWithGpu(1, 4);
+  PutAndPromote(1);
+  PutAndPromote(2);  // the pool holds one block: 1 goes back to host
+  ASSERT_EQ(TierOf(1), TierId::kHost);
+  // Its reads before the demotion do not count again: one read is not enough to come back.
+  ExpectBytes(1);
+  EXPECT_EQ(store_->PromoteCandidates(16), 0u);
+  EXPECT_EQ(TierOf(1), TierId::kHost);
+  ExpectBytes(1);
+  EXPECT_EQ(store_->PromoteCandidates(16), 1u);
+  EXPECT_EQ(TierOf(1), TierId::kGpu);
+  EXPECT_EQ(TierOf(2), TierId::kHost);
+}
+
 TEST_F(StoreGpuTest, PutsLandInHostNeverInTheGpu) {
   BuildWithGpu(4, 2);
   for (uint64_t n = 1; n <= 3; ++n) ASSERT_TRUE(PutBlock(n).ok());

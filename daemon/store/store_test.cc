@@ -54,15 +54,15 @@ TEST_F(StoreTest, CommitPutAsPublishesAReservationUnderAnotherKey) {
   ASSERT_TRUE(PutBlock(2).ok());
   auto r = store_->BeginPut(kNs, Key(100), kBlock);  // Key(100): a placeholder
   ASSERT_TRUE(r.ok());
-  EXPECT_TRUE(store_->ReservationOpen(r->id));
+  EXPECT_TRUE(store_->RenewReservation(r->id));
   std::vector<std::byte> bytes = Payload(9);
   std::memcpy(r->address, bytes.data(), kBlock);
   // The target key holds a block: the reservation stays for a retry once it is removed.
   EXPECT_EQ(store_->CommitPutAs(r->id, Key(2)).code(), StatusCode::kAlreadyExists);
-  EXPECT_TRUE(store_->ReservationOpen(r->id));
+  EXPECT_TRUE(store_->RenewReservation(r->id));
   ASSERT_TRUE(store_->Remove(kNs, Key(2)).ok());
   ASSERT_TRUE(store_->CommitPutAs(r->id, Key(2), 55).ok());
-  EXPECT_FALSE(store_->ReservationOpen(r->id));
+  EXPECT_FALSE(store_->RenewReservation(r->id));
   EXPECT_FALSE(Cached(100));
   std::vector<std::byte> out;
   ASSERT_TRUE(store_->Get(kNs, Key(2), out).ok());
@@ -76,13 +76,27 @@ TEST_F(StoreTest, CommitPutAsPublishesAReservationUnderAnotherKey) {
   EXPECT_TRUE(PutBlock(100).ok());
 }
 
+TEST_F(StoreTest, ARenewedReservationOutlivesItsFirstDeadline) {
+  Build({2});
+  auto r = store_->BeginPut(kNs, Key(1), kBlock);
+  ASSERT_TRUE(r.ok());
+  clock_.AdvanceMicros(1'500'000);  // three quarters of the reservation timeout
+  ASSERT_TRUE(store_->RenewReservation(r->id));
+  clock_.AdvanceMicros(1'500'000);  // past the first deadline, not the renewed one
+  EXPECT_EQ(store_->ExpireDeadlines(), 0u);
+  std::memcpy(r->address, Payload(1).data(), kBlock);
+  ASSERT_TRUE(store_->CommitPut(r->id).ok());
+  EXPECT_TRUE(Cached(1));
+  EXPECT_FALSE(store_->RenewReservation(r->id));  // committed: nothing to renew
+}
+
 TEST_F(StoreTest, CommitPutAsOfATimedOutReservationGivesItsSpaceBack) {
   Build({1});
   auto r = store_->BeginPut(kNs, Key(100), kBlock);
   ASSERT_TRUE(r.ok());
   clock_.AdvanceMicros(2'000'000);
   EXPECT_EQ(store_->ExpireDeadlines(), 1u);
-  EXPECT_FALSE(store_->ReservationOpen(r->id));
+  EXPECT_FALSE(store_->RenewReservation(r->id));
   EXPECT_EQ(store_->CommitPutAs(r->id, Key(1)).code(), StatusCode::kNotFound);
   EXPECT_FALSE(Cached(1));
   EXPECT_EQ(store_->Stats().blocks_quarantined, 0u);

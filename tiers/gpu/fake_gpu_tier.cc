@@ -1,5 +1,6 @@
 #include "tiers/gpu/fake_gpu_tier.h"
 
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -19,12 +20,19 @@ Result<std::unique_ptr<FakeGpuTier>> FakeGpuTier::Create(const GpuTierOptions& o
                                                  .alignment = options.alignment}));
   // A sparse memfd: like a device pool it costs nothing until blocks are written, and, unlike an
   // anonymous mapping, another process can map the same pages (ExportForClients).
-  const int fd = ::memfd_create("kvtier-fake-gpu", MFD_CLOEXEC);
+  const int fd = ::memfd_create("kvtier-fake-gpu", MFD_CLOEXEC | MFD_ALLOW_SEALING);
   if (fd < 0) return ErrnoStatus(errno, "fake GPU tier: memfd_create");
   if (::ftruncate(fd, static_cast<off_t>(options.capacity_bytes)) != 0) {
     const int err = errno;
     ::close(fd);
     return ErrnoStatus(err, "fake GPU tier: ftruncate");
+  }
+  // Clients get this fd (KVT.GPUATTACH): sealed, none of them can shrink the file under the
+  // daemon's mapping (the daemon would die of SIGBUS touching the lost pages), as for the arena.
+  if (::fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
+    const int err = errno;
+    ::close(fd);
+    return ErrnoStatus(err, "fake GPU tier: sealing the memfd");
   }
   void* base = ::mmap(nullptr, options.capacity_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (base == MAP_FAILED) {

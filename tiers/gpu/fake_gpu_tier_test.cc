@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cstring>
 
@@ -49,6 +50,9 @@ TEST(FakeGpuTierTest, TheExportIsAMemfdOfThePool) {
   ASSERT_EQ(fstat(exported->fd, &st), 0);
   EXPECT_EQ(static_cast<uint64_t>(st.st_size), kPool);
   EXPECT_EQ((*tier)->ExportForClients()->fd, exported->fd);  // one export for the tier's life
+  // Sealed: a client holding the fd cannot shrink the pool under the daemon's mapping.
+  EXPECT_NE(ftruncate(exported->fd, 0), 0);
+  EXPECT_NE(ftruncate(exported->fd, static_cast<off_t>(kPool) * 2), 0);
 
   Result<Extent> first = (*tier)->Allocate(4096);
   Result<Extent> second = (*tier)->Allocate(4096);
