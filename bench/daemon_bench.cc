@@ -203,9 +203,10 @@ Status ShmPutBatch(client::Client& c, const NamespaceId& ns, std::span<const Blo
 
 Status ShmGetBatch(client::Client& c, const NamespaceId& ns, std::span<const BlockKey> keys,
                    ShmBuffers& b) {
-  KVTIER_ASSIGN_OR_RETURN(size_t served, c.Get(ns, keys, std::span(b.dst_ptrs).first(keys.size()),
-                                               kShmBlockBytes));
-  if (served != keys.size()) return Internal("shm Get served " + std::to_string(served) + " blocks");
+  KVTIER_ASSIGN_OR_RETURN(
+      size_t served, c.Get(ns, keys, std::span(b.dst_ptrs).first(keys.size()), kShmBlockBytes));
+  if (served != keys.size())
+    return Internal("shm Get served " + std::to_string(served) + " blocks");
   return Status::Ok();
 }
 

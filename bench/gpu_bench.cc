@@ -43,8 +43,8 @@
 #include "client/client.h"
 #include "client/gpu/cuda_device_copier.h"
 #include "client/gpu/device_transfer.h"
-#include "client/gpu/paged_test_util.h"
 #include "client/gpu/gpu_pool_import.h"
+#include "client/gpu/paged_test_util.h"
 #include "common/clock.h"
 #include "common/cuda/cuda_handles.h"
 #include "daemon/server/server.h"
@@ -210,8 +210,8 @@ void ChildIpc(const std::string& url, size_t blocks, int reps) {
   cuda::DeviceBuffer local = Check(cuda::DeviceBuffer::Allocate(0, blocks * kBlockBytes), "buffer");
   std::vector<double> raw_s, get_s;
   for (int r = -1; r < reps; ++r) {
-    const double s = TimeCopies(local.get(), pool.base(), blocks, kBlockBytes,
-                                cudaMemcpyDeviceToDevice, stream);
+    const double s =
+        TimeCopies(local.get(), pool.base(), blocks, kBlockBytes, cudaMemcpyDeviceToDevice, stream);
     if (r >= 0) raw_s.push_back(s);
   }
   auto copier = Check(client::gpu::CudaDeviceCopier::Create(0), "copier");
@@ -224,17 +224,16 @@ void ChildIpc(const std::string& url, size_t blocks, int reps) {
   for (int r = -1; r < reps; ++r) {
     CheckCuda(cudaMemset(local.get(), 0, blocks * kBlockBytes), "cudaMemset");
     const double t0 = NowSeconds();
-    const size_t served = Check(
-        client::gpu::GetToDevice(c, *copier, IpcNamespace(), keys, dst, kBlockBytes, &pool),
-        "GetToDevice");
+    const size_t served =
+        Check(client::gpu::GetToDevice(c, *copier, IpcNamespace(), keys, dst, kBlockBytes, &pool),
+              "GetToDevice");
     const double t1 = NowSeconds();
     if (served != blocks) Die("GetToDevice", Internal("served " + std::to_string(served)));
     if (r >= 0) get_s.push_back(t1 - t0);
   }
   // The copied bytes are the pool's: every block starts with the parent's 0x42 fill.
   unsigned char first = 0;
-  CheckCuda(cudaMemcpy(&first, local.get() + (blocks - 1) * kBlockBytes, 1,
-                       cudaMemcpyDeviceToHost),
+  CheckCuda(cudaMemcpy(&first, local.get() + (blocks - 1) * kBlockBytes, 1, cudaMemcpyDeviceToHost),
             "cudaMemcpy");
   if (first != 0x42) Die("IPC import", Internal("imported bytes differ from the pool's"));
   const double gb = static_cast<double>(blocks * kBlockBytes) / 1e9;
@@ -285,8 +284,8 @@ IpcFigures MeasureIpc(const char* self, size_t blocks, int reps) {
                                              .try_mlock = false,
                                              .name = ""}),
                     "HostTier");
-  auto store = Check(store::Store::Create({}, {gpu.get(), host.get()}, SteadyClock::Instance()),
-                     "store");
+  auto store =
+      Check(store::Store::Create({}, {gpu.get(), host.get()}, SteadyClock::Instance()), "store");
   Check(store->RegisterNamespace(
             {.id = IpcNamespace(), .block_bytes = kBlockBytes, .label = "gpu-bench ipc"}),
         "register");
@@ -314,8 +313,8 @@ IpcFigures MeasureIpc(const char* self, size_t blocks, int reps) {
   if (::mkdtemp(dir.data()) == nullptr) Die("mkdtemp", ErrnoStatus(errno, "mkdtemp"));
   server::ServerOptions server_options;
   server_options.unix_path = dir + "/kvtierd.sock";
-  auto server = Check(server::Server::Create(server_options, *store, host.get(), gpu.get()),
-                      "server");
+  auto server =
+      Check(server::Server::Create(server_options, *store, host.get(), gpu.get()), "server");
   Check(server->Start(), "start the server");
   const std::string out = RunIpcChild(self, "unix://" + server_options.unix_path, blocks, reps);
   server->Stop();

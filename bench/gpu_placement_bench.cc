@@ -56,8 +56,8 @@ struct Outcome {
 BlockKey KeyOf(uint64_t hash_id) { return BlockKey{{0x7ace, hash_id}}; }
 
 // Leases and reads the first `hits` blocks, checking the id each payload starts with.
-void ReadPrefix(store::Store& store, const TraceRequest& r, size_t hits, std::vector<std::byte>& buf,
-                Outcome& out) {
+void ReadPrefix(store::Store& store, const TraceRequest& r, size_t hits,
+                std::vector<std::byte>& buf, Outcome& out) {
   for (size_t i = 0; i < hits; ++i) {
     Result<store::Lease> lease = store.Acquire(kNs, KeyOf(r.hash_ids[i]));
     if (!lease.ok()) {
@@ -159,7 +159,8 @@ int main(int argc, char** argv) {
     PrintFigure("gpu_copies_per_read_" + p.name, ratio(o.promotions, o.read_blocks), "ratio");
   }
   if (errors > 0) {
-    std::fprintf(stderr, "%llu errors or wrong payloads\n", static_cast<unsigned long long>(errors));
+    std::fprintf(stderr, "%llu errors or wrong payloads\n",
+                 static_cast<unsigned long long>(errors));
     return 1;
   }
   return 0;

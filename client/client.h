@@ -209,8 +209,8 @@ class Client {
   // from there.
   Result<std::vector<Status>> PutWith(const NamespaceId& ns, std::span<const BlockKey> keys,
                                       size_t block_bytes, SlotCopier& copier);
-  Result<size_t> GetWith(const NamespaceId& ns, std::span<const BlockKey> keys,
-                         size_t block_bytes, SlotCopier& copier);
+  Result<size_t> GetWith(const NamespaceId& ns, std::span<const BlockKey> keys, size_t block_bytes,
+                         SlotCopier& copier);
 
   // ---- Pins, removal, statistics ----
 

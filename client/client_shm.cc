@@ -109,9 +109,9 @@ Result<std::vector<Status>> Client::Put(const NamespaceId& ns, std::span<const B
   AppendKeyCommands(reserve, "KVT.RESERVE", ns, keys, kMaxKeysPerCommand,
                     std::span<const std::string>(&size_arg, 1));
   KVTIER_ASSIGN_OR_RETURN(std::vector<resp::Reply> reserve_replies, RoundTrip(reserve));
-  KVTIER_ASSIGN_OR_RETURN(std::vector<SlotGrant> grants,
-                          DecodeChunkedGrants(reserve_replies, keys.size(), kMaxKeysPerCommand,
-                                              "KVT.RESERVE"));
+  KVTIER_ASSIGN_OR_RETURN(
+      std::vector<SlotGrant> grants,
+      DecodeChunkedGrants(reserve_replies, keys.size(), kMaxKeysPerCommand, "KVT.RESERVE"));
   FilledSlots filled = FillSlots(grants, blocks, block_bytes, statuses);
   KVTIER_RETURN_IF_ERROR(FinishReservations(filled, statuses));
   return statuses;
@@ -126,9 +126,9 @@ Client::FilledSlots Client::FillSlots(std::span<const SlotGrant> grants,
     if (!grants[i].status.ok()) continue;
     std::byte* slot = arena_.Slice(grants[i].offset, block_bytes);
     if (slot == nullptr) {
-      statuses[i] = Internal("KVT.RESERVE: slot at offset " + std::to_string(grants[i].offset) +
-                             " lies outside the " + std::to_string(arena_.size_bytes()) +
-                             "-byte arena");
+      statuses[i] =
+          Internal("KVT.RESERVE: slot at offset " + std::to_string(grants[i].offset) +
+                   " lies outside the " + std::to_string(arena_.size_bytes()) + "-byte arena");
       filled.abort_ids.push_back(grants[i].id);
       continue;
     }
@@ -185,9 +185,9 @@ Result<size_t> Client::Get(const NamespaceId& ns, std::span<const BlockKey> keys
   RequestBuffer acquire;
   AppendKeyCommands(acquire, "KVT.ACQUIRE", ns, keys, kMaxKeysPerCommand);
   KVTIER_ASSIGN_OR_RETURN(std::vector<resp::Reply> acquire_replies, RoundTrip(acquire));
-  KVTIER_ASSIGN_OR_RETURN(std::vector<SlotGrant> grants,
-                          DecodeChunkedGrants(acquire_replies, keys.size(), kMaxKeysPerCommand,
-                                              "KVT.ACQUIRE"));
+  KVTIER_ASSIGN_OR_RETURN(
+      std::vector<SlotGrant> grants,
+      DecodeChunkedGrants(acquire_replies, keys.size(), kMaxKeysPerCommand, "KVT.ACQUIRE"));
   LeasedCopy copy = CopyLeased(grants, blocks);
   KVTIER_ASSIGN_OR_RETURN(size_t served, ReleaseLeases(copy));
   if (!copy.error.ok()) return copy.error;
@@ -244,8 +244,7 @@ Result<size_t> Client::ReleaseLeases(const LeasedCopy& copy) {
   KVTIER_ASSIGN_OR_RETURN(std::vector<resp::Reply> replies, RoundTrip(release));
   KVTIER_ASSIGN_OR_RETURN(
       std::vector<Status> released,
-      DecodeChunkedStatuses(replies, copy.release_ids.size(), kMaxKeysPerCommand,
-                            "KVT.RELEASE"));
+      DecodeChunkedStatuses(replies, copy.release_ids.size(), kMaxKeysPerCommand, "KVT.RELEASE"));
   // A lease that had ended before its release may have had its slot reused mid-copy: the copy is
   // torn, so the served prefix ends before that block.
   size_t served = copy.copied;

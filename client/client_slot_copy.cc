@@ -109,9 +109,9 @@ Result<size_t> Client::GetWith(const NamespaceId& ns, std::span<const BlockKey> 
       copy.error = InvalidArgument("KVT.ACQUIRE: block " + std::to_string(i) + " is " +
                                    std::to_string(grants[i].length) + " bytes, not " +
                                    std::to_string(block_bytes));
-    } else if (Status started =
-                   pooled ? copier.StartFromGpuPool(i, grants[i].offset, grants[i].length)
-                          : copier.Start(i, std::span<std::byte>(slot, block_bytes));
+    } else if (Status started = pooled
+                                    ? copier.StartFromGpuPool(i, grants[i].offset, grants[i].length)
+                                    : copier.Start(i, std::span<std::byte>(slot, block_bytes));
                !started.ok()) {
       copy_failure = std::move(started);
     } else {

@@ -103,10 +103,10 @@ class SlotCopier {
 
 // Counters a Client keeps about its own calls, for `kvtier bench` and `kvtier replay`.
 struct ClientCounters {
-  uint64_t round_trips = 0;     // batches sent and answered
-  uint64_t commands = 0;        // commands sent
-  uint64_t torn_reads = 0;      // shm copies discarded because their lease had expired
-  uint64_t aborted_puts = 0;    // reservations given back after a failed copy
+  uint64_t round_trips = 0;   // batches sent and answered
+  uint64_t commands = 0;      // commands sent
+  uint64_t torn_reads = 0;    // shm copies discarded because their lease had expired
+  uint64_t aborted_puts = 0;  // reservations given back after a failed copy
 };
 
 }  // namespace kvtier::client

@@ -232,8 +232,8 @@ Result<GpuPoolExport> DecodeGpuAttach(const Reply& reply) {
   GpuPoolExport out;
   if (kind == nullptr || !IsText(*kind) || bytes == nullptr ||
       !ReadUnsigned(*bytes, &out.pool_bytes) || device == nullptr ||
-      device->type != ReplyType::kInteger || device->integer < -1 ||
-      device->integer > INT32_MAX || handle == nullptr || !IsText(*handle)) {
+      device->type != ReplyType::kInteger || device->integer < -1 || device->integer > INT32_MAX ||
+      handle == nullptr || !IsText(*handle)) {
     return Unexpected(kCommand, reply, "kind <name> pool_bytes <n> device <d> handle <bytes>");
   }
   out.kind = kind->str;
@@ -270,7 +270,8 @@ Result<std::vector<Status>> DecodeChunkedStatuses(std::span<const resp::Reply> r
   out.reserve(id_count);
   for (size_t c = 0; c < replies.size(); ++c) {
     const size_t chunk = std::min(chunk_ids, id_count - c * chunk_ids);
-    KVTIER_ASSIGN_OR_RETURN(std::vector<Status> part, DecodeStatusArray(replies[c], chunk, command));
+    KVTIER_ASSIGN_OR_RETURN(std::vector<Status> part,
+                            DecodeStatusArray(replies[c], chunk, command));
     std::move(part.begin(), part.end(), std::back_inserter(out));
   }
   return out;

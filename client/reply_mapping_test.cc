@@ -13,7 +13,9 @@ namespace {
 using resp::Reply;
 using resp::ReplyType;
 
-Reply Array(std::vector<Reply> elements) { return Reply::Aggregate(ReplyType::kArray, std::move(elements)); }
+Reply Array(std::vector<Reply> elements) {
+  return Reply::Aggregate(ReplyType::kArray, std::move(elements));
+}
 
 // The word table itself (and that every code reads back) is tested in common/resp.
 
@@ -66,7 +68,8 @@ TEST(ReplyMappingTest, DecodesRegisterFromMapOrFlatArray) {
 }
 
 TEST(ReplyMappingTest, DecodesLookupWithRawOrDigitTierCodes) {
-  Result<LookupResult> raw = DecodeLookup(Array({Reply::Integer(3), Reply::Bulk(std::string("\0\1\2", 3))}), 5);
+  Result<LookupResult> raw =
+      DecodeLookup(Array({Reply::Integer(3), Reply::Bulk(std::string("\0\1\2", 3))}), 5);
   ASSERT_TRUE(raw.ok()) << raw.status().ToString();
   EXPECT_EQ(raw->prefix, 3u);
   EXPECT_EQ(raw->tiers, (std::vector<TierId>{TierId::kGpu, TierId::kHost, TierId::kNvme}));
@@ -81,10 +84,10 @@ TEST(ReplyMappingTest, DecodesLookupWithRawOrDigitTierCodes) {
 TEST(ReplyMappingTest, LookupRepliesThatBreakTheProtocolAreInternal) {
   // A prefix longer than the keys asked, a tier string of the wrong length, a tier code out of
   // range, a wrong shape.
-  for (const Reply& bad : {Array({Reply::Integer(3), Reply::Bulk("111")}),
-                           Array({Reply::Integer(2), Reply::Bulk("1")}),
-                           Array({Reply::Integer(1), Reply::Bulk("7")}),
-                           Array({Reply::Integer(-1), Reply::Bulk("")}), Reply::Integer(1)}) {
+  for (const Reply& bad :
+       {Array({Reply::Integer(3), Reply::Bulk("111")}),
+        Array({Reply::Integer(2), Reply::Bulk("1")}), Array({Reply::Integer(1), Reply::Bulk("7")}),
+        Array({Reply::Integer(-1), Reply::Bulk("")}), Reply::Integer(1)}) {
     EXPECT_EQ(DecodeLookup(bad, 2).status().code(), StatusCode::kInternal) << bad.DebugString();
   }
 }
@@ -106,10 +109,12 @@ TEST(ReplyMappingTest, DecodesPerKeyStatuses) {
 }
 
 TEST(ReplyMappingTest, DecodesGrantsAndFillsAShortReplyWithMisses) {
-  Result<std::vector<SlotGrant>> g = DecodeGrants(
-      Array({Array({Reply::Simple("OK"), Reply::Integer(7), Reply::Integer(4096), Reply::Integer(512)}),
-             Array({Reply::Simple("NOTFOUND"), Reply::Integer(0), Reply::Integer(0), Reply::Integer(0)})}),
-      3, "KVT.ACQUIRE");
+  Result<std::vector<SlotGrant>> g =
+      DecodeGrants(Array({Array({Reply::Simple("OK"), Reply::Integer(7), Reply::Integer(4096),
+                                 Reply::Integer(512)}),
+                          Array({Reply::Simple("NOTFOUND"), Reply::Integer(0), Reply::Integer(0),
+                                 Reply::Integer(0)})}),
+                   3, "KVT.ACQUIRE");
   ASSERT_TRUE(g.ok()) << g.status().ToString();
   ASSERT_EQ(g->size(), 3u);
   EXPECT_TRUE((*g)[0].status.ok());
@@ -119,25 +124,27 @@ TEST(ReplyMappingTest, DecodesGrantsAndFillsAShortReplyWithMisses) {
   EXPECT_EQ((*g)[1].status.code(), StatusCode::kNotFound);
   EXPECT_EQ((*g)[2].status.code(), StatusCode::kNotFound);
   // Reservations have three fields.
-  Result<std::vector<SlotGrant>> r = DecodeGrants(
-      Array({Array({Reply::Simple("OK"), Reply::Integer(9), Reply::Integer(0)})}), 1, "KVT.RESERVE");
+  Result<std::vector<SlotGrant>> r =
+      DecodeGrants(Array({Array({Reply::Simple("OK"), Reply::Integer(9), Reply::Integer(0)})}), 1,
+                   "KVT.RESERVE");
   ASSERT_TRUE(r.ok());
   EXPECT_EQ((*r)[0].id, 9u);
   EXPECT_EQ(DecodeGrants(Array({Reply::Integer(1)}), 1, "KVT.RESERVE").status().code(),
             StatusCode::kInternal);
-  EXPECT_EQ(DecodeGrants(Reply::Error("NOTFOUND unknown namespace"), 1, "KVT.RESERVE").status().code(),
-            StatusCode::kNotFound);
+  EXPECT_EQ(
+      DecodeGrants(Reply::Error("NOTFOUND unknown namespace"), 1, "KVT.RESERVE").status().code(),
+      StatusCode::kNotFound);
 }
 
 TEST(ReplyMappingTest, DecodesTheTierOfAGrant) {
-  Result<std::vector<SlotGrant>> g = DecodeGrants(
-      Array({Array({Reply::Simple("OK"), Reply::Integer(7), Reply::Integer(4096),
-                    Reply::Integer(512), Reply::Integer(0)}),
-             Array({Reply::Simple("OK"), Reply::Integer(8), Reply::Integer(0),
-                    Reply::Integer(512), Reply::Integer(1)}),
-             Array({Reply::Simple("OK"), Reply::Integer(9), Reply::Integer(0),
-                    Reply::Integer(512)})}),
-      3, "KVT.ACQUIRE");
+  Result<std::vector<SlotGrant>> g =
+      DecodeGrants(Array({Array({Reply::Simple("OK"), Reply::Integer(7), Reply::Integer(4096),
+                                 Reply::Integer(512), Reply::Integer(0)}),
+                          Array({Reply::Simple("OK"), Reply::Integer(8), Reply::Integer(0),
+                                 Reply::Integer(512), Reply::Integer(1)}),
+                          Array({Reply::Simple("OK"), Reply::Integer(9), Reply::Integer(0),
+                                 Reply::Integer(512)})}),
+                   3, "KVT.ACQUIRE");
   ASSERT_TRUE(g.ok()) << g.status().ToString();
   EXPECT_EQ((*g)[0].tier, TierId::kGpu);
   EXPECT_EQ((*g)[1].tier, TierId::kHost);
@@ -177,9 +184,9 @@ TEST(ReplyMappingTest, DecodesScalars) {
   EXPECT_EQ(DecodeInteger(Reply::Bulk("x"), "DEL").status().code(), StatusCode::kInternal);
   EXPECT_EQ(*DecodeString(Reply::Bulk("{}"), "KVT.STATS"), "{}");
   EXPECT_EQ(DecodeString(Reply::Null(), "GET").status().code(), StatusCode::kNotFound);
-  Result<ArenaInfo> a = DecodeAttach(Reply::Aggregate(
-      ReplyType::kMap, {Reply::Bulk("arena_bytes"), Reply::Integer(1 << 20), Reply::Bulk("tier"),
-                        Reply::Bulk("host")}));
+  Result<ArenaInfo> a = DecodeAttach(
+      Reply::Aggregate(ReplyType::kMap, {Reply::Bulk("arena_bytes"), Reply::Integer(1 << 20),
+                                         Reply::Bulk("tier"), Reply::Bulk("host")}));
   ASSERT_TRUE(a.ok());
   EXPECT_EQ(a->arena_bytes, 1u << 20);
   EXPECT_EQ(a->tier, "host");

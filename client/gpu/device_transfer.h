@@ -71,8 +71,7 @@ Result<std::vector<Status>> PutFromPaged(Client& client, DeviceCopier& copier,
 // many were served. `pool` as for GetToDevice: GPU blocks are scattered straight out of it.
 Result<size_t> GetToPaged(Client& client, DeviceCopier& copier, const NamespaceId& ns,
                           std::span<const BlockKey> keys, const PagedKvLayout& layout,
-                          std::span<const uint64_t> block_ids,
-                          const GpuPoolImport* pool = nullptr);
+                          std::span<const uint64_t> block_ids, const GpuPoolImport* pool = nullptr);
 
 // Registers the client's arena mapping with CUDA (see the header comment). Not pinned, with the
 // reason in status(), when the client is not attached, there is no CUDA or no device.

@@ -138,8 +138,8 @@ int Hold(Client& client, const GpuPoolImport& pool, const Args& args) {
   if (!copier.ok()) return Fail("copier", copier.status());
   const std::byte* src = pool.Slice(offset, args.block_bytes);
   if (src == nullptr) return Fail("slice", Internal("lease outside the pool"));
-  Status copied = (*copier)->Copy(local.get(), src, args.block_bytes,
-                                  CopyDirection::kDeviceToDevice);
+  Status copied =
+      (*copier)->Copy(local.get(), src, args.block_bytes, CopyDirection::kDeviceToDevice);
   if (copied.ok()) copied = (*copier)->Synchronize();
   if (!copied.ok()) return Fail("copy", copied);
   if (local.Download(0, args.block_bytes) != testing::Bytes(args.block_bytes, args.seed)) {
@@ -154,10 +154,12 @@ int Hold(Client& client, const GpuPoolImport& pool, const Args& args) {
 int Run(const Args& args) {
   Result<Client> client = Client::Connect(args.url);
   if (!client.ok()) return Fail("connect", client.status());
-  if (Result<ArenaInfo> arena = client->Attach(); !arena.ok()) return Fail("attach", arena.status());
+  if (Result<ArenaInfo> arena = client->Attach(); !arena.ok())
+    return Fail("attach", arena.status());
   Result<GpuPoolImport> pool = AttachGpuPool(*client);
   if (!pool.ok()) return Fail("attach the GPU pool", pool.status());
-  if (pool->fake() == args.cuda) return Fail("pool", Internal("the pool's kind is not the copier's"));
+  if (pool->fake() == args.cuda)
+    return Fail("pool", Internal("the pool's kind is not the copier's"));
   if (args.mode == "hold") return Hold(*client, *pool, args);
   Result<std::unique_ptr<DeviceCopier>> copier = MakeCopier(args.cuda);
   if (!copier.ok()) return Fail("copier", copier.status());

@@ -60,9 +60,8 @@ Result<GpuPoolImport> GpuPoolImport::Map(GpuPoolExport exported) {
     return Status(opened.status().code(), "GPU pool: " + opened.status().message());
   }
   if (opened->size() != exported.pool_bytes) {
-    return InvalidArgument("GPU pool: the daemon announced " +
-                           std::to_string(exported.pool_bytes) + " bytes but the handle maps " +
-                           std::to_string(opened->size()));
+    return InvalidArgument("GPU pool: the daemon announced " + std::to_string(exported.pool_bytes) +
+                           " bytes but the handle maps " + std::to_string(opened->size()));
   }
   out.cuda_ = std::make_unique<CudaImport>(CudaImport{std::move(opened).value()});
   out.base_ = out.cuda_->import.base();
@@ -70,8 +69,9 @@ Result<GpuPoolImport> GpuPoolImport::Map(GpuPoolExport exported) {
   out.device_ = out.cuda_->import.device();
   return out;
 #else
-  return Rejected("GPU pool: the daemon exports it over CUDA IPC, and this client was built "
-                  "without CUDA (KVTIER_WITH_CUDA=OFF)");
+  return Rejected(
+      "GPU pool: the daemon exports it over CUDA IPC, and this client was built "
+      "without CUDA (KVTIER_WITH_CUDA=OFF)");
 #endif
 }
 

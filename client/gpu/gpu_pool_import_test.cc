@@ -98,8 +98,8 @@ TEST_F(GpuPoolImportTest, GetToDeviceCopiesGpuBlocksDeviceToDevice) {
   GpuPoolImport pool = Import();
   Targets out(3);
   const uint64_t trips = client_->counters().round_trips;
-  Result<size_t> got = GetToDevice(*client_, copier_, ns_.id, keys, out.pointers, kBlockBytes,
-                                   &pool);
+  Result<size_t> got =
+      GetToDevice(*client_, copier_, ns_.id, keys, out.pointers, kBlockBytes, &pool);
   ASSERT_TRUE(got.ok()) << got.status().ToString();
   EXPECT_EQ(*got, 3u);
   for (size_t i = 0; i < 3; ++i) EXPECT_EQ(out.Block(i), Bytes(kBlockBytes, 10 + i)) << i;
@@ -111,13 +111,12 @@ TEST_F(GpuPoolImportTest, GetToDeviceCopiesGpuBlocksDeviceToDevice) {
 
 TEST_F(GpuPoolImportTest, AMixedPrefixTakesEachBlocksOwnPath) {
   // gpu, host, gpu, host, miss, gpu: four served, two of them out of the pool.
-  const std::vector<BlockKey> keys = Place({TierId::kGpu, TierId::kHost, TierId::kGpu,
-                                            TierId::kHost, TierId::kNvme, TierId::kGpu},
-                                           20);
+  const std::vector<BlockKey> keys = Place(
+      {TierId::kGpu, TierId::kHost, TierId::kGpu, TierId::kHost, TierId::kNvme, TierId::kGpu}, 20);
   GpuPoolImport pool = Import();
   Targets out(6);
-  Result<size_t> got = GetToDevice(*client_, copier_, ns_.id, keys, out.pointers, kBlockBytes,
-                                   &pool);
+  Result<size_t> got =
+      GetToDevice(*client_, copier_, ns_.id, keys, out.pointers, kBlockBytes, &pool);
   ASSERT_TRUE(got.ok()) << got.status().ToString();
   EXPECT_EQ(*got, 4u);
   for (size_t i = 0; i < 4; ++i) EXPECT_EQ(out.Block(i), Bytes(kBlockBytes, 20 + i)) << i;

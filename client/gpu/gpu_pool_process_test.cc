@@ -52,8 +52,8 @@ class GpuPoolProcessTest : public ::testing::Test {
     ts_ = std::make_unique<TestServer>(server::ServerOptions{},
                                        std::unique_ptr<tiers::DeviceTier>(std::move(tier).value()));
 #else
-    ts_ = std::make_unique<TestServer>(server::ServerOptions{}, true, uint64_t{64} << 20,
-                                       kPoolBytes);
+    ts_ =
+        std::make_unique<TestServer>(server::ServerOptions{}, true, uint64_t{64} << 20, kPoolBytes);
 #endif
     ASSERT_TRUE(ts_->status().ok()) << ts_->status().ToString();
     ns_.high = 0x6770755f706f6f6cULL;  // "gpu_pool"
@@ -72,10 +72,10 @@ class GpuPoolProcessTest : public ::testing::Test {
   }
 
   Child SpawnChild(const std::string& mode) {
-    std::vector<std::string> args = {KVTIER_GPU_POOL_CHILD_PATH, kCopier,
-                                     mode,                       "unix://" + ts_->unix_path(),
-                                     ns_.ToHex(),                std::to_string(kBlockBytes),
-                                     std::to_string(kSeed)};
+    std::vector<std::string> args = {
+        KVTIER_GPU_POOL_CHILD_PATH,   kCopier,     mode,
+        "unix://" + ts_->unix_path(), ns_.ToHex(), std::to_string(kBlockBytes),
+        std::to_string(kSeed)};
     for (const BlockKey& key : keys_) args.push_back(key.ToHex());
     return Spawn(std::move(args));
   }

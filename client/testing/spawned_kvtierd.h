@@ -34,11 +34,21 @@ class SpawnedKvtierd {
     ASSERT_NE(::mkdtemp(dir_template.data()), nullptr);
     dir_ = dir_template;
     url_ = "unix://" + dir_ + "/kvtierd.sock";
-    std::vector<std::string> args = {kvtierd_path,  "--unix",      dir_ + "/kvtierd.sock",
-                                     "--port",      "0",           "--http-port",
-                                     "0",           "--host-bytes", "64MiB",
-                                     "--data-dir",  dir_ + "/data", "--nvme-bytes",
-                                     "0",           "--gpu-bytes",  "0"};
+    std::vector<std::string> args = {kvtierd_path,
+                                     "--unix",
+                                     dir_ + "/kvtierd.sock",
+                                     "--port",
+                                     "0",
+                                     "--http-port",
+                                     "0",
+                                     "--host-bytes",
+                                     "64MiB",
+                                     "--data-dir",
+                                     dir_ + "/data",
+                                     "--nvme-bytes",
+                                     "0",
+                                     "--gpu-bytes",
+                                     "0"};
     std::vector<char*> argv;
     for (std::string& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);

@@ -297,7 +297,8 @@ void RequestParser::ReserveBulk(size_t extra) {
 Status RequestParser::StepBulkBody(std::string_view& input) {
   const size_t n = std::min(bulk_left_, input.size());
   if (!sink_.empty()) {
-    std::copy_n(input.data(), n, sink_.begin() + static_cast<ptrdiff_t>(bulk_declared_ - bulk_left_));
+    std::copy_n(input.data(), n,
+                sink_.begin() + static_cast<ptrdiff_t>(bulk_declared_ - bulk_left_));
   } else {
     ReserveBulk(n);
     command_.args.back().append(input.data(), n);

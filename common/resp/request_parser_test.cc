@@ -328,8 +328,8 @@ TEST(RequestParserTest, DivertedPayloadLandsInTheSinkWhateverPathItTakes) {
   EXPECT_EQ(parser.partial_args()[0], "SET");
   std::string sink(12, '.');
   parser.DivertBulk(std::span<char>(sink.data(), sink.size()));
-  EXPECT_EQ(sink, "ab..........");  // what had arrived moved over
-  ASSERT_TRUE(parser.Feed("cd").ok());  // through Feed
+  EXPECT_EQ(sink, "ab..........");                // what had arrived moved over
+  ASSERT_TRUE(parser.Feed("cd").ok());            // through Feed
   std::span<char> window = parser.BulkWindow(5);  // and through a window
   ASSERT_EQ(window.data(), sink.data() + 4);
   std::memcpy(window.data(), "efg", 3);

@@ -49,8 +49,9 @@ hashing::NamespaceDescriptor BenchDescriptor() {
   d.tokens_per_block = 16;
   d.layout_tag = "bench";
   char salt[32];
-  std::snprintf(salt, sizeof(salt), "%016llx",
-                static_cast<unsigned long long>(std::random_device{}()) << 32 ^ std::random_device{}());
+  std::snprintf(
+      salt, sizeof(salt), "%016llx",
+      static_cast<unsigned long long>(std::random_device{}()) << 32 ^ std::random_device{}());
   d.tenant_salt = salt;
   return d;
 }
@@ -149,8 +150,8 @@ void PrintTable(const BenchFlags& flags, size_t block_bytes, const Phase& put, c
     std::snprintf(line, sizeof(line), "%-4s %10llu %8llu %9.2f %11.0f %10.1f %10.1f %10.1f\n", name,
                   static_cast<unsigned long long>(phase->total.blocks_ok),
                   static_cast<unsigned long long>(phase->total.blocks_failed),
-                  j["gib_per_s"].get<double>(), j["blocks_per_s"].get<double>(), s.p50_us,
-                  s.p99_us, s.max_us);
+                  j["gib_per_s"].get<double>(), j["blocks_per_s"].get<double>(), s.p50_us, s.p99_us,
+                  s.max_us);
     out << line;
   }
 }
@@ -217,8 +218,8 @@ int RunBench(const BenchFlags& flags, std::ostream& out, std::ostream& err) {
     return 1;
   }
   const Phase put = RunPhase(workers, flags, ns.id, *block_bytes, /*put=*/true);
-  const Phase get = put.total.error.ok() ? RunPhase(workers, flags, ns.id, *block_bytes, false)
-                                         : Phase{};
+  const Phase get =
+      put.total.error.ok() ? RunPhase(workers, flags, ns.id, *block_bytes, false) : Phase{};
   if (!flags.keep && workers.front().client.usable()) (void)workers.front().client.Drop(ns.id);
   for (const Status& s : {put.total.error, get.total.error}) {
     if (!s.ok()) {

@@ -7,9 +7,10 @@
 // --count blocks of --block-bytes, --batch blocks per call, then gets them back the same way;
 // every call's latency is recorded. Before that, --warmup untimed rounds put, get and delete the
 // same blocks: the first touch of each page of the arena in this process (a page fault) and the
-// daemon's first use of each slab would otherwise be measured as part of the copies. Blocks go through the shared-memory arena (--path shm, Unix
-// socket only) or inline in the RESP stream (--path inline). The run registers a fresh namespace
-// (a random tenant salt), so it never collides with earlier runs, and drops it at the end unless
+// daemon's first use of each slab would otherwise be measured as part of the copies. Blocks go
+// through the shared-memory arena (--path shm, Unix socket only) or inline in the RESP stream
+// (--path inline). The run registers a fresh namespace (a random tenant salt), so it never collides
+// with earlier runs, and drops it at the end unless
 // --keep. Blocks the daemon refused (no room) or no longer has (evicted) are counted as failed,
 // not treated as errors: they are what a too-small daemon does.
 //

@@ -2,7 +2,9 @@
 
 #include <arpa/inet.h>
 #include <unistd.h>
+#include <yaml-cpp/yaml.h>
 
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
@@ -10,9 +12,6 @@
 #include <map>
 #include <sstream>
 #include <thread>
-
-#include <CLI/CLI.hpp>
-#include <yaml-cpp/yaml.h>
 
 #include "common/paths.h"
 #include "common/units.h"
@@ -111,8 +110,8 @@ Status ParseMode(const std::string& value, DaemonConfig& c) {
   char* end = nullptr;
   unsigned long mode = std::strtoul(value.c_str(), &end, 8);
   if (value.empty() || *end != '\0' || mode > 0777) {
-    return InvalidArgument("listen.unix_mode: expected an octal mode such as 0660, got '" +
-                           value + "'");
+    return InvalidArgument("listen.unix_mode: expected an octal mode such as 0660, got '" + value +
+                           "'");
   }
   c.unix_mode = static_cast<uint32_t>(mode);
   return Status::Ok();
@@ -154,13 +153,15 @@ const std::map<std::string, Setter>& Setters() {
        Uint(&DaemonConfig::gpu_promote_window_ms, 86'400'000, "gpu.promote_window_ms")},
       {"placement.high_watermark",
        Fraction(&DaemonConfig::high_watermark, "placement.high_watermark")},
-      {"placement.low_watermark", Fraction(&DaemonConfig::low_watermark, "placement.low_watermark")},
+      {"placement.low_watermark",
+       Fraction(&DaemonConfig::low_watermark, "placement.low_watermark")},
       {"store.eviction_policy", Text(&DaemonConfig::eviction_policy)},
       {"store.lease_timeout_ms",
        Uint(&DaemonConfig::lease_timeout_ms, 86'400'000, "store.lease_timeout_ms")},
       {"store.reservation_timeout_ms",
        Uint(&DaemonConfig::reservation_timeout_ms, 86'400'000, "store.reservation_timeout_ms")},
-      {"limits.max_bulk_bytes", Size(&DaemonConfig::max_bulk_bytes, "limits.max_bulk_bytes", false)},
+      {"limits.max_bulk_bytes",
+       Size(&DaemonConfig::max_bulk_bytes, "limits.max_bulk_bytes", false)},
       {"limits.max_array_len",
        Uint(&DaemonConfig::max_array_len, 1ull << 31, "limits.max_array_len")},
       {"limits.max_inline_bytes",
@@ -168,9 +169,8 @@ const std::map<std::string, Setter>& Setters() {
       {"limits.max_key_bytes", Size(&DaemonConfig::max_key_bytes, "limits.max_key_bytes", false)},
       {"limits.max_lookup_keys",
        Uint(&DaemonConfig::max_lookup_keys, 1ull << 24, "limits.max_lookup_keys")},
-      {"limits.max_inflight_bytes_per_client",
-       Size(&DaemonConfig::max_inflight_bytes_per_client, "limits.max_inflight_bytes_per_client",
-            false)},
+      {"limits.max_inflight_bytes_per_client", Size(&DaemonConfig::max_inflight_bytes_per_client,
+                                                    "limits.max_inflight_bytes_per_client", false)},
       {"limits.idle_timeout_ms",
        Uint(&DaemonConfig::idle_timeout_ms, 86'400'000, "limits.idle_timeout_ms")},
       {"limits.reader_wait_ms",
@@ -286,7 +286,8 @@ uint64_t AutoNvmeBytes(const std::string& data_dir) {
   while (!dir.empty() && !std::filesystem::exists(dir, ec)) dir = dir.parent_path();
   const std::filesystem::space_info space = std::filesystem::space(dir.empty() ? "." : dir, ec);
   if (ec) return 0;
-  const uint64_t bytes = std::min<uint64_t>(space.available / 10, 16ull << 30) & ~((1ull << 20) - 1);
+  const uint64_t bytes =
+      std::min<uint64_t>(space.available / 10, 16ull << 30) & ~((1ull << 20) - 1);
   return bytes < (64ull << 20) ? 0 : bytes;
 }
 
@@ -340,7 +341,8 @@ Status Finalize(DaemonConfig& config) {
     return InvalidArgument("store: lease and reservation timeouts must be positive");
   }
   if (config.max_bulk_bytes == 0 || config.max_array_len == 0 || config.max_clients == 0) {
-    return InvalidArgument("limits: max_bulk_bytes, max_array_len and max_clients must be positive");
+    return InvalidArgument(
+        "limits: max_bulk_bytes, max_array_len and max_clients must be positive");
   }
   if (config.io_threads == 0) {
     config.io_threads = std::clamp<uint32_t>(std::thread::hardware_concurrency(), 1, 8);
@@ -359,8 +361,8 @@ Status Finalize(DaemonConfig& config) {
                            config.nvme_io_backend + "'");
   }
   if (config.nvme_admission != "all" && config.nvme_admission != "reused") {
-    return InvalidArgument("nvme.admission: expected all or reused, got '" +
-                           config.nvme_admission + "'");
+    return InvalidArgument("nvme.admission: expected all or reused, got '" + config.nvme_admission +
+                           "'");
   }
   if (config.nvme_queue_depth == 0 || config.nvme_rings == 0) {
     return InvalidArgument("nvme: queue_depth and rings must be positive");
@@ -395,9 +397,9 @@ Result<ParseOutcome> ParseCommandLine(int argc, const char* const* argv) {
   app.add_option("--nvme-bytes", nvme_bytes,
                  "NVMe tier size, e.g. 64GiB; 0 turns it off; auto (a tenth of the data "
                  "directory's free space, cap 16GiB)");
-  app.add_option("--gpu-bytes", gpu_bytes,
-                 std::string("GPU tier size, e.g. 8GiB; 0 turns it off; auto (") +
-                     kAutoGpuBytesMeaning + ")");
+  app.add_option(
+      "--gpu-bytes", gpu_bytes,
+      std::string("GPU tier size, e.g. 8GiB; 0 turns it off; auto (") + kAutoGpuBytesMeaning + ")");
   app.add_flag("--cold-start", cold_start,
                "Discard the NVMe tier's blocks at start (default: serve them again)");
   app.add_option("--password", password, "Password clients must AUTH with");

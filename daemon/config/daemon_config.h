@@ -1,10 +1,10 @@
-// DaemonConfig: every setting of kvtierd, its embedded defaults, and how a YAML file and command-line
-// flags override them.
+// DaemonConfig: every setting of kvtierd, its embedded defaults, and how a YAML file and
+// command-line flags override them.
 //
-// Precedence: embedded defaults < config file (--config FILE) < flags. Everything is validated once,
-// here, at start-up; an error names the bad key ("tiers.host_bytes: size '12 furlongs' has unknown
-// suffix ...") so an operator can fix it without reading code. Unknown keys in the file are errors
-// too: a typo must not silently fall back to a default.
+// Precedence: embedded defaults < config file (--config FILE) < flags. Everything is validated
+// once, here, at start-up; an error names the bad key ("tiers.host_bytes: size '12 furlongs' has
+// unknown suffix ...") so an operator can fix it without reading code. Unknown keys in the file are
+// errors too: a typo must not silently fall back to a default.
 //
 // Pure data plus parsing; no threads.
 #pragma once
@@ -21,21 +21,21 @@ namespace kvtier::config {
 
 struct DaemonConfig {
   // listen
-  std::string unix_path;            // default: DefaultSocketPath(); "" turns the socket off
+  std::string unix_path;  // default: DefaultSocketPath(); "" turns the socket off
   uint32_t unix_mode = 0660;
   std::vector<uid_t> allowed_uids;  // empty: any local user that can open the socket
   std::string tcp_host = "127.0.0.1";
-  uint16_t tcp_port = 6380;         // 0 turns TCP off
+  uint16_t tcp_port = 6380;  // 0 turns TCP off
   std::string http_host = "127.0.0.1";
-  uint16_t http_port = 9480;        // 0 turns HTTP (metrics, stats, dashboard) off
-  std::string password;             // required for a non-loopback tcp_host
+  uint16_t http_port = 9480;  // 0 turns HTTP (metrics, stats, dashboard) off
+  std::string password;       // required for a non-loopback tcp_host
 
   // tiers
-  uint64_t host_bytes = 0;          // 0 in the file or flags means "auto": sized from RAM
+  uint64_t host_bytes = 0;  // 0 in the file or flags means "auto": sized from RAM
   uint64_t slab_bytes = 64ull << 20;
   bool huge_pages = true;
   bool mlock = true;
-  std::string data_dir;             // default: DefaultDataDir()
+  std::string data_dir;  // default: DefaultDataDir()
 
   // nvme tier (files under <data_dir>/nvme unless nvme_paths names files or devices)
   static constexpr uint64_t kAutoBytes = UINT64_MAX;
@@ -46,18 +46,18 @@ struct DaemonConfig {
   uint64_t nvme_rings = 4;
   bool nvme_direct_io = true;
   bool nvme_promote_on_hit = true;
-  std::string nvme_admission = "all";    // all, reused
+  std::string nvme_admission = "all";     // all, reused
   bool nvme_write_through = false;        // puts go to NVMe too before they are acknowledged
   uint64_t nvme_sync_interval_ms = 1000;  // how much a power cut may lose; 0: sync every write
   bool cold_start = false;                // discard the NVMe tier's contents at start
 
   // gpu tier: a pool of device memory above the host tier. Puts land in host; blocks read often
   // (gpu_promotion) are copied up by the GPU mover, and demoted back to host under pressure.
-  uint64_t gpu_bytes = kAutoBytes;  // 0 turns the tier off; auto: kAutoGpuBytesMeaning
-  uint32_t gpu_device = 0;          // CUDA device ordinal
-  bool gpu_fake = false;            // a host-memory stand-in (tests, demos); needs gpu_bytes
-  uint32_t gpu_copy_lanes = 4;      // copies to and from the device that may run at once
-  std::string gpu_promotion = "reads";   // reads, off (placement/gpu_promotion_policy.h)
+  uint64_t gpu_bytes = kAutoBytes;      // 0 turns the tier off; auto: kAutoGpuBytesMeaning
+  uint32_t gpu_device = 0;              // CUDA device ordinal
+  bool gpu_fake = false;                // a host-memory stand-in (tests, demos); needs gpu_bytes
+  uint32_t gpu_copy_lanes = 4;          // copies to and from the device that may run at once
+  std::string gpu_promotion = "reads";  // reads, off (placement/gpu_promotion_policy.h)
   uint32_t gpu_promote_after_reads = 2;
   uint64_t gpu_promote_window_ms = 600'000;
 
@@ -84,8 +84,8 @@ struct DaemonConfig {
   uint64_t max_reservations = 1u << 20;  // puts in flight, all clients together
 
   // server
-  uint32_t io_threads = 0;          // 0: one per core, at most 8
-  std::string log_level = "info";   // trace, debug, info, warn, error, off
+  uint32_t io_threads = 0;         // 0: one per core, at most 8
+  std::string log_level = "info";  // trace, debug, info, warn, error, off
 };
 
 // The host tier size "auto" resolves to: a quarter of the machine's available memory, capped at

@@ -1,9 +1,9 @@
 #include "daemon/config/daemon_config.h"
 
+#include <gtest/gtest.h>
+
 #include <fstream>
 #include <sstream>
-
-#include <gtest/gtest.h>
 
 namespace kvtier::config {
 namespace {
@@ -26,8 +26,8 @@ TEST(DaemonConfigTest, RunsOnEmbeddedDefaults) {
 }
 
 TEST(DaemonConfigTest, FlagsTakeSizesWithSuffixes) {
-  auto r = Parse({"--host-bytes", "512MiB", "--port", "0", "--unix", "/tmp/x.sock",
-                  "--http-port", "0", "--data-dir", "/tmp/d", "--policy", "arc"});
+  auto r = Parse({"--host-bytes", "512MiB", "--port", "0", "--unix", "/tmp/x.sock", "--http-port",
+                  "0", "--data-dir", "/tmp/d", "--policy", "arc"});
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_EQ(r->config.host_bytes, 512ull << 20);
   EXPECT_EQ(r->config.tcp_port, 0);
@@ -239,7 +239,8 @@ TEST(DaemonConfigTest, HelpListsEveryConfigKey) {
   auto r = Parse({"--help"});
   ASSERT_TRUE(r.ok());
   ASSERT_TRUE(r->help_requested);
-  for (const char* text : {"--gpu-bytes", "gpu: bytes, copy_lanes, device, fake, promote_after_reads, "
+  for (const char* text : {"--gpu-bytes",
+                           "gpu: bytes, copy_lanes, device, fake, promote_after_reads, "
                            "promote_window_ms, promotion",
                            "nvme:", "allowed_uids"}) {
     EXPECT_NE(r->help_text.find(text), std::string::npos) << text << " in\n" << r->help_text;

@@ -38,7 +38,7 @@ BlockIndex::Shard& BlockIndex::ShardFor(const BlockKey& key) const {
 }
 
 LookupResult BlockIndex::Lookup(std::span<const BlockKey> keys, bool touch,
-                               const std::optional<NamespaceId>& ns) {
+                                const std::optional<NamespaceId>& ns) {
   LookupResult result;
   result.tiers.reserve(std::min<size_t>(keys.size(), 1024));
   for (const BlockKey& key : keys) {
@@ -87,7 +87,8 @@ Status BlockIndex::MarkReady(const BlockKey& key) {
   MutexLock lock(shard.mu);
   auto it = shard.entries.find(key);
   if (it == shard.entries.end()) return NotFound("no such block");
-  if (it->second.state != BlockState::kWriting) return InvalidArgument("block is not being written");
+  if (it->second.state != BlockState::kWriting)
+    return InvalidArgument("block is not being written");
   it->second.state = BlockState::kReady;
   TierOrder& order = tiers_[TierIndex(it->second.tier)];
   MutexLock policy_lock(order.mu);
@@ -185,8 +186,7 @@ Status BlockIndex::MoveTier(const BlockKey& key, const BlockMeta& from, TierId t
   return Status::Ok();
 }
 
-std::optional<std::pair<BlockKey, BlockMeta>> BlockIndex::PickVictim(TierId tier,
-                                                                     uint64_t now_us) {
+std::optional<std::pair<BlockKey, BlockMeta>> BlockIndex::PickVictim(TierId tier, uint64_t now_us) {
   TierOrder& order = tiers_[TierIndex(tier)];
   size_t attempts;
   {

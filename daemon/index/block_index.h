@@ -53,9 +53,9 @@ struct BlockMeta {
   // the block since window_start_us. Apart from `reads`, which counts lookups too, never restarts
   // and serves NVMe admission.
   uint64_t window_start_us = 0;
-  uint32_t lease_count = 0;      // readers copying out; not evictable while > 0
-  uint8_t reads = 0;             // lookups and leases that found it, saturating (NVMe admission)
-  uint8_t window_reads = 0;      // saturating
+  uint32_t lease_count = 0;  // readers copying out; not evictable while > 0
+  uint8_t reads = 0;         // lookups and leases that found it, saturating (NVMe admission)
+  uint8_t window_reads = 0;  // saturating
   TierId tier = TierId::kHost;
   BlockState state = BlockState::kWriting;
   bool has_checksum = false;
@@ -146,7 +146,7 @@ class BlockIndex {
   // Calls fn(key, meta) for every entry, one shard at a time under that shard's lock.
   void ForEach(const std::function<void(const BlockKey&, const BlockMeta&)>& fn) const;
 
-  size_t size() const;                // entries in any state
+  size_t size() const;                      // entries in any state
   size_t TrackedBlocks(TierId tier) const;  // blocks in `tier`'s policy
   std::string_view policy_name() const;
 

@@ -100,8 +100,8 @@ Result<DaemonTiers> OpenTiers(const config::DaemonConfig& c) {
   if (!nvme.ok()) return Status(nvme.status().code(), "NVMe tier: " + nvme.status().message());
   t.nvme = std::move(nvme).value();
   const tiers::nvme::NvmeStats s = t.nvme->nvme_stats();
-  spdlog::info("NVMe tier: {} in {}/nvme ({} backend, {}{})", FormatBytes(c.nvme_bytes),
-               c.data_dir, s.io_uring ? "io_uring" : "thread pool",
+  spdlog::info("NVMe tier: {} in {}/nvme ({} backend, {}{})", FormatBytes(c.nvme_bytes), c.data_dir,
+               s.io_uring ? "io_uring" : "thread pool",
                s.direct_io ? "O_DIRECT" : "buffered: the file system refused O_DIRECT",
                c.cold_start ? ", cold start" : "");
   return t;
@@ -120,9 +120,10 @@ size_t AdoptRecoveredBlocks(DaemonTiers& tiers, store::Store& store) {
     }
   }
   const tiers::nvme::NvmeStats s = tiers.nvme->nvme_stats();
-  spdlog::info("NVMe tier: serving {} blocks from the previous run ({} records dropped at "
-               "recovery)",
-               adopted, s.dropped_at_recovery);
+  spdlog::info(
+      "NVMe tier: serving {} blocks from the previous run ({} records dropped at "
+      "recovery)",
+      adopted, s.dropped_at_recovery);
   return adopted;
 }
 

@@ -30,7 +30,7 @@ struct DaemonTiers {
   std::string nvme_note;                        // why there is no NVMe tier; empty when there is
   // The device pool (or its host-memory fake, gpu.fake); nullptr: no GPU tier (see gpu_note).
   std::unique_ptr<tiers::DeviceTier> gpu;
-  std::string gpu_note;                         // why there is no GPU tier; empty when there is
+  std::string gpu_note;  // why there is no GPU tier; empty when there is
 
   // The store's tier list, hottest first: [gpu,] host[, nvme].
   std::vector<tiers::Tier*> chain() const;

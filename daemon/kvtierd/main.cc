@@ -3,14 +3,16 @@
 //
 // Start-up order: config -> data directory lock -> tiers (host, GPU, NVMe: which finds the blocks
 // of the previous run) -> store (adopting those blocks) -> RESP server -> HTTP -> housekeeping
-// threads (deadlines, the background mover, the GPU mover, NVMe sync). Shutdown runs in reverse: HTTP stops answering,
-// the RESP server stops accepting and closes every connection (releasing its leases and aborting
-// its reservations), the housekeeping threads stop, the NVMe tier is synced, then the store and
-// the tiers are destroyed. Nothing is detached; every thread is joined before main returns.
+// threads (deadlines, the background mover, the GPU mover, NVMe sync). Shutdown runs in reverse:
+// HTTP stops answering, the RESP server stops accepting and closes every connection (releasing its
+// leases and aborting its reservations), the housekeeping threads stop, the NVMe tier is synced,
+// then the store and the tiers are destroyed. Nothing is detached; every thread is joined before
+// main returns.
 #include <fcntl.h>
 #include <malloc.h>
 #include <pthread.h>
 #include <signal.h>
+#include <spdlog/spdlog.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -19,8 +21,6 @@
 #include <cstdio>
 #include <filesystem>
 #include <memory>
-
-#include <spdlog/spdlog.h>
 
 #include "common/units.h"
 #include "daemon/config/daemon_config.h"
@@ -159,9 +159,9 @@ int Run(const config::DaemonConfig& c) {
   base_info.nvme_tier_note = tiers.nvme_note;
   auto process_info = [&]() {
     metrics::ProcessInfo p = base_info;
-    p.uptime_s = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::seconds>(
-                                           std::chrono::steady_clock::now() - started)
-                                           .count());
+    p.uptime_s = static_cast<uint64_t>(
+        std::chrono::duration_cast<std::chrono::seconds>(std::chrono::steady_clock::now() - started)
+            .count());
     server::ServerStats s = (*server)->Stats();
     p.connected_clients = s.connected_clients;
     p.total_connections = s.total_connections;
@@ -199,8 +199,8 @@ int Run(const config::DaemonConfig& c) {
         [&s, &tiers, &c] { KeepHostRoom(s, *tiers.host, c); }));
   }
   if (tiers.gpu && c.gpu_promotion != "off") {
-    housekeeping.push_back(std::make_unique<daemon::PeriodicThread>(
-        "kvtier-gpumover", kGpuMoverInterval, [&s] {
+    housekeeping.push_back(
+        std::make_unique<daemon::PeriodicThread>("kvtier-gpumover", kGpuMoverInterval, [&s] {
           const size_t moved = s.PromoteCandidates(kGpuMoverBatch);
           if (moved > 0) spdlog::debug("GPU mover: {} blocks promoted into the GPU tier", moved);
         }));
@@ -208,7 +208,8 @@ int Run(const config::DaemonConfig& c) {
   if (tiers.nvme && c.nvme_sync_interval_ms > 0) {
     housekeeping.push_back(std::make_unique<daemon::PeriodicThread>(
         "kvtier-nvmesync", std::chrono::milliseconds(c.nvme_sync_interval_ms), [&tiers] {
-          if (Status st = tiers.nvme->Sync(); !st.ok()) spdlog::warn("NVMe sync: {}", st.ToString());
+          if (Status st = tiers.nvme->Sync(); !st.ok())
+            spdlog::warn("NVMe sync: {}", st.ToString());
         }));
   }
   spdlog::info("kvtierd {} ready", kVersion);

@@ -1,7 +1,6 @@
 #include "daemon/metrics/stats_format.h"
 
 #include <cstdio>
-
 #include <nlohmann/json.hpp>
 
 namespace kvtier::metrics {
@@ -65,14 +64,20 @@ json NamespaceJson(const store::NamespaceStats& ns) {
 }
 
 json TotalsJson(const store::StoreStats& s) {
-  return {{"blocks_present", s.blocks_present},   {"blocks_writing", s.blocks_writing},
+  return {{"blocks_present", s.blocks_present},
+          {"blocks_writing", s.blocks_writing},
           {"blocks_quarantined", s.blocks_quarantined},
           {"blocks_shadowed", s.blocks_shadowed},
-          {"leases_active", s.leases_active},     {"committed_puts", s.committed_puts},
-          {"aborted_puts", s.aborted_puts},       {"busy_puts", s.busy_puts},
-          {"removed_blocks", s.removed_blocks},   {"evicted_blocks", s.evicted_blocks},
-          {"expired_leases", s.expired_leases},   {"expired_reservations", s.expired_reservations},
-          {"adopted_blocks", s.adopted_blocks},   {"write_throughs", s.write_throughs},
+          {"leases_active", s.leases_active},
+          {"committed_puts", s.committed_puts},
+          {"aborted_puts", s.aborted_puts},
+          {"busy_puts", s.busy_puts},
+          {"removed_blocks", s.removed_blocks},
+          {"evicted_blocks", s.evicted_blocks},
+          {"expired_leases", s.expired_leases},
+          {"expired_reservations", s.expired_reservations},
+          {"adopted_blocks", s.adopted_blocks},
+          {"write_throughs", s.write_throughs},
           {"write_through_failures", s.write_through_failures},
           {"gpu_candidates", s.gpu_candidates},
           {"gpu_candidates_dropped", s.gpu_candidates_dropped},
@@ -207,10 +212,10 @@ std::string StatsToPrometheus(const store::StoreStats& stats, const ProcessInfo&
   Header(out, "kvtier_hit_blocks_total", "counter", "Blocks found in lookups, by tier.");
   for (const auto& ns : stats.namespaces) {
     for (int t = 0; t < kTierCount; ++t) {
-      Sample(out, "kvtier_hit_blocks_total",
-             NamespaceLabels(ns) + ",tier=\"" +
-                 std::string(TierName(static_cast<TierId>(t))) + "\"",
-             double(ns.hit_blocks[t]));
+      Sample(
+          out, "kvtier_hit_blocks_total",
+          NamespaceLabels(ns) + ",tier=\"" + std::string(TierName(static_cast<TierId>(t))) + "\"",
+          double(ns.hit_blocks[t]));
     }
   }
   struct Scalar {
@@ -289,11 +294,11 @@ std::string StatsToInfoSection(const store::StoreStats& stats) {
   for (const auto& ns : stats.namespaces) {
     char ratio[32];
     std::snprintf(ratio, sizeof ratio, "%.4f", ns.block_hit_ratio());
-    field("ns_" + ns.id.ToHex(),
-          "lookups=" + std::to_string(ns.lookups) + ",lookup_blocks=" +
-              std::to_string(ns.lookup_blocks) + ",hit_blocks=" +
-              std::to_string(ns.total_hit_blocks()) + ",hit_ratio=" + ratio +
-              ",evictions=" + std::to_string(ns.evictions));
+    field("ns_" + ns.id.ToHex(), "lookups=" + std::to_string(ns.lookups) +
+                                     ",lookup_blocks=" + std::to_string(ns.lookup_blocks) +
+                                     ",hit_blocks=" + std::to_string(ns.total_hit_blocks()) +
+                                     ",hit_ratio=" + ratio +
+                                     ",evictions=" + std::to_string(ns.evictions));
   }
   return out;
 }

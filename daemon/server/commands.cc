@@ -1,8 +1,8 @@
 #include "daemon/server/commands.h"
 
 #include <string>
-#include <vector>
 #include <unordered_map>
+#include <vector>
 
 namespace kvtier::server {
 namespace {
@@ -53,9 +53,7 @@ bool ArityMatches(int arity, size_t argc) {
 
 // "Host:" and "POST" open an HTTP request: somebody pointed a browser or a cross-protocol attack
 // at the port. Redis closes such connections without a reply; so does kvtierd.
-bool LooksLikeHttp(const resp::Command& cmd) {
-  return cmd.NameIs("host:") || cmd.NameIs("post");
-}
+bool LooksLikeHttp(const resp::Command& cmd) { return cmd.NameIs("host:") || cmd.NameIs("post"); }
 
 }  // namespace
 
@@ -76,8 +74,7 @@ const CommandSpec* PrepareCommand(CommandContext& ctx, const resp::Command& cmd)
     return nullptr;
   }
   if (!ArityMatches(spec->arity, cmd.size())) {
-    ctx.reply.AppendError("ERR wrong number of arguments for '" + Lower(spec->name) +
-                          "' command");
+    ctx.reply.AppendError("ERR wrong number of arguments for '" + Lower(spec->name) + "' command");
     return nullptr;
   }
   return spec;

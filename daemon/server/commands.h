@@ -4,8 +4,8 @@
 // Handlers are plain functions, one file per family (commands_connection.cc, commands_generic.cc,
 // commands_kvt.cc, commands_kvt_shm.cc, commands_kvt_gpu.cc). They never block on the network:
 // anything the connection must do besides sending the reply (close, pass a file descriptor, flush
-// a long reply half-way) is asked for through CommandContext. Handlers run on the calling connection's strand; they may
-// call the store, which is thread-safe.
+// a long reply half-way) is asked for through CommandContext. Handlers run on the calling
+// connection's strand; they may call the store, which is thread-safe.
 #pragma once
 
 #include <chrono>
@@ -20,8 +20,8 @@
 #include "common/resp/reply_writer.h"
 #include "common/resp/request_parser.h"
 #include "daemon/server/server_context.h"
-#include "daemon/store/store.h"
 #include "daemon/server/session.h"
+#include "daemon/store/store.h"
 
 namespace kvtier::server {
 

@@ -118,9 +118,7 @@ Status AppendValue(CommandContext& ctx, std::string_view key) {
   });
 }
 
-Status ReadersDidNotFinish() {
-  return Busy("the old value is still being read by another client");
-}
+Status ReadersDidNotFinish() { return Busy("the old value is still being read by another client"); }
 
 Progress Set(CommandContext& ctx, Command& cmd) {
   if (cmd.size() > 3) {
@@ -130,9 +128,8 @@ Progress Set(CommandContext& ctx, Command& cmd) {
   if (KeyTooLong(ctx, cmd.args[1])) return Progress::kDone;
   // A large value may have been received into its slot already (staged_value.h); the
   // connection aborts that slot if this ends without publishing it.
-  Result<bool> stored = ctx.staged_value
-                            ? PublishStagedValue(ctx, cmd.args[1], *ctx.staged_value)
-                            : StoreValue(ctx, cmd.args[1], cmd.args[2]);
+  Result<bool> stored = ctx.staged_value ? PublishStagedValue(ctx, cmd.args[1], *ctx.staged_value)
+                                         : StoreValue(ctx, cmd.args[1], cmd.args[2]);
   if (stored.ok() && !*stored && ctx.KeepWaitingForReaders()) return Progress::kRetryLater;
   if (stored.ok() && *stored) {
     ctx.reply.AppendSimpleString("OK");
@@ -230,9 +227,9 @@ Progress DbSize(CommandContext& ctx, Command&) {
 }
 
 constexpr CommandSpec kCommands[] = {
-    {"SET", -3, false, Set},       {"GET", 2, false, Get},       {"MSET", -3, false, MSet},
-    {"MGET", -2, false, MGet},     {"EXISTS", -2, false, Exists}, {"DEL", -2, false, Del},
-    {"DBSIZE", 1, false, DbSize},  {"INFO", -1, false, Info},
+    {"SET", -3, false, Set},      {"GET", 2, false, Get},        {"MSET", -3, false, MSet},
+    {"MGET", -2, false, MGet},    {"EXISTS", -2, false, Exists}, {"DEL", -2, false, Del},
+    {"DBSIZE", 1, false, DbSize}, {"INFO", -1, false, Info},
 };
 
 }  // namespace

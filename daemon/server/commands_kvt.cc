@@ -140,10 +140,14 @@ Progress Del(CommandContext& ctx, Command& cmd) {
 }
 
 constexpr CommandSpec kCommands[] = {
-    {"KVT.REGISTER", -3, false, KvtRegister}, {"KVT.DROP", 2, false, Drop},
-    {"KVT.LOOKUP", 3, false, Lookup},         {"KVT.PUT", -4, false, Put},
-    {"KVT.GET", 3, false, Get},               {"KVT.PIN", 4, false, Pin},
-    {"KVT.DEL", 3, false, Del},               {"KVT.STATS", 1, false, KvtStats},
+    {"KVT.REGISTER", -3, false, KvtRegister},
+    {"KVT.DROP", 2, false, Drop},
+    {"KVT.LOOKUP", 3, false, Lookup},
+    {"KVT.PUT", -4, false, Put},
+    {"KVT.GET", 3, false, Get},
+    {"KVT.PIN", 4, false, Pin},
+    {"KVT.DEL", 3, false, Del},
+    {"KVT.STATS", 1, false, KvtStats},
 };
 
 }  // namespace

@@ -31,9 +31,9 @@ Progress GpuAttach(CommandContext& ctx, Command&) {
   if (ctx.server.gpu_pool == nullptr) {
     // The note says why ("no GPU tier: built without CUDA ..."), as INFO does.
     const std::string& note = ctx.server.options.gpu_tier_note;
-    ctx.reply.AppendError("NOTFOUND KVT.GPUATTACH: " +
-                          (note.empty() ? std::string("this daemon does not share a GPU pool")
-                                        : note));
+    ctx.reply.AppendError(
+        "NOTFOUND KVT.GPUATTACH: " +
+        (note.empty() ? std::string("this daemon does not share a GPU pool") : note));
     return Progress::kDone;
   }
   Result<tiers::PoolExport> exported = ctx.server.gpu_pool->ExportForClients();

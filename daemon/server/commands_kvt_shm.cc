@@ -97,10 +97,10 @@ std::string_view AcquireOne(CommandContext& ctx, const NamespaceId& ns, const Bl
                             store::Lease& out) {
   if (ctx.session.leases_held() >= kMaxHeldIdsPerConnection) return "BUSY";
   // Only a client that mapped the GPU pool would read a promoted block from it.
-  Result<store::Lease> lease = ctx.server.store.Acquire(
-      ns, key,
-      ctx.session.gpu_pool_attached() ? store::Store::Reader::kGpuPool
-                                      : store::Store::Reader::kHostMemory);
+  Result<store::Lease> lease =
+      ctx.server.store.Acquire(ns, key,
+                               ctx.session.gpu_pool_attached() ? store::Store::Reader::kGpuPool
+                                                               : store::Store::Reader::kHostMemory);
   if (!lease.ok()) return StatusWord(lease.status().code());
   if (!MappedByClient(ctx, lease->tier)) {
     // Not in memory the client mapped: it cannot read it through shared memory; KVT.GET can.

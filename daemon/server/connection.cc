@@ -167,8 +167,7 @@ size_t Connection::ReadAvailable(error_code& ec) {
   }
   if (pending >= kDirectReadMinBytes) {
     input_ = {};
-    std::span<char> window =
-        parser_.BulkWindow(std::min({pending, arrived, kDirectReadMaxBytes}));
+    std::span<char> window = parser_.BulkWindow(std::min({pending, arrived, kDirectReadMaxBytes}));
     const size_t n = socket_.read_some(asio::buffer(window.data(), window.size()), ec);
     parser_.CommitBulk(n);
     return n;

@@ -24,8 +24,8 @@
 // Ownership and threads: the server creates a connection with the accepted socket; the connection
 // keeps itself alive (shared_ptr held by its coroutines) until the client is gone or Close() is
 // called, then ends its session (aborting reservations, releasing leases) and calls `on_exit`.
-// Everything runs on the connection's strand, so its state needs no lock; Close() may be called from
-// any thread.
+// Everything runs on the connection's strand, so its state needs no lock; Close() may be called
+// from any thread.
 #pragma once
 
 #include <chrono>

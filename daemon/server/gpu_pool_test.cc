@@ -2,14 +2,13 @@
 // memfd here; a CUDA IPC handle on a GPU machine), after which KVT.ACQUIRE leases GPU blocks too,
 // with the tier in each grant; a connection that did not attach sees what it always did, and a
 // client that vanishes leaves no GPU lease behind.
+#include <gtest/gtest.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstring>
 #include <memory>
-
-#include <gtest/gtest.h>
 
 #include "common/resp/reply_parser.h"
 #include "daemon/server/test_client.h"
@@ -76,10 +75,9 @@ class GpuPoolTest : public ::testing::Test {
   void SetUp() override {
     ASSERT_TRUE(ts_.status().ok()) << ts_.status().ToString();
     c_ = ts_.ConnectUnix();
-    const std::string reply = c_.Call({"KVT.REGISTER", "model", "m", "dtype", "int8", "layers",
-                                       "1", "kv_heads", "1", "head_dim", "1", "block_tokens",
-                                       "1", "layout", "l", "block_bytes",
-                                       std::to_string(kBlockBytes)});
+    const std::string reply = c_.Call({"KVT.REGISTER", "model", "m", "dtype", "int8", "layers", "1",
+                                       "kv_heads", "1", "head_dim", "1", "block_tokens", "1",
+                                       "layout", "l", "block_bytes", std::to_string(kBlockBytes)});
     ns_hex_ = Parse(reply).elements.at(1).str;
     std::optional<Key128> id = Key128::FromHex(ns_hex_);
     ASSERT_TRUE(id.has_value()) << reply;

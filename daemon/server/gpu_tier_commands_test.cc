@@ -67,7 +67,9 @@ class GpuTierCommandsTest : public ::testing::Test {
     ASSERT_EQ(ts_.store().PromoteCandidates(16), 1u);
   }
 
-  TestServer ts_{{}, /*with_arena=*/true, /*capacity_bytes=*/uint64_t{512} << 20,
+  TestServer ts_{{},
+                 /*with_arena=*/true,
+                 /*capacity_bytes=*/uint64_t{512} << 20,
                  /*gpu_pool_bytes=*/uint64_t{64} << 20};
   TestClient c_;
   std::string ns_;

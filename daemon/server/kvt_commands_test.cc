@@ -21,9 +21,9 @@ std::string Bulk(std::string_view s) {
 }
 
 std::vector<std::string> RegisterArgs() {
-  return {"KVT.REGISTER", "model",  "tiny/model", "dtype",    "fp16", "layers",
-          "2",            "kv_heads", "1",        "head_dim", "4",    "block_tokens",
-          "2",            "layout", "nhd"};
+  return {"KVT.REGISTER", "model", "tiny/model", "dtype", "fp16",         "layers", "2",
+          "kv_heads",     "1",     "head_dim",   "4",     "block_tokens", "2",      "layout",
+          "nhd"};
 }
 
 std::string ExpectedNamespace() {

@@ -1,9 +1,8 @@
 // Large values go out straight from their leased slot (LeasedPayload, commands.h): the bytes are
 // right, the lease ends once they are sent, a writer of the same key waits for the reader instead
 // of failing, and a lease that lapses mid-send cuts the reply short instead of completing it.
-#include <sys/socket.h>
-
 #include <gtest/gtest.h>
+#include <sys/socket.h>
 
 #include <string>
 #include <thread>
@@ -27,9 +26,9 @@ std::string Bulk(std::string_view s) {
   if (got == want) return ::testing::AssertionSuccess();
   size_t at = 0;
   while (at < got.size() && at < want.size() && got[at] == want[at]) ++at;
-  return ::testing::AssertionFailure() << "reply of " << got.size() << " bytes, expected "
-                                       << want.size() << "; first difference at byte " << at
-                                       << ": got '" << got.substr(at, 16) << "'";
+  return ::testing::AssertionFailure()
+         << "reply of " << got.size() << " bytes, expected " << want.size()
+         << "; first difference at byte " << at << ": got '" << got.substr(at, 16) << "'";
 }
 
 std::string Value(size_t bytes, char seed) {
@@ -81,9 +80,10 @@ TEST_F(LeasedReplyTest, PipelinedGetThenSetOfTheSameKeyDoesNotWaitForItself) {
   const std::string old_value = Value(2 << 20, 'c');
   ASSERT_EQ(c_.Call({"SET", "k", old_value}), "+OK\r\n");
   // One batch: the GET's payload is still queued on this connection when the SET runs.
-  ASSERT_TRUE(c_.Send("*2\r\n$3\r\nGET\r\n$1\r\nk\r\n"
-                      "*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$3\r\nnew\r\n"
-                      "*2\r\n$3\r\nGET\r\n$1\r\nk\r\n"));
+  ASSERT_TRUE(
+      c_.Send("*2\r\n$3\r\nGET\r\n$1\r\nk\r\n"
+              "*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$3\r\nnew\r\n"
+              "*2\r\n$3\r\nGET\r\n$1\r\nk\r\n"));
   EXPECT_TRUE(SameReply(c_.ReadReply(), Bulk(old_value)));
   EXPECT_EQ(c_.ReadReply(), "+OK\r\n");
   EXPECT_EQ(c_.ReadReply(), Bulk("new"));
@@ -99,7 +99,7 @@ TEST_F(LeasedReplyTest, SetWaitsForAReaderStillReceivingTheOldValue) {
   for (int i = 0; i < 1000 && LeasesOpen() == 0; ++i) std::this_thread::sleep_for(1ms);
   ASSERT_EQ(LeasesOpen(), 1u);
   ASSERT_TRUE(c_.Send("*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$3\r\nnew\r\n"));
-  EXPECT_EQ(c_.ReadReply(100ms), "");  // waiting, not failing
+  EXPECT_EQ(c_.ReadReply(100ms), "");                           // waiting, not failing
   EXPECT_TRUE(SameReply(reader.ReadReply(), Bulk(old_value)));  // the old bytes, whole
   EXPECT_EQ(c_.ReadReply(), "+OK\r\n");
   EXPECT_EQ(c_.Call({"GET", "k"}), Bulk("new"));

@@ -1,10 +1,9 @@
 // Untrusted bytes: every malformed input gets its documented reply (or a silent close), and the
 // server goes on serving everybody else. Slow and greedy clients only ever slow themselves down.
+#include <gtest/gtest.h>
 #include <sys/socket.h>
 
 #include <thread>
-
-#include <gtest/gtest.h>
 
 #include "daemon/server/test_client.h"
 
@@ -18,9 +17,9 @@ using testing::TestServer;
 struct Case {
   const char* name;
   std::string input;
-  std::string reply;          // everything the server sends back
-  bool closes = true;         // the server closes the connection after the reply
-  bool half_close = false;    // the client ends its side after sending (a truncated frame)
+  std::string reply;        // everything the server sends back
+  bool closes = true;       // the server closes the connection after the reply
+  bool half_close = false;  // the client ends its side after sending (a truncated frame)
 };
 
 const std::string kInvalidBulk = "-ERR Protocol error: invalid bulk length\r\n";

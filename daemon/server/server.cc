@@ -135,7 +135,8 @@ Status Server::Impl::OpenListeners() {
 void Server::Impl::StartThreads() {
   work.emplace(io.get_executor());
   auto ignore = [](std::exception_ptr) {};
-  if (unix_acceptor) asio::co_spawn(unix_strand, AcceptLoop(*unix_acceptor, Transport::kUnix), ignore);
+  if (unix_acceptor)
+    asio::co_spawn(unix_strand, AcceptLoop(*unix_acceptor, Transport::kUnix), ignore);
   if (tcp_acceptor) asio::co_spawn(tcp_strand, AcceptLoop(*tcp_acceptor, Transport::kTcp), ignore);
   for (int i = 0; i < context.options.io_threads; ++i) {
     threads.emplace_back([this, i] {
@@ -245,8 +246,7 @@ Result<std::unique_ptr<Server>> Server::Create(const ServerOptions& options, sto
   KVTIER_RETURN_IF_ERROR(ValidateOptions(options));
   // Clients read a GPU lease's offset in the pool they imported: it must be the pool the store
   // places GPU blocks in.
-  if (gpu_pool != nullptr &&
-      store.tier(TierId::kGpu) != static_cast<tiers::Tier*>(gpu_pool)) {
+  if (gpu_pool != nullptr && store.tier(TierId::kGpu) != static_cast<tiers::Tier*>(gpu_pool)) {
     return InvalidArgument("gpu_pool: not the store's GPU tier");
   }
   auto impl = std::make_unique<Impl>(options, store, arena, gpu_pool);

@@ -8,8 +8,8 @@
 // Ownership: the server borrows the store, the optional host arena and the optional GPU pool (all
 // must outlive it) and owns its listeners, its connections and its I/O threads. Threads: Create,
 // Start, Stop and the destructor are called by the owner (one thread, not concurrently);
-// tcp_port(), unix_path() and Stats() may be called from any thread. Start runs `io_threads` threads named "kvtier-io-<n>",
-// joined by Stop (which the destructor calls).
+// tcp_port(), unix_path() and Stats() may be called from any thread. Start runs `io_threads`
+// threads named "kvtier-io-<n>", joined by Stop (which the destructor calls).
 #pragma once
 
 #include <sys/types.h>
@@ -28,7 +28,7 @@ class Store;
 namespace kvtier::tiers {
 class DeviceTier;
 class HostTier;
-}
+}  // namespace kvtier::tiers
 
 namespace kvtier::server {
 
@@ -76,9 +76,9 @@ struct ServerOptions {
 
 struct ServerStats {
   uint64_t connected_clients = 0;
-  uint64_t total_connections = 0;     // accepted, rejected ones included
+  uint64_t total_connections = 0;  // accepted, rejected ones included
   uint64_t commands_processed = 0;
-  uint64_t protocol_errors = 0;       // malformed frames (the connection was closed)
+  uint64_t protocol_errors = 0;  // malformed frames (the connection was closed)
   // Large replies cut short because the value's lease lapsed while the client read it slowly
   // (the connection was closed rather than finish the reply with bytes that may have changed).
   uint64_t lapsed_reply_leases = 0;

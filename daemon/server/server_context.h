@@ -20,7 +20,7 @@ class Store;
 namespace kvtier::tiers {
 class DeviceTier;
 class HostTier;
-}
+}  // namespace kvtier::tiers
 
 namespace kvtier::server {
 
@@ -50,8 +50,8 @@ inline constexpr size_t kGenericWriteStripes = 64;
 struct ServerContext {
   ServerOptions options;
   store::Store& store;
-  tiers::HostTier* arena;        // nullable: no shared-memory path
-  tiers::DeviceTier* gpu_pool;   // nullable: the GPU pool is not shared with clients
+  tiers::HostTier* arena;       // nullable: no shared-memory path
+  tiers::DeviceTier* gpu_pool;  // nullable: the GPU pool is not shared with clients
   NamespaceId generic_ns;
   uint64_t start_time_us = 0;  // SteadyClock, for INFO's uptime
   uint16_t tcp_port = 0;       // the bound port, set by Start before any connection exists

@@ -1,5 +1,6 @@
 #include "daemon/server/server.h"
 
+#include <gtest/gtest.h>
 #include <malloc.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -9,8 +10,6 @@
 #include <cstring>
 #include <fstream>
 #include <thread>
-
-#include <gtest/gtest.h>
 
 #include "daemon/server/test_client.h"
 

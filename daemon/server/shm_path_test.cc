@@ -1,12 +1,11 @@
 // The shared-memory path: KVT.ATTACH passes the arena's memfd, RESERVE/COMMIT/ABORT write through
 // it, ACQUIRE/RELEASE read through it, and a client that vanishes leaves nothing behind.
+#include <gtest/gtest.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstring>
-
-#include <gtest/gtest.h>
 
 #include "common/resp/reply_parser.h"
 #include "daemon/server/test_client.h"
@@ -80,19 +79,18 @@ class ShmPathTest : public ::testing::Test {
   void SetUp() override {
     ASSERT_TRUE(ts_.status().ok()) << ts_.status().ToString();
     c_ = ts_.ConnectUnix();
-    const std::string reply = c_.Call({"KVT.REGISTER", "model", "m", "dtype", "int8", "layers",
-                                       "1", "kv_heads", "1", "head_dim", "1", "block_tokens",
-                                       "1", "layout", "l", "block_bytes",
-                                       std::to_string(kBlockBytes)});
+    const std::string reply = c_.Call({"KVT.REGISTER", "model", "m", "dtype", "int8", "layers", "1",
+                                       "kv_heads", "1", "head_dim", "1", "block_tokens", "1",
+                                       "layout", "l", "block_bytes", std::to_string(kBlockBytes)});
     ns_ = Parse(reply).elements.at(1).str;
     ASSERT_EQ(ns_.size(), 32u) << reply;
   }
 
   // Attaches `client` and maps the arena it receives.
   std::unique_ptr<Mapping> Attach(TestClient& client) {
-    EXPECT_EQ(client.Call({"KVT.ATTACH"}), "*4\r\n$11\r\narena_bytes\r\n:" +
-                                               std::to_string(kArenaBytes) +
-                                               "\r\n$4\r\ntier\r\n$4\r\nhost\r\n");
+    EXPECT_EQ(client.Call({"KVT.ATTACH"}),
+              "*4\r\n$11\r\narena_bytes\r\n:" + std::to_string(kArenaBytes) +
+                  "\r\n$4\r\ntier\r\n$4\r\nhost\r\n");
     EXPECT_EQ(client.received_fds(), 1u);
     return std::make_unique<Mapping>(client.TakeReceivedFd());
   }
@@ -189,8 +187,8 @@ TEST_F(ShmPathTest, AcquireStopsAtTheFirstMiss) {
 
 TEST_F(ShmPathTest, IdsBelongToTheirConnection) {
   TestClient other = ts_.ConnectUnix();
-  std::vector<Grant> r = Grants(
-      c_.Call({"KVT.RESERVE", ns_, PackKeys({TestKey(9)}), std::to_string(kBlockBytes)}));
+  std::vector<Grant> r =
+      Grants(c_.Call({"KVT.RESERVE", ns_, PackKeys({TestKey(9)}), std::to_string(kBlockBytes)}));
   ASSERT_EQ(r.at(0).status, "OK");
   EXPECT_EQ(other.Call({"KVT.COMMIT", std::to_string(r[0].id)}), "*1\r\n+NOTFOUND\r\n");
   EXPECT_EQ(other.Call({"KVT.ABORT", std::to_string(r[0].id)}), "*1\r\n+NOTFOUND\r\n");
@@ -240,11 +238,11 @@ TEST_F(ShmPathTest, StopEndsEveryLeaseAndReservation) {
   ASSERT_EQ(c_.Call({"KVT.PUT", ns_, PackKeys({TestKey(0)}), std::string(kBlockBytes, 'x')}),
             "*1\r\n+OK\r\n");
   ASSERT_EQ(Grants(c_.Call({"KVT.ACQUIRE", ns_, PackKeys({TestKey(0)})})).at(0).status, "OK");
-  ASSERT_EQ(Grants(c_.Call({"KVT.RESERVE", ns_, PackKeys({TestKey(1)}),
-                            std::to_string(kBlockBytes)}))
-                .at(0)
-                .status,
-            "OK");
+  ASSERT_EQ(
+      Grants(c_.Call({"KVT.RESERVE", ns_, PackKeys({TestKey(1)}), std::to_string(kBlockBytes)}))
+          .at(0)
+          .status,
+      "OK");
   ts_.server().Stop();
   const store::StoreStats stats = ts_.store().Stats();
   EXPECT_EQ(stats.leases_active, 0u);

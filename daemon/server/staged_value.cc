@@ -43,7 +43,7 @@ void StagedValue::MaybeBegin(ServerContext& server, Session& session, resp::Requ
   const BlockKey placeholder{kStagingKeyHigh, server.next_staging_key.fetch_add(1)};
   Result<store::Reservation> r =
       server.store.BeginPut(server.generic_ns, placeholder, kGenericValueHeaderBytes + declared);
-  if (!r.ok()) return;  // no room now: SET will say so, or find room later
+  if (!r.ok()) return;          // no room now: SET will say so, or find room later
   if (r->address == nullptr) {  // not plain memory: SET stages the value itself
     (void)server.store.AbortPut(r->id);
     return;

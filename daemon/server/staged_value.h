@@ -6,10 +6,10 @@
 // host tier under a placeholder key, diverts the parser's payload into the slot
 // (RequestParser::DivertBulk), and SET publishes the reservation under the real key
 // (Store::CommitPutAs) instead of copying. The reservation is renewed before every read into the
-// slot, so a value may take as long as it needs to arrive while bytes keep coming. The first eighth of the value still goes into the
-// argument: the space is reserved only when that much has arrived, so a client that declares a
-// long value and sends little of it holds at most eight times what it sent, as the argument's own
-// growth would (twice).
+// slot, so a value may take as long as it needs to arrive while bytes keep coming. The first eighth
+// of the value still goes into the argument: the space is reserved only when that much has arrived,
+// so a client that declares a long value and sends little of it holds at most eight times what it
+// sent, as the argument's own growth would (twice).
 //
 // The reservation is the session's, so a client that disconnects mid-value, or whose frame turns
 // out malformed, has it aborted with the connection (Session::EndAll); nobody ever sees a partial

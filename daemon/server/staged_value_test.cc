@@ -1,11 +1,12 @@
 // Large SET values are received straight into their arena slot (StagedValue): the value read back
 // is the one sent, the old value stays visible until the new one is published, and a client that
 // vanishes, breaks the frame or outlasts the reservation mid-value leaves nothing behind.
+#include "daemon/server/staged_value.h"
+
 #include <gtest/gtest.h>
 
 #include <string>
 
-#include "daemon/server/staged_value.h"
 #include "daemon/server/test_client.h"
 
 namespace kvtier::server {

@@ -38,7 +38,8 @@ Result<std::unique_ptr<Store>> Store::Create(const StoreOptions& options,
   // host tier right below it there is nowhere to put a block, and nothing to promote from.
   const size_t gpu = PositionOf(tiers, TierId::kGpu);
   if (gpu < tiers.size() && (gpu != 0 || tiers.size() < 2 || tiers[1]->id() != TierId::kHost)) {
-    return InvalidArgument("the GPU tier must be the first tier, with the host tier right after it");
+    return InvalidArgument(
+        "the GPU tier must be the first tier, with the host tier right after it");
   }
   if (options.max_evictions_per_allocation < 1) {
     return InvalidArgument("max_evictions_per_allocation must be at least 1");
@@ -454,7 +455,8 @@ Status Store::Pin(const NamespaceId& ns, const BlockKey& key, uint64_t ttl_us) {
 Result<uint64_t> Store::DropNamespace(const NamespaceId& ns) {
   {
     MutexLock lock(namespaces_mu_);
-    if (namespaces_.erase(ns) == 0) return NotFound("namespace " + ns.ToHex() + " is not registered");
+    if (namespaces_.erase(ns) == 0)
+      return NotFound("namespace " + ns.ToHex() + " is not registered");
   }
   uint64_t removed = 0;
   for (const BlockKey& key : index_->KeysOfNamespace(ns)) {

@@ -272,8 +272,8 @@ class Store {
   // or replaced meanwhile (it stays where it is); kNoRoomBelow: the next tier could not take it;
   // kCopyFailed: a device error on the copy (counted).
   DemoteOutcome Demote(size_t level, const BlockKey& key, const index::BlockMeta& meta);
-  Status CopyBetweenTiers(tiers::Tier& from, const Extent& src, tiers::Tier& to,
-                          const Extent& dst, const tiers::BlockIdentity& identity);
+  Status CopyBetweenTiers(tiers::Tier& from, const Extent& src, tiers::Tier& to, const Extent& dst,
+                          const tiers::BlockIdentity& identity);
   // Repoints a block whose bytes were copied to (`to`, `dst`), taking back the mover's pin. A
   // write-through shadow stays with a block that moves between the memory tiers.
   Status MoveInIndex(const BlockKey& key, const index::BlockMeta& meta, TierId to,

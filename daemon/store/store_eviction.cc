@@ -35,8 +35,7 @@ Result<Extent> Store::AllocateWithEviction(size_t level, uint64_t bytes) {
 
 bool Store::EvictOne(size_t level) {
   const TierId id = tiers_[level]->id();
-  std::optional<std::pair<BlockKey, BlockMeta>> victim =
-      index_->PickVictim(id, clock_.NowMicros());
+  std::optional<std::pair<BlockKey, BlockMeta>> victim = index_->PickVictim(id, clock_.NowMicros());
   if (!victim) return false;
   // A victim that cannot leave right now (leased since it was picked) was handed back to the
   // policy; that still counts as an attempt, so the caller's bound keeps the loop finite.
@@ -100,8 +99,8 @@ bool Store::PinForMove(const BlockKey& key, const BlockMeta& meta) {
   // A lease the store holds itself: without it a Remove could free the extent mid-copy and a new
   // put could write into it while we read.
   Status pinned = index_->Update(key, [&](BlockMeta& m) {
-    if (m.generation != meta.generation || m.state != BlockState::kReady ||
-        m.tier != meta.tier || m.lease_count != 0) {
+    if (m.generation != meta.generation || m.state != BlockState::kReady || m.tier != meta.tier ||
+        m.lease_count != 0) {
       return NotFound("block changed since it was picked");
     }
     m.lease_count = 1;
@@ -129,8 +128,7 @@ Store::DemoteOutcome Store::Demote(size_t level, const BlockKey& key, const Bloc
     unpin();
     return DemoteOutcome::kNoRoomBelow;
   }
-  const Status copied =
-      CopyBetweenTiers(*tiers_[level], meta.extent, next, *dst, {meta.ns, key});
+  const Status copied = CopyBetweenTiers(*tiers_[level], meta.extent, next, *dst, {meta.ns, key});
   const Status moved = copied.ok() ? MoveInIndex(key, meta, next.id(), *dst) : copied;
   if (moved.ok()) {
     tiers_[level]->Free(meta.extent);

@@ -68,8 +68,7 @@ Store::CandidateOutcome Store::PromoteCandidate(const placement::PromotionCandid
   // Promote pins the block (refusing one leased since the look above), makes room in the GPU tier
   // by demoting its least recently used blocks to host, copies with no lock held and repoints the
   // block only if nobody changed it meanwhile; the host copy is freed then.
-  return Promote(LevelOf(TierId::kHost), gpu_level_, candidate.key, *meta) ==
-                 PromoteOutcome::kMoved
+  return Promote(LevelOf(TierId::kHost), gpu_level_, candidate.key, *meta) == PromoteOutcome::kMoved
              ? CandidateOutcome::kMoved
              : CandidateOutcome::kSkipped;
 }

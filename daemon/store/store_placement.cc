@@ -1,6 +1,7 @@
 // The store's placement path: promoting blocks that live below the host tier when they are read
-// (and moving blocks between any two tiers: Promote), reading them in place, dropping blocks whose bytes fail verification, the background mover's
-// eviction to a target, NVMe admission, and adopting blocks found at start-up.
+// (and moving blocks between any two tiers: Promote), reading them in place, dropping blocks whose
+// bytes fail verification, the background mover's eviction to a target, NVMe admission, and
+// adopting blocks found at start-up.
 #include <vector>
 
 #include "daemon/store/store.h"
@@ -90,18 +91,21 @@ void Store::WriteThrough(const BlockKey& key, uint64_t generation) {
   tiers::Tier& nvme = *tiers_[level];
   tiers::Tier& host = *tier(TierId::kHost);
   Result<Extent> dst = AllocateWithEviction(level, meta->extent.length);
-  Status written = dst.ok() ? CopyBetweenTiers(host, meta->extent, nvme, *dst, {meta->ns, key})
-                            : dst.status();
+  Status written =
+      dst.ok() ? CopyBetweenTiers(host, meta->extent, nvme, *dst, {meta->ns, key}) : dst.status();
   bool attached = false;
   if (written.ok()) {
-    attached = index_->Update(key, [&](BlockMeta& m) {
-                         if (m.generation != generation || m.has_shadow) {
-                           return NotFound("block changed");
-                         }
-                         m.shadow = *dst;
-                         m.has_shadow = true;
-                         return Status::Ok();
-                       }).ok();
+    attached = index_
+                   ->Update(key,
+                            [&](BlockMeta& m) {
+                              if (m.generation != generation || m.has_shadow) {
+                                return NotFound("block changed");
+                              }
+                              m.shadow = *dst;
+                              m.has_shadow = true;
+                              return Status::Ok();
+                            })
+                   .ok();
   }
   UnpinAfterMove(key);
   if (attached) {

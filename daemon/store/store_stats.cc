@@ -11,18 +11,25 @@ uint64_t NamespaceStats::total_hit_blocks() const {
 }
 
 double NamespaceStats::block_hit_ratio() const {
-  return lookup_blocks == 0 ? 0.0
-                            : static_cast<double>(total_hit_blocks()) /
-                                  static_cast<double>(lookup_blocks);
+  return lookup_blocks == 0
+             ? 0.0
+             : static_cast<double>(total_hit_blocks()) / static_cast<double>(lookup_blocks);
 }
 
 StoreStats Store::Stats() const {
   StoreStats s;
   for (tiers::Tier* t : tiers_) {
     const TierCounters& c = tier_counters_[static_cast<size_t>(t->id())];
-    s.tiers.push_back({t->id(), t->Stats(), c.evictions.load(), c.demotions.load(),
-                       c.drops.load(), c.admission_drops.load(), c.promotions.load(),
-                       c.corrupt_drops.load(), c.copy_errors.load(), {}});
+    s.tiers.push_back({t->id(),
+                       t->Stats(),
+                       c.evictions.load(),
+                       c.demotions.load(),
+                       c.drops.load(),
+                       c.admission_drops.load(),
+                       c.promotions.load(),
+                       c.corrupt_drops.load(),
+                       c.copy_errors.load(),
+                       {}});
     t->VisitDeviceStats([&](std::string_view name, double value) {
       s.tiers.back().device.emplace_back(std::string(name), value);
     });

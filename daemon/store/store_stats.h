@@ -22,24 +22,24 @@ namespace kvtier::store {
 using Counter = std::atomic<uint64_t>;
 
 struct NamespaceCounters {
-  Counter lookups{0};        // Lookup calls
-  Counter lookup_blocks{0};  // keys asked for
+  Counter lookups{0};                            // Lookup calls
+  Counter lookup_blocks{0};                      // keys asked for
   std::array<Counter, kTierCount> hit_blocks{};  // blocks of the ready prefix, by tier
   Counter hit_tokens{0};
-  Counter puts{0};           // committed puts
+  Counter puts{0};  // committed puts
   Counter put_bytes{0};
-  Counter gets{0};           // leases granted
-  Counter get_misses{0};     // Acquire that found nothing
-  Counter evictions{0};      // blocks of this namespace dropped from the last tier
+  Counter gets{0};        // leases granted
+  Counter get_misses{0};  // Acquire that found nothing
+  Counter evictions{0};   // blocks of this namespace dropped from the last tier
 };
 
 struct TierCounters {
-  Counter evictions{0};   // victims that left this tier (demoted or dropped)
-  Counter demotions{0};   // victims moved to the next tier
-  Counter drops{0};       // victims dropped because there is no next tier (or it failed)
-  Counter admission_drops{0};    // victims dropped because the next tier's admission refused them
-  Counter promotions{0};         // blocks moved up out of this tier (read often, or read on NVMe)
-  Counter corrupt_drops{0};  // blocks of this tier whose bytes failed verification (dropped)
+  Counter evictions{0};        // victims that left this tier (demoted or dropped)
+  Counter demotions{0};        // victims moved to the next tier
+  Counter drops{0};            // victims dropped because there is no next tier (or it failed)
+  Counter admission_drops{0};  // victims dropped because the next tier's admission refused them
+  Counter promotions{0};       // blocks moved up out of this tier (read often, or read on NVMe)
+  Counter corrupt_drops{0};    // blocks of this tier whose bytes failed verification (dropped)
   // Moves into or out of this tier whose copy failed with a device error (counted on the device
   // side of a copy, never on host memory): a promotion leaves the block where it was, a demotion
   // drops it.
@@ -49,11 +49,11 @@ struct TierCounters {
 struct StoreCounters {
   Counter committed_puts{0};
   Counter aborted_puts{0};
-  Counter busy_puts{0};            // BeginPut answered kBusy for lack of room
-  Counter removed_blocks{0};       // Remove and DropNamespace
-  Counter evicted_blocks{0};       // dropped from the last tier
-  Counter adopted_blocks{0};       // found on a durable tier at start-up (AdoptBlock)
-  Counter write_throughs{0};       // puts also written to NVMe at commit
+  Counter busy_puts{0};               // BeginPut answered kBusy for lack of room
+  Counter removed_blocks{0};          // Remove and DropNamespace
+  Counter evicted_blocks{0};          // dropped from the last tier
+  Counter adopted_blocks{0};          // found on a durable tier at start-up (AdoptBlock)
+  Counter write_throughs{0};          // puts also written to NVMe at commit
   Counter write_through_failures{0};  // puts that NVMe could not take (kept in memory only)
   Counter gpu_candidates{0};          // host blocks queued for promotion into the GPU tier
   Counter gpu_candidates_dropped{0};  // candidates refused because the queue was full

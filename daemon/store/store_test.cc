@@ -1,8 +1,8 @@
 #include "daemon/store/store.h"
 
-#include <functional>
-
 #include <gtest/gtest.h>
+
+#include <functional>
 
 #include "daemon/store/store_test_fixture.h"
 #include "tiers/host/host_tier.h"
@@ -121,8 +121,7 @@ TEST_F(StoreTest, BadPutsAreRejectedWithTheirReason) {
             StatusCode::kInvalidArgument);
   EXPECT_EQ(store_->BeginPut(kNs, Key(1), 0).status().code(), StatusCode::kInvalidArgument);
   ASSERT_TRUE(store_->RegisterNamespace({kOtherNs, 0, 0, "any size"}).ok());
-  EXPECT_EQ(store_->BeginPut(kOtherNs, Key(1), 5 * kBlock).status().code(),
-            StatusCode::kRejected);
+  EXPECT_EQ(store_->BeginPut(kOtherNs, Key(1), 5 * kBlock).status().code(), StatusCode::kRejected);
   EXPECT_EQ(store_->RegisterNamespace({kNs, 16, 2 * kBlock, "conflict"}).code(),
             StatusCode::kInvalidArgument);
 }

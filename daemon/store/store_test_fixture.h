@@ -2,10 +2,10 @@
 // the accounting identity checked after every test.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <memory>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "daemon/store/store.h"
 #include "tests/fakes/fake_tier.h"
@@ -54,8 +54,7 @@ class StoreTest : public ::testing::Test {
     auto store = Store::Create(options, list, clock_);
     ASSERT_TRUE(store.ok()) << store.status().ToString();
     store_ = std::move(store).value();
-    ASSERT_TRUE(
-        store_->RegisterNamespace({kNs, /*tokens_per_block=*/16, kBlock, "test"}).ok());
+    ASSERT_TRUE(store_->RegisterNamespace({kNs, /*tokens_per_block=*/16, kBlock, "test"}).ok());
   }
 
   // The accounting identity, checked after every test: every acknowledged put is present, was

@@ -6,6 +6,8 @@
 // unexpected error or broken accounting is a violation.
 //
 // KVTIER_STRESS_OPS (default 1,000,000) sets the total number of operations.
+#include <gtest/gtest.h>
+
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -13,8 +15,6 @@
 #include <random>
 #include <thread>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "daemon/store/store.h"
 #include "tests/fakes/fake_tier.h"
@@ -99,7 +99,8 @@ void Worker(Store& store, FakeClock& clock, Tally& tally, uint64_t ops, uint32_t
       Fill(n, r->address);
       Status st = (dice % 10 == 0) ? store.AbortPut(r->id) : store.CommitPut(r->id);
       // A commit may find its reservation expired (the clock moves); anything else is a bug.
-      if (!st.ok() && st.code() != StatusCode::kNotFound) Violation(tally, "finish put: " + st.ToString());
+      if (!st.ok() && st.code() != StatusCode::kNotFound)
+        Violation(tally, "finish put: " + st.ToString());
       if (st.ok() && dice % 10 != 0) tally.commits.fetch_add(1);
     } else if (dice < 70) {  // leased zero-copy read, or copy-out read
       if (dice < 55) {
@@ -122,7 +123,8 @@ void Worker(Store& store, FakeClock& clock, Tally& tally, uint64_t ops, uint32_t
         Status released = store.Release(lease->id);
         if (!read.ok()) Violation(tally, "Read of a leased block failed: " + read.ToString());
         if (released.ok()) {
-          if (!Matches(n, buffer.data())) Violation(tally, "wrong bytes for key " + std::to_string(n));
+          if (!Matches(n, buffer.data()))
+            Violation(tally, "wrong bytes for key " + std::to_string(n));
           tally.verified_reads.fetch_add(1);
         } else if (released.code() != StatusCode::kNotFound) {
           Violation(tally, "Release: " + released.ToString());
@@ -215,14 +217,15 @@ StoreStats RunAndCheck(Store& store, FakeClock& clock, const std::function<void(
   uint64_t tier_blocks = 0;
   for (const TierStatsSnapshot& t : s.tiers) tier_blocks += t.space.block_count;
   EXPECT_EQ(tier_blocks, s.blocks_present);
-  std::printf("stress: %llu ops, %llu verified reads, %llu commits, %llu evicted, %llu busy, "
-              "0 violations expected, %llu seen\n",
-              static_cast<unsigned long long>(total),
-              static_cast<unsigned long long>(tally.verified_reads.load()),
-              static_cast<unsigned long long>(s.committed_puts),
-              static_cast<unsigned long long>(s.evicted_blocks),
-              static_cast<unsigned long long>(tally.busy.load()),
-              static_cast<unsigned long long>(tally.violations.load()));
+  std::printf(
+      "stress: %llu ops, %llu verified reads, %llu commits, %llu evicted, %llu busy, "
+      "0 violations expected, %llu seen\n",
+      static_cast<unsigned long long>(total),
+      static_cast<unsigned long long>(tally.verified_reads.load()),
+      static_cast<unsigned long long>(s.committed_puts),
+      static_cast<unsigned long long>(s.evicted_blocks),
+      static_cast<unsigned long long>(tally.busy.load()),
+      static_cast<unsigned long long>(tally.violations.load()));
   return s;
 }
 
