@@ -1,0 +1,208 @@
+// The store's two-phase put path: reservations (BeginPut), publishing them (CommitPut, and
+// CommitPutAs for a slot filled before its key was known), giving them back (AbortPut), and the
+// copy-in convenience Put.
+#include <cstring>
+
+#include "common/stream_copy.h"
+#include "daemon/store/store.h"
+
+namespace kvtier::store {
+
+using index::BlockMeta;
+using index::BlockState;
+
+Result<Reservation> Store::BeginPut(const NamespaceId& ns, const BlockKey& key, uint64_t bytes) {
+  std::optional<NamespaceInfo> info = GetNamespace(ns);
+  if (!info) return NotFound("namespace " + ns.ToHex() + " is not registered");
+  if (bytes == 0) return InvalidArgument("a block cannot be empty");
+  if (info->block_bytes != 0 && bytes != info->block_bytes) {
+    return InvalidArgument("block of " + std::to_string(bytes) + " bytes in a namespace of " +
+                           std::to_string(info->block_bytes) + "-byte blocks");
+  }
+  // Cheap early answer for the common "already cached" case, before any space is touched.
+  if (std::optional<BlockMeta> existing = index_->Get(key)) {
+    // Never "already stored" for another namespace's block: the caller would skip its copy and
+    // then never find the block, and the answer would tell one tenant what another has cached.
+    if (existing->ns != ns) return Rejected("key is in use by another namespace");
+    if (existing->state == BlockState::kReady) return AlreadyExists("block is already stored");
+    return Busy("block is being written by another client");
+  }
+  {
+    MutexLock lock(reservations_mu_);
+    if (reservations_.size() >= options_.max_reservations) {
+      return Busy("too many puts in flight (" + std::to_string(options_.max_reservations) + ")");
+    }
+  }
+  Result<Extent> extent = AllocateWithEviction(put_level_, bytes);
+  if (!extent.ok()) {
+    if (extent.status().code() == StatusCode::kBusy) counters_.busy_puts.fetch_add(1);
+    return extent.status();
+  }
+  tiers::Tier& target = *tiers_[put_level_];
+  Reservation reservation;
+  reservation.id = next_id_.fetch_add(1);
+  BlockMeta meta;
+  meta.ns = ns;
+  meta.tier = target.id();
+  meta.extent = *extent;
+  meta.generation = reservation.id;
+  if (Status st = index_->InsertWriting(key, meta); !st.ok()) {
+    target.Free(*extent);
+    return st;
+  }
+  reservation.key = key;
+  reservation.tier = target.id();
+  reservation.extent = *extent;
+  reservation.address = target.Address(*extent);
+  MutexLock lock(reservations_mu_);
+  reservations_.emplace(reservation.id,
+                        ReservationRecord{ns, key, target.id(), *extent, reservation.id,
+                                          clock_.NowMicros() + options_.reservation_timeout_us});
+  return reservation;
+}
+
+Result<Store::ReservationRecord> Store::TakeReservation(uint64_t reservation_id, bool erase) {
+  ReservationRecord record;
+  {
+    MutexLock lock(reservations_mu_);
+    auto it = reservations_.find(reservation_id);
+    if (it == reservations_.end()) {
+      return NotFound("no reservation " + std::to_string(reservation_id) +
+                      " (finished, aborted or timed out)");
+    }
+    record = it->second;
+    if (!erase) return record;
+    reservations_.erase(it);
+  }
+  if (record.expired) {
+    tier(record.tier)->Free(record.extent);
+    return NotFound("reservation " + std::to_string(reservation_id) + " timed out");
+  }
+  return record;
+}
+
+Status Store::CommitPut(uint64_t reservation_id, std::optional<uint64_t> checksum) {
+  KVTIER_ASSIGN_OR_RETURN(const ReservationRecord record, TakeReservation(reservation_id, true));
+  return Publish(record, checksum);
+}
+
+Status Store::CommitPutAs(uint64_t reservation_id, const BlockKey& key,
+                          std::optional<uint64_t> checksum) {
+  KVTIER_ASSIGN_OR_RETURN(ReservationRecord record, TakeReservation(reservation_id, false));
+  // The usual conflict (the key's old block is still there) leaves the reservation alone, so the
+  // caller can remove the old block and try again.
+  if (std::optional<BlockMeta> existing = index_->Get(key); existing && !record.expired) {
+    if (existing->ns != record.ns) return Rejected("key is in use by another namespace");
+    return AlreadyExists("the key holds a block; remove it first");
+  }
+  KVTIER_ASSIGN_OR_RETURN(record, TakeReservation(reservation_id, true));
+  // Move the writing entry from the staging key to `key`. The entry is invisible to readers in
+  // between, so nobody sees the block under either key until Publish marks it ready.
+  std::optional<BlockMeta> staged = index_->EraseIf(record.key, [&](const BlockMeta& m) {
+    return m.state == BlockState::kWriting && m.generation == record.generation;
+  });
+  if (!staged) {
+    tier(record.tier)->Free(record.extent);
+    counters_.aborted_puts.fetch_add(1);
+    return NotFound("reservation " + std::to_string(reservation_id) + " lost its entry");
+  }
+  if (Status st = index_->InsertWriting(key, *staged); !st.ok()) {
+    // Another writer took the key between the check above and here.
+    tier(record.tier)->Free(record.extent);
+    counters_.aborted_puts.fetch_add(1);
+    return Busy("the key was written concurrently: " + st.message());
+  }
+  record.key = key;
+  return Publish(record, checksum);
+}
+
+Status Store::Publish(const ReservationRecord& record, std::optional<uint64_t> checksum) {
+  if (!NamespaceRegistered(record.ns)) {
+    DiscardWriting(record);
+    return NotFound("namespace " + record.ns.ToHex() + " was dropped during the put");
+  }
+  Status published = Status::Ok();
+  if (checksum) {
+    published = index_->Update(record.key, [&](BlockMeta& meta) {
+      meta.checksum = *checksum;
+      meta.has_checksum = true;
+      return Status::Ok();
+    });
+  }
+  if (published.ok()) published = index_->MarkReady(record.key);
+  if (!published.ok()) {
+    // The record is gone already: give the entry and its space back here, or both leak.
+    DiscardWriting(record);
+    return published;
+  }
+  counters_.committed_puts.fetch_add(1);
+  if (!NamespaceRegistered(record.ns)) {
+    // DropNamespace ran between the check above and MarkReady and skipped this block while it was
+    // being written: remove it now, as the drop would have.
+    std::optional<BlockMeta> gone = index_->EraseIf(record.key, [&](const BlockMeta& m) {
+      return m.generation == record.generation && m.lease_count == 0;
+    });
+    if (gone) {
+      FreeExtent(*gone);
+      counters_.removed_blocks.fetch_add(1);
+    }
+    return NotFound("namespace " + record.ns.ToHex() + " was dropped during the put");
+  }
+  if (NamespaceCounters* c = CountersFor(record.ns)) {
+    c->puts.fetch_add(1, std::memory_order_relaxed);
+    c->put_bytes.fetch_add(record.extent.length, std::memory_order_relaxed);
+  }
+  if (options_.nvme_write_through && record.tier == TierId::kHost) {
+    WriteThrough(record.key, record.generation);
+  }
+  return Status::Ok();
+}
+
+bool Store::RenewReservation(uint64_t reservation_id) {
+  MutexLock lock(reservations_mu_);
+  auto it = reservations_.find(reservation_id);
+  if (it == reservations_.end() || it->second.expired) return false;
+  it->second.deadline_us = clock_.NowMicros() + options_.reservation_timeout_us;
+  return true;
+}
+
+Status Store::AbortPut(uint64_t reservation_id) {
+  ReservationRecord record;
+  {
+    MutexLock lock(reservations_mu_);
+    auto it = reservations_.find(reservation_id);
+    if (it == reservations_.end()) {
+      return NotFound("no reservation " + std::to_string(reservation_id));
+    }
+    record = it->second;
+    reservations_.erase(it);
+  }
+  if (record.expired) {
+    tier(record.tier)->Free(record.extent);  // its entry went at expiry; only the space was held
+    return Status::Ok();
+  }
+  DiscardWriting(record);
+  return Status::Ok();
+}
+
+void Store::DiscardWriting(const ReservationRecord& record) {
+  index_->EraseIf(record.key, [&](const BlockMeta& m) {
+    return m.state == BlockState::kWriting && m.generation == record.generation;
+  });
+  tier(record.tier)->Free(record.extent);
+  counters_.aborted_puts.fetch_add(1);
+}
+
+Status Store::Put(const NamespaceId& ns, const BlockKey& key, std::span<const std::byte> bytes) {
+  KVTIER_ASSIGN_OR_RETURN(Reservation r, BeginPut(ns, key, bytes.size()));
+  Status written = r.address != nullptr
+                       ? (StreamCopy(r.address, bytes.data(), bytes.size()), Status::Ok())
+                       : tier(r.tier)->Write(r.extent, bytes);
+  if (!written.ok()) {
+    (void)AbortPut(r.id);
+    return written;
+  }
+  return CommitPut(r.id);
+}
+
+}  // namespace kvtier::store
