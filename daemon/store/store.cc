@@ -4,7 +4,6 @@
 #include <cstring>
 #include <set>
 
-
 namespace kvtier::store {
 
 using index::BlockMeta;
