@@ -280,6 +280,10 @@ Status FinalizeGpu(const DaemonConfig& config) {
 
 }  // namespace
 
+uint32_t DefaultIoThreads(unsigned hardware_threads) {
+  return std::clamp<uint32_t>(hardware_threads / 2, 1, 8);
+}
+
 uint64_t AutoNvmeBytes(const std::string& data_dir) {
   std::error_code ec;
   std::filesystem::path dir = data_dir;
@@ -344,9 +348,8 @@ Status Finalize(DaemonConfig& config) {
     return InvalidArgument(
         "limits: max_bulk_bytes, max_array_len and max_clients must be positive");
   }
-  if (config.io_threads == 0) {
-    config.io_threads = std::clamp<uint32_t>(std::thread::hardware_concurrency(), 1, 8);
-  }
+  if (config.io_threads == 0)
+    config.io_threads = DefaultIoThreads(std::thread::hardware_concurrency());
   if (config.data_dir.empty()) config.data_dir = DefaultDataDir();
   if (config.nvme_bytes == DaemonConfig::kAutoBytes) {
     config.nvme_bytes = AutoNvmeBytes(config.data_dir);
@@ -404,7 +407,8 @@ Result<ParseOutcome> ParseCommandLine(int argc, const char* const* argv) {
                "Discard the NVMe tier's blocks at start (default: serve them again)");
   app.add_option("--password", password, "Password clients must AUTH with");
   app.add_option("--policy", policy, "Eviction policy: lru or arc");
-  app.add_option("--io-threads", io_threads, "Network threads (0: one per core, at most 8)");
+  app.add_option("--io-threads", io_threads,
+                 "Network threads (0: half the cores, at least 1, at most 8)");
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error or off");
   try {
     app.parse(argc, argv);

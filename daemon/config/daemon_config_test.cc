@@ -4,6 +4,7 @@
 
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 namespace kvtier::config {
 namespace {
@@ -21,8 +22,16 @@ TEST(DaemonConfigTest, RunsOnEmbeddedDefaults) {
   EXPECT_EQ(c.tcp_host, "127.0.0.1");
   EXPECT_GE(c.host_bytes, 64ull << 20);
   EXPECT_LE(c.host_bytes, 64ull << 30);
-  EXPECT_GE(c.io_threads, 1u);
+  EXPECT_EQ(c.io_threads, DefaultIoThreads(std::thread::hardware_concurrency()));
   EXPECT_FALSE(c.data_dir.empty());
+}
+
+TEST(DaemonConfigTest, DefaultIoThreadsLeaveHalfTheCores) {
+  EXPECT_EQ(DefaultIoThreads(0), 1u);  // hardware_concurrency() may not know
+  EXPECT_EQ(DefaultIoThreads(1), 1u);
+  EXPECT_EQ(DefaultIoThreads(2), 1u);
+  EXPECT_EQ(DefaultIoThreads(8), 4u);
+  EXPECT_EQ(DefaultIoThreads(64), 8u);
 }
 
 TEST(DaemonConfigTest, FlagsTakeSizesWithSuffixes) {
