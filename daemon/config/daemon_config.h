@@ -21,9 +21,9 @@ namespace kvtier::config {
 
 // The network threads kvtierd runs when server.io_threads is 0: half the cores, at least one,
 // at most eight. The daemon shares its node with the inference engine and the clients it serves;
-// its threads mostly wait on the kernel's socket copies, and a thread per core competes with the
-// very processes it serves (on 2 cores, redis-benchmark -d 2097152 -c 4 measured SET/GET at
-// 1,299/1,090 rps with two threads and 1,399/1,455 with one).
+// its threads mostly wait on the kernel's socket copies, and a thread per core would compete with
+// the very processes it serves (bench/daemon_bench.sh's TCP figures show it on a small machine:
+// compare runs with --io-threads set by hand).
 uint32_t DefaultIoThreads(unsigned hardware_threads);
 
 struct DaemonConfig {
