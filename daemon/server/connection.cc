@@ -27,6 +27,8 @@ constexpr size_t kKeepOutputBytes = 16 << 10;
 // A leased payload goes out in pieces of this size, its lease renewed before each, so a client
 // that reads slowly but steadily never sees the lease lapse under it.
 constexpr size_t kPayloadPieceBytes = 4 << 20;
+// How many reads in a row may skip the readiness wait (see Receive).
+constexpr int kMaxReadsWithoutWait = 8;
 // How long a command that waits for readers (Progress::kRetryLater) pauses between attempts.
 constexpr std::chrono::milliseconds kRetryPause{1};
 
@@ -145,17 +147,30 @@ Connection::Awaitable<bool> Connection::Receive() {
     session_.ShrinkIfEmpty();
   }
   error_code ec;
-  co_await socket_.async_wait(asio::socket_base::wait_read, redirect_error(use_awaitable, ec));
-  if (ec) co_return false;
-  ReadAvailable(ec);
+  // Inside a command, bytes that have already arrived are read without a readiness wait: a large
+  // value comes in bursts, and a wait per burst is a trip through the poller. A few such reads in
+  // a row at most, so one client streaming a long value never keeps its I/O thread from the
+  // others.
+  size_t arrived = 0;
+  if (!parser_.idle() && reads_without_wait_ < kMaxReadsWithoutWait) {
+    arrived = socket_.available(ec);
+  }
+  if (arrived > 0) {
+    ++reads_without_wait_;
+  } else {
+    reads_without_wait_ = 0;
+    co_await socket_.async_wait(asio::socket_base::wait_read, redirect_error(use_awaitable, ec));
+    if (ec) co_return false;
+    arrived = socket_.available(ec);
+  }
+  // available() is 0 at end of stream; reading one byte then reports the EOF.
+  ec.clear();
+  ReadAvailable(std::max<size_t>(arrived, 1), ec);
   if (ec == asio::error::would_block || ec == asio::error::try_again) co_return true;
   co_return !ec;  // end of stream: a command cut short dies with the connection
 }
 
-size_t Connection::ReadAvailable(error_code& ec) {
-  // available() may be 0 at end of stream; reading one byte then reports the EOF.
-  const size_t arrived = std::max<size_t>(socket_.available(ec), 1);
-  ec.clear();
+size_t Connection::ReadAvailable(size_t arrived, error_code& ec) {
   const size_t pending = parser_.pending_bulk_bytes();
   if (pending > 0) staged_.MaybeBegin(server_, session_, parser_, arrived);
   if (!staged_.Renew(server_.store)) {
@@ -165,14 +180,20 @@ size_t Connection::ReadAvailable(error_code& ec) {
     ec = asio::error::timed_out;
     return 0;
   }
+  if (!read_buf_) read_buf_ = std::make_unique<char[]>(kReadBufferBytes);
   if (pending >= kDirectReadMinBytes) {
-    input_ = {};
     std::span<char> window = parser_.BulkWindow(std::min({pending, arrived, kDirectReadMaxBytes}));
-    const size_t n = socket_.read_some(asio::buffer(window.data(), window.size()), ec);
-    parser_.CommitBulk(n);
+    // What arrived beyond the payload (its CRLF, the next commands) comes in the same read, into
+    // the read buffer, instead of costing a read and a readiness wait of its own.
+    const size_t beyond = window.size() == pending && arrived > pending ? kReadBufferBytes : 0;
+    const std::array<asio::mutable_buffer, 2> targets = {asio::buffer(window.data(), window.size()),
+                                                         asio::buffer(read_buf_.get(), beyond)};
+    const size_t n = socket_.read_some(targets, ec);
+    const size_t into_window = std::min(n, window.size());
+    parser_.CommitBulk(into_window);
+    input_ = std::string_view(read_buf_.get(), n - into_window);
     return n;
   }
-  if (!read_buf_) read_buf_ = std::make_unique<char[]>(kReadBufferBytes);
   const size_t n = socket_.read_some(asio::buffer(read_buf_.get(), kReadBufferBytes), ec);
   input_ = std::string_view(read_buf_.get(), n);
   return n;

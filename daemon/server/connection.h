@@ -72,7 +72,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // Waits for bytes and takes them (into read_buf_ or straight into a bulk argument). false: the
   // peer is gone or the socket was closed.
   Awaitable<bool> Receive();
-  size_t ReadAvailable(boost::system::error_code& ec);
+  // Reads once, `arrived` being the bytes waiting in the socket (at least 1).
+  size_t ReadAvailable(size_t arrived, boost::system::error_code& ec);
   // Feeds input_ to the parser and runs every complete command. false: close the connection.
   Awaitable<bool> Process();
   Awaitable<bool> Execute(resp::Command& cmd);
@@ -119,6 +120,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   resp::ReplyWriter writer_;
   std::unique_ptr<char[]> read_buf_;
   std::string_view input_;  // bytes of read_buf_ not yet fed to the parser
+  int reads_without_wait_ = 0;
   Clock::time_point deadline_ = Clock::time_point::max();
   bool closing_ = false;
   bool finished_ = false;

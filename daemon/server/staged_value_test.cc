@@ -93,6 +93,22 @@ TEST_F(StagedValueTest, AValueSentInPiecesIsStagedAndReadsBackWhole) {
   EXPECT_TRUE(SameReply(c_.Call({"GET", "slow"}), Bulk(big)));
 }
 
+TEST_F(StagedValueTest, CommandsPipelinedAfterLargeValuesAreAllAnswered) {
+  // A value's last bytes, its CRLF and the commands after it arrive together and are taken in
+  // one read: the payload into its slot, the rest into the read buffer.
+  const std::string a = Value(1 << 20, 'e');
+  const std::string b = Value((1 << 20) + 3, 'f');
+  ASSERT_TRUE(c_.Send(Resp({"SET", "a", a}) + Resp({"SET", "b", b}) + Resp({"PING"}) +
+                      Resp({"GET", "a"}) + Resp({"DBSIZE"})));
+  EXPECT_EQ(c_.ReadReply(), "+OK\r\n");
+  EXPECT_EQ(c_.ReadReply(), "+OK\r\n");
+  EXPECT_EQ(c_.ReadReply(), "+PONG\r\n");
+  EXPECT_TRUE(SameReply(c_.ReadReply(), Bulk(a)));
+  EXPECT_EQ(c_.ReadReply(), ":2\r\n");
+  EXPECT_EQ(Staged(), 2u);
+  EXPECT_TRUE(SameReply(c_.Call({"GET", "b"}), Bulk(b)));
+}
+
 TEST_F(StagedValueTest, TheOldValueStaysVisibleUntilTheNewOneIsPublished) {
   const std::string old_value = Value(1 << 20, 'e');
   const std::string new_value = Value(1 << 20, 'f');
