@@ -7,13 +7,10 @@
 namespace kvtier::server {
 namespace {
 
+using testing::Bulk;
 using testing::Resp;
 using testing::TestClient;
 using testing::TestServer;
-
-std::string Bulk(std::string_view s) {
-  return "$" + std::to_string(s.size()) + "\r\n" + std::string(s) + "\r\n";
-}
 
 // HELLO's fields after the header, for a client with `id` speaking `proto`.
 std::string HelloFields(int proto, const std::string& id) {

@@ -7,12 +7,9 @@
 namespace kvtier::server {
 namespace {
 
+using testing::Bulk;
 using testing::TestClient;
 using testing::TestServer;
-
-std::string Bulk(std::string_view s) {
-  return "$" + std::to_string(s.size()) + "\r\n" + std::string(s) + "\r\n";
-}
 
 class GenericCommandsTest : public ::testing::Test {
  protected:

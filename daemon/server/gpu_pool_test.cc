@@ -16,6 +16,7 @@
 namespace kvtier::server {
 namespace {
 
+using testing::Bulk;
 using testing::PackKeys;
 using testing::Resp;
 using testing::TestClient;
@@ -31,10 +32,6 @@ resp::Reply Parse(const std::string& raw) {
   Result<size_t> used = parser.Feed(raw);
   EXPECT_TRUE(used.ok() && parser.has_reply()) << raw;
   return parser.has_reply() ? parser.TakeReply() : resp::Reply::Null();
-}
-
-std::string Bulk(std::string_view s) {
-  return "$" + std::to_string(s.size()) + "\r\n" + std::string(s) + "\r\n";
 }
 
 // The whole memfd `fd` (taken over) as the client maps it.

@@ -15,22 +15,14 @@
 namespace kvtier::server {
 namespace {
 
+using testing::Bulk;
 using testing::PackKeys;
 using testing::TestClient;
 using testing::TestKey;
 using testing::TestServer;
+using testing::Value;
 
 constexpr size_t kBlockBytes = 64;
-
-std::string Bulk(std::string_view s) {
-  return "$" + std::to_string(s.size()) + "\r\n" + std::string(s) + "\r\n";
-}
-
-std::string Value(size_t bytes, char seed) {
-  std::string v(bytes, '\0');
-  for (size_t i = 0; i < bytes; ++i) v[i] = static_cast<char>(seed + i * 7 + i / 4093);
-  return v;
-}
 
 class GpuTierCommandsTest : public ::testing::Test {
  protected:

@@ -8,6 +8,7 @@
 namespace kvtier::server {
 namespace {
 
+using testing::Bulk;
 using testing::PackKeys;
 using testing::TestClient;
 using testing::TestKey;
@@ -15,10 +16,6 @@ using testing::TestServer;
 
 // 2 (K, V) x 2 layers x 1 kv head x 4 head dim x 2 tokens x 2 bytes (fp16).
 constexpr size_t kBlockBytes = 64;
-
-std::string Bulk(std::string_view s) {
-  return "$" + std::to_string(s.size()) + "\r\n" + std::string(s) + "\r\n";
-}
 
 std::vector<std::string> RegisterArgs() {
   return {"KVT.REGISTER", "model", "tiny/model", "dtype", "fp16",         "layers", "2",

@@ -14,28 +14,11 @@ namespace kvtier::server {
 namespace {
 
 using namespace std::chrono_literals;
+using testing::Bulk;
+using testing::SameReply;
 using testing::TestClient;
 using testing::TestServer;
-
-std::string Bulk(std::string_view s) {
-  return "$" + std::to_string(s.size()) + "\r\n" + std::string(s) + "\r\n";
-}
-
-// Compares replies without printing megabytes: the sizes and the first differing offset.
-::testing::AssertionResult SameReply(const std::string& got, const std::string& want) {
-  if (got == want) return ::testing::AssertionSuccess();
-  size_t at = 0;
-  while (at < got.size() && at < want.size() && got[at] == want[at]) ++at;
-  return ::testing::AssertionFailure()
-         << "reply of " << got.size() << " bytes, expected " << want.size()
-         << "; first difference at byte " << at << ": got '" << got.substr(at, 16) << "'";
-}
-
-std::string Value(size_t bytes, char seed) {
-  std::string v(bytes, '\0');
-  for (size_t i = 0; i < bytes; ++i) v[i] = static_cast<char>(seed + i * 7 + i / 4093);
-  return v;
-}
+using testing::Value;
 
 // A reader that takes its bytes slowly: a small receive buffer, so the server's write of a
 // multi-MiB value blocks part way until the test reads.

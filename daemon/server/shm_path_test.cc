@@ -13,6 +13,7 @@
 namespace kvtier::server {
 namespace {
 
+using testing::Bulk;
 using testing::PackKeys;
 using testing::Resp;
 using testing::TestClient;
@@ -21,10 +22,6 @@ using testing::TestServer;
 
 constexpr size_t kBlockBytes = 4096;
 constexpr uint64_t kArenaBytes = uint64_t{64} << 20;
-
-std::string Bulk(std::string_view s) {
-  return "$" + std::to_string(s.size()) + "\r\n" + std::string(s) + "\r\n";
-}
 
 resp::Reply Parse(const std::string& raw) {
   resp::ReplyParser parser;

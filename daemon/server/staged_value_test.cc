@@ -12,27 +12,12 @@
 namespace kvtier::server {
 namespace {
 
+using testing::Bulk;
 using testing::Resp;
+using testing::SameReply;
 using testing::TestClient;
 using testing::TestServer;
-
-std::string Bulk(std::string_view s) {
-  return "$" + std::to_string(s.size()) + "\r\n" + std::string(s) + "\r\n";
-}
-
-std::string Value(size_t bytes, char seed) {
-  std::string v(bytes, '\0');
-  for (size_t i = 0; i < bytes; ++i) v[i] = static_cast<char>(seed + i * 13 + i / 5003);
-  return v;
-}
-
-::testing::AssertionResult SameReply(const std::string& got, const std::string& want) {
-  if (got == want) return ::testing::AssertionSuccess();
-  size_t at = 0;
-  while (at < got.size() && at < want.size() && got[at] == want[at]) ++at;
-  return ::testing::AssertionFailure() << "reply of " << got.size() << " bytes, expected "
-                                       << want.size() << "; first difference at byte " << at;
-}
+using testing::Value;
 
 class StagedValueTest : public ::testing::Test {
  protected:

@@ -44,6 +44,25 @@ std::string Resp(std::initializer_list<std::string_view> args) {
   return Resp(std::vector<std::string>(args.begin(), args.end()));
 }
 
+std::string Bulk(std::string_view s) {
+  return "$" + std::to_string(s.size()) + "\r\n" + std::string(s) + "\r\n";
+}
+
+std::string Value(size_t bytes, char seed) {
+  std::string v(bytes, '\0');
+  for (size_t i = 0; i < bytes; ++i) v[i] = static_cast<char>(seed + i * 7 + i / 4093);
+  return v;
+}
+
+::testing::AssertionResult SameReply(const std::string& got, const std::string& want) {
+  if (got == want) return ::testing::AssertionSuccess();
+  size_t at = 0;
+  while (at < got.size() && at < want.size() && got[at] == want[at]) ++at;
+  return ::testing::AssertionFailure()
+         << "reply of " << got.size() << " bytes, expected " << want.size()
+         << "; first difference at byte " << at << ": got '" << got.substr(at, 16) << "'";
+}
+
 BlockKey TestKey(uint64_t n) {
   BlockKey k;
   k.high = 0xABCD0000'00000000ULL | n;

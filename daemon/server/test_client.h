@@ -9,6 +9,8 @@
 // thread-safe (one per thread).
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -31,6 +33,15 @@ namespace kvtier::server::testing {
 // Encodes a command as a RESP array of bulk strings.
 std::string Resp(const std::vector<std::string>& args);
 std::string Resp(std::initializer_list<std::string_view> args);
+
+// The RESP bulk string of `s`, as a reply carries it.
+std::string Bulk(std::string_view s);
+// `bytes` of a deterministic pattern that varies with `seed`, with no short period, so a value
+// read back from the wrong offset or the wrong block differs.
+std::string Value(size_t bytes, char seed);
+// Compares replies without printing megabytes: the sizes, the first differing offset and a few
+// bytes from there.
+::testing::AssertionResult SameReply(const std::string& got, const std::string& want);
 
 // Block keys for tests: distinct, deterministic.
 BlockKey TestKey(uint64_t n);
