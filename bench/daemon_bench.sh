@@ -5,6 +5,7 @@
 # ("NAME VALUE UNIT") and stops every process it started on exit, failed runs included.
 # bench/run.sh builds the binaries and calls it; bench/README.md explains each figure.
 # --quick: fewer repetitions and requests, for a smoke run.
+# KVTIERD_ARGS: more kvtierd flags, split on spaces (to compare settings, e.g. "--io-threads 2").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=${KVTIER_BIN_DIR:-build/bin}
@@ -138,7 +139,7 @@ figure() { awk -v n="$1" -v v="$2" -v u="$3" 'BEGIN { printf "%s %.4g %s\n", n, 
 # freed memory a new connection could reuse without growing), then the lookup and shm figures.
 start_server kvtierd kvt_port "$bin/kvtierd" --unix "$tmp/kvtierd.sock" --port @PORT@ \
   --http-port 0 --host-bytes "$host_bytes" --data-dir "$tmp/data" --nvme-bytes 0 --gpu-bytes 0 \
-  --log-level warn
+  --log-level warn ${KVTIERD_ARGS:-}  # unquoted: one word per flag
 kvt_pid=$server_pid
 quick_flag=()
 [ "$quick" = 1 ] && quick_flag=(--quick)

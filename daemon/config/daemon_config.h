@@ -23,7 +23,7 @@ namespace kvtier::config {
 // at most eight. The daemon shares its node with the inference engine and the clients it serves;
 // its threads mostly wait on the kernel's socket copies, and a thread per core would compete with
 // the very processes it serves (bench/daemon_bench.sh's TCP figures show it on a small machine:
-// compare runs with --io-threads set by hand).
+// compare runs with KVTIERD_ARGS="--io-threads N").
 uint32_t DefaultIoThreads(unsigned hardware_threads);
 
 struct DaemonConfig {
@@ -91,7 +91,7 @@ struct DaemonConfig {
   uint64_t max_reservations = 1u << 20;  // puts in flight, all clients together
 
   // server
-  uint32_t io_threads = 0;         // 0: one per core, at most 8
+  uint32_t io_threads = 0;         // 0: DefaultIoThreads
   std::string log_level = "info";  // trace, debug, info, warn, error, off
 };
 
