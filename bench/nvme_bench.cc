@@ -2,8 +2,8 @@
 // amplification and warm-restart figures. bench/nvme_bench.sh runs fio first (2 MiB blocks,
 // io_uring, O_DIRECT, the same queue depth) and passes its bandwidths in; see bench/README.md.
 //
-// The tier runs with `qd` threads, each writing or reading whole 2 MiB blocks from its own slot of a
-// registered "arena" buffer, so `qd` blocks are in flight at once, as fio's iodepth.
+// The tier runs with `qd` threads, each writing or reading whole 2 MiB blocks from its own slot of
+// a registered "arena" buffer, so `qd` blocks are in flight at once, as fio's iodepth.
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -32,20 +32,33 @@ struct Args {
   uint64_t small_blocks = 20000;
   double fio_write_kibps = 0;
   double fio_read_kibps = 0;
+  bool restart_time = true;  // --no-restart skips restart_seconds_per_million_blocks
 };
 
 Args Parse(int argc, char** argv) {
   Args a;
-  for (int i = 1; i + 1 < argc; ++i) {
+  for (int i = 1; i < argc; ++i) {
     std::string k = argv[i];
+    if (k == "--no-restart") {
+      a.restart_time = false;
+      continue;
+    }
+    if (i + 1 == argc) break;
     const char* v = argv[i + 1];
-    if (k == "--dir") a.dir = v;
-    else if (k == "--blocks") a.blocks = std::strtoull(v, nullptr, 10);
-    else if (k == "--qd") a.qd = static_cast<uint32_t>(std::strtoul(v, nullptr, 10));
-    else if (k == "--small-blocks") a.small_blocks = std::strtoull(v, nullptr, 10);
-    else if (k == "--fio-write-kibps") a.fio_write_kibps = std::strtod(v, nullptr);
-    else if (k == "--fio-read-kibps") a.fio_read_kibps = std::strtod(v, nullptr);
-    else continue;
+    if (k == "--dir")
+      a.dir = v;
+    else if (k == "--blocks")
+      a.blocks = std::strtoull(v, nullptr, 10);
+    else if (k == "--qd")
+      a.qd = static_cast<uint32_t>(std::strtoul(v, nullptr, 10));
+    else if (k == "--small-blocks")
+      a.small_blocks = std::strtoull(v, nullptr, 10);
+    else if (k == "--fio-write-kibps")
+      a.fio_write_kibps = std::strtod(v, nullptr);
+    else if (k == "--fio-read-kibps")
+      a.fio_read_kibps = std::strtod(v, nullptr);
+    else
+      continue;
     ++i;
   }
   if (QuickMode(argc, argv)) a.small_blocks = std::min<uint64_t>(a.small_blocks, 5000);
@@ -99,7 +112,9 @@ void Throughput(const Args& a) {
   std::vector<Extent> extents;
   for (uint64_t i = 0; i < a.blocks; ++i) extents.push_back(*tier.Allocate(a.block_bytes));
   std::atomic<uint64_t> errors{0};
-  auto slot = [&](uint32_t t) { return std::span(arena.data() + t * a.block_bytes, a.block_bytes); };
+  auto slot = [&](uint32_t t) {
+    return std::span(arena.data() + t * a.block_bytes, a.block_bytes);
+  };
   double write_s = Parallel(a.qd, a.blocks, [&](uint32_t t, uint64_t i) {
     if (!tier.WriteBlock(extents[i], Id(i), slot(t)).ok()) ++errors;
   });
@@ -157,6 +172,6 @@ void RestartTime(const Args& a) {
 int main(int argc, char** argv) {
   kvtier::bench::Args args = kvtier::bench::Parse(argc, argv);
   kvtier::bench::Throughput(args);
-  kvtier::bench::RestartTime(args);
+  if (args.restart_time) kvtier::bench::RestartTime(args);
   return 0;
 }
