@@ -8,9 +8,12 @@ PromotionQueue::PromotionQueue(size_t capacity) : capacity_(std::max<size_t>(cap
 
 PromotionQueue::PushOutcome PromotionQueue::Push(const PromotionCandidate& candidate) {
   MutexLock lock(mu_);
-  if (queued_.contains(candidate.key)) return PushOutcome::kAlreadyQueued;
+  if (auto it = queued_.find(candidate.key); it != queued_.end()) {
+    it->second = candidate.generation;
+    return PushOutcome::kAlreadyQueued;
+  }
   if (queue_.size() >= capacity_) return PushOutcome::kFull;
-  queued_.insert(candidate.key);
+  queued_.emplace(candidate.key, candidate.generation);
   queue_.push_back(candidate);
   return PushOutcome::kQueued;
 }
@@ -19,8 +22,10 @@ void PromotionQueue::PopBatch(size_t max, std::vector<PromotionCandidate>& out) 
   out.clear();
   MutexLock lock(mu_);
   while (out.size() < max && !queue_.empty()) {
+    auto it = queued_.find(queue_.front().key);
     out.push_back(queue_.front());
-    queued_.erase(queue_.front().key);
+    out.back().generation = it->second;
+    queued_.erase(it);
     queue_.pop_front();
   }
 }

@@ -6,6 +6,8 @@
 // block stays where it is (it is offered again by a later read). A key is queued at most once at a
 // time, so a hot block read by many clients costs one entry. Candidates carry the generation of
 // the block they were recorded for: the mover skips a key that was removed and stored again since.
+// A key queued again while it waits takes the newer generation, so a value replaced and then read
+// enough is promoted, not skipped for its predecessor.
 //
 // Thread safety: every method may be called from any thread.
 #pragma once
@@ -13,7 +15,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
-#include <unordered_set>
+#include <unordered_map>
 #include <vector>
 
 #include "common/keys.h"
@@ -47,7 +49,8 @@ class PromotionQueue {
   const size_t capacity_;
   mutable Mutex mu_;
   std::deque<PromotionCandidate> queue_ GUARDED_BY(mu_);
-  std::unordered_set<BlockKey, Key128Hash> queued_ GUARDED_BY(mu_);
+  // The queued keys, each with the generation of its latest candidate.
+  std::unordered_map<BlockKey, uint64_t, Key128Hash> queued_ GUARDED_BY(mu_);
 };
 
 }  // namespace kvtier::placement

@@ -35,6 +35,20 @@ TEST(PromotionQueueTest, AKeyIsQueuedOnceUntilItIsTaken) {
   EXPECT_EQ(queue.Push({Key(1), 2}), PromotionQueue::PushOutcome::kQueued);
 }
 
+TEST(PromotionQueueTest, AKeyQueuedAgainTakesTheNewerGeneration) {
+  // The value was replaced while its candidate waited, and the new one was read enough too.
+  PromotionQueue queue(8);
+  EXPECT_EQ(queue.Push({Key(1), 1}), PromotionQueue::PushOutcome::kQueued);
+  EXPECT_EQ(queue.Push({Key(2), 5}), PromotionQueue::PushOutcome::kQueued);
+  EXPECT_EQ(queue.Push({Key(1), 3}), PromotionQueue::PushOutcome::kAlreadyQueued);
+  std::vector<PromotionCandidate> batch;
+  queue.PopBatch(10, batch);
+  ASSERT_EQ(batch.size(), 2u);
+  EXPECT_EQ(batch[0].key, Key(1));  // still in its place
+  EXPECT_EQ(batch[0].generation, 3u);
+  EXPECT_EQ(batch[1].generation, 5u);
+}
+
 TEST(PromotionQueueTest, AFullQueueRefusesNewCandidates) {
   PromotionQueue queue(2);
   EXPECT_EQ(queue.Push({Key(1), 1}), PromotionQueue::PushOutcome::kQueued);

@@ -69,7 +69,9 @@ class StoreTest : public ::testing::Test {
     EXPECT_EQ(tier_blocks,
               s.blocks_present + s.blocks_writing + s.blocks_quarantined + s.blocks_shadowed);
     for (const auto& t : tiers_) EXPECT_EQ(t->bad_frees(), 0u);
-    if (gpu_) EXPECT_EQ(gpu_->invalid_free_count(), 0u);
+    if (gpu_) {
+      EXPECT_EQ(gpu_->invalid_free_count(), 0u);
+    }
   }
 
   Status PutBlock(uint64_t n, const NamespaceId& ns = kNs) {
