@@ -176,6 +176,10 @@ class Client {
   // Errors: kInvalidArgument on a tcp:// connection or when a memfd pool came without its
   // descriptor; the daemon's error (kNotFound "no GPU tier: ..." when it shares none).
   Result<GpuPoolExport> AttachGpuPool();
+  // Undoes AttachGpuPool on this connection (KVT.GPUDETACH), for a caller that could not map the
+  // export: later KVT.ACQUIREs lease host blocks only, and its reads no longer count toward
+  // promoting blocks into a pool it cannot read. Leases already granted stay valid.
+  Status DetachGpuPool();
 
   // Stores one block per key through the arena: RESERVE, copy (gathering each block's segments),
   // COMMIT; reservations that cannot be filled are ABORTed. Every block must have the same size

@@ -76,6 +76,11 @@ Result<GpuPoolExport> Client::AttachGpuPool() {
   return exported;
 }
 
+Status Client::DetachGpuPool() {
+  KVTIER_ASSIGN_OR_RETURN(resp::Reply reply, Command({"KVT.GPUDETACH"}));
+  return DecodeOk(reply, "KVT.GPUDETACH");
+}
+
 Result<std::vector<Status>> Client::Put(const NamespaceId& ns, std::span<const BlockKey> keys,
                                         std::span<const void* const> blocks, size_t block_bytes) {
   std::vector<ConstSegment> segments;

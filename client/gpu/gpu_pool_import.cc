@@ -82,7 +82,12 @@ std::byte* GpuPoolImport::Slice(uint64_t offset, uint64_t length) const {
 
 Result<GpuPoolImport> AttachGpuPool(Client& client) {
   KVTIER_ASSIGN_OR_RETURN(GpuPoolExport exported, client.AttachGpuPool());
-  return GpuPoolImport::Map(std::move(exported));
+  Result<GpuPoolImport> import = GpuPoolImport::Map(std::move(exported));
+  // A pool this process cannot map must not stay attached: the daemon would go on leasing blocks
+  // in it and counting this client's reads toward promoting blocks there. Best effort: the
+  // mapping's error is the one to report.
+  if (!import.ok()) (void)client.DetachGpuPool();
+  return import;
 }
 
 }  // namespace kvtier::client::gpu

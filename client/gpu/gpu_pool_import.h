@@ -64,8 +64,9 @@ class GpuPoolImport {
 };
 
 // Client::AttachGpuPool, then GpuPoolImport::Map. Errors: those of both; a daemon without a GPU
-// pool answers kNotFound with the reason ("no GPU tier: ..."). After an error the client goes on
-// as before: GPU blocks are read inline.
+// pool answers kNotFound with the reason ("no GPU tier: ..."). When the mapping fails the
+// connection is detached again (Client::DetachGpuPool). After an error the client goes on as
+// before: it is leased host blocks only, and reads the others inline.
 Result<GpuPoolImport> AttachGpuPool(Client& client);
 
 }  // namespace kvtier::client::gpu

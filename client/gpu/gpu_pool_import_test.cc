@@ -150,6 +150,26 @@ TEST_F(GpuPoolImportTest, WithoutThePoolGpuBlocksAreReadInline) {
   EXPECT_TRUE(ts_.WaitForLeases(0));
 }
 
+TEST_F(GpuPoolImportTest, AfterDetachingGpuBlocksComeInlineEvenWithAnImport) {
+  const std::vector<BlockKey> keys = Place({TierId::kGpu, TierId::kHost}, 35);
+  GpuPoolImport pool = Import();
+  ASSERT_TRUE(client_->DetachGpuPool().ok());
+  // The daemon no longer leases pool blocks to this connection, so even a caller that passes the
+  // import gets the GPU block inline.
+  Targets out(2);
+  Result<size_t> got =
+      GetToDevice(*client_, copier_, ns_.id, keys, out.pointers, kBlockBytes, &pool);
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_EQ(*got, 2u);
+  for (size_t i = 0; i < 2; ++i) EXPECT_EQ(out.Block(i), Bytes(kBlockBytes, 35 + i)) << i;
+  EXPECT_EQ(copier_.counters().device_to_device_copies, 0u);
+  EXPECT_TRUE(ts_.WaitForLeases(0));
+  // Attaching again brings the pool back.
+  GpuPoolImport again = Import();
+  ASSERT_TRUE(GetToDevice(*client_, copier_, ns_.id, keys, out.pointers, kBlockBytes, &again).ok());
+  EXPECT_EQ(copier_.counters().device_to_device_copies, 1u);
+}
+
 TEST_F(GpuPoolImportTest, GetToPagedScattersStraightOutOfThePool) {
   // 8 planes of 8 KiB per block = one 64 KiB block; 8 blocks per plane, 16 KiB stride.
   const PagedShape shape{

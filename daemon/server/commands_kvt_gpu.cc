@@ -2,7 +2,8 @@
 // host arena. The reply says how to map the pool: a CUDA IPC handle (the real pool) or, for the
 // fake pool of CPU-only machines, a memfd passed with SCM_RIGHTS. From then on the connection's
 // KVT.ACQUIRE leases GPU blocks too (commands_kvt_shm.cc), and the client copies them out of its
-// mapping device-to-device.
+// mapping device-to-device. KVT.GPUDETACH undoes that for a client whose mapping failed, so its
+// reads stop counting as pool reads and it is no longer leased blocks it cannot read.
 #include <string>
 
 #include "daemon/server/commands.h"
@@ -43,7 +44,7 @@ Progress GpuAttach(CommandContext& ctx, Command&) {
     return Progress::kDone;
   }
   if (exported->kind == tiers::PoolExportKind::kMemfd) ctx.send_fd = exported->fd;
-  ctx.session.set_gpu_pool_attached();
+  ctx.session.set_gpu_pool_attached(true);
   ctx.reply.AppendMapHeader(4);
   ctx.reply.AppendBulk("kind");
   ctx.reply.AppendBulk(KindName(exported->kind));
@@ -56,8 +57,16 @@ Progress GpuAttach(CommandContext& ctx, Command&) {
   return Progress::kDone;
 }
 
+// Leases already granted stay valid until released; only later KVT.ACQUIREs change.
+Progress GpuDetach(CommandContext& ctx, Command&) {
+  ctx.session.set_gpu_pool_attached(false);
+  ctx.reply.AppendSimpleString("OK");
+  return Progress::kDone;
+}
+
 constexpr CommandSpec kCommands[] = {
     {"KVT.GPUATTACH", 1, false, GpuAttach},
+    {"KVT.GPUDETACH", 1, false, GpuDetach},
 };
 
 }  // namespace

@@ -193,6 +193,28 @@ TEST_F(GpuPoolTest, AConnectionThatDidNotAttachKeepsTodaysReplies) {
   EXPECT_EQ(host.elements[0].elements[0].str, "OK");
 }
 
+TEST_F(GpuPoolTest, ADetachedConnectionIsLeasedHostBlocksOnly) {
+  Place(TierId::kGpu, 0, 'g');
+  std::unique_ptr<Mapping> pool = GpuAttach(c_);
+  const resp::Reply before = Parse(c_.Call({"KVT.ACQUIRE", ns_hex_, PackKeys({TestKey(0)})}));
+  ASSERT_EQ(before.elements.size(), 1u);
+  ASSERT_EQ(before.elements[0].elements.size(), 5u);
+  EXPECT_EQ(before.elements[0].elements[0].str, "OK");
+  EXPECT_EQ(c_.Call({"KVT.GPUDETACH"}), "+OK\r\n");
+  // The lease granted before the detach is still this connection's to release.
+  EXPECT_EQ(ts_.store().Stats().leases_active, 1u);
+  EXPECT_EQ(c_.Call({"KVT.RELEASE", std::to_string(before.elements[0].elements[1].integer)}),
+            "*1\r\n+OK\r\n");
+  // Later acquires are answered as on a connection that never attached.
+  EXPECT_EQ(c_.Call({"KVT.ACQUIRE", ns_hex_, PackKeys({TestKey(0)})}),
+            "*1\r\n*4\r\n+NOTFOUND\r\n:0\r\n:0\r\n:0\r\n");
+  EXPECT_TRUE(ts_.WaitForLeases(0));
+  // Detaching twice, or without attaching, is harmless.
+  EXPECT_EQ(c_.Call({"KVT.GPUDETACH"}), "+OK\r\n");
+  TestClient other = ts_.ConnectUnix();
+  EXPECT_EQ(other.Call({"KVT.GPUDETACH"}), "+OK\r\n");
+}
+
 TEST_F(GpuPoolTest, AClientThatDisconnectsReleasesItsGpuLeases) {
   Place(TierId::kGpu, 0, 'g');
   Place(TierId::kGpu, 1, 'h');

@@ -42,10 +42,10 @@ class Session {
   const std::string& name() const { return name_; }
   void set_name(std::string name) { name_ = std::move(name); }
   // Set by KVT.GPUATTACH: the client has the GPU pool's export, so KVT.ACQUIRE may lease blocks
-  // in it (their offsets mean nothing to a client that has not mapped the pool). Never unset: a
-  // client that cannot use a GPU grant releases it and reads the block inline.
+  // in it (their offsets mean nothing to a client that has not mapped the pool). Unset by
+  // KVT.GPUDETACH, for a client that could not map the export after all.
   bool gpu_pool_attached() const { return gpu_pool_attached_; }
-  void set_gpu_pool_attached() { gpu_pool_attached_ = true; }
+  void set_gpu_pool_attached(bool attached) { gpu_pool_attached_ = attached; }
 
   void AddReservation(uint64_t id) { reservations_.insert(id); }
   // Forgets `id` and returns true when this session holds it; false for anyone else's id.
