@@ -222,7 +222,7 @@ Progress Del(CommandContext& ctx, Command& cmd) {
 }
 
 Progress DbSize(CommandContext& ctx, Command&) {
-  ctx.reply.AppendInteger(static_cast<int64_t>(ctx.server.store.Stats().blocks_present));
+  ctx.reply.AppendInteger(static_cast<int64_t>(ctx.server.store.PresentBlocks()));
   return Progress::kDone;
 }
 

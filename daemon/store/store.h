@@ -229,7 +229,11 @@ class Store {
   Status AdoptBlock(TierId tier, const NamespaceId& ns, const BlockKey& key, const Extent& extent,
                     std::optional<uint64_t> checksum);
 
+  // Walks the index and every tier: for /stats, /metrics and INFO, not for every request.
   StoreStats Stats() const;
+  // Ready blocks, from the counters in O(1) (DBSIZE): Stats().blocks_present when no put or
+  // removal is in flight, and never below it by more than those in flight.
+  uint64_t PresentBlocks() const;
   static constexpr uint64_t kQuarantineFactor = 10;
   // The tier with `id`, or nullptr.
   tiers::Tier* tier(TierId id) const;

@@ -1,5 +1,7 @@
 #include "daemon/store/store_stats.h"
 
+#include <algorithm>
+
 #include "daemon/store/store.h"
 
 namespace kvtier::store {
@@ -14,6 +16,14 @@ double NamespaceStats::block_hit_ratio() const {
   return lookup_blocks == 0
              ? 0.0
              : static_cast<double>(total_hit_blocks()) / static_cast<double>(lookup_blocks);
+}
+
+uint64_t Store::PresentBlocks() const {
+  // Removals first: every block they count was committed or adopted before, so the sum read
+  // after them is never smaller and the difference never negative.
+  const uint64_t gone = counters_.evicted_blocks.load() + counters_.removed_blocks.load();
+  const uint64_t came = counters_.committed_puts.load() + counters_.adopted_blocks.load();
+  return came - std::min(came, gone);
 }
 
 StoreStats Store::Stats() const {

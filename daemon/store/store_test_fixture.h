@@ -64,6 +64,7 @@ class StoreTest : public ::testing::Test {
     StoreStats s = store_->Stats();
     EXPECT_EQ(s.committed_puts + s.adopted_blocks,
               s.blocks_present + s.evicted_blocks + s.removed_blocks);
+    EXPECT_EQ(store_->PresentBlocks(), s.blocks_present);
     uint64_t tier_blocks = 0;
     for (const auto& t : s.tiers) tier_blocks += t.space.block_count;
     EXPECT_EQ(tier_blocks,
