@@ -68,11 +68,17 @@ Result<GpuPoolExport> Client::AttachGpuPool() {
   }
   KVTIER_ASSIGN_OR_RETURN(resp::Reply reply, Command({"KVT.GPUATTACH"}));
   UniqueFd fd = connection_->TakeReceivedFd();
-  KVTIER_ASSIGN_OR_RETURN(GpuPoolExport exported, DecodeGpuAttach(reply));
-  if (exported.kind == "memfd" && !fd.valid()) {
-    return InvalidArgument("KVT.GPUATTACH: a memfd pool came without its descriptor");
+  Result<GpuPoolExport> exported = DecodeGpuAttach(reply);
+  if (exported.ok() && exported->kind == "memfd" && !fd.valid()) {
+    exported = InvalidArgument("KVT.GPUATTACH: a memfd pool came without its descriptor");
   }
-  exported.fd = std::move(fd);
+  if (!exported.ok()) {
+    // The daemon may have attached the connection all the same (it answered, but not as
+    // expected): undo that, best effort, so the caller's error leaves nothing attached.
+    if (reply.type != resp::ReplyType::kError) (void)DetachGpuPool();
+    return exported.status();
+  }
+  exported->fd = std::move(fd);
   return exported;
 }
 

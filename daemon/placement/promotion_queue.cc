@@ -9,7 +9,9 @@ PromotionQueue::PromotionQueue(size_t capacity) : capacity_(std::max<size_t>(cap
 PromotionQueue::PushOutcome PromotionQueue::Push(const PromotionCandidate& candidate) {
   MutexLock lock(mu_);
   if (auto it = queued_.find(candidate.key); it != queued_.end()) {
-    it->second = candidate.generation;
+    // A fresh read's candidate is the newest incarnation; a mover's retry (retries > 0) may carry
+    // an older one than a read queued since it was taken.
+    if (candidate.retries == 0) it->second = candidate.generation;
     return PushOutcome::kAlreadyQueued;
   }
   if (queue_.size() >= capacity_) return PushOutcome::kFull;

@@ -6,8 +6,8 @@
 // block stays where it is (it is offered again by a later read). A key is queued at most once at a
 // time, so a hot block read by many clients costs one entry. Candidates carry the generation of
 // the block they were recorded for: the mover skips a key that was removed and stored again since.
-// A key queued again while it waits takes the newer generation, so a value replaced and then read
-// enough is promoted, not skipped for its predecessor.
+// A key queued again by a read while it waits takes that read's generation, so a value replaced and
+// then read enough is promoted, not skipped for its predecessor; a retry never overrides it.
 //
 // Thread safety: every method may be called from any thread.
 #pragma once

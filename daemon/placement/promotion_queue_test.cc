@@ -49,6 +49,17 @@ TEST(PromotionQueueTest, AKeyQueuedAgainTakesTheNewerGeneration) {
   EXPECT_EQ(batch[1].generation, 5u);
 }
 
+TEST(PromotionQueueTest, ARetryDoesNotOverrideANewerRead) {
+  // The mover put back a candidate of generation 1 after a read had queued generation 2.
+  PromotionQueue queue(8);
+  EXPECT_EQ(queue.Push({Key(1), 2}), PromotionQueue::PushOutcome::kQueued);
+  EXPECT_EQ(queue.Push({Key(1), 1, /*retries=*/1}), PromotionQueue::PushOutcome::kAlreadyQueued);
+  std::vector<PromotionCandidate> batch;
+  queue.PopBatch(10, batch);
+  ASSERT_EQ(batch.size(), 1u);
+  EXPECT_EQ(batch[0].generation, 2u);
+}
+
 TEST(PromotionQueueTest, AFullQueueRefusesNewCandidates) {
   PromotionQueue queue(2);
   EXPECT_EQ(queue.Push({Key(1), 1}), PromotionQueue::PushOutcome::kQueued);

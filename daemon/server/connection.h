@@ -4,11 +4,11 @@
 // The loop: wait until the socket is readable, read what has arrived, feed it to the RESP request
 // parser, run every complete command (replies accumulate in one output buffer), then write the
 // whole batch at once, so a pipelined client gets one write per read. Inside a command, bytes that
-// have already arrived are read without the wait (a few times in a row at most). While a write is in flight
-// nothing is read: a client that does not read its replies stops being read from, and the output
-// buffer never holds more than about max_inflight_bytes_per_client (handlers with long replies
-// flush half-way, see CommandContext). A malformed frame gets its error reply and the connection is
-// closed, because the start of the next frame is unknown.
+// have already arrived are read without the wait (a few times in a row at most). While a write is
+// in flight nothing is read: a client that does not read its replies stops being read from, and
+// the output buffer never holds more than about max_inflight_bytes_per_client (handlers with long
+// replies flush half-way, see CommandContext). A malformed frame gets its error reply and the
+// connection is closed, because the start of the next frame is unknown.
 //
 // Large values (GET, MGET, KVT.GET) are not copied into the output buffer: the reply holds their
 // bulk headers, and Flush sends each payload straight from its leased arena slot between them

@@ -232,7 +232,8 @@ class Store {
   // Walks the index and every tier: for /stats, /metrics and INFO, not for every request.
   StoreStats Stats() const;
   // Ready blocks, from the counters in O(1) (DBSIZE): Stats().blocks_present when no put or
-  // removal is in flight, and never below it by more than those in flight.
+  // removal is in flight, and off by about those in flight otherwise (a namespace drop counts its
+  // removals when it ends).
   uint64_t PresentBlocks() const;
   static constexpr uint64_t kQuarantineFactor = 10;
   // The tier with `id`, or nullptr.

@@ -19,8 +19,8 @@ double NamespaceStats::block_hit_ratio() const {
 }
 
 uint64_t Store::PresentBlocks() const {
-  // Removals first: every block they count was committed or adopted before, so the sum read
-  // after them is never smaller and the difference never negative.
+  // The counters are read one by one while puts and removals go on, and a block is ready a moment
+  // before its commit is counted: a removal may be counted first, hence the clamp at zero.
   const uint64_t gone = counters_.evicted_blocks.load() + counters_.removed_blocks.load();
   const uint64_t came = counters_.committed_puts.load() + counters_.adopted_blocks.load();
   return came - std::min(came, gone);
