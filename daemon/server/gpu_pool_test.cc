@@ -10,7 +10,6 @@
 #include <cstring>
 #include <memory>
 
-#include "common/resp/reply_parser.h"
 #include "daemon/server/test_client.h"
 
 namespace kvtier::server {
@@ -18,6 +17,7 @@ namespace {
 
 using testing::Bulk;
 using testing::PackKeys;
+using testing::ParseReply;
 using testing::Resp;
 using testing::TestClient;
 using testing::TestKey;
@@ -26,13 +26,6 @@ using testing::TestServer;
 constexpr size_t kBlockBytes = 4096;
 constexpr uint64_t kPoolBytes = uint64_t{16} << 20;
 constexpr uint64_t kArenaBytes = uint64_t{64} << 20;
-
-resp::Reply Parse(const std::string& raw) {
-  resp::ReplyParser parser;
-  Result<size_t> used = parser.Feed(raw);
-  EXPECT_TRUE(used.ok() && parser.has_reply()) << raw;
-  return parser.has_reply() ? parser.TakeReply() : resp::Reply::Null();
-}
 
 // The whole memfd `fd` (taken over) as the client maps it.
 class Mapping {
@@ -75,7 +68,7 @@ class GpuPoolTest : public ::testing::Test {
     const std::string reply = c_.Call({"KVT.REGISTER", "model", "m", "dtype", "int8", "layers", "1",
                                        "kv_heads", "1", "head_dim", "1", "block_tokens", "1",
                                        "layout", "l", "block_bytes", std::to_string(kBlockBytes)});
-    ns_hex_ = Parse(reply).elements.at(1).str;
+    ns_hex_ = ParseReply(reply).elements.at(1).str;
     std::optional<Key128> id = Key128::FromHex(ns_hex_);
     ASSERT_TRUE(id.has_value()) << reply;
     ns_ = NamespaceId{*id};
@@ -136,7 +129,7 @@ TEST_F(GpuPoolTest, AnAttachedConnectionLeasesGpuBlocksWithTheirTier) {
   std::unique_ptr<Mapping> pool = GpuAttach(c_);
   ASSERT_NE(pool->base(), nullptr);
   const resp::Reply reply =
-      Parse(c_.Call({"KVT.ACQUIRE", ns_hex_, PackKeys({TestKey(0), TestKey(1), TestKey(2)})}));
+      ParseReply(c_.Call({"KVT.ACQUIRE", ns_hex_, PackKeys({TestKey(0), TestKey(1), TestKey(2)})}));
   ASSERT_EQ(reply.elements.size(), 3u);
   const char fills[] = {'g', 'h', 'i'};
   for (size_t i = 0; i < 3; ++i) {
@@ -169,7 +162,7 @@ TEST_F(GpuPoolTest, MissesKeepTheirFourElements) {
   Place(TierId::kGpu, 0, 'g');
   std::unique_ptr<Mapping> pool = GpuAttach(c_);
   const std::string raw = c_.Call({"KVT.ACQUIRE", ns_hex_, PackKeys({TestKey(0), TestKey(1)})});
-  const resp::Reply reply = Parse(raw);
+  const resp::Reply reply = ParseReply(raw);
   ASSERT_EQ(reply.elements.size(), 2u);
   EXPECT_EQ(reply.elements[0].elements.size(), 5u);
   EXPECT_TRUE(raw.ends_with("*4\r\n+NOTFOUND\r\n:0\r\n:0\r\n:0\r\n")) << raw;
@@ -187,7 +180,7 @@ TEST_F(GpuPoolTest, AConnectionThatDidNotAttachKeepsTodaysReplies) {
   EXPECT_TRUE(ts_.WaitForLeases(0));
   EXPECT_EQ(c_.Call({"KVT.GET", ns_hex_, PackKeys({TestKey(0)})}), "*1\r\n" + Bulk(Block('g')));
   // A host block gets the four-element grant it always did.
-  const resp::Reply host = Parse(c_.Call({"KVT.ACQUIRE", ns_hex_, PackKeys({TestKey(1)})}));
+  const resp::Reply host = ParseReply(c_.Call({"KVT.ACQUIRE", ns_hex_, PackKeys({TestKey(1)})}));
   ASSERT_EQ(host.elements.size(), 1u);
   EXPECT_EQ(host.elements[0].elements.size(), 4u);
   EXPECT_EQ(host.elements[0].elements[0].str, "OK");
@@ -196,7 +189,7 @@ TEST_F(GpuPoolTest, AConnectionThatDidNotAttachKeepsTodaysReplies) {
 TEST_F(GpuPoolTest, ADetachedConnectionIsLeasedHostBlocksOnly) {
   Place(TierId::kGpu, 0, 'g');
   std::unique_ptr<Mapping> pool = GpuAttach(c_);
-  const resp::Reply before = Parse(c_.Call({"KVT.ACQUIRE", ns_hex_, PackKeys({TestKey(0)})}));
+  const resp::Reply before = ParseReply(c_.Call({"KVT.ACQUIRE", ns_hex_, PackKeys({TestKey(0)})}));
   ASSERT_EQ(before.elements.size(), 1u);
   ASSERT_EQ(before.elements[0].elements.size(), 5u);
   EXPECT_EQ(before.elements[0].elements[0].str, "OK");
@@ -221,7 +214,7 @@ TEST_F(GpuPoolTest, AClientThatDisconnectsReleasesItsGpuLeases) {
   TestClient reader = ts_.ConnectUnix();
   std::unique_ptr<Mapping> pool = GpuAttach(reader);
   const resp::Reply reply =
-      Parse(reader.Call({"KVT.ACQUIRE", ns_hex_, PackKeys({TestKey(0), TestKey(1)})}));
+      ParseReply(reader.Call({"KVT.ACQUIRE", ns_hex_, PackKeys({TestKey(0), TestKey(1)})}));
   ASSERT_EQ(reply.elements.size(), 2u);
   ASSERT_EQ(reply.elements[1].elements.at(0).str, "OK");
   EXPECT_EQ(ts_.store().Stats().leases_active, 2u);

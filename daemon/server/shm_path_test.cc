@@ -7,7 +7,6 @@
 
 #include <cstring>
 
-#include "common/resp/reply_parser.h"
 #include "daemon/server/test_client.h"
 
 namespace kvtier::server {
@@ -15,6 +14,7 @@ namespace {
 
 using testing::Bulk;
 using testing::PackKeys;
+using testing::ParseReply;
 using testing::Resp;
 using testing::TestClient;
 using testing::TestKey;
@@ -22,13 +22,6 @@ using testing::TestServer;
 
 constexpr size_t kBlockBytes = 4096;
 constexpr uint64_t kArenaBytes = uint64_t{64} << 20;
-
-resp::Reply Parse(const std::string& raw) {
-  resp::ReplyParser parser;
-  Result<size_t> used = parser.Feed(raw);
-  EXPECT_TRUE(used.ok() && parser.has_reply()) << raw;
-  return parser.has_reply() ? parser.TakeReply() : resp::Reply::Null();
-}
 
 // One entry of RESERVE or ACQUIRE: status, id, offset (and length).
 struct Grant {
@@ -40,7 +33,7 @@ struct Grant {
 
 std::vector<Grant> Grants(const std::string& raw) {
   std::vector<Grant> out;
-  for (const resp::Reply& e : Parse(raw).elements) {
+  for (const resp::Reply& e : ParseReply(raw).elements) {
     Grant g;
     g.status = e.elements.at(0).str;
     g.id = static_cast<uint64_t>(e.elements.at(1).integer);
@@ -79,7 +72,7 @@ class ShmPathTest : public ::testing::Test {
     const std::string reply = c_.Call({"KVT.REGISTER", "model", "m", "dtype", "int8", "layers", "1",
                                        "kv_heads", "1", "head_dim", "1", "block_tokens", "1",
                                        "layout", "l", "block_bytes", std::to_string(kBlockBytes)});
-    ns_ = Parse(reply).elements.at(1).str;
+    ns_ = ParseReply(reply).elements.at(1).str;
     ASSERT_EQ(ns_.size(), 32u) << reply;
   }
 

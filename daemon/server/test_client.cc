@@ -54,6 +54,13 @@ std::string Value(size_t bytes, char seed) {
   return v;
 }
 
+resp::Reply ParseReply(const std::string& raw) {
+  resp::ReplyParser parser;
+  Result<size_t> used = parser.Feed(raw);
+  EXPECT_TRUE(used.ok() && parser.has_reply()) << raw;
+  return parser.has_reply() ? parser.TakeReply() : resp::Reply::Null();
+}
+
 ::testing::AssertionResult SameReply(const std::string& got, const std::string& want) {
   if (got == want) return ::testing::AssertionSuccess();
   size_t at = 0;

@@ -23,6 +23,7 @@
 
 #include "common/clock.h"
 #include "common/keys.h"
+#include "common/resp/reply.h"
 #include "daemon/server/server.h"
 #include "daemon/store/store.h"
 #include "tiers/gpu/fake_gpu_tier.h"
@@ -42,6 +43,8 @@ std::string Value(size_t bytes, char seed);
 // Compares replies without printing megabytes: the sizes, the first differing offset and a few
 // bytes from there.
 ::testing::AssertionResult SameReply(const std::string& got, const std::string& want);
+// The one reply in `raw` (a failed expectation, and a null reply, when there is none).
+resp::Reply ParseReply(const std::string& raw);
 
 // Block keys for tests: distinct, deterministic.
 BlockKey TestKey(uint64_t n);
