@@ -11,7 +11,7 @@ namespace {
 
 constexpr uint64_t kSuperblockMagic = 0x31564E5245495456ULL;  // "VTIERNV1" read little-endian
 constexpr uint64_t kRecordMagic = 0x4B434F4C42545653ULL;      // "SVTBLOCK"
-constexpr size_t kSuperblockUsed = 56;                         // bytes before the checksum
+constexpr size_t kSuperblockUsed = 56;                        // bytes before the checksum
 constexpr size_t kRecordUsed = 80;
 constexpr size_t kValueUsed = kCatalogValueBytes - 8;
 constexpr size_t kMetaUsed = kCatalogMetaBytes - 8;
@@ -89,6 +89,16 @@ bool SealOk(const std::byte* p, size_t used, size_t total) {
   return StoredChecksum(p, used) == SealHash(p, used, total);
 }
 
+// The zero padding after a sealed structure's checksum. The checksum covers it, so only bytes
+// crafted to match could carry anything else; they are refused all the same, so that a decoder
+// accepts exactly what the encoder writes.
+bool PaddingIsZero(const std::byte* p, size_t used, size_t total) {
+  for (size_t i = used + 8; i < total; ++i) {
+    if (p[i] != std::byte{0}) return false;
+  }
+  return true;
+}
+
 std::string VersionMismatch(const std::string& what, uint32_t found) {
   return what + " has format version " + std::to_string(found) + ", this build reads version " +
          std::to_string(kFormatVersion) +
@@ -124,9 +134,13 @@ Result<Superblock> DecodeSuperblock(std::span<const std::byte> in, const std::st
   }
   Superblock sb;
   sb.format_version = r.U32();
-  if (sb.format_version != kFormatVersion) return Corruption(VersionMismatch(file, sb.format_version));
+  if (sb.format_version != kFormatVersion)
+    return Corruption(VersionMismatch(file, sb.format_version));
   if (!SealOk(in.data(), kSuperblockUsed, kSuperblockBytes)) {
     return Corruption(file + ": superblock checksum mismatch");
+  }
+  if (!PaddingIsZero(in.data(), kSuperblockUsed, kSuperblockBytes)) {
+    return Corruption(file + ": superblock padding is not zero");
   }
   uint32_t sb_bytes = r.U32(), alignment = r.U32(), header_bytes = r.U32();
   if (sb_bytes != kSuperblockBytes || alignment != kBlockAlignment ||
@@ -170,6 +184,9 @@ Result<RecordHeader> DecodeRecordHeader(std::span<const std::byte> in) {
   }
   if (!SealOk(in.data(), kRecordUsed, kRecordHeaderBytes)) {
     return ChecksumMismatch("record header checksum mismatch");
+  }
+  if (!PaddingIsZero(in.data(), kRecordUsed, kRecordHeaderBytes)) {
+    return ChecksumMismatch("record header padding is not zero");
   }
   if (r.U32() != kRecordHeaderBytes) return ChecksumMismatch("record header of unknown size");
   RecordHeader h;
