@@ -97,10 +97,12 @@ bool Store::DemoteOrDrop(size_t level, const BlockKey& key, const BlockMeta& met
 
 bool Store::PinForMove(const BlockKey& key, const BlockMeta& meta) {
   // A lease the store holds itself: without it a Remove could free the extent mid-copy and a new
-  // put could write into it while we read.
+  // put could write into it while we read. The extent is compared too: a block moved up and back
+  // down since `meta` was read keeps its generation and tier but not its extent, and the old one
+  // may already hold another block.
   Status pinned = index_->Update(key, [&](BlockMeta& m) {
     if (m.generation != meta.generation || m.state != BlockState::kReady || m.tier != meta.tier ||
-        m.lease_count != 0) {
+        m.extent != meta.extent || m.lease_count != 0) {
       return NotFound("block changed since it was picked");
     }
     m.lease_count = 1;
