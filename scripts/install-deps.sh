@@ -4,7 +4,7 @@
 set -euo pipefail
 
 packages=(
-  build-essential cmake ninja-build pkg-config git
+  build-essential cmake ninja-build pkg-config git ccache
   clang libclang-rt-14-dev
   liburing-dev librocksdb-dev libxxhash-dev libboost-dev
   libgtest-dev libgmock-dev libbenchmark-dev
