@@ -1,13 +1,13 @@
 #include "tiers/nvme/nvme_tier.h"
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <set>
 #include <system_error>
-
-#include <spdlog/spdlog.h>
 
 #include "tiers/nvme/block_io.h"
 #include "tiers/nvme/nvme_format.h"
@@ -129,15 +129,22 @@ uint64_t NvmeTier::CombinedFileId() const {
 
 NvmeTier::~NvmeTier() = default;
 
-// Loads the catalog and keeps the records whose extent is sane and whose on-disk header agrees.
-// A catalog written for another formatting of the data file (or none) is emptied first.
+// Loads the catalog and keeps the records whose extent is sane. A catalog written for another
+// formatting of the data file (or none) is emptied first.
+//
+// Nothing is read from the data file here: a restart costs one scan of the catalog, not a read per
+// block (4 GiB of record headers for a million blocks). Each block's record header and payload are
+// checked on its first read instead, as on every read (VerifyRead), so a record whose data did not
+// survive is a miss then, and is dropped, never served.
 Status NvmeTier::Recover() {
   KVTIER_ASSIGN_OR_RETURN(std::optional<uint64_t> meta, catalog_->ReadMeta());
   uint64_t file_id = CombinedFileId();
   if (!meta.has_value() || *meta != file_id) {
     if (meta.has_value()) {
-      spdlog::warn("nvme: the catalog in {} describes other data files or another formatting of "
-                   "them; starting cold", options_.data_dir);
+      spdlog::warn(
+          "nvme: the catalog in {} describes other data files or another formatting of "
+          "them; starting cold",
+          options_.data_dir);
     }
     KVTIER_RETURN_IF_ERROR(catalog_->DeleteAllRecords());
     KVTIER_RETURN_IF_ERROR(catalog_->WriteMeta(file_id));
@@ -150,75 +157,50 @@ Status NvmeTier::Recover() {
   }
   KVTIER_ASSIGN_OR_RETURN(Catalog::Loaded loaded, std::move(load));
   dropped_at_recovery_ += loaded.undecodable;
-  constexpr size_t kHeadersPerBatch = 1024;  // 4 MiB of headers per batch
-  for (size_t i = 0; i < loaded.records.size(); i += kHeadersPerBatch) {
-    size_t n = std::min(kHeadersPerBatch, loaded.records.size() - i);
-    KVTIER_RETURN_IF_ERROR(CheckRecords(std::span(loaded.records).subspan(i, n)));
-  }
+  ClaimRecords(loaded.records);
   MutexLock lock(mu_);
   std::sort(recovered_.begin(), recovered_.end(), [](const auto& a, const auto& b) {
     return a.last_access_unix_us < b.last_access_unix_us;
   });
   recovered_blocks_ = recovered_.size();
   if (dropped_at_recovery_ > 0 || !recovered_.empty()) {
-    spdlog::info("nvme: recovered {} blocks from {}, dropped {} catalog records",
-                 recovered_.size(), options_.data_dir, dropped_at_recovery_.load());
+    spdlog::info("nvme: recovered {} blocks from {}, dropped {} catalog records", recovered_.size(),
+                 options_.data_dir, dropped_at_recovery_.load());
   }
   return Status::Ok();
 }
 
-// Reads the record headers of `records` in one batch and adopts those that match. A record is kept
-// only if its extent can be claimed (inside the region, not overlapping a kept one) and its header
-// decodes and names the same block, size, checksum and data-file formatting.
-Status NvmeTier::CheckRecords(std::span<const CatalogRecord> records) {
-  AlignedBuffer headers(records.size() * kRecordHeaderBytes);
-  if (headers.data() == nullptr) return Busy("nvme: out of memory for recovery");
-  std::vector<IoRequest> reqs(records.size());  // fd -1 and status OK: not read
+// Adopts each record whose extent can be claimed (inside the region, not overlapping a kept one)
+// and drops the others.
+void NvmeTier::ClaimRecords(std::span<const CatalogRecord> records) {
+  std::vector<bool> claimed(records.size());
   {
     MutexLock lock(mu_);
     for (size_t i = 0; i < records.size(); ++i) {
-      if (!allocator_.Claim({records[i].offset, records[i].payload_bytes}).ok()) continue;
-      Place p = Locate(records[i].offset);
-      reqs[i] = {IoOp::kRead, p.file->fd(), p.at, headers.data() + i * kRecordHeaderBytes,
-                 kRecordHeaderBytes, {}};
+      claimed[i] = allocator_.Claim({records[i].offset, records[i].payload_bytes}).ok();
     }
   }
-  std::vector<IoRequest> to_read;
-  for (const IoRequest& r : reqs) {
-    if (r.fd >= 0) to_read.push_back(r);
-  }
-  io_->Submit(to_read);
-  for (size_t i = 0, next = 0; i < records.size(); ++i) {
-    bool claimed = reqs[i].fd >= 0;
-    bool keep = claimed && to_read[next++].status.ok() &&
-                HeaderMatches(records[i], {headers.data() + i * kRecordHeaderBytes,
-                                           kRecordHeaderBytes});
-    if (keep) {
-      Adopt(records[i]);
-    } else {
-      Drop(records[i], claimed);
-    }
-  }
-  return Status::Ok();
-}
-
-bool NvmeTier::HeaderMatches(const CatalogRecord& r, std::span<const std::byte> header) const {
-  Result<RecordHeader> h = DecodeRecordHeader(header);
-  return h.ok() && h->ns == r.ns && h->key == r.key && h->payload_bytes == r.payload_bytes &&
-         h->payload_checksum == r.payload_checksum &&
-         h->file_id == Locate(r.offset).file->superblock().file_id;
-}
-
-void NvmeTier::Adopt(const CatalogRecord& r) {
-  BlockIdentity id{r.ns, r.key};
+  std::vector<const CatalogRecord*> dropped;
   {
-    MutexLock lock(catalog_mu_);
-    owner_[id] = r.offset;
+    MutexLock catalog_lock(catalog_mu_);
+    MutexLock lock(mu_);
+    owner_.reserve(owner_.size() + records.size());
+    blocks_.reserve(blocks_.size() + records.size());
+    recovered_.reserve(recovered_.size() + records.size());
+    for (size_t i = 0; i < records.size(); ++i) {
+      const CatalogRecord& r = records[i];
+      if (!claimed[i]) {
+        dropped.push_back(&r);
+        continue;
+      }
+      BlockIdentity id{r.ns, r.key};
+      owner_[id] = r.offset;
+      blocks_[r.offset] = Entry{id, r.payload_bytes, r.payload_checksum, true};
+      recovered_.push_back(
+          {r.ns, r.key, {r.offset, r.payload_bytes}, r.payload_checksum, r.last_access_unix_us});
+    }
   }
-  MutexLock lock(mu_);
-  blocks_[r.offset] = Entry{id, r.payload_bytes, r.payload_checksum, true};
-  recovered_.push_back(
-      {r.ns, r.key, {r.offset, r.payload_bytes}, r.payload_checksum, r.last_access_unix_us});
+  for (const CatalogRecord* r : dropped) Drop(*r, /*claimed=*/false);
 }
 
 void NvmeTier::Drop(const CatalogRecord& r, bool claimed) {
@@ -289,9 +271,9 @@ Status NvmeTier::WriteImpl(const Extent& extent, const BlockIdentity& id,
   Entry entry{id, src.size(), PayloadChecksum(src), durable};
   Place place = Locate(extent.offset);
   BlockIo plan = PlanWrite(place.file->fd(), place.at, src);
-  EncodeRecordHeader({id.ns, id.key, entry.payload_bytes, entry.checksum,
-                      place.file->superblock().file_id},
-                     plan.header);
+  EncodeRecordHeader(
+      {id.ns, id.key, entry.payload_bytes, entry.checksum, place.file->superblock().file_id},
+      plan.header);
   io_->Submit(plan.batch());
   for (const IoRequest& r : plan.batch()) {
     if (!r.status.ok()) {
@@ -318,8 +300,8 @@ void NvmeTier::PutRecord(uint64_t offset, const Entry& entry, bool access) {
   auto owner = owner_.find(entry.id);
   if (access && (owner == owner_.end() || owner->second != offset)) return;
   owner_[entry.id] = offset;
-  CatalogRecord rec{entry.id.ns, entry.id.key, offset, entry.payload_bytes, entry.checksum,
-                    NowUnixUs()};
+  CatalogRecord rec{entry.id.ns,         entry.id.key,   offset,
+                    entry.payload_bytes, entry.checksum, NowUnixUs()};
   Status st = catalog_->Put(rec);
   if (!st.ok()) {
     ++catalog_errors_;
@@ -356,8 +338,8 @@ Status NvmeTier::Read(const Extent& extent, std::span<std::byte> dst) {
 
 Status NvmeTier::ReadImpl(const Extent& extent, const Entry& expected, std::span<std::byte> dst) {
   if (dst.size() > expected.payload_bytes) {
-    return InvalidArgument("nvme: read of " + std::to_string(dst.size()) +
-                           " bytes of a block of " + std::to_string(expected.payload_bytes));
+    return InvalidArgument("nvme: read of " + std::to_string(dst.size()) + " bytes of a block of " +
+                           std::to_string(expected.payload_bytes));
   }
   if (dst.size() < expected.payload_bytes) {
     // A prefix (Tier::Read's contract): the checksum needs the whole payload, so read it all into
@@ -406,8 +388,8 @@ Status NvmeTier::VerifyRead(const Extent& extent, const Entry& expected,
 Status NvmeTier::ChecksumFailure(const Extent& extent, const std::string& why) {
   ++checksum_failures_;
   Place place = Locate(extent.offset);
-  std::string msg = "nvme: block at " + place.file->path() + " offset " +
-                    std::to_string(place.at) + ": " + why;
+  std::string msg =
+      "nvme: block at " + place.file->path() + " offset " + std::to_string(place.at) + ": " + why;
   spdlog::warn("{}; dropping it", msg);
   return ChecksumMismatch(std::move(msg));
 }
@@ -438,8 +420,8 @@ NvmeStats NvmeTier::nvme_stats() const {
   s.dropped_at_recovery = dropped_at_recovery_;
   s.fixed_buffer_requests = io_->fixed_buffer_requests();
   s.io_uring = io_->kind() == IoBackendKind::kIoUring;
-  s.direct_io = std::all_of(files_.begin(), files_.end(),
-                            [](const auto& f) { return f->direct_io(); });
+  s.direct_io =
+      std::all_of(files_.begin(), files_.end(), [](const auto& f) { return f->direct_io(); });
   return s;
 }
 

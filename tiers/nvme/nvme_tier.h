@@ -2,38 +2,39 @@
 // indexed in a RocksDB catalog, so the cold cache survives a restart.
 //
 // Lifecycle. NvmeTier::Open(options) prepares <data_dir>/kvtier-nvme.data (or Options::data_paths:
-// files or raw block devices, one per drive) and <data_dir>/catalog, checks every catalog record against
-// the record header in its extent (not the payload: that is checked on every read), and keeps the
-// blocks that pass. The owner (the store) then calls TakeRecovered() once and adds those blocks to
+// files or raw block devices, one per drive) and <data_dir>/catalog, scans the catalog and keeps
+// every record whose extent is sane. It reads nothing from the data file, so a restart costs one
+// catalog scan: a block's record header and payload are checked on its first read, as on every
+// read. The owner (the store) then calls TakeRecovered() once and adds those blocks to
 // its index as NVMe-resident. Their extents are allocated, exactly as if the store had allocated
 // and written them: it frees each one when it evicts or drops the block (a store that wants none
 // of them frees them all). A forced cold start (Options::cold_start, or a file named COLD_START in
 // the data directory, removed once honoured) wipes data and catalog first.
 //
 // Writing. WriteBlock(extent, id, src) computes the payload's XXH3-64, writes the record header
-// (identity, size, checksum) and the payload into the extent in one batch, and only when both are on
-// the device puts the catalog record. Free(extent) deletes the record before the extent can be
+// (identity, size, checksum) and the payload into the extent in one batch, and only when both are
+// on the device puts the catalog record. Free(extent) deletes the record before the extent can be
 // handed out again. ReadBlock(extent, id, dst) reads header and payload and returns
 // kChecksumMismatch (one log line, a counter) unless the header names `id` and the payload matches
 // its checksum: wrong bytes are never returned as a block. Plain Write/Read work too, but their
 // blocks have no identity and no catalog record: they are checksummed, not durable.
 //
-// Durability contract. No fsync per block by default. A process crash (kill -9) loses no block whose
-// WriteBlock returned (O_DIRECT data is with the device, catalog writes are in the OS). A power cut
-// may lose any block written since the last Sync(), which the store may call periodically to bound
-// the loss; a record that survives while its data did not is dropped at open (header mismatch) or
-// at read (payload checksum), so a crash never serves wrong bytes. With sync_writes = true every
-// WriteBlock fdatasyncs the data file and syncs the catalog before it returns (slow: for paranoid
-// deployments; a cache rarely needs it).
+// Durability contract. No fsync per block by default. A process crash (kill -9) loses no block
+// whose WriteBlock returned (O_DIRECT data is with the device, catalog writes are in the OS). A
+// power cut may lose any block written since the last Sync(), which the store may call periodically
+// to bound the loss; a record that survives while its data did not fails its first read (header or
+// payload checksum) and is dropped then, so a crash never serves wrong bytes. With sync_writes =
+// true every WriteBlock fdatasyncs the data file and syncs the catalog before it returns (slow: for
+// paranoid deployments; a cache rarely needs it).
 //
 // Buffers. src/dst may be anywhere; buffers aligned to 4 KiB (host-arena slots) go straight to the
 // device, and when they lie in Options::registered_region (the host arena) io_uring uses its fixed
 // buffers. Other buffers, and the unaligned tail of a block, go through a per-thread bounce buffer.
 //
 // Thread safety: every method may be called from any thread. Bookkeeping sits under one mutex,
-// catalog updates under another (so a record's put and delete happen in the order the tier decided);
-// no lock is held during data I/O. As tiers/tier.h says, one extent has one writer and no readers
-// while it is being written.
+// catalog updates under another (so a record's put and delete happen in the order the tier
+// decided); no lock is held during data I/O. As tiers/tier.h says, one extent has one writer and no
+// readers while it is being written.
 #pragma once
 
 #include <atomic>
@@ -83,13 +84,13 @@ struct NvmeStats {
   uint64_t queue_depth = 0;           // configured depth
   uint64_t in_flight = 0;             // gauge: requests in the kernel now
   uint64_t io_errors = 0;             // reads and writes that failed with a device error
-  uint64_t catalog_errors = 0;        // catalog puts/deletes that failed (durability lost, not data)
-  uint64_t checksum_failures = 0;     // ReadBlock/Read answered kChecksumMismatch
-  uint64_t recovered_blocks = 0;      // blocks kept at open
-  uint64_t dropped_at_recovery = 0;   // catalog records dropped at open
-  uint64_t fixed_buffer_requests = 0; // requests that used registered (arena) buffers
-  bool io_uring = false;              // false: the pread/pwrite thread backend
-  bool direct_io = false;             // false: the file system refused O_DIRECT
+  uint64_t catalog_errors = 0;       // catalog puts/deletes that failed (durability lost, not data)
+  uint64_t checksum_failures = 0;    // ReadBlock/Read answered kChecksumMismatch
+  uint64_t recovered_blocks = 0;     // blocks kept at open
+  uint64_t dropped_at_recovery = 0;  // catalog records dropped at open
+  uint64_t fixed_buffer_requests = 0;  // requests that used registered (arena) buffers
+  bool io_uring = false;               // false: the pread/pwrite thread backend
+  bool direct_io = false;              // false: the file system refused O_DIRECT
   // device_bytes_written / bytes_admitted; 0 before the first write.
   double write_amplification() const {
     return bytes_admitted == 0 ? 0.0 : static_cast<double>(device_bytes_written) / bytes_admitted;
@@ -109,7 +110,7 @@ class NvmeTier final : public Tier {
   static constexpr std::string_view kColdStartMarker = "COLD_START";
 
   struct Options {
-    std::string data_dir;         // created when missing
+    std::string data_dir;  // created when missing
     // Where the blocks go instead of <data_dir>/kvtier-nvme.data: files or raw block devices (used
     // from offset 0; formatted only by a forced cold start, see DataFile::Open), typically one per
     // drive. capacity_bytes is split equally between them; consecutive blocks go to different ones.
@@ -121,9 +122,9 @@ class NvmeTier final : public Tier {
     // Must outlive the tier. Registration failure (RLIMIT_MEMLOCK) is a warning, not an error.
     std::byte* registered_region = nullptr;
     uint64_t registered_region_bytes = 0;
-    bool cold_start = false;      // wipe data file and catalog before opening
-    bool direct_io = true;        // false: buffered I/O (tests of the fallback)
-    bool sync_writes = false;     // fsync data and catalog on every WriteBlock (see the contract)
+    bool cold_start = false;   // wipe data file and catalog before opening
+    bool direct_io = true;     // false: buffered I/O (tests of the fallback)
+    bool sync_writes = false;  // fsync data and catalog on every WriteBlock (see the contract)
     // Put the record again with a new last-access time on every successful ReadBlock, so a restart
     // sees recency. Costs one small unsynced RocksDB write per read.
     bool record_access_on_read = true;
@@ -136,7 +137,7 @@ class NvmeTier final : public Tier {
   // of another format version or not a kvtier file (both versions and the path named: remove the
   // directory or force a cold start); I/O errors of the data file, backend or catalog.
   static Result<std::unique_ptr<NvmeTier>> Open(const Options& options,
-                                               std::unique_ptr<IoBackend> backend = nullptr);
+                                                std::unique_ptr<IoBackend> backend = nullptr);
 
   ~NvmeTier() override;
 
@@ -162,8 +163,7 @@ class NvmeTier final : public Tier {
   Status Read(const Extent& extent, std::span<std::byte> dst) override;
   TierStats Stats() const override;
   // The NvmeStats fields, through VisitNvmeStats.
-  void VisitDeviceStats(
-      const std::function<void(std::string_view, double)>& visit) const override {
+  void VisitDeviceStats(const std::function<void(std::string_view, double)>& visit) const override {
     VisitNvmeStats(nvme_stats(), visit);
   }
 
@@ -200,9 +200,7 @@ class NvmeTier final : public Tier {
   uint64_t CombinedFileId() const;
 
   Status Recover();
-  Status CheckRecords(std::span<const CatalogRecord> records);
-  bool HeaderMatches(const CatalogRecord& record, std::span<const std::byte> header) const;
-  void Adopt(const CatalogRecord& record);
+  void ClaimRecords(std::span<const CatalogRecord> records);
   // Forgets a record that failed its checks: frees its extent if it was claimed, deletes it.
   void Drop(const CatalogRecord& record, bool claimed);
   Status WriteImpl(const Extent& extent, const BlockIdentity& id, std::span<const std::byte> src,

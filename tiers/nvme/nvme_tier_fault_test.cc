@@ -2,6 +2,9 @@
 // The rule under test everywhere: every call completes with success or a typed error, and a block
 // that reads back OK has exactly the bytes that were written for it.
 #include <fcntl.h>
+#include <gtest/gtest.h>
+#include <rocksdb/db.h>
+#include <rocksdb/env.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -9,10 +12,6 @@
 #include <map>
 #include <random>
 #include <set>
-
-#include <gtest/gtest.h>
-#include <rocksdb/db.h>
-#include <rocksdb/env.h>
 
 #include "tiers/nvme/aligned_buffer.h"
 #include "tiers/nvme/nvme_tier.h"
@@ -110,8 +109,12 @@ TEST_P(NvmeTierFaultTest, EveryCallCompletesWithSuccessOrATypedError) {
         Fill(buf.span(), step);
         Status st = tier.WriteBlock(*e, Id(step), buf.span());
         EXPECT_TRUE(IsTyped(st.code())) << st.ToString();
-        if (st.ok()) live[step] = *e;
-        else { ++failed; tier.Free(*e); }
+        if (st.ok())
+          live[step] = *e;
+        else {
+          ++failed;
+          tier.Free(*e);
+        }
       } else if (what == 1) {
         auto it = std::next(live.begin(), rng() % live.size());
         StatusCode c = ReadAndCheck(tier, it->second, it->first);
@@ -138,19 +141,18 @@ TEST_P(NvmeTierFaultTest, EveryCallCompletesWithSuccessOrATypedError) {
   EXPECT_EQ(s.in_flight, 0u);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Faults, NvmeTierFaultTest,
-    ::testing::Values(FaultCase{IoBackendKind::kIoUring, Fault::kEio},
-                      FaultCase{IoBackendKind::kIoUring, Fault::kEnospc},
-                      FaultCase{IoBackendKind::kIoUring, Fault::kShort},
-                      FaultCase{IoBackendKind::kIoUring, Fault::kEagain},
-                      FaultCase{IoBackendKind::kThreads, Fault::kEio},
-                      FaultCase{IoBackendKind::kThreads, Fault::kEnospc},
-                      FaultCase{IoBackendKind::kThreads, Fault::kShort},
-                      FaultCase{IoBackendKind::kThreads, Fault::kEagain}),
-    [](const auto& info) { return CaseName(info.param); });
+INSTANTIATE_TEST_SUITE_P(Faults, NvmeTierFaultTest,
+                         ::testing::Values(FaultCase{IoBackendKind::kIoUring, Fault::kEio},
+                                           FaultCase{IoBackendKind::kIoUring, Fault::kEnospc},
+                                           FaultCase{IoBackendKind::kIoUring, Fault::kShort},
+                                           FaultCase{IoBackendKind::kIoUring, Fault::kEagain},
+                                           FaultCase{IoBackendKind::kThreads, Fault::kEio},
+                                           FaultCase{IoBackendKind::kThreads, Fault::kEnospc},
+                                           FaultCase{IoBackendKind::kThreads, Fault::kShort},
+                                           FaultCase{IoBackendKind::kThreads, Fault::kEagain}),
+                         [](const auto& info) { return CaseName(info.param); });
 
-TEST(NvmeTierRecoveryFaultTest, AHeaderUnreadableAtOpenDropsOnlyThatRecord) {
+TEST(NvmeTierRecoveryFaultTest, OpenReadsNoDataAndAnUnreadableBlockFailsOnlyItsOwnRead) {
   testing::TempDir dir;
   std::map<uint64_t, Extent> written;
   {
@@ -163,13 +165,18 @@ TEST(NvmeTierRecoveryFaultTest, AHeaderUnreadableAtOpenDropsOnlyThatRecord) {
       written[i] = e;
     }
   }
+  // The first read completion fails: an open that read anything from the data file would meet it
+  // and drop a block.
   auto faults = std::make_shared<FaultInjector>(
-      testing::FaultRule{.fault = Fault::kEio, .writes = false, .nth = 2});
+      testing::FaultRule{.fault = Fault::kEio, .writes = false, .nth = 1});
   NvmeTier::Options o = Opts(dir.path());
   o.io.fault_filter = faults;
   auto tier = MustOpen(o);
-  EXPECT_EQ(tier->TakeRecovered().size(), 4u);
-  EXPECT_EQ(tier->nvme_stats().dropped_at_recovery, 1u);
+  EXPECT_EQ(tier->TakeRecovered().size(), 5u);
+  EXPECT_EQ(tier->nvme_stats().dropped_at_recovery, 0u);
+  // The first read meets the fault (a device error: the block stays); the others read back.
+  EXPECT_EQ(ReadAndCheck(*tier, written[0], 0), StatusCode::kDeviceError);
+  for (uint64_t i = 0; i < 5; ++i) EXPECT_EQ(ReadAndCheck(*tier, written[i], i), StatusCode::kOk);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -237,8 +244,10 @@ void PowerCutRun(uint64_t seed, testing::RevertMode mode, IoBackendKind kind, in
     ASSERT_EQ(Id(i).key, b.key) << "a block that was never written";
     StatusCode c = ReadAndCheck(**tier, b.extent, i);
     ASSERT_TRUE(c == StatusCode::kOk || c == StatusCode::kChecksumMismatch) << int(c);
-    if (c == StatusCode::kOk) served.insert(i);
-    else (*tier)->Free(b.extent);  // what the store does with a mismatch
+    if (c == StatusCode::kOk)
+      served.insert(i);
+    else
+      (*tier)->Free(b.extent);  // what the store does with a mismatch
   }
   for (const auto& [i, l] : live) {
     if (l.synced) {
@@ -332,7 +341,7 @@ TEST_F(NvmeTierBitFlipTest, PayloadFlipsAreChecksumMismatches) {
   }
 }
 
-TEST_F(NvmeTierBitFlipTest, RecordHeaderFlipsDropTheRecordAtOpen) {
+TEST_F(NvmeTierBitFlipTest, RecordHeaderFlipsAreChecksumMismatchesOnTheFirstRead) {
   std::mt19937_64 rng(7);
   for (int round = 0; round < 4; ++round) {
     extents_.clear();
@@ -340,9 +349,13 @@ TEST_F(NvmeTierBitFlipTest, RecordHeaderFlipsDropTheRecordAtOpen) {
     for (auto& [i, e] : extents_) {
       FlipFileBit(data_offset_ + e.offset + rng() % kRecordHeaderBytes, rng() % 8);
     }
+    // The open does not read the headers; the first read of each block does, and refuses it.
     auto tier = MustOpen(Opts(dir_.path()));
-    EXPECT_TRUE(tier->TakeRecovered().empty());
-    EXPECT_EQ(tier->nvme_stats().dropped_at_recovery, kBlocks);
+    EXPECT_EQ(tier->TakeRecovered().size(), kBlocks);
+    for (auto& [i, e] : extents_) {
+      EXPECT_EQ(ReadAndCheck(*tier, e, i), StatusCode::kChecksumMismatch) << "block " << i;
+    }
+    EXPECT_EQ(tier->nvme_stats().checksum_failures, kBlocks);
   }
 }
 
