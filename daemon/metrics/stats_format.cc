@@ -82,7 +82,8 @@ json TotalsJson(const store::StoreStats& s) {
           {"gpu_candidates", s.gpu_candidates},
           {"gpu_candidates_dropped", s.gpu_candidates_dropped},
           {"gpu_promotions_skipped", s.gpu_promotions_skipped},
-          {"pending_promotions", s.pending_promotions}};
+          {"pending_promotions", s.pending_promotions},
+          {"pending_adoptions", s.pending_adoptions}};
 }
 
 // Appends one Prometheus sample line; `labels` is "" or `tier="host"`-style text.
@@ -242,6 +243,10 @@ std::string StatsToPrometheus(const store::StoreStats& stats, const ProcessInfo&
       {"kvtier_gpu_promotions_skipped_total", "counter",
        "Promotion candidates not moved (changed, leased, no room or a copy error).",
        double(stats.gpu_promotions_skipped)},
+      {"kvtier_pending_adoptions", "gauge",
+       "Blocks found on NVMe at start-up and not served yet (recovery runs while the daemon "
+       "serves; they are misses until then).",
+       double(stats.pending_adoptions)},
       {"kvtier_connected_clients", "gauge", "Open client connections.",
        double(process.connected_clients)},
       {"kvtier_commands_total", "counter", "Commands processed.",
@@ -275,6 +280,7 @@ std::string StatsToInfoSection(const store::StoreStats& stats) {
   field("busy_puts", std::to_string(stats.busy_puts));
   field("evicted_blocks", std::to_string(stats.evicted_blocks));
   field("removed_blocks", std::to_string(stats.removed_blocks));
+  field("pending_adoptions", std::to_string(stats.pending_adoptions));
   for (const auto& t : stats.tiers) {
     const std::string p = "tier_" + std::string(TierName(t.tier)) + "_";
     field(p + "capacity_bytes", std::to_string(t.space.capacity_bytes));

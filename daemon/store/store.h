@@ -31,8 +31,10 @@
 #include <memory>
 #include <optional>
 #include <span>
+#include <stop_token>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "common/clock.h"
@@ -223,11 +225,37 @@ class Store {
   // Candidates waiting for PromoteCandidates.
   size_t PendingPromotions() const { return promotion_queue_.size(); }
 
+  // What FlushToNvme did, for the daemon's last log line.
+  struct FlushResult {
+    uint64_t written = 0;          // blocks copied into NVMe
+    uint64_t written_bytes = 0;    // their payload bytes
+    uint64_t already_durable = 0;  // blocks moved into their write-through copy: nothing written
+    uint64_t left = 0;             // memory blocks not flushed (see FlushToNvme)
+    bool nvme_full = false;        // stopped because NVMe holds nothing older to give up
+  };
+
+  // For a clean stop: moves the blocks of the memory tiers (GPU, then host) into the NVMe tier,
+  // most recently used first, so that a restart serves them again. Room is made by dropping older
+  // NVMe blocks, never a block this flush wrote: once NVMe's least recently used block is one of
+  // those, the flush stops (nvme_full). It also stops at `deadline_us` on the store's clock (0:
+  // no deadline) and when `stop` is requested; blocks not flushed stay where they are (`left`).
+  // NVMe admission is not asked: at a stop, keeping a block beats saving the device a write.
+  // Blocks leased, pinned by a mover or being written stay too: call it after the server has
+  // closed every connection. A device error on one block leaves that block and goes on. Does
+  // nothing without an NVMe tier.
+  FlushResult FlushToNvme(uint64_t deadline_us, std::stop_token stop = {});
+
   // Adds a block that a durable tier found at start-up (warm restart), ready, as the most recently
   // used of its tier: adopt the oldest first. Its namespace serves it once registered again.
   // kInvalidArgument for a tier the store does not have; kAlreadyExists when the key is taken.
   Status AdoptBlock(TierId tier, const NamespaceId& ns, const BlockKey& key, const Extent& extent,
                     std::optional<uint64_t> checksum);
+
+  // How many blocks a durable tier found at start-up are still to be adopted: the daemon adopts
+  // them while it serves and says so in the statistics (pending_adoptions) until it is done.
+  void SetPendingAdoptions(uint64_t blocks) {
+    pending_adoptions_.store(blocks, std::memory_order_relaxed);
+  }
 
   // Walks the index and every tier: for /stats, /metrics and INFO, not for every request.
   StoreStats Stats() const;
@@ -277,6 +305,12 @@ class Store {
   // or replaced meanwhile (it stays where it is); kNoRoomBelow: the next tier could not take it;
   // kCopyFailed: a device error on the copy (counted).
   DemoteOutcome Demote(size_t level, const BlockKey& key, const index::BlockMeta& meta);
+  // Copies a block that PinForMove pinned from tiers_[level] into `dst` in tiers_[to_level] and
+  // repoints it there. OK: the old extent is freed and the pin went with the move. Otherwise
+  // `dst` is freed and the block unpinned where it was; the error is the copy's (kDeviceError,
+  // counted; kChecksumMismatch: its bytes failed verification) or the index's (it changed).
+  Status MovePinned(size_t level, size_t to_level, const BlockKey& key,
+                    const index::BlockMeta& meta, const Extent& dst);
   Status CopyBetweenTiers(tiers::Tier& from, const Extent& src, tiers::Tier& to, const Extent& dst,
                           const tiers::BlockIdentity& identity);
   // Repoints a block whose bytes were copied to (`to`, `dst`), taking back the mover's pin. A
@@ -308,6 +342,14 @@ class Store {
   void WriteThrough(const BlockKey& key, uint64_t generation);
   // Demotes a host block that has a shadow on NVMe by moving it into the shadow: no copy.
   DemoteOutcome DemoteIntoShadow(size_t level, const BlockKey& key, const index::BlockMeta& meta);
+  // FlushToNvme's parts: the ready blocks of tier `id`, taken out of its eviction order, most
+  // recently used first; one block's move into NVMe; and NVMe room that may drop only blocks not
+  // in `flushed` (generations this flush wrote).
+  std::vector<std::pair<BlockKey, index::BlockMeta>> TakeNewestFirst(TierId id);
+  enum class FlushOutcome { kWritten, kAlreadyDurable, kNvmeFull, kNotMoved };
+  FlushOutcome FlushBlock(size_t level, const BlockKey& key, const index::BlockMeta& meta,
+                          const std::unordered_set<uint64_t>& flushed);
+  Result<Extent> AllocateForFlush(uint64_t bytes, const std::unordered_set<uint64_t>& flushed);
   // Drops a block whose bytes failed verification, if nobody holds it.
   void DropCorrupt(const BlockKey& key, const index::BlockMeta& meta);
   // The position of tier `id` in tiers_, or tiers_.size() when absent.
@@ -336,6 +378,7 @@ class Store {
   Clock& clock_;
   std::unique_ptr<index::BlockIndex> index_;
   std::atomic<uint64_t> next_id_{1};
+  std::atomic<uint64_t> pending_adoptions_{0};
 
   mutable Mutex namespaces_mu_;
   std::unordered_map<NamespaceId, NamespaceInfo, Key128Hash> namespaces_ GUARDED_BY(namespaces_mu_);

@@ -123,24 +123,31 @@ Store::DemoteOutcome Store::Demote(size_t level, const BlockKey& key, const Bloc
     return DemoteIntoShadow(level, key, meta);
   }
   if (!PinForMove(key, meta)) return DemoteOutcome::kBlockChanged;
-  auto unpin = [&] { UnpinAfterMove(key); };
-  tiers::Tier& next = *tiers_[level + 1];
   Result<Extent> dst = AllocateWithEviction(level + 1, meta.extent.length);
   if (!dst.ok()) {
-    unpin();
+    UnpinAfterMove(key);
     return DemoteOutcome::kNoRoomBelow;
   }
-  const Status copied = CopyBetweenTiers(*tiers_[level], meta.extent, next, *dst, {meta.ns, key});
-  const Status moved = copied.ok() ? MoveInIndex(key, meta, next.id(), *dst) : copied;
-  if (moved.ok()) {
-    tiers_[level]->Free(meta.extent);
-    return DemoteOutcome::kMoved;
+  const Status moved = MovePinned(level, level + 1, key, meta, *dst);
+  if (moved.ok()) return DemoteOutcome::kMoved;
+  return moved.code() == StatusCode::kDeviceError ? DemoteOutcome::kCopyFailed
+                                                  : DemoteOutcome::kBlockChanged;
+}
+
+Status Store::MovePinned(size_t level, size_t to_level, const BlockKey& key, const BlockMeta& meta,
+                         const Extent& dst) {
+  tiers::Tier& from = *tiers_[level];
+  tiers::Tier& to = *tiers_[to_level];
+  Status st = CopyBetweenTiers(from, meta.extent, to, dst, {meta.ns, key});
+  if (st.ok()) st = MoveInIndex(key, meta, to.id(), dst);
+  if (st.ok()) {
+    from.Free(meta.extent);
+    return st;
   }
-  next.Free(*dst);
-  unpin();
-  if (copied.code() != StatusCode::kDeviceError) return DemoteOutcome::kBlockChanged;
-  CountCopyError(*tiers_[level], next);
-  return DemoteOutcome::kCopyFailed;
+  to.Free(dst);
+  UnpinAfterMove(key);
+  if (st.code() == StatusCode::kDeviceError) CountCopyError(from, to);
+  return st;
 }
 
 Status Store::MoveInIndex(const BlockKey& key, const BlockMeta& meta, TierId to,

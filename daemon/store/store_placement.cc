@@ -39,23 +39,16 @@ void Store::PromoteForRead(const NamespaceId& ns, const BlockKey& key) {
 Store::PromoteOutcome Store::Promote(size_t level, size_t to_level, const BlockKey& key,
                                      const BlockMeta& meta) {
   if (!PinForMove(key, meta)) return PromoteOutcome::kNotMoved;
-  tiers::Tier& from = *tiers_[level];
-  tiers::Tier& to = *tiers_[to_level];
   Result<Extent> dst = AllocateWithEviction(to_level, meta.extent.length);
   if (!dst.ok()) {
     UnpinAfterMove(key);
     return PromoteOutcome::kNotMoved;
   }
-  const Status copied = CopyBetweenTiers(from, meta.extent, to, *dst, {meta.ns, key});
-  const Status moved = copied.ok() ? MoveInIndex(key, meta, to.id(), *dst) : copied;
+  const Status moved = MovePinned(level, to_level, key, meta, *dst);
   if (moved.ok()) {
-    from.Free(meta.extent);
-    tier_counters_[static_cast<size_t>(from.id())].promotions.fetch_add(1);
+    tier_counters_[static_cast<size_t>(tiers_[level]->id())].promotions.fetch_add(1);
     return PromoteOutcome::kMoved;
   }
-  to.Free(*dst);
-  UnpinAfterMove(key);
-  if (copied.code() == StatusCode::kDeviceError) CountCopyError(from, to);
   if (moved.code() != StatusCode::kChecksumMismatch) return PromoteOutcome::kNotMoved;
   DropCorrupt(key, meta);
   return PromoteOutcome::kCorrupt;

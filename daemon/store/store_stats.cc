@@ -98,6 +98,7 @@ StoreStats Store::Stats() const {
   s.gpu_candidates_dropped = counters_.gpu_candidates_dropped.load();
   s.gpu_promotions_skipped = counters_.gpu_promotions_skipped.load();
   s.pending_promotions = promotion_queue_.size();
+  s.pending_adoptions = pending_adoptions_.load(std::memory_order_relaxed);
   s.expired_leases = counters_.expired_leases.load();
   s.expired_reservations = counters_.expired_reservations.load();
   return s;

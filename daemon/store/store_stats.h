@@ -115,6 +115,7 @@ struct StoreStats {
   uint64_t gpu_candidates_dropped = 0;
   uint64_t gpu_promotions_skipped = 0;
   uint64_t pending_promotions = 0;  // candidates waiting for the GPU mover now
+  uint64_t pending_adoptions = 0;  // blocks found at start-up, not served yet (SetPendingAdoptions)
   uint64_t expired_leases = 0;
   uint64_t expired_reservations = 0;
 };

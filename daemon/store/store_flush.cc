@@ -1,0 +1,108 @@
+// The store's clean-stop path: writing the memory tiers' blocks into NVMe so that a restart serves
+// them again (FlushToNvme).
+#include <algorithm>
+#include <limits>
+#include <utility>
+#include <vector>
+
+#include "daemon/store/store.h"
+
+namespace kvtier::store {
+
+using index::BlockMeta;
+
+std::vector<std::pair<BlockKey, BlockMeta>> Store::TakeNewestFirst(TierId id) {
+  // The policy hands out its victims oldest first; taking them all out (pins ignored: a pin only
+  // keeps a block from being dropped, and a flush keeps it) and reversing gives newest first.
+  // Blocks not flushed are put back with Unpick.
+  constexpr uint64_t kIgnorePins = std::numeric_limits<uint64_t>::max();
+  std::vector<std::pair<BlockKey, BlockMeta>> blocks;
+  while (auto victim = index_->PickVictim(id, kIgnorePins)) blocks.push_back(std::move(*victim));
+  std::reverse(blocks.begin(), blocks.end());
+  return blocks;
+}
+
+Store::FlushResult Store::FlushToNvme(uint64_t deadline_us, std::stop_token stop) {
+  FlushResult result;
+  const size_t nvme = LevelOf(TierId::kNvme);
+  if (nvme >= tiers_.size()) return result;
+  std::unordered_set<uint64_t> flushed;
+  // The GPU tier first: its blocks were promoted for being read, the hottest of all.
+  for (size_t level = 0; level < nvme; ++level) {
+    for (const auto& [key, meta] : TakeNewestFirst(tiers_[level]->id())) {
+      const bool out_of_time =
+          stop.stop_requested() || (deadline_us != 0 && clock_.NowMicros() >= deadline_us);
+      if (result.nvme_full || out_of_time) {
+        index_->Unpick(key);
+        ++result.left;
+        continue;
+      }
+      switch (FlushBlock(level, key, meta, flushed)) {
+        case FlushOutcome::kWritten:
+          ++result.written;
+          result.written_bytes += meta.extent.length;
+          flushed.insert(meta.generation);
+          break;
+        case FlushOutcome::kAlreadyDurable:
+          ++result.already_durable;
+          flushed.insert(meta.generation);
+          break;
+        case FlushOutcome::kNvmeFull:
+          result.nvme_full = true;
+          [[fallthrough]];
+        case FlushOutcome::kNotMoved:
+          index_->Unpick(key);
+          ++result.left;
+          break;
+      }
+    }
+  }
+  return result;
+}
+
+Store::FlushOutcome Store::FlushBlock(size_t level, const BlockKey& key, const BlockMeta& meta,
+                                      const std::unordered_set<uint64_t>& flushed) {
+  TierCounters& counters = tier_counters_[static_cast<size_t>(meta.tier)];
+  if (meta.has_shadow) {
+    if (DemoteIntoShadow(level, key, meta) != DemoteOutcome::kMoved) return FlushOutcome::kNotMoved;
+    counters.demotions.fetch_add(1);
+    return FlushOutcome::kAlreadyDurable;
+  }
+  if (!PinForMove(key, meta)) return FlushOutcome::kNotMoved;
+  Result<Extent> dst = AllocateForFlush(meta.extent.length, flushed);
+  if (!dst.ok()) {
+    UnpinAfterMove(key);
+    // kBusy: nothing older is left in NVMe; any other error (a block larger than NVMe) is this
+    // block's alone.
+    return dst.status().code() == StatusCode::kBusy ? FlushOutcome::kNvmeFull
+                                                    : FlushOutcome::kNotMoved;
+  }
+  if (!MovePinned(level, LevelOf(TierId::kNvme), key, meta, *dst).ok()) {
+    return FlushOutcome::kNotMoved;
+  }
+  counters.demotions.fetch_add(1);
+  return FlushOutcome::kWritten;
+}
+
+Result<Extent> Store::AllocateForFlush(uint64_t bytes,
+                                       const std::unordered_set<uint64_t>& flushed) {
+  const size_t nvme = LevelOf(TierId::kNvme);
+  tiers::Tier& t = *tiers_[nvme];
+  for (int evicted = 0; evicted <= options_.max_evictions_per_allocation; ++evicted) {
+    Result<Extent> extent = t.Allocate(bytes);
+    if (extent.ok() || extent.status().code() != StatusCode::kBusy) return extent;
+    std::optional<std::pair<BlockKey, BlockMeta>> victim =
+        index_->PickVictim(TierId::kNvme, clock_.NowMicros());
+    if (!victim) break;
+    // Flushed blocks entered NVMe as its most recently used, so once one is the victim, every
+    // block older than this flush is gone.
+    if (flushed.contains(victim->second.generation)) {
+      index_->Unpick(victim->first);
+      break;
+    }
+    DemoteOrDrop(nvme, victim->first, victim->second);
+  }
+  return Busy("nvme tier holds no block older than this flush");
+}
+
+}  // namespace kvtier::store
