@@ -72,6 +72,12 @@ struct DaemonConfig {
   double high_watermark = 0.95;
   double low_watermark = 0.90;
 
+  // shutdown: at SIGTERM/SIGINT the blocks of the memory tiers are written to NVMe (newest first)
+  // so that a restart serves them; flush_seconds bounds how long that may take (0: until NVMe is
+  // full of them). A second signal cuts the flush short.
+  bool shutdown_flush = true;
+  uint64_t shutdown_flush_seconds = 0;
+
   // store
   std::string eviction_policy = "lru";
   uint64_t lease_timeout_ms = 30'000;

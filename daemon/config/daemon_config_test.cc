@@ -134,6 +134,25 @@ TEST(DaemonConfigTest, ShippedExampleLoadsAndMatchesTheDefaults) {
   EXPECT_EQ(c.gpu_promotion, defaults.gpu_promotion);
   EXPECT_EQ(c.gpu_promote_after_reads, defaults.gpu_promote_after_reads);
   EXPECT_EQ(c.gpu_promote_window_ms, defaults.gpu_promote_window_ms);
+  EXPECT_EQ(c.shutdown_flush, defaults.shutdown_flush);
+  EXPECT_EQ(c.shutdown_flush_seconds, defaults.shutdown_flush_seconds);
+}
+
+TEST(DaemonConfigTest, ShutdownFlushKeys) {
+  const DaemonConfig defaults;
+  EXPECT_TRUE(defaults.shutdown_flush);
+  EXPECT_EQ(defaults.shutdown_flush_seconds, 0u);  // no bound: everything that fits
+  DaemonConfig c;
+  ASSERT_TRUE(ApplyYaml("shutdown:\n  flush: false\n  flush_seconds: 45\n", "test.yaml", c).ok());
+  EXPECT_FALSE(c.shutdown_flush);
+  EXPECT_EQ(c.shutdown_flush_seconds, 45u);
+  for (const char* yaml : {"shutdown:\n  flush: sometimes\n", "shutdown:\n  flush_seconds: -1\n",
+                           "shutdown:\n  flush_seconds: 100000\n"}) {
+    DaemonConfig bad;
+    Status st = ApplyYaml(yaml, "test.yaml", bad);
+    ASSERT_FALSE(st.ok()) << yaml;
+    EXPECT_NE(st.message().find("shutdown.flush"), std::string::npos) << st.message();
+  }
 }
 
 TEST(DaemonConfigTest, NvmeKeysAndFlags) {

@@ -2,6 +2,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include <chrono>
+
 #include "common/units.h"
 #include "tiers/gpu/gpu_tier_factory.h"
 
@@ -107,11 +109,17 @@ Result<DaemonTiers> OpenTiers(const config::DaemonConfig& c) {
   return t;
 }
 
-size_t AdoptRecoveredBlocks(DaemonTiers& tiers, store::Store& store) {
+size_t AdoptRecoveredBlocks(DaemonTiers& tiers, store::Store& store, std::stop_token stop) {
   if (!tiers.nvme) return 0;
+  const auto started = std::chrono::steady_clock::now();
   std::vector<tiers::nvme::RecoveredBlock> found = tiers.nvme->TakeRecovered();
   size_t adopted = 0;
-  for (const tiers::nvme::RecoveredBlock& b : found) {
+  size_t handed = 0;
+  store.SetPendingAdoptions(found.size());
+  for (; handed < found.size() && !stop.stop_requested(); ++handed) {
+    // A gauge for operators and tests: refreshed every 4096 blocks, not every one.
+    if (handed % 4096 == 0) store.SetPendingAdoptions(found.size() - handed);
+    const tiers::nvme::RecoveredBlock& b = found[handed];
     Status st = store.AdoptBlock(TierId::kNvme, b.ns, b.key, b.extent, b.payload_checksum);
     if (st.ok()) {
       ++adopted;
@@ -119,11 +127,19 @@ size_t AdoptRecoveredBlocks(DaemonTiers& tiers, store::Store& store) {
       tiers.nvme->Free(b.extent);
     }
   }
+  store.SetPendingAdoptions(0);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   const tiers::nvme::NvmeStats s = tiers.nvme->nvme_stats();
   spdlog::info(
-      "NVMe tier: serving {} blocks from the previous run ({} records dropped at "
-      "recovery)",
-      adopted, s.dropped_at_recovery);
+      "NVMe tier: serving {} blocks from the previous run, adopted in {:.2f} s ({} records "
+      "dropped at recovery)",
+      adopted, seconds, s.dropped_at_recovery);
+  if (handed < found.size()) {
+    spdlog::info(
+        "NVMe tier: stopped before adopting {} blocks; they stay on disk for the next start",
+        found.size() - handed);
+  }
   return adopted;
 }
 

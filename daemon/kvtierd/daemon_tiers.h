@@ -7,6 +7,7 @@
 #pragma once
 
 #include <memory>
+#include <stop_token>
 #include <string>
 #include <vector>
 
@@ -43,9 +44,11 @@ struct DaemonTiers {
 Result<DaemonTiers> OpenTiers(const config::DaemonConfig& config);
 
 // Hands the blocks the NVMe tier found at open to the store, oldest first so that the LRU order
-// survives the restart. Returns how many the store took; those it refuses (a key taken twice)
-// are freed.
-size_t AdoptRecoveredBlocks(DaemonTiers& tiers, store::Store& store);
+// survives the restart. Returns how many the store took; those it refuses (a key taken twice, or
+// stored by a client since the start) are freed. The daemon runs it on a thread of its own while
+// it serves (a block not adopted yet is a miss): `stop` ends it early, and the blocks not handed
+// over yet stay on disk, recorded, for the next start.
+size_t AdoptRecoveredBlocks(DaemonTiers& tiers, store::Store& store, std::stop_token stop = {});
 
 // The options the store runs with.
 store::StoreOptions StoreOptionsFrom(const config::DaemonConfig& config);

@@ -5,9 +5,9 @@
 // of the previous run) -> store (adopting those blocks) -> RESP server -> HTTP -> housekeeping
 // threads (deadlines, the background mover, the GPU mover, NVMe sync). Shutdown runs in reverse:
 // HTTP stops answering, the RESP server stops accepting and closes every connection (releasing its
-// leases and aborting its reservations), the housekeeping threads stop, the NVMe tier is synced,
-// then the store and the tiers are destroyed. Nothing is detached; every thread is joined before
-// main returns.
+// leases and aborting its reservations), the housekeeping threads stop, the blocks held in memory
+// are written to NVMe (shutdown.flush), the NVMe tier is synced, then the store and the tiers are
+// destroyed. Nothing is detached; every thread is joined before main returns.
 #include <fcntl.h>
 #include <malloc.h>
 #include <pthread.h>
@@ -17,10 +17,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
+#include <stop_token>
+#include <thread>
 
 #include "common/units.h"
 #include "daemon/config/daemon_config.h"
@@ -108,6 +111,56 @@ void KeepHostRoom(store::Store& store, const tiers::Tier& host, const config::Da
 constexpr auto kGpuMoverInterval = std::chrono::milliseconds(10);
 constexpr size_t kGpuMoverBatch = 256;
 
+sigset_t StopSignals() {
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  return signals;
+}
+
+// At a clean stop, with an NVMe tier: writes the blocks held in memory into NVMe
+// (Store::FlushToNvme) so that the restart serves them. A second SIGINT/SIGTERM cuts it short (an
+// operator who cannot wait): a thread waits for one while the flush runs, and is woken with a
+// signal of its own when the flush ends first.
+void FlushMemoryToNvme(store::Store& store, const config::DaemonConfig& c) {
+  if (!c.shutdown_flush) {
+    spdlog::info("shutdown.flush is off: the blocks held in memory are not kept");
+    return;
+  }
+  std::stop_source cancel;
+  std::atomic<bool> flushing{true};
+  std::thread waiter([&] {
+    pthread_setname_np(pthread_self(), "kvtier-sigwait");
+    const sigset_t signals = StopSignals();
+    int signal_number = 0;
+    sigwait(&signals, &signal_number);
+    if (flushing.load()) {
+      spdlog::warn("{}: cutting the flush to NVMe short", strsignal(signal_number));
+      cancel.request_stop();
+    }
+  });
+  const auto started = std::chrono::steady_clock::now();
+  const uint64_t deadline_us =
+      c.shutdown_flush_seconds == 0
+          ? 0
+          : SteadyClock::Instance().NowMicros() + c.shutdown_flush_seconds * 1'000'000;
+  const store::Store::FlushResult r = store.FlushToNvme(deadline_us, cancel.get_token());
+  flushing = false;
+  pthread_kill(waiter.native_handle(), SIGTERM);
+  waiter.join();
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  spdlog::info("flushed {} blocks ({}) to NVMe in {:.1f} s; {} were there already (write-through)",
+               r.written, FormatBytes(r.written_bytes), seconds, r.already_durable);
+  if (r.left > 0) {
+    spdlog::warn("{} blocks held in memory are not kept: {}", r.left,
+                 r.nvme_full               ? "NVMe is full of newer blocks"
+                 : cancel.stop_requested() ? "the flush was cut short"
+                                           : "shutdown.flush_seconds ran out, or a device error");
+  }
+}
+
 int Run(const config::DaemonConfig& c) {
   spdlog::set_level(spdlog::level::from_str(c.log_level));
   // Operators tail the log through pipes and journald: every line goes out as it is written.
@@ -135,7 +188,6 @@ int Run(const config::DaemonConfig& c) {
     spdlog::error("store: {}", store.status().ToString());
     return 1;
   }
-  daemon::AdoptRecoveredBlocks(tiers, **store);
 
   server::ServerOptions server_options = ServerOptionsFrom(c);
   server_options.gpu_tier_note = tiers.gpu_note;
@@ -150,6 +202,12 @@ int Run(const config::DaemonConfig& c) {
     spdlog::error("{}", st.ToString());
     return 1;
   }
+  // The NVMe blocks of the previous run join the index while the daemon serves: until a block is
+  // adopted it is a miss, and a restart does not wait for a million index inserts.
+  std::jthread recovery([&tiers, &s = **store](std::stop_token stop) {
+    pthread_setname_np(pthread_self(), "kvtier-recovery");
+    daemon::AdoptRecoveredBlocks(tiers, s, stop);
+  });
   if (!c.unix_path.empty()) spdlog::info("listening on unix://{}", c.unix_path);
   if (c.tcp_port != 0) spdlog::info("listening on tcp://{}:{}", c.tcp_host, (*server)->tcp_port());
 
@@ -214,18 +272,18 @@ int Run(const config::DaemonConfig& c) {
   }
   spdlog::info("kvtierd {} ready", kVersion);
 
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGINT);
-  sigaddset(&signals, SIGTERM);
+  const sigset_t signals = StopSignals();
   int signal_number = 0;
   sigwait(&signals, &signal_number);
   spdlog::info("{}: shutting down", strsignal(signal_number));
 
   if (http) http->Stop();
   (*server)->Stop();
+  recovery.request_stop();
+  recovery.join();
   housekeeping.clear();
   if (tiers.nvme) {
+    FlushMemoryToNvme(s, c);
     if (Status st = tiers.nvme->Sync(); !st.ok()) spdlog::warn("NVMe sync: {}", st.ToString());
   }
   store::StoreStats final_stats = (*store)->Stats();
@@ -240,10 +298,7 @@ int Run(const config::DaemonConfig& c) {
 int main(int argc, char** argv) {
   // Signals are taken by sigwait in main only: block them before any thread starts so every
   // thread inherits the mask.
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGINT);
-  sigaddset(&signals, SIGTERM);
+  const sigset_t signals = kvtier::StopSignals();
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   signal(SIGPIPE, SIG_IGN);
   // Replies and requests carry whole KV blocks (MiBs). By default glibc serves such buffers with

@@ -6,6 +6,7 @@ It counts as ready once it answers PING on both the Unix socket and TCP, and HTT
 A Daemon can be stopped (or killed) and started again on the same data directory, which is how the
 NVMe tests restart it.
 """
+import json
 import os
 import pathlib
 import signal
@@ -113,10 +114,19 @@ class Daemon:
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 return False
-            if self.ping():
+            if self.ping() and self.recovered():
                 return True
             time.sleep(0.05)
         return False
+
+    def recovered(self):
+        """True once the blocks found on NVMe at start-up are all served: the daemon answers
+        while it adopts them (as misses until then), and the tests want the whole cold cache."""
+        try:
+            with urllib.request.urlopen(self.http_url + "/stats", timeout=2) as resp:
+                return json.load(resp)["totals"]["pending_adoptions"] == 0
+        except OSError:
+            return False
 
     def ping(self):
         """True when the daemon answers PING on both the Unix socket and TCP, and HTTP answers

@@ -167,15 +167,16 @@ def test_warm_restart_serves_the_nvme_blocks(tmp_path, backend):
     with running(d) as c:
         assert register_ns(c, "nvme/warm", BLOCK_BYTES) == ns
         stats = c.stats()
-        # Host blocks are not written down at a stop: the host tier starts empty.
+        # The stop wrote the host tier's blocks to NVMe: the host tier starts empty, and NVMe
+        # holds every block of the previous run.
         assert tier(stats, "host")["blocks"] == 0, stats["tiers"]
-        assert nvme_counters(stats)["recovered_blocks"] >= len(on_nvme)
+        assert nvme_counters(stats)["recovered_blocks"] == BLOCKS, nvme_counters(stats)
+        assert stats["totals"]["pending_adoptions"] == 0, stats["totals"]
         after = lookup_each(c, ns, 1, range(BLOCKS))
-        found = [n for n in on_nvme if after[n] == "nvme"]
-        assert len(found) >= 0.99 * len(on_nvme), (len(found), len(on_nvme))
-        assert all(t in ("nvme", None) for t in after), after
-        for n, got in zip(found, get_each(c, ns, 1, found)):
+        assert after == ["nvme"] * BLOCKS, after
+        for n, got in zip(range(BLOCKS), get_each(c, ns, 1, range(BLOCKS))):
             assert got == payload(1, n, BLOCK_BYTES), f"block {n} read back wrong after restart"
+    assert "flushed" in d.log(), d.log()
 
     # A cold start discards the NVMe tier, and a normal start after it finds nothing either.
     for extra_args in (["--cold-start"], []):
@@ -183,6 +184,69 @@ def test_warm_restart_serves_the_nvme_blocks(tmp_path, backend):
             assert register_ns(c, "nvme/warm", BLOCK_BYTES) == ns
             assert lookup_each(c, ns, 1, range(BLOCKS)) == [None] * BLOCKS
             assert tier(c.stats(), "nvme")["blocks"] == 0
+
+
+def set_values(c, count, size, salt):
+    for n in range(count):
+        assert c.call("SET", f"clean-stop:{n}", payload(salt, n, size)) == b"OK", n
+
+
+def served_values(c, count, size, salt):
+    """(served, wrong): how many values GET returns, and how many of those differ from what was
+    SET."""
+    served = wrong = 0
+    for n in range(count):
+        got = c.call("GET", f"clean-stop:{n}")
+        if got is not None:
+            served += 1
+            wrong += got != payload(salt, n, size)
+    return served, wrong
+
+
+def test_a_clean_stop_keeps_the_host_tier(tmp_path):
+    """3,000 values of 128 KiB (375 MiB) through a 32 MiB host tier: most live on NVMe, the newest
+    in memory. SIGTERM writes those to NVMe, and the restart serves every value, none wrong."""
+    count, size = 3000, 128 << 10
+    d = nvme_daemon(tmp_path, nvme_bytes="1GiB")
+    with running(d) as c:
+        set_values(c, count, size, salt=7)
+        before = c.stats()
+    assert tier(before, "host")["blocks"] > 0, before["tiers"]
+    with running(d) as c:
+        stats = c.stats()
+        assert tier(stats, "host")["blocks"] == 0, stats["tiers"]
+        assert served_values(c, count, size, salt=7) == (count, 0)
+    log = d.log()
+    assert "flushed" in log and "blocks held in memory are not kept" not in log, log
+
+
+def test_without_the_flush_a_stop_loses_what_was_in_memory(tmp_path):
+    count, size = 600, 128 << 10  # 75 MiB: more than twice the host tier
+    d = nvme_daemon(tmp_path, extra_config="shutdown:\n  flush: false\n")
+    with running(d) as c:
+        set_values(c, count, size, salt=8)
+        in_memory = tier(settled(c, count), "host")["blocks"]
+    assert in_memory > 0
+    with running(d) as c:
+        served, wrong = served_values(c, count, size, salt=8)
+    assert wrong == 0
+    assert served <= count - in_memory, (served, in_memory)
+    assert "shutdown.flush is off" in d.log()
+
+
+def test_a_flush_bounded_by_a_small_nvme_keeps_the_newest_values(tmp_path):
+    """NVMe smaller than what was written: the flush gives up older NVMe blocks for the host
+    tier's, and stops when NVMe holds only blocks it wrote; the newest values survive."""
+    count, size = 600, 128 << 10  # 75 MiB through 32 MiB of host and 64 MiB of NVMe
+    d = nvme_daemon(tmp_path, nvme_bytes="64MiB")
+    with running(d) as c:
+        set_values(c, count, size, salt=9)
+    with running(d) as c:
+        newest = [c.call("GET", f"clean-stop:{n}") for n in range(count - 100, count)]
+        served, wrong = served_values(c, count, size, salt=9)
+    assert all(v is not None for v in newest), "a value among the newest 100 was lost"
+    assert wrong == 0
+    assert served < count, "64 MiB of NVMe cannot hold 75 MiB of values"
 
 
 def record_headers(nvme_dir):
@@ -270,7 +334,6 @@ def test_damaged_bytes_on_disk_are_never_served(tmp_path, backend, read):
     with running(d) as c:
         assert register_ns(c, "nvme/corrupt", BLOCK_BYTES) == ns
         stats = c.stats()
-        assert nvme_counters(stats)["dropped_at_recovery"] >= 2, nvme_counters(stats)
         if read == "acquire":
             got = acquire_each(c, ns, 1, range(BLOCKS))
         else:
@@ -284,8 +347,9 @@ def test_damaged_bytes_on_disk_are_never_served(tmp_path, backend, read):
                 assert value in (None, payload(1, n, BLOCK_BYTES)), f"block {n} read back wrong"
         stats = c.stats()
         counters = nvme_counters(stats)
-        assert counters["checksum_failures"] >= len(payload_hit), counters
-        assert tier_sum(stats, "corrupt_drops") >= len(payload_hit), stats["tiers"]
+        # Header damage is found on the first read too: the restart does not read the headers.
+        assert counters["checksum_failures"] >= len(damaged), counters
+        assert tier_sum(stats, "corrupt_drops") >= len(damaged), stats["tiers"]
         # A block that failed its checksum is dropped, not tried again.
         assert lookup_each(c, ns, 1, sorted(damaged)) == [None] * len(damaged)
     assert "checksum" in d.log().lower()
@@ -413,11 +477,15 @@ def test_removed_blocks_stay_removed_across_a_restart(tmp_path):
         assert tier(c.stats(), "nvme")["blocks"] == len(found)
 
 
-@pytest.mark.parametrize("new_value_on", ["host", "nvme"])
+@pytest.mark.parametrize("new_value_on", ["host", "host-not-flushed", "nvme"])
 def test_replaced_value_on_nvme_never_comes_back(tmp_path, new_value_on):
     """SET over a value that lives on NVMe: the old block's record must go with it, or a restart
-    would serve the old value again."""
-    d = nvme_daemon(tmp_path, extra_config="nvme:\n  promote_on_hit: false\n")
+    would serve the old value again. A new value in memory is written to NVMe at the stop, unless
+    shutdown.flush is off: then the restart has no value at all, and still never the old one."""
+    config = "nvme:\n  promote_on_hit: false\n"
+    if new_value_on == "host-not-flushed":
+        config += "shutdown:\n  flush: false\n"
+    d = nvme_daemon(tmp_path, extra_config=config)
     old, new = b"\x01" * BLOCK_BYTES, b"\x02" * BLOCK_BYTES
     with running(d) as c:
         for i in range(16):
@@ -433,7 +501,7 @@ def test_replaced_value_on_nvme_never_comes_back(tmp_path, new_value_on):
         assert {c.call("GET", f"value:{i}") for i in range(16)} == {new}
     with running(d) as c:
         got = [c.call("GET", f"value:{i}") for i in range(16)]
-        assert got == ([new] * 16 if new_value_on == "nvme" else [None] * 16)
+        assert got == ([None] * 16 if new_value_on == "host-not-flushed" else [new] * 16)
 
 
 def test_resized_nvme_tier_starts_cold(tmp_path):
