@@ -3,6 +3,7 @@
 # Every figure is measured against its baseline in the same run; see the header of each program
 # and bench/README.md. The daemon figures come from bench/daemon_bench.sh, which starts and stops
 # kvtierd and redis-server itself; the NVMe figures from bench/nvme_bench.sh, which runs fio;
+# the clean-restart figures from bench/restart_bench.py (its own kvtierd, stopped and restarted);
 # the Python figures from bench/python_bench.py (its own kvtierd), run in build/venv-py with
 # the kvtier package, torch and transformers (as scripts/test.sh installs them).
 # --quick: fewer repetitions and smaller sizes, for a smoke run.
@@ -17,6 +18,7 @@ build/bin/kvtier_core_bench "$@"
 build/bin/kvtier_gpu_placement_bench "$@"
 bench/daemon_bench.sh "$@"
 bench/nvme_bench.sh "$@"
+python3 bench/restart_bench.py "$@"
 
 venv=build/venv-py
 [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
