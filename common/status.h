@@ -30,6 +30,10 @@ enum class StatusCode : uint8_t {
   kShuttingDown,      // the component is stopping and accepts no new work
   kPermissionDenied,  // authentication or authorisation failed
   kInternal,          // a broken invariant inside kvtier: a bug
+  // The component started what the call needs and it is under way (room being made on a disk, a
+  // block being read up from one): call again shortly. Last, so the other codes keep their values
+  // (the C ABI returns them as numbers).
+  kPending,
 };
 
 // Stable upper-case name of a code, as used in logs and wire errors ("NOT_FOUND", "BUSY", ...).
@@ -56,9 +60,12 @@ class [[nodiscard]] Status {
 
 // Shorthand constructors, one per code, so call sites read as the condition they report.
 inline Status NotFound(std::string msg) { return {StatusCode::kNotFound, std::move(msg)}; }
-inline Status AlreadyExists(std::string msg) { return {StatusCode::kAlreadyExists, std::move(msg)}; }
+inline Status AlreadyExists(std::string msg) {
+  return {StatusCode::kAlreadyExists, std::move(msg)};
+}
 inline Status Rejected(std::string msg) { return {StatusCode::kRejected, std::move(msg)}; }
 inline Status Busy(std::string msg) { return {StatusCode::kBusy, std::move(msg)}; }
+inline Status Pending(std::string msg) { return {StatusCode::kPending, std::move(msg)}; }
 inline Status DeviceError(std::string msg) { return {StatusCode::kDeviceError, std::move(msg)}; }
 inline Status ChecksumMismatch(std::string msg) {
   return {StatusCode::kChecksumMismatch, std::move(msg)};
@@ -110,9 +117,9 @@ class [[nodiscard]] Result {
 }  // namespace kvtier
 
 // Returns early from the enclosing function when `expr` (a Status) is not OK.
-#define KVTIER_RETURN_IF_ERROR(expr)        \
-  do {                                      \
-    ::kvtier::Status _kvtier_st = (expr);   \
+#define KVTIER_RETURN_IF_ERROR(expr)         \
+  do {                                       \
+    ::kvtier::Status _kvtier_st = (expr);    \
     if (!_kvtier_st.ok()) return _kvtier_st; \
   } while (0)
 

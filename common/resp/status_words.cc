@@ -37,19 +37,33 @@ constexpr std::array kWords = {
 
 std::string_view StatusWord(StatusCode code) {
   switch (code) {
-    case StatusCode::kOk: return "OK";
-    case StatusCode::kNotFound: return "NOTFOUND";
-    case StatusCode::kAlreadyExists: return "EXISTS";
-    case StatusCode::kRejected: return "REJECTED";
-    case StatusCode::kBusy: return "BUSY";
+    case StatusCode::kOk:
+      return "OK";
+    case StatusCode::kNotFound:
+      return "NOTFOUND";
+    case StatusCode::kAlreadyExists:
+      return "EXISTS";
+    case StatusCode::kRejected:
+      return "REJECTED";
+    // A client told "pending" would retry exactly as after BUSY; the daemon waits on its behalf
+    // first and answers BUSY only when the wait runs out.
+    case StatusCode::kBusy:
+    case StatusCode::kPending:
+      return "BUSY";
     case StatusCode::kDeviceError:
     case StatusCode::kChecksumMismatch:
-    case StatusCode::kCorruption: return "DEVICE";
-    case StatusCode::kInvalidArgument: return "INVALID";
-    case StatusCode::kTimeout: return "TIMEOUT";
-    case StatusCode::kShuttingDown: return "SHUTDOWN";
-    case StatusCode::kPermissionDenied: return "NOPERM";
-    case StatusCode::kInternal: break;
+    case StatusCode::kCorruption:
+      return "DEVICE";
+    case StatusCode::kInvalidArgument:
+      return "INVALID";
+    case StatusCode::kTimeout:
+      return "TIMEOUT";
+    case StatusCode::kShuttingDown:
+      return "SHUTDOWN";
+    case StatusCode::kPermissionDenied:
+      return "NOPERM";
+    case StatusCode::kInternal:
+      break;
   }
   return "INTERNAL";
 }

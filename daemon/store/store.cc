@@ -122,7 +122,7 @@ Result<Lease> Store::Acquire(const NamespaceId& ns, const BlockKey& key, Reader 
       return Busy("too many leases open (" + std::to_string(options_.max_leases) + ")");
     }
   }
-  if (options_.promote_on_read) PromoteForRead(ns, key);
+  if (options_.promote_on_read) KVTIER_RETURN_IF_ERROR(PromoteForRead(ns, key));
   const uint64_t now = clock_.NowMicros();
   Lease lease;
   bool to_gpu = false;

@@ -28,6 +28,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -45,6 +46,7 @@
 #include "daemon/placement/admission_policy.h"
 #include "daemon/placement/gpu_promotion_policy.h"
 #include "daemon/placement/promotion_queue.h"
+#include "daemon/store/move_requests.h"
 #include "daemon/store/store_stats.h"
 #include "tiers/tier.h"
 
@@ -85,6 +87,13 @@ struct StoreOptions {
   // placement/gpu_promotion_policy.h), and how many candidates may wait for the GPU mover.
   placement::GpuPromotionOptions gpu_promotion;
   size_t max_promotion_candidates = 4096;
+  // Moves that wait for a disk are left to a background mover (daemon/mover/tier_mover.h) instead
+  // of running inside the request that needs them, so that no network thread waits for NVMe: a
+  // put that finds the host tier full answers kPending and asks for room (it would otherwise
+  // demote victims to NVMe itself), and a lease of a block on NVMe answers kPending and asks for
+  // the block to be brought up (with promote_on_read). The caller calls again shortly. false: the
+  // request does the move itself, for users of the store that run no mover.
+  bool background_disk_moves = false;
 };
 
 // A reserved slot for a block being written.
@@ -125,7 +134,8 @@ class Store {
   // kNotFound (namespace not registered), kInvalidArgument (size differs from the namespace's
   // block size, or 0), kAlreadyExists (the block is stored: skip the copy), kBusy (another client
   // is writing it, or no room can be made now: retry later), kRejected (larger than the tier, or
-  // the key is held by another namespace).
+  // the key is held by another namespace), kPending (background_disk_moves: the tier is full and
+  // the mover was asked for room; call again shortly).
   Result<Reservation> BeginPut(const NamespaceId& ns, const BlockKey& key, uint64_t bytes);
 
   // Publishes a reserved block. `checksum` (XXH3-64 of the payload) is stored with it when given.
@@ -160,7 +170,9 @@ class Store {
   enum class Reader : uint8_t { kGpuPool, kHostMemory };
 
   // Leases a ready block of namespace `ns`. kNotFound on a miss (absent, being written, or of
-  // another namespace); kBusy when max_leases are open. A block in the GPU tier is leased with
+  // another namespace); kBusy when max_leases are open; kPending (background_disk_moves) when the
+  // block lies on NVMe and the mover was asked to bring it up: call again shortly (if the mover
+  // cannot, the next call leases it where it lies). A block in the GPU tier is leased with
   // address nullptr (read it with ReadLeased); a host block that the GPU promotion policy picks,
   // counting kGpuPool reads only, becomes a promotion candidate (nothing is copied here).
   Result<Lease> Acquire(const NamespaceId& ns, const BlockKey& key,
@@ -224,6 +236,20 @@ class Store {
 
   // Candidates waiting for PromoteCandidates.
   size_t PendingPromotions() const { return promotion_queue_.size(); }
+
+  // The background mover's side of background_disk_moves (daemon/mover/tier_mover.h).
+  // SetMoverWakeup: how the store wakes it when a request needs it (set before serving; called
+  // with no store lock held). TakeRoomRequest: the largest block size a put found no room for
+  // since the last call (0: none). MakeRoom: evicts host blocks (demoting them to NVMe) until a
+  // block of `bytes` fits; false when nothing more could go. TakeFetchRequest: a block a reader
+  // asked to have brought up. Fetch: brings it up into the host tier, or remembers that it could
+  // not. MoveWorkPending: whether any of these is waiting.
+  void SetMoverWakeup(std::function<void()> wake) { wake_mover_ = std::move(wake); }
+  uint64_t TakeRoomRequest() { return move_requests_.TakeRoomRequest(); }
+  bool MakeRoom(uint64_t bytes);
+  std::optional<BlockKey> TakeFetchRequest() { return move_requests_.TakeFetch(); }
+  void Fetch(const BlockKey& key);
+  bool MoveWorkPending() const { return move_requests_.HasWork(); }
 
   // What FlushToNvme did, for the daemon's last log line.
   struct FlushResult {
@@ -332,7 +358,12 @@ class Store {
   PromoteOutcome Promote(size_t level, size_t to_level, const BlockKey& key,
                          const index::BlockMeta& meta);
   // Before a lease: brings a block that lives below the host tier up into it, when configured.
-  void PromoteForRead(const NamespaceId& ns, const BlockKey& key);
+  // kPending: it lies on NVMe and the mover was asked for it (background_disk_moves).
+  Status PromoteForRead(const NamespaceId& ns, const BlockKey& key);
+  // BeginPut's allocation when the mover makes room: no eviction here, a request for room instead.
+  Result<Extent> AllocateOrAskForRoom(uint64_t bytes);
+  // Whether moves out of (or up into) tiers_[level] wait for a disk and are the mover's to do.
+  bool DiskMovesInBackground(size_t level) const;
   // After a lease of a host block that the GPU promotion policy picked: records it for the mover.
   void QueueForGpu(const BlockKey& key, uint64_t generation);
   enum class CandidateOutcome { kMoved, kLeased, kSkipped };
@@ -379,6 +410,8 @@ class Store {
   std::unique_ptr<index::BlockIndex> index_;
   std::atomic<uint64_t> next_id_{1};
   std::atomic<uint64_t> pending_adoptions_{0};
+  MoveRequests move_requests_;
+  std::function<void()> wake_mover_;
 
   mutable Mutex namespaces_mu_;
   std::unordered_map<NamespaceId, NamespaceInfo, Key128Hash> namespaces_ GUARDED_BY(namespaces_mu_);

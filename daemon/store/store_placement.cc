@@ -23,17 +23,24 @@ bool Store::AdmitBelow(size_t level, const BlockMeta& meta) const {
   return tiers_[level + 1]->id() != TierId::kNvme || admission_->Admit(meta);
 }
 
-void Store::PromoteForRead(const NamespaceId& ns, const BlockKey& key) {
+Status Store::PromoteForRead(const NamespaceId& ns, const BlockKey& key) {
   const size_t host = LevelOf(TierId::kHost);
   // The common daemon without NVMe: nothing lives below the host tier, so no lookup is needed.
-  if (host + 1 >= tiers_.size()) return;
+  if (host + 1 >= tiers_.size()) return Status::Ok();
   std::optional<BlockMeta> meta = index_->Get(key);
-  if (!meta || meta->state != BlockState::kReady || meta->ns != ns) return;
+  if (!meta || meta->state != BlockState::kReady || meta->ns != ns) return Status::Ok();
   const size_t level = LevelOf(meta->tier);
   // Only blocks below the host tier move up for a reader; a GPU-pool block stays in the GPU.
-  if (host >= tiers_.size() || level <= host || level >= tiers_.size()) return;
+  if (host >= tiers_.size() || level <= host || level >= tiers_.size()) return Status::Ok();
+  if (DiskMovesInBackground(level - 1)) {
+    // The mover tried and could not: lease it where it lies rather than ask again forever.
+    if (move_requests_.TakeFailedFetch(key)) return Status::Ok();
+    if (move_requests_.AskForFetch(key) && wake_mover_) wake_mover_();
+    return Pending("block is being read up from " + std::string(TierName(meta->tier)));
+  }
   // A block that cannot move now (leased by another reader, no room) is leased where it is.
   (void)Promote(level, host, key, *meta);
+  return Status::Ok();
 }
 
 Store::PromoteOutcome Store::Promote(size_t level, size_t to_level, const BlockKey& key,

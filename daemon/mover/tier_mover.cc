@@ -1,0 +1,94 @@
+#include "daemon/mover/tier_mover.h"
+
+#include <pthread.h>
+#include <spdlog/spdlog.h>
+
+#include <string>
+
+namespace kvtier::mover {
+
+TierMover::TierMover(store::Store& store, const Options& options)
+    : store_(store), options_(options) {
+  const size_t n = options_.threads == 0 ? 1 : options_.threads;
+  for (size_t i = 0; i < n; ++i) threads_.emplace_back([this, i] { Run(i); });
+}
+
+TierMover::~TierMover() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  for (std::thread& t : threads_) t.join();
+}
+
+void TierMover::Wake() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++wakeups_;
+  }
+  cv_.notify_all();
+}
+
+void TierMover::Run(size_t index) {
+  const std::string name = "kvtier-mover-" + std::to_string(index);
+  pthread_setname_np(pthread_self(), name.substr(0, 15).c_str());
+  uint64_t seen = 0;
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait_for(lock, options_.tick, [&] { return stop_ || wakeups_ != seen; });
+      if (stop_) return;
+      seen = wakeups_;
+    }
+    // Work until a round finds nothing to do: a burst of puts keeps the threads busy without a
+    // tick between batches.
+    while (Round(index)) {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (stop_) return;
+    }
+  }
+}
+
+bool TierMover::Round(size_t index) {
+  bool worked = ServeFetches();
+  worked |= KeepHostRoom();
+  if (index == 0 && options_.gpu_promotion) {
+    const size_t moved = store_.PromoteCandidates(options_.batch);
+    if (moved > 0) spdlog::debug("mover: {} blocks promoted into the GPU tier", moved);
+    worked |= moved > 0;
+  }
+  return worked;
+}
+
+bool TierMover::ServeFetches() {
+  size_t served = 0;
+  for (; served < options_.batch; ++served) {
+    std::optional<BlockKey> key = store_.TakeFetchRequest();
+    if (!key) break;
+    store_.Fetch(*key);
+  }
+  return served > 0;
+}
+
+bool TierMover::KeepHostRoom() {
+  tiers::Tier* host = store_.tier(TierId::kHost);
+  if (host == nullptr || store_.tier(TierId::kNvme) == nullptr) return false;
+  bool worked = false;
+  if (const uint64_t bytes = store_.TakeRoomRequest(); bytes != 0) {
+    if (!store_.MakeRoom(bytes)) {
+      spdlog::debug("mover: no room for a block of {} bytes (everything leased or pinned)", bytes);
+    }
+    worked = true;
+  }
+  const tiers::TierStats s = host->Stats();
+  const auto cap = static_cast<double>(s.capacity_bytes);
+  if (s.used_bytes <= static_cast<uint64_t>(cap * options_.high_watermark)) return worked;
+  const auto low = static_cast<uint64_t>(cap * options_.low_watermark);
+  // Each thread demotes a batch of its own: the threads together keep that many NVMe writes in
+  // flight. A thread that found nothing to evict (all leased or pinned) reports no work, so the
+  // loop waits for the next tick instead of spinning.
+  return store_.EvictToTarget(TierId::kHost, low, options_.batch) > 0 || worked;
+}
+
+}  // namespace kvtier::mover

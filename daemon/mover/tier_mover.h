@@ -1,0 +1,70 @@
+// TierMover: the threads that move blocks between tiers in the background, so that no network
+// thread waits for a disk or a device copy.
+//
+// What it does, in this order on every wake-up:
+//   1. blocks readers asked for (Store::TakeFetchRequest): read up from NVMe into the host tier;
+//   2. room a put asked for (Store::TakeRoomRequest), then room ahead of demand: while the host
+//      tier is fuller than the high watermark, its least recently used blocks are demoted to
+//      NVMe until it is below the low one;
+//   3. GPU promotion candidates, copied up into the GPU tier (thread 0 only; with a GPU tier).
+// It wakes when a request asks (Wake, which the store calls through SetMoverWakeup) and every
+// tick otherwise. Several threads run the same loop: each demotion or fetch is one block's
+// synchronous I/O, so `threads` of them keep that many NVMe requests in flight, which is what
+// reaches a device's bandwidth (one at a time does not).
+//
+// Ownership: borrows the store, which must outlive it. The destructor stops and joins every
+// thread; a move in progress finishes first.
+//
+// Thread safety: Wake may be called from any thread.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "daemon/store/store.h"
+
+namespace kvtier::mover {
+
+class TierMover {
+ public:
+  struct Options {
+    size_t threads = 4;  // moves to and from NVMe in flight at once
+    // The host tier is kept between these fractions of its capacity (with an NVMe tier below it).
+    double high_watermark = 0.95;
+    double low_watermark = 0.90;
+    std::chrono::milliseconds tick{20};
+    // Blocks one thread demotes or promotes before it looks at the requests again: bounds how long
+    // a waiting reader or put is kept behind the watermark work.
+    size_t batch = 8;
+    bool gpu_promotion = false;  // copy GPU promotion candidates up (a GPU tier is there)
+  };
+
+  TierMover(store::Store& store, const Options& options);
+  ~TierMover();
+  TierMover(const TierMover&) = delete;
+  TierMover& operator=(const TierMover&) = delete;
+
+  // Wakes the threads now instead of at the next tick.
+  void Wake();
+
+ private:
+  void Run(size_t index);
+  // One round of work; true when it did something (the thread then goes round again at once).
+  bool Round(size_t index);
+  bool ServeFetches();
+  bool KeepHostRoom();
+
+  store::Store& store_;
+  const Options options_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  uint64_t wakeups_ = 0;              // guarded by mu_: bumped by Wake, so no wake-up is missed
+  bool stop_ = false;                 // guarded by mu_
+  std::vector<std::thread> threads_;  // last: started once everything above is set
+};
+
+}  // namespace kvtier::mover

@@ -1,0 +1,146 @@
+// The TierMover with a store that leaves disk moves to it: puts past a full host tier wait for
+// room the mover makes, reads of NVMe blocks wait for the mover to bring them up (or, when it
+// cannot, lease the block where it lies), and the watermarks keep room ahead of demand.
+#include "daemon/mover/tier_mover.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <thread>
+
+#include "daemon/store/store_test_fixture.h"
+
+namespace kvtier::mover {
+namespace {
+
+using store::Lease;
+using store::Reservation;
+using store::StoreOptions;
+using store::testing::kBlock;
+using store::testing::Key;
+using store::testing::kNs;
+using store::testing::Payload;
+
+class TierMoverTest : public store::testing::StoreTest {
+ protected:
+  void BuildTwoTiers(uint64_t host_blocks, uint64_t nvme_blocks) {
+    StoreOptions options;
+    options.background_disk_moves = true;
+    Build({host_blocks, nvme_blocks}, /*last_addressable=*/false, options);
+  }
+  void StartMover(TierMover::Options o = {}) {
+    o.threads = 2;
+    o.tick = std::chrono::milliseconds(5);
+    mover_ = std::make_unique<TierMover>(*store_, o);
+    store_->SetMoverWakeup([m = mover_.get()] { m->Wake(); });
+  }
+  void TearDown() override {
+    mover_.reset();
+    StoreTest::TearDown();
+  }
+  // Calls `attempt` until it answers something other than kPending, for up to 10 s: the mover
+  // works on its own threads.
+  Status UntilNotPending(const std::function<Status()>& attempt) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    Status st = attempt();
+    while (st.code() == StatusCode::kPending && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      st = attempt();
+    }
+    return st;
+  }
+  Result<Lease> AcquireWhenReady(uint64_t n) {
+    Result<Lease> lease = NotFound("not tried");
+    (void)UntilNotPending([&] {
+      lease = store_->Acquire(kNs, Key(n), store::Store::Reader::kHostMemory);
+      return lease.status();
+    });
+    return lease;
+  }
+  TierId TierOf(uint64_t n) {
+    std::vector<BlockKey> keys{Key(n)};
+    index::LookupResult r = store_->Lookup(kNs, keys);
+    return r.ready_prefix == 1 ? r.tiers[0] : TierId::kGpu;  // kGpu: "absent" here
+  }
+  testing::FakeTier& nvme() { return *tiers_.back(); }
+
+  std::unique_ptr<TierMover> mover_;
+};
+
+TEST_F(TierMoverTest, APutPastAFullHostTierWaitsForRoomInsteadOfWritingToDisk) {
+  BuildTwoTiers(4, 16);
+  for (uint64_t n = 1; n <= 4; ++n) ASSERT_TRUE(PutBlock(n).ok());
+  // No mover yet: the put must not demote a victim itself.
+  EXPECT_EQ(store_->BeginPut(kNs, Key(5), kBlock).status().code(), StatusCode::kPending);
+  EXPECT_EQ(nvme().block_writes(), 0u);
+  EXPECT_TRUE(store_->MoveWorkPending());
+  StartMover();
+  mover_->Wake();
+  ASSERT_TRUE(UntilNotPending([&] { return PutBlock(5); }).ok());
+  EXPECT_GE(nvme().block_writes(), 1u);
+  EXPECT_EQ(TierOf(1), TierId::kNvme);  // the least recently used went down
+  EXPECT_EQ(TierOf(5), TierId::kHost);
+}
+
+TEST_F(TierMoverTest, AReadOfAnNvmeBlockWaitsForTheMoverToBringItUp) {
+  BuildTwoTiers(2, 16);
+  StartMover();
+  for (uint64_t n = 1; n <= 4; ++n) ASSERT_TRUE(UntilNotPending([&] { return PutBlock(n); }).ok());
+  ASSERT_EQ(TierOf(1), TierId::kNvme);
+  Result<Lease> lease = AcquireWhenReady(1);
+  ASSERT_TRUE(lease.ok()) << lease.status().ToString();
+  EXPECT_EQ(lease->tier, TierId::kHost);
+  ASSERT_NE(lease->address, nullptr);
+  EXPECT_EQ(std::vector<std::byte>(lease->address, lease->address + kBlock), Payload(1));
+  ASSERT_TRUE(store_->Release(lease->id).ok());
+}
+
+TEST_F(TierMoverTest, ABlockTheMoverCannotBringUpIsLeasedWhereItLies) {
+  BuildTwoTiers(2, 16);
+  StartMover();
+  for (uint64_t n = 1; n <= 3; ++n) ASSERT_TRUE(UntilNotPending([&] { return PutBlock(n); }).ok());
+  ASSERT_EQ(TierOf(1), TierId::kNvme);
+  nvme().set_fail_io(true);  // the fetch's read fails: the block stays on NVMe
+  Result<Lease> lease = AcquireWhenReady(1);
+  ASSERT_TRUE(lease.ok()) << lease.status().ToString();
+  EXPECT_EQ(lease->tier, TierId::kNvme);
+  EXPECT_EQ(lease->address, nullptr);
+  ASSERT_TRUE(store_->Release(lease->id).ok());
+  nvme().set_fail_io(false);
+}
+
+TEST_F(TierMoverTest, TheWatermarksKeepRoomAheadOfThePuts) {
+  BuildTwoTiers(10, 32);
+  TierMover::Options o;
+  o.high_watermark = 0.75;
+  o.low_watermark = 0.5;
+  StartMover(o);
+  for (uint64_t n = 1; n <= 8; ++n) ASSERT_TRUE(UntilNotPending([&] { return PutBlock(n); }).ok());
+  // 8 of 10 blocks is past the high watermark: the mover brings the tier down to 5.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (store_->tier(TierId::kHost)->Stats().used_bytes > 5 * kBlock &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  EXPECT_LE(store_->tier(TierId::kHost)->Stats().used_bytes, 5 * kBlock);
+  EXPECT_EQ(TierOf(1), TierId::kNvme);
+  EXPECT_EQ(TierOf(8), TierId::kHost);
+  // Nothing was lost on the way.
+  for (uint64_t n = 1; n <= 8; ++n) {
+    Result<Lease> lease = AcquireWhenReady(n);
+    ASSERT_TRUE(lease.ok()) << "block " << n << ": " << lease.status().ToString();
+    std::vector<std::byte> got(kBlock);
+    if (lease->address != nullptr) {
+      got.assign(lease->address, lease->address + kBlock);
+    } else {
+      ASSERT_TRUE(store_->ReadLeased(*lease, got).ok());
+    }
+    EXPECT_EQ(got, Payload(n)) << "block " << n;
+    ASSERT_TRUE(store_->Release(lease->id).ok());
+  }
+}
+
+}  // namespace
+}  // namespace kvtier::mover

@@ -1,0 +1,51 @@
+#include "daemon/store/move_requests.h"
+
+#include <algorithm>
+
+namespace kvtier::store {
+
+void MoveRequests::AskForRoom(uint64_t bytes) {
+  MutexLock lock(mu_);
+  room_bytes_ = std::max(room_bytes_, bytes);
+}
+
+uint64_t MoveRequests::TakeRoomRequest() {
+  MutexLock lock(mu_);
+  const uint64_t bytes = room_bytes_;
+  room_bytes_ = 0;
+  return bytes;
+}
+
+bool MoveRequests::AskForFetch(const BlockKey& key) {
+  MutexLock lock(mu_);
+  if (!queued_.insert(key).second) return false;
+  fetches_.push_back(key);
+  return true;
+}
+
+std::optional<BlockKey> MoveRequests::TakeFetch() {
+  MutexLock lock(mu_);
+  if (fetches_.empty()) return std::nullopt;
+  const BlockKey key = fetches_.front();
+  fetches_.pop_front();
+  queued_.erase(key);
+  return key;
+}
+
+void MoveRequests::NoteFailedFetch(const BlockKey& key) {
+  MutexLock lock(mu_);
+  if (failed_.size() >= kMaxRememberedFailures) failed_.clear();
+  failed_.insert(key);
+}
+
+bool MoveRequests::TakeFailedFetch(const BlockKey& key) {
+  MutexLock lock(mu_);
+  return failed_.erase(key) > 0;
+}
+
+bool MoveRequests::HasWork() const {
+  MutexLock lock(mu_);
+  return room_bytes_ != 0 || !fetches_.empty();
+}
+
+}  // namespace kvtier::store

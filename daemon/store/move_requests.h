@@ -1,0 +1,53 @@
+// MoveRequests: what request threads ask of the background mover when StoreOptions::
+// background_disk_moves keeps disk I/O off them: room in the host tier for a put, and blocks below
+// the host tier brought up for a reader. The store fills it; the TierMover (daemon/mover/) drains
+// it.
+//
+// A fetch is asked for once however many readers wait for it (they poll the store). A fetch the
+// mover could not do (no room, a device error) is remembered, so that the next read of that block
+// leases it where it lies instead of asking again forever; the memory of failures is bounded.
+//
+// Thread safety: every method may be called from any thread.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <optional>
+#include <unordered_set>
+
+#include "common/keys.h"
+#include "common/thread_annotations.h"
+
+namespace kvtier::store {
+
+class MoveRequests {
+ public:
+  // A put found no room for a block of `bytes` without a disk write.
+  void AskForRoom(uint64_t bytes);
+  // The largest block size asked for since the last call, and forgets it; 0 when none.
+  uint64_t TakeRoomRequest();
+
+  // A reader wants `key` brought up. false when it is already asked for.
+  bool AskForFetch(const BlockKey& key);
+  // The oldest fetch asked for, taken out of the queue; nullopt when none.
+  std::optional<BlockKey> TakeFetch();
+  // The mover could not bring `key` up.
+  void NoteFailedFetch(const BlockKey& key);
+  // Whether a fetch of `key` failed since it was last asked for; forgets the failure.
+  bool TakeFailedFetch(const BlockKey& key);
+
+  bool HasWork() const;
+
+ private:
+  // Past this many failures nobody came back for, the oldest memory is dropped: the cost is one
+  // more fetch attempt for those blocks.
+  static constexpr size_t kMaxRememberedFailures = 4096;
+
+  mutable Mutex mu_;
+  uint64_t room_bytes_ GUARDED_BY(mu_) = 0;
+  std::deque<BlockKey> fetches_ GUARDED_BY(mu_);
+  std::unordered_set<BlockKey, Key128Hash> queued_ GUARDED_BY(mu_);
+  std::unordered_set<BlockKey, Key128Hash> failed_ GUARDED_BY(mu_);
+};
+
+}  // namespace kvtier::store

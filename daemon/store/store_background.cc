@@ -1,0 +1,48 @@
+// The store's side of background_disk_moves: requests that would wait for a disk ask the mover
+// instead (AllocateOrAskForRoom, PromoteForRead), and the mover's calls that do the moves
+// (MakeRoom, Fetch).
+#include "daemon/store/store.h"
+
+namespace kvtier::store {
+
+using index::BlockMeta;
+using index::BlockState;
+
+bool Store::DiskMovesInBackground(size_t level) const {
+  return options_.background_disk_moves && level + 1 < tiers_.size() &&
+         tiers_[level + 1]->id() == TierId::kNvme;
+}
+
+Result<Extent> Store::AllocateOrAskForRoom(uint64_t bytes) {
+  Result<Extent> extent = tiers_[put_level_]->Allocate(bytes);
+  if (extent.ok() || extent.status().code() != StatusCode::kBusy) return extent;
+  // Evicting here would write victims to NVMe on this (network) thread. The mover keeps room
+  // ahead of demand between its watermarks; this put arrived faster than that.
+  move_requests_.AskForRoom(bytes);
+  if (wake_mover_) wake_mover_();
+  return Pending(std::string(TierName(tiers_[put_level_]->id())) +
+                 " tier is full; room is being made");
+}
+
+bool Store::MakeRoom(uint64_t bytes) {
+  // Evicts as a put without a mover would, then gives the space back for the put that asked:
+  // another put may take it first, and then asks again.
+  Result<Extent> extent = AllocateWithEviction(put_level_, bytes);
+  if (!extent.ok()) return false;
+  tiers_[put_level_]->Free(*extent);
+  return true;
+}
+
+void Store::Fetch(const BlockKey& key) {
+  const size_t host = LevelOf(TierId::kHost);
+  std::optional<BlockMeta> meta = index_->Get(key);
+  if (!meta || meta->state != BlockState::kReady) return;  // gone: the reader will miss
+  const size_t level = LevelOf(meta->tier);
+  if (host >= tiers_.size() || level <= host || level >= tiers_.size()) return;  // already up
+  // A corrupt block is dropped by Promote: the reader then misses, which is the right answer.
+  if (Promote(level, host, key, *meta) == PromoteOutcome::kNotMoved) {
+    move_requests_.NoteFailedFetch(key);
+  }
+}
+
+}  // namespace kvtier::store
