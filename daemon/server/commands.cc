@@ -86,6 +86,12 @@ bool CommandContext::KeepWaitingForReaders() {
   return now - waiting_since < std::chrono::milliseconds(server.options.reader_wait_ms);
 }
 
+bool CommandContext::KeepWaitingForMover() {
+  const auto now = std::chrono::steady_clock::now();
+  if (mover_waiting_since == std::chrono::steady_clock::time_point{}) mover_waiting_since = now;
+  return now - mover_waiting_since < std::chrono::milliseconds(server.options.mover_wait_ms);
+}
+
 Status AppendLeasedBulk(CommandContext& ctx, const store::Lease& lease, size_t skip_bytes,
                         const std::function<Status(std::span<const std::byte>)>& check) {
   store::Store& store = ctx.server.store;

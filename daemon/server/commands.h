@@ -73,6 +73,10 @@ struct CommandContext {
   std::chrono::steady_clock::time_point waiting_since{};
   int64_t tally = 0;
   Status first_error;
+  // A resumable handler wrote its reply's header (an array of per-key answers) on an earlier
+  // call; the per-key answers continue from `cursor`.
+  bool started = false;
+  std::chrono::steady_clock::time_point mover_waiting_since{};
 
   // True when the buffered reply bytes (queued leased payloads included) reached the client's
   // in-flight limit.
@@ -83,11 +87,16 @@ struct CommandContext {
   // For a handler that found a block it must change leased by a reader: true (start the wait)
   // until the server's reader_wait_ms has passed since the first call that waited.
   bool KeepWaitingForReaders();
+  // For a handler whose store call answered kPending (the background mover is making room or
+  // reading a block up from NVMe): true (return kRetryLater) until the server's mover_wait_ms has
+  // passed since the first call that waited; then the handler answers BUSY or a miss.
+  bool KeepWaitingForMover();
 };
 
 // kDone: the reply is written. kMore: the reply outgrew the in-flight limit; flush and call again.
-// kRetryLater: a block the command must change is being read; flush, wait a moment without
-// blocking the thread, and call again with the same context.
+// kRetryLater: a block the command must change is being read, or the store's mover is making
+// room or reading a block up; flush, wait a moment without blocking the thread, and call again
+// with the same context.
 enum class Progress : uint8_t { kDone, kMore, kRetryLater };
 
 using CommandHandler = Progress (*)(CommandContext& ctx, resp::Command& cmd);

@@ -131,6 +131,9 @@ Progress Set(CommandContext& ctx, Command& cmd) {
   Result<bool> stored = ctx.staged_value ? PublishStagedValue(ctx, cmd.args[1], *ctx.staged_value)
                                          : StoreValue(ctx, cmd.args[1], cmd.args[2]);
   if (stored.ok() && !*stored && ctx.KeepWaitingForReaders()) return Progress::kRetryLater;
+  if (!stored.ok() && stored.status().code() == StatusCode::kPending && ctx.KeepWaitingForMover()) {
+    return Progress::kRetryLater;
+  }
   if (stored.ok() && *stored) {
     ctx.reply.AppendSimpleString("OK");
   } else {
@@ -142,8 +145,12 @@ Progress Set(CommandContext& ctx, Command& cmd) {
 Progress Get(CommandContext& ctx, Command& cmd) {
   if (KeyTooLong(ctx, cmd.args[1])) return Progress::kDone;
   Status st = AppendValue(ctx, cmd.args[1]);
-  // A value whose stored bytes failed verification is gone (dropped): a miss, like any other.
-  if (st.code() == StatusCode::kNotFound || st.code() == StatusCode::kChecksumMismatch) {
+  // On NVMe: the mover reads it up while this connection waits (and the thread serves others).
+  if (st.code() == StatusCode::kPending && ctx.KeepWaitingForMover()) return Progress::kRetryLater;
+  // A value whose stored bytes failed verification is gone (dropped): a miss, like any other; so
+  // is one still on NVMe when the wait ran out.
+  if (st.code() == StatusCode::kNotFound || st.code() == StatusCode::kChecksumMismatch ||
+      st.code() == StatusCode::kPending) {
     ctx.reply.AppendNull();
   } else if (!st.ok()) {
     AppendStatusError(ctx.reply, st);
@@ -164,6 +171,10 @@ Progress MSet(CommandContext& ctx, Command& cmd) {
   for (; ctx.cursor < cmd.size(); ctx.cursor += 2) {
     Result<bool> stored = StoreValue(ctx, cmd.args[ctx.cursor], cmd.args[ctx.cursor + 1]);
     if (stored.ok() && !*stored && ctx.KeepWaitingForReaders()) return Progress::kRetryLater;
+    if (!stored.ok() && stored.status().code() == StatusCode::kPending &&
+        ctx.KeepWaitingForMover()) {
+      return Progress::kRetryLater;
+    }
     Status st = !stored.ok() ? stored.status() : *stored ? Status::Ok() : ReadersDidNotFinish();
     if (!st.ok() && ctx.first_error.ok()) ctx.first_error = st;
   }
@@ -184,7 +195,11 @@ Progress MGet(CommandContext& ctx, Command& cmd) {
   }
   for (; ctx.cursor < cmd.size(); ++ctx.cursor) {
     if (ctx.OutputFull()) return Progress::kMore;
-    if (!AppendValue(ctx, cmd.args[ctx.cursor]).ok()) ctx.reply.AppendNull();
+    const Status st = AppendValue(ctx, cmd.args[ctx.cursor]);
+    if (st.code() == StatusCode::kPending && ctx.KeepWaitingForMover()) {
+      return Progress::kRetryLater;
+    }
+    if (!st.ok()) ctx.reply.AppendNull();
   }
   return Progress::kDone;
 }

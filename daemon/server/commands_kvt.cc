@@ -56,24 +56,31 @@ Progress Lookup(CommandContext& ctx, Command& cmd) {
 Progress Put(CommandContext& ctx, Command& cmd) {
   std::optional<KvtNamespace> ns = ParseKvtNamespace(ctx, cmd.args[1]);
   if (!ns) return Progress::kDone;
-  std::optional<size_t> count = CheckPackedKeys(ctx, cmd.args[2]);
-  if (!count) return Progress::kDone;
-  if (*count != cmd.size() - 3) {
-    ctx.reply.AppendError("ERR wrong number of blocks: " + std::to_string(*count) + " keys, " +
-                          std::to_string(cmd.size() - 3) + " blocks");
-    return Progress::kDone;
+  const size_t count = cmd.args[2].size() / 16;
+  if (!ctx.started) {
+    if (!CheckPackedKeys(ctx, cmd.args[2])) return Progress::kDone;
+    if (count != cmd.size() - 3) {
+      ctx.reply.AppendError("ERR wrong number of blocks: " + std::to_string(count) + " keys, " +
+                            std::to_string(cmd.size() - 3) + " blocks");
+      return Progress::kDone;
+    }
+    if (!ns->known) {
+      AppendUnknownNamespace(ctx, ns->id);
+      return Progress::kDone;
+    }
+    ctx.reply.AppendArrayHeader(count);
+    ctx.started = true;
   }
-  if (!ns->known) {
-    AppendUnknownNamespace(ctx, ns->id);
-    return Progress::kDone;
-  }
-  ctx.reply.AppendArrayHeader(*count);
-  for (size_t i = 0; i < *count; ++i) {
-    const std::string& block = cmd.args[3 + i];
-    Status st = ctx.server.store.Put(ns->id, PackedKey(cmd.args[2], i),
+  // Resumable: a block that waits for room (the mover is making it) is tried again from there.
+  for (; ctx.cursor < count; ++ctx.cursor) {
+    const std::string& block = cmd.args[3 + ctx.cursor];
+    Status st = ctx.server.store.Put(ns->id, PackedKey(cmd.args[2], ctx.cursor),
                                      std::as_bytes(std::span(block.data(), block.size())));
+    if (st.code() == StatusCode::kPending && ctx.KeepWaitingForMover()) {
+      return Progress::kRetryLater;
+    }
     ctx.reply.AppendSimpleString(StatusWord(st.code()));
-    std::string().swap(cmd.args[3 + i]);  // stored: give the payload's memory back now
+    std::string().swap(cmd.args[3 + ctx.cursor]);  // stored: give the payload's memory back now
   }
   return Progress::kDone;
 }
@@ -81,12 +88,13 @@ Progress Put(CommandContext& ctx, Command& cmd) {
 // Resumable: payloads are copied into the reply, which may outgrow the in-flight limit.
 Progress Get(CommandContext& ctx, Command& cmd) {
   std::optional<KvtNamespace> ns;
-  if (ctx.cursor == 0) {
+  if (!ctx.started) {
     ns = ParseKvtNamespace(ctx, cmd.args[1]);
     std::optional<size_t> count = ns ? CheckPackedKeys(ctx, cmd.args[2]) : std::nullopt;
     if (!count) return Progress::kDone;
     ctx.reply.AppendArrayHeader(*count);
     ctx.stopped = !ns->known;
+    ctx.started = true;
   } else {
     ns = KvtNamespace{*ParseNamespaceId(cmd.args[1]), true};
   }
@@ -97,6 +105,10 @@ Progress Get(CommandContext& ctx, Command& cmd) {
         ctx.stopped ? Result<store::Lease>(NotFound("after a miss"))
                     : ctx.server.store.Acquire(ns->id, PackedKey(cmd.args[2], ctx.cursor),
                                                store::Store::Reader::kHostMemory);
+    // On NVMe: the mover reads it up while this connection waits (and the thread serves others).
+    if (lease.status().code() == StatusCode::kPending && ctx.KeepWaitingForMover()) {
+      return Progress::kRetryLater;
+    }
     // A block is only useful with its whole prefix: after the first miss, nothing more is read.
     Status st = lease.ok() ? AppendLeasedBulk(ctx, *lease, 0) : lease.status();
     if (!st.ok()) {

@@ -51,11 +51,16 @@ bool MappedByClient(const CommandContext& ctx, TierId tier) {
   return tier == TierId::kGpu && ctx.session.gpu_pool_attached();
 }
 
+// What ReserveOne and AcquireOne answer when the store's mover has the key's move in hand; never
+// sent to a client (the handler waits, or answers BUSY or NOTFOUND).
+constexpr std::string_view kPendingWord = "PENDING";
+
 // One key of KVT.RESERVE: the status word, with the reservation recorded in the session.
 std::string_view ReserveOne(CommandContext& ctx, const NamespaceId& ns, const BlockKey& key,
                             uint64_t bytes, store::Reservation& out) {
   if (ctx.session.reservations_held() >= kMaxHeldIdsPerConnection) return "BUSY";
   Result<store::Reservation> r = ctx.server.store.BeginPut(ns, key, bytes);
+  if (r.status().code() == StatusCode::kPending) return kPendingWord;
   if (!r.ok()) return StatusWord(r.status().code());
   if (r->tier != ctx.server.arena->id()) {
     // The slot is in a tier the client has not mapped (a GPU pool placed above the host arena);
@@ -83,10 +88,17 @@ Progress Reserve(CommandContext& ctx, Command& cmd) {
     AppendUnknownNamespace(ctx, ns->id);
     return Progress::kDone;
   }
-  ctx.reply.AppendArrayHeader(*count);
-  for (size_t i = 0; i < *count; ++i) {
+  if (!ctx.started) ctx.reply.AppendArrayHeader(*count);
+  ctx.started = true;
+  // Resumable: a key that waits for room (the mover is making it) is tried again from there.
+  for (; ctx.cursor < *count; ++ctx.cursor) {
     store::Reservation r;
-    const std::string_view status = ReserveOne(ctx, ns->id, PackedKey(cmd.args[2], i), *bytes, r);
+    std::string_view status =
+        ReserveOne(ctx, ns->id, PackedKey(cmd.args[2], ctx.cursor), *bytes, r);
+    if (status == kPendingWord) {
+      if (ctx.KeepWaitingForMover()) return Progress::kRetryLater;
+      status = "BUSY";
+    }
     AppendGrant(ctx, status, r.id, r.extent, /*with_length=*/false);
   }
   return Progress::kDone;
@@ -101,6 +113,7 @@ std::string_view AcquireOne(CommandContext& ctx, const NamespaceId& ns, const Bl
       ctx.server.store.Acquire(ns, key,
                                ctx.session.gpu_pool_attached() ? store::Store::Reader::kGpuPool
                                                                : store::Store::Reader::kHostMemory);
+  if (lease.status().code() == StatusCode::kPending) return kPendingWord;
   if (!lease.ok()) return StatusWord(lease.status().code());
   if (!MappedByClient(ctx, lease->tier)) {
     // Not in memory the client mapped: it cannot read it through shared memory; KVT.GET can.
@@ -118,16 +131,25 @@ Progress Acquire(CommandContext& ctx, Command& cmd) {
   if (!ns) return Progress::kDone;
   std::optional<size_t> count = CheckPackedKeys(ctx, cmd.args[2]);
   if (!count) return Progress::kDone;
-  ctx.reply.AppendArrayHeader(*count);
-  bool stopped = !ns->known;
-  for (size_t i = 0; i < *count; ++i) {
+  if (!ctx.started) {
+    ctx.reply.AppendArrayHeader(*count);
+    ctx.stopped = !ns->known;
+    ctx.started = true;
+  }
+  // Resumable: a block on NVMe is read up by the mover while the connection waits.
+  for (; ctx.cursor < *count; ++ctx.cursor) {
     store::Lease lease;
     // Like KVT.GET, stop at the first miss: the rest of the chain is useless without it.
-    const std::string_view status =
-        stopped ? "NOTFOUND" : AcquireOne(ctx, ns->id, PackedKey(cmd.args[2], i), lease);
-    stopped = status != "OK";
+    std::string_view status =
+        ctx.stopped ? "NOTFOUND"
+                    : AcquireOne(ctx, ns->id, PackedKey(cmd.args[2], ctx.cursor), lease);
+    if (status == kPendingWord) {
+      if (ctx.KeepWaitingForMover()) return Progress::kRetryLater;
+      status = "NOTFOUND";  // not in memory in time: a miss the engine recomputes
+    }
+    ctx.stopped = status != "OK";
     std::optional<TierId> tier;
-    if (!stopped && ctx.session.gpu_pool_attached()) tier = lease.tier;
+    if (!ctx.stopped && ctx.session.gpu_pool_attached()) tier = lease.tier;
     AppendGrant(ctx, status, lease.id, lease.extent, /*with_length=*/true, tier);
   }
   return Progress::kDone;

@@ -69,6 +69,10 @@ struct ServerOptions {
   // SET, MSET and DEL of a value that another client is still receiving (a large GET reply goes
   // out straight from the value's slot, under a lease) wait this long for it, then answer BUSY.
   uint64_t reader_wait_ms = 10'000;
+  // A put that finds the host tier full, or a read of a block on NVMe, waits this long for the
+  // background mover (the store answers kPending meanwhile; the connection serves others), then
+  // answers BUSY (a put) or a miss (a read).
+  uint64_t mover_wait_ms = 2'000;
   size_t max_clients = 10000;
   // Lapsed leases and reservations are taken back by the store's owner, which calls
   // Store::ExpireDeadlines periodically; the server only ends those of closed connections.
