@@ -155,6 +155,8 @@ const std::map<std::string, Setter>& Setters() {
        Fraction(&DaemonConfig::high_watermark, "placement.high_watermark")},
       {"placement.low_watermark",
        Fraction(&DaemonConfig::low_watermark, "placement.low_watermark")},
+      {"placement.mover_threads",
+       Uint(&DaemonConfig::mover_threads, 64, "placement.mover_threads")},
       {"shutdown.flush", Bool(&DaemonConfig::shutdown_flush, "shutdown.flush")},
       {"shutdown.flush_seconds",
        Uint(&DaemonConfig::shutdown_flush_seconds, 86'400, "shutdown.flush_seconds")},
@@ -176,6 +178,8 @@ const std::map<std::string, Setter>& Setters() {
                                                     "limits.max_inflight_bytes_per_client", false)},
       {"limits.idle_timeout_ms",
        Uint(&DaemonConfig::idle_timeout_ms, 86'400'000, "limits.idle_timeout_ms")},
+      {"limits.mover_wait_ms",
+       Uint(&DaemonConfig::mover_wait_ms, 3'600'000, "limits.mover_wait_ms")},
       {"limits.reader_wait_ms",
        Uint(&DaemonConfig::reader_wait_ms, 3'600'000, "limits.reader_wait_ms")},
       {"limits.max_clients", Uint(&DaemonConfig::max_clients, 1'000'000, "limits.max_clients")},
@@ -374,6 +378,9 @@ Status Finalize(DaemonConfig& config) {
     return InvalidArgument("nvme: queue_depth and rings must be positive");
   }
   KVTIER_RETURN_IF_ERROR(FinalizeGpu(config));
+  if (config.mover_threads == 0) {
+    return InvalidArgument("placement.mover_threads: must be at least 1");
+  }
   if (config.low_watermark >= config.high_watermark) {
     return InvalidArgument("placement.low_watermark: must be below placement.high_watermark");
   }

@@ -71,6 +71,8 @@ struct DaemonConfig {
   // placement: the background mover keeps the host tier between these fractions of its size
   double high_watermark = 0.95;
   double low_watermark = 0.90;
+  // Threads of the tier mover: NVMe moves in flight at once (each is one block's I/O).
+  uint32_t mover_threads = 4;
 
   // shutdown: at SIGTERM/SIGINT the blocks of the memory tiers are written to NVMe (newest first)
   // so that a restart serves them; flush_seconds bounds how long that may take (0: until NVMe is
@@ -92,6 +94,7 @@ struct DaemonConfig {
   uint64_t max_inflight_bytes_per_client = 1ull << 30;
   uint64_t idle_timeout_ms = 0;
   uint64_t reader_wait_ms = 10'000;
+  uint64_t mover_wait_ms = 2'000;  // puts and reads waiting for the background mover
   uint64_t max_clients = 10'000;
   uint64_t max_leases = 1u << 20;        // open read leases, all clients together
   uint64_t max_reservations = 1u << 20;  // puts in flight, all clients together

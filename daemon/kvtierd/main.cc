@@ -3,10 +3,12 @@
 //
 // Start-up order: config -> data directory lock -> tiers (host, GPU, NVMe: which finds the blocks
 // of the previous run) -> store (adopting those blocks) -> RESP server -> HTTP -> housekeeping
-// threads (deadlines, the background mover, the GPU mover, NVMe sync). Shutdown runs in reverse:
-// HTTP stops answering, the RESP server stops accepting and closes every connection (releasing its
-// leases and aborting its reservations), the housekeeping threads stop, the blocks held in memory
-// are written to NVMe (shutdown.flush), the NVMe tier is synced, then the store and the tiers are
+// threads (deadlines, NVMe sync). The tier mover (daemon/mover/) starts with the store, before the
+// server, since requests ask it for room and for blocks from their first command. Shutdown runs
+// in reverse: HTTP stops answering, the RESP server stops accepting and closes every connection
+// (releasing its leases and aborting its reservations), the background adoption of the previous
+// run's blocks stops, the housekeeping threads and the mover stop, the blocks held in memory are
+// written to NVMe (shutdown.flush), the NVMe tier is synced, then the store and the tiers are
 // destroyed. Nothing is detached; every thread is joined before main returns.
 #include <fcntl.h>
 #include <malloc.h>
@@ -31,6 +33,7 @@
 #include "daemon/kvtierd/daemon_tiers.h"
 #include "daemon/kvtierd/periodic_thread.h"
 #include "daemon/metrics/stats_format.h"
+#include "daemon/mover/tier_mover.h"
 #include "daemon/server/server.h"
 #include "daemon/store/store.h"
 
@@ -89,27 +92,22 @@ server::ServerOptions ServerOptionsFrom(const config::DaemonConfig& c) {
   o.max_inflight_bytes_per_client = c.max_inflight_bytes_per_client;
   o.idle_timeout_ms = c.idle_timeout_ms;
   o.reader_wait_ms = c.reader_wait_ms;
+  o.mover_wait_ms = c.mover_wait_ms;
   o.max_clients = c.max_clients;
   return o;
 }
 
-// The background mover (with an NVMe tier): when the host tier is fuller than the high watermark,
-// demote its least recently used blocks to NVMe until it is below the low one, so that a put finds
-// room without waiting for the disk.
-void KeepHostRoom(store::Store& store, const tiers::Tier& host, const config::DaemonConfig& c) {
-  const tiers::TierStats s = host.Stats();
-  const auto high = static_cast<uint64_t>(static_cast<double>(s.capacity_bytes) * c.high_watermark);
-  if (s.used_bytes <= high) return;
-  const auto low = static_cast<uint64_t>(static_cast<double>(s.capacity_bytes) * c.low_watermark);
-  const size_t moved = store.EvictToTarget(TierId::kHost, low, /*max_victims=*/4096);
-  spdlog::debug("mover: {} host blocks demoted or dropped to reach the low watermark", moved);
+// The tier mover's settings (daemon/mover/tier_mover.h): with an NVMe tier it demotes ahead of
+// demand and does every move that waits for the disk; with a GPU tier it copies promotion
+// candidates up.
+mover::TierMover::Options MoverOptionsFrom(const config::DaemonConfig& c, bool nvme, bool gpu) {
+  mover::TierMover::Options o;
+  o.threads = nvme ? c.mover_threads : 1;
+  o.high_watermark = c.high_watermark;
+  o.low_watermark = c.low_watermark;
+  o.gpu_promotion = gpu && c.gpu_promotion != "off";
+  return o;
 }
-
-// The GPU mover copies the blocks that reads picked for promotion (Store::PromoteCandidates) from
-// host into the GPU tier, off the network threads. One batch per tick bounds how long shutdown
-// waits for it; 256 blocks every 10 ms is more than PCIe moves for blocks of a MiB or more.
-constexpr auto kGpuMoverInterval = std::chrono::milliseconds(10);
-constexpr size_t kGpuMoverBatch = 256;
 
 sigset_t StopSignals() {
   sigset_t signals;
@@ -188,6 +186,14 @@ int Run(const config::DaemonConfig& c) {
     spdlog::error("store: {}", store.status().ToString());
     return 1;
   }
+  // Before the server: requests wake the mover from their first command on.
+  std::unique_ptr<mover::TierMover> mover;
+  const mover::TierMover::Options mover_options =
+      MoverOptionsFrom(c, tiers.nvme != nullptr, tiers.gpu != nullptr);
+  if (tiers.nvme || mover_options.gpu_promotion) {
+    mover = std::make_unique<mover::TierMover>(**store, mover_options);
+    (*store)->SetMoverWakeup([m = mover.get()] { m->Wake(); });
+  }
 
   server::ServerOptions server_options = ServerOptionsFrom(c);
   server_options.gpu_tier_note = tiers.gpu_note;
@@ -250,19 +256,6 @@ int Run(const config::DaemonConfig& c) {
         const size_t expired = s.ExpireDeadlines();
         if (expired > 0) spdlog::debug("took back {} lapsed leases or reservations", expired);
       }));
-  // Without NVMe an early eviction would only drop blocks sooner: the put evicts what it needs.
-  if (tiers.nvme) {
-    housekeeping.push_back(std::make_unique<daemon::PeriodicThread>(
-        "kvtier-mover", std::chrono::milliseconds(20),
-        [&s, &tiers, &c] { KeepHostRoom(s, *tiers.host, c); }));
-  }
-  if (tiers.gpu && c.gpu_promotion != "off") {
-    housekeeping.push_back(
-        std::make_unique<daemon::PeriodicThread>("kvtier-gpumover", kGpuMoverInterval, [&s] {
-          const size_t moved = s.PromoteCandidates(kGpuMoverBatch);
-          if (moved > 0) spdlog::debug("GPU mover: {} blocks promoted into the GPU tier", moved);
-        }));
-  }
   if (tiers.nvme && c.nvme_sync_interval_ms > 0) {
     housekeeping.push_back(std::make_unique<daemon::PeriodicThread>(
         "kvtier-nvmesync", std::chrono::milliseconds(c.nvme_sync_interval_ms), [&tiers] {
@@ -282,6 +275,8 @@ int Run(const config::DaemonConfig& c) {
   recovery.request_stop();
   recovery.join();
   housekeeping.clear();
+  // No request is left to wake it; the flush below moves blocks itself.
+  mover.reset();
   if (tiers.nvme) {
     FlushMemoryToNvme(s, c);
     if (Status st = tiers.nvme->Sync(); !st.ok()) spdlog::warn("NVMe sync: {}", st.ToString());
