@@ -28,12 +28,13 @@ std::optional<BlockKey> MoveRequests::TakeFetch() {
   if (fetches_.empty()) return std::nullopt;
   const BlockKey key = fetches_.front();
   fetches_.pop_front();
-  queued_.erase(key);
   return key;
 }
 
-void MoveRequests::NoteFailedFetch(const BlockKey& key) {
+void MoveRequests::FinishFetch(const BlockKey& key, bool moved) {
   MutexLock lock(mu_);
+  queued_.erase(key);
+  if (moved) return;
   if (failed_.size() >= kMaxRememberedFailures) failed_.clear();
   failed_.insert(key);
 }

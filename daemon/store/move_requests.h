@@ -27,12 +27,15 @@ class MoveRequests {
   // The largest block size asked for since the last call, and forgets it; 0 when none.
   uint64_t TakeRoomRequest();
 
-  // A reader wants `key` brought up. false when it is already asked for.
+  // A reader wants `key` brought up. false when it is already asked for, or being fetched.
   bool AskForFetch(const BlockKey& key);
-  // The oldest fetch asked for, taken out of the queue; nullopt when none.
+  // The oldest fetch asked for, taken out of the queue; nullopt when none. The caller calls
+  // FinishFetch when it is done: until then the key counts as asked for, so that a reader polling
+  // meanwhile does not queue a second fetch, which would find the block pinned by the first and
+  // fail.
   std::optional<BlockKey> TakeFetch();
-  // The mover could not bring `key` up.
-  void NoteFailedFetch(const BlockKey& key);
+  // The fetch of `key` ended; `moved` false: the mover could not bring it up.
+  void FinishFetch(const BlockKey& key, bool moved);
   // Whether a fetch of `key` failed since it was last asked for; forgets the failure.
   bool TakeFailedFetch(const BlockKey& key);
 
@@ -46,7 +49,7 @@ class MoveRequests {
   mutable Mutex mu_;
   uint64_t room_bytes_ GUARDED_BY(mu_) = 0;
   std::deque<BlockKey> fetches_ GUARDED_BY(mu_);
-  std::unordered_set<BlockKey, Key128Hash> queued_ GUARDED_BY(mu_);
+  std::unordered_set<BlockKey, Key128Hash> queued_ GUARDED_BY(mu_);  // queued or being fetched
   std::unordered_set<BlockKey, Key128Hash> failed_ GUARDED_BY(mu_);
 };
 

@@ -362,6 +362,8 @@ class Store {
   Status PromoteForRead(const NamespaceId& ns, const BlockKey& key);
   // BeginPut's allocation when the mover makes room: no eviction here, a request for room instead.
   Result<Extent> AllocateOrAskForRoom(uint64_t bytes);
+  // Fetch's work: false when the block is still below the host tier and could not move up.
+  bool FetchOne(const BlockKey& key);
   // Whether moves out of (or up into) tiers_[level] wait for a disk and are the mover's to do.
   bool DiskMovesInBackground(size_t level) const;
   // After a lease of a host block that the GPU promotion policy picked: records it for the mover.

@@ -33,16 +33,16 @@ bool Store::MakeRoom(uint64_t bytes) {
   return true;
 }
 
-void Store::Fetch(const BlockKey& key) {
+void Store::Fetch(const BlockKey& key) { move_requests_.FinishFetch(key, FetchOne(key)); }
+
+bool Store::FetchOne(const BlockKey& key) {
   const size_t host = LevelOf(TierId::kHost);
   std::optional<BlockMeta> meta = index_->Get(key);
-  if (!meta || meta->state != BlockState::kReady) return;  // gone: the reader will miss
+  if (!meta || meta->state != BlockState::kReady) return true;  // gone: the reader will miss
   const size_t level = LevelOf(meta->tier);
-  if (host >= tiers_.size() || level <= host || level >= tiers_.size()) return;  // already up
+  if (host >= tiers_.size() || level <= host || level >= tiers_.size()) return true;  // up
   // A corrupt block is dropped by Promote: the reader then misses, which is the right answer.
-  if (Promote(level, host, key, *meta) == PromoteOutcome::kNotMoved) {
-    move_requests_.NoteFailedFetch(key);
-  }
+  return Promote(level, host, key, *meta) != PromoteOutcome::kNotMoved;
 }
 
 }  // namespace kvtier::store

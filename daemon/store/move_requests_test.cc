@@ -1,0 +1,57 @@
+#include "daemon/store/move_requests.h"
+
+#include <gtest/gtest.h>
+
+namespace kvtier::store {
+namespace {
+
+const BlockKey kA{{1, 2}};
+const BlockKey kB{{3, 4}};
+
+TEST(MoveRequestsTest, RoomRequestsKeepTheLargestSizeUntilTaken) {
+  MoveRequests r;
+  EXPECT_FALSE(r.HasWork());
+  r.AskForRoom(4096);
+  r.AskForRoom(1 << 20);
+  r.AskForRoom(8192);
+  EXPECT_TRUE(r.HasWork());
+  EXPECT_EQ(r.TakeRoomRequest(), 1u << 20);
+  EXPECT_EQ(r.TakeRoomRequest(), 0u);
+  EXPECT_FALSE(r.HasWork());
+}
+
+TEST(MoveRequestsTest, FetchesAreServedOldestFirstAndAskedForOnce) {
+  MoveRequests r;
+  EXPECT_TRUE(r.AskForFetch(kA));
+  EXPECT_TRUE(r.AskForFetch(kB));
+  EXPECT_FALSE(r.AskForFetch(kA));
+  EXPECT_EQ(r.TakeFetch(), kA);
+  EXPECT_EQ(r.TakeFetch(), kB);
+  EXPECT_EQ(r.TakeFetch(), std::nullopt);
+}
+
+// A reader polls while its block is being fetched: asking again then must not queue a second
+// fetch, which would find the block pinned by the first, fail, and make the reader lease the
+// block where it lies (a miss for a shared-memory reader) although the first fetch succeeded.
+TEST(MoveRequestsTest, AKeyBeingFetchedIsNotAskedForAgain) {
+  MoveRequests r;
+  ASSERT_TRUE(r.AskForFetch(kA));
+  ASSERT_EQ(r.TakeFetch(), kA);
+  EXPECT_FALSE(r.AskForFetch(kA));
+  EXPECT_EQ(r.TakeFetch(), std::nullopt);
+  r.FinishFetch(kA, /*moved=*/true);
+  EXPECT_FALSE(r.TakeFailedFetch(kA));
+  EXPECT_TRUE(r.AskForFetch(kA));  // moved down again later: a new fetch
+}
+
+TEST(MoveRequestsTest, AFailedFetchIsRememberedOnce) {
+  MoveRequests r;
+  ASSERT_TRUE(r.AskForFetch(kA));
+  ASSERT_EQ(r.TakeFetch(), kA);
+  r.FinishFetch(kA, /*moved=*/false);
+  EXPECT_TRUE(r.TakeFailedFetch(kA));
+  EXPECT_FALSE(r.TakeFailedFetch(kA));
+}
+
+}  // namespace
+}  // namespace kvtier::store
