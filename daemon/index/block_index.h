@@ -83,6 +83,8 @@ class BlockIndex {
   // Counts the ready prefix of `keys`. With `touch`, records a use of every block of that prefix,
   // from the last to the first, so that a prefix's head ends up more recent than its tail. With
   // `ns`, a block of another namespace counts as absent (tenants cannot probe each other).
+  // A long lookup checks its keys in windows of doubling size, taking each shard's lock once per
+  // window; the keys of one window are not seen at one instant, as they were not one by one.
   LookupResult Lookup(std::span<const BlockKey> keys, bool touch,
                       const std::optional<NamespaceId>& ns = std::nullopt);
 
@@ -160,8 +162,18 @@ class BlockIndex {
     std::unique_ptr<EvictionPolicy> policy GUARDED_BY(mu);
   };
 
+  struct LookupScratch;
+
   explicit BlockIndex(size_t shard_count);
+  size_t ShardIndex(const BlockKey& key) const;
   Shard& ShardFor(const BlockKey& key) const;
+  void GroupByShard(std::span<const BlockKey> window, LookupScratch& scratch) const;
+  size_t ScanWindow(std::span<const BlockKey> keys, size_t begin, size_t end, bool touch,
+                    const std::optional<NamespaceId>& ns, std::vector<TierId>& tiers,
+                    LookupScratch& scratch);
+  void UndoReads(std::span<const BlockKey> keys, size_t begin, size_t from, size_t end,
+                 const LookupScratch& scratch);
+  void TouchPrefix(std::span<const BlockKey> keys, const std::vector<TierId>& tiers);
 
   std::vector<std::unique_ptr<Shard>> shards_;
   std::array<TierOrder, kTierCount> tiers_;

@@ -61,14 +61,20 @@ TEST(BlockIndexTest, TouchedPrefixLosesItsTailFirst) {
 TEST(BlockIndexTest, LeasedAndPinnedBlocksAreSkippedAndKept) {
   auto index = MakeIndex();
   for (uint64_t k : {1, 2, 3}) ASSERT_TRUE(index->InsertReady(Key(k), Meta()).ok());
-  ASSERT_TRUE(index->Update(Key(1), [](BlockMeta& m) {
-    ++m.lease_count;
-    return Status::Ok();
-  }).ok());
-  ASSERT_TRUE(index->Update(Key(2), [](BlockMeta& m) {
-    m.pinned_until_us = 100;
-    return Status::Ok();
-  }).ok());
+  ASSERT_TRUE(index
+                  ->Update(Key(1),
+                           [](BlockMeta& m) {
+                             ++m.lease_count;
+                             return Status::Ok();
+                           })
+                  .ok());
+  ASSERT_TRUE(index
+                  ->Update(Key(2),
+                           [](BlockMeta& m) {
+                             m.pinned_until_us = 100;
+                             return Status::Ok();
+                           })
+                  .ok());
   auto victim = index->PickVictim(TierId::kHost, 50);
   ASSERT_TRUE(victim.has_value());
   EXPECT_EQ(victim->first, Key(3));
@@ -102,16 +108,18 @@ TEST(BlockIndexTest, MoveTierFollowsPoliciesAndRefusesLeasedOrChangedBlocks) {
   // Same place, another incarnation (removed and stored again): refused as well.
   BlockMeta older = Meta(TierId::kHost, 8192);
   older.generation = 99;
-  EXPECT_EQ(index->MoveTier(Key(1), older, TierId::kNvme, {0, 4096}).code(),
-            StatusCode::kNotFound);
+  EXPECT_EQ(index->MoveTier(Key(1), older, TierId::kNvme, {0, 4096}).code(), StatusCode::kNotFound);
   ASSERT_TRUE(index->MoveTier(Key(1), *index->Get(Key(1)), TierId::kNvme, {0, 4096}).ok());
   EXPECT_EQ(index->TrackedBlocks(TierId::kHost), 0u);
   EXPECT_EQ(index->TrackedBlocks(TierId::kNvme), 1u);
   EXPECT_EQ(index->Get(Key(1))->tier, TierId::kNvme);
-  ASSERT_TRUE(index->Update(Key(1), [](BlockMeta& m) {
-    ++m.lease_count;
-    return Status::Ok();
-  }).ok());
+  ASSERT_TRUE(index
+                  ->Update(Key(1),
+                           [](BlockMeta& m) {
+                             ++m.lease_count;
+                             return Status::Ok();
+                           })
+                  .ok());
   EXPECT_EQ(index->MoveTier(Key(1), *index->Get(Key(1)), TierId::kHost, {0, 4096}).code(),
             StatusCode::kBusy);
 }
@@ -145,6 +153,75 @@ TEST(BlockIndexTest, EraseWorksInAnyStateAndKeysOfNamespaceFindsThem) {
   EXPECT_FALSE(index->Erase(Key(1)).has_value());
   EXPECT_EQ(index->size(), 1u);
   EXPECT_EQ(index->TrackedBlocks(TierId::kHost), 1u);
+}
+
+// Keys whose high halves differ, so that a long lookup spreads over every shard (Key(n) keeps all
+// keys in one shard).
+BlockKey SpreadKey(uint64_t n) { return BlockKey{{(n + 1) * 0x9E3779B97F4A7C15ULL, n}}; }
+
+std::vector<BlockKey> SpreadKeys(size_t count) {
+  std::vector<BlockKey> keys;
+  for (size_t i = 0; i < count; ++i) keys.push_back(SpreadKey(i));
+  return keys;
+}
+
+uint8_t ReadsOf(const BlockIndex& index, const BlockKey& key) { return index.Get(key)->reads; }
+
+// Long lookups check their keys shard by shard in growing windows; the prefix must still end at
+// the first miss wherever it falls (inside the first window, on a window's edge, in a later one),
+// and only the blocks of the prefix may count as read.
+TEST(BlockIndexTest, LongLookupStopsAtTheFirstMissAndCountsOnlyThePrefix) {
+  const std::vector<BlockKey> keys = SpreadKeys(300);
+  for (size_t miss : {0, 1, 15, 16, 17, 47, 48, 100, 299}) {
+    auto index = MakeIndex(8);
+    for (size_t i = 0; i < keys.size(); ++i) {
+      if (i == miss) continue;
+      ASSERT_TRUE(index->InsertReady(keys[i], Meta(TierId(i % 2))).ok());
+    }
+    LookupResult r = index->Lookup(keys, /*touch=*/true);
+    EXPECT_EQ(r.ready_prefix, miss);
+    ASSERT_EQ(r.tiers.size(), miss);
+    for (size_t i = 0; i < keys.size(); ++i) {
+      if (i == miss) continue;
+      if (i < miss) {
+        EXPECT_EQ(r.tiers[i], TierId(i % 2)) << i;
+      }
+      EXPECT_EQ(ReadsOf(*index, keys[i]), i < miss ? 1 : 0) << "miss " << miss;
+    }
+  }
+}
+
+TEST(BlockIndexTest, LongLookupSkipsWritingBlocksAndOtherNamespaces) {
+  const std::vector<BlockKey> keys = SpreadKeys(100);
+  const NamespaceId mine{{1, 1}};
+  auto index = MakeIndex(8);
+  for (size_t i = 0; i < keys.size(); ++i) {
+    BlockMeta meta = Meta();
+    meta.ns = i == 70 ? NamespaceId{{2, 2}} : mine;
+    if (i == 40) {
+      ASSERT_TRUE(index->InsertWriting(keys[i], meta).ok());
+    } else {
+      ASSERT_TRUE(index->InsertReady(keys[i], meta).ok());
+    }
+  }
+  EXPECT_EQ(index->Lookup(keys, false).ready_prefix, 40u);
+  ASSERT_TRUE(index->MarkReady(keys[40]).ok());
+  EXPECT_EQ(index->Lookup(keys, false).ready_prefix, 100u);
+  EXPECT_EQ(index->Lookup(keys, false, mine).ready_prefix, 70u);
+}
+
+TEST(BlockIndexTest, LongTouchedPrefixLosesItsTailFirst) {
+  const std::vector<BlockKey> keys = SpreadKeys(200);
+  auto index = MakeIndex(8);
+  // Inserted in reverse, so the lookup's touch must reorder them all.
+  for (size_t i = keys.size(); i-- > 0;) ASSERT_TRUE(index->InsertReady(keys[i], Meta()).ok());
+  ASSERT_EQ(index->Lookup(keys, true).ready_prefix, keys.size());
+  for (size_t i = keys.size(); i-- > 0;) {
+    auto victim = index->PickVictim(TierId::kHost, 0);
+    ASSERT_TRUE(victim.has_value());
+    EXPECT_EQ(victim->first, keys[i]);
+    ASSERT_TRUE(index->Erase(victim->first).has_value());
+  }
 }
 
 TEST(BlockIndexTest, RejectsBadOptions) {

@@ -1,6 +1,7 @@
 #include "daemon/store/store.h"
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <set>
 
@@ -222,8 +223,12 @@ index::LookupResult Store::Lookup(const NamespaceId& ns, std::span<const BlockKe
   if (NamespaceCounters* c = CountersFor(ns)) {
     c->lookups.fetch_add(1, std::memory_order_relaxed);
     c->lookup_blocks.fetch_add(keys.size(), std::memory_order_relaxed);
-    for (TierId t : result.tiers) {
-      c->hit_blocks[static_cast<size_t>(t)].fetch_add(1, std::memory_order_relaxed);
+    // Counted here and added once per tier: an atomic add per block was a locked instruction
+    // per key on the lookup path.
+    std::array<uint64_t, kTierCount> hits{};
+    for (TierId t : result.tiers) ++hits[static_cast<size_t>(t)];
+    for (size_t t = 0; t < kTierCount; ++t) {
+      if (hits[t] != 0) c->hit_blocks[t].fetch_add(hits[t], std::memory_order_relaxed);
     }
     c->hit_tokens.fetch_add(result.ready_prefix * info->tokens_per_block,
                             std::memory_order_relaxed);
