@@ -95,6 +95,7 @@ Progress Get(CommandContext& ctx, Command& cmd) {
     ctx.reply.AppendArrayHeader(*count);
     ctx.stopped = !ns->known;
     ctx.started = true;
+    if (ns->known) PrefetchKeys(ctx, ns->id, cmd.args[2], *count);
   } else {
     ns = KvtNamespace{*ParseNamespaceId(cmd.args[1]), true};
   }

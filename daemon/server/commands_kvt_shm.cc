@@ -135,6 +135,7 @@ Progress Acquire(CommandContext& ctx, Command& cmd) {
     ctx.reply.AppendArrayHeader(*count);
     ctx.stopped = !ns->known;
     ctx.started = true;
+    if (ns->known) PrefetchKeys(ctx, ns->id, cmd.args[2], *count);
   }
   // Resumable: a block on NVMe is read up by the mover while the connection waits.
   for (; ctx.cursor < *count; ++ctx.cursor) {

@@ -1,6 +1,7 @@
 #include "daemon/server/kvt_args.h"
 
 #include <string>
+#include <vector>
 
 #include "daemon/server/wire.h"
 #include "daemon/store/store.h"
@@ -37,6 +38,14 @@ BlockKey PackedKey(std::string_view packed, size_t i) {
   key.high = k.high;
   key.low = k.low;
   return key;
+}
+
+void PrefetchKeys(CommandContext& ctx, const NamespaceId& ns, std::string_view packed,
+                  size_t count) {
+  std::vector<BlockKey> keys;
+  keys.reserve(count);
+  for (size_t i = 0; i < count; ++i) keys.push_back(PackedKey(packed, i));
+  ctx.server.store.PrefetchForRead(ns, keys);
 }
 
 void AppendUnknownNamespace(CommandContext& ctx, const NamespaceId& ns) {

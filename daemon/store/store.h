@@ -250,6 +250,10 @@ class Store {
   std::optional<BlockKey> TakeFetchRequest() { return move_requests_.TakeFetch(); }
   void Fetch(const BlockKey& key);
   bool MoveWorkPending() const { return move_requests_.HasWork(); }
+  // background_disk_moves: asks the mover to bring up every block of the ready prefix of `keys`
+  // that lies on NVMe, without waiting, so that a reader about to lease a whole prefix waits for
+  // the slowest of its blocks rather than for each in turn. Does nothing otherwise.
+  void PrefetchForRead(const NamespaceId& ns, std::span<const BlockKey> keys);
 
   // What FlushToNvme did, for the daemon's last log line.
   struct FlushResult {

@@ -33,6 +33,22 @@ bool Store::MakeRoom(uint64_t bytes) {
   return true;
 }
 
+void Store::PrefetchForRead(const NamespaceId& ns, std::span<const BlockKey> keys) {
+  if (!options_.background_disk_moves || !options_.promote_on_read) return;
+  const size_t host = LevelOf(TierId::kHost);
+  bool asked = false;
+  for (const BlockKey& key : keys) {
+    std::optional<BlockMeta> meta = index_->Get(key);
+    // Past the first miss nothing will be read: the rest of a chain is useless without it.
+    if (!meta || meta->state != BlockState::kReady || meta->ns != ns) break;
+    const size_t level = LevelOf(meta->tier);
+    if (level > host && level < tiers_.size() && DiskMovesInBackground(level - 1)) {
+      asked |= move_requests_.AskForFetch(key);
+    }
+  }
+  if (asked && wake_mover_) wake_mover_();
+}
+
 void Store::Fetch(const BlockKey& key) { move_requests_.FinishFetch(key, FetchOne(key)); }
 
 bool Store::FetchOne(const BlockKey& key) {
