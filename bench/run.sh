@@ -4,6 +4,7 @@
 # and bench/README.md. The daemon figures come from bench/daemon_bench.sh, which starts and stops
 # kvtierd and redis-server itself; the NVMe figures from bench/nvme_bench.sh, which runs fio;
 # the clean-restart figures from bench/restart_bench.py (its own kvtierd, stopped and restarted);
+# the spill figures from bench/spill_bench.sh (fio, then puts through a full host tier);
 # the Python figures from bench/python_bench.py (its own kvtierd), run in build/venv-py with
 # the kvtier package, torch and transformers (as scripts/test.sh installs them).
 # --quick: fewer repetitions and smaller sizes, for a smoke run.
@@ -19,6 +20,7 @@ build/bin/kvtier_gpu_placement_bench "$@"
 bench/daemon_bench.sh "$@"
 bench/nvme_bench.sh "$@"
 python3 bench/restart_bench.py "$@"
+bench/spill_bench.sh "$@"
 
 venv=build/venv-py
 [ -x "$venv/bin/python" ] || python3 -m venv "$venv"

@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# Puts through kvtierd while its host tier is full, so that every put needs a demotion to NVMe,
+# against fio's sequential O_DIRECT write on the same file system in the same run. Prints
+# "NAME VALUE UNIT" lines (bench/README.md):
+#   spill_put_ratio_to_fio        put bandwidth through the daemon / fio's write bandwidth
+#   spill_put_p99_ratio_to_p50    put latency tail under that load
+#   spill_get_p99_ratio_to_p50    get latency tail of a concurrent reader of NVMe-resident blocks
+#   spill_max_stall_ms            the longest single put or get of those
+# The directory is $KVTIER_NVME_BENCH_DIR, else $TMPDIR, else /tmp (point it at the NVMe device
+# to measure); removed on exit, with the daemon stopped. --quick: less data.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bin=${KVTIER_BIN_DIR:-build/bin}
+
+# 4 writers x `count` blocks of 2 MiB through a 256 MiB host tier: all but the last ~128 blocks
+# must go down to NVMe. The reader puts its own 64 blocks first (they are demoted by the writers'
+# load) and reads them back while the writers run.
+count=256
+for arg in "$@"; do
+  if [ "$arg" = --quick ]; then count=96; fi
+done
+base="${KVTIER_NVME_BENCH_DIR:-${TMPDIR:-/tmp}}"
+tmp="$(mktemp -d "$base/kvtier-spill-bench.XXXXXX")"
+pid=""
+cleanup() {
+  local rc=$?
+  if [ -n "$pid" ]; then
+    kill "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+  fi
+  [ "$rc" -ne 0 ] && [ -f "$tmp/kvtierd.log" ] && tail -n 20 "$tmp/kvtierd.log" >&2
+  rm -rf "$tmp"
+  exit "$rc"
+}
+trap cleanup EXIT
+
+# fio first: 2 MiB blocks at queue depth 16, O_DIRECT, the same amount the writers put.
+total_mib=$((4 * count * 2))
+fio_kibps=$(fio --name=kvtier-spill --filename="$tmp/fio.data" --size="${total_mib}M" --bs=2M \
+    --iodepth=16 --ioengine=io_uring --direct=1 --rw=write --output-format=json |
+  python3 -c "import json,sys; print(json.load(sys.stdin)['jobs'][0]['write']['bw'])")
+rm -f "$tmp/fio.data"
+
+sock="$tmp/kvtierd.sock"
+"$bin/kvtierd" --unix "$sock" --port 0 --http-port 0 --host-bytes 256MiB \
+  --nvme-bytes "$((total_mib + 1024))MiB" --gpu-bytes 0 --data-dir "$tmp/data" \
+  --log-level warn >"$tmp/kvtierd.log" 2>&1 &
+pid=$!
+for _ in $(seq 200); do
+  "$bin/kvtier" ping --url "unix://$sock" >/dev/null 2>&1 && break
+  sleep 0.05
+done
+
+# Fill the host tier first, so that the measured puts all meet a full one.
+"$bin/kvtier" bench --url "unix://$sock" --block-bytes 2MiB --concurrency 2 --count 80 \
+  --warmup 0 --keep --json >/dev/null
+"$bin/kvtier" bench --url "unix://$sock" --block-bytes 2MiB --concurrency 1 --count 64 \
+  --warmup 0 --json >"$tmp/reader.json" &
+reader=$!
+"$bin/kvtier" bench --url "unix://$sock" --block-bytes 2MiB --concurrency 4 --count "$count" \
+  --warmup 0 --json >"$tmp/writers.json"
+wait "$reader"
+
+python3 - "$tmp/writers.json" "$tmp/reader.json" "$fio_kibps" <<'PY'
+import json, sys
+writers, reader = (json.load(open(p)) for p in sys.argv[1:3])
+fio_mib = float(sys.argv[3]) / 1024
+put, get = writers["put"], reader["get"]
+for name, phase in (("writers' put", put), ("reader's get", get)):
+    if phase["blocks_failed"]:
+        sys.stderr.write(f"spill_bench: {phase['blocks_failed']} failed blocks in the {name}\n")
+put_mib = put["gib_per_s"] * 1024
+print(f"spill_put_mib_per_s {put_mib:.4g} MiB/s")
+print(f"spill_fio_write_mib_per_s {fio_mib:.4g} MiB/s")
+print(f"spill_put_ratio_to_fio {put_mib / fio_mib:.4g} ratio")
+print(f"spill_put_p99_ratio_to_p50 {put['latency_us']['p99'] / put['latency_us']['p50']:.4g} ratio")
+print(f"spill_get_p99_ratio_to_p50 {get['latency_us']['p99'] / get['latency_us']['p50']:.4g} ratio")
+stall = max(put["latency_us"]["max"], get["latency_us"]["max"]) / 1000
+print(f"spill_max_stall_ms {stall:.4g} ms")
+PY
