@@ -1,7 +1,9 @@
 // Consistency stressor for the store: several threads hammer a small key space with mixed puts,
 // reads, lookups, removes and pins while the tiers are far too small for the keys, so eviction
 // and demotion run constantly; in the second test a GPU tier sits on top and a mover thread
-// promotes every block read, so blocks also move up and back down under the readers. Every
+// promotes every block read, so blocks also move up and back down under the readers; in the third
+// the store leaves disk moves to a TierMover (puts and reads answer kPending while it works).
+// Every
 // payload is derived from its key; every read is verified byte for byte. Any wrong byte,
 // unexpected error or broken accounting is a violation.
 //
@@ -16,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "daemon/mover/tier_mover.h"
 #include "daemon/store/store.h"
 #include "tests/fakes/fake_tier.h"
 #include "tiers/gpu/fake_gpu_tier.h"
@@ -74,7 +77,33 @@ struct Tally {
   std::atomic<uint64_t> verified_reads{0};
   std::atomic<uint64_t> commits{0};
   std::atomic<uint64_t> busy{0};
+  std::atomic<uint64_t> pending{0};  // answered kPending: the mover has the move in hand
 };
+
+// kPending is an answer, not a failure, when the store leaves disk moves to a mover.
+bool Pending(Tally& tally, StatusCode code) {
+  if (code != StatusCode::kPending) return false;
+  tally.pending.fetch_add(1);
+  return true;
+}
+
+// Calls `attempt` again while it answers kPending, as the server does for a client (there with
+// a pause that frees the thread), a bounded number of times.
+StatusCode CodeOf(const Status& s) { return s.code(); }
+template <typename V>
+StatusCode CodeOf(const Result<V>& r) {
+  return r.status().code();
+}
+
+template <typename T>
+T UntilNotPending(Tally& tally, const std::function<T()>& attempt) {
+  T result = attempt();
+  for (int i = 0; i < 100'000 && Pending(tally, CodeOf(result)); ++i) {
+    std::this_thread::yield();
+    result = attempt();
+  }
+  return result;
+}
 
 void Violation(Tally& tally, const std::string& what) {
   if (tally.violations.fetch_add(1) < 10) ADD_FAILURE() << what;
@@ -87,11 +116,12 @@ void Worker(Store& store, FakeClock& clock, Tally& tally, uint64_t ops, uint32_t
     const uint64_t n = rng() % kKeySpace;
     const uint32_t dice = rng() % 100;
     if (dice < 35) {  // put through the two-phase path; one in ten is aborted
-      Result<Reservation> r = store.BeginPut(kNs, KeyOf(n), kBlockBytes);
+      Result<Reservation> r = UntilNotPending<Result<Reservation>>(
+          tally, [&] { return store.BeginPut(kNs, KeyOf(n), kBlockBytes); });
       if (!r.ok()) {
         StatusCode c = r.status().code();
         if (c == StatusCode::kBusy) tally.busy.fetch_add(1);
-        if (c != StatusCode::kAlreadyExists && c != StatusCode::kBusy) {
+        if (c != StatusCode::kAlreadyExists && c != StatusCode::kBusy && !Pending(tally, c)) {
           Violation(tally, "BeginPut: " + r.status().ToString());
         }
         continue;
@@ -104,9 +134,11 @@ void Worker(Store& store, FakeClock& clock, Tally& tally, uint64_t ops, uint32_t
       if (st.ok() && dice % 10 != 0) tally.commits.fetch_add(1);
     } else if (dice < 70) {  // leased zero-copy read, or copy-out read
       if (dice < 55) {
-        Result<Lease> lease = store.Acquire(kNs, KeyOf(n));
+        Result<Lease> lease =
+            UntilNotPending<Result<Lease>>(tally, [&] { return store.Acquire(kNs, KeyOf(n)); });
         if (!lease.ok()) {
-          if (lease.status().code() != StatusCode::kNotFound) {
+          if (lease.status().code() != StatusCode::kNotFound &&
+              !Pending(tally, lease.status().code())) {
             Violation(tally, "Acquire: " + lease.status().ToString());
           }
           continue;
@@ -131,13 +163,13 @@ void Worker(Store& store, FakeClock& clock, Tally& tally, uint64_t ops, uint32_t
         }
       } else {
         std::vector<std::byte> out;
-        Status st = store.Get(kNs, KeyOf(n), out);
+        Status st = UntilNotPending<Status>(tally, [&] { return store.Get(kNs, KeyOf(n), out); });
         if (st.ok()) {
           if (out.size() != kBlockBytes || !Matches(n, out.data())) {
             Violation(tally, "Get returned wrong bytes for key " + std::to_string(n));
           }
           tally.verified_reads.fetch_add(1);
-        } else if (st.code() != StatusCode::kNotFound) {
+        } else if (st.code() != StatusCode::kNotFound && !Pending(tally, st.code())) {
           Violation(tally, "Get: " + st.ToString());
         }
       }
@@ -182,9 +214,11 @@ StoreOptions StressOptions() {
   return options;
 }
 
-// Runs the workers (and `mover` beside them, until they finish), lets every lease and reservation
-// lapse, and checks the books.
-StoreStats RunAndCheck(Store& store, FakeClock& clock, const std::function<void()>& mover = {}) {
+// Runs the workers (and `mover` beside them, until they finish), calls `quiesce` (which stops
+// any other thread that moves blocks: a block counts in two tiers while it moves), lets every
+// lease and reservation lapse, and checks the books.
+StoreStats RunAndCheck(Store& store, FakeClock& clock, const std::function<void()>& mover = {},
+                       const std::function<void()>& quiesce = {}) {
   const uint64_t total = StressOps();
   Tally tally;
   std::atomic<bool> done{false};
@@ -202,6 +236,7 @@ StoreStats RunAndCheck(Store& store, FakeClock& clock, const std::function<void(
   for (auto& t : threads) t.join();
   done.store(true);
   if (mover_thread.joinable()) mover_thread.join();
+  if (quiesce) quiesce();
 
   clock.AdvanceMicros(10'000);
   store.ExpireDeadlines();
@@ -219,12 +254,13 @@ StoreStats RunAndCheck(Store& store, FakeClock& clock, const std::function<void(
   EXPECT_EQ(tier_blocks, s.blocks_present);
   std::printf(
       "stress: %llu ops, %llu verified reads, %llu commits, %llu evicted, %llu busy, "
-      "0 violations expected, %llu seen\n",
+      "%llu pending, 0 violations expected, %llu seen\n",
       static_cast<unsigned long long>(total),
       static_cast<unsigned long long>(tally.verified_reads.load()),
       static_cast<unsigned long long>(s.committed_puts),
       static_cast<unsigned long long>(s.evicted_blocks),
       static_cast<unsigned long long>(tally.busy.load()),
+      static_cast<unsigned long long>(tally.pending.load()),
       static_cast<unsigned long long>(tally.violations.load()));
   return s;
 }
@@ -263,6 +299,31 @@ TEST(StoreStressTest, BlocksMovingThroughAGpuTierUnderReadersKeepTheirBytes) {
   EXPECT_GT(stats.tiers[1].promotions, 0u);  // host -> GPU
   EXPECT_GT(stats.tiers[0].demotions, 0u);   // GPU -> host
   EXPECT_EQ((*gpu)->invalid_free_count(), 0u);
+  EXPECT_EQ(cold.bad_frees(), 0u);
+}
+
+TEST(StoreStressTest, WithDiskMovesLeftToATierMoverNothingIsLostOrWrong) {
+  auto host = SmallHostTier();
+  ASSERT_TRUE(host.ok()) << host.status().ToString();
+  testing::FakeTier cold(TierId::kNvme, 256 * kBlockBytes, /*addressable=*/false);
+  FakeClock clock;
+  StoreOptions options = StressOptions();
+  options.background_disk_moves = true;
+  auto store = Store::Create(options, {host->get(), &cold}, clock);
+  ASSERT_TRUE(store.ok());
+  ASSERT_TRUE((*store)->RegisterNamespace({kNs, 16, kBlockBytes, "stress"}).ok());
+  Store& s = **store;
+  mover::TierMover::Options mover_options;
+  mover_options.threads = 2;
+  mover_options.tick = std::chrono::milliseconds(1);
+  auto mover = std::make_unique<mover::TierMover>(s, mover_options);
+  s.SetMoverWakeup([m = mover.get()] { m->Wake(); });
+  const StoreStats stats = RunAndCheck(s, clock, {}, [&] {
+    s.SetMoverWakeup({});
+    mover.reset();
+  });
+  EXPECT_GT(stats.tiers[0].demotions, 0u);   // host -> NVMe, by the mover
+  EXPECT_GT(stats.tiers[1].promotions, 0u);  // NVMe -> host, fetched for readers
   EXPECT_EQ(cold.bad_frees(), 0u);
 }
 
