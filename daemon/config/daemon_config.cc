@@ -262,7 +262,7 @@ Result<std::string> ReadFile(const std::string& path) {
 }
 
 Status FinalizeGpu(const DaemonConfig& config) {
-  if (config.gpu_fake && config.gpu_bytes == DaemonConfig::kAutoBytes) {
+  if (config.gpu_fake && (config.gpu_bytes == DaemonConfig::kAutoBytes || config.gpu_bytes == 0)) {
     return InvalidArgument(
         "gpu.fake: needs an explicit gpu.bytes (the fake has no device to size it from)");
   }

@@ -60,7 +60,9 @@ struct DaemonConfig {
 
   // gpu tier: a pool of device memory above the host tier. Puts land in host; blocks read often
   // (gpu_promotion) are copied up by the GPU mover, and demoted back to host under pressure.
-  uint64_t gpu_bytes = kAutoBytes;      // 0 turns the tier off; auto: kAutoGpuBytesMeaning
+  // Off unless asked for: the engine next to kvtierd sizes its own use of the device (vLLM takes
+  // gpu_memory_utilization of it, 0.9 by default) and would not find memory a default tier took.
+  uint64_t gpu_bytes = 0;               // 0: no GPU tier; auto: kAutoGpuBytesMeaning
   uint32_t gpu_device = 0;              // CUDA device ordinal
   bool gpu_fake = false;                // a host-memory stand-in (tests, demos); needs gpu_bytes
   uint32_t gpu_copy_lanes = 4;          // copies to and from the device that may run at once

@@ -24,6 +24,8 @@ TEST(DaemonConfigTest, RunsOnEmbeddedDefaults) {
   EXPECT_LE(c.host_bytes, 64ull << 30);
   EXPECT_EQ(c.io_threads, DefaultIoThreads(std::thread::hardware_concurrency()));
   EXPECT_FALSE(c.data_dir.empty());
+  // No GPU tier unless asked for: the engine beside kvtierd owns the device's memory.
+  EXPECT_EQ(c.gpu_bytes, 0u);
 }
 
 TEST(DaemonConfigTest, DefaultIoThreadsLeaveHalfTheCores) {
@@ -127,7 +129,7 @@ TEST(DaemonConfigTest, ShippedExampleLoadsAndMatchesTheDefaults) {
   EXPECT_EQ(c.high_watermark, defaults.high_watermark);
   EXPECT_EQ(c.low_watermark, defaults.low_watermark);
   EXPECT_TRUE(c.nvme_paths.empty());
-  EXPECT_EQ(c.gpu_bytes, DaemonConfig::kAutoBytes);
+  EXPECT_EQ(c.gpu_bytes, defaults.gpu_bytes);
   EXPECT_EQ(c.gpu_device, defaults.gpu_device);
   EXPECT_EQ(c.gpu_fake, defaults.gpu_fake);
   EXPECT_EQ(c.gpu_copy_lanes, defaults.gpu_copy_lanes);

@@ -90,9 +90,13 @@ Result<DaemonTiers> OpenTiers(const config::DaemonConfig& c) {
                arena.locked()             ? ", locked in RAM"
                : arena.lock_status().ok() ? ", not locked (tiers.mlock is off)"
                                           : ", not locked: " + arena.lock_status().message());
-  t.pinned_arena = cuda::PinnedHostRange::Register(arena.base(), arena.size());
-  if (t.pinned_arena.pinned()) spdlog::info("host tier: registered with CUDA (pinned)");
   OpenGpu(c, t);
+  // Pinning serves the copies between the arena and the GPU tier; without one it would only
+  // create a CUDA context and lock RAM for nothing.
+  if (t.gpu && !c.gpu_fake) {
+    t.pinned_arena = cuda::PinnedHostRange::Register(arena.base(), arena.size());
+    if (t.pinned_arena.pinned()) spdlog::info("host tier: registered with CUDA (pinned)");
+  }
   if (c.nvme_bytes == 0) {
     t.nvme_note = "no NVMe tier: nvme.bytes is 0";
     spdlog::info("{}", t.nvme_note);

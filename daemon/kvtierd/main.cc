@@ -276,6 +276,7 @@ int Run(const config::DaemonConfig& c) {
   recovery.join();
   housekeeping.clear();
   // No request is left to wake it; the flush below moves blocks itself.
+  s.SetMoverWakeup({});
   mover.reset();
   if (tiers.nvme) {
     FlushMemoryToNvme(s, c);
