@@ -28,6 +28,7 @@
 #include <thread>
 
 #include "common/units.h"
+#include "common/version.h"
 #include "daemon/config/daemon_config.h"
 #include "daemon/http/http_server.h"
 #include "daemon/kvtierd/daemon_tiers.h"
@@ -39,8 +40,6 @@
 
 namespace kvtier {
 namespace {
-
-constexpr const char* kVersion = "0.1.0";
 
 // Holds an exclusive flock on <data_dir>/LOCK so two daemons never share one data directory.
 class DataDirLock {
@@ -163,7 +162,6 @@ int Run(const config::DaemonConfig& c) {
   spdlog::set_level(spdlog::level::from_str(c.log_level));
   // Operators tail the log through pipes and journald: every line goes out as it is written.
   spdlog::flush_on(spdlog::level::trace);
-  const auto started = std::chrono::steady_clock::now();
 
   auto lock = DataDirLock::Acquire(c.data_dir);
   if (!lock.ok()) {
@@ -217,30 +215,16 @@ int Run(const config::DaemonConfig& c) {
   if (!c.unix_path.empty()) spdlog::info("listening on unix://{}", c.unix_path);
   if (c.tcp_port != 0) spdlog::info("listening on tcp://{}:{}", c.tcp_host, (*server)->tcp_port());
 
-  metrics::ProcessInfo base_info;
-  base_info.version = kVersion;
-  base_info.gpu_tier_note = tiers.gpu_note;
-  base_info.nvme_tier_note = tiers.nvme_note;
-  auto process_info = [&]() {
-    metrics::ProcessInfo p = base_info;
-    p.uptime_s = static_cast<uint64_t>(
-        std::chrono::duration_cast<std::chrono::seconds>(std::chrono::steady_clock::now() - started)
-            .count());
-    server::ServerStats s = (*server)->Stats();
-    p.connected_clients = s.connected_clients;
-    p.total_connections = s.total_connections;
-    p.commands_processed = s.commands_processed;
-    p.protocol_errors = s.protocol_errors;
-    p.lapsed_reply_leases = s.lapsed_reply_leases;
-    p.staged_set_values = s.staged_set_values;
-    return p;
-  };
   std::unique_ptr<http::HttpServer> http;
   if (c.http_port != 0) {
     auto h = http::HttpServer::Start(
         c.http_host, c.http_port,
-        {.metrics = [&] { return metrics::StatsToPrometheus((*store)->Stats(), process_info()); },
-         .stats = [&] { return metrics::StatsToJson((*store)->Stats(), process_info()); }});
+        {.metrics =
+             [&] {
+               return metrics::StatsToPrometheus((*store)->Stats(), (*server)->ProcessInfo());
+             },
+         .stats =
+             [&] { return metrics::StatsToJson((*store)->Stats(), (*server)->ProcessInfo()); }});
     if (!h.ok()) {
       spdlog::error("{}", h.status().ToString());
       (*server)->Stop();

@@ -133,6 +133,7 @@ std::string StatsToJson(const store::StoreStats& stats, const ProcessInfo& proce
                     {"protocol_errors", process.protocol_errors},
                     {"lapsed_reply_leases", process.lapsed_reply_leases},
                     {"staged_set_values", process.staged_set_values},
+                    {"rejected_connections", process.rejected_connections},
                     {"gpu_tier", process.gpu_tier_note},
                     {"nvme_tier", process.nvme_tier_note}};
   return doc.dump();
@@ -259,6 +260,9 @@ std::string StatsToPrometheus(const store::StoreStats& stats, const ProcessInfo&
       {"kvtier_staged_set_values_total", "counter",
        "SET values received straight into their arena slot instead of copied there.",
        double(process.staged_set_values)},
+      {"kvtier_rejected_connections_total", "counter",
+       "Connections refused: max_clients reached, or a uid not allowed.",
+       double(process.rejected_connections)},
       {"kvtier_uptime_seconds", "gauge", "Seconds since the daemon started.",
        double(process.uptime_s)},
   };

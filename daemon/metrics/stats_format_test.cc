@@ -35,6 +35,7 @@ store::StoreStats SampleStats() {
   s.blocks_present = 1;
   s.committed_puts = 4;
   s.evicted_blocks = 3;
+  s.pending_adoptions = 9;
   return s;
 }
 
@@ -64,6 +65,20 @@ TEST(StatsFormatTest, PrometheusHasTypedLabelledSamples) {
   EXPECT_NE(text.find("kvtier_tier_demotions_total{tier=\"gpu\"} 2\n"), std::string::npos);
   EXPECT_NE(text.find("kvtier_tier_copy_errors_total{tier=\"gpu\"} 1\n"), std::string::npos);
   EXPECT_NE(text.find("kvtier_gpu_candidates_total 5\n"), std::string::npos);
+}
+
+// Regression: rejected_connections reached INFO but neither /stats nor /metrics.
+TEST(StatsFormatTest, EveryViewCarriesRejectedConnectionsAndPendingAdoptions) {
+  const ProcessInfo process{.rejected_connections = 7};
+  auto doc = nlohmann::json::parse(StatsToJson(SampleStats(), process));
+  EXPECT_EQ(doc["process"]["rejected_connections"], 7);
+  EXPECT_EQ(doc["totals"]["pending_adoptions"], 9);
+  const std::string text = StatsToPrometheus(SampleStats(), process);
+  EXPECT_NE(text.find("# TYPE kvtier_rejected_connections_total counter\n"), std::string::npos);
+  EXPECT_NE(text.find("kvtier_rejected_connections_total 7\n"), std::string::npos);
+  EXPECT_NE(text.find("# TYPE kvtier_pending_adoptions gauge\n"), std::string::npos);
+  EXPECT_NE(text.find("kvtier_pending_adoptions 9\n"), std::string::npos);
+  EXPECT_NE(StatsToInfoSection(SampleStats()).find("pending_adoptions:9\r\n"), std::string::npos);
 }
 
 TEST(StatsFormatTest, InfoSectionUsesRedisFieldSyntax) {

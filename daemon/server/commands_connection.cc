@@ -5,12 +5,9 @@
 #include <utility>
 #include <vector>
 
+#include "common/version.h"
 #include "daemon/server/commands.h"
 #include "daemon/server/wire.h"
-
-#ifndef KVTIER_VERSION
-#define KVTIER_VERSION "0.0.0"
-#endif
 
 namespace kvtier::server {
 namespace {
@@ -84,7 +81,7 @@ void AppendHelloMap(CommandContext& ctx) {
   r.AppendBulk("server");
   r.AppendBulk("kvtier");
   r.AppendBulk("version");
-  r.AppendBulk(KVTIER_VERSION);
+  r.AppendBulk(kVersion);
   r.AppendBulk("proto");
   r.AppendInteger(static_cast<int64_t>(ctx.session.protocol()));
   r.AppendBulk("id");

@@ -2,6 +2,7 @@
 // and the connection loop's framing (pipelining, inline commands, byte-at-a-time input).
 #include <gtest/gtest.h>
 
+#include "common/version.h"
 #include "daemon/server/test_client.h"
 
 namespace kvtier::server {
@@ -14,9 +15,10 @@ using testing::TestServer;
 
 // HELLO's fields after the header, for a client with `id` speaking `proto`.
 std::string HelloFields(int proto, const std::string& id) {
-  return Bulk("server") + Bulk("kvtier") + Bulk("version") + Bulk(KVTIER_VERSION) + Bulk("proto") +
-         ":" + std::to_string(proto) + "\r\n" + Bulk("id") + ":" + id + "\r\n" + Bulk("mode") +
-         Bulk("standalone") + Bulk("role") + Bulk("master") + Bulk("modules") + "*0\r\n";
+  return Bulk("server") + Bulk("kvtier") + Bulk("version") + Bulk(std::string(kVersion)) +
+         Bulk("proto") + ":" + std::to_string(proto) + "\r\n" + Bulk("id") + ":" + id + "\r\n" +
+         Bulk("mode") + Bulk("standalone") + Bulk("role") + Bulk("master") + Bulk("modules") +
+         "*0\r\n";
 }
 
 // ":<id>\r\n" -> "<id>".

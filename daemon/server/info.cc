@@ -5,11 +5,8 @@
 #include <array>
 
 #include "common/clock.h"
+#include "common/version.h"
 #include "daemon/store/store.h"
-
-#ifndef KVTIER_VERSION
-#define KVTIER_VERSION "0.0.0"
-#endif
 
 namespace kvtier::server {
 namespace {
@@ -30,7 +27,7 @@ uint64_t UptimeSeconds(const ServerContext& server) {
 }
 
 void ServerSection(const ServerContext& server, std::string& out) {
-  Field(out, "kvtier_version", std::string(KVTIER_VERSION));
+  Field(out, "kvtier_version", std::string(kVersion));
   Field(out, "redis_mode", std::string("standalone"));
   Field(out, "process_id", static_cast<uint64_t>(getpid()));
   Field(out, "tcp_port", server.tcp_port);
@@ -114,7 +111,7 @@ Progress Info(CommandContext& ctx, resp::Command& cmd) {
 
 metrics::ProcessInfo MakeProcessInfo(const ServerContext& server) {
   metrics::ProcessInfo p;
-  p.version = KVTIER_VERSION;
+  p.version = std::string(kVersion);
   p.uptime_s = UptimeSeconds(server);
   p.connected_clients = server.counters.connected_clients.load();
   p.total_connections = server.counters.total_connections.load();
@@ -122,6 +119,7 @@ metrics::ProcessInfo MakeProcessInfo(const ServerContext& server) {
   p.protocol_errors = server.counters.protocol_errors.load();
   p.lapsed_reply_leases = server.counters.lapsed_reply_leases.load();
   p.staged_set_values = server.counters.staged_values.load();
+  p.rejected_connections = server.counters.rejected_connections.load();
   p.gpu_tier_note = server.options.gpu_tier_note;
   p.nvme_tier_note = server.options.nvme_tier_note;
   return p;

@@ -14,6 +14,7 @@
 #include "daemon/server/asio.h"
 #include "daemon/server/connection.h"
 #include "daemon/server/generic_keyspace.h"
+#include "daemon/server/info.h"
 #include "daemon/server/listeners.h"
 #include "daemon/server/server_context.h"
 #include "daemon/store/store.h"
@@ -288,6 +289,8 @@ void Server::Stop() {
 uint16_t Server::tcp_port() const { return impl_->context.tcp_port; }
 
 const std::string& Server::unix_path() const { return impl_->context.options.unix_path; }
+
+metrics::ProcessInfo Server::ProcessInfo() const { return MakeProcessInfo(impl_->context); }
 
 ServerStats Server::Stats() const {
   const ServerCounters& c = impl_->context.counters;

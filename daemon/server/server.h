@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "daemon/metrics/stats_format.h"
 
 namespace kvtier::store {
 class Store;
@@ -121,6 +122,8 @@ class Server {
   uint16_t tcp_port() const;
   const std::string& unix_path() const;
   ServerStats Stats() const;
+  // The process section of /stats, /metrics and KVT.STATS: the one place it is assembled.
+  metrics::ProcessInfo ProcessInfo() const;
 
  private:
   struct Impl;
