@@ -266,6 +266,8 @@ Result<uint64_t> Store::DropNamespace(const NamespaceId& ns) {
     MutexLock lock(namespaces_mu_);
     if (namespaces_.erase(ns) == 0)
       return NotFound("namespace " + ns.ToHex() + " is not registered");
+    // Blocks of it that the daemon adopts from disk after this must not come back.
+    if (pending_adoptions_.load(std::memory_order_relaxed) > 0) dropped_during_adoption_.insert(ns);
   }
   uint64_t removed = 0;
   for (const BlockKey& key : index_->KeysOfNamespace(ns)) {

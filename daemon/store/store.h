@@ -277,7 +277,9 @@ class Store {
 
   // Adds a block that a durable tier found at start-up (warm restart), ready, as the most recently
   // used of its tier: adopt the oldest first. Its namespace serves it once registered again.
-  // kInvalidArgument for a tier the store does not have; kAlreadyExists when the key is taken.
+  // kInvalidArgument for a tier the store does not have; kAlreadyExists when the key is taken;
+  // kRejected when its namespace was dropped while adoption was pending (SetPendingAdoptions).
+  // The caller frees the extent of a block refused.
   Status AdoptBlock(TierId tier, const NamespaceId& ns, const BlockKey& key, const Extent& extent,
                     std::optional<uint64_t> checksum);
 
@@ -421,6 +423,9 @@ class Store {
 
   mutable Mutex namespaces_mu_;
   std::unordered_map<NamespaceId, NamespaceInfo, Key128Hash> namespaces_ GUARDED_BY(namespaces_mu_);
+  // Namespaces dropped while blocks found at start-up were still being adopted: AdoptBlock refuses
+  // theirs. Few (drops are rare, and adoption is short).
+  std::unordered_set<NamespaceId, Key128Hash> dropped_during_adoption_ GUARDED_BY(namespaces_mu_);
   // Counters outlive a DropNamespace so late lookups and releases never touch freed memory; they
   // are few (one per namespace ever registered).
   std::unordered_map<NamespaceId, std::unique_ptr<NamespaceCounters>, Key128Hash> ns_counters_

@@ -157,6 +157,12 @@ Status Store::AdoptBlock(TierId id, const NamespaceId& ns, const BlockKey& key,
     return InvalidArgument("cannot adopt a block of tier '" + std::string(TierName(id)) +
                            "': the store does not have it");
   }
+  {
+    MutexLock lock(namespaces_mu_);
+    if (dropped_during_adoption_.contains(ns)) {
+      return Rejected("namespace " + ns.ToHex() + " was dropped after the start");
+    }
+  }
   BlockMeta meta;
   meta.ns = ns;
   meta.extent = extent;

@@ -136,7 +136,7 @@ TEST_F(StorePlacementTest, EvictToTargetMovesTheOldestBlocksDown) {
   EXPECT_EQ(TierOf(2), TierId::kNvme);
   EXPECT_EQ(TierOf(3), TierId::kHost);
   EXPECT_EQ(store_->EvictToTarget(TierId::kHost, 2 * kBlock, 100), 0u);  // already there
-  EXPECT_EQ(store_->EvictToTarget(TierId::kHost, 0, 1), 1u);              // bounded
+  EXPECT_EQ(store_->EvictToTarget(TierId::kHost, 0, 1), 1u);             // bounded
 }
 
 TEST_F(StorePlacementTest, AdoptedBlocksAreServedFromWhereTheyLie) {
@@ -157,6 +157,26 @@ TEST_F(StorePlacementTest, AdoptedBlocksAreServedFromWhereTheyLie) {
   EXPECT_EQ(store_->Stats().adopted_blocks, 1u);
 }
 
+// Blocks found at start-up are adopted while the daemon serves: a namespace dropped meanwhile
+// must not get the rest of its blocks back.
+TEST_F(StorePlacementTest, ANamespaceDroppedDuringAdoptionGetsNoMoreBlocks) {
+  BuildTwoTiers(2, 8);
+  Result<Extent> first = nvme().Allocate(kBlock);
+  Result<Extent> second = nvme().Allocate(kBlock);
+  ASSERT_TRUE(first.ok() && second.ok());
+  store_->SetPendingAdoptions(2);
+  ASSERT_TRUE(store_->AdoptBlock(TierId::kNvme, kNs, Key(1), *first, std::nullopt).ok());
+  Result<uint64_t> dropped = store_->DropNamespace(kNs);
+  ASSERT_TRUE(dropped.ok());
+  EXPECT_EQ(*dropped, 1u);
+  EXPECT_EQ(store_->AdoptBlock(TierId::kNvme, kNs, Key(2), *second, std::nullopt).code(),
+            StatusCode::kRejected);
+  nvme().Free(*second);
+  store_->SetPendingAdoptions(0);
+  ASSERT_TRUE(store_->RegisterNamespace({kNs, 16, kBlock, "test"}).ok());
+  EXPECT_EQ(TierOf(2), TierId::kGpu);  // absent
+}
+
 TEST_F(StorePlacementTest, WriteThroughPutsAreOnNvmeAtOnceAndDemoteWithoutAWrite) {
   StoreOptions options;
   options.nvme_write_through = true;
@@ -169,7 +189,7 @@ TEST_F(StorePlacementTest, WriteThroughPutsAreOnNvmeAtOnceAndDemoteWithoutAWrite
   EXPECT_EQ(TierOf(1), TierId::kNvme);
   EXPECT_EQ(TierOf(2), TierId::kHost);
   EXPECT_EQ(store_->Stats().blocks_shadowed, 2u);  // 2 and 3
-  EXPECT_EQ(nvme().block_writes(), 3u);  // only block 3's write-through
+  EXPECT_EQ(nvme().block_writes(), 3u);            // only block 3's write-through
   std::vector<std::byte> out;
   ASSERT_TRUE(store_->Get(kNs, Key(1), out).ok());
   EXPECT_EQ(out, Payload(1));
