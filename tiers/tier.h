@@ -31,10 +31,10 @@ struct BlockIdentity {
 };
 
 struct TierStats {
-  uint64_t capacity_bytes = 0;   // bytes the tier may hand out in total
-  uint64_t used_bytes = 0;       // bytes of the extents handed out (as requested by callers)
-  uint64_t reserved_bytes = 0;   // bytes the allocator has set aside for them (>= used_bytes)
-  uint64_t block_count = 0;      // extents handed out and not yet freed
+  uint64_t capacity_bytes = 0;  // bytes the tier may hand out in total
+  uint64_t used_bytes = 0;      // bytes of the extents handed out (as requested by callers)
+  uint64_t reserved_bytes = 0;  // bytes the allocator has set aside for them (>= used_bytes)
+  uint64_t block_count = 0;     // extents handed out and not yet freed
   // 1 - used / reserved: the share of set-aside space that holds no block bytes (slot rounding
   // and empty slots in partly used slabs). 0 when nothing is reserved.
   double fragmentation = 0.0;
@@ -87,6 +87,10 @@ class Tier {
   // when evicting least-recently-used blocks one by one cannot make room for a block of another
   // size. Tiers whose allocator merges free space freely return `extent` itself.
   virtual Extent ReclaimUnit(const Extent& extent) const { return extent; }
+
+  // Records that the block at `extent` was just used, for a tier that keeps recency across a
+  // restart (the NVMe tier's catalog); a no-op for the others. Best effort: nothing to report.
+  virtual void RecordUse(const Extent& extent) {}
 
   virtual TierStats Stats() const = 0;
 

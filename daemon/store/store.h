@@ -386,8 +386,9 @@ class Store {
   // in `flushed` (generations this flush wrote).
   std::vector<std::pair<BlockKey, index::BlockMeta>> TakeNewestFirst(TierId id);
   enum class FlushOutcome { kWritten, kAlreadyDurable, kNvmeFull, kNotMoved };
+  // `on_nvme`: where the block lies on NVMe now, when it moved.
   FlushOutcome FlushBlock(size_t level, const BlockKey& key, const index::BlockMeta& meta,
-                          const std::unordered_set<uint64_t>& flushed);
+                          const std::unordered_set<uint64_t>& flushed, Extent& on_nvme);
   Result<Extent> AllocateForFlush(uint64_t bytes, const std::unordered_set<uint64_t>& flushed);
   // Drops a block whose bytes failed verification, if nobody holds it.
   void DropCorrupt(const BlockKey& key, const index::BlockMeta& meta);

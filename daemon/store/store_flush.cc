@@ -27,6 +27,7 @@ Store::FlushResult Store::FlushToNvme(uint64_t deadline_us, std::stop_token stop
   const size_t nvme = LevelOf(TierId::kNvme);
   if (nvme >= tiers_.size()) return result;
   std::unordered_set<uint64_t> flushed;
+  std::vector<Extent> written_newest_first;
   // The GPU tier first: its blocks were promoted for being read, the hottest of all.
   for (size_t level = 0; level < nvme; ++level) {
     for (const auto& [key, meta] : TakeNewestFirst(tiers_[level]->id())) {
@@ -37,15 +38,18 @@ Store::FlushResult Store::FlushToNvme(uint64_t deadline_us, std::stop_token stop
         ++result.left;
         continue;
       }
-      switch (FlushBlock(level, key, meta, flushed)) {
+      Extent on_nvme;
+      switch (FlushBlock(level, key, meta, flushed, on_nvme)) {
         case FlushOutcome::kWritten:
           ++result.written;
           result.written_bytes += meta.extent.length;
           flushed.insert(meta.generation);
+          written_newest_first.push_back(on_nvme);
           break;
         case FlushOutcome::kAlreadyDurable:
           ++result.already_durable;
           flushed.insert(meta.generation);
+          written_newest_first.push_back(on_nvme);
           break;
         case FlushOutcome::kNvmeFull:
           result.nvme_full = true;
@@ -57,15 +61,24 @@ Store::FlushResult Store::FlushToNvme(uint64_t deadline_us, std::stop_token stop
       }
     }
   }
+  // Written newest first, so each block's record says it was used before the older ones. Marked
+  // used again oldest first, the records order them as they were in memory, and the restart
+  // adopts them in that order (the newest as the most recently used).
+  tiers::Tier& nvme_tier = *tiers_[nvme];
+  for (auto it = written_newest_first.rbegin(); it != written_newest_first.rend(); ++it) {
+    nvme_tier.RecordUse(*it);
+  }
   return result;
 }
 
 Store::FlushOutcome Store::FlushBlock(size_t level, const BlockKey& key, const BlockMeta& meta,
-                                      const std::unordered_set<uint64_t>& flushed) {
+                                      const std::unordered_set<uint64_t>& flushed,
+                                      Extent& on_nvme) {
   TierCounters& counters = tier_counters_[static_cast<size_t>(meta.tier)];
   if (meta.has_shadow) {
     if (DemoteIntoShadow(level, key, meta) != DemoteOutcome::kMoved) return FlushOutcome::kNotMoved;
     counters.demotions.fetch_add(1);
+    on_nvme = meta.shadow;
     return FlushOutcome::kAlreadyDurable;
   }
   if (!PinForMove(key, meta)) return FlushOutcome::kNotMoved;
@@ -81,6 +94,7 @@ Store::FlushOutcome Store::FlushBlock(size_t level, const BlockKey& key, const B
     return FlushOutcome::kNotMoved;
   }
   counters.demotions.fetch_add(1);
+  on_nvme = *dst;
   return FlushOutcome::kWritten;
 }
 

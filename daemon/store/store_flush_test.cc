@@ -54,6 +54,25 @@ TEST_F(StoreFlushTest, EveryHostBlockGoesToNvmeWhenItFitsPinnedOnesToo) {
   for (uint64_t n = 1; n <= 4; ++n) ExpectBytes(n);
 }
 
+// Written newest first, the blocks are then marked used oldest first, so that a tier that keeps
+// recency across a restart (the NVMe catalog) orders them as they were in memory.
+TEST_F(StoreFlushTest, FlushedBlocksAreMarkedUsedOldestFirst) {
+  StoreOptions options;
+  options.promote_on_read = false;  // leases below see the blocks where the flush put them
+  BuildTwoTiers(4, 8, options);
+  for (uint64_t n = 1; n <= 3; ++n) ASSERT_TRUE(PutBlock(n).ok());
+  ASSERT_EQ(store_->FlushToNvme(0).written, 3u);
+  std::vector<uint64_t> expected;
+  for (uint64_t n = 1; n <= 3; ++n) {
+    Result<Lease> lease = store_->Acquire(kNs, Key(n), Store::Reader::kHostMemory);
+    ASSERT_TRUE(lease.ok());
+    ASSERT_EQ(lease->tier, TierId::kNvme);
+    expected.push_back(lease->extent.offset);
+    ASSERT_TRUE(store_->Release(lease->id).ok());
+  }
+  EXPECT_EQ(nvme().uses(), expected);
+}
+
 TEST_F(StoreFlushTest, OlderNvmeBlocksMakeRoomForNewerHostBlocks) {
   BuildTwoTiers(4, 4);
   for (uint64_t n = 1; n <= 6; ++n) ASSERT_TRUE(PutBlock(n).ok());

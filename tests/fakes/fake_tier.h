@@ -111,6 +111,16 @@ class FakeTier final : public tiers::Tier {
     return Status::Ok();
   }
 
+  void RecordUse(const Extent& e) override {
+    MutexLock lock(mu_);
+    uses_.push_back(e.offset);
+  }
+  // The offsets RecordUse was called with, in order.
+  std::vector<uint64_t> uses() const {
+    MutexLock lock(mu_);
+    return uses_;
+  }
+
   // WriteBlock calls that stored a block.
   uint64_t block_writes() const {
     MutexLock lock(mu_);
@@ -167,6 +177,7 @@ class FakeTier final : public tiers::Tier {
   std::map<uint64_t, Written> written_ GUARDED_BY(mu_);  // offset -> what WriteBlock stored
   uint64_t checksum_failures_ GUARDED_BY(mu_) = 0;
   uint64_t block_writes_ GUARDED_BY(mu_) = 0;
+  std::vector<uint64_t> uses_ GUARDED_BY(mu_);
 };
 
 }  // namespace kvtier::testing

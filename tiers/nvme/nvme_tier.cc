@@ -295,13 +295,27 @@ Status NvmeTier::WriteImpl(const Extent& extent, const BlockIdentity& id,
 
 // Puts (or refreshes) the catalog record of the block at `offset`, unless a newer copy of the same
 // block owns the record by now (a refresh after a read).
+void NvmeTier::RecordUse(const Extent& extent) {
+  Entry entry;
+  {
+    MutexLock lock(mu_);
+    auto it = blocks_.find(extent.offset);
+    if (it == blocks_.end() || !it->second.durable) return;
+    entry = it->second;
+  }
+  PutRecord(extent.offset, entry, /*access=*/true);
+}
+
 void NvmeTier::PutRecord(uint64_t offset, const Entry& entry, bool access) {
   MutexLock lock(catalog_mu_);
   auto owner = owner_.find(entry.id);
   if (access && (owner == owner_.end() || owner->second != offset)) return;
   owner_[entry.id] = offset;
+  // Strictly increasing within a run, so that two uses in the same microsecond keep their order
+  // at the restart.
+  last_record_us_ = std::max(NowUnixUs(), last_record_us_ + 1);
   CatalogRecord rec{entry.id.ns,         entry.id.key,   offset,
-                    entry.payload_bytes, entry.checksum, NowUnixUs()};
+                    entry.payload_bytes, entry.checksum, last_record_us_};
   Status st = catalog_->Put(rec);
   if (!st.ok()) {
     ++catalog_errors_;

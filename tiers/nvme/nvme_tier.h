@@ -161,6 +161,9 @@ class NvmeTier final : public Tier {
   // WriteBlock/ReadBlock without an identity: checksummed, not recorded in the catalog.
   Status Write(const Extent& extent, std::span<const std::byte> src) override;
   Status Read(const Extent& extent, std::span<std::byte> dst) override;
+  // Puts the block's catalog record again with the current time as its last access, so that a
+  // restart orders it as just used. Not for a block without a record (Write, or a failed put).
+  void RecordUse(const Extent& extent) override;
   TierStats Stats() const override;
   // The NvmeStats fields, through VisitNvmeStats.
   void VisitDeviceStats(const std::function<void(std::string_view, double)>& visit) const override {
@@ -226,6 +229,7 @@ class NvmeTier final : public Tier {
   // the record of a newer one. Put/Delete happen under this lock, in the order decided here.
   Mutex catalog_mu_ ACQUIRED_BEFORE(mu_);
   std::unordered_map<BlockIdentity, uint64_t, BlockIdentityHash> owner_ GUARDED_BY(catalog_mu_);
+  uint64_t last_record_us_ GUARDED_BY(catalog_mu_) = 0;  // the last access time put in a record
 
   std::atomic<uint64_t> reads_{0}, writes_{0}, bytes_read_{0}, bytes_admitted_{0};
   std::atomic<uint64_t> device_bytes_written_{0}, io_errors_{0}, catalog_errors_{0};

@@ -1,6 +1,7 @@
 #include "tiers/nvme/nvme_tier.h"
 
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -10,8 +11,6 @@
 #include <random>
 #include <thread>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "tiers/nvme/aligned_buffer.h"
 #include "tiers/nvme/testing/loop_device.h"
@@ -75,7 +74,9 @@ class NvmeTierTest : public ::testing::TestWithParam<IoBackendKind> {
 
 INSTANTIATE_TEST_SUITE_P(Backends, NvmeTierTest,
                          ::testing::Values(IoBackendKind::kIoUring, IoBackendKind::kThreads),
-                         [](const auto& info) { return std::string(IoBackendKindName(info.param)); });
+                         [](const auto& info) {
+                           return std::string(IoBackendKindName(info.param));
+                         });
 
 TEST_P(NvmeTierTest, BlocksOfManySizesRoundTrip) {
   auto tier = OpenTier(Opts());
@@ -190,6 +191,27 @@ TEST_P(NvmeTierTest, RestartRecoversWrittenBlocksAndForgetsFreedOnes) {
     EXPECT_TRUE(disjoint);
   }
   for (const RecoveredBlock& b : rec) EXPECT_TRUE(ReadsBack(*tier, b.extent, b.key.high));
+}
+
+// The clean-stop flush writes the newest block first and then marks the blocks used oldest first,
+// so that the restart hands them over in the order they had in memory.
+TEST_P(NvmeTierTest, RecordUseMovesABlockToTheNewEndOfTheRestartOrder) {
+  auto o = Opts();
+  std::vector<Extent> extents;
+  {
+    auto tier = OpenTier(o);
+    for (uint64_t i = 0; i < 3; ++i) extents.push_back(Put(*tier, i, 8192));
+    tier->RecordUse(extents[2]);
+    tier->RecordUse(extents[1]);
+    tier->RecordUse(extents[0]);
+    tier->RecordUse({extents[2].offset + 1, 8192});  // no block there: ignored
+  }
+  auto tier = OpenTier(o);
+  std::vector<RecoveredBlock> rec = tier->TakeRecovered();
+  ASSERT_EQ(rec.size(), 3u);
+  EXPECT_EQ(rec[0].key, Id(2).key);  // oldest use first
+  EXPECT_EQ(rec[1].key, Id(1).key);
+  EXPECT_EQ(rec[2].key, Id(0).key);
 }
 
 TEST_P(NvmeTierTest, ABlockMovedToANewExtentKeepsItsRecordWhenTheOldOneIsFreed) {
