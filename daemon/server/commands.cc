@@ -86,7 +86,8 @@ bool CommandContext::KeepWaitingForReaders() {
   return now - waiting_since < std::chrono::milliseconds(server.options.reader_wait_ms);
 }
 
-bool CommandContext::KeepWaitingForMover() {
+bool CommandContext::WaitsForMover(const Status& status) {
+  if (status.code() != StatusCode::kPending) return false;
   const auto now = std::chrono::steady_clock::now();
   if (mover_waiting_since == std::chrono::steady_clock::time_point{}) mover_waiting_since = now;
   return now - mover_waiting_since < std::chrono::milliseconds(server.options.mover_wait_ms);

@@ -87,10 +87,15 @@ struct CommandContext {
   // For a handler that found a block it must change leased by a reader: true (start the wait)
   // until the server's reader_wait_ms has passed since the first call that waited.
   bool KeepWaitingForReaders();
-  // For a handler whose store call answered kPending (the background mover is making room or
-  // reading a block up from NVMe): true (return kRetryLater) until the server's mover_wait_ms has
-  // passed since the first call that waited; then the handler answers BUSY or a miss.
-  bool KeepWaitingForMover();
+  // For a handler whose store call answered `status`: true (return kRetryLater) when that is
+  // kPending (the background mover is making room or reading a block up from NVMe) and the
+  // server's mover_wait_ms has not passed since the first call that waited; false otherwise, and
+  // the handler answers as it would (a kPending past the wait: BUSY, or a miss for a read).
+  bool WaitsForMover(const Status& status);
+  // Whether a handler of this command has waited for the mover yet.
+  bool WaitedForMover() const {
+    return mover_waiting_since != std::chrono::steady_clock::time_point{};
+  }
 };
 
 // kDone: the reply is written. kMore: the reply outgrew the in-flight limit; flush and call again.

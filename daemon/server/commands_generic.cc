@@ -131,9 +131,7 @@ Progress Set(CommandContext& ctx, Command& cmd) {
   Result<bool> stored = ctx.staged_value ? PublishStagedValue(ctx, cmd.args[1], *ctx.staged_value)
                                          : StoreValue(ctx, cmd.args[1], cmd.args[2]);
   if (stored.ok() && !*stored && ctx.KeepWaitingForReaders()) return Progress::kRetryLater;
-  if (!stored.ok() && stored.status().code() == StatusCode::kPending && ctx.KeepWaitingForMover()) {
-    return Progress::kRetryLater;
-  }
+  if (ctx.WaitsForMover(stored.status())) return Progress::kRetryLater;
   if (stored.ok() && *stored) {
     ctx.reply.AppendSimpleString("OK");
   } else {
@@ -146,7 +144,7 @@ Progress Get(CommandContext& ctx, Command& cmd) {
   if (KeyTooLong(ctx, cmd.args[1])) return Progress::kDone;
   Status st = AppendValue(ctx, cmd.args[1]);
   // On NVMe: the mover reads it up while this connection waits (and the thread serves others).
-  if (st.code() == StatusCode::kPending && ctx.KeepWaitingForMover()) return Progress::kRetryLater;
+  if (ctx.WaitsForMover(st)) return Progress::kRetryLater;
   // A value whose stored bytes failed verification is gone (dropped): a miss, like any other; so
   // is one still on NVMe when the wait ran out.
   if (st.code() == StatusCode::kNotFound || st.code() == StatusCode::kChecksumMismatch ||
@@ -171,10 +169,7 @@ Progress MSet(CommandContext& ctx, Command& cmd) {
   for (; ctx.cursor < cmd.size(); ctx.cursor += 2) {
     Result<bool> stored = StoreValue(ctx, cmd.args[ctx.cursor], cmd.args[ctx.cursor + 1]);
     if (stored.ok() && !*stored && ctx.KeepWaitingForReaders()) return Progress::kRetryLater;
-    if (!stored.ok() && stored.status().code() == StatusCode::kPending &&
-        ctx.KeepWaitingForMover()) {
-      return Progress::kRetryLater;
-    }
+    if (ctx.WaitsForMover(stored.status())) return Progress::kRetryLater;
     Status st = !stored.ok() ? stored.status() : *stored ? Status::Ok() : ReadersDidNotFinish();
     if (!st.ok() && ctx.first_error.ok()) ctx.first_error = st;
   }
@@ -196,9 +191,7 @@ Progress MGet(CommandContext& ctx, Command& cmd) {
   for (; ctx.cursor < cmd.size(); ++ctx.cursor) {
     if (ctx.OutputFull()) return Progress::kMore;
     const Status st = AppendValue(ctx, cmd.args[ctx.cursor]);
-    if (st.code() == StatusCode::kPending && ctx.KeepWaitingForMover()) {
-      return Progress::kRetryLater;
-    }
+    if (ctx.WaitsForMover(st)) return Progress::kRetryLater;
     if (!st.ok()) ctx.reply.AppendNull();
   }
   return Progress::kDone;

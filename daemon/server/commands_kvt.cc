@@ -76,9 +76,7 @@ Progress Put(CommandContext& ctx, Command& cmd) {
     const std::string& block = cmd.args[3 + ctx.cursor];
     Status st = ctx.server.store.Put(ns->id, PackedKey(cmd.args[2], ctx.cursor),
                                      std::as_bytes(std::span(block.data(), block.size())));
-    if (st.code() == StatusCode::kPending && ctx.KeepWaitingForMover()) {
-      return Progress::kRetryLater;
-    }
+    if (ctx.WaitsForMover(st)) return Progress::kRetryLater;
     ctx.reply.AppendSimpleString(StatusWord(st.code()));
     std::string().swap(cmd.args[3 + ctx.cursor]);  // stored: give the payload's memory back now
   }
@@ -95,19 +93,20 @@ Progress Get(CommandContext& ctx, Command& cmd) {
     ctx.reply.AppendArrayHeader(*count);
     ctx.stopped = !ns->known;
     ctx.started = true;
-    if (ns->known) PrefetchKeys(ctx, ns->id, cmd.args[2], *count);
   } else {
     ns = KvtNamespace{*ParseNamespaceId(cmd.args[1]), true};
   }
   const size_t count = cmd.args[2].size() / 16;
   for (; ctx.cursor < count; ++ctx.cursor) {
     if (ctx.OutputFull()) return Progress::kMore;
+    const bool waited = ctx.WaitedForMover();
     Result<store::Lease> lease =
         ctx.stopped ? Result<store::Lease>(NotFound("after a miss"))
                     : ctx.server.store.Acquire(ns->id, PackedKey(cmd.args[2], ctx.cursor),
                                                store::Store::Reader::kHostMemory);
     // On NVMe: the mover reads it up while this connection waits (and the thread serves others).
-    if (lease.status().code() == StatusCode::kPending && ctx.KeepWaitingForMover()) {
+    if (ctx.WaitsForMover(lease.status())) {
+      if (!waited) PrefetchRestOfPrefix(ctx, ns->id, cmd.args[2], ctx.cursor + 1, count);
       return Progress::kRetryLater;
     }
     // A block is only useful with its whole prefix: after the first miss, nothing more is read.

@@ -51,8 +51,8 @@ bool MappedByClient(const CommandContext& ctx, TierId tier) {
   return tier == TierId::kGpu && ctx.session.gpu_pool_attached();
 }
 
-// What ReserveOne and AcquireOne answer when the store's mover has the key's move in hand; never
-// sent to a client (the handler waits, or answers BUSY or NOTFOUND).
+// What ReserveOne and AcquireOne answer when the store's mover has the key's move in hand and the
+// command waits for it; never sent to a client.
 constexpr std::string_view kPendingWord = "PENDING";
 
 // One key of KVT.RESERVE: the status word, with the reservation recorded in the session.
@@ -60,8 +60,8 @@ std::string_view ReserveOne(CommandContext& ctx, const NamespaceId& ns, const Bl
                             uint64_t bytes, store::Reservation& out) {
   if (ctx.session.reservations_held() >= kMaxHeldIdsPerConnection) return "BUSY";
   Result<store::Reservation> r = ctx.server.store.BeginPut(ns, key, bytes);
-  if (r.status().code() == StatusCode::kPending) return kPendingWord;
-  if (!r.ok()) return StatusWord(r.status().code());
+  if (ctx.WaitsForMover(r.status())) return kPendingWord;
+  if (!r.ok()) return StatusWord(r.status().code());  // kPending past the wait: BUSY
   if (r->tier != ctx.server.arena->id()) {
     // The slot is in a tier the client has not mapped (a GPU pool placed above the host arena);
     // it cannot be written through shared memory, so the client must use KVT.PUT.
@@ -95,10 +95,7 @@ Progress Reserve(CommandContext& ctx, Command& cmd) {
     store::Reservation r;
     std::string_view status =
         ReserveOne(ctx, ns->id, PackedKey(cmd.args[2], ctx.cursor), *bytes, r);
-    if (status == kPendingWord) {
-      if (ctx.KeepWaitingForMover()) return Progress::kRetryLater;
-      status = "BUSY";
-    }
+    if (status == kPendingWord) return Progress::kRetryLater;
     AppendGrant(ctx, status, r.id, r.extent, /*with_length=*/false);
   }
   return Progress::kDone;
@@ -113,7 +110,10 @@ std::string_view AcquireOne(CommandContext& ctx, const NamespaceId& ns, const Bl
       ctx.server.store.Acquire(ns, key,
                                ctx.session.gpu_pool_attached() ? store::Store::Reader::kGpuPool
                                                                : store::Store::Reader::kHostMemory);
-  if (lease.status().code() == StatusCode::kPending) return kPendingWord;
+  if (lease.status().code() == StatusCode::kPending) {
+    // Not in memory in time: a miss the engine recomputes.
+    return ctx.WaitsForMover(lease.status()) ? kPendingWord : "NOTFOUND";
+  }
   if (!lease.ok()) return StatusWord(lease.status().code());
   if (!MappedByClient(ctx, lease->tier)) {
     // Not in memory the client mapped: it cannot read it through shared memory; KVT.GET can.
@@ -135,18 +135,18 @@ Progress Acquire(CommandContext& ctx, Command& cmd) {
     ctx.reply.AppendArrayHeader(*count);
     ctx.stopped = !ns->known;
     ctx.started = true;
-    if (ns->known) PrefetchKeys(ctx, ns->id, cmd.args[2], *count);
   }
   // Resumable: a block on NVMe is read up by the mover while the connection waits.
   for (; ctx.cursor < *count; ++ctx.cursor) {
     store::Lease lease;
+    const bool waited = ctx.WaitedForMover();
     // Like KVT.GET, stop at the first miss: the rest of the chain is useless without it.
-    std::string_view status =
+    const std::string_view status =
         ctx.stopped ? "NOTFOUND"
                     : AcquireOne(ctx, ns->id, PackedKey(cmd.args[2], ctx.cursor), lease);
     if (status == kPendingWord) {
-      if (ctx.KeepWaitingForMover()) return Progress::kRetryLater;
-      status = "NOTFOUND";  // not in memory in time: a miss the engine recomputes
+      if (!waited) PrefetchRestOfPrefix(ctx, ns->id, cmd.args[2], ctx.cursor + 1, *count);
+      return Progress::kRetryLater;
     }
     ctx.stopped = status != "OK";
     std::optional<TierId> tier;

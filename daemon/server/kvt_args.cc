@@ -40,11 +40,12 @@ BlockKey PackedKey(std::string_view packed, size_t i) {
   return key;
 }
 
-void PrefetchKeys(CommandContext& ctx, const NamespaceId& ns, std::string_view packed,
-                  size_t count) {
+void PrefetchRestOfPrefix(CommandContext& ctx, const NamespaceId& ns, std::string_view packed,
+                          size_t from, size_t count) {
+  if (from >= count) return;
   std::vector<BlockKey> keys;
-  keys.reserve(count);
-  for (size_t i = 0; i < count; ++i) keys.push_back(PackedKey(packed, i));
+  keys.reserve(count - from);
+  for (size_t i = from; i < count; ++i) keys.push_back(PackedKey(packed, i));
   ctx.server.store.PrefetchForRead(ns, keys);
 }
 

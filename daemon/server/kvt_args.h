@@ -33,11 +33,12 @@ std::optional<KvtNamespace> ParseKvtNamespace(CommandContext& ctx, std::string_v
 // the number of keys; on failure writes the -ERR reply and returns nullopt.
 std::optional<size_t> CheckPackedKeys(CommandContext& ctx, std::string_view packed);
 
-// Asks the store's mover to bring up, all at once, the blocks of `count` packed keys that lie on
-// NVMe (Store::PrefetchForRead): a read of a prefix then waits for its slowest block, not for
-// each block in turn.
-void PrefetchKeys(CommandContext& ctx, const NamespaceId& ns, std::string_view packed,
-                  size_t count);
+// For a read of a prefix (KVT.GET, KVT.ACQUIRE) at its first wait for the mover: asks it for every
+// block of keys [from, count) of `packed` that lies on NVMe at once (Store::PrefetchForRead), so
+// that the read waits for its slowest block rather than for each in turn. Called only then, so a
+// read whose blocks are all in memory builds no key list and looks nothing up twice.
+void PrefetchRestOfPrefix(CommandContext& ctx, const NamespaceId& ns, std::string_view packed,
+                          size_t from, size_t count);
 
 // Key `i` of a packed-key argument that passed CheckPackedKeys.
 BlockKey PackedKey(std::string_view packed, size_t i);
