@@ -368,6 +368,9 @@ class Store {
   Status PromoteForRead(const NamespaceId& ns, const BlockKey& key);
   // BeginPut's allocation when the mover makes room: no eviction here, a request for room instead.
   Result<Extent> AllocateOrAskForRoom(uint64_t bytes);
+  // The level of a block that lies below the host tier (where a reader's promotion comes from),
+  // or tiers_.size() when it lies in or above it, or the store has no host tier.
+  size_t LevelBelowHost(const index::BlockMeta& meta) const;
   // Fetch's work: false when the block is still below the host tier and could not move up.
   bool FetchOne(const BlockKey& key);
   // Whether moves out of (or up into) tiers_[level] wait for a disk and are the mover's to do.

@@ -35,14 +35,13 @@ bool Store::MakeRoom(uint64_t bytes) {
 
 void Store::PrefetchForRead(const NamespaceId& ns, std::span<const BlockKey> keys) {
   if (!options_.background_disk_moves || !options_.promote_on_read) return;
-  const size_t host = LevelOf(TierId::kHost);
   bool asked = false;
   for (const BlockKey& key : keys) {
     std::optional<BlockMeta> meta = index_->Get(key);
     // Past the first miss nothing will be read: the rest of a chain is useless without it.
     if (!meta || meta->state != BlockState::kReady || meta->ns != ns) break;
-    const size_t level = LevelOf(meta->tier);
-    if (level > host && level < tiers_.size() && DiskMovesInBackground(level - 1)) {
+    const size_t level = LevelBelowHost(*meta);
+    if (level < tiers_.size() && DiskMovesInBackground(level - 1)) {
       asked |= move_requests_.AskForFetch(key);
     }
   }
@@ -52,13 +51,12 @@ void Store::PrefetchForRead(const NamespaceId& ns, std::span<const BlockKey> key
 void Store::Fetch(const BlockKey& key) { move_requests_.FinishFetch(key, FetchOne(key)); }
 
 bool Store::FetchOne(const BlockKey& key) {
-  const size_t host = LevelOf(TierId::kHost);
   std::optional<BlockMeta> meta = index_->Get(key);
   if (!meta || meta->state != BlockState::kReady) return true;  // gone: the reader will miss
-  const size_t level = LevelOf(meta->tier);
-  if (host >= tiers_.size() || level <= host || level >= tiers_.size()) return true;  // up
+  const size_t level = LevelBelowHost(*meta);
+  if (level >= tiers_.size()) return true;  // up already
   // A corrupt block is dropped by Promote: the reader then misses, which is the right answer.
-  return Promote(level, host, key, *meta) != PromoteOutcome::kNotMoved;
+  return Promote(level, LevelOf(TierId::kHost), key, *meta) != PromoteOutcome::kNotMoved;
 }
 
 }  // namespace kvtier::store

@@ -39,26 +39,21 @@ Store::FlushResult Store::FlushToNvme(uint64_t deadline_us, std::stop_token stop
         continue;
       }
       Extent on_nvme;
-      switch (FlushBlock(level, key, meta, flushed, on_nvme)) {
-        case FlushOutcome::kWritten:
-          ++result.written;
-          result.written_bytes += meta.extent.length;
-          flushed.insert(meta.generation);
-          written_newest_first.push_back(on_nvme);
-          break;
-        case FlushOutcome::kAlreadyDurable:
-          ++result.already_durable;
-          flushed.insert(meta.generation);
-          written_newest_first.push_back(on_nvme);
-          break;
-        case FlushOutcome::kNvmeFull:
-          result.nvme_full = true;
-          [[fallthrough]];
-        case FlushOutcome::kNotMoved:
-          index_->Unpick(key);
-          ++result.left;
-          break;
+      const FlushOutcome outcome = FlushBlock(level, key, meta, flushed, on_nvme);
+      if (outcome == FlushOutcome::kNvmeFull || outcome == FlushOutcome::kNotMoved) {
+        result.nvme_full |= outcome == FlushOutcome::kNvmeFull;
+        index_->Unpick(key);
+        ++result.left;
+        continue;
       }
+      if (outcome == FlushOutcome::kWritten) {
+        ++result.written;
+        result.written_bytes += meta.extent.length;
+      } else {
+        ++result.already_durable;
+      }
+      flushed.insert(meta.generation);
+      written_newest_first.push_back(on_nvme);
     }
   }
   // Written newest first, so each block's record says it was used before the older ones. Marked

@@ -11,6 +11,12 @@ namespace kvtier::store {
 using index::BlockMeta;
 using index::BlockState;
 
+size_t Store::LevelBelowHost(const BlockMeta& meta) const {
+  const size_t host = LevelOf(TierId::kHost);
+  const size_t level = LevelOf(meta.tier);
+  return host < level && level < tiers_.size() ? level : tiers_.size();
+}
+
 size_t Store::LevelOf(TierId id) const {
   for (size_t level = 0; level < tiers_.size(); ++level) {
     if (tiers_[level]->id() == id) return level;
@@ -29,9 +35,9 @@ Status Store::PromoteForRead(const NamespaceId& ns, const BlockKey& key) {
   if (host + 1 >= tiers_.size()) return Status::Ok();
   std::optional<BlockMeta> meta = index_->Get(key);
   if (!meta || meta->state != BlockState::kReady || meta->ns != ns) return Status::Ok();
-  const size_t level = LevelOf(meta->tier);
   // Only blocks below the host tier move up for a reader; a GPU-pool block stays in the GPU.
-  if (host >= tiers_.size() || level <= host || level >= tiers_.size()) return Status::Ok();
+  const size_t level = LevelBelowHost(*meta);
+  if (level >= tiers_.size()) return Status::Ok();
   if (DiskMovesInBackground(level - 1)) {
     // The mover tried and could not: lease it where it lies rather than ask again forever.
     if (move_requests_.TakeFailedFetch(key)) return Status::Ok();

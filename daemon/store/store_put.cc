@@ -33,8 +33,9 @@ Result<Reservation> Store::BeginPut(const NamespaceId& ns, const BlockKey& key, 
       return Busy("too many puts in flight (" + std::to_string(options_.max_reservations) + ")");
     }
   }
-  Result<Extent> extent = DiskMovesInBackground(put_level_) ? AllocateOrAskForRoom(bytes)
-                                                            : AllocateWithEviction(put_level_, bytes);
+  Result<Extent> extent = DiskMovesInBackground(put_level_)
+                              ? AllocateOrAskForRoom(bytes)
+                              : AllocateWithEviction(put_level_, bytes);
   if (!extent.ok()) {
     if (extent.status().code() == StatusCode::kBusy) counters_.busy_puts.fetch_add(1);
     return extent.status();
