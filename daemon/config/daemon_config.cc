@@ -157,6 +157,7 @@ const std::map<std::string, Setter>& Setters() {
        Fraction(&DaemonConfig::low_watermark, "placement.low_watermark")},
       {"placement.mover_threads",
        Uint(&DaemonConfig::mover_threads, 64, "placement.mover_threads")},
+      {"placement.when_disk_lags", Text(&DaemonConfig::when_disk_lags)},
       {"shutdown.flush", Bool(&DaemonConfig::shutdown_flush, "shutdown.flush")},
       {"shutdown.flush_seconds",
        Uint(&DaemonConfig::shutdown_flush_seconds, 86'400, "shutdown.flush_seconds")},
@@ -380,6 +381,10 @@ Status Finalize(DaemonConfig& config) {
   KVTIER_RETURN_IF_ERROR(FinalizeGpu(config));
   if (config.mover_threads == 0) {
     return InvalidArgument("placement.mover_threads: must be at least 1");
+  }
+  if (config.when_disk_lags != "drop" && config.when_disk_lags != "wait") {
+    return InvalidArgument("placement.when_disk_lags: expected drop or wait, got '" +
+                           config.when_disk_lags + "'");
   }
   if (config.low_watermark >= config.high_watermark) {
     return InvalidArgument("placement.low_watermark: must be below placement.high_watermark");

@@ -75,6 +75,10 @@ struct DaemonConfig {
   double low_watermark = 0.90;
   // Threads of the tier mover: NVMe moves in flight at once (each is one block's I/O).
   uint32_t mover_threads = 4;
+  // When puts arrive faster than the mover writes host blocks to NVMe: "wait" for it (puts run at
+  // the disk's pace, and every block reaches NVMe), or "drop" the coldest host blocks it has not
+  // reached (puts run at memory speed; the cache keeps what the disk could take).
+  std::string when_disk_lags = "wait";
 
   // shutdown: at SIGTERM/SIGINT the blocks of the memory tiers are written to NVMe (newest first)
   // so that a restart serves them; flush_seconds bounds how long that may take (0: until NVMe is

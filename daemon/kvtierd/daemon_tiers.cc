@@ -160,6 +160,7 @@ store::StoreOptions StoreOptionsFrom(const config::DaemonConfig& c) {
   o.nvme_write_through = c.nvme_write_through;
   // With a disk below the host tier, every move that waits for it belongs to the tier mover.
   o.background_disk_moves = c.nvme_bytes != 0;
+  o.drop_when_disk_lags = c.when_disk_lags == "drop";
   o.gpu_promotion.policy = c.gpu_promotion;
   o.gpu_promotion.after_reads = c.gpu_promote_after_reads;
   o.gpu_promotion.window_us = c.gpu_promote_window_ms * 1000;

@@ -35,6 +35,7 @@ json TierJson(const store::TierStatsSnapshot& t) {
           {"demotions", t.demotions},
           {"drops", t.drops},
           {"admission_drops", t.admission_drops},
+          {"lag_drops", t.lag_drops},
           {"promotions", t.promotions},
           {"corrupt_drops", t.corrupt_drops},
           {"copy_errors", t.copy_errors},
@@ -165,6 +166,10 @@ std::string StatsToPrometheus(const store::StoreStats& stats, const ProcessInfo&
       {"kvtier_tier_admission_drops_total", "counter",
        "Victims dropped because the next tier's admission policy refused them.",
        [](const store::TierStatsSnapshot& t) { return double(t.admission_drops); }},
+      {"kvtier_tier_lag_drops_total", "counter",
+       "Victims a put dropped because the mover had not yet written them to the next tier (a "
+       "disk).",
+       [](const store::TierStatsSnapshot& t) { return double(t.lag_drops); }},
       {"kvtier_tier_promotions_total", "counter",
        "Blocks moved up out of the tier (read often, or read on NVMe).",
        [](const store::TierStatsSnapshot& t) { return double(t.promotions); }},

@@ -25,9 +25,11 @@ using store::testing::Payload;
 
 class TierMoverTest : public store::testing::StoreTest {
  protected:
-  void BuildTwoTiers(uint64_t host_blocks, uint64_t nvme_blocks) {
+  // `drop_when_disk_lags` false (the default): puts wait for the mover's room.
+  void BuildTwoTiers(uint64_t host_blocks, uint64_t nvme_blocks, bool drop_when_disk_lags = false) {
     StoreOptions options;
     options.background_disk_moves = true;
+    options.drop_when_disk_lags = drop_when_disk_lags;
     Build({host_blocks, nvme_blocks}, /*last_addressable=*/false, options);
   }
   void StartMover(TierMover::Options o = {}) {
@@ -82,6 +84,36 @@ TEST_F(TierMoverTest, APutPastAFullHostTierWaitsForRoomInsteadOfWritingToDisk) {
   EXPECT_GE(nvme().block_writes(), 1u);
   EXPECT_EQ(TierOf(1), TierId::kNvme);  // the least recently used went down
   EXPECT_EQ(TierOf(5), TierId::kHost);
+}
+
+TEST_F(TierMoverTest, APutThatOutrunsTheMoverDropsTheColdestBlockInsteadOfWaiting) {
+  BuildTwoTiers(4, 16, /*drop_when_disk_lags=*/true);
+  for (uint64_t n = 1; n <= 4; ++n) ASSERT_TRUE(PutBlock(n).ok());
+  // No mover: the put neither waits nor writes to NVMe; block 1, the coldest, makes its room.
+  ASSERT_TRUE(PutBlock(5).ok());
+  EXPECT_EQ(nvme().block_writes(), 0u);
+  EXPECT_FALSE(Cached(1));
+  for (uint64_t n = 2; n <= 5; ++n) EXPECT_EQ(TierOf(n), TierId::kHost) << n;
+  const store::StoreStats s = store_->Stats();
+  EXPECT_EQ(s.tiers[0].lag_drops, 1u);
+  EXPECT_EQ(s.tiers[0].demotions, 0u);
+  // The mover was still asked for room: it writes the cold end at the disk's pace meanwhile.
+  EXPECT_TRUE(store_->MoveWorkPending());
+}
+
+TEST_F(TierMoverTest, APutThatOutrunsTheMoverMovesAWriteThroughBlockIntoItsCopy) {
+  StoreOptions options;
+  options.background_disk_moves = true;
+  options.drop_when_disk_lags = true;
+  options.nvme_write_through = true;
+  Build({4, 16}, /*last_addressable=*/false, options);
+  for (uint64_t n = 1; n <= 4; ++n) ASSERT_TRUE(PutBlock(n).ok());
+  const uint64_t writes = nvme().block_writes();
+  ASSERT_TRUE(PutBlock(5).ok());
+  // Block 1 already had its bytes on NVMe: it left the host tier for them, with no write.
+  EXPECT_EQ(TierOf(1), TierId::kNvme);
+  EXPECT_EQ(nvme().block_writes(), writes + 1);  // block 5's own write-through
+  EXPECT_EQ(store_->Stats().tiers[0].lag_drops, 0u);
 }
 
 TEST_F(TierMoverTest, AReadOfAnNvmeBlockWaitsForTheMoverToBringItUp) {

@@ -94,6 +94,12 @@ struct StoreOptions {
   // the block to be brought up (with promote_on_read). The caller calls again shortly. false: the
   // request does the move itself, for users of the store that run no mover.
   bool background_disk_moves = false;
+  // With background_disk_moves: a put that finds the host tier full takes its room from the
+  // coldest host blocks, dropping them (a block with a write-through copy on NVMe moves into it),
+  // instead of waiting for the mover to write them to NVMe. The mover keeps writing the cold end
+  // at the disk's pace; what it has not reached when room runs out is lost to the cache, and the
+  // puts run at memory speed. false: the put waits (kPending) and puts run at the disk's pace.
+  bool drop_when_disk_lags = false;
 };
 
 // A reserved slot for a block being written.
@@ -324,14 +330,20 @@ class Store {
         std::unique_ptr<placement::GpuPromotionPolicy> gpu_promotion, Clock& clock,
         std::unique_ptr<index::BlockIndex> index);
 
+  // How an eviction treats its victims: kDemote writes them to the next tier when admitted (or
+  // drops them from the last tier); kDropOnly never waits for a copy: a victim leaves for its
+  // write-through copy on NVMe when it has one, and is dropped otherwise.
+  enum class EvictionMode { kDemote, kDropOnly };
   // Allocates `bytes` in tiers_[level], making room by evicting that tier's victims.
-  Result<Extent> AllocateWithEviction(size_t level, uint64_t bytes);
+  Result<Extent> AllocateWithEviction(size_t level, uint64_t bytes,
+                                      EvictionMode mode = EvictionMode::kDemote);
   // Makes room in tiers_[level] by moving one victim down or dropping it. false: nothing could go.
-  bool EvictOne(size_t level);
+  bool EvictOne(size_t level, EvictionMode mode = EvictionMode::kDemote);
   // Empties the tier's reclaim unit (slab) around its least recently used block, for a block size
   // that LRU eviction of other sizes cannot make room for. false: nothing could go.
-  bool EvictReclaimUnit(size_t level);
-  bool DemoteOrDrop(size_t level, const BlockKey& key, const index::BlockMeta& meta);
+  bool EvictReclaimUnit(size_t level, EvictionMode mode);
+  bool DemoteOrDrop(size_t level, const BlockKey& key, const index::BlockMeta& meta,
+                    EvictionMode mode);
   enum class DemoteOutcome { kMoved, kBlockChanged, kNoRoomBelow, kCopyFailed };
   // Copies a victim into tiers_[level + 1] and repoints it there. kBlockChanged: leased, removed
   // or replaced meanwhile (it stays where it is); kNoRoomBelow: the next tier could not take it;

@@ -20,6 +20,12 @@ Result<Extent> Store::AllocateOrAskForRoom(uint64_t bytes) {
   // ahead of demand between its watermarks; this put arrived faster than that.
   move_requests_.AskForRoom(bytes);
   if (wake_mover_) wake_mover_();
+  if (options_.drop_when_disk_lags) {
+    // Puts outrun the disk: the coldest blocks the mover has not reached yet make the room. The
+    // cache keeps what the disk can take, and the put does not wait for it.
+    extent = AllocateWithEviction(put_level_, bytes, EvictionMode::kDropOnly);
+    if (extent.ok() || extent.status().code() != StatusCode::kBusy) return extent;
+  }
   return Pending(std::string(TierName(tiers_[put_level_]->id())) +
                  " tier is full; room is being made");
 }

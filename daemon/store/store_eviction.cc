@@ -17,7 +17,7 @@ using index::BlockState;
 constexpr int kEvictionsBeforeReclaim = 4;
 constexpr int kReclaimAttempts = 4;
 
-Result<Extent> Store::AllocateWithEviction(size_t level, uint64_t bytes) {
+Result<Extent> Store::AllocateWithEviction(size_t level, uint64_t bytes, EvictionMode mode) {
   tiers::Tier& t = *tiers_[level];
   int reclaims = 0;
   for (int evicted = 0;; ++evicted) {
@@ -26,24 +26,24 @@ Result<Extent> Store::AllocateWithEviction(size_t level, uint64_t bytes) {
     if (evicted == options_.max_evictions_per_allocation) break;
     const bool reclaim = evicted >= kEvictionsBeforeReclaim && reclaims < kReclaimAttempts;
     if (reclaim) ++reclaims;
-    if (!(reclaim ? EvictReclaimUnit(level) : EvictOne(level))) break;
+    if (!(reclaim ? EvictReclaimUnit(level, mode) : EvictOne(level, mode))) break;
   }
   return Busy(std::string(TierName(t.id())) +
               " tier is full and nothing can be evicted now (blocks leased, pinned or being "
               "written); retry later");
 }
 
-bool Store::EvictOne(size_t level) {
+bool Store::EvictOne(size_t level, EvictionMode mode) {
   const TierId id = tiers_[level]->id();
   std::optional<std::pair<BlockKey, BlockMeta>> victim = index_->PickVictim(id, clock_.NowMicros());
   if (!victim) return false;
   // A victim that cannot leave right now (leased since it was picked) was handed back to the
   // policy; that still counts as an attempt, so the caller's bound keeps the loop finite.
-  DemoteOrDrop(level, victim->first, victim->second);
+  DemoteOrDrop(level, victim->first, victim->second, mode);
   return true;
 }
 
-bool Store::EvictReclaimUnit(size_t level) {
+bool Store::EvictReclaimUnit(size_t level, EvictionMode mode) {
   tiers::Tier& t = *tiers_[level];
   const uint64_t now = clock_.NowMicros();
   std::optional<std::pair<BlockKey, BlockMeta>> victim = index_->PickVictim(t.id(), now);
@@ -52,16 +52,22 @@ bool Store::EvictReclaimUnit(size_t level) {
   const Extent unit = t.ReclaimUnit(victim->second.extent);
   bool any = false;
   for (const auto& [key, meta] : index_->EvictableInRange(t.id(), unit, now)) {
-    any |= DemoteOrDrop(level, key, meta);
+    any |= DemoteOrDrop(level, key, meta, mode);
   }
   return any;
 }
 
-bool Store::DemoteOrDrop(size_t level, const BlockKey& key, const BlockMeta& meta) {
+bool Store::DemoteOrDrop(size_t level, const BlockKey& key, const BlockMeta& meta,
+                         EvictionMode mode) {
   TierCounters& counters = tier_counters_[static_cast<size_t>(meta.tier)];
-  const bool admitted = level + 1 < tiers_.size() && AdmitBelow(level, meta);
-  if (level + 1 < tiers_.size() && !admitted) counters.admission_drops.fetch_add(1);
-  if (admitted) {
+  const bool below = level + 1 < tiers_.size();
+  // A write-through copy makes the move into NVMe an index change: no wait even when dropping.
+  const bool into_shadow = below && meta.has_shadow && tiers_[level + 1]->id() == TierId::kNvme;
+  const bool admitted = below && AdmitBelow(level, meta);
+  if (below && !admitted) counters.admission_drops.fetch_add(1);
+  if (below && admitted && mode == EvictionMode::kDropOnly && !into_shadow) {
+    counters.lag_drops.fetch_add(1);
+  } else if (admitted) {
     switch (Demote(level, key, meta)) {
       case DemoteOutcome::kMoved:
         counters.evictions.fetch_add(1);

@@ -109,7 +109,7 @@ Result<Extent> Store::AllocateForFlush(uint64_t bytes,
       index_->Unpick(victim->first);
       break;
     }
-    DemoteOrDrop(nvme, victim->first, victim->second);
+    DemoteOrDrop(nvme, victim->first, victim->second, EvictionMode::kDemote);
   }
   return Busy("nvme tier holds no block older than this flush");
 }

@@ -36,6 +36,7 @@ StoreStats Store::Stats() const {
                        c.demotions.load(),
                        c.drops.load(),
                        c.admission_drops.load(),
+                       c.lag_drops.load(),
                        c.promotions.load(),
                        c.corrupt_drops.load(),
                        c.copy_errors.load(),

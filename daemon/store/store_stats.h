@@ -38,8 +38,11 @@ struct TierCounters {
   Counter demotions{0};        // victims moved to the next tier
   Counter drops{0};            // victims dropped because there is no next tier (or it failed)
   Counter admission_drops{0};  // victims dropped because the next tier's admission refused them
-  Counter promotions{0};       // blocks moved up out of this tier (read often, or read on NVMe)
-  Counter corrupt_drops{0};    // blocks of this tier whose bytes failed verification (dropped)
+  // Victims a put dropped because the next tier is a disk the mover had not yet written them to
+  // (StoreOptions::drop_when_disk_lags): cache the disk was too slow to keep.
+  Counter lag_drops{0};
+  Counter promotions{0};     // blocks moved up out of this tier (read often, or read on NVMe)
+  Counter corrupt_drops{0};  // blocks of this tier whose bytes failed verification (dropped)
   // Moves into or out of this tier whose copy failed with a device error (counted on the device
   // side of a copy, never on host memory): a promotion leaves the block where it was, a demotion
   // drops it.
@@ -88,6 +91,7 @@ struct TierStatsSnapshot {
   uint64_t demotions = 0;
   uint64_t drops = 0;
   uint64_t admission_drops = 0;
+  uint64_t lag_drops = 0;
   uint64_t promotions = 0;
   uint64_t corrupt_drops = 0;
   uint64_t copy_errors = 0;

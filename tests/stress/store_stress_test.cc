@@ -302,13 +302,16 @@ TEST(StoreStressTest, BlocksMovingThroughAGpuTierUnderReadersKeepTheirBytes) {
   EXPECT_EQ(cold.bad_frees(), 0u);
 }
 
-TEST(StoreStressTest, WithDiskMovesLeftToATierMoverNothingIsLostOrWrong) {
+// The same load with disk moves left to a TierMover; `drop_when_disk_lags`: puts that outrun it
+// drop cold host blocks instead of waiting for it.
+void RunWithATierMover(bool drop_when_disk_lags) {
   auto host = SmallHostTier();
   ASSERT_TRUE(host.ok()) << host.status().ToString();
   testing::FakeTier cold(TierId::kNvme, 256 * kBlockBytes, /*addressable=*/false);
   FakeClock clock;
   StoreOptions options = StressOptions();
   options.background_disk_moves = true;
+  options.drop_when_disk_lags = drop_when_disk_lags;
   auto store = Store::Create(options, {host->get(), &cold}, clock);
   ASSERT_TRUE(store.ok());
   ASSERT_TRUE((*store)->RegisterNamespace({kNs, 16, kBlockBytes, "stress"}).ok());
@@ -325,6 +328,14 @@ TEST(StoreStressTest, WithDiskMovesLeftToATierMoverNothingIsLostOrWrong) {
   EXPECT_GT(stats.tiers[0].demotions, 0u);   // host -> NVMe, by the mover
   EXPECT_GT(stats.tiers[1].promotions, 0u);  // NVMe -> host, fetched for readers
   EXPECT_EQ(cold.bad_frees(), 0u);
+}
+
+TEST(StoreStressTest, WithDiskMovesLeftToATierMoverNothingIsLostOrWrong) {
+  RunWithATierMover(/*drop_when_disk_lags=*/false);
+}
+
+TEST(StoreStressTest, WithPutsDroppingWhatTheTierMoverHasNotWrittenNothingIsLostOrWrong) {
+  RunWithATierMover(/*drop_when_disk_lags=*/true);
 }
 
 }  // namespace
