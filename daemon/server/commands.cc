@@ -90,7 +90,9 @@ bool CommandContext::WaitsForMover(const Status& status) {
   if (status.code() != StatusCode::kPending) return false;
   const auto now = std::chrono::steady_clock::now();
   if (mover_waiting_since == std::chrono::steady_clock::time_point{}) mover_waiting_since = now;
-  return now - mover_waiting_since < std::chrono::milliseconds(server.options.mover_wait_ms);
+  waits_for_mover_now =
+      now - mover_waiting_since < std::chrono::milliseconds(server.options.mover_wait_ms);
+  return waits_for_mover_now;
 }
 
 Status AppendLeasedBulk(CommandContext& ctx, const store::Lease& lease, size_t skip_bytes,

@@ -77,6 +77,9 @@ struct CommandContext {
   // call; the per-key answers continue from `cursor`.
   bool started = false;
   std::chrono::steady_clock::time_point mover_waiting_since{};
+  // Set by WaitsForMover when it answers true: the connection's wait for this kRetryLater is cut
+  // short by the mover's progress (MoverWaiters). Reset before every call of the handler.
+  bool waits_for_mover_now = false;
 
   // True when the buffered reply bytes (queued leased payloads included) reached the client's
   // in-flight limit.

@@ -31,6 +31,9 @@ constexpr size_t kPayloadPieceBytes = 4 << 20;
 constexpr int kMaxReadsWithoutWait = 8;
 // How long a command that waits for readers (Progress::kRetryLater) pauses between attempts.
 constexpr std::chrono::milliseconds kRetryPause{1};
+// The same for a command that waits for the tier mover: the mover's progress wakes it sooner
+// (MoverWaiters); this bounds the wait if that signal never comes.
+constexpr std::chrono::milliseconds kMoverRetryPause{20};
 
 }  // namespace
 
@@ -249,6 +252,9 @@ Connection::Awaitable<bool> Connection::RunHandler(const CommandSpec* spec, Comm
                                                    resp::Command& cmd) {
   for (;;) {
     if (spec == nullptr) co_return true;
+    // Read before the store is asked: a move that ends after this wakes the wait below.
+    const uint64_t mover_generation = server_.mover_waiters->Generation();
+    ctx.waits_for_mover_now = false;
     const Progress progress = spec->handler(ctx, cmd);
     if (progress == Progress::kDone) co_return true;
     // Flushing first also ends this connection's own leases: a pipelined GET of the value a SET
@@ -256,9 +262,13 @@ Connection::Awaitable<bool> Connection::RunHandler(const CommandSpec* spec, Comm
     const bool flushed = co_await Flush();
     if (!flushed) co_return false;
     if (progress == Progress::kRetryLater) {
-      asio::steady_timer pause(strand_, kRetryPause);
-      error_code ec;
-      co_await pause.async_wait(redirect_error(use_awaitable, ec));
+      const bool mover = ctx.waits_for_mover_now;
+      auto pause =
+          std::make_shared<asio::steady_timer>(strand_, mover ? kMoverRetryPause : kRetryPause);
+      if (!mover || server_.mover_waiters->Register(mover_generation, pause)) {
+        error_code ec;  // operation_aborted: the mover moved something
+        co_await pause->async_wait(redirect_error(use_awaitable, ec));
+      }
       if (closing_) co_return false;
       Touch();  // the client is waiting for us, not idle
     }

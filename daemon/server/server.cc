@@ -239,7 +239,12 @@ void Server::Impl::CloseAll() {
 
 Server::Server(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
-Server::~Server() { Stop(); }
+Server::~Server() {
+  // First, so that no mover thread posts to this server's strands while they go away.
+  impl_->context.store.SetMoveListener({});
+  impl_->context.mover_waiters->Shutdown();
+  Stop();
+}
 
 Result<std::unique_ptr<Server>> Server::Create(const ServerOptions& options, store::Store& store,
                                                tiers::HostTier* arena,
@@ -256,6 +261,7 @@ Result<std::unique_ptr<Server>> Server::Create(const ServerOptions& options, sto
   generic.label = "generic";
   KVTIER_RETURN_IF_ERROR(store.RegisterNamespace(generic));
   impl->context.start_time_us = SteadyClock::Instance().NowMicros();
+  store.SetMoveListener([waiters = impl->context.mover_waiters] { waiters->Notify(); });
   return std::unique_ptr<Server>(new Server(std::move(impl)));
 }
 

@@ -9,9 +9,11 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <memory>
 
 #include "common/keys.h"
 #include "common/thread_annotations.h"
+#include "daemon/server/mover_waiters.h"
 #include "daemon/server/server.h"
 
 namespace kvtier::store {
@@ -58,6 +60,9 @@ struct ServerContext {
   std::atomic<uint64_t> next_staging_key{1};  // placeholder keys of staged SET values
   ServerCounters counters;
   std::array<Mutex, kGenericWriteStripes> generic_write_locks;
+  // Shared with the store's move listener, which may run on a mover thread while the server is
+  // being destroyed.
+  std::shared_ptr<MoverWaiters> mover_waiters = std::make_shared<MoverWaiters>();
 
   Mutex& GenericWriteLock(const BlockKey& key) {
     return generic_write_locks[key.low % kGenericWriteStripes];

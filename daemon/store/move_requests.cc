@@ -32,11 +32,16 @@ std::optional<BlockKey> MoveRequests::TakeFetch() {
 }
 
 void MoveRequests::FinishFetch(const BlockKey& key, bool moved) {
-  MutexLock lock(mu_);
-  queued_.erase(key);
-  if (moved) return;
-  if (failed_.size() >= kMaxRememberedFailures) failed_.clear();
-  failed_.insert(key);
+  {
+    MutexLock lock(mu_);
+    queued_.erase(key);
+    if (!moved) {
+      if (failed_.size() >= kMaxRememberedFailures) failed_.clear();
+      failed_.insert(key);
+    }
+  }
+  // A failed fetch is news too: the reader now leases the block where it lies.
+  NotifyMoved();
 }
 
 bool MoveRequests::TakeFailedFetch(const BlockKey& key) {
@@ -47,6 +52,22 @@ bool MoveRequests::TakeFailedFetch(const BlockKey& key) {
 bool MoveRequests::HasWork() const {
   MutexLock lock(mu_);
   return room_bytes_ != 0 || !fetches_.empty();
+}
+
+void MoveRequests::SetMoveListener(std::function<void()> listener) {
+  auto shared =
+      listener ? std::make_shared<const std::function<void()>>(std::move(listener)) : nullptr;
+  MutexLock lock(listener_mu_);
+  listener_ = std::move(shared);
+}
+
+void MoveRequests::NotifyMoved() {
+  std::shared_ptr<const std::function<void()>> listener;
+  {
+    MutexLock lock(listener_mu_);
+    listener = listener_;
+  }
+  if (listener) (*listener)();
 }
 
 }  // namespace kvtier::store

@@ -3,7 +3,8 @@
 // the host tier brought up for a reader. The store fills it; the TierMover (daemon/mover/) drains
 // it.
 //
-// A fetch is asked for once however many readers wait for it (they poll the store). A fetch the
+// A fetch is asked for once however many readers wait for it (they call the store again when the
+// mover says it moved something: SetMoveListener, NotifyMoved, or after a short pause). A fetch the
 // mover could not do (no room, a device error) is remembered, so that the next read of that block
 // leases it where it lies instead of asking again forever; the memory of failures is bounded.
 //
@@ -12,6 +13,8 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
+#include <memory>
 #include <optional>
 #include <unordered_set>
 
@@ -41,6 +44,12 @@ class MoveRequests {
 
   bool HasWork() const;
 
+  // Who is told when the mover has moved something (a fetch ended, room was made), so that
+  // requests waiting for it call the store again at once. Called on the mover's threads with no
+  // lock held; it must not block. An empty function removes it.
+  void SetMoveListener(std::function<void()> listener);
+  void NotifyMoved();
+
  private:
   // Past this many failures nobody came back for, the oldest memory is dropped: the cost is one
   // more fetch attempt for those blocks.
@@ -51,6 +60,8 @@ class MoveRequests {
   std::deque<BlockKey> fetches_ GUARDED_BY(mu_);
   std::unordered_set<BlockKey, Key128Hash> queued_ GUARDED_BY(mu_);  // queued or being fetched
   std::unordered_set<BlockKey, Key128Hash> failed_ GUARDED_BY(mu_);
+  mutable Mutex listener_mu_;
+  std::shared_ptr<const std::function<void()>> listener_ GUARDED_BY(listener_mu_);
 };
 
 }  // namespace kvtier::store

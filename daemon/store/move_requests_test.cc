@@ -53,5 +53,21 @@ TEST(MoveRequestsTest, AFailedFetchIsRememberedOnce) {
   EXPECT_FALSE(r.TakeFailedFetch(kA));
 }
 
+TEST(MoveRequestsTest, TheListenerHearsOfEveryFinishedFetchUntilRemoved) {
+  MoveRequests r;
+  int heard = 0;
+  r.SetMoveListener([&heard] { ++heard; });
+  ASSERT_TRUE(r.AskForFetch(kA));
+  ASSERT_TRUE(r.AskForFetch(kB));
+  r.FinishFetch(*r.TakeFetch(), /*moved=*/true);
+  r.FinishFetch(*r.TakeFetch(), /*moved=*/false);  // a reader waits for a failure too
+  EXPECT_EQ(heard, 2);
+  r.NotifyMoved();
+  EXPECT_EQ(heard, 3);
+  r.SetMoveListener({});
+  r.NotifyMoved();
+  EXPECT_EQ(heard, 3);
+}
+
 }  // namespace
 }  // namespace kvtier::store

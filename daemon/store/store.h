@@ -251,6 +251,11 @@ class Store {
   // asked to have brought up. Fetch: brings it up into the host tier, or remembers that it could
   // not. MoveWorkPending: whether any of these is waiting.
   void SetMoverWakeup(std::function<void()> wake) { wake_mover_ = std::move(wake); }
+  // Who is told, on the mover's threads, when a fetch ended or room was made: requests that got
+  // kPending may try again. May be set and cleared at any time (MoveRequests::SetMoveListener).
+  void SetMoveListener(std::function<void()> listener) {
+    move_requests_.SetMoveListener(std::move(listener));
+  }
   uint64_t TakeRoomRequest() { return move_requests_.TakeRoomRequest(); }
   bool MakeRoom(uint64_t bytes);
   std::optional<BlockKey> TakeFetchRequest() { return move_requests_.TakeFetch(); }

@@ -36,6 +36,7 @@ bool Store::MakeRoom(uint64_t bytes) {
   Result<Extent> extent = AllocateWithEviction(put_level_, bytes);
   if (!extent.ok()) return false;
   tiers_[put_level_]->Free(*extent);
+  move_requests_.NotifyMoved();
   return true;
 }
 

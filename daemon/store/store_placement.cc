@@ -149,12 +149,25 @@ void Store::DropCorrupt(const BlockKey& key, const BlockMeta& meta) {
 size_t Store::EvictToTarget(TierId id, uint64_t target_used_bytes, size_t max_victims) {
   const size_t level = LevelOf(id);
   if (level >= tiers_.size()) return 0;
-  size_t tried = 0;
-  while (tried < max_victims && tiers_[level]->Stats().used_bytes > target_used_bytes) {
-    if (!EvictOne(level)) break;  // nothing evictable: everything is leased, pinned or writing
-    ++tried;
+  const uint64_t used = tiers_[level]->Stats().used_bytes;
+  if (used <= target_used_bytes) return 0;
+  // The victims are picked together before any is moved: a run of blocks that were used together
+  // (one request's prefix) goes down together, instead of interleaved with the victims other
+  // threads pick meanwhile, which would leave every prefix with a gap.
+  std::vector<std::pair<BlockKey, BlockMeta>> victims;
+  uint64_t picked = 0;
+  const uint64_t now = clock_.NowMicros();
+  while (victims.size() < max_victims && used - picked > target_used_bytes) {
+    std::optional<std::pair<BlockKey, BlockMeta>> victim =
+        index_->PickVictim(tiers_[level]->id(), now);
+    if (!victim) break;  // nothing evictable: everything is leased, pinned or writing
+    picked += victim->second.extent.length;
+    victims.push_back(*std::move(victim));
   }
-  return tried;
+  for (const auto& [key, meta] : victims) DemoteOrDrop(level, key, meta, EvictionMode::kDemote);
+  // Puts waiting for room may find it now.
+  if (!victims.empty()) move_requests_.NotifyMoved();
+  return victims.size();
 }
 
 Status Store::AdoptBlock(TierId id, const NamespaceId& ns, const BlockKey& key,
