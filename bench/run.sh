@@ -5,6 +5,7 @@
 # kvtierd and redis-server itself; the NVMe figures from bench/nvme_bench.sh, which runs fio;
 # the clean-restart figures from bench/restart_bench.py (its own kvtierd, stopped and restarted);
 # the spill figures from bench/spill_bench.sh (fio, then puts through a full host tier);
+# the replay figures from bench/replay_bench.sh (a trace through kvtierd with and without NVMe);
 # the Python figures from bench/python_bench.py (its own kvtierd), run in build/venv-py with
 # the kvtier package, torch and transformers (as scripts/test.sh installs them).
 # --quick: fewer repetitions and smaller sizes, for a smoke run.
@@ -21,6 +22,7 @@ bench/daemon_bench.sh "$@"
 bench/nvme_bench.sh "$@"
 python3 bench/restart_bench.py "$@"
 bench/spill_bench.sh "$@"
+bench/replay_bench.sh "$@"
 
 venv=build/venv-py
 [ -x "$venv/bin/python" ] || python3 -m venv "$venv"

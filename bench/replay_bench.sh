@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# `kvtier replay` of the conversation trace (tests/data) through a kvtierd with a 256 MiB host tier,
+# alone and with a 2 GiB NVMe tier below it, so that the NVMe tier's cost to a client's request rate
+# is seen against the host tier alone in the same run. Prints "NAME VALUE UNIT" lines
+# (bench/README.md):
+#   replay_nvme_ratio_to_host_only        requests/s with NVMe (defaults: puts wait for the disk)
+#                                         / requests/s host only
+#   replay_nvme_drop_ratio_to_host_only   the same with placement.when_disk_lags: drop
+#   replay_*_block_hit_ratio              what each configuration served
+#   replay_nvme_drop_lag_drop_fraction    host victims dropped because the disk lagged (drop)
+# The NVMe directory is $KVTIER_NVME_BENCH_DIR, else $TMPDIR, else /tmp; removed on exit, with
+# the daemon stopped. --quick: the first 500 requests instead of 2,000.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bin=${KVTIER_BIN_DIR:-build/bin}
+trace=tests/data/mooncake_conversation_trace.jsonl
+
+limit=2000
+for arg in "$@"; do
+  if [ "$arg" = --quick ]; then limit=500; fi
+done
+base="${KVTIER_NVME_BENCH_DIR:-${TMPDIR:-/tmp}}"
+tmp="$(mktemp -d "$base/kvtier-replay-bench.XXXXXX")"
+pid=""
+stop_daemon() {
+  if [ -n "$pid" ]; then
+    kill "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+  fi
+  pid=""
+}
+cleanup() {
+  local rc=$?
+  stop_daemon
+  [ "$rc" -ne 0 ] && [ -f "$tmp/kvtierd.log" ] && tail -n 20 "$tmp/kvtierd.log" >&2
+  rm -rf "$tmp"
+  exit "$rc"
+}
+trap cleanup EXIT
+
+# replay NAME NVME_BYTES WHEN_DISK_LAGS: one replay against a fresh daemon; leaves NAME.json (the
+# replay's summary) and NAME.stats.json (the daemon's statistics after it) in $tmp.
+replay() {
+  local name=$1 nvme=$2 lags=$3
+  local sock="$tmp/$name.sock"
+  printf 'placement:\n  when_disk_lags: %s\n' "$lags" >"$tmp/$name.yaml"
+  "$bin/kvtierd" --config "$tmp/$name.yaml" --unix "$sock" --port 0 --http-port 0 \
+    --host-bytes 256MiB --nvme-bytes "$nvme" --gpu-bytes 0 --data-dir "$tmp/$name.data" \
+    --log-level warn >"$tmp/kvtierd.log" 2>&1 &
+  pid=$!
+  for _ in $(seq 200); do
+    "$bin/kvtier" ping --url "unix://$sock" >/dev/null 2>&1 && break
+    sleep 0.05
+  done
+  "$bin/kvtier" replay "$trace" --url "unix://$sock" --block-bytes 256KiB --limit "$limit" \
+    --json 2>/dev/null >"$tmp/$name.json"
+  "$bin/kvtier" stats --url "unix://$sock" --json >"$tmp/$name.stats.json"
+  stop_daemon
+  rm -rf "$tmp/$name.data"
+}
+
+replay host_only 0 wait
+replay nvme 2GiB wait
+replay nvme_drop 2GiB drop
+
+python3 - "$tmp" <<'PY'
+import json, sys, os
+tmp = sys.argv[1]
+runs = {}
+for name in ("host_only", "nvme", "nvme_drop"):
+    summary = json.load(open(os.path.join(tmp, name + ".json")))
+    stats = json.load(open(os.path.join(tmp, name + ".stats.json")))
+    bad = summary["lost_blocks"] + summary["corrupt_blocks"] + summary["failed_puts"]
+    if bad:
+        sys.stderr.write(f"replay_bench: {name}: {summary['lost_blocks']} lost, "
+                         f"{summary['corrupt_blocks']} corrupt, {summary['failed_puts']} failed puts\n")
+    runs[name] = (summary, stats)
+    print(f"replay_{name}_requests_per_s {summary['requests_per_s']:.4g} req/s")
+    print(f"replay_{name}_block_hit_ratio {summary['block_hit_ratio']:.4g} ratio")
+host_rate = runs["host_only"][0]["requests_per_s"]
+for name in ("nvme", "nvme_drop"):
+    print(f"replay_{name}_ratio_to_host_only {runs[name][0]['requests_per_s'] / host_rate:.4g} ratio")
+host = next(t for t in runs["nvme_drop"][1]["tiers"] if t["tier"] == "host")
+left = host["demotions"] + host["lag_drops"]
+print(f"replay_nvme_drop_lag_drop_fraction {host['lag_drops'] / left if left else 0:.4g} ratio")
+PY
