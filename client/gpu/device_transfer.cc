@@ -69,11 +69,21 @@ class PagedCopier final : public SlotCopier {
 
 // A fake pool is host memory that only the fake copier may treat as device memory; a CUDA pool
 // is device memory that memcpy must never touch.
+// A CUDA pool is mapped into one device's context: the copies out of it must run there.
 Status CheckPool(const GpuPoolImport* pool, const DeviceCopier& copier, const char* what) {
-  if (pool == nullptr || pool->fake() == copier.fake()) return Status::Ok();
-  return InvalidArgument(std::string(what) + ": a " + (pool->fake() ? "fake" : "CUDA") +
-                         " GPU pool needs the " + (pool->fake() ? "fake" : "CUDA") +
-                         " device copier");
+  if (pool == nullptr) return Status::Ok();
+  if (pool->fake() != copier.fake()) {
+    return InvalidArgument(std::string(what) + ": a " + (pool->fake() ? "fake" : "CUDA") +
+                           " GPU pool needs the " + (pool->fake() ? "fake" : "CUDA") +
+                           " device copier");
+  }
+  if (!pool->fake() && pool->device() != copier.device()) {
+    return InvalidArgument(std::string(what) + ": the GPU pool was opened on device " +
+                           std::to_string(pool->device()) + " and the copier copies on device " +
+                           std::to_string(copier.device()) +
+                           "; attach with AttachGpuPool(client, copier.device())");
+  }
+  return Status::Ok();
 }
 
 Status CheckCounts(size_t keys, size_t blocks, const char* what) {

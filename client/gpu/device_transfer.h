@@ -26,15 +26,17 @@
 // into the engine's memory: cudaMemcpyAsync DeviceToDevice, or the paged scatter kernel reading
 // the pool; host-arena blocks take the host-to-device path above, and what neither mapping holds
 // (NVMe, or GPU blocks when no pool is given) is read inline into host memory and copied to the
-// device from there. The pool is on the daemon's device; an engine on another device reads it
-// over peer access (NVLink or PCIe), which CUDA IPC enables on import. Puts always go through the
+// device from there. The pool is on the daemon's GPU; it is opened on the copier's device (pass
+// copier.device() to AttachGpuPool), and when that is another GPU it is read over peer access
+// (NVLink or PCIe), which CUDA IPC enables on import. Puts always go through the
 // arena: the daemon moves blocks into its pool itself.
 //
 // For DMA-speed copies pin the client's mapping of the arena once after Client::Attach(), keep
 // the returned range alive while the mapping is used, and drop it before re-attaching:
 //   Result<ArenaInfo> info = client.Attach();
 //   cuda::PinnedHostRange pinned = PinArena(client);  // best effort; pinned.status() says why not
-//   Result<GpuPoolImport> pool = AttachGpuPool(client);  // optional; error: GPU blocks go inline
+//   Result<GpuPoolImport> pool = AttachGpuPool(client, copier.device());  // optional; error:
+//                                                                          // GPU blocks go inline
 //   GetToDevice(client, copier, ns, keys, blocks, block_bytes, pool.ok() ? &*pool : nullptr);
 //
 // Thread safety: as Client and DeviceCopier: neither is shared between threads.
@@ -64,7 +66,7 @@ Result<std::vector<Status>> PutFromDevice(Client& client, DeviceCopier& copier,
 // Fetches the leading cached blocks of `keys` into `device_blocks`; returns how many were served.
 // With `pool`, blocks in the daemon's GPU pool are copied device-to-device out of it.
 // kInvalidArgument when `pool` and `copier` do not go together (a fake pool needs the fake
-// copier, a CUDA pool the CUDA one).
+// copier, a CUDA pool the CUDA one, opened on the copier's device).
 Result<size_t> GetToDevice(Client& client, DeviceCopier& copier, const NamespaceId& ns,
                            std::span<const BlockKey> keys, std::span<void* const> device_blocks,
                            size_t block_bytes, const GpuPoolImport* pool = nullptr,

@@ -97,6 +97,19 @@ TEST_F(IpcTest, ImporterKilledWhileHoldingTheImportLeavesTheMemoryValid) {
   EXPECT_TRUE(WIFEXITED(second_status) && WEXITSTATUS(second_status) == 0) << second_status;
 }
 
+// The export names its GPU by UUID: a handle from a GPU this process does not see (an engine
+// started with another CUDA_VISIBLE_DEVICES) is refused by name, and opening it leaves no error
+// behind for the next launch. The handle's UUID lies after magic, version, ordinal and size.
+TEST_F(IpcTest, AnExportOfAGpuThisProcessDoesNotSeeIsNotFound) {
+  std::string handle = export_.serialized();
+  for (size_t i = 24; i < 40; ++i) handle[i] = static_cast<char>(~handle[i]);
+  Result<IpcImport> opened = IpcImport::Open(handle, 0);
+  EXPECT_EQ(opened.status().code(), StatusCode::kNotFound) << opened.status().ToString();
+  EXPECT_NE(opened.status().message().find("is not visible in this process"), std::string::npos)
+      << opened.status().message();
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+}
+
 TEST(IpcImportTest, BytesThatAreNotAnExportAreRejected) {
   EXPECT_EQ(IpcImport::Open("short").status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(IpcImport::Open(std::string(kIpcHandleBytes, 'x')).status().code(),
