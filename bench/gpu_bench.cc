@@ -204,7 +204,7 @@ BlockKey IpcKey(size_t i) {
 void ChildIpc(const std::string& url, size_t blocks, int reps) {
   client::Client c = Check(client::Client::Connect(url), "connect to " + url);
   Check(c.Attach(), "attach");
-  client::gpu::GpuPoolImport pool = Check(client::gpu::AttachGpuPool(c), "attach the GPU pool");
+  client::gpu::GpuPoolImport pool = Check(client::gpu::AttachGpuPool(c, 0), "attach the GPU pool");
   if (pool.fake()) Die("attach the GPU pool", Internal("the server's pool is not a GpuTier"));
   cuda::Stream stream = Check(cuda::Stream::Create(0), "stream");
   cuda::DeviceBuffer local = Check(cuda::DeviceBuffer::Allocate(0, blocks * kBlockBytes), "buffer");

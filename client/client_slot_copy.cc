@@ -45,10 +45,12 @@ Result<std::vector<Status>> Client::PutWith(const NamespaceId& ns, std::span<con
       std::vector<SlotGrant> grants,
       DecodeChunkedGrants(replies, keys.size(), kMaxKeysPerCommand, "KVT.RESERVE"));
   FilledSlots filled;
+  bool started_any = false;
   for (size_t i = 0; i < grants.size(); ++i) {
     statuses[i] = grants[i].status;
     if (!grants[i].status.ok()) continue;
     std::byte* slot = arena_.Slice(grants[i].offset, block_bytes);
+    started_any = started_any || slot != nullptr;
     Status started = slot == nullptr
                          ? Internal("KVT.RESERVE: slot at offset " +
                                     std::to_string(grants[i].offset) + " lies outside the arena")
@@ -61,8 +63,9 @@ Result<std::vector<Status>> Client::PutWith(const NamespaceId& ns, std::span<con
     filled.commit_ids.push_back(grants[i].id);
     filled.commit_index.push_back(i);
   }
-  if (!filled.commit_ids.empty()) {
-    // Nothing is committed before every copy into its slot is known to be complete.
+  if (started_any) {
+    // Nothing is committed before every copy into its slot is known to be complete, and nothing
+    // is aborted while a failed Start's partial copy may still write into its slot.
     if (Status waited = copier.Wait(); !waited.ok()) {
       for (size_t index : filled.commit_index) statuses[index] = waited;
       filled.abort_ids.insert(filled.abort_ids.end(), filled.commit_ids.begin(),
@@ -87,6 +90,7 @@ Result<size_t> Client::GetWith(const NamespaceId& ns, std::span<const BlockKey> 
       DecodeChunkedGrants(replies, keys.size(), kMaxKeysPerCommand, "KVT.ACQUIRE"));
   LeasedCopy copy;
   copy.first_miss = grants.size();
+  bool started_any = false;  // a Start was called, failed or not: Wait before any release
   Status copy_failure;  // a device copy that failed: ends the prefix, reported if nothing served
   for (size_t i = 0; i < grants.size(); ++i) {
     if (!grants[i].status.ok()) {
@@ -109,17 +113,20 @@ Result<size_t> Client::GetWith(const NamespaceId& ns, std::span<const BlockKey> 
       copy.error = InvalidArgument("KVT.ACQUIRE: block " + std::to_string(i) + " is " +
                                    std::to_string(grants[i].length) + " bytes, not " +
                                    std::to_string(block_bytes));
-    } else if (Status started = pooled
-                                    ? copier.StartFromGpuPool(i, grants[i].offset, grants[i].length)
-                                    : copier.Start(i, std::span<std::byte>(slot, block_bytes));
-               !started.ok()) {
-      copy_failure = std::move(started);
     } else {
-      ++copy.copied;
+      started_any = true;
+      Status started = pooled ? copier.StartFromGpuPool(i, grants[i].offset, grants[i].length)
+                              : copier.Start(i, std::span<std::byte>(slot, block_bytes));
+      if (started.ok()) {
+        ++copy.copied;
+      } else {
+        copy_failure = std::move(started);
+      }
     }
   }
-  // The leases end only after the copies out of their slots are complete.
-  if (copy.copied > 0) {
+  // The leases end only after the copies out of their slots are complete, a failed Start's
+  // partial copy included.
+  if (started_any) {
     if (Status waited = copier.Wait(); !waited.ok()) {
       copy.copied = 0;
       copy_failure = std::move(waited);
@@ -148,7 +155,8 @@ Result<size_t> Client::GetWith(const NamespaceId& ns, std::span<const BlockKey> 
     for (; started < got; ++started) {
       if (!copier.Start(served + started, outputs[started]).ok()) break;
     }
-    if (started > 0 && !copier.Wait().ok()) started = 0;
+    // Even when the first Start failed: its partial copy may read `staging`, freed on return.
+    if (got > 0 && !copier.Wait().ok()) started = 0;
     served += started;
     if (started < count) break;
   }

@@ -83,7 +83,9 @@ struct SlotGrant {
 // (or releases) only after Wait returned OK, so a copy may be asynchronous until then. For a put
 // the slot is the destination; for a get it is the source and must not be written. Start's
 // error fails that block alone (its reservation is aborted, or the get ends before it); Wait's
-// error fails every block started since the previous Wait.
+// error fails every block started since the previous Wait. A Start that fails may still have
+// queued part of its work (a staging copy before a kernel launch that failed), so once any Start
+// was called the client calls Wait before it aborts, commits or releases anything.
 //
 // A get may also be served out of the daemon's GPU pool: a copier that has the pool mapped says so
 // with reads_gpu_pool(), and the client hands it the leases in the pool with StartFromGpuPool

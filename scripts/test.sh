@@ -45,6 +45,32 @@ run_ctest release
 run_integration
 run_python
 
+# The offline GPU check (tests/gpu/README.md), where the CUDA toolkit is installed: prepare.sh
+# builds the GPU targets in build-cuda/ (objects shared with the release tree through ccache)
+# into one folder, which must stay within 64 MiB and, run here without a GPU driver, report "no
+# CUDA device" with its own exit status (3).
+run_gpu_check_prepare() {
+  local out=build-cuda/gpu-check
+  echo "== GPU check: tests/gpu/prepare.sh =="
+  if ! command -v nvcc >/dev/null; then
+    echo "no nvcc: the GPU check is not prepared"
+    return
+  fi
+  local began=$SECONDS
+  tests/gpu/prepare.sh "$out"
+  echo "prepare.sh took $((SECONDS - began)) s"
+  [ "$(du -sb "$out" | cut -f1)" -le $((64 << 20)) ] || { echo "$out exceeds 64 MiB"; exit 1; }
+  local rc=0
+  "$out/run.sh" >build-cuda/gpu-check.log 2>&1 || rc=$?
+  if [ "$rc" -ne 3 ] || ! grep -q "no CUDA device" build-cuda/gpu-check.log; then
+    cat build-cuda/gpu-check.log
+    echo "$out/run.sh exited $rc without a GPU; expected 3 and \"no CUDA device\""
+    exit 1
+  fi
+  echo "$out/run.sh without a GPU: exit 3, no CUDA device"
+}
+run_gpu_check_prepare
+
 echo "== build (asan: ASan + UBSan) =="
 scripts/build.sh asan
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 run_ctest asan

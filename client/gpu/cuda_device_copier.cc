@@ -30,7 +30,25 @@ cudaMemcpyKind Kind(CopyDirection direction) {
 Result<std::unique_ptr<CudaDeviceCopier>> CudaDeviceCopier::Create(int device) {
   KVTIER_RETURN_IF_ERROR(cuda::ProbeDevice(device));
   KVTIER_ASSIGN_OR_RETURN(cuda::Stream stream, cuda::Stream::Create(device));
-  return std::unique_ptr<CudaDeviceCopier>(new CudaDeviceCopier(device, std::move(stream)));
+  KVTIER_ASSIGN_OR_RETURN(cuda::Event caller_done,
+                          cuda::Event::Create(device, {.blocking_sync = false}));
+  return std::unique_ptr<CudaDeviceCopier>(
+      new CudaDeviceCopier(device, std::move(stream), std::move(caller_done)));
+}
+
+Status CudaDeviceCopier::OrderAfter(const CallerStream& caller) {
+  cuda::ScopedDevice scoped(device_);
+  KVTIER_RETURN_IF_ERROR(scoped.status());
+  cuda::ClearLastError();
+  cudaEvent_t event = caller.event;
+  if (event == nullptr) {
+    KVTIER_CUDA_RETURN_IF_ERROR(cudaEventRecord(caller_done_.get(), caller.stream),
+                                "cudaEventRecord on the caller's stream");
+    event = caller_done_.get();
+  }
+  KVTIER_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(stream_.get(), event, 0),
+                              "cudaStreamWaitEvent for the caller's work");
+  return Status::Ok();
 }
 
 Status CudaDeviceCopier::Copy(void* dst, const void* src, size_t bytes, CopyDirection direction) {
@@ -38,6 +56,7 @@ Status CudaDeviceCopier::Copy(void* dst, const void* src, size_t bytes, CopyDire
   if (dst == nullptr || src == nullptr) return InvalidArgument("device copy with a null pointer");
   cuda::ScopedDevice scoped(device_);
   KVTIER_RETURN_IF_ERROR(scoped.status());
+  cuda::ClearLastError();
   KVTIER_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst, src, bytes, Kind(direction), stream_.get()),
                               "cudaMemcpyAsync");
   return Status::Ok();

@@ -9,8 +9,13 @@
 // so the staging buffer is reused in order without further synchronisation. Host memory runs at
 // DMA speed only when pinned: pin the client's arena mapping once (device_transfer.h, PinArena).
 //
-// Ownership: owns its stream and staging buffer (grown to the largest block seen, after a
-// synchronisation). CUDA builds only. Thread safety: none, as DeviceCopier.
+// OrderAfter records the copier's own event on the caller's stream (or takes the caller's event)
+// and makes the copier's stream wait for it, so the engine's kernels and the copies stay ordered
+// without the host waiting. Every launch checks its own error only: an error left behind by an
+// earlier CUDA call of the process (a refused cudaHostRegister, a failed import) is cleared first.
+//
+// Ownership: owns its stream, its ordering event and staging buffer (grown to the largest block
+// seen, after a synchronisation). CUDA builds only. Thread safety: none, as DeviceCopier.
 #pragma once
 
 #include <memory>
@@ -26,6 +31,8 @@ class CudaDeviceCopier final : public DeviceCopier {
   static Result<std::unique_ptr<CudaDeviceCopier>> Create(int device);
 
   bool fake() const override { return false; }
+  int device() const override { return device_; }
+  Status OrderAfter(const CallerStream& caller) override;
   Status Copy(void* dst, const void* src, size_t bytes, CopyDirection direction) override;
   Status Gather(const PagedKvLayout& layout, uint64_t block_id, void* dst,
                 MemoryKind dst_kind) override;
@@ -33,18 +40,19 @@ class CudaDeviceCopier final : public DeviceCopier {
                  uint64_t block_id) override;
   Status Synchronize() override;
 
-  int device() const { return device_; }
   // The copier's stream, for callers that order their own work after its copies.
   CUstream_st* stream() const { return stream_.get(); }
 
  private:
-  CudaDeviceCopier(int device, cuda::Stream stream) : device_(device), stream_(std::move(stream)) {}
+  CudaDeviceCopier(int device, cuda::Stream stream, cuda::Event caller_done)
+      : device_(device), stream_(std::move(stream)), caller_done_(std::move(caller_done)) {}
   // A staging buffer of at least `bytes`; waits for queued work before replacing a smaller one.
   Result<std::byte*> Staging(size_t bytes);
   Status Launch(const PagedKvLayout& layout, uint64_t block_id, void* contiguous, bool gather);
 
   const int device_;
   cuda::Stream stream_;
+  cuda::Event caller_done_;  // recorded on the caller's stream by OrderAfter
   cuda::DeviceBuffer staging_;
 };
 

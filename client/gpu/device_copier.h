@@ -8,7 +8,10 @@
 // picks one.
 //
 // Calls queue work and may return before it is done; Synchronize waits for everything queued and
-// reports the first failure. Memory passed to a call must stay valid and unchanged (sources) or
+// reports the first failure. The copier's queue does not follow the engine's own CUDA work by
+// itself: OrderAfter makes the copies queued after it wait for the engine's stream (or event), so
+// that a put reads what the engine's kernels wrote and a get writes only once the engine's queued
+// work on that memory is done. Memory passed to a call must stay valid and unchanged (sources) or
 // untouched (destinations) until Synchronize returns. Errors: kInvalidArgument for a bad layout
 // or null pointers; kDeviceError (or another translated CUDA code) for a failed launch or copy,
 // after which the queued results must not be used.
@@ -24,7 +27,19 @@
 #include "client/gpu/paged_layout.h"
 #include "common/status.h"
 
+struct CUstream_st;  // cudaStream_t is CUstream_st*
+struct CUevent_st;   // cudaEvent_t is CUevent_st*
+
 namespace kvtier::client::gpu {
+
+// The engine's CUDA work that a transfer must come after. With `event` set, the copies wait for
+// that event (recorded by the caller); otherwise for everything queued on `stream` so far (nullptr
+// is the legacy default stream, which PyTorch's default stream is). Both belong to the copier's
+// device. The host never blocks on them: the wait is queued on the device (cudaStreamWaitEvent).
+struct CallerStream {
+  CUstream_st* stream = nullptr;
+  CUevent_st* event = nullptr;
+};
 
 enum class CopyDirection : uint8_t { kHostToDevice, kDeviceToHost, kDeviceToDevice };
 
@@ -37,6 +52,11 @@ class DeviceCopier {
 
   // True for FakeDeviceCopier.
   virtual bool fake() const = 0;
+  // The CUDA device the copier copies on; -1 for the fake copier.
+  virtual int device() const = 0;
+  // Makes every copy queued after this call wait for `caller`'s work (see CallerStream).
+  // kInvalidArgument when the stream or event is not one of the copier's device.
+  virtual Status OrderAfter(const CallerStream& caller) = 0;
   // Queues a copy of `bytes` from `src` to `dst`.
   virtual Status Copy(void* dst, const void* src, size_t bytes, CopyDirection direction) = 0;
   // Queues a gather of block `block_id` of `layout` (device memory) into the contiguous `dst`

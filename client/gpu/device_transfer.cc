@@ -69,11 +69,21 @@ class PagedCopier final : public SlotCopier {
 
 // A fake pool is host memory that only the fake copier may treat as device memory; a CUDA pool
 // is device memory that memcpy must never touch.
+// A CUDA pool is mapped into one device's context: the copies out of it must run there.
 Status CheckPool(const GpuPoolImport* pool, const DeviceCopier& copier, const char* what) {
-  if (pool == nullptr || pool->fake() == copier.fake()) return Status::Ok();
-  return InvalidArgument(std::string(what) + ": a " + (pool->fake() ? "fake" : "CUDA") +
-                         " GPU pool needs the " + (pool->fake() ? "fake" : "CUDA") +
-                         " device copier");
+  if (pool == nullptr) return Status::Ok();
+  if (pool->fake() != copier.fake()) {
+    return InvalidArgument(std::string(what) + ": a " + (pool->fake() ? "fake" : "CUDA") +
+                           " GPU pool needs the " + (pool->fake() ? "fake" : "CUDA") +
+                           " device copier");
+  }
+  if (!pool->fake() && pool->device() != copier.device()) {
+    return InvalidArgument(std::string(what) + ": the GPU pool was opened on device " +
+                           std::to_string(pool->device()) + " and the copier copies on device " +
+                           std::to_string(copier.device()) +
+                           "; attach with AttachGpuPool(client, copier.device())");
+  }
+  return Status::Ok();
 }
 
 Status CheckCounts(size_t keys, size_t blocks, const char* what) {
@@ -97,19 +107,22 @@ Status CheckPointers(std::span<Pointer const> blocks, const char* what) {
 Result<std::vector<Status>> PutFromDevice(Client& client, DeviceCopier& copier,
                                           const NamespaceId& ns, std::span<const BlockKey> keys,
                                           std::span<const void* const> device_blocks,
-                                          size_t block_bytes) {
+                                          size_t block_bytes, const CallerStream& caller) {
   KVTIER_RETURN_IF_ERROR(CheckCounts(keys.size(), device_blocks.size(), "PutFromDevice"));
   KVTIER_RETURN_IF_ERROR(CheckPointers(device_blocks, "PutFromDevice"));
+  KVTIER_RETURN_IF_ERROR(copier.OrderAfter(caller));
   ContiguousCopier slots(copier, device_blocks, /*to_slot=*/true);
   return client.PutWith(ns, keys, block_bytes, slots);
 }
 
 Result<size_t> GetToDevice(Client& client, DeviceCopier& copier, const NamespaceId& ns,
                            std::span<const BlockKey> keys, std::span<void* const> device_blocks,
-                           size_t block_bytes, const GpuPoolImport* pool) {
+                           size_t block_bytes, const GpuPoolImport* pool,
+                           const CallerStream& caller) {
   KVTIER_RETURN_IF_ERROR(CheckCounts(keys.size(), device_blocks.size(), "GetToDevice"));
   KVTIER_RETURN_IF_ERROR(CheckPointers(device_blocks, "GetToDevice"));
   KVTIER_RETURN_IF_ERROR(CheckPool(pool, copier, "GetToDevice"));
+  KVTIER_RETURN_IF_ERROR(copier.OrderAfter(caller));
   std::span<const void* const> blocks(const_cast<const void* const*>(device_blocks.data()),
                                       device_blocks.size());
   ContiguousCopier slots(copier, blocks, /*to_slot=*/false, pool);
@@ -119,19 +132,23 @@ Result<size_t> GetToDevice(Client& client, DeviceCopier& copier, const Namespace
 Result<std::vector<Status>> PutFromPaged(Client& client, DeviceCopier& copier,
                                          const NamespaceId& ns, std::span<const BlockKey> keys,
                                          const PagedKvLayout& layout,
-                                         std::span<const uint64_t> block_ids) {
+                                         std::span<const uint64_t> block_ids,
+                                         const CallerStream& caller) {
   KVTIER_RETURN_IF_ERROR(ValidatePagedLayout(layout));
   KVTIER_RETURN_IF_ERROR(CheckCounts(keys.size(), block_ids.size(), "PutFromPaged"));
+  KVTIER_RETURN_IF_ERROR(copier.OrderAfter(caller));
   PagedCopier slots(copier, layout, block_ids, /*to_slot=*/true);
   return client.PutWith(ns, keys, layout.block_bytes(), slots);
 }
 
 Result<size_t> GetToPaged(Client& client, DeviceCopier& copier, const NamespaceId& ns,
                           std::span<const BlockKey> keys, const PagedKvLayout& layout,
-                          std::span<const uint64_t> block_ids, const GpuPoolImport* pool) {
+                          std::span<const uint64_t> block_ids, const GpuPoolImport* pool,
+                          const CallerStream& caller) {
   KVTIER_RETURN_IF_ERROR(ValidatePagedLayout(layout));
   KVTIER_RETURN_IF_ERROR(CheckCounts(keys.size(), block_ids.size(), "GetToPaged"));
   KVTIER_RETURN_IF_ERROR(CheckPool(pool, copier, "GetToPaged"));
+  KVTIER_RETURN_IF_ERROR(copier.OrderAfter(caller));
   PagedCopier slots(copier, layout, block_ids, /*to_slot=*/false, pool);
   return client.GetWith(ns, keys, layout.block_bytes(), slots);
 }

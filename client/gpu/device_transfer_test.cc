@@ -14,11 +14,13 @@
 #include <cstring>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "client/gpu/fake_device_copier.h"
 #include "client/gpu/paged_test_util.h"
 #include "client/testing/spawned_kvtierd.h"
+#include "tests/fakes/helper_program.h"
 #if KVTIER_TEST_CUDA_COPIER
 #include <cuda_runtime_api.h>
 
@@ -26,7 +28,6 @@
 #include "common/cuda/cuda_handles.h"
 #include "tests/gpu/gpu_test_support.h"
 #endif
-
 
 namespace kvtier::client::gpu {
 namespace {
@@ -81,9 +82,75 @@ class DeviceMemory {
 #endif
 };
 
+// The engine's work on its own stream, queued before a transfer and not yet run when the transfer
+// is called: it fills `bytes` at `dst` with `value`. The fake copier runs it when a copy is
+// ordered after its stream or event; on a GPU it is a memset queued behind a host callback that
+// sleeps, so a copy that does not wait for the stream sees (or is overwritten by) the bytes from
+// before. Finish() lets the rest of the engine's work run, as the GPU eventually does.
+class CallerWork {
+ public:
+  CallerWork(DeviceCopier& copier, void* dst, size_t bytes, uint8_t value, bool use_event)
+      : copier_(copier), use_event_(use_event) {
+#if KVTIER_TEST_CUDA_COPIER
+    EXPECT_EQ(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), cudaSuccess);
+    EXPECT_EQ(
+        cudaLaunchHostFunc(
+            stream_, [](void*) { std::this_thread::sleep_for(std::chrono::milliseconds(100)); },
+            nullptr),
+        cudaSuccess);
+    EXPECT_EQ(cudaMemsetAsync(dst, value, bytes, stream_), cudaSuccess);
+    if (use_event_) {
+      EXPECT_EQ(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming), cudaSuccess);
+      EXPECT_EQ(cudaEventRecord(event_, stream_), cudaSuccess);
+    }
+#else
+    static_cast<FakeDeviceCopier&>(copier_).QueueCallerWork(
+        use_event ? &event_name_ : &stream_name_, [=] { std::memset(dst, value, bytes); });
+#endif
+  }
+  ~CallerWork() { Finish(); }
+
+  CallerStream caller() const {
+#if KVTIER_TEST_CUDA_COPIER
+    return use_event_ ? CallerStream{.event = event_} : CallerStream{.stream = stream_};
+#else
+    return use_event_
+               ? CallerStream{.event =
+                                  reinterpret_cast<CUevent_st*>(const_cast<char*>(&event_name_))}
+               : CallerStream{.stream =
+                                  reinterpret_cast<CUstream_st*>(const_cast<char*>(&stream_name_))};
+#endif
+  }
+
+  void Finish() {
+#if KVTIER_TEST_CUDA_COPIER
+    if (stream_ == nullptr) return;
+    EXPECT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
+    if (event_ != nullptr) (void)cudaEventDestroy(std::exchange(event_, nullptr));
+    (void)cudaStreamDestroy(std::exchange(stream_, nullptr));
+#else
+    // Whatever no copy was ordered after runs now, late, as it would on a device.
+    (void)copier_.OrderAfter(caller());
+#endif
+  }
+
+ private:
+  DeviceCopier& copier_;
+  bool use_event_;
+#if KVTIER_TEST_CUDA_COPIER
+  cudaStream_t stream_ = nullptr;
+  cudaEvent_t event_ = nullptr;
+#else
+  char stream_name_ = 0;
+  char event_name_ = 0;
+#endif
+};
+
 class DeviceTransferTest : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() { daemon_.Start(KVTIERD_PATH, "gpu-it"); }
+  static void SetUpTestSuite() {
+    daemon_.Start(::kvtier::testing::HelperProgram(KVTIERD_PATH), "gpu-it");
+  }
   static void TearDownTestSuite() { daemon_.Stop(); }
 
   void SetUp() override {
@@ -103,12 +170,15 @@ class DeviceTransferTest : public ::testing::Test {
 #if KVTIER_TEST_CUDA_COPIER
     ASSERT_TRUE(pinned_.pinned()) << pinned_.status().ToString();
 #endif
-    Result<NamespaceInfo> ns = client::testing::RegisterTestNamespace(*client_, "gpu-transfer", kBlockBytes);
+    Result<NamespaceInfo> ns =
+        client::testing::RegisterTestNamespace(*client_, "gpu-transfer", kBlockBytes);
     ASSERT_TRUE(ns.ok()) << ns.status().ToString();
     ns_ = *ns;
   }
 
-  std::vector<BlockKey> Keys(size_t n, uint32_t seed) { return client::testing::TestKeys(ns_, n, seed); }
+  std::vector<BlockKey> Keys(size_t n, uint32_t seed) {
+    return client::testing::TestKeys(ns_, n, seed);
+  }
 
   static inline client::testing::SpawnedKvtierd daemon_;
   std::unique_ptr<DeviceCopier> copier_;
@@ -222,6 +292,80 @@ TRANSFER_TEST(MismatchedArgumentsAreInvalid) {
             StatusCode::kInvalidArgument);
 }
 
+// The caller's stream ordering: a put stores what the engine's queued work wrote, a get's bytes
+// are not overwritten by the engine's work queued before it. Each would fail if the copies did not
+// wait for the caller's stream or event.
+TRANSFER_TEST(PutFromDeviceIsOrderedAfterTheCallersStream) {
+  const std::vector<BlockKey> keys = Keys(2, 7);
+  DeviceMemory memory(2 * kBlockBytes);
+  memory.Upload(std::vector<std::byte>(2 * kBlockBytes));
+  CallerWork work(*copier_, memory.get(), 2 * kBlockBytes, 0xAB, /*use_event=*/false);
+  const void* src[] = {memory.get(), memory.get() + kBlockBytes};
+  Result<std::vector<Status>> put =
+      PutFromDevice(*client_, *copier_, ns_.id, keys, src, kBlockBytes, work.caller());
+  ASSERT_TRUE(put.ok()) << put.status().ToString();
+  for (const Status& s : *put) ASSERT_TRUE(s.ok()) << s.ToString();
+  std::vector<std::byte> stored(2 * kBlockBytes);
+  void* plain[] = {stored.data(), stored.data() + kBlockBytes};
+  ASSERT_EQ(*client_->Get(ns_.id, keys, plain, kBlockBytes), 2u);
+  EXPECT_EQ(stored, std::vector<std::byte>(2 * kBlockBytes, std::byte{0xAB}));
+}
+
+TRANSFER_TEST(PutFromPagedIsOrderedAfterTheCallersEvent) {
+  const PagedShape shape{
+      .planes = 8, .blocks = 4, .stride_bytes = 8 << 10, .layer_block_bytes = 8 << 10};
+  DeviceMemory engine(shape.total_bytes());
+  engine.Upload(std::vector<std::byte>(shape.total_bytes()));
+  CallerWork work(*copier_, engine.get(), shape.total_bytes(), 0xCD, /*use_event=*/true);
+  const std::vector<BlockKey> keys = Keys(1, 8);
+  const uint64_t ids[] = {2};
+  Result<std::vector<Status>> put = PutFromPaged(
+      *client_, *copier_, ns_.id, keys, LayoutOver(engine.get(), shape), ids, work.caller());
+  ASSERT_TRUE(put.ok()) << put.status().ToString();
+  ASSERT_TRUE((*put)[0].ok()) << (*put)[0].ToString();
+  std::vector<std::byte> stored(kBlockBytes);
+  void* plain[] = {stored.data()};
+  ASSERT_EQ(*client_->Get(ns_.id, keys, plain, kBlockBytes), 1u);
+  EXPECT_EQ(stored, std::vector<std::byte>(kBlockBytes, std::byte{0xCD}));
+}
+
+TRANSFER_TEST(GetToDeviceIsOrderedAfterTheCallersStream) {
+  const std::vector<BlockKey> keys = Keys(1, 9);
+  const std::vector<std::byte> bytes = Bytes(kBlockBytes, 9);
+  const void* plain[] = {bytes.data()};
+  ASSERT_TRUE(client_->Put(ns_.id, keys, plain, kBlockBytes)->at(0).ok());
+  DeviceMemory target(kBlockBytes);
+  CallerWork work(*copier_, target.get(), kBlockBytes, 0xEE, /*use_event=*/false);
+  void* dst[] = {target.get()};
+  Result<size_t> got =
+      GetToDevice(*client_, *copier_, ns_.id, keys, dst, kBlockBytes, nullptr, work.caller());
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  ASSERT_EQ(*got, 1u);
+  work.Finish();
+  EXPECT_EQ(target.Download(0, kBlockBytes), bytes);
+}
+
+TRANSFER_TEST(GetToPagedIsOrderedAfterTheCallersEvent) {
+  const PagedShape shape{
+      .planes = 8, .blocks = 4, .stride_bytes = 8 << 10, .layer_block_bytes = 8 << 10};
+  const std::vector<BlockKey> keys = Keys(1, 10);
+  const std::vector<std::byte> bytes = Bytes(kBlockBytes, 10);
+  const void* plain[] = {bytes.data()};
+  ASSERT_TRUE(client_->Put(ns_.id, keys, plain, kBlockBytes)->at(0).ok());
+  DeviceMemory engine(shape.total_bytes());
+  CallerWork work(*copier_, engine.get(), shape.total_bytes(), 0xEE, /*use_event=*/true);
+  const uint64_t ids[] = {3};
+  const PagedKvLayout layout = LayoutOver(engine.get(), shape);
+  Result<size_t> got =
+      GetToPaged(*client_, *copier_, ns_.id, keys, layout, ids, nullptr, work.caller());
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  ASSERT_EQ(*got, 1u);
+  work.Finish();
+  std::vector<std::byte> expected(shape.total_bytes(), std::byte{0xEE});
+  ReferenceScatter(bytes.data(), LayoutOver(expected.data(), shape), 3);
+  EXPECT_EQ(engine.Download(0, shape.total_bytes()), expected);
+}
+
 #if !KVTIER_TEST_CUDA_COPIER
 // Copy failures, injected in the fake copier: the failed blocks are aborted, never committed.
 TRANSFER_TEST(AFailedCopyAbortsItsReservation) {
@@ -252,6 +396,8 @@ TRANSFER_TEST(AFailedWaitAbortsEveryBlockAndFailsTheGet) {
   struct FailingWait : DeviceCopier {
     explicit FailingWait(DeviceCopier& inner) : inner(inner) {}
     bool fake() const override { return true; }
+    int device() const override { return -1; }
+    Status OrderAfter(const CallerStream& c) override { return inner.OrderAfter(c); }
     Status Copy(void* d, const void* s, size_t n, CopyDirection k) override {
       return inner.Copy(d, s, n, k);
     }
@@ -276,6 +422,60 @@ TRANSFER_TEST(AFailedWaitAbortsEveryBlockAndFailsTheGet) {
   EXPECT_EQ(GetToDevice(*client_, failing, ns_.id, keys, dst, kBlockBytes).status().code(),
             StatusCode::kDeviceError);
   EXPECT_EQ(*GetToDevice(*client_, fake, ns_.id, keys, dst, kBlockBytes), 2u);
+}
+
+// A launch that fails after its staging copy was queued (a scatter's host-to-device copy out of
+// the slot, then a kernel launch error) leaves DMA in flight: the client must wait for it before
+// it aborts the reservation or releases the lease, even when no block was started successfully.
+TRANSFER_TEST(AFailedLaunchOfAPutIsWaitedForBeforeTheAbort) {
+  auto& fake = static_cast<FakeDeviceCopier&>(*copier_);
+  fake.set_deferred(true);
+  const PagedShape shape{
+      .planes = 8, .blocks = 2, .stride_bytes = 8 << 10, .layer_block_bytes = 8 << 10};
+  DeviceMemory engine(shape.total_bytes());
+  engine.Upload(Bytes(shape.total_bytes(), 11));
+  const std::vector<BlockKey> keys = Keys(1, 11);
+  const uint64_t ids[] = {1};
+  fake.FailNextAfterQueueing(1);
+  Result<std::vector<Status>> put =
+      PutFromPaged(*client_, fake, ns_.id, keys, LayoutOver(engine.get(), shape), ids);
+  ASSERT_TRUE(put.ok()) << put.status().ToString();
+  EXPECT_EQ((*put)[0].code(), StatusCode::kDeviceError);
+  EXPECT_EQ(fake.in_flight(), 0u) << "the reservation was aborted with a copy in flight";
+  EXPECT_EQ(client_->Lookup(ns_.id, keys)->prefix, 0u);
+  EXPECT_EQ(client_->counters().aborted_puts, 1u);
+}
+
+TRANSFER_TEST(AFailedLaunchOfAGetIsWaitedForBeforeTheRelease) {
+  auto& fake = static_cast<FakeDeviceCopier&>(*copier_);
+  const std::vector<BlockKey> keys = Keys(2, 12);
+  const std::vector<std::byte> bytes = Bytes(2 * kBlockBytes, 12);
+  const void* plain[] = {bytes.data(), bytes.data() + kBlockBytes};
+  ASSERT_TRUE(client_->Put(ns_.id, keys, plain, kBlockBytes).ok());
+  const PagedShape shape{
+      .planes = 8, .blocks = 2, .stride_bytes = 8 << 10, .layer_block_bytes = 8 << 10};
+  DeviceMemory engine(shape.total_bytes());
+  const uint64_t ids[] = {0, 1};
+  fake.set_deferred(true);
+  fake.FailNextAfterQueueing(1);  // the first block: nothing is served
+  Result<size_t> got =
+      GetToPaged(*client_, fake, ns_.id, keys, LayoutOver(engine.get(), shape), ids);
+  EXPECT_EQ(got.status().code(), StatusCode::kDeviceError);
+  EXPECT_EQ(fake.in_flight(), 0u) << "a lease was released with a copy out of its slot in flight";
+  // The leases were released: a second get serves both.
+  EXPECT_EQ(*GetToPaged(*client_, fake, ns_.id, keys, LayoutOver(engine.get(), shape), ids), 2u);
+}
+
+TRANSFER_TEST(AFailedOrderingFailsTheCallBeforeAnythingIsReserved) {
+  auto& fake = static_cast<FakeDeviceCopier&>(*copier_);
+  const std::vector<BlockKey> keys = Keys(1, 13);
+  DeviceMemory memory(kBlockBytes);
+  const void* src[] = {memory.get()};
+  fake.FailNextOrderAfter();
+  EXPECT_EQ(PutFromDevice(*client_, fake, ns_.id, keys, src, kBlockBytes).status().code(),
+            StatusCode::kDeviceError);
+  EXPECT_EQ(fake.counters().copies, 0u);
+  EXPECT_EQ(client_->Lookup(ns_.id, keys)->prefix, 0u);
 }
 #endif
 

@@ -1,6 +1,8 @@
 #include "client/gpu/fake_device_copier.h"
 
 #include <cstring>
+#include <string>
+#include <utility>
 
 namespace kvtier::client::gpu {
 
@@ -10,15 +12,44 @@ bool FakeDeviceCopier::ConsumeFailure() {
   return true;
 }
 
+Status FakeDeviceCopier::OrderAfter(const CallerStream& caller) {
+  if (std::exchange(fail_order_after_, false)) {
+    return DeviceError("fake device copier: injected ordering failure");
+  }
+  ++counters_.ordered_after;
+  const void* name = caller.event != nullptr ? static_cast<const void*>(caller.event)
+                                             : static_cast<const void*>(caller.stream);
+  for (auto it = caller_work_.begin(); it != caller_work_.end();) {
+    if (it->first != name) {
+      ++it;
+      continue;
+    }
+    it->second();
+    it = caller_work_.erase(it);
+  }
+  return Status::Ok();
+}
+
+Status FakeDeviceCopier::Issue(std::function<void()> copy, const char* what) {
+  if (deferred_) {
+    queued_.push_back(std::move(copy));
+  } else {
+    copy();
+  }
+  if (failures_after_queueing_ == 0) return Status::Ok();
+  --failures_after_queueing_;
+  return DeviceError(std::string("fake device copier: injected ") + what +
+                     " failure after queueing");
+}
+
 Status FakeDeviceCopier::Copy(void* dst, const void* src, size_t bytes, CopyDirection direction) {
   if (ConsumeFailure()) return DeviceError("fake device copier: injected copy failure");
   if (bytes == 0) return Status::Ok();
   if (dst == nullptr || src == nullptr) return InvalidArgument("device copy with a null pointer");
-  std::memcpy(dst, src, bytes);
   ++counters_.copies;
   if (direction == CopyDirection::kDeviceToDevice) ++counters_.device_to_device_copies;
   counters_.bytes += bytes;
-  return Status::Ok();
+  return Issue([=] { std::memcpy(dst, src, bytes); }, "copy");
 }
 
 Status FakeDeviceCopier::Gather(const PagedKvLayout& layout, uint64_t block_id, void* dst,
@@ -26,10 +57,11 @@ Status FakeDeviceCopier::Gather(const PagedKvLayout& layout, uint64_t block_id, 
   KVTIER_RETURN_IF_ERROR(ValidatePagedLayout(layout));
   if (dst == nullptr) return InvalidArgument("paged gather into a null buffer");
   if (ConsumeFailure()) return DeviceError("fake device copier: injected gather failure");
-  ReferenceGather(layout, block_id, static_cast<std::byte*>(dst));
   ++counters_.gathers;
   counters_.bytes += layout.block_bytes();
-  return Status::Ok();
+  return Issue(
+      [layout, block_id, dst] { ReferenceGather(layout, block_id, static_cast<std::byte*>(dst)); },
+      "gather");
 }
 
 Status FakeDeviceCopier::Scatter(const void* src, MemoryKind src_kind, const PagedKvLayout& layout,
@@ -37,14 +69,21 @@ Status FakeDeviceCopier::Scatter(const void* src, MemoryKind src_kind, const Pag
   KVTIER_RETURN_IF_ERROR(ValidatePagedLayout(layout));
   if (src == nullptr) return InvalidArgument("paged scatter from a null buffer");
   if (ConsumeFailure()) return DeviceError("fake device copier: injected scatter failure");
-  ReferenceScatter(static_cast<const std::byte*>(src), layout, block_id);
   ++counters_.scatters;
   if (src_kind == MemoryKind::kDevice) ++counters_.device_scatters;
   counters_.bytes += layout.block_bytes();
-  return Status::Ok();
+  return Issue(
+      [src, layout, block_id] {
+        ReferenceScatter(static_cast<const std::byte*>(src), layout, block_id);
+      },
+      "scatter");
 }
 
 Status FakeDeviceCopier::Synchronize() {
+  // Everything queued runs, even when the synchronisation reports a failure: a stream's work is
+  // over when cudaStreamSynchronize returns, whatever it says.
+  for (std::function<void()>& copy : queued_) copy();
+  queued_.clear();
   if (ConsumeFailure()) return DeviceError("fake device copier: injected synchronize failure");
   return Status::Ok();
 }

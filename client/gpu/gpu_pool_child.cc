@@ -156,7 +156,7 @@ int Run(const Args& args) {
   if (!client.ok()) return Fail("connect", client.status());
   if (Result<ArenaInfo> arena = client->Attach(); !arena.ok())
     return Fail("attach", arena.status());
-  Result<GpuPoolImport> pool = AttachGpuPool(*client);
+  Result<GpuPoolImport> pool = AttachGpuPool(*client, args.cuda ? 0 : -1);
   if (!pool.ok()) return Fail("attach the GPU pool", pool.status());
   if (pool->fake() == args.cuda)
     return Fail("pool", Internal("the pool's kind is not the copier's"));

@@ -38,7 +38,7 @@ GpuPoolImport& GpuPoolImport::operator=(GpuPoolImport&& other) noexcept {
   return *this;
 }
 
-Result<GpuPoolImport> GpuPoolImport::Map(GpuPoolExport exported) {
+Result<GpuPoolImport> GpuPoolImport::Map(GpuPoolExport exported, int device) {
   GpuPoolImport out;
   if (exported.kind == "memfd") {
     Result<SharedArena> mapped = SharedArena::Map(std::move(exported.fd), exported.pool_bytes);
@@ -55,7 +55,7 @@ Result<GpuPoolImport> GpuPoolImport::Map(GpuPoolExport exported) {
     return InvalidArgument("GPU pool: unknown kind '" + exported.kind + "'");
   }
 #if KVTIER_WITH_CUDA
-  Result<cuda::IpcImport> opened = cuda::IpcImport::Open(exported.handle);
+  Result<cuda::IpcImport> opened = cuda::IpcImport::Open(exported.handle, device);
   if (!opened.ok()) {
     return Status(opened.status().code(), "GPU pool: " + opened.status().message());
   }
@@ -69,6 +69,7 @@ Result<GpuPoolImport> GpuPoolImport::Map(GpuPoolExport exported) {
   out.device_ = out.cuda_->import.device();
   return out;
 #else
+  (void)device;
   return Rejected(
       "GPU pool: the daemon exports it over CUDA IPC, and this client was built "
       "without CUDA (KVTIER_WITH_CUDA=OFF)");
@@ -80,9 +81,9 @@ std::byte* GpuPoolImport::Slice(uint64_t offset, uint64_t length) const {
   return base_ + offset;
 }
 
-Result<GpuPoolImport> AttachGpuPool(Client& client) {
+Result<GpuPoolImport> AttachGpuPool(Client& client, int device) {
   KVTIER_ASSIGN_OR_RETURN(GpuPoolExport exported, client.AttachGpuPool());
-  Result<GpuPoolImport> import = GpuPoolImport::Map(std::move(exported));
+  Result<GpuPoolImport> import = GpuPoolImport::Map(std::move(exported), device);
   // A pool this process cannot map must not stay attached: the daemon would go on leasing blocks
   // in it and counting this client's reads toward promoting blocks there. Best effort: the
   // mapping's error is the one to report.

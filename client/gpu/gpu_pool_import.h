@@ -35,16 +35,20 @@ class GpuPoolImport {
   GpuPoolImport(GpuPoolImport&& other) noexcept;
   GpuPoolImport& operator=(GpuPoolImport&& other) noexcept;
 
-  // Maps `exported` (what Client::AttachGpuPool returned). Errors: kInvalidArgument for an
-  // unknown kind or a mapping whose size differs from pool_bytes; kRejected for a cuda-ipc pool
-  // in a build without CUDA; the translated errors of mmap or cudaIpcOpenMemHandle.
-  static Result<GpuPoolImport> Map(GpuPoolExport exported);
+  // Maps `exported` (what Client::AttachGpuPool returned); a CUDA pool is opened on `device`
+  // (this process's ordinal: the device of the copier that will read it), or with -1 on the
+  // pool's own GPU as this process numbers it (the export names it by UUID, so differing
+  // CUDA_VISIBLE_DEVICES cannot open the wrong GPU). Errors: kInvalidArgument for an unknown kind
+  // or a mapping whose size differs from pool_bytes; kRejected for a cuda-ipc pool in a build
+  // without CUDA; kNotFound when this process does not see the pool's GPU; the translated errors
+  // of mmap or cudaIpcOpenMemHandle.
+  static Result<GpuPoolImport> Map(GpuPoolExport exported, int device = -1);
 
   bool mapped() const { return base_ != nullptr; }
   // True for a memfd pool (host memory standing in for a device): only FakeDeviceCopier may
   // copy out of it, and only CudaDeviceCopier out of a real one.
   bool fake() const { return fake_; }
-  // CUDA device ordinal of the pool; -1 for a fake pool.
+  // The CUDA device (this process's ordinal) the pool was opened on; -1 for a fake pool.
   int device() const { return device_; }
   size_t size_bytes() const { return size_bytes_; }
   std::byte* base() const { return base_; }
@@ -67,6 +71,7 @@ class GpuPoolImport {
 // pool answers kNotFound with the reason ("no GPU tier: ..."). When the mapping fails the
 // connection is detached again (Client::DetachGpuPool). After an error the client goes on as
 // before: it is leased host blocks only, and reads the others inline.
-Result<GpuPoolImport> AttachGpuPool(Client& client);
+// `device` as for Map: pass the copier's device (DeviceCopier::device()).
+Result<GpuPoolImport> AttachGpuPool(Client& client, int device = -1);
 
 }  // namespace kvtier::client::gpu

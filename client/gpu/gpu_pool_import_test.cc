@@ -210,6 +210,8 @@ TEST_F(GpuPoolImportTest, AFailedPoolCopyEndsThePrefix) {
 TEST_F(GpuPoolImportTest, AFakePoolNeedsTheFakeCopier) {
   struct RealLooking : DeviceCopier {
     bool fake() const override { return false; }
+    int device() const override { return 0; }
+    Status OrderAfter(const CallerStream&) override { return Status::Ok(); }
     Status Copy(void*, const void*, size_t, CopyDirection) override { return Status::Ok(); }
     Status Gather(const PagedKvLayout&, uint64_t, void*, MemoryKind) override {
       return Status::Ok();

@@ -56,6 +56,9 @@ cudaError_t LaunchPagedCopy(void* const* plane_bases, uint32_t planes, uint64_t 
   const dim3 grid(static_cast<unsigned>(wanted < kMaxBlocksPerPlane ? wanted : kMaxBlocksPerPlane),
                   planes);
   auto* flat = static_cast<unsigned char*>(contiguous);
+  // A launch reports its error only through cudaGetLastError, which would also return an error
+  // an earlier, unrelated call left behind (a refused cudaHostRegister): forget that one first.
+  (void)cudaGetLastError();
   if (wide) {
     PagedCopyKernel<uint4>
         <<<grid, kThreads, 0, stream>>>(table, block_offset_bytes, layer_block_bytes, flat, gather);

@@ -25,7 +25,8 @@ inline constexpr uint32_t kKernelMaxPlanes = 256;
 // Queues the copy of block (byte offset `block_offset_bytes` in every plane) between the planes
 // and `contiguous` (device memory, planes * layer_block_bytes long): planes -> contiguous when
 // `gather`, the reverse otherwise. Preconditions: 1 <= planes <= kKernelMaxPlanes. Returns the
-// launch's error (cudaGetLastError); errors during the copy show at the next synchronisation.
+// launch's own error (a stale error of an earlier call is cleared before the launch); errors
+// during the copy show at the next synchronisation.
 cudaError_t LaunchPagedCopy(void* const* plane_bases, uint32_t planes, uint64_t block_offset_bytes,
                             uint64_t layer_block_bytes, void* contiguous, bool gather,
                             cudaStream_t stream);

@@ -3,6 +3,9 @@
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <thread>
+
 #include "client/gpu/cuda_device_copier.h"
 #include "client/gpu/paged_test_util.h"
 #include "common/cuda/cuda_handles.h"
@@ -107,6 +110,68 @@ TEST(CudaDeviceCopierTest, RejectsBadLayoutsBeforeLaunching) {
   EXPECT_EQ((*copier)->Gather(PagedKvLayout{}, 0, dst, MemoryKind::kHost).code(),
             StatusCode::kInvalidArgument);
   EXPECT_TRUE((*copier)->Synchronize().ok());
+}
+
+// An error an earlier, unrelated CUDA call left behind (here a refused allocation, as after a
+// refused cudaHostRegister or a failed import) must not fail the next gather or scatter: a launch
+// learns its outcome from cudaGetLastError, which returned the stale error before the fix.
+TEST(CudaDeviceCopierTest, AStaleErrorDoesNotFailTheNextLaunch) {
+  KVTIER_REQUIRE_CUDA_DEVICE();
+  Result<std::unique_ptr<CudaDeviceCopier>> copier = CudaDeviceCopier::Create(0);
+  ASSERT_TRUE(copier.ok());
+  const PagedShape shape{.planes = 4, .blocks = 2, .stride_bytes = 4096, .layer_block_bytes = 4096};
+  Result<cuda::DeviceBuffer> memory = cuda::DeviceBuffer::Allocate(0, shape.total_bytes());
+  Result<cuda::DeviceBuffer> flat = cuda::DeviceBuffer::Allocate(0, 4 * 4096);
+  ASSERT_TRUE(memory.ok() && flat.ok());
+  const PagedKvLayout layout = LayoutOver(memory->get(), shape);
+  std::vector<std::byte> host(layout.block_bytes());
+  for (int round = 0; round < 2; ++round) {
+    void* huge = nullptr;
+    ASSERT_NE(cudaMalloc(&huge, size_t{1} << 60), cudaSuccess);  // leaves its error behind
+    EXPECT_TRUE((*copier)->Gather(layout, 1, flat->get(), MemoryKind::kDevice).ok());
+    ASSERT_NE(cudaMalloc(&huge, size_t{1} << 60), cudaSuccess);
+    EXPECT_TRUE((*copier)->Scatter(flat->get(), MemoryKind::kDevice, layout, 0).ok());
+    ASSERT_NE(cudaMalloc(&huge, size_t{1} << 60), cudaSuccess);
+    EXPECT_TRUE((*copier)->Gather(layout, 0, host.data(), MemoryKind::kHost).ok());
+    EXPECT_TRUE((*copier)->Synchronize().ok());
+  }
+}
+
+// OrderAfter takes the caller's stream and the caller's event, the legacy default stream included;
+// the copies after it see what the caller's stream wrote (device_transfer_cuda_test has the
+// ordering through the client).
+TEST(CudaDeviceCopierTest, OrderAfterWaitsForTheCallersStreamOrEvent) {
+  KVTIER_REQUIRE_CUDA_DEVICE();
+  Result<std::unique_ptr<CudaDeviceCopier>> copier = CudaDeviceCopier::Create(0);
+  ASSERT_TRUE(copier.ok());
+  Result<cuda::DeviceBuffer> memory = cuda::DeviceBuffer::Allocate(0, 1 << 20);
+  ASSERT_TRUE(memory.ok());
+  Result<cuda::Stream> stream = cuda::Stream::Create(0);
+  ASSERT_TRUE(stream.ok());
+  std::vector<std::byte> host(1 << 20);
+  for (int value : {0x11, 0x22, 0x33}) {
+    ASSERT_EQ(
+        cudaLaunchHostFunc(
+            stream->get(),
+            [](void*) { std::this_thread::sleep_for(std::chrono::milliseconds(50)); }, nullptr),
+        cudaSuccess);
+    ASSERT_EQ(cudaMemsetAsync(memory->get(), value, 1 << 20, stream->get()), cudaSuccess);
+    CallerStream caller{.stream = stream->get()};
+    cudaEvent_t event = nullptr;
+    if (value == 0x22) {
+      ASSERT_EQ(cudaEventCreateWithFlags(&event, cudaEventDisableTiming), cudaSuccess);
+      ASSERT_EQ(cudaEventRecord(event, stream->get()), cudaSuccess);
+      caller = {.event = event};
+    }
+    ASSERT_TRUE((*copier)->OrderAfter(caller).ok());
+    ASSERT_TRUE((*copier)
+                    ->Copy(host.data(), memory->get(), host.size(), CopyDirection::kDeviceToHost)
+                    .ok());
+    ASSERT_TRUE((*copier)->Synchronize().ok());
+    EXPECT_EQ(host, std::vector<std::byte>(host.size(), std::byte(value))) << value;
+    if (event != nullptr) (void)cudaEventDestroy(event);
+  }
+  EXPECT_TRUE((*copier)->OrderAfter({}).ok());  // the legacy default stream
 }
 
 }  // namespace

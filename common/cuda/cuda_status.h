@@ -20,6 +20,12 @@ namespace kvtier::cuda {
 // OK for cudaSuccess; otherwise the translated error, "what: cudaErrorX: text".
 Status CudaStatus(cudaError_t error, std::string_view what);
 
+// Forgets the calling thread's last CUDA error. A failed call (cudaHostRegister refused, an
+// import of a dead exporter's handle) leaves its error behind, and a kernel launch can only learn
+// its own outcome from cudaGetLastError: so every launch clears first, and a caller that handled
+// a failure clears it too. Sticky errors (a corrupted context) cannot be cleared and show again.
+inline void ClearLastError() { (void)cudaGetLastError(); }
+
 }  // namespace kvtier::cuda
 
 // Returns the translated error from the enclosing function when `call` does not succeed.

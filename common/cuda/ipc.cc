@@ -3,7 +3,9 @@
 #include <cuda_runtime_api.h>
 
 #include <cstring>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "common/cuda/cuda_status.h"
 
@@ -11,7 +13,8 @@ namespace kvtier::cuda {
 namespace {
 
 constexpr char kMagic[8] = {'K', 'V', 'T', 'I', 'P', 'C', '\0', '\0'};
-constexpr uint32_t kVersion = 1;
+// 2: the device's UUID; version 1 named the device by the exporter's ordinal only.
+constexpr uint32_t kVersion = 2;
 
 static_assert(sizeof(cudaIpcMemHandle_t) == 64 && sizeof(cudaIpcEventHandle_t) == 64,
               "kIpcHandleBytes assumes 64-byte CUDA IPC handles");
@@ -20,14 +23,40 @@ static_assert(sizeof(cudaIpcMemHandle_t) == 64 && sizeof(cudaIpcEventHandle_t) =
 struct Wire {
   char magic[8];
   uint32_t version;
-  int32_t device;
+  int32_t device;  // the exporter's ordinal, for messages: ordinals differ between processes
   uint64_t bytes;
+  uint8_t uuid[16];
   cudaIpcMemHandle_t memory;
   cudaIpcEventHandle_t event;
 };
 static_assert(sizeof(Wire) == kIpcHandleBytes);
 
 }  // namespace
+
+Result<DeviceUuid> DeviceUuidOf(int device) {
+  cudaDeviceProp prop{};
+  KVTIER_CUDA_RETURN_IF_ERROR(cudaGetDeviceProperties(&prop, device),
+                              "cudaGetDeviceProperties(" + std::to_string(device) + ")");
+  DeviceUuid uuid;
+  std::memcpy(uuid.data(), prop.uuid.bytes, uuid.size());
+  return uuid;
+}
+
+Result<int> OrdinalOf(const DeviceUuid& uuid) {
+  int count = 0;
+  KVTIER_CUDA_RETURN_IF_ERROR(cudaGetDeviceCount(&count), "cudaGetDeviceCount");
+  std::vector<DeviceUuid> visible;
+  for (int i = 0; i < count; ++i) {
+    KVTIER_ASSIGN_OR_RETURN(DeviceUuid one, DeviceUuidOf(i));
+    visible.push_back(one);
+  }
+  const int ordinal = OrdinalOfUuid(uuid, visible);
+  if (ordinal < 0) {
+    return NotFound("GPU " + FormatDeviceUuid(uuid) + " is not visible in this process (" +
+                    std::to_string(count) + " visible; CUDA_VISIBLE_DEVICES may hide it)");
+  }
+  return ordinal;
+}
 
 Result<IpcExport> IpcExport::Create(int device, void* base, size_t bytes) {
   if (base == nullptr || bytes == 0) return InvalidArgument("IPC export of an empty allocation");
@@ -38,6 +67,8 @@ Result<IpcExport> IpcExport::Create(int device, void* base, size_t bytes) {
   wire.version = kVersion;
   wire.device = device;
   wire.bytes = bytes;
+  KVTIER_ASSIGN_OR_RETURN(DeviceUuid uuid, DeviceUuidOf(device));
+  std::memcpy(wire.uuid, uuid.data(), uuid.size());
   KVTIER_CUDA_RETURN_IF_ERROR(cudaIpcGetMemHandle(&wire.memory, base), "cudaIpcGetMemHandle");
   KVTIER_ASSIGN_OR_RETURN(Event event,
                           Event::Create(device, {.interprocess = true, .blocking_sync = false}));
@@ -54,7 +85,13 @@ Result<IpcExport> IpcExport::Create(int device, void* base, size_t bytes) {
   return out;
 }
 
-Result<IpcImport> IpcImport::Open(std::string_view serialized) {
+Result<IpcImport> IpcImport::Open(std::string_view serialized, int device) {
+  Result<IpcImport> opened = OpenOrFail(serialized, device);
+  if (!opened.ok()) ClearLastError();  // handled here: the next launch must not see it
+  return opened;
+}
+
+Result<IpcImport> IpcImport::OpenOrFail(std::string_view serialized, int device) {
   Wire wire;
   if (serialized.size() != sizeof(wire)) {
     return InvalidArgument("IPC handle of " + std::to_string(serialized.size()) +
@@ -64,10 +101,20 @@ Result<IpcImport> IpcImport::Open(std::string_view serialized) {
   if (std::memcmp(wire.magic, kMagic, sizeof(kMagic)) != 0 || wire.version != kVersion) {
     return InvalidArgument("not a kvtier IPC handle (bad magic or version)");
   }
-  ScopedDevice scoped(wire.device);
+  DeviceUuid uuid;
+  std::memcpy(uuid.data(), wire.uuid, uuid.size());
+  Result<int> memory_device = OrdinalOf(uuid);
+  if (!memory_device.ok()) {
+    return Status(memory_device.status().code(), "CUDA IPC import of the exporter's device " +
+                                                     std::to_string(wire.device) + ": " +
+                                                     memory_device.status().message());
+  }
+  if (device < 0) device = *memory_device;
+  ScopedDevice scoped(device);
   KVTIER_RETURN_IF_ERROR(scoped.status());
   IpcImport out;
-  out.device_ = wire.device;
+  out.device_ = device;
+  out.memory_device_ = *memory_device;
   void* base = nullptr;
   KVTIER_CUDA_RETURN_IF_ERROR(
       cudaIpcOpenMemHandle(&base, wire.memory, cudaIpcMemLazyEnablePeerAccess),
@@ -77,7 +124,7 @@ Result<IpcImport> IpcImport::Open(std::string_view serialized) {
   // From here `out` owns the mapping: an early return below closes it.
   cudaEvent_t event = nullptr;
   KVTIER_CUDA_RETURN_IF_ERROR(cudaIpcOpenEventHandle(&event, wire.event), "cudaIpcOpenEventHandle");
-  out.event_ = Event::Adopt(event, wire.device);
+  out.event_ = Event::Adopt(event, device);
   return out;
 }
 
@@ -87,6 +134,7 @@ IpcImport::IpcImport(IpcImport&& other) noexcept
     : base_(std::exchange(other.base_, nullptr)),
       bytes_(std::exchange(other.bytes_, 0)),
       device_(other.device_),
+      memory_device_(other.memory_device_),
       event_(std::move(other.event_)) {}
 
 IpcImport& IpcImport::operator=(IpcImport&& other) noexcept {
@@ -95,6 +143,7 @@ IpcImport& IpcImport::operator=(IpcImport&& other) noexcept {
     base_ = std::exchange(other.base_, nullptr);
     bytes_ = std::exchange(other.bytes_, 0);
     device_ = other.device_;
+    memory_device_ = other.memory_device_;
     event_ = std::move(other.event_);
   }
   return *this;

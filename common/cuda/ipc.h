@@ -16,6 +16,12 @@
 // frees or invalidates the exporter's memory. An IpcImport must be destroyed before the process's
 // CUDA context is torn down.
 //
+// Devices: the export names the exporter's GPU by UUID (device_uuid.h), never by ordinal, since
+// the two processes may number their GPUs differently (CUDA_VISIBLE_DEVICES). The importer opens
+// the export on a device of its own choosing (the one its copies run on; the memory is reached
+// over peer access when that is another GPU), and fails clearly when it cannot see the exporter's
+// GPU at all.
+//
 // CUDA builds only (KVTIER_WITH_CUDA). Move-only; no internal locking (the handles themselves may
 // be used from several threads, as CUDA allows).
 #pragma once
@@ -26,12 +32,19 @@
 #include <string_view>
 
 #include "common/cuda/cuda_handles.h"
+#include "common/cuda/device_uuid.h"
 #include "common/status.h"
 
 namespace kvtier::cuda {
 
-// Size of IpcExport::Serialize()'s output: magic, version, device, byte count, two CUDA handles.
-inline constexpr size_t kIpcHandleBytes = 8 + 4 + 4 + 8 + 64 + 64;
+// Size of IpcExport::Serialize()'s output: magic, version, the exporter's device ordinal (for
+// messages only), byte count, the device's UUID, two CUDA handles.
+inline constexpr size_t kIpcHandleBytes = 8 + 4 + 4 + 8 + 16 + 64 + 64;
+
+// The UUID of this process's device `device`. Errors: CudaStatus codes.
+Result<DeviceUuid> DeviceUuidOf(int device);
+// This process's ordinal of the GPU `uuid`. kNotFound, naming the UUID, when it does not see it.
+Result<int> OrdinalOf(const DeviceUuid& uuid);
 
 class IpcExport {
  public:
@@ -63,11 +76,13 @@ class IpcExport {
 
 class IpcImport {
  public:
-  // Opens an export in this process, on the exporter's device. Errors: kInvalidArgument for bytes
-  // that are not an export (wrong length, magic or version); kNotFound when the device does not
-  // exist here; other CudaStatus codes (an export of a process that has exited fails here with
-  // kInvalidArgument or kDeviceError).
-  static Result<IpcImport> Open(std::string_view serialized);
+  // Opens an export in this process on `device` (this process's ordinal), or with -1 on the
+  // exporter's GPU as this process numbers it. Errors: kInvalidArgument for bytes that are not an
+  // export (wrong length, magic or version); kNotFound when this process does not see the
+  // exporter's GPU (the message names its UUID) or `device` does not exist; other CudaStatus codes
+  // (an export of a process that has exited fails here with kInvalidArgument or kDeviceError).
+  // A failure leaves no CUDA error behind for the next launch.
+  static Result<IpcImport> Open(std::string_view serialized, int device = -1);
   IpcImport() = default;
   ~IpcImport();
   IpcImport(IpcImport&& other) noexcept;
@@ -77,16 +92,21 @@ class IpcImport {
 
   std::byte* base() const { return base_; }
   size_t size() const { return bytes_; }
+  // The device the import was opened on (copies run there).
   int device() const { return device_; }
+  // This process's ordinal of the exporter's GPU, where the memory lies.
+  int memory_device() const { return memory_device_; }
   // Makes `stream` wait (on the device) for the exporter's last RecordWrites.
   Status WaitForExporter(const Stream& stream) const { return event_.MakeStreamWait(stream); }
 
  private:
+  static Result<IpcImport> OpenOrFail(std::string_view serialized, int device);
   void Reset();
 
   std::byte* base_ = nullptr;
   size_t bytes_ = 0;
   int device_ = -1;
+  int memory_device_ = -1;
   Event event_;
 };
 

@@ -11,6 +11,7 @@
 #include "common/cuda/cuda_handles.h"
 #include "common/cuda/ipc_test_util.h"
 #include "tests/fakes/child_process.h"
+#include "tests/fakes/helper_program.h"
 #include "tests/gpu/gpu_test_support.h"
 
 namespace kvtier::cuda {
@@ -61,8 +62,8 @@ class IpcTest : public ::testing::Test {
 };
 
 TEST_F(IpcTest, AnotherProcessImportsAndCopiesOut) {
-  Child child = Spawn(
-      {KVTIER_IPC_CHILD_PATH, "copy", testing::ToHex(export_.serialized()), std::to_string(kSeed)});
+  Child child = Spawn({::kvtier::testing::HelperProgram(KVTIER_IPC_CHILD_PATH), "copy",
+                       testing::ToHex(export_.serialized()), std::to_string(kSeed)});
   const int status = Wait(child);
   ASSERT_TRUE(WIFEXITED(status)) << status;
   ASSERT_EQ(WEXITSTATUS(status), 0) << "the child saw other bytes or failed; see its stderr";
@@ -75,7 +76,8 @@ TEST_F(IpcTest, AnotherProcessImportsAndCopiesOut) {
 }
 
 TEST_F(IpcTest, ImporterKilledWhileHoldingTheImportLeavesTheMemoryValid) {
-  Child child = Spawn({KVTIER_IPC_CHILD_PATH, "hold", testing::ToHex(export_.serialized())});
+  Child child = Spawn({::kvtier::testing::HelperProgram(KVTIER_IPC_CHILD_PATH), "hold",
+                       testing::ToHex(export_.serialized())});
   ASSERT_EQ(ReadLine(child.out), "ready");
   ASSERT_EQ(::kill(child.pid, SIGKILL), 0);
   const int status = Wait(child);
@@ -89,10 +91,23 @@ TEST_F(IpcTest, ImporterKilledWhileHoldingTheImportLeavesTheMemoryValid) {
   ASSERT_EQ(cudaMemcpy(buffer_.get(), pattern_.data(), kBytes, cudaMemcpyHostToDevice),
             cudaSuccess);
   EXPECT_EQ(DeviceBytes(buffer_), pattern_);
-  Child second = Spawn(
-      {KVTIER_IPC_CHILD_PATH, "copy", testing::ToHex(export_.serialized()), std::to_string(kSeed)});
+  Child second = Spawn({::kvtier::testing::HelperProgram(KVTIER_IPC_CHILD_PATH), "copy",
+                        testing::ToHex(export_.serialized()), std::to_string(kSeed)});
   const int second_status = Wait(second);
   EXPECT_TRUE(WIFEXITED(second_status) && WEXITSTATUS(second_status) == 0) << second_status;
+}
+
+// The export names its GPU by UUID: a handle from a GPU this process does not see (an engine
+// started with another CUDA_VISIBLE_DEVICES) is refused by name, and opening it leaves no error
+// behind for the next launch. The handle's UUID lies after magic, version, ordinal and size.
+TEST_F(IpcTest, AnExportOfAGpuThisProcessDoesNotSeeIsNotFound) {
+  std::string handle = export_.serialized();
+  for (size_t i = 24; i < 40; ++i) handle[i] = static_cast<char>(~handle[i]);
+  Result<IpcImport> opened = IpcImport::Open(handle, 0);
+  EXPECT_EQ(opened.status().code(), StatusCode::kNotFound) << opened.status().ToString();
+  EXPECT_NE(opened.status().message().find("is not visible in this process"), std::string::npos)
+      << opened.status().message();
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
 }
 
 TEST(IpcImportTest, BytesThatAreNotAnExportAreRejected) {

@@ -28,7 +28,10 @@ PinnedHostRange PinnedHostRange::Register(void* base, size_t bytes, const Option
   if (options.mapped) flags |= cudaHostRegisterMapped;
   range.status_ = CudaStatus(cudaHostRegister(base, bytes, flags),
                              "cudaHostRegister(" + std::to_string(bytes) + " bytes)");
-  if (!range.status_.ok()) return range;
+  if (!range.status_.ok()) {
+    ClearLastError();  // handled here: the next launch of the process must not see it
+    return range;
+  }
   range.base_ = base;
   range.bytes_ = bytes;
   if (options.mapped) {

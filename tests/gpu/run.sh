@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# The GPU checks of kvtier, for a machine with an NVIDIA GPU (issue 5): builds a release tree with
+# The GPU checks of kvtier, for a machine with an NVIDIA GPU and the CUDA toolkit (issue 5; a
+# machine with the driver only runs the folder tests/gpu/prepare.sh makes: tests/gpu/README.md).
+# Builds a release tree with
 # CUDA (build-gpu-release/), runs the ctest label `gpu` (device pool tier, pinned host ranges,
 # CUDA IPC between two processes, an importer killed while holding its import, the paged
 # gather/scatter kernel against the CPU reference, the client's GPU put/get against kvtierd, a
@@ -51,7 +53,7 @@ cmake -S "$root" -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_CUDA_ARCHITECTURES="${compute_cap:-native}" >/dev/null
 
 step "build"
-targets=(kvtierd kvtier_gpu_bench kvtier_ipc_child cuda_gpu_test cuda_probe_test gpu_tier_test
+targets=(kvtierd kvtier_gpu_bench kvtier_cuda_env_check kvtier_ipc_child cuda_gpu_test cuda_probe_test gpu_tier_test
   fake_gpu_tier_test gpu_tier_factory_test client_gpu_test client_gpu_cuda_test
   device_transfer_test device_transfer_cuda_test kvtier_gpu_pool_child gpu_pool_cuda_test
   gpu_pool_import_test gpu_pool_process_test)
@@ -60,6 +62,11 @@ cmake --build "$build" -j "$(nproc)" --target "${targets[@]}"
 # From here on a failure is recorded and the script goes on, so one run on a GPU machine gives
 # every test result and every figure it can; the exit status says whether anything failed.
 failures=()
+
+step "the bare CUDA checks (pinning, IPC; no kvtier code)"
+# Exit 11-13: the environment refuses pinning or IPC (tests/gpu/cuda_env_check.cc); the tests
+# that need them will fail for that reason, not for kvtier's.
+"$build/tests/kvtier_cuda_env_check" || failures+=("bare CUDA checks (exit $?): environment")
 
 step "ctest -L gpu"
 # KVTIER_REQUIRE_GPU turns "no device, skipped" into a failure: here a device must be usable.

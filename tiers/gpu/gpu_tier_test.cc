@@ -10,6 +10,7 @@
 #include "common/cuda/ipc.h"
 #include "common/cuda/ipc_test_util.h"
 #include "common/cuda/probe.h"
+#include "tests/fakes/helper_program.h"
 #include "tests/gpu/gpu_test_support.h"
 #include "tiers/gpu/device_tier_test_suite.h"
 
@@ -105,8 +106,8 @@ TEST(GpuTierTest, AnotherProcessReadsThePoolThroughItsIpcHandle) {
   Result<std::string> handle = (*tier)->ExportIpc();
   ASSERT_TRUE(handle.ok()) << handle.status().ToString();
 
-  std::vector<std::string> args = {KVTIER_IPC_CHILD_PATH, "copy", cuda::testing::ToHex(*handle),
-                                   std::to_string(kSeed)};
+  std::vector<std::string> args = {::kvtier::testing::HelperProgram(KVTIER_IPC_CHILD_PATH), "copy",
+                                   cuda::testing::ToHex(*handle), std::to_string(kSeed)};
   std::vector<char*> argv;
   for (std::string& arg : args) argv.push_back(arg.data());
   argv.push_back(nullptr);
