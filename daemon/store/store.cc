@@ -67,7 +67,9 @@ Store::Store(const StoreOptions& options, std::vector<tiers::Tier*> tiers,
       gpu_promotion_(std::move(gpu_promotion)),
       promotion_queue_(options.max_promotion_candidates),
       clock_(clock),
-      index_(std::move(index)) {}
+      index_(std::move(index)),
+      reservations_(options.max_reservations),
+      leases_(options.max_leases) {}
 
 Store::~Store() = default;
 
@@ -78,50 +80,19 @@ tiers::Tier* Store::tier(TierId id) const {
   return nullptr;
 }
 
-Status Store::RegisterNamespace(const NamespaceInfo& info) {
-  MutexLock lock(namespaces_mu_);
-  auto [it, inserted] = namespaces_.try_emplace(info.id, info);
-  if (!inserted && (it->second.block_bytes != info.block_bytes ||
-                    it->second.tokens_per_block != info.tokens_per_block)) {
-    return InvalidArgument("namespace " + info.id.ToHex() +
-                           " is already registered with another block size or tokens per block");
-  }
-  auto& counters = ns_counters_[info.id];
-  if (!counters) counters = std::make_unique<NamespaceCounters>();
-  return Status::Ok();
-}
+Status Store::RegisterNamespace(const NamespaceInfo& info) { return namespaces_.Register(info); }
 
 std::optional<NamespaceInfo> Store::GetNamespace(const NamespaceId& ns) const {
-  MutexLock lock(namespaces_mu_);
-  auto it = namespaces_.find(ns);
-  if (it == namespaces_.end()) return std::nullopt;
-  return it->second;
+  std::optional<NamespaceRegistry::Entry> entry = namespaces_.Find(ns);
+  if (!entry) return std::nullopt;
+  return entry->info;
 }
 
-std::vector<NamespaceInfo> Store::Namespaces() const {
-  MutexLock lock(namespaces_mu_);
-  std::vector<NamespaceInfo> out;
-  for (const auto& [id, info] : namespaces_) out.push_back(info);
-  return out;
-}
-
-bool Store::NamespaceRegistered(const NamespaceId& ns) const {
-  MutexLock lock(namespaces_mu_);
-  return namespaces_.contains(ns);
-}
-
-NamespaceCounters* Store::CountersFor(const NamespaceId& ns) const {
-  MutexLock lock(namespaces_mu_);
-  auto it = ns_counters_.find(ns);
-  return it == ns_counters_.end() ? nullptr : it->second.get();
-}
+std::vector<NamespaceInfo> Store::Namespaces() const { return namespaces_.List(); }
 
 Result<Lease> Store::Acquire(const NamespaceId& ns, const BlockKey& key, Reader reader) {
-  {
-    MutexLock lock(leases_mu_);
-    if (leases_.size() >= options_.max_leases) {
-      return Busy("too many leases open (" + std::to_string(options_.max_leases) + ")");
-    }
+  if (leases_.Full()) {
+    return Busy("too many leases open (" + std::to_string(leases_.max()) + ")");
   }
   if (options_.promote_on_read) KVTIER_RETURN_IF_ERROR(PromoteForRead(ns, key));
   const uint64_t now = clock_.NowMicros();
@@ -141,7 +112,7 @@ Result<Lease> Store::Acquire(const NamespaceId& ns, const BlockKey& key, Reader 
     lease.has_checksum = meta.has_checksum;
     return Status::Ok();
   });
-  NamespaceCounters* counters = CountersFor(ns);
+  NamespaceCounters* counters = namespaces_.Counters(ns);
   if (!st.ok()) {
     if (counters) counters->get_misses.fetch_add(1, std::memory_order_relaxed);
     if (st.code() == StatusCode::kNotFound) return NotFound("block not cached");
@@ -153,33 +124,21 @@ Result<Lease> Store::Acquire(const NamespaceId& ns, const BlockKey& key, Reader 
   lease.key = key;
   lease.address = tier(lease.tier)->Address(lease.extent);
   lease.deadline_us = now + options_.lease_timeout_us;
-  MutexLock lock(leases_mu_);
-  leases_.emplace(lease.id, LeaseRecord{ns, key, lease.deadline_us});
+  leases_.Add(lease.id, LeaseRecord{ns, key, lease.deadline_us});
   return lease;
 }
 
 Status Store::Release(uint64_t lease_id) {
-  LeaseRecord record;
-  {
-    MutexLock lock(leases_mu_);
-    auto it = leases_.find(lease_id);
-    if (it == leases_.end()) {
-      return NotFound("no lease " + std::to_string(lease_id) + " (released or timed out)");
-    }
-    record = it->second;
-    leases_.erase(it);
-  }
-  EndLease(record);
+  std::optional<LeaseRecord> record = leases_.Take(lease_id);
+  if (!record) return NotFound("no lease " + std::to_string(lease_id) + " (released or timed out)");
+  EndLease(*record);
   return Status::Ok();
 }
 
 Status Store::Renew(uint64_t lease_id) {
-  MutexLock lock(leases_mu_);
-  auto it = leases_.find(lease_id);
-  if (it == leases_.end()) {
+  if (!leases_.Renew(lease_id, clock_.NowMicros() + options_.lease_timeout_us)) {
     return NotFound("no lease " + std::to_string(lease_id) + " (released or timed out)");
   }
-  it->second.deadline_us = clock_.NowMicros() + options_.lease_timeout_us;
   return Status::Ok();
 }
 
@@ -193,7 +152,7 @@ void Store::EndLease(const LeaseRecord& lease) {
   });
   (void)st;  // The block cannot vanish while leased; a failure here would be a bug in the index.
   if (lease.corrupt && meta) DropCorrupt(lease.key, *meta);
-  if (!NamespaceRegistered(lease.ns)) {
+  if (!namespaces_.Registered(lease.ns)) {
     // The namespace was dropped while this block was being read: it goes now.
     std::optional<BlockMeta> gone = index_->EraseIf(
         lease.key, [&](const BlockMeta& m) { return m.lease_count == 0 && m.ns == lease.ns; });
@@ -217,10 +176,11 @@ Status Store::Get(const NamespaceId& ns, const BlockKey& key, std::vector<std::b
 }
 
 index::LookupResult Store::Lookup(const NamespaceId& ns, std::span<const BlockKey> keys) {
-  std::optional<NamespaceInfo> info = GetNamespace(ns);
-  if (!info) return {};
+  std::optional<NamespaceRegistry::Entry> entry = namespaces_.Find(ns);
+  if (!entry) return {};
   index::LookupResult result = index_->Lookup(keys, /*touch=*/true, ns);
-  if (NamespaceCounters* c = CountersFor(ns)) {
+  {
+    NamespaceCounters* c = entry->counters;
     c->lookups.fetch_add(1, std::memory_order_relaxed);
     c->lookup_blocks.fetch_add(keys.size(), std::memory_order_relaxed);
     // Counted here and added once per tier: an atomic add per block was a locked instruction
@@ -230,7 +190,7 @@ index::LookupResult Store::Lookup(const NamespaceId& ns, std::span<const BlockKe
     for (size_t t = 0; t < kTierCount; ++t) {
       if (hits[t] != 0) c->hit_blocks[t].fetch_add(hits[t], std::memory_order_relaxed);
     }
-    c->hit_tokens.fetch_add(result.ready_prefix * info->tokens_per_block,
+    c->hit_tokens.fetch_add(result.ready_prefix * entry->info.tokens_per_block,
                             std::memory_order_relaxed);
   }
   return result;
@@ -262,13 +222,9 @@ Status Store::Pin(const NamespaceId& ns, const BlockKey& key, uint64_t ttl_us) {
 }
 
 Result<uint64_t> Store::DropNamespace(const NamespaceId& ns) {
-  {
-    MutexLock lock(namespaces_mu_);
-    if (namespaces_.erase(ns) == 0)
-      return NotFound("namespace " + ns.ToHex() + " is not registered");
-    // Blocks of it that the daemon adopts from disk after this must not come back.
-    if (pending_adoptions_.load(std::memory_order_relaxed) > 0) dropped_during_adoption_.insert(ns);
-  }
+  // Blocks of it that the daemon adopts from disk after this must not come back.
+  KVTIER_RETURN_IF_ERROR(
+      namespaces_.Drop(ns, pending_adoptions_.load(std::memory_order_relaxed) > 0));
   uint64_t removed = 0;
   for (const BlockKey& key : index_->KeysOfNamespace(ns)) {
     std::optional<BlockMeta> gone = index_->EraseIf(key, [&](const BlockMeta& m) {
@@ -284,25 +240,8 @@ Result<uint64_t> Store::DropNamespace(const NamespaceId& ns) {
 
 size_t Store::ExpireDeadlines() {
   const uint64_t now = clock_.NowMicros();
-  std::vector<ReservationRecord> timed_out;  // their blocks go now; their space stays set aside
-  std::vector<ReservationRecord> released;   // quarantine over: their space is reused
-  {
-    MutexLock lock(reservations_mu_);
-    for (auto it = reservations_.begin(); it != reservations_.end();) {
-      ReservationRecord& r = it->second;
-      if (r.deadline_us > now) {
-        ++it;
-      } else if (!r.expired) {
-        r.expired = true;
-        r.deadline_us = now + kQuarantineFactor * options_.reservation_timeout_us;
-        timed_out.push_back(r);
-        ++it;
-      } else {
-        released.push_back(r);
-        it = reservations_.erase(it);
-      }
-    }
-  }
+  const auto [timed_out, released] =
+      reservations_.Expire(now, kQuarantineFactor * options_.reservation_timeout_us);
   for (const ReservationRecord& r : timed_out) {
     index_->EraseIf(r.key, [&](const BlockMeta& m) {
       return m.state == BlockState::kWriting && m.generation == r.generation;
@@ -312,18 +251,7 @@ size_t Store::ExpireDeadlines() {
   }
   for (const ReservationRecord& r : released) tier(r.tier)->Free(r.extent);
   size_t expired = timed_out.size();
-  std::vector<LeaseRecord> expired_leases;
-  {
-    MutexLock lock(leases_mu_);
-    for (auto it = leases_.begin(); it != leases_.end();) {
-      if (it->second.deadline_us <= now) {
-        expired_leases.push_back(it->second);
-        it = leases_.erase(it);
-      } else {
-        ++it;
-      }
-    }
-  }
+  const std::vector<LeaseRecord> expired_leases = leases_.TakeExpired(now);
   for (const LeaseRecord& lease : expired_leases) {
     EndLease(lease);
     counters_.expired_leases.fetch_add(1);

@@ -46,18 +46,14 @@
 #include "daemon/placement/admission_policy.h"
 #include "daemon/placement/gpu_promotion_policy.h"
 #include "daemon/placement/promotion_queue.h"
+#include "daemon/store/lease_table.h"
 #include "daemon/store/move_requests.h"
+#include "daemon/store/namespace_registry.h"
+#include "daemon/store/reservation_table.h"
 #include "daemon/store/store_stats.h"
 #include "tiers/tier.h"
 
 namespace kvtier::store {
-
-struct NamespaceInfo {
-  NamespaceId id;
-  uint32_t tokens_per_block = 0;  // for hit-token counts; 0 when not a token namespace
-  uint64_t block_bytes = 0;       // every block of the namespace has this size; 0: any size
-  std::string label;              // for humans: "meta-llama/Llama-3.1-8B bf16 tp0/1"
-};
 
 struct StoreOptions {
   uint64_t lease_timeout_us = 30'000'000;        // a lease not released by then is taken back
@@ -311,25 +307,6 @@ class Store {
   tiers::Tier* tier(TierId id) const;
 
  private:
-  struct ReservationRecord {
-    NamespaceId ns;
-    BlockKey key;
-    TierId tier;
-    Extent extent;
-    uint64_t generation;
-    uint64_t deadline_us;
-    // Timed out: the block is gone from the index, but the extent stays set aside until the
-    // writer says COMMIT or ABORT, its connection ends, or a long grace period passes. A writer
-    // that wakes up late must scribble on space nobody else has been given.
-    bool expired = false;
-  };
-  struct LeaseRecord {
-    NamespaceId ns;
-    BlockKey key;
-    uint64_t deadline_us;
-    bool corrupt = false;  // ReadLeased found bad bytes: the block goes when the lease ends
-  };
-
   Store(const StoreOptions& options, std::vector<tiers::Tier*> tiers,
         std::unique_ptr<placement::AdmissionPolicy> admission,
         std::unique_ptr<placement::GpuPromotionPolicy> gpu_promotion, Clock& clock,
@@ -425,8 +402,6 @@ class Store {
   void FreeExtent(const index::BlockMeta& meta);
   // Ends a lease and drops the block if its namespace has been dropped meanwhile.
   void EndLease(const LeaseRecord& lease);
-  bool NamespaceRegistered(const NamespaceId& ns) const;
-  NamespaceCounters* CountersFor(const NamespaceId& ns) const;
 
   const StoreOptions options_;
   const std::vector<tiers::Tier*> tiers_;
@@ -442,20 +417,9 @@ class Store {
   MoveRequests move_requests_;
   std::function<void()> wake_mover_;
 
-  mutable Mutex namespaces_mu_;
-  std::unordered_map<NamespaceId, NamespaceInfo, Key128Hash> namespaces_ GUARDED_BY(namespaces_mu_);
-  // Namespaces dropped while blocks found at start-up were still being adopted: AdoptBlock refuses
-  // theirs. Few (drops are rare, and adoption is short).
-  std::unordered_set<NamespaceId, Key128Hash> dropped_during_adoption_ GUARDED_BY(namespaces_mu_);
-  // Counters outlive a DropNamespace so late lookups and releases never touch freed memory; they
-  // are few (one per namespace ever registered).
-  std::unordered_map<NamespaceId, std::unique_ptr<NamespaceCounters>, Key128Hash> ns_counters_
-      GUARDED_BY(namespaces_mu_);
-
-  mutable Mutex reservations_mu_;
-  std::unordered_map<uint64_t, ReservationRecord> reservations_ GUARDED_BY(reservations_mu_);
-  mutable Mutex leases_mu_;
-  std::unordered_map<uint64_t, LeaseRecord> leases_ GUARDED_BY(leases_mu_);
+  NamespaceRegistry namespaces_;
+  ReservationTable reservations_;
+  LeaseTable leases_;
 
   StoreCounters counters_;
   std::array<TierCounters, kTierCount> tier_counters_;

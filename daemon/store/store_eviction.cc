@@ -95,7 +95,7 @@ bool Store::DemoteOrDrop(size_t level, const BlockKey& key, const BlockMeta& met
   counters.evictions.fetch_add(1);
   counters.drops.fetch_add(1);
   counters_.evicted_blocks.fetch_add(1);
-  if (NamespaceCounters* c = CountersFor(gone->ns)) {
+  if (NamespaceCounters* c = namespaces_.Counters(gone->ns)) {
     c->evictions.fetch_add(1, std::memory_order_relaxed);
   }
   return true;

@@ -61,7 +61,7 @@ Store::CandidateOutcome Store::PromoteCandidate(const placement::PromotionCandid
   // Only the incarnation that was read, and only while it is still in host: a block removed and
   // put again since was not read as often, and one already moved has nothing left to do here.
   if (!meta || meta->state != BlockState::kReady || meta->generation != candidate.generation ||
-      meta->tier != TierId::kHost || !NamespaceRegistered(meta->ns)) {
+      meta->tier != TierId::kHost || !namespaces_.Registered(meta->ns)) {
     return CandidateOutcome::kSkipped;
   }
   if (meta->lease_count > 0) return CandidateOutcome::kLeased;

@@ -71,19 +71,10 @@ Status Store::ReadLeased(const Lease& lease, std::span<std::byte> dst) {
   tiers::Tier* t = tier(lease.tier);
   if (t == nullptr) return Internal("lease names a tier the store does not have");
   if (dst.size() > lease.extent.length) dst = dst.first(lease.extent.length);
-  NamespaceId ns;
-  {
-    MutexLock lock(leases_mu_);
-    auto it = leases_.find(lease.id);
-    if (it == leases_.end()) return NotFound("lease " + std::to_string(lease.id) + " has ended");
-    ns = it->second.ns;
-  }
-  Status st = t->ReadBlock(lease.extent, {ns, lease.key}, dst);
-  if (st.code() == StatusCode::kChecksumMismatch) {
-    MutexLock lock(leases_mu_);
-    auto it = leases_.find(lease.id);
-    if (it != leases_.end()) it->second.corrupt = true;
-  }
+  std::optional<NamespaceId> ns = leases_.NamespaceOf(lease.id);
+  if (!ns) return NotFound("lease " + std::to_string(lease.id) + " has ended");
+  Status st = t->ReadBlock(lease.extent, {*ns, lease.key}, dst);
+  if (st.code() == StatusCode::kChecksumMismatch) leases_.MarkCorrupt(lease.id);
   return st;
 }
 
@@ -176,11 +167,8 @@ Status Store::AdoptBlock(TierId id, const NamespaceId& ns, const BlockKey& key,
     return InvalidArgument("cannot adopt a block of tier '" + std::string(TierName(id)) +
                            "': the store does not have it");
   }
-  {
-    MutexLock lock(namespaces_mu_);
-    if (dropped_during_adoption_.contains(ns)) {
-      return Rejected("namespace " + ns.ToHex() + " was dropped after the start");
-    }
+  if (namespaces_.AdoptionRefused(ns)) {
+    return Rejected("namespace " + ns.ToHex() + " was dropped after the start");
   }
   BlockMeta meta;
   meta.ns = ns;

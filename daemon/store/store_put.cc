@@ -12,12 +12,12 @@ using index::BlockMeta;
 using index::BlockState;
 
 Result<Reservation> Store::BeginPut(const NamespaceId& ns, const BlockKey& key, uint64_t bytes) {
-  std::optional<NamespaceInfo> info = GetNamespace(ns);
-  if (!info) return NotFound("namespace " + ns.ToHex() + " is not registered");
+  std::optional<NamespaceRegistry::Entry> entry = namespaces_.Find(ns);
+  if (!entry) return NotFound("namespace " + ns.ToHex() + " is not registered");
   if (bytes == 0) return InvalidArgument("a block cannot be empty");
-  if (info->block_bytes != 0 && bytes != info->block_bytes) {
+  if (entry->info.block_bytes != 0 && bytes != entry->info.block_bytes) {
     return InvalidArgument("block of " + std::to_string(bytes) + " bytes in a namespace of " +
-                           std::to_string(info->block_bytes) + "-byte blocks");
+                           std::to_string(entry->info.block_bytes) + "-byte blocks");
   }
   // Cheap early answer for the common "already cached" case, before any space is touched.
   if (std::optional<BlockMeta> existing = index_->Get(key)) {
@@ -27,11 +27,8 @@ Result<Reservation> Store::BeginPut(const NamespaceId& ns, const BlockKey& key, 
     if (existing->state == BlockState::kReady) return AlreadyExists("block is already stored");
     return Busy("block is being written by another client");
   }
-  {
-    MutexLock lock(reservations_mu_);
-    if (reservations_.size() >= options_.max_reservations) {
-      return Busy("too many puts in flight (" + std::to_string(options_.max_reservations) + ")");
-    }
+  if (reservations_.Full()) {
+    return Busy("too many puts in flight (" + std::to_string(reservations_.max()) + ")");
   }
   Result<Extent> extent = DiskMovesInBackground(put_level_)
                               ? AllocateOrAskForRoom(bytes)
@@ -56,31 +53,23 @@ Result<Reservation> Store::BeginPut(const NamespaceId& ns, const BlockKey& key, 
   reservation.tier = target.id();
   reservation.extent = *extent;
   reservation.address = target.Address(*extent);
-  MutexLock lock(reservations_mu_);
-  reservations_.emplace(reservation.id,
-                        ReservationRecord{ns, key, target.id(), *extent, reservation.id,
-                                          clock_.NowMicros() + options_.reservation_timeout_us});
+  reservations_.Add(reservation.id,
+                    ReservationRecord{ns, key, target.id(), *extent, reservation.id,
+                                      clock_.NowMicros() + options_.reservation_timeout_us});
   return reservation;
 }
 
-Result<Store::ReservationRecord> Store::TakeReservation(uint64_t reservation_id, bool erase) {
-  ReservationRecord record;
-  {
-    MutexLock lock(reservations_mu_);
-    auto it = reservations_.find(reservation_id);
-    if (it == reservations_.end()) {
-      return NotFound("no reservation " + std::to_string(reservation_id) +
-                      " (finished, aborted or timed out)");
-    }
-    record = it->second;
-    if (!erase) return record;
-    reservations_.erase(it);
+Result<ReservationRecord> Store::TakeReservation(uint64_t reservation_id, bool erase) {
+  std::optional<ReservationRecord> record = reservations_.Find(reservation_id, erase);
+  if (!record) {
+    return NotFound("no reservation " + std::to_string(reservation_id) +
+                    " (finished, aborted or timed out)");
   }
-  if (record.expired) {
-    tier(record.tier)->Free(record.extent);
+  if (erase && record->expired) {
+    tier(record->tier)->Free(record->extent);
     return NotFound("reservation " + std::to_string(reservation_id) + " timed out");
   }
-  return record;
+  return *record;
 }
 
 Status Store::CommitPut(uint64_t reservation_id, std::optional<uint64_t> checksum) {
@@ -119,7 +108,7 @@ Status Store::CommitPutAs(uint64_t reservation_id, const BlockKey& key,
 }
 
 Status Store::Publish(const ReservationRecord& record, std::optional<uint64_t> checksum) {
-  if (!NamespaceRegistered(record.ns)) {
+  if (!namespaces_.Registered(record.ns)) {
     DiscardWriting(record);
     return NotFound("namespace " + record.ns.ToHex() + " was dropped during the put");
   }
@@ -138,7 +127,7 @@ Status Store::Publish(const ReservationRecord& record, std::optional<uint64_t> c
     return published;
   }
   counters_.committed_puts.fetch_add(1);
-  if (!NamespaceRegistered(record.ns)) {
+  if (!namespaces_.Registered(record.ns)) {
     // DropNamespace ran between the check above and MarkReady and skipped this block while it was
     // being written: remove it now, as the drop would have.
     std::optional<BlockMeta> gone = index_->EraseIf(record.key, [&](const BlockMeta& m) {
@@ -150,7 +139,7 @@ Status Store::Publish(const ReservationRecord& record, std::optional<uint64_t> c
     }
     return NotFound("namespace " + record.ns.ToHex() + " was dropped during the put");
   }
-  if (NamespaceCounters* c = CountersFor(record.ns)) {
+  if (NamespaceCounters* c = namespaces_.Counters(record.ns)) {
     c->puts.fetch_add(1, std::memory_order_relaxed);
     c->put_bytes.fetch_add(record.extent.length, std::memory_order_relaxed);
   }
@@ -161,29 +150,17 @@ Status Store::Publish(const ReservationRecord& record, std::optional<uint64_t> c
 }
 
 bool Store::RenewReservation(uint64_t reservation_id) {
-  MutexLock lock(reservations_mu_);
-  auto it = reservations_.find(reservation_id);
-  if (it == reservations_.end() || it->second.expired) return false;
-  it->second.deadline_us = clock_.NowMicros() + options_.reservation_timeout_us;
-  return true;
+  return reservations_.Renew(reservation_id, clock_.NowMicros() + options_.reservation_timeout_us);
 }
 
 Status Store::AbortPut(uint64_t reservation_id) {
-  ReservationRecord record;
-  {
-    MutexLock lock(reservations_mu_);
-    auto it = reservations_.find(reservation_id);
-    if (it == reservations_.end()) {
-      return NotFound("no reservation " + std::to_string(reservation_id));
-    }
-    record = it->second;
-    reservations_.erase(it);
-  }
-  if (record.expired) {
-    tier(record.tier)->Free(record.extent);  // its entry went at expiry; only the space was held
+  std::optional<ReservationRecord> record = reservations_.Find(reservation_id, /*erase=*/true);
+  if (!record) return NotFound("no reservation " + std::to_string(reservation_id));
+  if (record->expired) {
+    tier(record->tier)->Free(record->extent);  // its entry went at expiry; only the space was held
     return Status::Ok();
   }
-  DiscardWriting(record);
+  DiscardWriting(*record);
   return Status::Ok();
 }
 

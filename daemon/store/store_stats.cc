@@ -45,30 +45,27 @@ StoreStats Store::Stats() const {
       s.tiers.back().device.emplace_back(std::string(name), value);
     });
   }
-  {
-    MutexLock lock(namespaces_mu_);
-    for (const auto& [id, counters] : ns_counters_) {
-      NamespaceStats ns;
-      ns.id = id;
-      auto info = namespaces_.find(id);
-      ns.registered = info != namespaces_.end();
-      if (ns.registered) {
-        ns.label = info->second.label;
-        ns.tokens_per_block = info->second.tokens_per_block;
-      }
-      ns.lookups = counters->lookups.load();
-      ns.lookup_blocks = counters->lookup_blocks.load();
-      for (size_t t = 0; t < kTierCount; ++t) ns.hit_blocks[t] = counters->hit_blocks[t].load();
-      ns.hit_tokens = counters->hit_tokens.load();
-      ns.miss_blocks = ns.lookup_blocks - std::min(ns.lookup_blocks, ns.total_hit_blocks());
-      ns.puts = counters->puts.load();
-      ns.put_bytes = counters->put_bytes.load();
-      ns.gets = counters->gets.load();
-      ns.get_misses = counters->get_misses.load();
-      ns.evictions = counters->evictions.load();
-      s.namespaces.push_back(std::move(ns));
-    }
-  }
+  namespaces_.ForEach(
+      [&](const NamespaceId& id, const NamespaceInfo* info, const NamespaceCounters& counters) {
+        NamespaceStats ns;
+        ns.id = id;
+        ns.registered = info != nullptr;
+        if (info != nullptr) {
+          ns.label = info->label;
+          ns.tokens_per_block = info->tokens_per_block;
+        }
+        ns.lookups = counters.lookups.load();
+        ns.lookup_blocks = counters.lookup_blocks.load();
+        for (size_t t = 0; t < kTierCount; ++t) ns.hit_blocks[t] = counters.hit_blocks[t].load();
+        ns.hit_tokens = counters.hit_tokens.load();
+        ns.miss_blocks = ns.lookup_blocks - std::min(ns.lookup_blocks, ns.total_hit_blocks());
+        ns.puts = counters.puts.load();
+        ns.put_bytes = counters.put_bytes.load();
+        ns.gets = counters.gets.load();
+        ns.get_misses = counters.get_misses.load();
+        ns.evictions = counters.evictions.load();
+        s.namespaces.push_back(std::move(ns));
+      });
   // Present blocks are counted from the index itself, not derived from the counters, so that the
   // accounting identity checked by the tests is a real check.
   index_->ForEach([&](const BlockKey&, const index::BlockMeta& meta) {
@@ -79,14 +76,8 @@ StoreStats Store::Stats() const {
       ++s.blocks_writing;
     }
   });
-  {
-    MutexLock lock(leases_mu_);
-    s.leases_active = leases_.size();
-  }
-  {
-    MutexLock lock(reservations_mu_);
-    for (const auto& [id, r] : reservations_) s.blocks_quarantined += r.expired ? 1 : 0;
-  }
+  s.leases_active = leases_.size();
+  s.blocks_quarantined = reservations_.quarantined();
   s.committed_puts = counters_.committed_puts.load();
   s.aborted_puts = counters_.aborted_puts.load();
   s.busy_puts = counters_.busy_puts.load();

@@ -1,0 +1,69 @@
+// NamespaceRegistry: the namespaces the store serves (what a block size and token count mean in
+// each) and their counters.
+//
+// Counters are created at the first registration and kept after a drop (a dropped namespace's
+// late releases and lookups must never touch freed memory, and /metrics keeps its totals); they
+// are few, one per namespace ever registered. A namespace dropped while blocks found on disk at
+// start-up are still being adopted is remembered, so that its blocks do not come back.
+//
+// Thread safety: every method may be called from any thread; one lock, held for a map lookup.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "common/keys.h"
+#include "common/status.h"
+#include "common/thread_annotations.h"
+#include "daemon/store/store_stats.h"
+
+namespace kvtier::store {
+
+struct NamespaceInfo {
+  NamespaceId id;
+  uint32_t tokens_per_block = 0;  // for hit-token counts; 0 when not a token namespace
+  uint64_t block_bytes = 0;       // every block of the namespace has this size; 0: any size
+  std::string label;              // for humans: "meta-llama/Llama-3.1-8B bf16 tp0/1"
+};
+
+class NamespaceRegistry {
+ public:
+  // A registered namespace, found with one lookup: its parameters and its counters (which live as
+  // long as the registry).
+  struct Entry {
+    NamespaceInfo info;
+    NamespaceCounters* counters = nullptr;
+  };
+
+  // Idempotent for identical parameters. kInvalidArgument when the id is known with another block
+  // size or tokens per block.
+  Status Register(const NamespaceInfo& info);
+  // nullopt when not registered (never, or dropped).
+  std::optional<Entry> Find(const NamespaceId& ns) const;
+  bool Registered(const NamespaceId& ns) const;
+  // The counters of a namespace ever registered, dropped ones included; nullptr otherwise.
+  NamespaceCounters* Counters(const NamespaceId& ns) const;
+  std::vector<NamespaceInfo> List() const;
+  // Forgets `ns`. `refuse_adoption`: blocks of it found on disk and adopted after this are
+  // refused (AdoptionRefused). kNotFound when not registered.
+  Status Drop(const NamespaceId& ns, bool refuse_adoption);
+  bool AdoptionRefused(const NamespaceId& ns) const;
+  // Calls `visit` for every namespace ever registered, with its info when registered now.
+  void ForEach(const std::function<void(const NamespaceId&, const NamespaceInfo*,
+                                        const NamespaceCounters&)>& visit) const;
+
+ private:
+  mutable Mutex mu_;
+  std::unordered_map<NamespaceId, NamespaceInfo, Key128Hash> namespaces_ GUARDED_BY(mu_);
+  std::unordered_map<NamespaceId, std::unique_ptr<NamespaceCounters>, Key128Hash> counters_
+      GUARDED_BY(mu_);
+  // Few: drops are rare, and adoption is short.
+  std::unordered_set<NamespaceId, Key128Hash> refused_adoption_ GUARDED_BY(mu_);
+};
+
+}  // namespace kvtier::store
