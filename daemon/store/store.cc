@@ -260,4 +260,26 @@ size_t Store::ExpireDeadlines() {
   return expired;
 }
 
+Status Store::AdoptBlock(TierId id, const NamespaceId& ns, const BlockKey& key,
+                         const Extent& extent, std::optional<uint64_t> checksum) {
+  if (LevelOf(id) >= tiers_.size()) {
+    return InvalidArgument("cannot adopt a block of tier '" + std::string(TierName(id)) +
+                           "': the store does not have it");
+  }
+  if (namespaces_.AdoptionRefused(ns)) {
+    return Rejected("namespace " + ns.ToHex() + " was dropped after the start");
+  }
+  BlockMeta meta;
+  meta.ns = ns;
+  meta.extent = extent;
+  meta.tier = id;
+  meta.state = BlockState::kReady;
+  meta.generation = next_id_.fetch_add(1);
+  meta.has_checksum = checksum.has_value();
+  meta.checksum = checksum.value_or(0);
+  KVTIER_RETURN_IF_ERROR(index_->InsertReady(key, meta));
+  counters_.adopted_blocks.fetch_add(1);
+  return Status::Ok();
+}
+
 }  // namespace kvtier::store

@@ -1,5 +1,6 @@
-// The store's eviction path: making room in a tier by demoting its victims to the next tier or,
-// from the last tier, dropping them.
+// The store's eviction path: making room in a tier by demoting its victims to the next tier (NVMe
+// admission decides for a disk; a write-through block moves into its copy) or, from the last tier,
+// dropping them; and the mover's eviction down to a target (EvictToTarget).
 #include <cstring>
 #include <vector>
 
@@ -192,6 +193,48 @@ void Store::FreeExtent(const BlockMeta& meta) {
   if (meta.has_shadow) {
     if (tiers::Tier* t = tier(TierId::kNvme)) t->Free(meta.shadow);
   }
+}
+
+bool Store::AdmitBelow(size_t level, const BlockMeta& meta) const {
+  // Admission guards the SSD's write budget; moves between memory tiers are free to happen.
+  return tiers_[level + 1]->id() != TierId::kNvme || admission_->Admit(meta);
+}
+
+Store::DemoteOutcome Store::DemoteIntoShadow(size_t level, const BlockKey& key,
+                                             const BlockMeta& meta) {
+  if (!PinForMove(key, meta)) return DemoteOutcome::kBlockChanged;
+  // MoveTier checks that this is still the incarnation (and so the shadow) we were given.
+  Status moved = index_->MoveTier(key, meta, TierId::kNvme, meta.shadow, /*mover_pins=*/1);
+  if (!moved.ok()) {
+    UnpinAfterMove(key);
+    return DemoteOutcome::kBlockChanged;
+  }
+  tiers_[level]->Free(meta.extent);
+  return DemoteOutcome::kMoved;
+}
+
+size_t Store::EvictToTarget(TierId id, uint64_t target_used_bytes, size_t max_victims) {
+  const size_t level = LevelOf(id);
+  if (level >= tiers_.size()) return 0;
+  const uint64_t used = tiers_[level]->Stats().used_bytes;
+  if (used <= target_used_bytes) return 0;
+  // The victims are picked together before any is moved: a run of blocks that were used together
+  // (one request's prefix) goes down together, instead of interleaved with the victims other
+  // threads pick meanwhile, which would leave every prefix with a gap.
+  std::vector<std::pair<BlockKey, BlockMeta>> victims;
+  uint64_t picked = 0;
+  const uint64_t now = clock_.NowMicros();
+  while (victims.size() < max_victims && used - picked > target_used_bytes) {
+    std::optional<std::pair<BlockKey, BlockMeta>> victim =
+        index_->PickVictim(tiers_[level]->id(), now);
+    if (!victim) break;  // nothing evictable: everything is leased, pinned or writing
+    picked += victim->second.extent.length;
+    victims.push_back(*std::move(victim));
+  }
+  for (const auto& [key, meta] : victims) DemoteOrDrop(level, key, meta, EvictionMode::kDemote);
+  // Puts waiting for room may find it now.
+  if (!victims.empty()) move_requests_.NotifyMoved();
+  return victims.size();
 }
 
 }  // namespace kvtier::store

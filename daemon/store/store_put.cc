@@ -1,6 +1,6 @@
 // The store's two-phase put path: reservations (BeginPut), publishing them (CommitPut, and
-// CommitPutAs for a slot filled before its key was known), giving them back (AbortPut), and the
-// copy-in convenience Put.
+// CommitPutAs for a slot filled before its key was known), giving them back (AbortPut), the
+// write-through of a committed block to NVMe, and the copy-in convenience Put.
 #include <cstring>
 
 #include "common/stream_copy.h"
@@ -182,6 +182,41 @@ Status Store::Put(const NamespaceId& ns, const BlockKey& key, std::span<const st
     return written;
   }
   return CommitPut(r.id);
+}
+
+void Store::WriteThrough(const BlockKey& key, uint64_t generation) {
+  const size_t level = LevelOf(TierId::kNvme);
+  std::optional<BlockMeta> meta = index_->Get(key);
+  if (level >= tiers_.size() || !meta || meta->generation != generation || meta->has_shadow ||
+      meta->tier != TierId::kHost || !PinForMove(key, *meta)) {
+    return;  // no NVMe tier, or the block already changed: nothing to write
+  }
+  tiers::Tier& nvme = *tiers_[level];
+  tiers::Tier& host = *tier(TierId::kHost);
+  Result<Extent> dst = AllocateWithEviction(level, meta->extent.length);
+  Status written =
+      dst.ok() ? CopyBetweenTiers(host, meta->extent, nvme, *dst, {meta->ns, key}) : dst.status();
+  bool attached = false;
+  if (written.ok()) {
+    attached = index_
+                   ->Update(key,
+                            [&](BlockMeta& m) {
+                              if (m.generation != generation || m.has_shadow) {
+                                return NotFound("block changed");
+                              }
+                              m.shadow = *dst;
+                              m.has_shadow = true;
+                              return Status::Ok();
+                            })
+                   .ok();
+  }
+  UnpinAfterMove(key);
+  if (attached) {
+    counters_.write_throughs.fetch_add(1);
+    return;
+  }
+  if (dst.ok()) nvme.Free(*dst);
+  if (!written.ok()) counters_.write_through_failures.fetch_add(1);
 }
 
 }  // namespace kvtier::store

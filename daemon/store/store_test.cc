@@ -219,7 +219,7 @@ TEST_F(StoreTest, PinnedBlocksSurviveUntilTheirTtl) {
 }
 
 TEST_F(StoreTest, VictimsAreDemotedToTheNextTierAndStillServed) {
-  StoreOptions read_in_place;  // promotion on read is store_placement_test's subject
+  StoreOptions read_in_place;  // promotion on read is store_tier_moves_test's subject
   read_in_place.promote_on_read = false;
   Build({2, 3}, /*last_addressable=*/false, read_in_place);
   for (uint64_t n = 1; n <= 5; ++n) ASSERT_TRUE(PutBlock(n).ok());

@@ -1,0 +1,85 @@
+// The store's read path below the host tier: where a reader's block lies (LevelBelowHost,
+// LevelOf), promoting a block that lives below the host tier when it is read (PromoteForRead, and
+// moving blocks up between any two tiers: Promote), reading it in place (ReadLeased), and dropping
+// blocks whose bytes fail verification (DropCorrupt).
+#include "daemon/store/store.h"
+
+namespace kvtier::store {
+
+using index::BlockMeta;
+using index::BlockState;
+
+size_t Store::LevelBelowHost(const BlockMeta& meta) const {
+  const size_t host = LevelOf(TierId::kHost);
+  const size_t level = LevelOf(meta.tier);
+  return host < level && level < tiers_.size() ? level : tiers_.size();
+}
+
+size_t Store::LevelOf(TierId id) const {
+  for (size_t level = 0; level < tiers_.size(); ++level) {
+    if (tiers_[level]->id() == id) return level;
+  }
+  return tiers_.size();
+}
+
+Status Store::PromoteForRead(const NamespaceId& ns, const BlockKey& key) {
+  const size_t host = LevelOf(TierId::kHost);
+  // The common daemon without NVMe: nothing lives below the host tier, so no lookup is needed.
+  if (host + 1 >= tiers_.size()) return Status::Ok();
+  std::optional<BlockMeta> meta = index_->Get(key);
+  if (!meta || meta->state != BlockState::kReady || meta->ns != ns) return Status::Ok();
+  // Only blocks below the host tier move up for a reader; a GPU-pool block stays in the GPU.
+  const size_t level = LevelBelowHost(*meta);
+  if (level >= tiers_.size()) return Status::Ok();
+  if (DiskMovesInBackground(level - 1)) {
+    // The mover tried and could not: lease it where it lies rather than ask again forever.
+    if (move_requests_.TakeFailedFetch(key)) return Status::Ok();
+    if (move_requests_.AskForFetch(key) && wake_mover_) wake_mover_();
+    return Pending("block is being read up from " + std::string(TierName(meta->tier)));
+  }
+  // A block that cannot move now (leased by another reader, no room) is leased where it is.
+  (void)Promote(level, host, key, *meta);
+  return Status::Ok();
+}
+
+Store::PromoteOutcome Store::Promote(size_t level, size_t to_level, const BlockKey& key,
+                                     const BlockMeta& meta) {
+  if (!PinForMove(key, meta)) return PromoteOutcome::kNotMoved;
+  Result<Extent> dst = AllocateWithEviction(to_level, meta.extent.length);
+  if (!dst.ok()) {
+    UnpinAfterMove(key);
+    return PromoteOutcome::kNotMoved;
+  }
+  const Status moved = MovePinned(level, to_level, key, meta, *dst);
+  if (moved.ok()) {
+    tier_counters_[static_cast<size_t>(tiers_[level]->id())].promotions.fetch_add(1);
+    return PromoteOutcome::kMoved;
+  }
+  if (moved.code() != StatusCode::kChecksumMismatch) return PromoteOutcome::kNotMoved;
+  DropCorrupt(key, meta);
+  return PromoteOutcome::kCorrupt;
+}
+
+Status Store::ReadLeased(const Lease& lease, std::span<std::byte> dst) {
+  tiers::Tier* t = tier(lease.tier);
+  if (t == nullptr) return Internal("lease names a tier the store does not have");
+  if (dst.size() > lease.extent.length) dst = dst.first(lease.extent.length);
+  std::optional<NamespaceId> ns = leases_.NamespaceOf(lease.id);
+  if (!ns) return NotFound("lease " + std::to_string(lease.id) + " has ended");
+  Status st = t->ReadBlock(lease.extent, {*ns, lease.key}, dst);
+  if (st.code() == StatusCode::kChecksumMismatch) leases_.MarkCorrupt(lease.id);
+  return st;
+}
+
+void Store::DropCorrupt(const BlockKey& key, const BlockMeta& meta) {
+  std::optional<BlockMeta> gone = index_->EraseIf(key, [&](const BlockMeta& m) {
+    return m.generation == meta.generation && m.tier == meta.tier && m.lease_count == 0;
+  });
+  // Counted once per block: a block still leased by other readers is counted by the last one.
+  if (!gone) return;
+  FreeExtent(*gone);
+  tier_counters_[static_cast<size_t>(gone->tier)].corrupt_drops.fetch_add(1);
+  counters_.removed_blocks.fetch_add(1);
+}
+
+}  // namespace kvtier::store
