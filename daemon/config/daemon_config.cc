@@ -16,6 +16,8 @@
 #include "common/paths.h"
 #include "common/units.h"
 #include "daemon/index/eviction_policy.h"
+#include "daemon/placement/admission_policy.h"
+#include "daemon/placement/gpu_promotion_policy.h"
 
 namespace kvtier::config {
 namespace {
@@ -262,6 +264,19 @@ Result<std::string> ReadFile(const std::string& path) {
   return ss.str();
 }
 
+// `value` must be one of `names`: the policy lists of the modules that build the policies, so
+// that the config never accepts a name they do not know, nor refuses one they added.
+template <typename Names>
+Status CheckPolicyName(std::string_view key, const std::string& value, const Names& names) {
+  std::string known;
+  for (const auto& name : names) {
+    if (name == value) return Status::Ok();
+    known += (known.empty() ? "" : ", ") + std::string(name);
+  }
+  return InvalidArgument(std::string(key) + ": unknown policy '" + value + "' (known: " + known +
+                         ")");
+}
+
 Status FinalizeGpu(const DaemonConfig& config) {
   if (config.gpu_fake && (config.gpu_bytes == DaemonConfig::kAutoBytes || config.gpu_bytes == 0)) {
     return InvalidArgument(
@@ -273,10 +288,8 @@ Status FinalizeGpu(const DaemonConfig& config) {
                            std::to_string(config.gpu_bytes));
   }
   if (config.gpu_copy_lanes == 0) return InvalidArgument("gpu.copy_lanes: must be positive");
-  if (config.gpu_promotion != "reads" && config.gpu_promotion != "off") {
-    return InvalidArgument("gpu.promotion: expected reads or off, got '" + config.gpu_promotion +
-                           "'");
-  }
+  KVTIER_RETURN_IF_ERROR(
+      CheckPolicyName("gpu.promotion", config.gpu_promotion, placement::GpuPromotionPolicyNames()));
   if (config.gpu_promote_after_reads == 0) {
     return InvalidArgument("gpu.promote_after_reads: must be 1 or more");
   }
@@ -338,13 +351,8 @@ Status Finalize(DaemonConfig& config) {
   if (config.slab_bytes < 4096 || config.slab_bytes % 4096 != 0) {
     return InvalidArgument("tiers.slab_bytes: must be a positive multiple of 4KiB");
   }
-  const auto policies = index::EvictionPolicyNames();
-  if (std::find(policies.begin(), policies.end(), config.eviction_policy) == policies.end()) {
-    std::string known;
-    for (const auto& p : policies) known += (known.empty() ? "" : ", ") + p;
-    return InvalidArgument("store.eviction_policy: unknown policy '" + config.eviction_policy +
-                           "' (known: " + known + ")");
-  }
+  KVTIER_RETURN_IF_ERROR(CheckPolicyName("store.eviction_policy", config.eviction_policy,
+                                         index::EvictionPolicyNames()));
   static const char* kLevels[] = {"trace", "debug", "info", "warn", "error", "off"};
   if (std::find(std::begin(kLevels), std::end(kLevels), config.log_level) == std::end(kLevels)) {
     return InvalidArgument("server.log_level: expected trace, debug, info, warn, error or off");
@@ -371,10 +379,8 @@ Status Finalize(DaemonConfig& config) {
     return InvalidArgument("nvme.io_backend: expected auto, io_uring or threads, got '" +
                            config.nvme_io_backend + "'");
   }
-  if (config.nvme_admission != "all" && config.nvme_admission != "reused") {
-    return InvalidArgument("nvme.admission: expected all or reused, got '" + config.nvme_admission +
-                           "'");
-  }
+  KVTIER_RETURN_IF_ERROR(
+      CheckPolicyName("nvme.admission", config.nvme_admission, placement::AdmissionPolicyNames()));
   if (config.nvme_queue_depth == 0 || config.nvme_rings == 0) {
     return InvalidArgument("nvme: queue_depth and rings must be positive");
   }
