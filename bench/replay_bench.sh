@@ -19,24 +19,8 @@ limit=2000
 for arg in "$@"; do
   if [ "$arg" = --quick ]; then limit=500; fi
 done
-base="${KVTIER_NVME_BENCH_DIR:-${TMPDIR:-/tmp}}"
-tmp="$(mktemp -d "$base/kvtier-replay-bench.XXXXXX")"
-pid=""
-stop_daemon() {
-  if [ -n "$pid" ]; then
-    kill "$pid" 2>/dev/null || true
-    wait "$pid" 2>/dev/null || true
-  fi
-  pid=""
-}
-cleanup() {
-  local rc=$?
-  stop_daemon
-  [ "$rc" -ne 0 ] && [ -f "$tmp/kvtierd.log" ] && tail -n 20 "$tmp/kvtierd.log" >&2
-  rm -rf "$tmp"
-  exit "$rc"
-}
-trap cleanup EXIT
+. bench/kvtierd_lib.sh
+bench_tmpdir replay-bench
 
 # replay NAME NVME_BYTES WHEN_DISK_LAGS: one replay against a fresh daemon; leaves NAME.json (the
 # replay's summary) and NAME.stats.json (the daemon's statistics after it) in $tmp.
@@ -44,18 +28,12 @@ replay() {
   local name=$1 nvme=$2 lags=$3
   local sock="$tmp/$name.sock"
   printf 'placement:\n  when_disk_lags: %s\n' "$lags" >"$tmp/$name.yaml"
-  "$bin/kvtierd" --config "$tmp/$name.yaml" --unix "$sock" --port 0 --http-port 0 \
-    --host-bytes 256MiB --nvme-bytes "$nvme" --gpu-bytes 0 --data-dir "$tmp/$name.data" \
-    --log-level warn >"$tmp/kvtierd.log" 2>&1 &
-  pid=$!
-  for _ in $(seq 200); do
-    "$bin/kvtier" ping --url "unix://$sock" >/dev/null 2>&1 && break
-    sleep 0.05
-  done
+  start_kvtierd "$sock" --config "$tmp/$name.yaml" --host-bytes 256MiB --nvme-bytes "$nvme" \
+    --data-dir "$tmp/$name.data"
   "$bin/kvtier" replay "$trace" --url "unix://$sock" --block-bytes 256KiB --limit "$limit" \
     --json 2>/dev/null >"$tmp/$name.json"
   "$bin/kvtier" stats --url "unix://$sock" --json >"$tmp/$name.stats.json"
-  stop_daemon
+  stop_kvtierd
   rm -rf "$tmp/$name.data"
 }
 

@@ -19,20 +19,8 @@ count=256
 for arg in "$@"; do
   if [ "$arg" = --quick ]; then count=96; fi
 done
-base="${KVTIER_NVME_BENCH_DIR:-${TMPDIR:-/tmp}}"
-tmp="$(mktemp -d "$base/kvtier-spill-bench.XXXXXX")"
-pid=""
-cleanup() {
-  local rc=$?
-  if [ -n "$pid" ]; then
-    kill "$pid" 2>/dev/null || true
-    wait "$pid" 2>/dev/null || true
-  fi
-  [ "$rc" -ne 0 ] && [ -f "$tmp/kvtierd.log" ] && tail -n 20 "$tmp/kvtierd.log" >&2
-  rm -rf "$tmp"
-  exit "$rc"
-}
-trap cleanup EXIT
+. bench/kvtierd_lib.sh
+bench_tmpdir spill-bench
 
 # fio first: 2 MiB blocks at queue depth 16, O_DIRECT, the same amount the writers put.
 total_mib=$((4 * count * 2))
@@ -42,14 +30,8 @@ fio_kibps=$(fio --name=kvtier-spill --filename="$tmp/fio.data" --size="${total_m
 rm -f "$tmp/fio.data"
 
 sock="$tmp/kvtierd.sock"
-"$bin/kvtierd" --unix "$sock" --port 0 --http-port 0 --host-bytes 256MiB \
-  --nvme-bytes "$((total_mib + 1024))MiB" --gpu-bytes 0 --data-dir "$tmp/data" \
-  --log-level warn >"$tmp/kvtierd.log" 2>&1 &
-pid=$!
-for _ in $(seq 200); do
-  "$bin/kvtier" ping --url "unix://$sock" >/dev/null 2>&1 && break
-  sleep 0.05
-done
+start_kvtierd "$sock" --host-bytes 256MiB --nvme-bytes "$((total_mib + 1024))MiB" \
+  --data-dir "$tmp/data"
 
 # Fill the host tier first, so that the measured puts all meet a full one.
 "$bin/kvtier" bench --url "unix://$sock" --block-bytes 2MiB --concurrency 2 --count 80 \
