@@ -4,7 +4,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
-scripts/build.sh release
+# Only what the demo runs: the daemon and the CLI (scripts/test.sh builds the rest).
+cmake --preset release >/dev/null
+cmake --build --preset release -j "$(nproc)" --target kvtierd kvtier
 trace=tests/data/mooncake_conversation_trace.jsonl
 bin=build/bin
 
