@@ -5,15 +5,15 @@
 #include <string>
 #include <vector>
 
-#include "client/fake_server.h"
+#include "client/testing/in_process_daemon.h"
 
 namespace kvtier::client {
 namespace {
 
-using testing::FakeServer;
+using testing::InProcessDaemon;
 
 TEST(AsyncClientTest, FuturesCarryResultsInSubmissionOrder) {
-  FakeServer server;
+  InProcessDaemon server;
   Result<Client> client = Client::Connect(server.url());
   ASSERT_TRUE(client.ok()) << client.status().ToString();
   hashing::NamespaceDescriptor d;
@@ -59,7 +59,7 @@ TEST(AsyncClientTest, FuturesCarryResultsInSubmissionOrder) {
 }
 
 TEST(AsyncClientTest, DestructorCompletesQueuedCalls) {
-  FakeServer server;
+  InProcessDaemon server;
   Result<Client> client = Client::Connect(server.url());
   ASSERT_TRUE(client.ok());
   std::vector<std::future<Status>> pings;

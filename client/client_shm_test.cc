@@ -1,4 +1,5 @@
-// The shared-memory path against the fake server, which passes a real memfd with SCM_RIGHTS.
+// The shared-memory path against the daemon's server in-process, which passes its arena's memfd
+// with SCM_RIGHTS.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -6,12 +7,12 @@
 #include <vector>
 
 #include "client/client.h"
-#include "client/fake_server.h"
+#include "client/testing/in_process_daemon.h"
 
 namespace kvtier::client {
 namespace {
 
-using testing::FakeServer;
+using testing::InProcessDaemon;
 
 constexpr size_t kBlockBytes = 4096;
 
@@ -38,7 +39,7 @@ class ClientShmTest : public ::testing::Test {
     ns_ = ns->id;
     Result<ArenaInfo> arena = client_->Attach();
     ASSERT_TRUE(arena.ok()) << arena.status().ToString();
-    EXPECT_EQ(arena->arena_bytes, FakeServer::Options{}.arena_bytes);
+    EXPECT_EQ(arena->arena_bytes, InProcessDaemon::Options{}.arena_bytes);
     EXPECT_EQ(arena->tier, "host");
     ASSERT_TRUE(client_->attached());
     for (size_t i = 0; i < 4; ++i) {
@@ -53,7 +54,8 @@ class ClientShmTest : public ::testing::Test {
     return client_->Put(ns_, std::span(keys_).first(n), ptrs, kBlockBytes);
   }
 
-  FakeServer server_;
+  // A small GPU tier above the arena holds the blocks an attached client cannot lease.
+  InProcessDaemon server_{InProcessDaemon::Options{.gpu_pool_bytes = uint64_t{1} << 20}};
   std::unique_ptr<Client> client_;
   NamespaceId ns_;
   std::vector<BlockKey> keys_;
@@ -92,8 +94,11 @@ TEST_F(ClientShmTest, PutThenGetThroughTheArena) {
 }
 
 TEST_F(ClientShmTest, BlocksOutsideTheArenaAreFetchedInline) {
-  ASSERT_TRUE(PutFirst(4).ok());
-  server_.acquire_limit = 1;  // blocks 1..3 "live on NVMe": ACQUIRE answers NOTFOUND for them
+  ASSERT_TRUE(PutFirst(1).ok());
+  // Blocks 1..3 lie outside the arena (as on NVMe): ACQUIRE answers NOTFOUND for them.
+  for (size_t i = 1; i < 4; ++i) {
+    ASSERT_TRUE(server_.PlaceOutsideArena(ns_, keys_[i], payloads_[i]).ok());
+  }
   std::vector<std::vector<std::byte>> out(4, std::vector<std::byte>(kBlockBytes));
   std::vector<void*> dst;
   for (auto& o : out) dst.push_back(o.data());
@@ -116,7 +121,7 @@ TEST_F(ClientShmTest, AFullyLeasedGetTakesTwoRoundTrips) {
 
 TEST_F(ClientShmTest, AReleaseAnsweringNotFoundMakesTheCopyAMiss) {
   ASSERT_TRUE(PutFirst(3).ok());
-  server_.expire_leases = true;
+  server_.ExpireLeasesBeforeRelease();
   std::vector<std::vector<std::byte>> out(3, std::vector<std::byte>(kBlockBytes));
   std::vector<void*> dst;
   for (auto& o : out) dst.push_back(o.data());
@@ -127,7 +132,7 @@ TEST_F(ClientShmTest, AReleaseAnsweringNotFoundMakesTheCopyAMiss) {
 }
 
 TEST_F(ClientShmTest, AReservationThatExpiredBeforeCommitIsATimeout) {
-  server_.expire_reservations = true;
+  server_.ExpireReservationsBeforeCommit();
   Result<std::vector<Status>> put = PutFirst(2);
   ASSERT_TRUE(put.ok());
   EXPECT_EQ((*put)[0].code(), StatusCode::kTimeout);
@@ -169,8 +174,8 @@ TEST_F(ClientShmTest, SizeMistakesAreInvalidArguments) {
 }
 
 TEST_F(ClientShmTest, BusyReservationsAreReportedPerKey) {
-  // Fill the fake's bump allocator, then ask for more.
-  const size_t capacity_blocks = FakeServer::Options{}.arena_bytes / kBlockBytes;
+  // Fill the host tier with reservations (nothing to evict), then ask for more.
+  const size_t capacity_blocks = InProcessDaemon::Options{}.arena_bytes / kBlockBytes;
   std::vector<BlockKey> keys;
   std::vector<const void*> ptrs;
   for (size_t i = 0; i < capacity_blocks + 2; ++i) {

@@ -6,12 +6,12 @@
 #include <string>
 #include <vector>
 
-#include "client/fake_server.h"
+#include "client/testing/in_process_daemon.h"
 #include "hashing/block_hasher.h"
 
 namespace {
 
-using kvtier::client::testing::FakeServer;
+using kvtier::client::testing::InProcessDaemon;
 
 kvtier_namespace_desc Desc() {
   kvtier_namespace_desc d{};
@@ -67,7 +67,7 @@ TEST(KvtierCTest, HashTokensMatchesTheHashingLibrary) {
 }
 
 void RoundTrip(bool attach) {
-  FakeServer server;
+  InProcessDaemon server;
   kvtier_client* client = nullptr;
   ASSERT_EQ(kvtier_connect(server.url().c_str(), nullptr, 5000, &client), KVTIER_OK)
       << kvtier_last_error();
@@ -86,7 +86,8 @@ void RoundTrip(bool attach) {
   size_t n = 0;
   ASSERT_EQ(kvtier_hash_tokens(&ns, tokens, 6, desc.tokens_per_block, keys, 3, &n), KVTIER_OK);
   std::vector<std::vector<uint8_t>> blocks(3, std::vector<uint8_t>(block_bytes));
-  for (size_t i = 0; i < 3; ++i) std::memset(blocks[i].data(), 'a' + static_cast<int>(i), block_bytes);
+  for (size_t i = 0; i < 3; ++i)
+    std::memset(blocks[i].data(), 'a' + static_cast<int>(i), block_bytes);
   const void* src[] = {blocks[0].data(), blocks[1].data()};
   int statuses[2];
   size_t stored = 0;
@@ -120,7 +121,8 @@ TEST(KvtierCTest, InlineRoundTrip) { RoundTrip(false); }
 TEST(KvtierCTest, SharedMemoryRoundTrip) { RoundTrip(true); }
 
 TEST(KvtierCTest, AttachOverTcpIsRefused) {
-  FakeServer server(FakeServer::Options{.tcp = true, .password = "", .arena_bytes = 1 << 20});
+  InProcessDaemon server(
+      InProcessDaemon::Options{.tcp = true, .password = "", .arena_bytes = 1 << 20});
   kvtier_client* client = nullptr;
   ASSERT_EQ(kvtier_connect(server.url().c_str(), "", -1, &client), KVTIER_OK);
   EXPECT_EQ(kvtier_attach(client), KVTIER_EINVAL);

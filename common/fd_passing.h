@@ -1,5 +1,5 @@
-// Passing file descriptors over a Unix socket (SCM_RIGHTS), for KVT.ATTACH: the daemon (and the
-// client's fake server) send the arena's memfd, the client receives it.
+// Passing file descriptors over a Unix socket (SCM_RIGHTS), for KVT.ATTACH: the daemon sends the
+// arena's memfd (the client tests' FaultProxy relays it), the client receives it.
 //
 // The kernel attaches a descriptor to the first byte of the message it rides with; the receiver's
 // recvmsg gets it together with that byte. Pure system-call wrappers, shared by the daemon and the

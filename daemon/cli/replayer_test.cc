@@ -5,12 +5,12 @@
 #include <cstring>
 #include <vector>
 
-#include "client/fake_server.h"
+#include "client/testing/in_process_daemon.h"
 
 namespace kvtier::cli {
 namespace {
 
-using client::testing::FakeServer;
+using client::testing::InProcessDaemon;
 
 constexpr uint64_t kBlockBytes = 4096;
 
@@ -54,6 +54,7 @@ class ReplayerTest : public ::testing::TestWithParam<bool> {
     d.layout_tag = "test";
     Result<client::NamespaceInfo> ns = client_->RegisterNamespace(d, kBlockBytes);
     ASSERT_TRUE(ns.ok());
+    ns_ = ns->id;
     replayer_ = std::make_unique<Replayer>(client_.get(), ns->id,
                                            ReplayOptions{kBlockBytes, GetParam(), 512});
   }
@@ -65,8 +66,9 @@ class ReplayerTest : public ::testing::TestWithParam<bool> {
     return r;
   }
 
-  FakeServer server_;
+  InProcessDaemon server_;
   std::unique_ptr<client::Client> client_;
+  NamespaceId ns_;
   std::unique_ptr<Replayer> replayer_;
 };
 
@@ -92,12 +94,17 @@ TEST_P(ReplayerTest, SharedPrefixesHitAndMissesArePut) {
 
 TEST_P(ReplayerTest, WrongBytesAreCorruptNotHits) {
   ASSERT_TRUE(replayer_->Replay(Request({10, 11}, 1024)).ok());
-  // Damage the first block stored; the fake allocates from offset 0. Through a second, attached
-  // client, since the replaying one may be inline.
+  // Damage the first block stored, at the arena offset the daemon gave it. Through a second,
+  // attached client, since the replaying one may be inline.
+  store::Store& store = server_.server().store();
+  Result<store::Lease> lease = store.Acquire(ns_, TraceKeys(ns_, std::vector<uint64_t>{10})[0]);
+  ASSERT_TRUE(lease.ok()) << lease.status().ToString();
+  const uint64_t offset = lease->extent.offset;
+  ASSERT_TRUE(store.Release(lease->id).ok());
   Result<client::Client> writer = client::Client::Connect(server_.url());
   ASSERT_TRUE(writer.ok());
   ASSERT_TRUE(writer->Attach().ok());
-  writer->arena().base()[100] ^= std::byte{0xff};
+  writer->arena().base()[offset + 100] ^= std::byte{0xff};
   ASSERT_TRUE(replayer_->Replay(Request({10, 11}, 1024)).ok());
   const ReplayTotals& t = replayer_->totals();
   EXPECT_EQ(t.corrupt_blocks, 1u);
