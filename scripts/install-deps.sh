@@ -10,6 +10,9 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libspdlog-dev libfmt-dev libcli11-dev nlohmann-json3-dev libyaml-cpp-dev
   redis-server redis-tools fio python3 python3-venv python3-dev curl
+  # promtool checks deploy/prometheus/alerts.yml. The package also installs a Prometheus server,
+  # which its install script enables and starts (on :9090) where systemd runs.
+  prometheus
 )
 
 missing=()

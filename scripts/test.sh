@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what is missing, then builds and runs every test: the release build, the integration
-# suite against a running release kvtierd, the Python package's tests (python/tests), the same
+# suite against a running release kvtierd, the checks of deploy/ (alerts, dashboard, Kubernetes
+# manifests), the Python package's tests (python/tests), the same
 # unit suite under AddressSanitizer + UndefinedBehaviorSanitizer, and the concurrency suites under
 # ThreadSanitizer. Exits non-zero on the first failure.
 set -euo pipefail
@@ -26,6 +27,18 @@ run_integration() {
   KVTIER_BIN_DIR="$PWD/build/bin" "$venv/bin/python" -m pytest -q tests/integration
 }
 
+# The files in deploy/: the alert rules through promtool (syntax, and their unit tests), and in
+# tests/deploy the dashboard's and alerts' metric names against a running release kvtierd and the
+# Kubernetes manifests against the bundled Kubernetes schemas. Reuses the integration venv.
+run_deploy() {
+  local venv=build/venv
+  echo "== deploy (Grafana dashboard, alerts, Kubernetes manifests) =="
+  promtool check rules deploy/prometheus/alerts.yml
+  promtool test rules deploy/prometheus/alerts_test.yml
+  "$venv/bin/python" -m pip install -q --disable-pip-version-check -r tests/deploy/requirements.txt
+  KVTIER_BIN_DIR="$PWD/build/bin" "$venv/bin/python" -m pytest -q tests/deploy
+}
+
 # Builds the Python package (python/: pybind11 over the client library) into its own venv, with
 # torch and transformers from PyPI, and runs its tests against build/bin/kvtierd: hashing golden
 # vectors, both data paths, and the end-to-end restore on random GPT-2-small and Llama models.
@@ -43,6 +56,7 @@ echo "== build (release) =="
 scripts/build.sh release
 run_ctest release
 run_integration
+run_deploy
 run_python
 
 # The offline GPU check (tests/gpu/README.md), where the CUDA toolkit is installed: prepare.sh
