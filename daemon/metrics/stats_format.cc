@@ -22,24 +22,153 @@ std::string NamespaceLabels(const store::NamespaceStats& ns) {
   return "namespace=\"" + Escape(NamespaceLabel(ns)) + "\",ns_id=\"" + ns.id.ToHex() + "\"";
 }
 
+// The fields every view renders, each named once for JSON (/stats, KVT.STATS, the dashboard) and
+// once for Prometheus, so that a counter added to the store reaches both or neither.
+struct TierField {
+  const char* json;
+  const char* metric;
+  const char* type;
+  const char* help;
+  double (*get)(const store::TierStatsSnapshot&);
+  bool ratio = false;  // a fraction; every other field is a count, an integer in JSON
+};
+const TierField kTierFields[] = {
+    {"capacity_bytes", "kvtier_tier_capacity_bytes", "gauge", "Bytes the tier may hold.",
+     [](const store::TierStatsSnapshot& t) { return double(t.space.capacity_bytes); }},
+    {"used_bytes", "kvtier_tier_used_bytes", "gauge", "Bytes of blocks stored in the tier.",
+     [](const store::TierStatsSnapshot& t) { return double(t.space.used_bytes); }},
+    {"reserved_bytes", "kvtier_tier_reserved_bytes", "gauge",
+     "Bytes the tier has set aside in slabs (used or free within them).",
+     [](const store::TierStatsSnapshot& t) { return double(t.space.reserved_bytes); }},
+    {"blocks", "kvtier_tier_blocks", "gauge", "Blocks stored in the tier.",
+     [](const store::TierStatsSnapshot& t) { return double(t.space.block_count); }},
+    {"fragmentation", "kvtier_tier_fragmentation_ratio", "gauge",
+     "Share of reserved bytes holding no block.",
+     [](const store::TierStatsSnapshot& t) { return t.space.fragmentation; }, true},
+    {"evictions", "kvtier_tier_evictions_total", "counter",
+     "Blocks that left the tier under pressure (demoted or dropped).",
+     [](const store::TierStatsSnapshot& t) { return double(t.evictions); }},
+    {"demotions", "kvtier_tier_demotions_total", "counter", "Blocks moved to the next tier.",
+     [](const store::TierStatsSnapshot& t) { return double(t.demotions); }},
+    {"drops", "kvtier_tier_drops_total", "counter", "Blocks dropped from the tier.",
+     [](const store::TierStatsSnapshot& t) { return double(t.drops); }},
+    {"admission_drops", "kvtier_tier_admission_drops_total", "counter",
+     "Victims dropped because the next tier's admission policy refused them.",
+     [](const store::TierStatsSnapshot& t) { return double(t.admission_drops); }},
+    {"lag_drops", "kvtier_tier_lag_drops_total", "counter",
+     "Victims a put dropped because the mover had not yet written them to the next tier (a "
+     "disk).",
+     [](const store::TierStatsSnapshot& t) { return double(t.lag_drops); }},
+    {"promotions", "kvtier_tier_promotions_total", "counter",
+     "Blocks moved up out of the tier (read often, or read on NVMe).",
+     [](const store::TierStatsSnapshot& t) { return double(t.promotions); }},
+    {"corrupt_drops", "kvtier_tier_corrupt_drops_total", "counter",
+     "Blocks whose stored bytes failed verification (dropped, served as misses).",
+     [](const store::TierStatsSnapshot& t) { return double(t.corrupt_drops); }},
+    {"copy_errors", "kvtier_tier_copy_errors_total", "counter",
+     "Moves into or out of the tier whose copy failed with a device error.",
+     [](const store::TierStatsSnapshot& t) { return double(t.copy_errors); }},
+};
+
+struct NamespaceField {
+  const char* json;
+  const char* metric;
+  const char* help;
+  uint64_t store::NamespaceStats::*field;
+};
+const NamespaceField kNamespaceFields[] = {
+    {"lookups", "kvtier_lookups_total", "Lookup calls per namespace.",
+     &store::NamespaceStats::lookups},
+    {"lookup_blocks", "kvtier_lookup_blocks_total", "Block keys asked for in lookups.",
+     &store::NamespaceStats::lookup_blocks},
+    {"hit_tokens", "kvtier_hit_tokens_total", "Prompt tokens covered by lookup hits.",
+     &store::NamespaceStats::hit_tokens},
+    {"miss_blocks", "kvtier_miss_blocks_total", "Block keys asked for in lookups and not found.",
+     &store::NamespaceStats::miss_blocks},
+    {"puts", "kvtier_namespace_puts_total", "Committed puts of the namespace.",
+     &store::NamespaceStats::puts},
+    {"put_bytes", "kvtier_namespace_put_bytes_total", "Bytes of the namespace's committed puts.",
+     &store::NamespaceStats::put_bytes},
+    {"gets", "kvtier_namespace_gets_total", "Reads of the namespace's blocks (leases granted).",
+     &store::NamespaceStats::gets},
+    {"get_misses", "kvtier_namespace_get_misses_total",
+     "Reads of the namespace that found no block.", &store::NamespaceStats::get_misses},
+    {"evictions", "kvtier_namespace_evictions_total",
+     "Blocks of the namespace dropped from the last tier.", &store::NamespaceStats::evictions},
+};
+
+struct TotalField {
+  const char* json;
+  const char* metric;
+  const char* type;
+  const char* help;
+  uint64_t store::StoreStats::*field;
+};
+const TotalField kTotalFields[] = {
+    {"blocks_present", "kvtier_blocks", "gauge", "Ready blocks in all tiers.",
+     &store::StoreStats::blocks_present},
+    {"blocks_writing", "kvtier_blocks_writing", "gauge", "Blocks reserved and not committed yet.",
+     &store::StoreStats::blocks_writing},
+    {"blocks_quarantined", "kvtier_blocks_quarantined", "gauge",
+     "Slots of puts that timed out, held until the late writer finishes.",
+     &store::StoreStats::blocks_quarantined},
+    {"blocks_shadowed", "kvtier_blocks_shadowed", "gauge",
+     "Memory blocks that also have a write-through copy on NVMe.",
+     &store::StoreStats::blocks_shadowed},
+    {"leases_active", "kvtier_leases_active", "gauge", "Read leases held now.",
+     &store::StoreStats::leases_active},
+    {"committed_puts", "kvtier_puts_total", "counter", "Committed puts.",
+     &store::StoreStats::committed_puts},
+    {"aborted_puts", "kvtier_aborted_puts_total", "counter",
+     "Puts given back (aborted, timed out, or their namespace dropped).",
+     &store::StoreStats::aborted_puts},
+    {"busy_puts", "kvtier_busy_puts_total", "counter", "Puts refused for lack of room.",
+     &store::StoreStats::busy_puts},
+    {"removed_blocks", "kvtier_removed_blocks_total", "counter",
+     "Blocks removed (DEL, namespace drops, corrupt blocks).", &store::StoreStats::removed_blocks},
+    {"evicted_blocks", "kvtier_evicted_blocks_total", "counter",
+     "Blocks dropped from the cache by eviction.", &store::StoreStats::evicted_blocks},
+    {"expired_leases", "kvtier_expired_leases_total", "counter",
+     "Leases taken back at their deadline.", &store::StoreStats::expired_leases},
+    {"expired_reservations", "kvtier_expired_reservations_total", "counter",
+     "Puts whose writer did not commit in time.", &store::StoreStats::expired_reservations},
+    {"adopted_blocks", "kvtier_adopted_blocks_total", "counter",
+     "Blocks found on NVMe at start-up and served again.", &store::StoreStats::adopted_blocks},
+    {"write_throughs", "kvtier_write_throughs_total", "counter",
+     "Puts also written to NVMe before they were acknowledged (nvme.write_through).",
+     &store::StoreStats::write_throughs},
+    {"write_through_failures", "kvtier_write_through_failures_total", "counter",
+     "Puts NVMe could not take with write-through on: kept in memory only.",
+     &store::StoreStats::write_through_failures},
+    {"gpu_candidates", "kvtier_gpu_candidates_total", "counter",
+     "Host blocks queued for promotion into the GPU tier.", &store::StoreStats::gpu_candidates},
+    {"gpu_candidates_dropped", "kvtier_gpu_candidates_dropped_total", "counter",
+     "Promotion candidates refused because the queue was full.",
+     &store::StoreStats::gpu_candidates_dropped},
+    {"gpu_promotions_skipped", "kvtier_gpu_promotions_skipped_total", "counter",
+     "Promotion candidates not moved (changed, leased, no room or a copy error).",
+     &store::StoreStats::gpu_promotions_skipped},
+    {"pending_promotions", "kvtier_pending_promotions", "gauge",
+     "Promotion candidates waiting for the GPU mover now.", &store::StoreStats::pending_promotions},
+    {"pending_adoptions", "kvtier_pending_adoptions", "gauge",
+     "Blocks found on NVMe at start-up and not served yet (recovery runs while the daemon "
+     "serves; they are misses until then).",
+     &store::StoreStats::pending_adoptions},
+};
+
 json TierJson(const store::TierStatsSnapshot& t) {
   json device = json::object();
   for (const auto& [name, value] : t.device) device[name] = value;
-  return {{"tier", TierName(t.tier)},
-          {"capacity_bytes", t.space.capacity_bytes},
-          {"used_bytes", t.space.used_bytes},
-          {"reserved_bytes", t.space.reserved_bytes},
-          {"blocks", t.space.block_count},
-          {"fragmentation", t.space.fragmentation},
-          {"evictions", t.evictions},
-          {"demotions", t.demotions},
-          {"drops", t.drops},
-          {"admission_drops", t.admission_drops},
-          {"lag_drops", t.lag_drops},
-          {"promotions", t.promotions},
-          {"corrupt_drops", t.corrupt_drops},
-          {"copy_errors", t.copy_errors},
-          {"device", device}};
+  json out = {{"tier", TierName(t.tier)}};
+  for (const TierField& f : kTierFields) {
+    if (f.ratio) {
+      out[f.json] = f.get(t);
+    } else {
+      out[f.json] = static_cast<uint64_t>(f.get(t));
+    }
+  }
+  out["device"] = device;
+  return out;
 }
 
 json NamespaceJson(const store::NamespaceStats& ns) {
@@ -47,44 +176,17 @@ json NamespaceJson(const store::NamespaceStats& ns) {
   for (int t = 0; t < kTierCount; ++t) {
     hits[std::string(TierName(static_cast<TierId>(t)))] = ns.hit_blocks[t];
   }
-  return {{"id", ns.id.ToHex()},
-          {"label", ns.label},
-          {"registered", ns.registered},
-          {"tokens_per_block", ns.tokens_per_block},
-          {"lookups", ns.lookups},
-          {"lookup_blocks", ns.lookup_blocks},
-          {"hit_blocks", hits},
-          {"hit_tokens", ns.hit_tokens},
-          {"miss_blocks", ns.miss_blocks},
-          {"block_hit_ratio", ns.block_hit_ratio()},
-          {"puts", ns.puts},
-          {"put_bytes", ns.put_bytes},
-          {"gets", ns.gets},
-          {"get_misses", ns.get_misses},
-          {"evictions", ns.evictions}};
+  json out = {{"id", ns.id.ToHex()},         {"label", ns.label},
+              {"registered", ns.registered}, {"tokens_per_block", ns.tokens_per_block},
+              {"hit_blocks", hits},          {"block_hit_ratio", ns.block_hit_ratio()}};
+  for (const NamespaceField& f : kNamespaceFields) out[f.json] = ns.*f.field;
+  return out;
 }
 
 json TotalsJson(const store::StoreStats& s) {
-  return {{"blocks_present", s.blocks_present},
-          {"blocks_writing", s.blocks_writing},
-          {"blocks_quarantined", s.blocks_quarantined},
-          {"blocks_shadowed", s.blocks_shadowed},
-          {"leases_active", s.leases_active},
-          {"committed_puts", s.committed_puts},
-          {"aborted_puts", s.aborted_puts},
-          {"busy_puts", s.busy_puts},
-          {"removed_blocks", s.removed_blocks},
-          {"evicted_blocks", s.evicted_blocks},
-          {"expired_leases", s.expired_leases},
-          {"expired_reservations", s.expired_reservations},
-          {"adopted_blocks", s.adopted_blocks},
-          {"write_throughs", s.write_throughs},
-          {"write_through_failures", s.write_through_failures},
-          {"gpu_candidates", s.gpu_candidates},
-          {"gpu_candidates_dropped", s.gpu_candidates_dropped},
-          {"gpu_promotions_skipped", s.gpu_promotions_skipped},
-          {"pending_promotions", s.pending_promotions},
-          {"pending_adoptions", s.pending_adoptions}};
+  json out = json::object();
+  for (const TotalField& f : kTotalFields) out[f.json] = s.*f.field;
+  return out;
 }
 
 // Appends one Prometheus sample line; `labels` is "" or `tier="host"`-style text.
@@ -142,48 +244,10 @@ std::string StatsToJson(const store::StoreStats& stats, const ProcessInfo& proce
 
 std::string StatsToPrometheus(const store::StoreStats& stats, const ProcessInfo& process) {
   std::string out;
-  struct TierMetric {
-    const char* name;
-    const char* type;
-    const char* help;
-    double (*get)(const store::TierStatsSnapshot&);
-  };
-  static const TierMetric kTierMetrics[] = {
-      {"kvtier_tier_capacity_bytes", "gauge", "Bytes the tier may hold.",
-       [](const store::TierStatsSnapshot& t) { return double(t.space.capacity_bytes); }},
-      {"kvtier_tier_used_bytes", "gauge", "Bytes of blocks stored in the tier.",
-       [](const store::TierStatsSnapshot& t) { return double(t.space.used_bytes); }},
-      {"kvtier_tier_blocks", "gauge", "Blocks stored in the tier.",
-       [](const store::TierStatsSnapshot& t) { return double(t.space.block_count); }},
-      {"kvtier_tier_fragmentation_ratio", "gauge", "Share of reserved bytes holding no block.",
-       [](const store::TierStatsSnapshot& t) { return t.space.fragmentation; }},
-      {"kvtier_tier_evictions_total", "counter", "Blocks that left the tier under pressure.",
-       [](const store::TierStatsSnapshot& t) { return double(t.evictions); }},
-      {"kvtier_tier_demotions_total", "counter", "Blocks moved to the next tier.",
-       [](const store::TierStatsSnapshot& t) { return double(t.demotions); }},
-      {"kvtier_tier_drops_total", "counter", "Blocks dropped from the tier.",
-       [](const store::TierStatsSnapshot& t) { return double(t.drops); }},
-      {"kvtier_tier_admission_drops_total", "counter",
-       "Victims dropped because the next tier's admission policy refused them.",
-       [](const store::TierStatsSnapshot& t) { return double(t.admission_drops); }},
-      {"kvtier_tier_lag_drops_total", "counter",
-       "Victims a put dropped because the mover had not yet written them to the next tier (a "
-       "disk).",
-       [](const store::TierStatsSnapshot& t) { return double(t.lag_drops); }},
-      {"kvtier_tier_promotions_total", "counter",
-       "Blocks moved up out of the tier (read often, or read on NVMe).",
-       [](const store::TierStatsSnapshot& t) { return double(t.promotions); }},
-      {"kvtier_tier_corrupt_drops_total", "counter",
-       "Blocks whose stored bytes failed verification (dropped, served as misses).",
-       [](const store::TierStatsSnapshot& t) { return double(t.corrupt_drops); }},
-      {"kvtier_tier_copy_errors_total", "counter",
-       "Moves into or out of the tier whose copy failed with a device error.",
-       [](const store::TierStatsSnapshot& t) { return double(t.copy_errors); }},
-  };
-  for (const TierMetric& m : kTierMetrics) {
-    Header(out, m.name, m.type, m.help);
+  for (const TierField& f : kTierFields) {
+    Header(out, f.metric, f.type, f.help);
     for (const auto& t : stats.tiers) {
-      Sample(out, m.name, "tier=\"" + std::string(TierName(t.tier)) + "\"", m.get(t));
+      Sample(out, f.metric, "tier=\"" + std::string(TierName(t.tier)) + "\"", f.get(t));
     }
   }
   // Device counters (NVMe reads, device bytes written, I/O errors, ...) under one family, one
@@ -196,24 +260,10 @@ std::string StatsToPrometheus(const store::StoreStats& stats, const ProcessInfo&
              "tier=\"" + std::string(TierName(t.tier)) + "\",counter=\"" + name + "\"", value);
     }
   }
-  struct NamespaceMetric {
-    const char* name;
-    const char* help;
-    uint64_t store::NamespaceStats::*field;
-  };
-  static const NamespaceMetric kNamespaceMetrics[] = {
-      {"kvtier_lookups_total", "Lookup calls per namespace.", &store::NamespaceStats::lookups},
-      {"kvtier_lookup_blocks_total", "Block keys asked for in lookups.",
-       &store::NamespaceStats::lookup_blocks},
-      {"kvtier_hit_tokens_total", "Prompt tokens covered by lookup hits.",
-       &store::NamespaceStats::hit_tokens},
-      {"kvtier_namespace_evictions_total", "Blocks of the namespace dropped from the last tier.",
-       &store::NamespaceStats::evictions},
-  };
-  for (const NamespaceMetric& m : kNamespaceMetrics) {
-    Header(out, m.name, "counter", m.help);
+  for (const NamespaceField& f : kNamespaceFields) {
+    Header(out, f.metric, "counter", f.help);
     for (const auto& ns : stats.namespaces) {
-      Sample(out, m.name, NamespaceLabels(ns), double(ns.*m.field));
+      Sample(out, f.metric, NamespaceLabels(ns), double(ns.*f.field));
     }
   }
   Header(out, "kvtier_hit_blocks_total", "counter", "Blocks found in lookups, by tier.");
@@ -232,29 +282,10 @@ std::string StatsToPrometheus(const store::StoreStats& stats, const ProcessInfo&
     double value;
   };
   const Scalar scalars[] = {
-      {"kvtier_blocks", "gauge", "Ready blocks in all tiers.", double(stats.blocks_present)},
-      {"kvtier_leases_active", "gauge", "Read leases held now.", double(stats.leases_active)},
-      {"kvtier_puts_total", "counter", "Committed puts.", double(stats.committed_puts)},
-      {"kvtier_busy_puts_total", "counter", "Puts refused for lack of room.",
-       double(stats.busy_puts)},
-      {"kvtier_evicted_blocks_total", "counter", "Blocks dropped by eviction.",
-       double(stats.evicted_blocks)},
-      {"kvtier_expired_leases_total", "counter", "Leases taken back at their deadline.",
-       double(stats.expired_leases)},
-      {"kvtier_gpu_candidates_total", "counter",
-       "Host blocks queued for promotion into the GPU tier.", double(stats.gpu_candidates)},
-      {"kvtier_gpu_candidates_dropped_total", "counter",
-       "Promotion candidates refused because the queue was full.",
-       double(stats.gpu_candidates_dropped)},
-      {"kvtier_gpu_promotions_skipped_total", "counter",
-       "Promotion candidates not moved (changed, leased, no room or a copy error).",
-       double(stats.gpu_promotions_skipped)},
-      {"kvtier_pending_adoptions", "gauge",
-       "Blocks found on NVMe at start-up and not served yet (recovery runs while the daemon "
-       "serves; they are misses until then).",
-       double(stats.pending_adoptions)},
       {"kvtier_connected_clients", "gauge", "Open client connections.",
        double(process.connected_clients)},
+      {"kvtier_connections_total", "counter", "Client connections accepted since the start.",
+       double(process.total_connections)},
       {"kvtier_commands_total", "counter", "Commands processed.",
        double(process.commands_processed)},
       {"kvtier_protocol_errors_total", "counter", "Connections closed for malformed input.",
@@ -271,10 +302,16 @@ std::string StatsToPrometheus(const store::StoreStats& stats, const ProcessInfo&
       {"kvtier_uptime_seconds", "gauge", "Seconds since the daemon started.",
        double(process.uptime_s)},
   };
+  for (const TotalField& f : kTotalFields) {
+    Header(out, f.metric, f.type, f.help);
+    Sample(out, f.metric, "", double(stats.*f.field));
+  }
   for (const Scalar& s : scalars) {
     Header(out, s.name, s.type, s.help);
     Sample(out, s.name, "", s.value);
   }
+  Header(out, "kvtier_build_info", "gauge", "Always 1; the version label says which kvtierd runs.");
+  Sample(out, "kvtier_build_info", "version=\"" + Escape(process.version) + "\"", 1);
   return out;
 }
 

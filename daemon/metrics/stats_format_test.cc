@@ -88,5 +88,49 @@ TEST(StatsFormatTest, InfoSectionUsesRedisFieldSyntax) {
   EXPECT_NE(info.find("hit_ratio=0.7500"), std::string::npos);
 }
 
+// Every count the JSON views show reaches /metrics too: each field of the snapshot gets its own
+// value here, and each value the JSON carries must be the value of some sample.
+TEST(StatsFormatTest, EveryJsonCountIsAlsoAPrometheusSample) {
+  store::StoreStats s = SampleStats();
+  uint64_t next = 1001;
+  for (uint64_t* f : {&s.blocks_present,         &s.blocks_writing,      &s.blocks_quarantined,
+                      &s.blocks_shadowed,        &s.leases_active,       &s.committed_puts,
+                      &s.aborted_puts,           &s.busy_puts,           &s.removed_blocks,
+                      &s.evicted_blocks,         &s.adopted_blocks,      &s.write_throughs,
+                      &s.write_through_failures, &s.gpu_candidates,      &s.gpu_candidates_dropped,
+                      &s.gpu_promotions_skipped, &s.pending_promotions,  &s.pending_adoptions,
+                      &s.expired_leases,         &s.expired_reservations}) {
+    *f = next++;
+  }
+  store::NamespaceStats& ns = s.namespaces[0];
+  for (uint64_t* f : {&ns.lookups, &ns.lookup_blocks, &ns.hit_tokens, &ns.miss_blocks, &ns.puts,
+                      &ns.put_bytes, &ns.gets, &ns.get_misses, &ns.evictions}) {
+    *f = next++;
+  }
+  store::TierStatsSnapshot& t = s.tiers[1];
+  for (uint64_t* f :
+       {&t.space.capacity_bytes, &t.space.used_bytes, &t.space.reserved_bytes, &t.space.block_count,
+        &t.evictions, &t.demotions, &t.drops, &t.admission_drops, &t.lag_drops, &t.promotions,
+        &t.corrupt_drops, &t.copy_errors}) {
+    *f = next++;
+  }
+  const nlohmann::json doc = nlohmann::json::parse(StatsToJson(s, {}));
+  const std::string prom = StatsToPrometheus(s, {});
+  auto has_sample = [&prom](uint64_t v) {
+    return prom.find(" " + std::to_string(v) + "\n") != std::string::npos;
+  };
+  for (const auto& [name, value] : doc["totals"].items()) {
+    EXPECT_TRUE(has_sample(value.get<uint64_t>())) << "totals." << name;
+  }
+  for (const auto& [name, value] : doc["namespaces"][0].items()) {
+    if (!value.is_number_unsigned() || name == "tokens_per_block") continue;
+    EXPECT_TRUE(has_sample(value.get<uint64_t>())) << "namespaces." << name;
+  }
+  for (const auto& [name, value] : doc["tiers"][1].items()) {
+    if (!value.is_number_unsigned()) continue;
+    EXPECT_TRUE(has_sample(value.get<uint64_t>())) << "tiers." << name;
+  }
+}
+
 }  // namespace
 }  // namespace kvtier::metrics
