@@ -320,23 +320,15 @@ std::string StatsToInfoSection(const store::StoreStats& stats) {
   auto field = [&out](const std::string& name, const std::string& value) {
     out += name + ":" + value + "\r\n";
   };
-  field("blocks_present", std::to_string(stats.blocks_present));
-  field("leases_active", std::to_string(stats.leases_active));
-  field("committed_puts", std::to_string(stats.committed_puts));
-  field("busy_puts", std::to_string(stats.busy_puts));
-  field("evicted_blocks", std::to_string(stats.evicted_blocks));
-  field("removed_blocks", std::to_string(stats.removed_blocks));
-  field("pending_adoptions", std::to_string(stats.pending_adoptions));
+  // The same fields as the JSON views, under their JSON names (tier fields prefixed by the tier).
+  for (const TotalField& f : kTotalFields) field(f.json, std::to_string(stats.*f.field));
   for (const auto& t : stats.tiers) {
     const std::string p = "tier_" + std::string(TierName(t.tier)) + "_";
-    field(p + "capacity_bytes", std::to_string(t.space.capacity_bytes));
-    field(p + "used_bytes", std::to_string(t.space.used_bytes));
-    field(p + "blocks", std::to_string(t.space.block_count));
-    field(p + "evictions", std::to_string(t.evictions));
-    field(p + "demotions", std::to_string(t.demotions));
-    field(p + "promotions", std::to_string(t.promotions));
-    field(p + "corrupt_drops", std::to_string(t.corrupt_drops));
-    field(p + "copy_errors", std::to_string(t.copy_errors));
+    for (const TierField& f : kTierFields) {
+      char text[32];
+      std::snprintf(text, sizeof text, f.ratio ? "%.4f" : "%.0f", f.get(t));
+      field(p + f.json, text);
+    }
     for (const auto& [name, value] : t.device) {
       char text[32];
       std::snprintf(text, sizeof text, "%.15g", value);
