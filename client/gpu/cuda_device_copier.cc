@@ -11,8 +11,6 @@
 namespace kvtier::client::gpu {
 namespace {
 
-static_assert(kKernelMaxPlanes == kMaxPagedPlanes, "the kernel's plane table must fit any layout");
-
 cudaMemcpyKind Kind(CopyDirection direction) {
   switch (direction) {
     case CopyDirection::kHostToDevice:
@@ -27,13 +25,14 @@ cudaMemcpyKind Kind(CopyDirection direction) {
 
 }  // namespace
 
-Result<std::unique_ptr<CudaDeviceCopier>> CudaDeviceCopier::Create(int device) {
+Result<std::unique_ptr<CudaDeviceCopier>> CudaDeviceCopier::Create(
+    int device, CudaDeviceCopierOptions options) {
   KVTIER_RETURN_IF_ERROR(cuda::ProbeDevice(device));
   KVTIER_ASSIGN_OR_RETURN(cuda::Stream stream, cuda::Stream::Create(device));
   KVTIER_ASSIGN_OR_RETURN(cuda::Event caller_done,
                           cuda::Event::Create(device, {.blocking_sync = false}));
   return std::unique_ptr<CudaDeviceCopier>(
-      new CudaDeviceCopier(device, std::move(stream), std::move(caller_done)));
+      new CudaDeviceCopier(device, options, std::move(stream), std::move(caller_done)));
 }
 
 Status CudaDeviceCopier::OrderAfter(const CallerStream& caller) {
@@ -72,40 +71,60 @@ Result<std::byte*> CudaDeviceCopier::Staging(size_t bytes) {
   return staging_.get();
 }
 
-Status CudaDeviceCopier::Launch(const PagedKvLayout& layout, uint64_t block_id, void* contiguous,
-                                bool gather) {
+Status CudaDeviceCopier::CopyRange(const PagedKvLayout& layout,
+                                   std::span<const PagedBlockCopy> entries,
+                                   const PagedLaunchRange& range, std::byte* staging, bool gather) {
+  const uint64_t block_bytes = layout.block_bytes();
+  const auto staging_copies = [&](CopyDirection direction) -> Status {
+    size_t staged = 0;
+    for (size_t i = range.first; i < range.first + range.count; ++i) {
+      if (entries[i].kind != MemoryKind::kHost) continue;
+      std::byte* place = StagingPlace(staging, staged++, block_bytes);
+      KVTIER_RETURN_IF_ERROR(direction == CopyDirection::kHostToDevice
+                                 ? Copy(place, entries[i].contiguous, block_bytes, direction)
+                                 : Copy(entries[i].contiguous, place, block_bytes, direction));
+    }
+    return Status::Ok();
+  };
+  if (!gather) KVTIER_RETURN_IF_ERROR(staging_copies(CopyDirection::kHostToDevice));
+  PagedCopyArgs args;
+  FillPagedCopyArgs(layout, entries, range, staging, gather, args);
   KVTIER_CUDA_RETURN_IF_ERROR(
-      LaunchPagedCopy(layout.plane_bases.data(), static_cast<uint32_t>(layout.plane_bases.size()),
-                      block_id * layout.block_stride_bytes, layout.layer_block_bytes, contiguous,
-                      gather, stream_.get()),
+      LaunchPagedCopy(args, stream_.get()),
       gather ? "paged gather kernel launch" : "paged scatter kernel launch");
+  if (gather) KVTIER_RETURN_IF_ERROR(staging_copies(CopyDirection::kDeviceToHost));
   return Status::Ok();
 }
 
-Status CudaDeviceCopier::Gather(const PagedKvLayout& layout, uint64_t block_id, void* dst,
-                                MemoryKind dst_kind) {
-  KVTIER_RETURN_IF_ERROR(ValidatePagedLayout(layout));
-  if (dst == nullptr) return InvalidArgument("paged gather into a null buffer");
+Status CudaDeviceCopier::CopyBlocks(const PagedKvLayout& layout,
+                                    std::span<const PagedBlockCopy> entries, bool gather) {
+  KVTIER_RETURN_IF_ERROR(ValidatePagedBatch(layout, entries));
+  if (entries.empty()) return Status::Ok();
   cuda::ScopedDevice scoped(device_);
   KVTIER_RETURN_IF_ERROR(scoped.status());
-  if (dst_kind == MemoryKind::kDevice) return Launch(layout, block_id, dst, /*gather=*/true);
-  KVTIER_ASSIGN_OR_RETURN(std::byte * staging, Staging(layout.block_bytes()));
-  KVTIER_RETURN_IF_ERROR(Launch(layout, block_id, staging, /*gather=*/true));
-  return Copy(dst, staging, layout.block_bytes(), CopyDirection::kDeviceToHost);
+  const uint64_t block_bytes = layout.block_bytes();
+  const size_t staging_blocks =
+      StagingBlocks(HostEntries(entries), block_bytes, options_.max_staging_bytes);
+  std::byte* staging = nullptr;
+  if (staging_blocks > 0) {
+    KVTIER_ASSIGN_OR_RETURN(staging, Staging(staging_blocks * block_bytes));
+  }
+  for (size_t first = 0; first < entries.size();) {
+    const PagedLaunchRange range = NextPagedLaunch(entries, first, staging_blocks);
+    KVTIER_RETURN_IF_ERROR(CopyRange(layout, entries, range, staging, gather));
+    first += range.count;
+  }
+  return Status::Ok();
 }
 
-Status CudaDeviceCopier::Scatter(const void* src, MemoryKind src_kind, const PagedKvLayout& layout,
-                                 uint64_t block_id) {
-  KVTIER_RETURN_IF_ERROR(ValidatePagedLayout(layout));
-  if (src == nullptr) return InvalidArgument("paged scatter from a null buffer");
-  cuda::ScopedDevice scoped(device_);
-  KVTIER_RETURN_IF_ERROR(scoped.status());
-  if (src_kind == MemoryKind::kDevice) {
-    return Launch(layout, block_id, const_cast<void*>(src), /*gather=*/false);
-  }
-  KVTIER_ASSIGN_OR_RETURN(std::byte * staging, Staging(layout.block_bytes()));
-  KVTIER_RETURN_IF_ERROR(Copy(staging, src, layout.block_bytes(), CopyDirection::kHostToDevice));
-  return Launch(layout, block_id, staging, /*gather=*/false);
+Status CudaDeviceCopier::GatherBlocks(const PagedKvLayout& layout,
+                                      std::span<const PagedBlockCopy> entries) {
+  return CopyBlocks(layout, entries, /*gather=*/true);
+}
+
+Status CudaDeviceCopier::ScatterBlocks(std::span<const PagedBlockCopy> entries,
+                                       const PagedKvLayout& layout) {
+  return CopyBlocks(layout, entries, /*gather=*/false);
 }
 
 Status CudaDeviceCopier::Synchronize() { return stream_.Synchronize(); }

@@ -23,7 +23,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
 
+#include "client/gpu/paged_batch.h"
 #include "client/gpu/paged_layout.h"
 #include "common/status.h"
 
@@ -43,9 +45,6 @@ struct CallerStream {
 
 enum class CopyDirection : uint8_t { kHostToDevice, kDeviceToHost, kDeviceToDevice };
 
-// Which side a contiguous buffer of a gather or scatter is on.
-enum class MemoryKind : uint8_t { kHost, kDevice };
-
 class DeviceCopier {
  public:
   virtual ~DeviceCopier() = default;
@@ -59,13 +58,26 @@ class DeviceCopier {
   virtual Status OrderAfter(const CallerStream& caller) = 0;
   // Queues a copy of `bytes` from `src` to `dst`.
   virtual Status Copy(void* dst, const void* src, size_t bytes, CopyDirection direction) = 0;
-  // Queues a gather of block `block_id` of `layout` (device memory) into the contiguous `dst`
-  // (layout.block_bytes() long, on the `dst_kind` side).
-  virtual Status Gather(const PagedKvLayout& layout, uint64_t block_id, void* dst,
-                        MemoryKind dst_kind) = 0;
-  // Queues a scatter of the contiguous `src` into block `block_id` of `layout`.
-  virtual Status Scatter(const void* src, MemoryKind src_kind, const PagedKvLayout& layout,
-                         uint64_t block_id) = 0;
+  // Queues the gather of every entry's block of `layout` (device memory) into the entry's
+  // contiguous buffer (layout.block_bytes() long, on the entry's `kind` side): the CUDA copier
+  // makes one kernel launch per kKernelMaxBatch entries (paged_batch.h), not one per block.
+  // kInvalidArgument (ValidatePagedBatch) before anything is queued; no entries: nothing to do.
+  virtual Status GatherBlocks(const PagedKvLayout& layout,
+                              std::span<const PagedBlockCopy> entries) = 0;
+  // The inverse: queues the scatter of every entry's contiguous buffer into its block of `layout`.
+  virtual Status ScatterBlocks(std::span<const PagedBlockCopy> entries,
+                               const PagedKvLayout& layout) = 0;
+  // One block: GatherBlocks / ScatterBlocks with one entry.
+  Status Gather(const PagedKvLayout& layout, uint64_t block_id, void* dst, MemoryKind dst_kind) {
+    const PagedBlockCopy entry{.block_id = block_id, .contiguous = dst, .kind = dst_kind};
+    return GatherBlocks(layout, std::span<const PagedBlockCopy>(&entry, 1));
+  }
+  Status Scatter(const void* src, MemoryKind src_kind, const PagedKvLayout& layout,
+                 uint64_t block_id) {
+    const PagedBlockCopy entry{
+        .block_id = block_id, .contiguous = const_cast<void*>(src), .kind = src_kind};
+    return ScatterBlocks(std::span<const PagedBlockCopy>(&entry, 1), layout);
+  }
   // Waits for everything queued; the first error of any of it.
   virtual Status Synchronize() = 0;
 };

@@ -1,5 +1,6 @@
 #include "client/gpu/device_transfer.h"
 
+#include <algorithm>
 #include <string>
 
 namespace kvtier::client::gpu {
@@ -41,22 +42,40 @@ class ContiguousCopier final : public SlotCopier {
   const GpuPoolImport* pool_;
 };
 
-// Block i is block_ids[i] of a paged layout.
+// Block i is block_ids[i] of a paged layout. Start only notes the block; Wait hands all of them
+// to the copier as one batch (one kernel launch per kKernelMaxBatch blocks, where a copy per
+// block cost a launch each), then waits. A failed batch fails every block since the previous
+// Wait, as SlotCopier allows.
 class PagedCopier final : public SlotCopier {
  public:
   PagedCopier(DeviceCopier& copier, const PagedKvLayout& layout,
               std::span<const uint64_t> block_ids, bool to_slot,
               const GpuPoolImport* pool = nullptr)
-      : copier_(copier), layout_(layout), block_ids_(block_ids), to_slot_(to_slot), pool_(pool) {}
-  Status Start(size_t index, std::span<std::byte> slot) override {
-    return to_slot_ ? copier_.Gather(layout_, block_ids_[index], slot.data(), MemoryKind::kHost)
-                    : copier_.Scatter(slot.data(), MemoryKind::kHost, layout_, block_ids_[index]);
+      : copier_(copier), layout_(layout), block_ids_(block_ids), to_slot_(to_slot), pool_(pool) {
+    pending_.reserve(std::min<size_t>(block_ids.size(), kKernelMaxBatch * 4));
   }
-  Status Wait() override { return copier_.Synchronize(); }
+  Status Start(size_t index, std::span<std::byte> slot) override {
+    pending_.push_back(
+        {.block_id = block_ids_[index], .contiguous = slot.data(), .kind = MemoryKind::kHost});
+    return Status::Ok();
+  }
+  Status Wait() override {
+    Status queued;
+    if (!pending_.empty()) {
+      queued = to_slot_ ? copier_.GatherBlocks(layout_, pending_)
+                        : copier_.ScatterBlocks(pending_, layout_);
+      pending_.clear();
+    }
+    // Even when queueing failed: part of the batch may be in flight.
+    Status synchronized = copier_.Synchronize();
+    return queued.ok() ? synchronized : queued;
+  }
   bool reads_gpu_pool() const override { return pool_ != nullptr && !to_slot_; }
   Status StartFromGpuPool(size_t index, uint64_t offset, uint64_t length) override {
     KVTIER_ASSIGN_OR_RETURN(std::byte * src, PoolSource(pool_, offset, length));
-    return copier_.Scatter(src, MemoryKind::kDevice, layout_, block_ids_[index]);
+    pending_.push_back(
+        {.block_id = block_ids_[index], .contiguous = src, .kind = MemoryKind::kDevice});
+    return Status::Ok();
   }
 
  private:
@@ -65,6 +84,7 @@ class PagedCopier final : public SlotCopier {
   std::span<const uint64_t> block_ids_;
   bool to_slot_;
   const GpuPoolImport* pool_;
+  std::vector<PagedBlockCopy> pending_;  // started since the last Wait
 };
 
 // A fake pool is host memory that only the fake copier may treat as device memory; a CUDA pool

@@ -5,7 +5,8 @@
 //   PutFromDevice / GetToDevice   each block is one contiguous device buffer of block_bytes.
 //   PutFromPaged / GetToPaged     each block is block_ids[i] of a paged KV layout: gathered into
 //                                 its slot (put) or scattered out of it (get) by the copier's
-//                                 kernel, one launch per block.
+//                                 kernel, all blocks of a call as one batch (one launch per
+//                                 kKernelMaxBatch blocks: paged_batch.h).
 //
 // They run Client::PutWith / GetWith (client.h): RESERVE or ACQUIRE, queue one copy per granted
 // block, wait for all of them, then COMMIT or RELEASE; per-key results and errors are those of

@@ -277,6 +277,49 @@ TRANSFER_TEST(AMissEndsThePrefix) {
   EXPECT_EQ(*got, 1u);
 }
 
+// A paged put and get hand the copier all their blocks as one batch; a miss in the middle of a
+// get ends the prefix: the blocks before it are scattered, the ones after it not touched, even
+// though the daemon leased them.
+TRANSFER_TEST(PagedBlocksGoAsOneBatchAndAMissInTheMiddleEndsIt) {
+  const PagedShape shape{
+      .planes = 8, .blocks = 8, .stride_bytes = 16 << 10, .layer_block_bytes = 8 << 10};
+  const std::vector<std::byte> engine_bytes = Bytes(shape.total_bytes(), 9);
+  DeviceMemory engine(shape.total_bytes()), restored(shape.total_bytes());
+  engine.Upload(engine_bytes);
+  restored.Upload(std::vector<std::byte>(shape.total_bytes()));
+  const std::vector<BlockKey> keys = Keys(5, 9);
+  // Every key but the third is stored.
+  const std::vector<BlockKey> stored_keys = {keys[0], keys[1], keys[3], keys[4]};
+  const uint64_t put_ids[] = {4, 0, 6, 2};
+  auto* fake = copier_->fake() ? static_cast<FakeDeviceCopier*>(copier_.get()) : nullptr;
+  const uint64_t batches_before = fake != nullptr ? fake->counters().paged_batches : 0;
+  Result<std::vector<Status>> put = PutFromPaged(*client_, *copier_, ns_.id, stored_keys,
+                                                 LayoutOver(engine.get(), shape), put_ids);
+  ASSERT_TRUE(put.ok()) << put.status().ToString();
+  for (const Status& s : *put) ASSERT_TRUE(s.ok()) << s.ToString();
+  if (fake != nullptr) {
+    EXPECT_EQ(fake->counters().paged_batches, batches_before + 1);
+  }
+
+  const uint64_t get_ids[] = {1, 3, 5, 7, 2};
+  Result<size_t> got =
+      GetToPaged(*client_, *copier_, ns_.id, keys, LayoutOver(restored.get(), shape), get_ids);
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_EQ(*got, 2u);
+  if (fake != nullptr) {
+    EXPECT_EQ(fake->counters().paged_batches, batches_before + 2);
+    EXPECT_EQ(fake->counters().scatters, 2u);
+  }
+  std::vector<std::byte> mirror(shape.total_bytes());
+  const PagedKvLayout source = LayoutOver(const_cast<std::byte*>(engine_bytes.data()), shape);
+  for (size_t i = 0; i < 2; ++i) {
+    std::vector<std::byte> block(kBlockBytes);
+    ReferenceGather(source, put_ids[i], block.data());
+    ReferenceScatter(block.data(), LayoutOver(mirror.data(), shape), get_ids[i]);
+  }
+  EXPECT_EQ(restored.Download(0, shape.total_bytes()), mirror);
+}
+
 TRANSFER_TEST(MismatchedArgumentsAreInvalid) {
   const std::vector<BlockKey> keys = Keys(2, 4);
   DeviceMemory memory(kBlockBytes);
@@ -401,11 +444,11 @@ TRANSFER_TEST(AFailedWaitAbortsEveryBlockAndFailsTheGet) {
     Status Copy(void* d, const void* s, size_t n, CopyDirection k) override {
       return inner.Copy(d, s, n, k);
     }
-    Status Gather(const PagedKvLayout& l, uint64_t b, void* d, MemoryKind k) override {
-      return inner.Gather(l, b, d, k);
+    Status GatherBlocks(const PagedKvLayout& l, std::span<const PagedBlockCopy> e) override {
+      return inner.GatherBlocks(l, e);
     }
-    Status Scatter(const void* s, MemoryKind k, const PagedKvLayout& l, uint64_t b) override {
-      return inner.Scatter(s, k, l, b);
+    Status ScatterBlocks(std::span<const PagedBlockCopy> e, const PagedKvLayout& l) override {
+      return inner.ScatterBlocks(e, l);
     }
     Status Synchronize() override { return DeviceError("injected"); }
     DeviceCopier& inner;

@@ -52,31 +52,43 @@ Status FakeDeviceCopier::Copy(void* dst, const void* src, size_t bytes, CopyDire
   return Issue([=] { std::memcpy(dst, src, bytes); }, "copy");
 }
 
-Status FakeDeviceCopier::Gather(const PagedKvLayout& layout, uint64_t block_id, void* dst,
-                                MemoryKind dst_kind) {
-  KVTIER_RETURN_IF_ERROR(ValidatePagedLayout(layout));
-  if (dst == nullptr) return InvalidArgument("paged gather into a null buffer");
-  if (ConsumeFailure()) return DeviceError("fake device copier: injected gather failure");
-  ++counters_.gathers;
-  counters_.bytes += layout.block_bytes();
+Status FakeDeviceCopier::CopyBlocks(const PagedKvLayout& layout,
+                                    std::span<const PagedBlockCopy> entries, bool gather) {
+  KVTIER_RETURN_IF_ERROR(ValidatePagedBatch(layout, entries));
+  if (entries.empty()) return Status::Ok();
+  if (ConsumeFailure()) {
+    return DeviceError(std::string("fake device copier: injected ") +
+                       (gather ? "gather" : "scatter") + " failure");
+  }
+  ++counters_.paged_batches;
+  for (const PagedBlockCopy& entry : entries) {
+    ++(gather ? counters_.gathers : counters_.scatters);
+    if (!gather && entry.kind == MemoryKind::kDevice) ++counters_.device_scatters;
+    counters_.bytes += layout.block_bytes();
+  }
+  std::vector<PagedBlockCopy> copies(entries.begin(), entries.end());
   return Issue(
-      [layout, block_id, dst] { ReferenceGather(layout, block_id, static_cast<std::byte*>(dst)); },
-      "gather");
+      [layout, copies = std::move(copies), gather] {
+        for (const PagedBlockCopy& entry : copies) {
+          auto* contiguous = static_cast<std::byte*>(entry.contiguous);
+          if (gather) {
+            ReferenceGather(layout, entry.block_id, contiguous);
+          } else {
+            ReferenceScatter(contiguous, layout, entry.block_id);
+          }
+        }
+      },
+      gather ? "gather" : "scatter");
 }
 
-Status FakeDeviceCopier::Scatter(const void* src, MemoryKind src_kind, const PagedKvLayout& layout,
-                                 uint64_t block_id) {
-  KVTIER_RETURN_IF_ERROR(ValidatePagedLayout(layout));
-  if (src == nullptr) return InvalidArgument("paged scatter from a null buffer");
-  if (ConsumeFailure()) return DeviceError("fake device copier: injected scatter failure");
-  ++counters_.scatters;
-  if (src_kind == MemoryKind::kDevice) ++counters_.device_scatters;
-  counters_.bytes += layout.block_bytes();
-  return Issue(
-      [src, layout, block_id] {
-        ReferenceScatter(static_cast<const std::byte*>(src), layout, block_id);
-      },
-      "scatter");
+Status FakeDeviceCopier::GatherBlocks(const PagedKvLayout& layout,
+                                      std::span<const PagedBlockCopy> entries) {
+  return CopyBlocks(layout, entries, /*gather=*/true);
+}
+
+Status FakeDeviceCopier::ScatterBlocks(std::span<const PagedBlockCopy> entries,
+                                       const PagedKvLayout& layout) {
+  return CopyBlocks(layout, entries, /*gather=*/false);
 }
 
 Status FakeDeviceCopier::Synchronize() {

@@ -28,9 +28,10 @@ class FakeDeviceCopier final : public DeviceCopier {
   struct Counters {
     uint64_t copies = 0;
     uint64_t device_to_device_copies = 0;  // of `copies`: out of the GPU pool, say
-    uint64_t gathers = 0;
-    uint64_t scatters = 0;
+    uint64_t gathers = 0;                  // blocks
+    uint64_t scatters = 0;                 // blocks
     uint64_t device_scatters = 0;  // of `scatters`: from device memory rather than a host slot
+    uint64_t paged_batches = 0;    // GatherBlocks and ScatterBlocks calls
     uint64_t bytes = 0;
     uint64_t ordered_after = 0;  // OrderAfter calls
   };
@@ -39,16 +40,16 @@ class FakeDeviceCopier final : public DeviceCopier {
   int device() const override { return -1; }
   Status OrderAfter(const CallerStream& caller) override;
   Status Copy(void* dst, const void* src, size_t bytes, CopyDirection direction) override;
-  Status Gather(const PagedKvLayout& layout, uint64_t block_id, void* dst,
-                MemoryKind dst_kind) override;
-  Status Scatter(const void* src, MemoryKind src_kind, const PagedKvLayout& layout,
-                 uint64_t block_id) override;
+  Status GatherBlocks(const PagedKvLayout& layout,
+                      std::span<const PagedBlockCopy> entries) override;
+  Status ScatterBlocks(std::span<const PagedBlockCopy> entries,
+                       const PagedKvLayout& layout) override;
   Status Synchronize() override;
 
-  // The next `calls` calls (Copy, Gather, Scatter or Synchronize) fail with kDeviceError and
-  // copy nothing.
+  // The next `calls` calls (Copy, GatherBlocks, ScatterBlocks or Synchronize) fail with
+  // kDeviceError and copy nothing.
   void FailNext(uint32_t calls) { failures_ = calls; }
-  // The next `calls` calls to Copy, Gather or Scatter queue their copy, then fail with
+  // The next `calls` calls to Copy, GatherBlocks or ScatterBlocks queue their copy, then fail with
   // kDeviceError (with set_deferred, the copy stays in flight until Synchronize).
   void FailNextAfterQueueing(uint32_t calls) { failures_after_queueing_ = calls; }
   // The next OrderAfter fails with kDeviceError.
@@ -65,6 +66,8 @@ class FakeDeviceCopier final : public DeviceCopier {
 
  private:
   bool ConsumeFailure();
+  Status CopyBlocks(const PagedKvLayout& layout, std::span<const PagedBlockCopy> entries,
+                    bool gather);
   // Runs `copy` now, or queues it when deferred; then the injected failure after queueing, if any.
   Status Issue(std::function<void()> copy, const char* what);
 

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cstring>
+
 #include "client/gpu/paged_test_util.h"
 
 namespace kvtier::client::gpu {
@@ -32,6 +34,35 @@ TEST(FakeDeviceCopierTest, GatherAndScatterMatchTheReference) {
   EXPECT_EQ(gathered, block);
   EXPECT_EQ(copier.counters().gathers, 2u);
   EXPECT_EQ(copier.counters().scatters, 1u);
+}
+
+TEST(FakeDeviceCopierTest, ABatchIsOneCallAndFailsWhole) {
+  std::vector<std::byte> memory = Bytes(kShape.total_bytes(), 9);
+  const PagedKvLayout layout = LayoutOver(memory.data(), kShape);
+  FakeDeviceCopier copier;
+  std::vector<std::byte> flat(3 * layout.block_bytes());
+  std::vector<PagedBlockCopy> entries;
+  for (uint64_t i = 0; i < 3; ++i) {
+    entries.push_back({.block_id = 3 - i,
+                       .contiguous = flat.data() + i * layout.block_bytes(),
+                       .kind = i == 1 ? MemoryKind::kDevice : MemoryKind::kHost});
+  }
+  copier.FailNext(1);
+  EXPECT_EQ(copier.GatherBlocks(layout, entries).code(), StatusCode::kDeviceError);
+  EXPECT_EQ(flat, std::vector<std::byte>(flat.size())) << "a failed batch copied something";
+  ASSERT_TRUE(copier.GatherBlocks(layout, entries).ok());
+  ASSERT_TRUE(copier.Synchronize().ok());
+  std::vector<std::byte> expected(layout.block_bytes());
+  for (size_t i = 0; i < 3; ++i) {
+    ReferenceGather(layout, entries[i].block_id, expected.data());
+    EXPECT_EQ(0, std::memcmp(entries[i].contiguous, expected.data(), expected.size())) << i;
+  }
+  EXPECT_EQ(copier.counters().paged_batches, 1u);
+  EXPECT_EQ(copier.counters().gathers, 3u);
+  EXPECT_TRUE(copier.GatherBlocks(layout, {}).ok());
+  EXPECT_EQ(copier.counters().paged_batches, 1u);
+  entries[2].contiguous = nullptr;
+  EXPECT_EQ(copier.ScatterBlocks(entries, layout).code(), StatusCode::kInvalidArgument);
 }
 
 TEST(FakeDeviceCopierTest, CopiesAndInjectedFailures) {

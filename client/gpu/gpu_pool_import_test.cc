@@ -213,10 +213,10 @@ TEST_F(GpuPoolImportTest, AFakePoolNeedsTheFakeCopier) {
     int device() const override { return 0; }
     Status OrderAfter(const CallerStream&) override { return Status::Ok(); }
     Status Copy(void*, const void*, size_t, CopyDirection) override { return Status::Ok(); }
-    Status Gather(const PagedKvLayout&, uint64_t, void*, MemoryKind) override {
+    Status GatherBlocks(const PagedKvLayout&, std::span<const PagedBlockCopy>) override {
       return Status::Ok();
     }
-    Status Scatter(const void*, MemoryKind, const PagedKvLayout&, uint64_t) override {
+    Status ScatterBlocks(std::span<const PagedBlockCopy>, const PagedKvLayout&) override {
       return Status::Ok();
     }
     Status Synchronize() override { return Status::Ok(); }

@@ -18,37 +18,31 @@ using testing::Bytes;
 using testing::LayoutOver;
 using testing::PagedShape;
 
-struct Case {
-  const char* name;
-  PagedShape shape;
-};
+using testing::kPagedCopyCases;
+using testing::PagedCase;
 
-void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
-
-// A 16-token Llama-8B block (32 layers x K,V of 32 KiB: the 16-byte kernel), and an odd shape
-// that forces the byte kernel (lengths and strides not multiples of 16).
-const Case kCases[] = {
-    {"llama8b_16_tokens",
-     {.planes = 64, .blocks = 6, .stride_bytes = 32 << 10, .layer_block_bytes = 32 << 10}},
-    {"padded_odd", {.planes = 5, .blocks = 7, .stride_bytes = 1003, .layer_block_bytes = 1000}},
-};
-
-class PagedCopyKernelTest : public ::testing::TestWithParam<Case> {
+// Every shape of kPagedCopyCases (aligned words of 16, 8 and 4 bytes, the shifted fallback,
+// blocks under one word), in device memory and in a host mirror that the reference works on.
+class PagedCopyKernelTest : public ::testing::TestWithParam<PagedCase> {
  protected:
   void SetUp() override {
     KVTIER_REQUIRE_CUDA_DEVICE();
-    const PagedShape& shape = GetParam().shape;
-    mirror_ = Bytes(shape.total_bytes(), 11);
-    Result<cuda::DeviceBuffer> device = cuda::DeviceBuffer::Allocate(0, mirror_.size());
-    ASSERT_TRUE(device.ok()) << device.status().ToString();
-    device_ = std::move(device).value();
+    const PagedCase& c = GetParam();
+    mirror_ = Bytes(c.base_offset + c.shape.total_bytes(), 11);
+    device_ = Allocate(mirror_.size());
     ASSERT_EQ(cudaMemcpy(device_.get(), mirror_.data(), mirror_.size(), cudaMemcpyHostToDevice),
               cudaSuccess);
     Result<std::unique_ptr<CudaDeviceCopier>> copier = CudaDeviceCopier::Create(0);
     ASSERT_TRUE(copier.ok()) << copier.status().ToString();
     copier_ = std::move(copier).value();
-    host_layout_ = LayoutOver(mirror_.data(), shape);
-    device_layout_ = LayoutOver(device_.get(), shape);
+    host_layout_ = LayoutOver(mirror_.data() + c.base_offset, c.shape);
+    device_layout_ = LayoutOver(device_.get() + c.base_offset, c.shape);
+  }
+
+  static cuda::DeviceBuffer Allocate(size_t bytes) {
+    Result<cuda::DeviceBuffer> buffer = cuda::DeviceBuffer::Allocate(0, bytes);
+    EXPECT_TRUE(buffer.ok()) << buffer.status().ToString();
+    return buffer.ok() ? std::move(buffer).value() : cuda::DeviceBuffer();
   }
 
   std::vector<std::byte> DeviceMemory() {
@@ -66,18 +60,22 @@ class PagedCopyKernelTest : public ::testing::TestWithParam<Case> {
 
 TEST_P(PagedCopyKernelTest, GatherMatchesTheReference) {
   const uint64_t bytes = host_layout_.block_bytes();
+  const size_t offset = GetParam().flat_offset;
   for (uint64_t block = 0; block < GetParam().shape.blocks; block += 2) {
-    std::vector<std::byte> expected(bytes), to_host(bytes), from_device(bytes);
+    std::vector<std::byte> expected(bytes), to_host(offset + bytes), from_device(bytes);
     ReferenceGather(host_layout_, block, expected.data());
-    // Into host memory (staged) and into device memory (direct).
-    Result<cuda::DeviceBuffer> flat = cuda::DeviceBuffer::Allocate(0, bytes);
-    ASSERT_TRUE(flat.ok());
-    ASSERT_TRUE(copier_->Gather(device_layout_, block, to_host.data(), MemoryKind::kHost).ok());
-    ASSERT_TRUE(copier_->Gather(device_layout_, block, flat->get(), MemoryKind::kDevice).ok());
+    // Into host memory (staged) and into device memory (direct), both at the case's offset.
+    cuda::DeviceBuffer flat = Allocate(offset + bytes);
     ASSERT_TRUE(
-        copier_->Copy(from_device.data(), flat->get(), bytes, CopyDirection::kDeviceToHost).ok());
+        copier_->Gather(device_layout_, block, to_host.data() + offset, MemoryKind::kHost).ok());
+    ASSERT_TRUE(
+        copier_->Gather(device_layout_, block, flat.get() + offset, MemoryKind::kDevice).ok());
+    ASSERT_TRUE(
+        copier_->Copy(from_device.data(), flat.get() + offset, bytes, CopyDirection::kDeviceToHost)
+            .ok());
     ASSERT_TRUE(copier_->Synchronize().ok());
-    EXPECT_EQ(to_host, expected) << "block " << block;
+    EXPECT_EQ(std::vector<std::byte>(to_host.begin() + offset, to_host.end()), expected)
+        << "block " << block;
     EXPECT_EQ(from_device, expected) << "block " << block;
   }
 }
@@ -85,11 +83,10 @@ TEST_P(PagedCopyKernelTest, GatherMatchesTheReference) {
 TEST_P(PagedCopyKernelTest, ScatterMatchesTheReference) {
   const uint64_t bytes = host_layout_.block_bytes();
   const std::vector<std::byte> first = Bytes(bytes, 21), second = Bytes(bytes, 22);
-  Result<cuda::DeviceBuffer> flat = cuda::DeviceBuffer::Allocate(0, bytes);
-  ASSERT_TRUE(flat.ok());
-  ASSERT_EQ(cudaMemcpy(flat->get(), second.data(), bytes, cudaMemcpyHostToDevice), cudaSuccess);
+  cuda::DeviceBuffer flat = Allocate(bytes);
+  ASSERT_EQ(cudaMemcpy(flat.get(), second.data(), bytes, cudaMemcpyHostToDevice), cudaSuccess);
   ASSERT_TRUE(copier_->Scatter(first.data(), MemoryKind::kHost, device_layout_, 1).ok());
-  ASSERT_TRUE(copier_->Scatter(flat->get(), MemoryKind::kDevice, device_layout_, 4).ok());
+  ASSERT_TRUE(copier_->Scatter(flat.get(), MemoryKind::kDevice, device_layout_, 4).ok());
   ASSERT_TRUE(copier_->Synchronize().ok());
   ReferenceScatter(first.data(), host_layout_, 1);
   ReferenceScatter(second.data(), host_layout_, 4);
@@ -97,10 +94,81 @@ TEST_P(PagedCopyKernelTest, ScatterMatchesTheReference) {
   EXPECT_EQ(DeviceMemory(), mirror_);
 }
 
-INSTANTIATE_TEST_SUITE_P(Shapes, PagedCopyKernelTest, ::testing::ValuesIn(kCases),
-                         [](const ::testing::TestParamInfo<Case>& info) {
+// One batch of every block in a scattered order, host and device entries alternating: gathered,
+// compared with the reference, then scattered back into other blocks.
+TEST_P(PagedCopyKernelTest, ABatchOfBlocksMatchesTheReference) {
+  const PagedCase& c = GetParam();
+  const uint64_t bytes = host_layout_.block_bytes();
+  const size_t offset = c.flat_offset;
+  const size_t count = c.shape.blocks;
+  std::vector<std::vector<std::byte>> host(count, std::vector<std::byte>(offset + bytes));
+  cuda::DeviceBuffer device = Allocate(count * (offset + bytes));
+  std::vector<PagedBlockCopy> entries;
+  for (size_t i = 0; i < count; ++i) {
+    const bool on_host = i % 2 == 0;
+    entries.push_back({.block_id = count - 1 - i,
+                       .contiguous = on_host ? host[i].data() + offset
+                                             : device.get() + i * (offset + bytes) + offset,
+                       .kind = on_host ? MemoryKind::kHost : MemoryKind::kDevice});
+  }
+  ASSERT_TRUE(copier_->GatherBlocks(device_layout_, entries).ok());
+  ASSERT_TRUE(copier_->Synchronize().ok());
+  std::vector<std::byte> expected(bytes), got(bytes);
+  for (size_t i = 0; i < count; ++i) {
+    ReferenceGather(host_layout_, entries[i].block_id, expected.data());
+    ASSERT_EQ(cudaMemcpy(got.data(), entries[i].contiguous, bytes, cudaMemcpyDefault), cudaSuccess);
+    EXPECT_EQ(got, expected) << "entry " << i;
+  }
+  // Back into the block after each one's source: the whole device memory equals the mirror.
+  for (size_t i = 0; i < count; ++i) {
+    ASSERT_EQ(cudaMemcpy(got.data(), entries[i].contiguous, bytes, cudaMemcpyDefault), cudaSuccess);
+    entries[i].block_id = (entries[i].block_id + 1) % count;
+    ReferenceScatter(got.data(), host_layout_, entries[i].block_id);
+  }
+  ASSERT_TRUE(copier_->ScatterBlocks(entries, device_layout_).ok());
+  ASSERT_TRUE(copier_->Synchronize().ok());
+  EXPECT_EQ(DeviceMemory(), mirror_);
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, PagedCopyKernelTest, ::testing::ValuesIn(kPagedCopyCases),
+                         [](const ::testing::TestParamInfo<PagedCase>& info) {
                            return std::string(info.param.name);
                          });
+
+// More blocks than one launch takes, through a staging buffer of three blocks: several launches
+// reuse the staging places in stream order.
+TEST(CudaDeviceCopierTest, ABatchLargerThanALaunchAndTheStaging) {
+  KVTIER_REQUIRE_CUDA_DEVICE();
+  const PagedShape shape{
+      .planes = 4, .blocks = 150, .stride_bytes = 1024, .layer_block_bytes = 512};
+  const uint64_t bytes = shape.planes * shape.layer_block_bytes;
+  Result<std::unique_ptr<CudaDeviceCopier>> copier =
+      CudaDeviceCopier::Create(0, {.max_staging_bytes = 3 * bytes});
+  ASSERT_TRUE(copier.ok());
+  std::vector<std::byte> mirror = Bytes(shape.total_bytes(), 31);
+  Result<cuda::DeviceBuffer> memory = cuda::DeviceBuffer::Allocate(0, mirror.size());
+  Result<cuda::DeviceBuffer> flat = cuda::DeviceBuffer::Allocate(0, shape.blocks * bytes);
+  ASSERT_TRUE(memory.ok() && flat.ok());
+  ASSERT_EQ(cudaMemcpy(memory->get(), mirror.data(), mirror.size(), cudaMemcpyHostToDevice),
+            cudaSuccess);
+  std::vector<std::byte> host(shape.blocks * bytes);
+  std::vector<PagedBlockCopy> entries;
+  for (uint64_t i = 0; i < shape.blocks; ++i) {
+    const bool on_host = i % 4 != 0;
+    entries.push_back({.block_id = (i * 37) % shape.blocks,
+                       .contiguous = (on_host ? host.data() : flat->get()) + i * bytes,
+                       .kind = on_host ? MemoryKind::kHost : MemoryKind::kDevice});
+  }
+  ASSERT_TRUE((*copier)->GatherBlocks(LayoutOver(memory->get(), shape), entries).ok());
+  ASSERT_TRUE((*copier)->Synchronize().ok());
+  const PagedKvLayout host_layout = LayoutOver(mirror.data(), shape);
+  std::vector<std::byte> expected(bytes), got(bytes);
+  for (size_t i = 0; i < entries.size(); ++i) {
+    ReferenceGather(host_layout, entries[i].block_id, expected.data());
+    ASSERT_EQ(cudaMemcpy(got.data(), entries[i].contiguous, bytes, cudaMemcpyDefault), cudaSuccess);
+    ASSERT_EQ(got, expected) << "entry " << i;
+  }
+}
 
 TEST(CudaDeviceCopierTest, RejectsBadLayoutsBeforeLaunching) {
   KVTIER_REQUIRE_CUDA_DEVICE();

@@ -153,6 +153,8 @@ const std::map<std::string, Setter>& Setters() {
        Uint(&DaemonConfig::gpu_promote_after_reads, 255, "gpu.promote_after_reads")},
       {"gpu.promote_window_ms",
        Uint(&DaemonConfig::gpu_promote_window_ms, 86'400'000, "gpu.promote_window_ms")},
+      {"gpu.detach_timeout_ms",
+       Uint(&DaemonConfig::gpu_detach_timeout_ms, 600'000, "gpu.detach_timeout_ms")},
       {"placement.high_watermark",
        Fraction(&DaemonConfig::high_watermark, "placement.high_watermark")},
       {"placement.low_watermark",

@@ -69,6 +69,9 @@ struct DaemonConfig {
   std::string gpu_promotion = "reads";  // reads, off (placement/gpu_promotion_policy.h)
   uint32_t gpu_promote_after_reads = 2;
   uint64_t gpu_promote_window_ms = 600'000;
+  // At shutdown, how long the GPU pool waits for the clients that map it to let go before it is
+  // freed (server/gpu_importers.h).
+  uint64_t gpu_detach_timeout_ms = 10'000;
 
   // placement: the background mover keeps the host tier between these fractions of its size
   double high_watermark = 0.95;

@@ -224,7 +224,8 @@ TEST(DaemonConfigTest, GpuKeysAndFlags) {
   DaemonConfig c;
   c.unix_path = "/tmp/s";
   ASSERT_TRUE(ApplyYaml("gpu:\n  bytes: 1GiB\n  device: 1\n  fake: true\n  copy_lanes: 2\n"
-                        "  promotion: off\n  promote_after_reads: 3\n  promote_window_ms: 500\n",
+                        "  promotion: off\n  promote_after_reads: 3\n  promote_window_ms: 500\n"
+                        "  detach_timeout_ms: 250\n",
                         "test.yaml", c)
                   .ok());
   ASSERT_TRUE(Finalize(c).ok());
@@ -235,6 +236,7 @@ TEST(DaemonConfigTest, GpuKeysAndFlags) {
   EXPECT_EQ(c.gpu_promotion, "off");
   EXPECT_EQ(c.gpu_promote_after_reads, 3u);
   EXPECT_EQ(c.gpu_promote_window_ms, 500u);
+  EXPECT_EQ(c.gpu_detach_timeout_ms, 250u);
 }
 
 TEST(DaemonConfigTest, BadGpuSettingsNameTheirKey) {
@@ -273,8 +275,8 @@ TEST(DaemonConfigTest, HelpListsEveryConfigKey) {
   ASSERT_TRUE(r.ok());
   ASSERT_TRUE(r->help_requested);
   for (const char* text : {"--gpu-bytes",
-                           "gpu: bytes, copy_lanes, device, fake, promote_after_reads, "
-                           "promote_window_ms, promotion",
+                           "gpu: bytes, copy_lanes, detach_timeout_ms, device, fake, "
+                           "promote_after_reads, promote_window_ms, promotion",
                            "nvme:", "allowed_uids"}) {
     EXPECT_NE(r->help_text.find(text), std::string::npos) << text << " in\n" << r->help_text;
   }

@@ -5,11 +5,13 @@
 // of the previous run) -> store (adopting those blocks) -> RESP server -> HTTP -> housekeeping
 // threads (deadlines, NVMe sync). The tier mover (daemon/mover/) starts with the store, before the
 // server, since requests ask it for room and for blocks from their first command. Shutdown runs
-// in reverse: HTTP stops answering, the RESP server stops accepting and closes every connection
-// (releasing its leases and aborting its reservations), the background adoption of the previous
-// run's blocks stops, the housekeeping threads and the mover stop, the blocks held in memory are
-// written to NVMe (shutdown.flush), the NVMe tier is synced, then the store and the tiers are
-// destroyed. Nothing is detached; every thread is joined before main returns.
+// in reverse: HTTP stops answering, clients that map the GPU pool are told to let go and waited for
+// (at most gpu.detach_timeout_ms, server/gpu_importers.h), the RESP server stops accepting and
+// closes every connection (releasing its leases and aborting its reservations), the background
+// adoption of the previous run's blocks stops, the housekeeping threads and the mover stop, the
+// blocks held in memory are written to NVMe (shutdown.flush), the NVMe tier is synced, then the
+// store and the tiers are destroyed. Nothing is detached; every thread is joined before main
+// returns.
 #include <fcntl.h>
 #include <malloc.h>
 #include <pthread.h>
@@ -255,6 +257,18 @@ int Run(const config::DaemonConfig& c) {
   spdlog::info("{}: shutting down", strsignal(signal_number));
 
   if (http) http->Stop();
+  if (const size_t importers = (*server)->gpu_importers(); importers > 0) {
+    spdlog::info("waiting up to {} ms for {} clients to close their GPU pool import",
+                 c.gpu_detach_timeout_ms, importers);
+    const size_t left =
+        (*server)->DrainGpuImporters(std::chrono::milliseconds(c.gpu_detach_timeout_ms));
+    if (left > 0) {
+      spdlog::warn(
+          "{} clients still map the GPU pool after gpu.detach_timeout_ms; it is freed "
+          "under them",
+          left);
+    }
+  }
   (*server)->Stop();
   recovery.request_stop();
   recovery.join();

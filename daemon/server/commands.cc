@@ -73,6 +73,15 @@ const CommandSpec* PrepareCommand(CommandContext& ctx, const resp::Command& cmd)
     AppendUnknownCommand(ctx.reply, cmd);
     return nullptr;
   }
+  // Shutdown waits for the clients that map the GPU pool: each of their commands tells them to
+  // close the import and detach (or disconnect), except those two ways of doing so.
+  if (ctx.server.draining_gpu_importers.load(std::memory_order_relaxed) &&
+      ctx.session.gpu_pool_attached() && spec->name != "KVT.GPUDETACH" && spec->name != "QUIT") {
+    ctx.reply.AppendError(
+        "SHUTDOWN kvtierd is stopping: close the GPU pool import, then KVT.GPUDETACH or "
+        "disconnect");
+    return nullptr;
+  }
   if (!ArityMatches(spec->arity, cmd.size())) {
     ctx.reply.AppendError("ERR wrong number of arguments for '" + Lower(spec->name) + "' command");
     return nullptr;

@@ -37,6 +37,10 @@ Progress GpuAttach(CommandContext& ctx, Command&) {
         (note.empty() ? std::string("this daemon does not share a GPU pool") : note));
     return Progress::kDone;
   }
+  if (ctx.server.draining_gpu_importers.load()) {
+    ctx.reply.AppendError("SHUTDOWN KVT.GPUATTACH: kvtierd is stopping");
+    return Progress::kDone;
+  }
   Result<tiers::PoolExport> exported = ctx.server.gpu_pool->ExportForClients();
   if (!exported.ok()) {
     AppendStatusError(ctx.reply, Status(exported.status().code(),
@@ -44,7 +48,7 @@ Progress GpuAttach(CommandContext& ctx, Command&) {
     return Progress::kDone;
   }
   if (exported->kind == tiers::PoolExportKind::kMemfd) ctx.send_fd = exported->fd;
-  ctx.session.set_gpu_pool_attached(true);
+  ctx.session.AttachGpuPool(ctx.server.gpu_importers);
   ctx.reply.AppendMapHeader(4);
   ctx.reply.AppendBulk("kind");
   ctx.reply.AppendBulk(KindName(exported->kind));
@@ -57,9 +61,10 @@ Progress GpuAttach(CommandContext& ctx, Command&) {
   return Progress::kDone;
 }
 
-// Leases already granted stay valid until released; only later KVT.ACQUIREs change.
+// Leases already granted stay valid until released; only later KVT.ACQUIREs change. A client
+// sends it once its import is closed, so that shutdown need not wait for it.
 Progress GpuDetach(CommandContext& ctx, Command&) {
-  ctx.session.set_gpu_pool_attached(false);
+  ctx.session.DetachGpuPool();
   ctx.reply.AppendSimpleString("OK");
   return Progress::kDone;
 }

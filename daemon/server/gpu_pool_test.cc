@@ -7,8 +7,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstring>
 #include <memory>
+#include <thread>
 
 #include "daemon/server/test_client.h"
 
@@ -226,6 +228,41 @@ TEST_F(GpuPoolTest, AClientThatDisconnectsReleasesItsGpuLeases) {
   // The pool itself is untouched: the blocks are still served, then removable.
   EXPECT_EQ(c_.Call({"KVT.GET", ns_hex_, PackKeys({TestKey(1)})}), "*1\r\n" + Bulk(Block('h')));
   EXPECT_EQ(c_.Call({"KVT.DEL", ns_hex_, PackKeys({TestKey(0), TestKey(1)})}), ":2\r\n");
+}
+
+// Shutdown does not free the pool under its importers: the server counts the connections that
+// attached, tells each of them to let go in the reply to its next command, and waits (bounded)
+// until each has detached or disconnected.
+TEST_F(GpuPoolTest, ShutdownWaitsForTheClientsThatMapThePool) {
+  TestClient detaching = ts_.ConnectUnix();
+  TestClient leaving = ts_.ConnectUnix();
+  std::unique_ptr<Mapping> pool_a = GpuAttach(detaching);
+  std::unique_ptr<Mapping> pool_b = GpuAttach(leaving);
+  EXPECT_EQ(ts_.server().gpu_importers(), 2u);
+  // Attaching twice on one connection is one importer.
+  EXPECT_EQ(detaching.Call({"KVT.GPUATTACH"}), GpuAttachReply());
+  EXPECT_EQ(ts_.server().gpu_importers(), 2u);
+
+  // With both attached the wait runs out, and says how many are left.
+  EXPECT_EQ(ts_.server().DrainGpuImporters(std::chrono::milliseconds(0)), 2u);
+  // Draining: attached connections hear it from every command but the ways to let go; the others
+  // are served as before, and nobody may attach any more.
+  EXPECT_EQ(detaching.Call({"PING"}).rfind("-SHUTDOWN kvtierd is stopping", 0), 0u);
+  EXPECT_EQ(c_.Call({"PING"}), "+PONG\r\n");
+  EXPECT_EQ(c_.Call({"KVT.GPUATTACH"}).rfind("-SHUTDOWN KVT.GPUATTACH", 0), 0u);
+
+  // One closes its mapping and detaches, the other closes its mapping and disconnects: the wait
+  // ends with none left, long before its timeout.
+  size_t left = 99;
+  std::thread drain([&] { left = ts_.server().DrainGpuImporters(std::chrono::hours(1)); });
+  pool_a.reset();
+  EXPECT_EQ(detaching.Call({"KVT.GPUDETACH"}), "+OK\r\n");
+  pool_b.reset();
+  leaving.Close();
+  drain.join();
+  EXPECT_EQ(left, 0u);
+  EXPECT_EQ(ts_.server().gpu_importers(), 0u);
+  EXPECT_EQ(detaching.Call({"PING"}), "+PONG\r\n");  // detached: served again until Stop
 }
 
 TEST_F(GpuPoolTest, ReservationsStayInTheArena) {

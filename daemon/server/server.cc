@@ -273,6 +273,13 @@ Status Server::Start() {
   return Status::Ok();
 }
 
+size_t Server::DrainGpuImporters(std::chrono::milliseconds timeout) {
+  impl_->context.draining_gpu_importers.store(true);
+  return impl_->context.gpu_importers.WaitForNone(timeout);
+}
+
+size_t Server::gpu_importers() const { return impl_->context.gpu_importers.count(); }
+
 void Server::Stop() {
   Impl& impl = *impl_;
   if (!impl.started || impl.stopped) return;

@@ -14,6 +14,7 @@
 
 #include <sys/types.h>
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -113,6 +114,17 @@ class Server {
   // bind: Address already in use"), kInvalidArgument for a path that is not a stale socket.
   // Call once.
   Status Start();
+
+  // Tells the clients that map the GPU pool (KVT.GPUATTACH) that the daemon is stopping, and
+  // waits until each has let go (sent KVT.GPUDETACH or closed its connection) or `timeout` has
+  // passed. From this call on, KVT.GPUATTACH is refused and every command of an attached
+  // connection but KVT.GPUDETACH and QUIT answers -SHUTDOWN; the rest is served as before. A
+  // client only learns this from the reply to its next command, so the wait is bounded. Returns
+  // the clients still attached (0: the pool may be freed under nobody). Call before Stop, from
+  // the owner's thread.
+  size_t DrainGpuImporters(std::chrono::milliseconds timeout);
+  // Clients that hold the GPU pool mapped now.
+  size_t gpu_importers() const;
 
   // Stops accepting, closes every connection (their reservations are aborted and their leases
   // released), joins the I/O threads and removes the Unix socket file. Idempotent.

@@ -13,6 +13,7 @@
 
 #include "common/keys.h"
 #include "common/thread_annotations.h"
+#include "daemon/server/gpu_importers.h"
 #include "daemon/server/mover_waiters.h"
 #include "daemon/server/server.h"
 
@@ -63,6 +64,10 @@ struct ServerContext {
   // Shared with the store's move listener, which may run on a mover thread while the server is
   // being destroyed.
   std::shared_ptr<MoverWaiters> mover_waiters = std::make_shared<MoverWaiters>();
+  // Connections that hold the GPU pool mapped, and whether shutdown has told them to let go
+  // (Server::DrainGpuImporters): from then on their commands answer -SHUTDOWN.
+  GpuImporters gpu_importers;
+  std::atomic<bool> draining_gpu_importers{false};
 
   Mutex& GenericWriteLock(const BlockKey& key) {
     return generic_write_locks[key.low % kGenericWriteStripes];

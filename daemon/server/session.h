@@ -16,6 +16,7 @@
 #include <unordered_set>
 
 #include "common/resp/protocol.h"
+#include "daemon/server/gpu_importers.h"
 
 namespace kvtier::store {
 class Store;
@@ -42,10 +43,15 @@ class Session {
   const std::string& name() const { return name_; }
   void set_name(std::string name) { name_ = std::move(name); }
   // Set by KVT.GPUATTACH: the client has the GPU pool's export, so KVT.ACQUIRE may lease blocks
-  // in it (their offsets mean nothing to a client that has not mapped the pool). Unset by
-  // KVT.GPUDETACH, for a client that could not map the export after all.
-  bool gpu_pool_attached() const { return gpu_pool_attached_; }
-  void set_gpu_pool_attached(bool attached) { gpu_pool_attached_ = attached; }
+  // in it (their offsets mean nothing to a client that has not mapped the pool), and the pool is
+  // not freed at shutdown before it lets go (bounded: GpuImporters). Unset by KVT.GPUDETACH, for
+  // a client that could not map the export after all or has closed its import, and when the
+  // session ends.
+  bool gpu_pool_attached() const { return gpu_pool_hold_.held(); }
+  void AttachGpuPool(GpuImporters& importers) {
+    if (!gpu_pool_hold_.held()) gpu_pool_hold_ = importers.Add();
+  }
+  void DetachGpuPool() { gpu_pool_hold_.Reset(); }
 
   void AddReservation(uint64_t id) { reservations_.insert(id); }
   // Forgets `id` and returns true when this session holds it; false for anyone else's id.
@@ -69,7 +75,7 @@ class Session {
   const Transport transport_;
   resp::Protocol protocol_ = resp::Protocol::kResp2;
   bool authenticated_;
-  bool gpu_pool_attached_ = false;
+  GpuImporters::Hold gpu_pool_hold_;
   std::string name_;
   std::unordered_set<uint64_t> reservations_;
   std::unordered_set<uint64_t> leases_;
