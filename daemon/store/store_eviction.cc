@@ -231,9 +231,10 @@ size_t Store::EvictToTarget(TierId id, uint64_t target_used_bytes, size_t max_vi
     picked += victim->second.extent.length;
     victims.push_back(*std::move(victim));
   }
-  for (const auto& [key, meta] : victims) DemoteOrDrop(level, key, meta, EvictionMode::kDemote);
-  // Puts waiting for room may find it now.
-  if (!victims.empty()) move_requests_.NotifyMoved();
+  for (const auto& [key, meta] : victims) {
+    // After each one, not after the batch: a put waiting for room may take this block's now.
+    if (DemoteOrDrop(level, key, meta, EvictionMode::kDemote)) move_requests_.NotifyMoved();
+  }
   return victims.size();
 }
 

@@ -139,6 +139,18 @@ TEST_F(StorePlacementTest, EvictToTargetMovesTheOldestBlocksDown) {
   EXPECT_EQ(store_->EvictToTarget(TierId::kHost, 0, 1), 1u);             // bounded
 }
 
+// Puts waiting for room are told after each block goes down, not once the mover's whole batch is
+// done: waiting for the batch doubled the puts' tail latency under spill.
+TEST_F(StorePlacementTest, EvictToTargetSaysSoAfterEveryBlockItMoves) {
+  BuildTwoTiers(4, 8);
+  for (uint64_t n = 1; n <= 4; ++n) ASSERT_TRUE(PutBlock(n).ok());
+  int told = 0;
+  store_->SetMoveListener([&told] { ++told; });
+  ASSERT_EQ(store_->EvictToTarget(TierId::kHost, kBlock, 100), 3u);
+  EXPECT_EQ(told, 3);
+  store_->SetMoveListener({});
+}
+
 TEST_F(StorePlacementTest, AdoptedBlocksAreServedFromWhereTheyLie) {
   BuildTwoTiers(2, 8);
   // What a durable tier found on disk at start-up: the bytes are already there.
