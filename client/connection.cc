@@ -23,8 +23,6 @@ namespace {
 constexpr int kMaxIov = 64;
 // Bytes read per recvmsg: large enough that a 64 MiB inline payload takes few system calls.
 constexpr size_t kReadChunkBytes = size_t{1} << 20;
-// Descriptors accepted with one read; the daemon sends one (the arena).
-constexpr size_t kMaxFdsPerRead = 4;
 
 std::string ConnectWhat(const Endpoint& endpoint) { return "connect to " + endpoint.url; }
 
@@ -63,7 +61,8 @@ Result<UniqueFd> ConnectUnix(const Endpoint& endpoint) {
 
 // Connects one resolved address without blocking past `timeout_ms` (-1: forever).
 Result<UniqueFd> ConnectAddress(const addrinfo& ai, const Endpoint& endpoint, int timeout_ms) {
-  UniqueFd fd(::socket(ai.ai_family, ai.ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, ai.ai_protocol));
+  UniqueFd fd(
+      ::socket(ai.ai_family, ai.ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, ai.ai_protocol));
   if (!fd.valid()) return ErrnoStatus(errno, "socket for " + endpoint.url);
   if (::connect(fd.get(), ai.ai_addr, ai.ai_addrlen) < 0) {
     if (errno != EINPROGRESS) return ConnectError(errno, endpoint);
@@ -115,7 +114,8 @@ Result<std::unique_ptr<Connection>> Connection::Open(const Endpoint& endpoint,
                                                      const Options& options) {
   const int timeout_ms =
       options.timeout.count() <= 0 ? -1 : static_cast<int>(options.timeout.count());
-  Result<UniqueFd> fd = endpoint.is_unix() ? ConnectUnix(endpoint) : ConnectTcp(endpoint, timeout_ms);
+  Result<UniqueFd> fd =
+      endpoint.is_unix() ? ConnectUnix(endpoint) : ConnectTcp(endpoint, timeout_ms);
   if (!fd.ok()) return fd.status();
   return std::unique_ptr<Connection>(new Connection(endpoint, options, std::move(fd).value()));
 }
@@ -188,7 +188,8 @@ Result<bool> Connection::WaitWritableOrRead() {
     rc = ::poll(&pfd, 1, PollTimeoutMs());
   } while (rc < 0 && errno == EINTR);
   if (rc < 0) return Fail(ErrnoStatus(errno, "poll on " + endpoint_.url));
-  if (rc == 0) return Fail(Timeout("send to " + endpoint_.url + ": the daemon read nothing in time"));
+  if (rc == 0)
+    return Fail(Timeout("send to " + endpoint_.url + ": the daemon read nothing in time"));
   if ((pfd.revents & POLLIN) != 0) {
     KVTIER_RETURN_IF_ERROR(ReadAvailable());
     return false;
@@ -210,24 +211,13 @@ Status Connection::WaitAndRead() {
 
 Status Connection::ReadAvailable() {
   if (scratch_.empty()) scratch_.resize(kReadChunkBytes);
-  iovec iov{scratch_.data(), scratch_.size()};
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kMaxFdsPerRead)];
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  if (endpoint_.is_unix()) {
-    msg.msg_control = control;
-    msg.msg_controllen = sizeof(control);
-  }
-  ssize_t got;
-  do {
-    got = ::recvmsg(fd_.get(), &msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
-  } while (got < 0 && errno == EINTR);
+  std::vector<int> fds;  // only a Unix socket ever carries any (KVT.ATTACH)
+  const ssize_t got = ReceiveWithFds(fd_.get(), scratch_, MSG_DONTWAIT, fds);
+  for (int fd : fds) received_fds_.emplace_back(fd);
   if (got < 0) {
     if (errno == EAGAIN || errno == EWOULDBLOCK) return Status::Ok();
     return Fail(ErrnoStatus(errno, "read from " + endpoint_.url));
   }
-  for (int fd : TakePassedFds(msg)) received_fds_.emplace_back(fd);
   if (got == 0) {
     return Fail(DeviceError("connection to " + endpoint_.url + " closed by the daemon"));
   }

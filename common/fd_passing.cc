@@ -43,4 +43,22 @@ std::vector<int> TakePassedFds(msghdr& msg) {
   return fds;
 }
 
+ssize_t ReceiveWithFds(int socket_fd, std::span<char> buffer, int flags, std::vector<int>& fds) {
+  iovec iov{buffer.data(), buffer.size()};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kMaxPassedFds)];
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof(control);
+  ssize_t got;
+  do {
+    got = ::recvmsg(socket_fd, &msg, flags | MSG_CMSG_CLOEXEC);
+  } while (got < 0 && errno == EINTR);
+  if (got >= 0) {
+    for (int fd : TakePassedFds(msg)) fds.push_back(fd);
+  }
+  return got;
+}
+
 }  // namespace kvtier

@@ -7,8 +7,10 @@
 #pragma once
 
 #include <sys/socket.h>
+#include <sys/types.h>
 
 #include <cstddef>
+#include <span>
 #include <string_view>
 #include <vector>
 
@@ -25,5 +27,11 @@ Result<size_t> SendWithFd(int socket_fd, std::string_view bytes, int fd);
 // caller owns them (recvmsg with MSG_CMSG_CLOEXEC to have them close-on-exec). Empty, and nothing
 // allocated, when none came.
 std::vector<int> TakePassedFds(msghdr& msg);
+
+// One recvmsg into `buffer` that also takes the descriptors that came with the bytes (up to
+// kMaxPassedFds per call, close-on-exec), appended to `fds`; `flags` are recvmsg's (MSG_DONTWAIT).
+// Returns recvmsg's result: the bytes read, 0 at end of stream, -1 with errno set (EINTR retried).
+inline constexpr size_t kMaxPassedFds = 4;
+ssize_t ReceiveWithFds(int socket_fd, std::span<char> buffer, int flags, std::vector<int>& fds);
 
 }  // namespace kvtier

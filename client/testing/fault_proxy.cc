@@ -208,20 +208,13 @@ bool FaultProxy::FromClient(Link& link) {
 
 bool FaultProxy::FromUpstream(Link& link) {
   char buffer[64 << 10];
-  iovec iov{buffer, sizeof(buffer)};
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * 4)];
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = control;
-  msg.msg_controllen = sizeof(control);
-  const ssize_t n = ::recvmsg(link.upstream_fd, &msg, MSG_CMSG_CLOEXEC);
-  if (n < 0) return WouldBlock() || errno == EINTR;
+  std::vector<int> fds;
+  const ssize_t n = ReceiveWithFds(link.upstream_fd, buffer, 0, fds);
+  if (n < 0) return WouldBlock();
   if (n == 0) {
     link.upstream_done = true;
     return true;
   }
-  std::vector<int> fds = TakePassedFds(msg);
   // The kernel ends a read right after the bytes a descriptor came with, and the server sends
   // one on the first byte of a reply: it belongs to the last reply that starts in this read.
   Slot* started = nullptr;

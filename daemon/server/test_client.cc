@@ -163,19 +163,11 @@ bool TestClient::ReceiveMore(milliseconds timeout, bool* closed) {
   const int ready = poll(&p, 1, static_cast<int>(timeout.count()));
   if (ready <= 0) return false;
   char buf[64 << 10];
-  iovec iov{buf, sizeof(buf)};
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * 4)];
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = control;
-  msg.msg_controllen = sizeof(control);
-  const ssize_t n = recvmsg(fd_, &msg, MSG_CMSG_CLOEXEC);
+  const ssize_t n = ReceiveWithFds(fd_, buf, 0, fds_);
   if (n <= 0) {
     if (closed != nullptr) *closed = true;
     return false;
   }
-  for (int fd : TakePassedFds(msg)) fds_.push_back(fd);
   pending_.append(buf, static_cast<size_t>(n));
   return true;
 }
