@@ -318,10 +318,71 @@ uint64_t AutoNvmeBytes(const std::string& data_dir) {
   return bytes < (64ull << 20) ? 0 : bytes;
 }
 
+namespace {
+
+// The first line of `path` as a number; nullopt when absent, unreadable or not a number ("max").
+std::optional<uint64_t> ReadNumber(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  std::string text;
+  if (!(in >> text) || text.empty() || text.find_first_not_of("0123456789") != std::string::npos) {
+    return std::nullopt;
+  }
+  return std::stoull(text);
+}
+
+// The room below one cgroup's limit, for the files of one cgroup version.
+std::optional<uint64_t> RoomIn(const std::filesystem::path& dir, const char* limit_file,
+                               const char* usage_file) {
+  std::optional<uint64_t> limit = ReadNumber(dir / limit_file);
+  // cgroup v1 spells "no limit" as a huge number near 2^63.
+  if (!limit || *limit >= (1ull << 62)) return std::nullopt;
+  const uint64_t usage = ReadNumber(dir / usage_file).value_or(0);
+  return *limit > usage ? *limit - usage : 0;
+}
+
+}  // namespace
+
+std::optional<uint64_t> CgroupMemoryRoom(const std::string& cgroup_root,
+                                         const std::string& proc_self_cgroup) {
+  std::optional<uint64_t> room;
+  auto take = [&room](std::optional<uint64_t> r) {
+    if (r) room = room ? std::min(*room, *r) : *r;
+  };
+  std::istringstream lines(proc_self_cgroup);
+  for (std::string line; std::getline(lines, line);) {
+    // "0::/system.slice/kvtierd.service" (v2) or "4:memory:/kubepods/pod1/abc" (v1).
+    const size_t first = line.find(':');
+    const size_t second = first == std::string::npos ? first : line.find(':', first + 1);
+    if (second == std::string::npos) continue;
+    const std::string controllers = line.substr(first + 1, second - first - 1);
+    const bool v2 = line.substr(0, first) == "0" && controllers.empty();
+    const bool v1 = controllers.find("memory") != std::string::npos;
+    if (!v2 && !v1) continue;
+    const std::filesystem::path base =
+        v2 ? std::filesystem::path(cgroup_root) : std::filesystem::path(cgroup_root) / "memory";
+    // The cgroup and each ancestor up to the root: a limit may sit on a parent (a pod, a slice).
+    // Inside a container's cgroup namespace the path is "/" and the root is its own cgroup.
+    std::filesystem::path rel = std::filesystem::path(line.substr(second + 1)).relative_path();
+    for (;;) {
+      take(v2 ? RoomIn(base / rel, "memory.max", "memory.current")
+              : RoomIn(base / rel, "memory.limit_in_bytes", "memory.usage_in_bytes"));
+      if (rel.empty()) break;
+      rel = rel.parent_path();
+    }
+  }
+  return room;
+}
+
 uint64_t AutoHostBytes() {
   const long pages = sysconf(_SC_AVPHYS_PAGES);
   const long page_size = sysconf(_SC_PAGE_SIZE);
   uint64_t available = pages > 0 && page_size > 0 ? uint64_t(pages) * uint64_t(page_size) : 0;
+  std::ifstream self("/proc/self/cgroup");
+  std::stringstream text;
+  text << self.rdbuf();
+  if (std::optional<uint64_t> room = CgroupMemoryRoom("/sys/fs/cgroup", text.str())) {
+    available = std::min(available, *room);
+  }
   return std::clamp<uint64_t>(available / 4, 64ull << 20, 64ull << 30);
 }
 

@@ -12,6 +12,7 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -113,9 +114,17 @@ struct DaemonConfig {
   std::string log_level = "info";  // trace, debug, info, warn, error, off
 };
 
-// The host tier size "auto" resolves to: a quarter of the machine's available memory, capped at
-// 64 GiB and at least 64 MiB.
+// The host tier size "auto" resolves to: a quarter of the memory available to this process,
+// capped at 64 GiB and at least 64 MiB. Available is the machine's free memory or, inside a
+// memory cgroup (a container, a systemd unit with MemoryMax), the room left below its limit,
+// whichever is less: a pod's daemon must not size itself from the node.
 uint64_t AutoHostBytes();
+// The room left below the memory limits of the cgroup that `proc_self_cgroup` (the text of
+// /proc/self/cgroup) names and of its ancestors, read under `cgroup_root` (/sys/fs/cgroup):
+// cgroup v2's memory.max and memory.current, or v1's memory.limit_in_bytes and
+// memory.usage_in_bytes. nullopt when no limit is set or none can be read.
+std::optional<uint64_t> CgroupMemoryRoom(const std::string& cgroup_root,
+                                         const std::string& proc_self_cgroup);
 
 // The NVMe tier size "auto" resolves to: a tenth of the free space of the file system holding
 // `data_dir` (or its nearest existing parent), capped at 16 GiB, rounded down to 1 MiB; 0 (the

@@ -1,7 +1,9 @@
 #include "daemon/config/daemon_config.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <thread>
@@ -280,6 +282,57 @@ TEST(DaemonConfigTest, HelpListsEveryConfigKey) {
                            "nvme:", "allowed_uids"}) {
     EXPECT_NE(r->help_text.find(text), std::string::npos) << text << " in\n" << r->help_text;
   }
+}
+
+}  // namespace
+}  // namespace kvtier::config
+
+namespace kvtier::config {
+namespace {
+
+// A fake /sys/fs/cgroup: files written under a temporary root.
+class CgroupTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    root_ = std::filesystem::temp_directory_path() /
+            ("kvtier-cgroup-" + std::to_string(::getpid()) + "-" +
+             ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::remove_all(root_);
+  }
+  void TearDown() override { std::filesystem::remove_all(root_); }
+  void Write(const std::string& rel, const std::string& text) {
+    std::filesystem::create_directories((root_ / rel).parent_path());
+    std::ofstream(root_ / rel) << text << "\n";
+  }
+  std::filesystem::path root_;
+};
+
+TEST_F(CgroupTest, V2TakesTheTightestLimitOnThePathUp) {
+  Write("kubepods/pod1/memory.max", "8589934592");  // the pod: 8 GiB, 6 GiB used
+  Write("kubepods/pod1/memory.current", "6442450944");
+  Write("kubepods/pod1/ctr/memory.max", "max");  // the container itself: no limit of its own
+  Write("kubepods/pod1/ctr/memory.current", "6442450944");
+  EXPECT_EQ(CgroupMemoryRoom(root_, "0::/kubepods/pod1/ctr\n"), 2ull << 30);
+}
+
+TEST_F(CgroupTest, InsideANamespaceTheRootIsTheContainersOwn) {
+  Write("memory.max", "1073741824");
+  Write("memory.current", "0");
+  EXPECT_EQ(CgroupMemoryRoom(root_, "0::/\n"), 1ull << 30);
+}
+
+TEST_F(CgroupTest, V1UsesTheMemoryController) {
+  Write("memory/docker/abc/memory.limit_in_bytes", "2147483648");
+  Write("memory/docker/abc/memory.usage_in_bytes", "1073741824");
+  Write("memory/memory.limit_in_bytes", "9223372036854771712");  // v1's "no limit"
+  EXPECT_EQ(CgroupMemoryRoom(root_, "5:cpu:/docker/abc\n4:memory:/docker/abc\n"), 1ull << 30);
+}
+
+TEST_F(CgroupTest, NoLimitOrNothingReadableIsNoAnswer) {
+  Write("user.slice/memory.max", "max");
+  EXPECT_FALSE(CgroupMemoryRoom(root_, "0::/user.slice\n").has_value());
+  EXPECT_FALSE(CgroupMemoryRoom(root_ / "missing", "0::/a/b\n").has_value());
+  EXPECT_FALSE(CgroupMemoryRoom(root_, "").has_value());
 }
 
 }  // namespace
