@@ -40,6 +40,7 @@ pytest.importorskip("vllm")
 
 import kvtier  # noqa: E402
 from kvtierd_process import BIN_DIR, Daemon  # noqa: E402  (conftest puts it on sys.path)
+from resp_fault_proxy import FaultProxy  # noqa: E402
 
 pytestmark = pytest.mark.engine
 
@@ -100,8 +101,8 @@ class Engine:
     """One vllm_engine_driver.py process; its stderr (vLLM's and the connector's log) goes to a
     file of the test's."""
 
-    def __init__(self, model, url, log_path):
-        cfg = {"model": model, "url": url, "retry_s": RETRY_S}
+    def __init__(self, model, url, log_path, **options):
+        cfg = {"model": model, "url": url, "retry_s": RETRY_S, **options}
         env = dict(os.environ, PYTHONHASHSEED="0", VLLM_CPU_KVCACHE_SPACE="1",
                    VLLM_LOGGING_LEVEL="INFO")
         self.log_path = log_path
@@ -309,7 +310,39 @@ def test_kvtierd_absent_then_killed(daemon, models, reference, engine_log):
 
         daemon.start()
         time.sleep(2 * RETRY_S)
-        answer = d.generate("P1")  # in vLLM's own cache now; its blocks go to kvtierd again
-        check(answer, reference, "llama-gqa", ["P1"])
+        stored = answer["worker_stats"]["stored_blocks"]
+        answer = d.generate("P4")  # in vLLM's own cache now, and saved to kvtierd this time
+        check(answer, reference, "llama-gqa", ["P4"])
+        assert answer["worker_stats"]["stored_blocks"] - stored == 128
         assert answer["stats"]["outages"] == 2 and answer["stats"]["connects"] == 2
         assert d.count(unreachable) == 2
+
+
+def test_bad_answers_are_recomputed(daemon, models, reference, engine_log):
+    """Through a proxy that spoils kvtierd's answers to KVT.GET (the inline path over TCP): an
+    error reply, a truncated block and a namespace that answers misses for blocks the lookup
+    found. vLLM was promised those tokens; the connector reports the blocks as load errors, vLLM
+    recomputes them, and the tokens are the reference's. vLLM's own prefix cache is off here, so
+    that every request of P1 (in kvtierd since engine A) asks kvtierd for all of it."""
+    proxy = FaultProxy(daemon.port)
+    try:
+        with Engine(models["llama-gqa"], proxy.url, engine_log("llama-E"),
+                    prefix_caching=False) as e:
+            before = None
+            for fault, loaded in ((None, 128), ("error", 0), ("truncate", 0), ("namespace", 0),
+                                  (None, 128)):
+                proxy.fault = fault
+                answer = e.generate("P1")
+                check(answer, reference, "llama-gqa", ["P1"])
+                stats = {"hit_tokens": answer["stats"]["hit_tokens"],
+                         **{k: answer["worker_stats"][k]
+                            for k in ("loaded_blocks", "load_error_blocks")}}
+                delta = {k: stats[k] - (before or {}).get(k, 0)
+                         for k in ("hit_tokens", "loaded_blocks", "load_error_blocks")}
+                assert delta == {"hit_tokens": 4096, "loaded_blocks": loaded,
+                                 "load_error_blocks": 128 - loaded}, (fault, delta)
+                before = stats
+            assert proxy.spoiled == 3
+            assert e.count("kvtier: load failed") == 1  # both errors are INVALID_ARGUMENT
+    finally:
+        proxy.close()
