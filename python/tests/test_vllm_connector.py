@@ -229,3 +229,14 @@ def test_kvtierd_restarted_between_calls_reconnects_at_once(tmp_path, caplog):
             conn.shutdown()
     finally:
         daemon.stop()
+
+
+def test_fail_policy_is_warned_about_once(unix_url, caplog):
+    """vLLM's default kv_load_failure_policy ("fail") turns a block the connector could not load
+    into a failed request: the scheduler (which applies the policy) says so at start, once."""
+    vllm_config, kv_cache_config = configs(unix_url, "flashinfer")
+    vllm_config.kv_transfer_config.kv_load_failure_policy = "fail"
+    for role in (KVConnectorRole.SCHEDULER, KVConnectorRole.WORKER):
+        KvtierConnector(vllm_config, role, kv_cache_config).shutdown()
+    warned = [r for r in caplog.records if "kv_load_failure_policy" in r.getMessage()]
+    assert len(warned) == 1

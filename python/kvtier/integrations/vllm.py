@@ -259,12 +259,12 @@ class KvtierConnector(KVConnectorBase_V1):
         self._block_bytes = spec.page_size_bytes * len(self._layers)
         self._link = _Link(extra("url", None), float(extra("timeout_s", 5.0)),
                            float(extra("retry_s", 1.0)), descriptor, self._block_bytes)
-        if getattr(self._kv_transfer_config, "kv_load_failure_policy", "recompute") != "recompute":
+        policy = getattr(self._kv_transfer_config, "kv_load_failure_policy", "recompute")
+        if role == KVConnectorRole.SCHEDULER and policy != "recompute":  # the scheduler applies it
             logger.warning("kvtier: kv_load_failure_policy is %r: a block that cannot be loaded "
                            "(kvtierd stopped or evicted it since the lookup) fails its request "
                            "instead of being recomputed; set \"kv_load_failure_policy\": "
-                           "\"recompute\" in --kv-transfer-config",
-                           self._kv_transfer_config.kv_load_failure_policy)
+                           "\"recompute\" in --kv-transfer-config", policy)
         # Counters (stats()): this role's only; the other role's stay zero.
         self._counts = dict.fromkeys(
             ("lookups", "lookup_errors", "hit_tokens", "loaded_blocks", "load_error_blocks",
