@@ -269,14 +269,17 @@ def test_two_models_never_read_each_others_blocks(daemon, models, reference, eng
 
 def test_restore_after_kvtierd_restart_from_nvme(daemon, models, reference, engine_log):
     """kvtierd stops (SIGTERM) and starts again on its data directory between two engines; the
-    new engine restores P1 from the NVMe tier."""
+    new engine restores P1 from the NVMe tier. This engine runs as `vllm serve` does, its core in
+    a process of its own (started with spawn), so its connector's counters are out of reach: a
+    new engine has nothing in its own prefix cache, so every cached token came from kvtierd."""
     rc = daemon.stop()
     assert rc == 0, daemon.log()
     daemon.start()
-    with Engine(models["llama-gqa"], url(daemon), engine_log("llama-C")) as c:
+    with Engine(models["llama-gqa"], url(daemon), engine_log("llama-C"),
+                multiprocessing=True) as c:
         answer = c.generate("P1")
         check(answer, reference, "llama-gqa", ["P1"])
-        assert answer["stats"]["hit_tokens"] == 4096
+        assert answer["cached"] == [4096] and answer["stats"] == {}
     with kvtier.connect(url(daemon)) as client:
         nvme = next(t for t in client.stats()["tiers"] if t["tier"] == "nvme")
     assert nvme["blocks"] >= 2 * 128

@@ -9,13 +9,13 @@ Requests (one JSON object a line):
           "gaps": [[top-1 minus top-2 logprob per token], ...],
           "cached": [num_cached_tokens, ...], "stats": {...}, "worker_stats": {...}}
          stats, worker_stats: the scheduler's and the worker's connector counters
-         (KvtierConnector.stats()), or {} without the connector
+         (KvtierConnector.stats()), or {} without the connector or in multiprocess mode
   {"op": "quit"} -> exits
 
 The engine core runs in this process (VLLM_ENABLE_V1_MULTIPROCESSING=0) so that the answer can
-carry the connector's counters; vLLM builds the same scheduler, worker and connector objects either
-way. vLLM's own log goes to stderr, which the test captures. The entry point is guarded by
-`if __name__ == "__main__"` because vLLM may start processes with spawn.
+carry the connector's counters, unless the config says "multiprocessing": true: then vLLM runs
+it in a process of its own, started with spawn, as `vllm serve` does (which is why the entry point
+is guarded by `if __name__ == "__main__"`). vLLM's own log goes to stderr, which the test captures.
 """
 import json
 import os
@@ -45,7 +45,10 @@ def connector_stats(llm):
     """The scheduler's and the worker's connector counters, found in this process."""
     from vllm.distributed.kv_transfer import get_kv_transfer_group, has_kv_transfer_group
 
-    scheduler = llm.llm_engine.engine_core.engine_core.scheduler.get_kv_connector()
+    core = getattr(llm.llm_engine.engine_core, "engine_core", None)
+    if core is None:  # in a process of its own
+        return {}, {}
+    scheduler = core.scheduler.get_kv_connector()
     worker = get_kv_transfer_group() if has_kv_transfer_group() else None
     return (scheduler.stats() if scheduler is not None else {},
             worker.stats() if worker is not None else {})
@@ -76,7 +79,7 @@ def generate(llm, req):
 
 def main():
     cfg = json.loads(sys.argv[1])
-    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "1" if cfg.get("multiprocessing") else "0"
     # Answers go to the original stdout; everything else printed to fd 1 (vLLM logs there) goes
     # to stderr.
     out = os.fdopen(os.dup(1), "w")
