@@ -213,14 +213,17 @@ def test_kvtierd_restarted_between_calls_reconnects_at_once(tmp_path, caplog):
         worker = KvtierConnector(vllm_config, KVConnectorRole.WORKER, kv_cache_config)
         worker.register_kv_caches(caches("flashinfer"))
         hashes = [os.urandom(32) for _ in range(2)]
+
+        def lookup(req_id):
+            return sched.get_num_new_matched_tokens(request(req_id, hashes, 2 * BLOCK + 1), 0)
+
         store_request(sched, worker, "A", hashes, [0, 1, 2])
-        assert sched.get_num_new_matched_tokens(request("B", hashes, 2 * BLOCK + 1), 0)[0] == 2 * BLOCK
+        assert lookup("B") == (2 * BLOCK, False)
         assert daemon.stop() == 0
         daemon.start()
-        # The new process holds nothing (no NVMe tier): a miss, not an error.
-        assert sched.get_num_new_matched_tokens(request("C", hashes, 2 * BLOCK + 1), 0) == (0, False)
+        assert lookup("C") == (0, False)  # the new process holds nothing: a miss, not an error
         store_request(sched, worker, "D", hashes, [0, 1, 2])
-        assert sched.get_num_new_matched_tokens(request("E", hashes, 2 * BLOCK + 1), 0)[0] == 2 * BLOCK
+        assert lookup("E") == (2 * BLOCK, False)
         s, w = sched.stats(), worker.stats()
         assert (s["lookup_errors"], s["outages"], s["connects"]) == (0, 0, 2)
         assert (w["store_error_blocks"], w["outages"], w["connects"]) == (0, 0, 2)

@@ -265,7 +265,7 @@ class KvtierConnector(KVConnectorBase_V1):
                            "(kvtierd stopped or evicted it since the lookup) fails its request "
                            "instead of being recomputed; set \"kv_load_failure_policy\": "
                            "\"recompute\" in --kv-transfer-config", policy)
-        # Counters (stats()): this role's only; the other role's stay zero.
+        # Counters (stats()).
         self._counts = dict.fromkeys(
             ("lookups", "lookup_errors", "hit_tokens", "loaded_blocks", "load_error_blocks",
              "stored_blocks", "store_error_blocks"), 0)
@@ -302,11 +302,11 @@ class KvtierConnector(KVConnectorBase_V1):
             return None
 
     def stats(self) -> dict[str, int]:
-        """This connector's counters: lookups and lookup_errors, hit_tokens (external tokens vLLM
-        took from kvtierd: the load it allocated blocks for), loaded_blocks, load_error_blocks (reported to vLLM to recompute),
-        stored_blocks, store_error_blocks, outages (of kvtierd, each logged once) and connects
-        (connections made, the first included).
-        """
+        """This connector's counters (this role's; the other role's stay 0): lookups and
+        lookup_errors, hit_tokens (external tokens vLLM took from kvtierd: the load it allocated
+        blocks for), loaded_blocks, load_error_blocks (reported to vLLM to recompute),
+        stored_blocks, store_error_blocks, outages (of kvtierd, each logged once per process) and
+        connects (connections made, the first included)."""
         return dict(self._counts, outages=self._link.outages, connects=self._link.connects)
 
     # ---- Scheduler side ----
