@@ -266,7 +266,7 @@ std::optional<BlockMeta> BlockIndex::EraseIf(const BlockKey& key,
 }
 
 Status BlockIndex::MoveTier(const BlockKey& key, const BlockMeta& from, TierId tier,
-                            const Extent& extent, uint32_t mover_pins, bool keep_shadow) {
+                            const Extent& extent, uint32_t mover_pins, ShadowAfterMove shadow) {
   Shard& shard = ShardFor(key);
   MutexLock lock(shard.mu);
   auto it = shard.entries.find(key);
@@ -290,9 +290,19 @@ Status BlockIndex::MoveTier(const BlockKey& key, const BlockMeta& from, TierId t
     meta.window_start_us = 0;
     meta.window_reads = 0;
   }
+  switch (shadow) {
+    case ShadowAfterMove::kForget:
+      meta.has_shadow = false;
+      break;
+    case ShadowAfterMove::kKeep:
+      break;
+    case ShadowAfterMove::kOldExtent:
+      meta.has_shadow = true;
+      meta.shadow = meta.extent;
+      break;
+  }
   meta.tier = tier;
   meta.extent = extent;
-  meta.has_shadow = meta.has_shadow && keep_shadow;
   TierOrder& to = tiers_[TierIndex(tier)];
   MutexLock policy_lock(to.mu);
   to.policy->Insert(key);

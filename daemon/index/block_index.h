@@ -120,11 +120,14 @@ class BlockIndex {
   // used. If the entry is no longer that incarnation in that place (removed and put again
   // meanwhile, even at the same extent) the copy may be stale, so the move is refused with
   // kNotFound. kBusy while the block is leased beyond the `mover_pins` leases the mover itself
-  // holds (readers copy straight out of the old extent); those are given back with the move. A
-  // shadow copy is forgotten by the move (the caller moved the block into it or frees it) unless
-  // `keep_shadow` (a move between memory tiers, which leaves the NVMe copy right).
+  // holds (readers copy straight out of the old extent); those are given back with the move.
+  // `shadow` says what becomes of the block's NVMe copy: kForget (the caller moved the block into
+  // it or frees it), kKeep (a move between memory tiers, which leaves the copy right), or
+  // kOldExtent (a write-through block read up from NVMe: the extent it leaves stays as its copy,
+  // so that what was acknowledged as durable stays on disk).
+  enum class ShadowAfterMove : uint8_t { kForget, kKeep, kOldExtent };
   Status MoveTier(const BlockKey& key, const BlockMeta& from, TierId tier, const Extent& extent,
-                  uint32_t mover_pins = 0, bool keep_shadow = false);
+                  uint32_t mover_pins = 0, ShadowAfterMove shadow = ShadowAfterMove::kForget);
 
   // The victim chosen by `tier`'s policy that is ready, unleased and unpinned at `now_us`,
   // together with its metadata. The entry stays in the map (the caller frees or demotes it and

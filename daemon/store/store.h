@@ -340,9 +340,10 @@ class Store {
   Status CopyBetweenTiers(tiers::Tier& from, const Extent& src, tiers::Tier& to, const Extent& dst,
                           const tiers::BlockIdentity& identity);
   // Repoints a block whose bytes were copied to (`to`, `dst`), taking back the mover's pin. A
-  // write-through shadow stays with a block that moves between the memory tiers.
+  // write-through shadow stays with a block that moves between the memory tiers;
+  // `old_extent_becomes_shadow`: the extent it leaves (on NVMe) stays as its shadow.
   Status MoveInIndex(const BlockKey& key, const index::BlockMeta& meta, TierId to,
-                     const Extent& dst);
+                     const Extent& dst, bool old_extent_becomes_shadow = false);
   // Counts a failed copy between two tiers against the one that is a device (not host memory).
   void CountCopyError(const tiers::Tier& from, const tiers::Tier& to);
   // Pins a ready, unleased block for a mover (a lease the store holds itself) so that nobody frees

@@ -146,9 +146,13 @@ Status Store::MovePinned(size_t level, size_t to_level, const BlockKey& key, con
   tiers::Tier& from = *tiers_[level];
   tiers::Tier& to = *tiers_[to_level];
   Status st = CopyBetweenTiers(from, meta.extent, to, dst, {meta.ns, key});
-  if (st.ok()) st = MoveInIndex(key, meta, to.id(), dst);
+  // With write-through a block read up from NVMe keeps its NVMe copy as its shadow: the put was
+  // acknowledged as durable, and moving it out of NVMe would lose it at the next crash.
+  const bool keep_copy =
+      options_.nvme_write_through && from.id() == TierId::kNvme && to.id() != TierId::kNvme;
+  if (st.ok()) st = MoveInIndex(key, meta, to.id(), dst, keep_copy);
   if (st.ok()) {
-    from.Free(meta.extent);
+    if (!keep_copy) from.Free(meta.extent);
     return st;
   }
   to.Free(dst);
@@ -157,13 +161,16 @@ Status Store::MovePinned(size_t level, size_t to_level, const BlockKey& key, con
   return st;
 }
 
-Status Store::MoveInIndex(const BlockKey& key, const BlockMeta& meta, TierId to,
-                          const Extent& dst) {
+Status Store::MoveInIndex(const BlockKey& key, const BlockMeta& meta, TierId to, const Extent& dst,
+                          bool old_extent_becomes_shadow) {
+  using Shadow = index::BlockIndex::ShadowAfterMove;
   // A write-through shadow is the block's copy on NVMe: it stays right while the block moves
   // between GPU and host (the bytes never change), and is what makes the put survive a crash.
-  const bool keep_shadow = meta.has_shadow && to != TierId::kNvme;
+  const Shadow shadow = old_extent_becomes_shadow                ? Shadow::kOldExtent
+                        : meta.has_shadow && to != TierId::kNvme ? Shadow::kKeep
+                                                                 : Shadow::kForget;
   // MoveTier takes our pin back with the move; it refuses while readers hold leases too.
-  return index_->MoveTier(key, meta, to, dst, /*mover_pins=*/1, keep_shadow);
+  return index_->MoveTier(key, meta, to, dst, /*mover_pins=*/1, shadow);
 }
 
 void Store::CountCopyError(const tiers::Tier& from, const tiers::Tier& to) {

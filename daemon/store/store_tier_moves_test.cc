@@ -214,6 +214,29 @@ TEST_F(StorePlacementTest, WriteThroughPutsAreOnNvmeAtOnceAndDemoteWithoutAWrite
   EXPECT_EQ(nvme().Stats().block_count, before - 1);
 }
 
+// A write-through put was acknowledged as durable: reading it back up from NVMe must not take it
+// off the disk, or the next crash loses it (regression: the read moved it into host memory).
+TEST_F(StorePlacementTest, AWriteThroughBlockReadUpFromNvmeKeepsItsNvmeCopy) {
+  StoreOptions options;
+  options.nvme_write_through = true;
+  BuildTwoTiers(2, 8, options);
+  for (uint64_t n = 1; n <= 3; ++n) ASSERT_TRUE(PutBlock(n).ok());
+  ASSERT_EQ(TierOf(1), TierId::kNvme);  // evicted into its shadow
+  std::vector<std::byte> out;
+  ASSERT_TRUE(store_->Get(kNs, Key(1), out).ok());  // promoted on read
+  EXPECT_EQ(out, Payload(1));
+  EXPECT_EQ(TierOf(1), TierId::kHost);
+  EXPECT_EQ(nvme().Stats().block_count, 3u);       // all three are still on NVMe
+  EXPECT_EQ(store_->Stats().blocks_shadowed, 2u);  // 1 again, and one of 2 and 3 (the other
+                                                   // went down into its copy for 1's room)
+  // Going down again costs no write: the copy is still there.
+  const uint64_t writes = nvme().block_writes();
+  ASSERT_TRUE(PutBlock(4).ok());
+  ASSERT_TRUE(PutBlock(5).ok());
+  EXPECT_EQ(TierOf(1), TierId::kNvme);
+  EXPECT_EQ(nvme().block_writes(), writes + 2);  // 4's and 5's own write-throughs only
+}
+
 TEST_F(StorePlacementTest, AFailingNvmeKeepsAWriteThroughPutInMemory) {
   StoreOptions options;
   options.nvme_write_through = true;

@@ -215,10 +215,10 @@ def test_kill9_during_a_graceful_stop(tmp_path):
 
 
 def test_kill9_with_write_through_loses_no_acknowledged_put(tmp_path):
-    # Write-through writes every put to NVMe before acknowledging it. Reads do not promote here: a
-    # promotion moves the block into the host tier and forgets its NVMe copy, which a crash would
-    # then lose by design.
-    config = NVME_CONFIG + "  write_through: true\n  promote_on_hit: false\n" + PLACEMENT_CONFIG
+    # Write-through writes every put to NVMe before acknowledging it. Reads promote (the default):
+    # each restart's check reads the blocks up into the host tier, and the next crash must still
+    # find them on NVMe, because a promotion keeps a write-through block's NVMe copy.
+    config = NVME_CONFIG + "  write_through: true\n" + PLACEMENT_CONFIG
     crash_loop(tmp_path, max(5, ITERATIONS // 2), lambda d, rng: d.kill(),
                config=config, durable=True)
 
