@@ -262,6 +262,9 @@ SHUTDOWN_TEST(AnImporterThatMakesNoCallOutlivesTheDaemon) {
   // left behind for the client's next launch.
   pool_ = GpuPoolImport();
   EXPECT_FALSE(pool_.mapped());
+#if KVTIER_TEST_CUDA_POOL
+  EXPECT_EQ(cudaPeekAtLastError(), cudaSuccess);
+#endif
   ExpectTheClientKeepsWorking();
 }
 
