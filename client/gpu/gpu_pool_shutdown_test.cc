@@ -287,7 +287,7 @@ SHUTDOWN_TEST(AClientToldOfTheShutdownDetachesAndTheDaemonExitsEarly) {
   pool_ = GpuPoolImport();
   ASSERT_TRUE(client_->DetachGpuPool().ok());
 
-  const std::optional<int> status = daemon_.WaitForExit(std::chrono::seconds(60));
+  const std::optional<int> status = daemon_.WaitForExit(std::chrono::seconds(30));
   ASSERT_TRUE(CleanExit(status)) << (status ? "exit status " + std::to_string(*status)
                                             : std::string("still running: killed"));
   const std::string log = daemon_.Log();
