@@ -122,6 +122,25 @@ Status CheckPointers(std::span<Pointer const> blocks, const char* what) {
   return Status::Ok();
 }
 
+// The pool to read, if any: an import closed after kShuttingDown is as none.
+const GpuPoolImport* Readable(const GpuPoolImport* pool) {
+  return pool != nullptr && pool->mapped() ? pool : nullptr;
+}
+
+// kShuttingDown on a connection that maps the pool: the daemon waits for its importers before it
+// frees the pool (gpu_pool_import.h), so let go of it now, closing the import, then detaching.
+// The get waited for its copies before it returned, so nothing reads the import any more.
+Result<size_t> LetGoOnShutdown(Result<size_t> got, Client& client, GpuPoolImport* pool) {
+  if (got.ok() || got.status().code() != StatusCode::kShuttingDown || Readable(pool) == nullptr) {
+    return got;
+  }
+  *pool = GpuPoolImport();
+  const Status detached = client.DetachGpuPool();
+  return ShuttingDown(
+      got.status().message() + " (the GPU pool import is closed" +
+      (detached.ok() ? " and detached)" : "; KVT.GPUDETACH: " + detached.ToString() + ")"));
+}
+
 }  // namespace
 
 Result<std::vector<Status>> PutFromDevice(Client& client, DeviceCopier& copier,
@@ -137,16 +156,15 @@ Result<std::vector<Status>> PutFromDevice(Client& client, DeviceCopier& copier,
 
 Result<size_t> GetToDevice(Client& client, DeviceCopier& copier, const NamespaceId& ns,
                            std::span<const BlockKey> keys, std::span<void* const> device_blocks,
-                           size_t block_bytes, const GpuPoolImport* pool,
-                           const CallerStream& caller) {
+                           size_t block_bytes, GpuPoolImport* pool, const CallerStream& caller) {
   KVTIER_RETURN_IF_ERROR(CheckCounts(keys.size(), device_blocks.size(), "GetToDevice"));
   KVTIER_RETURN_IF_ERROR(CheckPointers(device_blocks, "GetToDevice"));
-  KVTIER_RETURN_IF_ERROR(CheckPool(pool, copier, "GetToDevice"));
+  KVTIER_RETURN_IF_ERROR(CheckPool(Readable(pool), copier, "GetToDevice"));
   KVTIER_RETURN_IF_ERROR(copier.OrderAfter(caller));
   std::span<const void* const> blocks(const_cast<const void* const*>(device_blocks.data()),
                                       device_blocks.size());
-  ContiguousCopier slots(copier, blocks, /*to_slot=*/false, pool);
-  return client.GetWith(ns, keys, block_bytes, slots);
+  ContiguousCopier slots(copier, blocks, /*to_slot=*/false, Readable(pool));
+  return LetGoOnShutdown(client.GetWith(ns, keys, block_bytes, slots), client, pool);
 }
 
 Result<std::vector<Status>> PutFromPaged(Client& client, DeviceCopier& copier,
@@ -163,14 +181,14 @@ Result<std::vector<Status>> PutFromPaged(Client& client, DeviceCopier& copier,
 
 Result<size_t> GetToPaged(Client& client, DeviceCopier& copier, const NamespaceId& ns,
                           std::span<const BlockKey> keys, const PagedKvLayout& layout,
-                          std::span<const uint64_t> block_ids, const GpuPoolImport* pool,
+                          std::span<const uint64_t> block_ids, GpuPoolImport* pool,
                           const CallerStream& caller) {
   KVTIER_RETURN_IF_ERROR(ValidatePagedLayout(layout));
   KVTIER_RETURN_IF_ERROR(CheckCounts(keys.size(), block_ids.size(), "GetToPaged"));
-  KVTIER_RETURN_IF_ERROR(CheckPool(pool, copier, "GetToPaged"));
+  KVTIER_RETURN_IF_ERROR(CheckPool(Readable(pool), copier, "GetToPaged"));
   KVTIER_RETURN_IF_ERROR(copier.OrderAfter(caller));
-  PagedCopier slots(copier, layout, block_ids, /*to_slot=*/false, pool);
-  return client.GetWith(ns, keys, layout.block_bytes(), slots);
+  PagedCopier slots(copier, layout, block_ids, /*to_slot=*/false, Readable(pool));
+  return LetGoOnShutdown(client.GetWith(ns, keys, layout.block_bytes(), slots), client, pool);
 }
 
 cuda::PinnedHostRange PinArena(const Client& client) {

@@ -65,12 +65,16 @@ Result<std::vector<Status>> PutFromDevice(Client& client, DeviceCopier& copier,
                                           size_t block_bytes, const CallerStream& caller = {});
 
 // Fetches the leading cached blocks of `keys` into `device_blocks`; returns how many were served.
-// With `pool`, blocks in the daemon's GPU pool are copied device-to-device out of it.
-// kInvalidArgument when `pool` and `copier` do not go together (a fake pool needs the fake
-// copier, a CUDA pool the CUDA one, opened on the copier's device).
+// With `pool` (mapped), blocks in the daemon's GPU pool are copied device-to-device out of it; an
+// unmapped one is as none. kInvalidArgument when `pool` and `copier` do not go together (a fake
+// pool needs the fake copier, a CUDA pool the CUDA one, opened on the copier's device).
+// kShuttingDown when the daemon is stopping: with a mapped `pool` the call has then done what
+// the daemon asks of an importer (gpu_pool_import.h): *pool is closed (unmapped) and the
+// connection detached, and the caller may go on without it (GPU blocks come inline) until the
+// daemon is gone.
 Result<size_t> GetToDevice(Client& client, DeviceCopier& copier, const NamespaceId& ns,
                            std::span<const BlockKey> keys, std::span<void* const> device_blocks,
-                           size_t block_bytes, const GpuPoolImport* pool = nullptr,
+                           size_t block_bytes, GpuPoolImport* pool = nullptr,
                            const CallerStream& caller = {});
 
 // Stores block block_ids[i] of `layout` under keys[i]. The stored block is layout.block_bytes()
@@ -83,10 +87,11 @@ Result<std::vector<Status>> PutFromPaged(Client& client, DeviceCopier& copier,
                                          const CallerStream& caller = {});
 
 // Fetches the leading cached blocks of `keys` into blocks block_ids[i] of `layout`; returns how
-// many were served. `pool` as for GetToDevice: GPU blocks are scattered straight out of it.
+// many were served. `pool` as for GetToDevice (closed and detached on kShuttingDown too): GPU
+// blocks are scattered straight out of it.
 Result<size_t> GetToPaged(Client& client, DeviceCopier& copier, const NamespaceId& ns,
                           std::span<const BlockKey> keys, const PagedKvLayout& layout,
-                          std::span<const uint64_t> block_ids, const GpuPoolImport* pool = nullptr,
+                          std::span<const uint64_t> block_ids, GpuPoolImport* pool = nullptr,
                           const CallerStream& caller = {});
 
 // Registers the client's arena mapping with CUDA (see the header comment). Not pinned, with the

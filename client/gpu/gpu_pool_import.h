@@ -17,10 +17,10 @@
 // gpu.detach_timeout_ms: once it is stopping, every call on an attached connection fails with
 // kShuttingDown ("-SHUTDOWN ... close the GPU pool import"). On that error destroy the import,
 // then send KVT.GPUDETACH (Client::DetachGpuPool) or destroy the Client, so the daemon frees the
-// pool under nobody; a process that makes no call in that window is not told, and its mapping
-// outlives the pool. Destroy a CUDA import before the process's CUDA context goes (before
-// returning from main). Move-only; not synchronised, but slices may be used from any
-// thread while the import lives.
+// pool under nobody; GetToDevice and GetToPaged given the import do both themselves. A process
+// that makes no call in that window is not told, and its mapping outlives the pool. Destroy a CUDA
+// import before the process's CUDA context goes (before returning from main). Move-only; not
+// synchronised, but slices may be used from any thread while the import lives.
 #pragma once
 
 #include <cstddef>

@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstring>
 #include <memory>
 #include <vector>
@@ -228,6 +229,61 @@ TEST_F(GpuPoolImportTest, AFakePoolNeedsTheFakeCopier) {
                 .status()
                 .code(),
             StatusCode::kInvalidArgument);
+}
+
+// The daemon stopping tells an attached connection -SHUTDOWN: a get given the import answers
+// kShuttingDown having closed it and detached, which ends the daemon's wait for its importers.
+TEST_F(GpuPoolImportTest, AGetToldOfTheShutdownClosesTheImportAndDetaches) {
+  const std::vector<BlockKey> keys = Place({TierId::kGpu, TierId::kHost}, 70);
+  GpuPoolImport pool = Import();
+  ASSERT_EQ(ts_.server().gpu_importers(), 1u);
+  // No wait: the drain starts, and its result is the importers still attached.
+  EXPECT_EQ(ts_.server().DrainGpuImporters(std::chrono::milliseconds(0)), 1u);
+  Targets out(2);
+  Result<size_t> got =
+      GetToDevice(*client_, copier_, ns_.id, keys, out.pointers, kBlockBytes, &pool);
+  EXPECT_EQ(got.status().code(), StatusCode::kShuttingDown) << got.status().ToString();
+  EXPECT_NE(got.status().message().find("closed and detached"), std::string::npos)
+      << got.status().ToString();
+  EXPECT_FALSE(pool.mapped());
+  EXPECT_EQ(ts_.server().gpu_importers(), 0u);
+  EXPECT_EQ(ts_.server().DrainGpuImporters(std::chrono::milliseconds(0)), 0u);
+  EXPECT_EQ(copier_.counters().copies, 0u);
+
+  // Until the daemon is gone the client is served without the pool: the closed import is as
+  // none, and the GPU block comes inline.
+  got = GetToDevice(*client_, copier_, ns_.id, keys, out.pointers, kBlockBytes, &pool);
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_EQ(*got, 2u);
+  for (size_t i = 0; i < 2; ++i) EXPECT_EQ(out.Block(i), Bytes(kBlockBytes, 70 + i)) << i;
+  EXPECT_EQ(copier_.counters().device_to_device_copies, 0u);
+  EXPECT_TRUE(ts_.WaitForLeases(0));
+}
+
+TEST_F(GpuPoolImportTest, AGetToPagedToldOfTheShutdownClosesTheImportAndDetaches) {
+  const PagedShape shape{
+      .planes = 8, .blocks = 4, .stride_bytes = 8 << 10, .layer_block_bytes = 8 << 10};
+  const std::vector<BlockKey> keys = Place({TierId::kGpu}, 80);
+  GpuPoolImport pool = Import();
+  EXPECT_EQ(ts_.server().DrainGpuImporters(std::chrono::milliseconds(0)), 1u);
+  std::vector<std::byte> cache(shape.total_bytes());
+  const uint64_t ids[] = {2};
+  Result<size_t> got =
+      GetToPaged(*client_, copier_, ns_.id, keys, LayoutOver(cache.data(), shape), ids, &pool);
+  EXPECT_EQ(got.status().code(), StatusCode::kShuttingDown) << got.status().ToString();
+  EXPECT_FALSE(pool.mapped());
+  EXPECT_EQ(ts_.server().gpu_importers(), 0u);
+  EXPECT_EQ(copier_.counters().scatters, 0u);
+}
+
+// A connection that never attached the pool is served as before while the daemon drains.
+TEST_F(GpuPoolImportTest, AGetWithoutThePoolIsNotToldOfTheShutdown) {
+  const std::vector<BlockKey> keys = Place({TierId::kHost}, 90);
+  EXPECT_EQ(ts_.server().DrainGpuImporters(std::chrono::milliseconds(0)), 0u);
+  Targets out(1);
+  Result<size_t> got = GetToDevice(*client_, copier_, ns_.id, keys, out.pointers, kBlockBytes);
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_EQ(*got, 1u);
 }
 
 TEST(GpuPoolImportWithoutPoolTest, AttachSaysWhyAndTheClientCarriesOn) {

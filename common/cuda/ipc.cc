@@ -150,11 +150,18 @@ IpcImport& IpcImport::operator=(IpcImport&& other) noexcept {
 }
 
 void IpcImport::Reset() {
-  event_ = Event();
-  if (base_ == nullptr) return;
+  if (base_ == nullptr) {
+    event_ = Event();
+    return;
+  }
   ScopedDevice scoped(device_);
+  event_ = Event();
   (void)cudaIpcCloseMemHandle(std::exchange(base_, nullptr));
   bytes_ = 0;
+  // Closing is how an importer lets go after the exporter has exited (kvtierd freed its pool at
+  // shutdown), when the driver may refuse the event's destruction or the close; there is nothing
+  // to do about it, and the process's next launch must not take it for its own (cuda_status.h).
+  ClearLastError();
 }
 
 }  // namespace kvtier::cuda

@@ -13,7 +13,8 @@
 // Lifetimes: the export does not own the memory; the exporter keeps the allocation alive while
 // any importer may use it (the daemon's pool lives as long as the daemon). Closing an import
 // (IpcImport's destructor, or the importer's death, which the driver treats as a close) never
-// frees or invalidates the exporter's memory. An IpcImport must be destroyed before the process's
+// frees or invalidates the exporter's memory; it may come after the exporter has exited, and
+// leaves no CUDA error behind either way. An IpcImport must be destroyed before the process's
 // CUDA context is torn down.
 //
 // Devices: the export names the exporter's GPU by UUID (device_uuid.h), never by ordinal, since

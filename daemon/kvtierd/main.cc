@@ -267,6 +267,8 @@ int Run(const config::DaemonConfig& c) {
           "{} clients still map the GPU pool after gpu.detach_timeout_ms; it is freed "
           "under them",
           left);
+    } else {
+      spdlog::info("no client maps the GPU pool any more: no importer left");
     }
   }
   (*server)->Stop();

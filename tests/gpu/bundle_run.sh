@@ -13,6 +13,8 @@
 #   ipc      two processes: an IPC import of a raw allocation and of the GPU tier's pool, and a
 #            client that copies leased blocks out of a server's pool
 #   kill     an importer (and a client holding leases) killed while holding its import
+#   exit     kvtierd stopped while a client holds its pool's import: the client survives, and one
+#            that answers -SHUTDOWN by detaching lets the daemon exit early
 #   client   the client's GPU put and get against kvtierd
 #   bench    kvtier_gpu_bench against kvtierd: the h2d/d2h, IPC and paged-gather figures
 # The GPU tests run with KVTIER_REQUIRE_GPU=1: a test that cannot reach the device fails.
@@ -126,6 +128,8 @@ step "kill: an importer killed while holding its import" 60 ipc \
   bin/cuda_gpu_test --gtest_filter='*Killed*'
 step "kill: a client killed while holding its import and leases" 60 ipc \
   bin/gpu_pool_cuda_test --gtest_filter='*Killed*'
+step "exit: kvtierd stopped while a client holds its pool's import" 90 ipc \
+  bin/gpu_pool_shutdown_cuda_test
 step "client: GPU put and get against kvtierd" 120 pin \
   bin/device_transfer_cuda_test --gtest_filter='-*Order*'
 

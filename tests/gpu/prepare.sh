@@ -25,7 +25,7 @@ limit_bytes=$((64 << 20))
 command -v nvcc >/dev/null || { echo "prepare.sh: nvcc not found (CUDA toolkit)" >&2; exit 1; }
 targets=(kvtierd kvtier_gpu_bench kvtier_cuda_env_check kvtier_ipc_child kvtier_gpu_pool_child
   cuda_probe_test cuda_gpu_test gpu_tier_test client_gpu_cuda_test gpu_pool_cuda_test
-  device_transfer_cuda_test)
+  device_transfer_cuda_test gpu_pool_shutdown_cuda_test)
 cmake --preset cuda >/dev/null
 cmake --build --preset cuda -j "$(nproc)" --target "${targets[@]}"
 
