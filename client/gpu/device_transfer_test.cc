@@ -19,6 +19,7 @@
 
 #include "client/gpu/fake_device_copier.h"
 #include "client/gpu/paged_test_util.h"
+#include "client/gpu/test_device_memory.h"
 #include "client/testing/spawned_kvtierd.h"
 #include "tests/fakes/helper_program.h"
 #if KVTIER_TEST_CUDA_COPIER
@@ -38,49 +39,7 @@ using testing::PagedShape;
 
 constexpr uint64_t kBlockBytes = 64 << 10;
 
-// "Device" memory of the copier under test, with host-side access for checks.
-class DeviceMemory {
- public:
-  explicit DeviceMemory(size_t bytes) {
-#if KVTIER_TEST_CUDA_COPIER
-    Result<cuda::DeviceBuffer> buffer = cuda::DeviceBuffer::Allocate(0, bytes);
-    EXPECT_TRUE(buffer.ok()) << buffer.status().ToString();
-    if (buffer.ok()) buffer_ = std::move(buffer).value();
-#else
-    host_.resize(bytes);
-#endif
-  }
-  std::byte* get() {
-#if KVTIER_TEST_CUDA_COPIER
-    return buffer_.get();
-#else
-    return host_.data();
-#endif
-  }
-  void Upload(const std::vector<std::byte>& bytes) {
-#if KVTIER_TEST_CUDA_COPIER
-    ASSERT_EQ(cudaMemcpy(get(), bytes.data(), bytes.size(), cudaMemcpyHostToDevice), cudaSuccess);
-#else
-    std::memcpy(get(), bytes.data(), bytes.size());
-#endif
-  }
-  std::vector<std::byte> Download(size_t offset, size_t bytes) {
-    std::vector<std::byte> out(bytes);
-#if KVTIER_TEST_CUDA_COPIER
-    EXPECT_EQ(cudaMemcpy(out.data(), get() + offset, bytes, cudaMemcpyDeviceToHost), cudaSuccess);
-#else
-    std::memcpy(out.data(), get() + offset, bytes);
-#endif
-    return out;
-  }
-
- private:
-#if KVTIER_TEST_CUDA_COPIER
-  cuda::DeviceBuffer buffer_;
-#else
-  std::vector<std::byte> host_;
-#endif
-};
+using testing::DeviceMemory;
 
 // The engine's work on its own stream, queued before a transfer and not yet run when the transfer
 // is called: it fills `bytes` at `dst` with `value`. The fake copier runs it when a copy is

@@ -20,6 +20,7 @@
 #include "client/gpu/fake_device_copier.h"
 #include "client/gpu/gpu_pool_import.h"
 #include "client/gpu/paged_test_util.h"
+#include "client/gpu/test_device_memory.h"
 #include "client/testing/spawned_kvtierd.h"
 #include "tests/fakes/helper_program.h"
 #if KVTIER_TEST_CUDA_POOL
@@ -43,49 +44,7 @@ constexpr bool kCudaPool = true;
 constexpr bool kCudaPool = false;
 #endif
 
-// Memory of the copier under test ("device" memory: host memory for the fake copier).
-class DeviceMemory {
- public:
-  explicit DeviceMemory(size_t bytes) {
-#if KVTIER_TEST_CUDA_POOL
-    Result<cuda::DeviceBuffer> buffer = cuda::DeviceBuffer::Allocate(0, bytes);
-    EXPECT_TRUE(buffer.ok()) << buffer.status().ToString();
-    if (buffer.ok()) buffer_ = std::move(buffer).value();
-#else
-    buffer_.resize(bytes);
-#endif
-  }
-  std::byte* get() {
-#if KVTIER_TEST_CUDA_POOL
-    return buffer_.get();
-#else
-    return buffer_.data();
-#endif
-  }
-  void Upload(const std::vector<std::byte>& bytes) {
-#if KVTIER_TEST_CUDA_POOL
-    ASSERT_EQ(cudaMemcpy(get(), bytes.data(), bytes.size(), cudaMemcpyHostToDevice), cudaSuccess);
-#else
-    std::memcpy(get(), bytes.data(), bytes.size());
-#endif
-  }
-  std::vector<std::byte> Download(size_t bytes) {
-    std::vector<std::byte> out(bytes);
-#if KVTIER_TEST_CUDA_POOL
-    EXPECT_EQ(cudaMemcpy(out.data(), get(), bytes, cudaMemcpyDeviceToHost), cudaSuccess);
-#else
-    std::memcpy(out.data(), get(), bytes);
-#endif
-    return out;
-  }
-
- private:
-#if KVTIER_TEST_CUDA_POOL
-  cuda::DeviceBuffer buffer_;
-#else
-  std::vector<std::byte> buffer_;
-#endif
-};
+using testing::DeviceMemory;
 
 // Forwards to the copier under test and counts the copies that read the GPU pool's import, so
 // that a test knows its blocks came out of the pool (after the daemon promoted them).
