@@ -74,9 +74,11 @@ const CommandSpec* PrepareCommand(CommandContext& ctx, const resp::Command& cmd)
     return nullptr;
   }
   // Shutdown waits for the clients that map the GPU pool: each of their commands tells them to
-  // close the import and detach (or disconnect), except those two ways of doing so.
+  // close the import and detach (or disconnect), except those two ways of doing so and the
+  // release of leases a copy just finished with (otherwise they would end only by deadline).
   if (ctx.server.draining_gpu_importers.load(std::memory_order_relaxed) &&
-      ctx.session.gpu_pool_attached() && spec->name != "KVT.GPUDETACH" && spec->name != "QUIT") {
+      ctx.session.gpu_pool_attached() && spec->name != "KVT.GPUDETACH" && spec->name != "QUIT" &&
+      spec->name != "KVT.RELEASE") {
     ctx.reply.AppendError(
         "SHUTDOWN kvtierd is stopping: close the GPU pool import, then KVT.GPUDETACH or "
         "disconnect");

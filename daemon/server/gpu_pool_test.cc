@@ -234,10 +234,17 @@ TEST_F(GpuPoolTest, AClientThatDisconnectsReleasesItsGpuLeases) {
 // attached, tells each of them to let go in the reply to its next command, and waits (bounded)
 // until each has detached or disconnected.
 TEST_F(GpuPoolTest, ShutdownWaitsForTheClientsThatMapThePool) {
+  Place(TierId::kGpu, 0, 'g');
   TestClient detaching = ts_.ConnectUnix();
   TestClient leaving = ts_.ConnectUnix();
   std::unique_ptr<Mapping> pool_a = GpuAttach(detaching);
   std::unique_ptr<Mapping> pool_b = GpuAttach(leaving);
+  // A copy out of the pool is under way when the stop begins: its lease must still end by
+  // RELEASE, not by deadline.
+  const resp::Reply copying =
+      ParseReply(detaching.Call({"KVT.ACQUIRE", ns_hex_, PackKeys({TestKey(0)})}));
+  ASSERT_EQ(copying.elements.size(), 1u);
+  ASSERT_EQ(copying.elements[0].elements.at(0).str, "OK");
   EXPECT_EQ(ts_.server().gpu_importers(), 2u);
   // Attaching twice on one connection is one importer.
   EXPECT_EQ(detaching.Call({"KVT.GPUATTACH"}), GpuAttachReply());
@@ -248,6 +255,10 @@ TEST_F(GpuPoolTest, ShutdownWaitsForTheClientsThatMapThePool) {
   // Draining: attached connections hear it from every command but the ways to let go; the others
   // are served as before, and nobody may attach any more.
   EXPECT_EQ(detaching.Call({"PING"}).rfind("-SHUTDOWN kvtierd is stopping", 0), 0u);
+  EXPECT_EQ(
+      detaching.Call({"KVT.RELEASE", std::to_string(copying.elements[0].elements[1].integer)}),
+      "*1\r\n+OK\r\n");
+  EXPECT_TRUE(ts_.WaitForLeases(0));
   EXPECT_EQ(c_.Call({"PING"}), "+PONG\r\n");
   EXPECT_EQ(c_.Call({"KVT.GPUATTACH"}).rfind("-SHUTDOWN KVT.GPUATTACH", 0), 0u);
 
