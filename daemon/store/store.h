@@ -26,6 +26,7 @@
 // tiers: demotion, promotion, write-through).
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <functional>
@@ -415,6 +416,8 @@ class Store {
   std::unique_ptr<index::BlockIndex> index_;
   std::atomic<uint64_t> next_id_{1};
   std::atomic<uint64_t> pending_adoptions_{0};
+  // Per tier: bytes of victims EvictToTarget has picked and not moved yet.
+  std::array<std::atomic<uint64_t>, kTierCount> evicting_bytes_{};
   MoveRequests move_requests_;
   std::function<void()> wake_mover_;
 

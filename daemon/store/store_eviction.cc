@@ -223,24 +223,27 @@ Store::DemoteOutcome Store::DemoteIntoShadow(size_t level, const BlockKey& key,
 size_t Store::EvictToTarget(TierId id, uint64_t target_used_bytes, size_t max_victims) {
   const size_t level = LevelOf(id);
   if (level >= tiers_.size()) return 0;
-  const uint64_t used = tiers_[level]->Stats().used_bytes;
-  if (used <= target_used_bytes) return 0;
+  std::atomic<uint64_t>& evicting = evicting_bytes_[static_cast<size_t>(id)];
   // The victims are picked together before any is moved: a run of blocks that were used together
   // (one request's prefix) goes down together, instead of interleaved with the victims other
-  // threads pick meanwhile, which would leave every prefix with a gap.
+  // threads pick meanwhile, which would leave every prefix with a gap. Bytes other threads have
+  // picked and not moved yet count as gone, or every thread would evict down to the target.
   std::vector<std::pair<BlockKey, BlockMeta>> victims;
-  uint64_t picked = 0;
   const uint64_t now = clock_.NowMicros();
-  while (victims.size() < max_victims && used - picked > target_used_bytes) {
-    std::optional<std::pair<BlockKey, BlockMeta>> victim =
-        index_->PickVictim(tiers_[level]->id(), now);
+  while (victims.size() < max_victims) {
+    const uint64_t used = tiers_[level]->Stats().used_bytes;
+    const uint64_t leaving = evicting.load(std::memory_order_relaxed);
+    if (used <= leaving || used - leaving <= target_used_bytes) break;
+    std::optional<std::pair<BlockKey, BlockMeta>> victim = index_->PickVictim(id, now);
     if (!victim) break;  // nothing evictable: everything is leased, pinned or writing
-    picked += victim->second.extent.length;
+    evicting.fetch_add(victim->second.extent.length, std::memory_order_relaxed);
     victims.push_back(*std::move(victim));
   }
   for (const auto& [key, meta] : victims) {
     // After each one, not after the batch: a put waiting for room may take this block's now.
-    if (DemoteOrDrop(level, key, meta, EvictionMode::kDemote)) move_requests_.NotifyMoved();
+    const bool moved = DemoteOrDrop(level, key, meta, EvictionMode::kDemote);
+    evicting.fetch_sub(meta.extent.length, std::memory_order_relaxed);
+    if (moved) move_requests_.NotifyMoved();
   }
   return victims.size();
 }
