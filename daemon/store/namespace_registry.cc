@@ -19,7 +19,14 @@ std::optional<NamespaceRegistry::Entry> NamespaceRegistry::Find(const NamespaceI
   MutexLock lock(mu_);
   auto it = namespaces_.find(ns);
   if (it == namespaces_.end()) return std::nullopt;
-  return Entry{it->second, counters_.at(ns).get()};
+  return Entry{it->second.tokens_per_block, it->second.block_bytes, counters_.at(ns).get()};
+}
+
+std::optional<NamespaceInfo> NamespaceRegistry::Get(const NamespaceId& ns) const {
+  MutexLock lock(mu_);
+  auto it = namespaces_.find(ns);
+  if (it == namespaces_.end()) return std::nullopt;
+  return it->second;
 }
 
 bool NamespaceRegistry::Registered(const NamespaceId& ns) const {

@@ -33,10 +33,12 @@ struct NamespaceInfo {
 
 class NamespaceRegistry {
  public:
-  // A registered namespace, found with one lookup: its parameters and its counters (which live as
-  // long as the registry).
+  // What a lookup or a put needs of a registered namespace, found with one map lookup: its block
+  // shape and its counters (which live as long as the registry). No label: copying that string on
+  // every command would allocate on the request path.
   struct Entry {
-    NamespaceInfo info;
+    uint32_t tokens_per_block = 0;
+    uint64_t block_bytes = 0;
     NamespaceCounters* counters = nullptr;
   };
 
@@ -45,6 +47,7 @@ class NamespaceRegistry {
   Status Register(const NamespaceInfo& info);
   // nullopt when not registered (never, or dropped).
   std::optional<Entry> Find(const NamespaceId& ns) const;
+  std::optional<NamespaceInfo> Get(const NamespaceId& ns) const;
   bool Registered(const NamespaceId& ns) const;
   // The counters of a namespace ever registered, dropped ones included; nullptr otherwise.
   NamespaceCounters* Counters(const NamespaceId& ns) const;

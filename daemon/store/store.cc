@@ -83,9 +83,7 @@ tiers::Tier* Store::tier(TierId id) const {
 Status Store::RegisterNamespace(const NamespaceInfo& info) { return namespaces_.Register(info); }
 
 std::optional<NamespaceInfo> Store::GetNamespace(const NamespaceId& ns) const {
-  std::optional<NamespaceRegistry::Entry> entry = namespaces_.Find(ns);
-  if (!entry) return std::nullopt;
-  return entry->info;
+  return namespaces_.Get(ns);
 }
 
 std::vector<NamespaceInfo> Store::Namespaces() const { return namespaces_.List(); }
@@ -190,7 +188,7 @@ index::LookupResult Store::Lookup(const NamespaceId& ns, std::span<const BlockKe
     for (size_t t = 0; t < kTierCount; ++t) {
       if (hits[t] != 0) c->hit_blocks[t].fetch_add(hits[t], std::memory_order_relaxed);
     }
-    c->hit_tokens.fetch_add(result.ready_prefix * entry->info.tokens_per_block,
+    c->hit_tokens.fetch_add(result.ready_prefix * entry->tokens_per_block,
                             std::memory_order_relaxed);
   }
   return result;

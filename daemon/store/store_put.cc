@@ -15,9 +15,9 @@ Result<Reservation> Store::BeginPut(const NamespaceId& ns, const BlockKey& key, 
   std::optional<NamespaceRegistry::Entry> entry = namespaces_.Find(ns);
   if (!entry) return NotFound("namespace " + ns.ToHex() + " is not registered");
   if (bytes == 0) return InvalidArgument("a block cannot be empty");
-  if (entry->info.block_bytes != 0 && bytes != entry->info.block_bytes) {
+  if (entry->block_bytes != 0 && bytes != entry->block_bytes) {
     return InvalidArgument("block of " + std::to_string(bytes) + " bytes in a namespace of " +
-                           std::to_string(entry->info.block_bytes) + "-byte blocks");
+                           std::to_string(entry->block_bytes) + "-byte blocks");
   }
   // Cheap early answer for the common "already cached" case, before any space is touched.
   if (std::optional<BlockMeta> existing = index_->Get(key)) {

@@ -74,7 +74,9 @@ TEST(NamespaceRegistryTest, CountersOutliveADropAndAdoptionCanBeRefused) {
   EXPECT_EQ(r.Register({kNs, 32, 4096, "other shape"}).code(), StatusCode::kInvalidArgument);
   std::optional<NamespaceRegistry::Entry> e = r.Find(kNs);
   ASSERT_TRUE(e.has_value());
-  EXPECT_EQ(e->info.block_bytes, 4096u);
+  EXPECT_EQ(e->block_bytes, 4096u);
+  EXPECT_EQ(e->tokens_per_block, 16u);
+  EXPECT_EQ(r.Get(kNs)->label, "a");
   ASSERT_NE(e->counters, nullptr);
   EXPECT_EQ(e->counters, r.Counters(kNs));
   e->counters->puts.fetch_add(3);
