@@ -5,7 +5,16 @@
 #   start_kvtierd SOCK ARGS  starts $bin/kvtierd on the Unix socket SOCK (no TCP, no HTTP, no GPU
 #                            tier) with ARGS, its log in $tmp/kvtierd.log, and waits until it answers
 #   stop_kvtierd             stops it (SIGTERM) and waits for it
+#   bench_quick ARGS         succeeds when ARGS (the script's own) hold --quick
 pid=""
+
+bench_quick() {
+  local arg
+  for arg in "$@"; do
+    [ "$arg" = --quick ] && return 0
+  done
+  return 1
+}
 
 stop_kvtierd() {
   if [ -n "$pid" ]; then

@@ -14,12 +14,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=${KVTIER_BIN_DIR:-build/bin}
 trace=tests/data/mooncake_conversation_trace.jsonl
+. bench/kvtierd_lib.sh
 
 limit=2000
-for arg in "$@"; do
-  if [ "$arg" = --quick ]; then limit=500; fi
-done
-. bench/kvtierd_lib.sh
+if bench_quick "$@"; then limit=500; fi
 bench_tmpdir replay-bench
 
 # replay NAME NVME_BYTES WHEN_DISK_LAGS: one replay against a fresh daemon; leaves NAME.json (the

@@ -11,15 +11,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=${KVTIER_BIN_DIR:-build/bin}
+. bench/kvtierd_lib.sh
 
 # 4 writers x `count` blocks of 2 MiB through a 256 MiB host tier: all but the last ~128 blocks
 # must go down to NVMe. The reader puts its own 64 blocks first (they are demoted by the writers'
 # load) and reads them back while the writers run.
 count=256
-for arg in "$@"; do
-  if [ "$arg" = --quick ]; then count=96; fi
-done
-. bench/kvtierd_lib.sh
+if bench_quick "$@"; then count=96; fi
 bench_tmpdir spill-bench
 
 # fio first: 2 MiB blocks at queue depth 16, O_DIRECT, the same amount the writers put.

@@ -17,25 +17,26 @@ run_ctest() {
 }
 
 # Starts build/bin/kvtierd and drives it with redis-py, redis-cli, redis-benchmark and raw sockets
-# (tests/integration). Its Python packages live in a venv inside the build tree.
+# (tests/integration). Its Python packages live in a venv inside the build tree, installed here
+# together with tests/deploy's (run_deploy uses the same venv).
 run_integration() {
   local venv=build/venv
   echo "== integration (release kvtierd) =="
   [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
   "$venv/bin/python" -m pip install -q --disable-pip-version-check \
-    -r tests/integration/requirements.txt
+    -r tests/integration/requirements.txt -r tests/deploy/requirements.txt
   KVTIER_BIN_DIR="$PWD/build/bin" "$venv/bin/python" -m pytest -q tests/integration
 }
 
 # The files in deploy/: the alert rules through promtool (syntax, and their unit tests), and in
 # tests/deploy the dashboard's and alerts' metric names against a running release kvtierd and the
-# Kubernetes manifests against the bundled Kubernetes schemas. Reuses the integration venv.
+# Kubernetes manifests against the bundled Kubernetes schemas. Runs in the integration venv, which
+# run_integration made and filled.
 run_deploy() {
   local venv=build/venv
   echo "== deploy (Grafana dashboard, alerts, Kubernetes manifests) =="
   promtool check rules deploy/prometheus/alerts.yml
   promtool test rules deploy/prometheus/alerts_test.yml
-  "$venv/bin/python" -m pip install -q --disable-pip-version-check -r tests/deploy/requirements.txt
   KVTIER_BIN_DIR="$PWD/build/bin" "$venv/bin/python" -m pytest -q tests/deploy
 }
 

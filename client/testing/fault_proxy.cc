@@ -18,6 +18,7 @@
 #include "common/fd_passing.h"
 #include "common/resp/reply_parser.h"
 #include "common/resp/request_parser.h"
+#include "daemon/server/test_client.h"
 
 namespace kvtier::client::testing {
 namespace {
@@ -44,17 +45,6 @@ sockaddr_un UnixAddress(const std::string& path) {
 
 void SetNonBlocking(int fd) {
   if (::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK) < 0) Die("fcntl");
-}
-
-// The command as a RESP array of bulk strings, the form the server reads.
-std::string Encode(const resp::Command& command) {
-  std::string out = "*" + std::to_string(command.size()) + "\r\n";
-  for (const std::string& arg : command.args) {
-    out += "$" + std::to_string(arg.size()) + "\r\n";
-    out += arg;
-    out += "\r\n";
-  }
-  return out;
 }
 
 // The answer to one command: from the server (forwarded) or from the relay (a raw reply).
@@ -199,7 +189,7 @@ bool FaultProxy::FromClient(Link& link) {
         break;
       case Fault::kNone:
         link.slots.push_back(Slot{"", /*complete=*/false, /*forwarded=*/true, -1});
-        link.to_upstream += Encode(command);
+        link.to_upstream += server::testing::Resp(command.args);
         break;
     }
   }

@@ -13,11 +13,12 @@ sys.path.insert(0, str(REPO / "tests" / "integration"))
 from kvtierd_process import BIN_DIR, Daemon  # noqa: E402
 
 
-def start_daemon(tmp_path_factory, host_bytes="1GiB", slab_bytes="64MiB", password=None):
+def start_daemon(tmp_path_factory, host_bytes="1GiB", slab_bytes="64MiB", **options):
+    """A started Daemon; options (password, nvme_bytes, extra_config, ...) go to Daemon."""
     if not (BIN_DIR / "kvtierd").exists():
         pytest.skip(f"no kvtierd in {BIN_DIR} (set KVTIER_BIN_DIR)")
     daemon = Daemon(tmp_path_factory.mktemp("kvtierd"), host_bytes=host_bytes,
-                    slab_bytes=slab_bytes, password=password)
+                    slab_bytes=slab_bytes, **options)
     daemon.start()
     return daemon
 

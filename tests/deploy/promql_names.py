@@ -14,10 +14,11 @@ import re
 
 import yaml
 
+from helpers import parse_metrics
+
 NAME = re.compile(r"\bkvtier_[A-Za-z0-9_:]*")
 SELECTOR = re.compile(r"\b(kvtier_[A-Za-z0-9_:]*)\s*\{([^}]*)\}")
 MATCHER = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)\s*(=~|!~|!=|=)\s*\"((?:[^\"\\]|\\.)*)\"")
-SAMPLE = re.compile(r"([A-Za-z_:][A-Za-z0-9_:]*)(?:\{(.*)\})? \S+")
 
 
 def dashboard_expressions(dashboard):
@@ -62,13 +63,8 @@ def load_expressions(dashboard_path, rules_path):
 def parse_exposition(text):
     """Prometheus text format as {sample name: [{label: value}, ...]}."""
     series = {}
-    for line in text.splitlines():
-        if not line or line.startswith("#"):
-            continue
-        m = SAMPLE.fullmatch(line)
-        assert m, f"malformed metrics line: {line!r}"
-        labels = {k: v for k, _, v in MATCHER.findall(m.group(2) or "")}
-        series.setdefault(m.group(1), []).append(labels)
+    for name, labels in parse_metrics(text):
+        series.setdefault(name, []).append({k: v for k, _, v in MATCHER.findall(labels)})
     return series
 
 
