@@ -327,6 +327,9 @@ class Store {
   bool EvictReclaimUnit(size_t level, EvictionMode mode);
   bool DemoteOrDrop(size_t level, const BlockKey& key, const index::BlockMeta& meta,
                     EvictionMode mode);
+  // Whether a victim of tiers_[level] already has its bytes in the tier below (a write-through
+  // copy on NVMe), so that moving it down is an index change with no copy.
+  bool HasCopyBelow(size_t level, const index::BlockMeta& meta) const;
   enum class DemoteOutcome { kMoved, kBlockChanged, kNoRoomBelow, kCopyFailed };
   // Copies a victim into tiers_[level + 1] and repoints it there. kBlockChanged: leased, removed
   // or replaced meanwhile (it stays where it is); kNoRoomBelow: the next tier could not take it;

@@ -62,13 +62,10 @@ bool Store::DemoteOrDrop(size_t level, const BlockKey& key, const BlockMeta& met
                          EvictionMode mode) {
   TierCounters& counters = tier_counters_[static_cast<size_t>(meta.tier)];
   const bool below = level + 1 < tiers_.size();
-  // A write-through copy makes the move into NVMe an index change: no wait even when dropping.
-  const bool into_shadow = below && meta.has_shadow && tiers_[level + 1]->id() == TierId::kNvme;
   const bool admitted = below && AdmitBelow(level, meta);
-  if (below && !admitted) counters.admission_drops.fetch_add(1);
-  if (below && admitted && mode == EvictionMode::kDropOnly && !into_shadow) {
-    counters.lag_drops.fetch_add(1);
-  } else if (admitted) {
+  // kDropOnly waits for no copy: only a move into a write-through copy, an index change, is made.
+  const bool may_demote = admitted && (mode == EvictionMode::kDemote || HasCopyBelow(level, meta));
+  if (may_demote) {
     switch (Demote(level, key, meta)) {
       case DemoteOutcome::kMoved:
         counters.evictions.fetch_add(1);
@@ -95,11 +92,21 @@ bool Store::DemoteOrDrop(size_t level, const BlockKey& key, const BlockMeta& met
   FreeExtent(*gone);
   counters.evictions.fetch_add(1);
   counters.drops.fetch_add(1);
+  // Why it was dropped rather than moved down, counted once it really was.
+  if (below && !admitted) {
+    counters.admission_drops.fetch_add(1);
+  } else if (below && !may_demote) {
+    counters.lag_drops.fetch_add(1);
+  }
   counters_.evicted_blocks.fetch_add(1);
   if (NamespaceCounters* c = namespaces_.Counters(gone->ns)) {
     c->evictions.fetch_add(1, std::memory_order_relaxed);
   }
   return true;
+}
+
+bool Store::HasCopyBelow(size_t level, const BlockMeta& meta) const {
+  return meta.has_shadow && level + 1 < tiers_.size() && tiers_[level + 1]->id() == TierId::kNvme;
 }
 
 bool Store::PinForMove(const BlockKey& key, const BlockMeta& meta) {
@@ -126,9 +133,7 @@ void Store::UnpinAfterMove(const BlockKey& key) {
 }
 
 Store::DemoteOutcome Store::Demote(size_t level, const BlockKey& key, const BlockMeta& meta) {
-  if (meta.has_shadow && tiers_[level + 1]->id() == TierId::kNvme) {
-    return DemoteIntoShadow(level, key, meta);
-  }
+  if (HasCopyBelow(level, meta)) return DemoteIntoShadow(level, key, meta);
   if (!PinForMove(key, meta)) return DemoteOutcome::kBlockChanged;
   Result<Extent> dst = AllocateWithEviction(level + 1, meta.extent.length);
   if (!dst.ok()) {
@@ -230,8 +235,9 @@ size_t Store::EvictToTarget(TierId id, uint64_t target_used_bytes, size_t max_vi
   // picked and not moved yet count as gone, or every thread would evict down to the target.
   std::vector<std::pair<BlockKey, BlockMeta>> victims;
   const uint64_t now = clock_.NowMicros();
+  // Read once: Stats takes the tier's allocation lock, which every put takes too.
+  const uint64_t used = tiers_[level]->Stats().used_bytes;
   while (victims.size() < max_victims) {
-    const uint64_t used = tiers_[level]->Stats().used_bytes;
     const uint64_t leaving = evicting.load(std::memory_order_relaxed);
     if (used <= leaving || used - leaving <= target_used_bytes) break;
     std::optional<std::pair<BlockKey, BlockMeta>> victim = index_->PickVictim(id, now);
