@@ -74,11 +74,9 @@ const CommandSpec* PrepareCommand(CommandContext& ctx, const resp::Command& cmd)
     return nullptr;
   }
   // Shutdown waits for the clients that map the GPU pool: each of their commands tells them to
-  // close the import and detach (or disconnect), except those two ways of doing so and the
-  // release of leases a copy just finished with (otherwise they would end only by deadline).
+  // close the import and detach (or disconnect), except the ways of letting go.
   if (ctx.server.draining_gpu_importers.load(std::memory_order_relaxed) &&
-      ctx.session.gpu_pool_attached() && spec->name != "KVT.GPUDETACH" && spec->name != "QUIT" &&
-      spec->name != "KVT.RELEASE") {
+      ctx.session.gpu_pool_attached() && !spec->lets_go_of_gpu_pool) {
     ctx.reply.AppendError(
         "SHUTDOWN kvtierd is stopping: close the GPU pool import, then KVT.GPUDETACH or "
         "disconnect");

@@ -115,6 +115,10 @@ struct CommandSpec {
   int arity;
   bool before_auth;  // may run before AUTH (PING, HELLO, AUTH, QUIT)
   CommandHandler handler;
+  // Still served to a connection that maps the GPU pool while shutdown waits for it to let go
+  // (KVT.GPUDETACH, QUIT, and KVT.RELEASE of leases a copy just finished with); its other commands
+  // answer -SHUTDOWN.
+  bool lets_go_of_gpu_pool = false;
 };
 
 // The families' tables, joined by FindCommand.

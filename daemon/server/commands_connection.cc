@@ -250,7 +250,7 @@ Progress Select(CommandContext& ctx, Command& cmd) {
 
 constexpr CommandSpec kCommands[] = {
     {"PING", -1, true, Ping},      {"HELLO", -1, true, Hello},
-    {"AUTH", -2, true, Auth},      {"QUIT", -1, true, Quit},
+    {"AUTH", -2, true, Auth},      {"QUIT", -1, true, Quit, true},
     {"CLIENT", -2, false, Client}, {"COMMAND", -1, false, CommandCmd},
     {"CONFIG", -2, false, Config}, {"SELECT", 2, false, Select},
 };

@@ -71,7 +71,7 @@ Progress GpuDetach(CommandContext& ctx, Command&) {
 
 constexpr CommandSpec kCommands[] = {
     {"KVT.GPUATTACH", 1, false, GpuAttach},
-    {"KVT.GPUDETACH", 1, false, GpuDetach},
+    {"KVT.GPUDETACH", 1, false, GpuDetach, true},
 };
 
 }  // namespace

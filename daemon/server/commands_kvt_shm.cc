@@ -189,7 +189,7 @@ constexpr CommandSpec kCommands[] = {
     {"KVT.COMMIT", -2, false, FinishIds<&Session::TakeReservation, Commit>},
     {"KVT.ABORT", -2, false, FinishIds<&Session::TakeReservation, Abort>},
     {"KVT.ACQUIRE", 3, false, Acquire},
-    {"KVT.RELEASE", -2, false, FinishIds<&Session::TakeLease, Release>},
+    {"KVT.RELEASE", -2, false, FinishIds<&Session::TakeLease, Release>, true},
 };
 
 }  // namespace
