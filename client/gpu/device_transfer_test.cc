@@ -21,7 +21,6 @@
 #include "client/gpu/paged_test_util.h"
 #include "client/gpu/test_device_memory.h"
 #include "client/testing/spawned_kvtierd.h"
-#include "tests/fakes/helper_program.h"
 #if KVTIER_TEST_CUDA_COPIER
 #include <cuda_runtime_api.h>
 
@@ -107,9 +106,7 @@ class CallerWork {
 
 class DeviceTransferTest : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() {
-    daemon_.Start(::kvtier::testing::HelperProgram(KVTIERD_PATH), "gpu-it");
-  }
+  static void SetUpTestSuite() { daemon_.Start(KVTIERD_PATH, "gpu-it"); }
   static void TearDownTestSuite() { daemon_.Stop(); }
 
   void SetUp() override {

@@ -22,7 +22,6 @@
 #include "client/gpu/paged_test_util.h"
 #include "client/gpu/test_device_memory.h"
 #include "client/testing/spawned_kvtierd.h"
-#include "tests/fakes/helper_program.h"
 #if KVTIER_TEST_CUDA_POOL
 #include <cuda_runtime_api.h>
 
@@ -112,8 +111,7 @@ class GpuPoolShutdownTest : public ::testing::Test {
         "  promote_after_reads: 1\n"
         "  detach_timeout_ms: " +
         std::to_string(detach_timeout_ms) + "\n";
-    daemon_.Start(::kvtier::testing::HelperProgram(KVTIERD_PATH), "gpu-exit",
-                  {"--gpu-bytes", "16MiB"}, config);
+    daemon_.Start(KVTIERD_PATH, "gpu-exit", {"--gpu-bytes", "16MiB"}, config);
     ASSERT_FALSE(HasFatalFailure());
     Result<Client> client = Client::Connect(daemon_.url());
     ASSERT_TRUE(client.ok()) << client.status().ToString();
