@@ -25,7 +25,6 @@
 #if KVTIER_TEST_CUDA_POOL
 #include <cuda_runtime_api.h>
 
-#include "client/gpu/cuda_device_copier.h"
 #include "common/cuda/cuda_handles.h"
 #include "tests/gpu/gpu_test_support.h"
 #endif
@@ -89,12 +88,10 @@ class GpuPoolShutdownTest : public ::testing::Test {
   void SetUp() override {
 #if KVTIER_TEST_CUDA_POOL
     KVTIER_REQUIRE_CUDA_DEVICE();
-    Result<std::unique_ptr<CudaDeviceCopier>> copier = CudaDeviceCopier::Create(0);
+#endif
+    Result<std::unique_ptr<DeviceCopier>> copier = MakeDeviceCopier({.fake = !kCudaPool});
     ASSERT_TRUE(copier.ok()) << copier.status().ToString();
     copier_ = std::move(copier).value();
-#else
-    copier_ = std::make_unique<FakeDeviceCopier>();
-#endif
   }
 
   void TearDown() override { daemon_.Stop(); }
