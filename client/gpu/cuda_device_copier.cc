@@ -71,31 +71,6 @@ Result<std::byte*> CudaDeviceCopier::Staging(size_t bytes) {
   return staging_.get();
 }
 
-Status CudaDeviceCopier::CopyRange(const PagedKvLayout& layout,
-                                   std::span<const PagedBlockCopy> entries,
-                                   const PagedLaunchRange& range, std::byte* staging, bool gather) {
-  const uint64_t block_bytes = layout.block_bytes();
-  const auto staging_copies = [&](CopyDirection direction) -> Status {
-    size_t staged = 0;
-    for (size_t i = range.first; i < range.first + range.count; ++i) {
-      if (entries[i].kind != MemoryKind::kHost) continue;
-      std::byte* place = StagingPlace(staging, staged++, block_bytes);
-      KVTIER_RETURN_IF_ERROR(direction == CopyDirection::kHostToDevice
-                                 ? Copy(place, entries[i].contiguous, block_bytes, direction)
-                                 : Copy(entries[i].contiguous, place, block_bytes, direction));
-    }
-    return Status::Ok();
-  };
-  if (!gather) KVTIER_RETURN_IF_ERROR(staging_copies(CopyDirection::kHostToDevice));
-  PagedCopyArgs args;
-  FillPagedCopyArgs(layout, entries, range, staging, gather, args);
-  KVTIER_CUDA_RETURN_IF_ERROR(
-      LaunchPagedCopy(args, stream_.get()),
-      gather ? "paged gather kernel launch" : "paged scatter kernel launch");
-  if (gather) KVTIER_RETURN_IF_ERROR(staging_copies(CopyDirection::kDeviceToHost));
-  return Status::Ok();
-}
-
 Status CudaDeviceCopier::CopyBlocks(const PagedKvLayout& layout,
                                     std::span<const PagedBlockCopy> entries, bool gather) {
   KVTIER_RETURN_IF_ERROR(ValidatePagedBatch(layout, entries));
@@ -109,12 +84,16 @@ Status CudaDeviceCopier::CopyBlocks(const PagedKvLayout& layout,
   if (staging_blocks > 0) {
     KVTIER_ASSIGN_OR_RETURN(staging, Staging(staging_blocks * block_bytes));
   }
-  for (size_t first = 0; first < entries.size();) {
-    const PagedLaunchRange range = NextPagedLaunch(entries, first, staging_blocks);
-    KVTIER_RETURN_IF_ERROR(CopyRange(layout, entries, range, staging, gather));
-    first += range.count;
-  }
-  return Status::Ok();
+  const CopyDirection staging_direction =
+      gather ? CopyDirection::kDeviceToHost : CopyDirection::kHostToDevice;
+  return ForEachPagedLaunch(
+      layout, entries, staging, staging_blocks, gather,
+      [&](void* dst, const void* src) { return Copy(dst, src, block_bytes, staging_direction); },
+      [&](const PagedCopyArgs& args) {
+        return cuda::CudaStatus(
+            LaunchPagedCopy(args, stream_.get()),
+            gather ? "paged gather kernel launch" : "paged scatter kernel launch");
+      });
 }
 
 Status CudaDeviceCopier::GatherBlocks(const PagedKvLayout& layout,

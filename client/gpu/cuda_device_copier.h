@@ -62,11 +62,9 @@ class CudaDeviceCopier final : public DeviceCopier {
         caller_done_(std::move(caller_done)) {}
   // A staging buffer of at least `bytes`; waits for queued work before replacing a smaller one.
   Result<std::byte*> Staging(size_t bytes);
+  // Queues the batch launch by launch (ForEachPagedLaunch): staging copies in, kernel, copies out.
   Status CopyBlocks(const PagedKvLayout& layout, std::span<const PagedBlockCopy> entries,
                     bool gather);
-  // Queues one launch's share of a batch: the staging copies in, the kernel, the copies out.
-  Status CopyRange(const PagedKvLayout& layout, std::span<const PagedBlockCopy> entries,
-                   const PagedLaunchRange& range, std::byte* staging, bool gather);
 
   const int device_;
   const CudaDeviceCopierOptions options_;

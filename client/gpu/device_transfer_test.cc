@@ -21,11 +21,9 @@
 #include "client/gpu/paged_test_util.h"
 #include "client/gpu/test_device_memory.h"
 #include "client/testing/spawned_kvtierd.h"
-#include "tests/fakes/helper_program.h"
 #if KVTIER_TEST_CUDA_COPIER
 #include <cuda_runtime_api.h>
 
-#include "client/gpu/cuda_device_copier.h"
 #include "common/cuda/cuda_handles.h"
 #include "tests/gpu/gpu_test_support.h"
 #endif
@@ -38,6 +36,11 @@ using testing::LayoutOver;
 using testing::PagedShape;
 
 constexpr uint64_t kBlockBytes = 64 << 10;
+#if KVTIER_TEST_CUDA_COPIER
+constexpr bool kCudaCopier = true;
+#else
+constexpr bool kCudaCopier = false;
+#endif
 
 using testing::DeviceMemory;
 
@@ -107,20 +110,16 @@ class CallerWork {
 
 class DeviceTransferTest : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() {
-    daemon_.Start(::kvtier::testing::HelperProgram(KVTIERD_PATH), "gpu-it");
-  }
+  static void SetUpTestSuite() { daemon_.Start(KVTIERD_PATH, "gpu-it"); }
   static void TearDownTestSuite() { daemon_.Stop(); }
 
   void SetUp() override {
 #if KVTIER_TEST_CUDA_COPIER
     KVTIER_REQUIRE_CUDA_DEVICE();
-    Result<std::unique_ptr<CudaDeviceCopier>> copier = CudaDeviceCopier::Create(0);
+#endif
+    Result<std::unique_ptr<DeviceCopier>> copier = MakeDeviceCopier({.fake = !kCudaCopier});
     ASSERT_TRUE(copier.ok()) << copier.status().ToString();
     copier_ = std::move(copier).value();
-#else
-    copier_ = std::make_unique<FakeDeviceCopier>();
-#endif
     Result<Client> client = Client::Connect(daemon_.url());
     ASSERT_TRUE(client.ok()) << client.status().ToString();
     client_ = std::make_unique<Client>(std::move(client).value());

@@ -14,7 +14,6 @@
 #include "client/gpu/paged_test_util.h"
 #include "daemon/server/test_client.h"
 #include "tests/fakes/child_process.h"
-#include "tests/fakes/helper_program.h"
 #if KVTIER_TEST_CUDA_POOL
 #include "tests/gpu/gpu_test_support.h"
 #include "tiers/gpu/gpu_tier.h"
@@ -73,13 +72,10 @@ class GpuPoolProcessTest : public ::testing::Test {
   }
 
   Child SpawnChild(const std::string& mode) {
-    std::vector<std::string> args = {::kvtier::testing::HelperProgram(KVTIER_GPU_POOL_CHILD_PATH),
-                                     kCopier,
-                                     mode,
-                                     "unix://" + ts_->unix_path(),
-                                     ns_.ToHex(),
-                                     std::to_string(kBlockBytes),
-                                     std::to_string(kSeed)};
+    std::vector<std::string> args = {
+        KVTIER_GPU_POOL_CHILD_PATH,   kCopier,     mode,
+        "unix://" + ts_->unix_path(), ns_.ToHex(), std::to_string(kBlockBytes),
+        std::to_string(kSeed)};
     for (const BlockKey& key : keys_) args.push_back(key.ToHex());
     return Spawn(std::move(args));
   }

@@ -22,11 +22,9 @@
 #include "client/gpu/paged_test_util.h"
 #include "client/gpu/test_device_memory.h"
 #include "client/testing/spawned_kvtierd.h"
-#include "tests/fakes/helper_program.h"
 #if KVTIER_TEST_CUDA_POOL
 #include <cuda_runtime_api.h>
 
-#include "client/gpu/cuda_device_copier.h"
 #include "common/cuda/cuda_handles.h"
 #include "tests/gpu/gpu_test_support.h"
 #endif
@@ -90,12 +88,10 @@ class GpuPoolShutdownTest : public ::testing::Test {
   void SetUp() override {
 #if KVTIER_TEST_CUDA_POOL
     KVTIER_REQUIRE_CUDA_DEVICE();
-    Result<std::unique_ptr<CudaDeviceCopier>> copier = CudaDeviceCopier::Create(0);
+#endif
+    Result<std::unique_ptr<DeviceCopier>> copier = MakeDeviceCopier({.fake = !kCudaPool});
     ASSERT_TRUE(copier.ok()) << copier.status().ToString();
     copier_ = std::move(copier).value();
-#else
-    copier_ = std::make_unique<FakeDeviceCopier>();
-#endif
   }
 
   void TearDown() override { daemon_.Stop(); }
@@ -112,8 +108,7 @@ class GpuPoolShutdownTest : public ::testing::Test {
         "  promote_after_reads: 1\n"
         "  detach_timeout_ms: " +
         std::to_string(detach_timeout_ms) + "\n";
-    daemon_.Start(::kvtier::testing::HelperProgram(KVTIERD_PATH), "gpu-exit",
-                  {"--gpu-bytes", "16MiB"}, config);
+    daemon_.Start(KVTIERD_PATH, "gpu-exit", {"--gpu-bytes", "16MiB"}, config);
     ASSERT_FALSE(HasFatalFailure());
     Result<Client> client = Client::Connect(daemon_.url());
     ASSERT_TRUE(client.ok()) << client.status().ToString();

@@ -62,4 +62,38 @@ inline std::byte* StagingPlace(std::byte* staging, size_t i, uint64_t block_byte
   return staging + i * block_bytes;
 }
 
+// Walks a valid batch launch by launch (NextPagedLaunch with `staging_blocks` places at
+// `staging`), in the order the CUDA copier queues it: for a scatter the host entries' bytes into
+// their staging places, then the launch; for a gather the launch, then the staging places out to
+// the host entries. `stage(void* dst, const void* src)` copies one block of layout.block_bytes();
+// `launch(const PagedCopyArgs&)` runs one launch; both return a Status, and the first error ends
+// the walk. CudaDeviceCopier and the CPU replay (paged_copy_simulation.h) both walk with it, so
+// the replay's tests check the copier's own sequence.
+template <typename Stage, typename Launch>
+Status ForEachPagedLaunch(const PagedKvLayout& layout, std::span<const PagedBlockCopy> entries,
+                          std::byte* staging, size_t staging_blocks, bool gather, Stage&& stage,
+                          Launch&& launch) {
+  const uint64_t block_bytes = layout.block_bytes();
+  const auto stage_range = [&](const PagedLaunchRange& range) -> Status {
+    size_t staged = 0;
+    for (size_t i = range.first; i < range.first + range.count; ++i) {
+      if (entries[i].kind != MemoryKind::kHost) continue;
+      std::byte* place = StagingPlace(staging, staged++, block_bytes);
+      KVTIER_RETURN_IF_ERROR(gather ? stage(entries[i].contiguous, place)
+                                    : stage(place, entries[i].contiguous));
+    }
+    return Status::Ok();
+  };
+  for (size_t first = 0; first < entries.size();) {
+    const PagedLaunchRange range = NextPagedLaunch(entries, first, staging_blocks);
+    if (!gather) KVTIER_RETURN_IF_ERROR(stage_range(range));
+    PagedCopyArgs args;
+    FillPagedCopyArgs(layout, entries, range, staging, gather, args);
+    KVTIER_RETURN_IF_ERROR(launch(args));
+    if (gather) KVTIER_RETURN_IF_ERROR(stage_range(range));
+    first += range.count;
+  }
+  return Status::Ok();
+}
+
 }  // namespace kvtier::client::gpu

@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "client/client.h"
+#include "tests/fakes/helper_program.h"
 
 extern char** environ;
 
@@ -51,7 +52,8 @@ class SpawnedKvtierd {
     }
   }
 
-  // `kvtierd_path`: the binary (tests get it as KVTIERD_PATH); `name` appears in the directory.
+  // `kvtierd_path`: the binary as built (tests get it as KVTIERD_PATH; a kvtierd beside the test
+  // binary comes first: HelperProgram); `name` appears in the directory.
   // `flags`: "--flag value" pairs (or a lone "--flag") that replace the default value of the same
   // flag (--gpu-bytes 16MiB turns a GPU tier on) or are added. `config_yaml`: when not empty,
   // written to kvtierd.yaml in the directory and passed as --config.
@@ -84,7 +86,7 @@ class SpawnedKvtierd {
       }
       if (has_value) ++i;
     }
-    std::vector<std::string> args = {kvtierd_path};
+    std::vector<std::string> args = {::kvtier::testing::HelperProgram(kvtierd_path)};
     for (const auto& [flag, value] : options) {
       args.push_back(flag);
       if (!value.empty()) args.push_back(value);
@@ -101,7 +103,7 @@ class SpawnedKvtierd {
     ::posix_spawn_file_actions_adddup2(&actions, STDOUT_FILENO, STDERR_FILENO);
     const int spawned = ::posix_spawn(&pid_, argv[0], &actions, nullptr, argv.data(), environ);
     ::posix_spawn_file_actions_destroy(&actions);
-    ASSERT_EQ(spawned, 0) << "cannot start " << kvtierd_path;
+    ASSERT_EQ(spawned, 0) << "cannot start " << args[0];
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
     while (std::chrono::steady_clock::now() < deadline) {
       Result<Client> probe = Client::Connect(url_);

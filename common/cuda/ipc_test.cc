@@ -11,7 +11,6 @@
 #include "common/cuda/cuda_handles.h"
 #include "common/cuda/ipc_test_util.h"
 #include "tests/fakes/child_process.h"
-#include "tests/fakes/helper_program.h"
 #include "tests/gpu/gpu_test_support.h"
 
 namespace kvtier::cuda {
@@ -62,8 +61,8 @@ class IpcTest : public ::testing::Test {
 };
 
 TEST_F(IpcTest, AnotherProcessImportsAndCopiesOut) {
-  Child child = Spawn({::kvtier::testing::HelperProgram(KVTIER_IPC_CHILD_PATH), "copy",
-                       testing::ToHex(export_.serialized()), std::to_string(kSeed)});
+  Child child = Spawn(
+      {KVTIER_IPC_CHILD_PATH, "copy", testing::ToHex(export_.serialized()), std::to_string(kSeed)});
   const int status = Wait(child);
   ASSERT_TRUE(WIFEXITED(status)) << status;
   ASSERT_EQ(WEXITSTATUS(status), 0) << "the child saw other bytes or failed; see its stderr";
@@ -76,8 +75,7 @@ TEST_F(IpcTest, AnotherProcessImportsAndCopiesOut) {
 }
 
 TEST_F(IpcTest, ImporterKilledWhileHoldingTheImportLeavesTheMemoryValid) {
-  Child child = Spawn({::kvtier::testing::HelperProgram(KVTIER_IPC_CHILD_PATH), "hold",
-                       testing::ToHex(export_.serialized())});
+  Child child = Spawn({KVTIER_IPC_CHILD_PATH, "hold", testing::ToHex(export_.serialized())});
   ASSERT_EQ(ReadLine(child.out), "ready");
   ASSERT_EQ(::kill(child.pid, SIGKILL), 0);
   const int status = Wait(child);
@@ -91,8 +89,8 @@ TEST_F(IpcTest, ImporterKilledWhileHoldingTheImportLeavesTheMemoryValid) {
   ASSERT_EQ(cudaMemcpy(buffer_.get(), pattern_.data(), kBytes, cudaMemcpyHostToDevice),
             cudaSuccess);
   EXPECT_EQ(DeviceBytes(buffer_), pattern_);
-  Child second = Spawn({::kvtier::testing::HelperProgram(KVTIER_IPC_CHILD_PATH), "copy",
-                        testing::ToHex(export_.serialized()), std::to_string(kSeed)});
+  Child second = Spawn(
+      {KVTIER_IPC_CHILD_PATH, "copy", testing::ToHex(export_.serialized()), std::to_string(kSeed)});
   const int second_status = Wait(second);
   EXPECT_TRUE(WIFEXITED(second_status) && WEXITSTATUS(second_status) == 0) << second_status;
 }

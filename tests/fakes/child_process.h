@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "tests/fakes/helper_program.h"
+
 namespace kvtier::testing {
 
 struct Child {
@@ -18,8 +20,10 @@ struct Child {
   int out = -1;  // the read end of the child's stdout
 };
 
-// args[0] is the program's path.
+// args[0] is the program's path as built; a program of that name beside the test binary comes
+// first (HelperProgram).
 inline Child Spawn(std::vector<std::string> args) {
+  args[0] = HelperProgram(args[0]);
   int fds[2];
   EXPECT_EQ(::pipe(fds), 0);
   posix_spawn_file_actions_t actions;

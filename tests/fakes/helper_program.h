@@ -3,7 +3,8 @@
 // The build compiles the program's path into the test (KVTIER_IPC_CHILD_PATH, KVTIERD_PATH, ...).
 // A copy of the tests moved to another machine (tests/gpu/prepare.sh puts every binary in one
 // folder) has no such path, so a program of the same name beside the running test binary comes
-// first. Any thread.
+// first. Spawn (child_process.h) and SpawnedKvtierd (client/testing/spawned_kvtierd.h) look there
+// themselves: a test hands them the built path. Any thread.
 #pragma once
 
 #include <unistd.h>

@@ -5,7 +5,8 @@
 # CUDA (build-gpu-release/), runs the ctest label `gpu` (device pool tier, pinned host ranges,
 # CUDA IPC between two processes, an importer killed while holding its import, the paged
 # gather/scatter kernel against the CPU reference, the client's GPU put/get against kvtierd, a
-# server's GpuTier pool read over CUDA IPC by another process, killed while holding leases), then
+# server's GpuTier pool read over CUDA IPC by another process, killed while holding leases,
+# kvtierd stopped while a client holds the pool's import), then
 # starts kvtierd and prints the GPU benchmark figures (bench/gpu_bench.cc). Everything goes to the
 # terminal and to the log file (default build-gpu-release/gpu-run.log; KVTIER_GPU_LOG overrides).
 # Stops at once, with the reason, when there is no usable GPU or the build fails; after that it
@@ -56,7 +57,7 @@ step "build"
 targets=(kvtierd kvtier_gpu_bench kvtier_cuda_env_check kvtier_ipc_child cuda_gpu_test cuda_probe_test gpu_tier_test
   fake_gpu_tier_test gpu_tier_factory_test client_gpu_test client_gpu_cuda_test
   device_transfer_test device_transfer_cuda_test kvtier_gpu_pool_child gpu_pool_cuda_test
-  gpu_pool_import_test gpu_pool_process_test)
+  gpu_pool_import_test gpu_pool_process_test gpu_pool_shutdown_test gpu_pool_shutdown_cuda_test)
 cmake --build "$build" -j "$(nproc)" --target "${targets[@]}"
 
 # From here on a failure is recorded and the script goes on, so one run on a GPU machine gives
@@ -74,7 +75,7 @@ export KVTIER_REQUIRE_GPU=1
 (cd "$build" && ctest -L gpu --output-on-failure --timeout 120 --no-tests=error) ||
   failures+=("ctest -L gpu")
 step "CPU tests of the same code (fake tier, fake copier, reference)"
-(cd "$build" && ctest -R 'FakeGpuTier|Fake/DeviceTierTest|MakeGpuTier|PagedLayout|FakeDeviceCopier|MakeDeviceCopier|ProbeTest|DeviceTransferTest|GpuPoolImport|GpuPoolProcessTest' \
+(cd "$build" && ctest -R 'FakeGpuTier|Fake/DeviceTierTest|MakeGpuTier|PagedLayout|FakeDeviceCopier|MakeDeviceCopier|PagedBatch|PagedCopyPlan|SimulatedPagedBatch|ProbeTest|DeviceTransferTest|GpuPoolImport|GpuPoolProcessTest|GpuPoolShutdownTest' \
   -LE gpu --output-on-failure --timeout 120) || failures+=("CPU tests")
 
 step "benchmark"

@@ -2,7 +2,6 @@
 
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
-#include <spawn.h>
 #include <sys/wait.h>
 
 #include <algorithm>
@@ -10,11 +9,9 @@
 #include "common/cuda/ipc.h"
 #include "common/cuda/ipc_test_util.h"
 #include "common/cuda/probe.h"
-#include "tests/fakes/helper_program.h"
+#include "tests/fakes/child_process.h"
 #include "tests/gpu/gpu_test_support.h"
 #include "tiers/gpu/device_tier_test_suite.h"
-
-extern char** environ;
 
 namespace kvtier::tiers {
 namespace {
@@ -106,15 +103,10 @@ TEST(GpuTierTest, AnotherProcessReadsThePoolThroughItsIpcHandle) {
   Result<std::string> handle = (*tier)->ExportIpc();
   ASSERT_TRUE(handle.ok()) << handle.status().ToString();
 
-  std::vector<std::string> args = {::kvtier::testing::HelperProgram(KVTIER_IPC_CHILD_PATH), "copy",
-                                   cuda::testing::ToHex(*handle), std::to_string(kSeed)};
-  std::vector<char*> argv;
-  for (std::string& arg : args) argv.push_back(arg.data());
-  argv.push_back(nullptr);
-  pid_t pid = -1;
-  ASSERT_EQ(::posix_spawn(&pid, argv[0], nullptr, nullptr, argv.data(), environ), 0);
-  int status = 0;
-  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  ::kvtier::testing::Child child = ::kvtier::testing::Spawn(
+      {KVTIER_IPC_CHILD_PATH, "copy", cuda::testing::ToHex(*handle), std::to_string(kSeed)});
+  ASSERT_GT(child.pid, 0);
+  const int status = ::kvtier::testing::Wait(child);
   ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "child status " << status;
 
   std::vector<std::byte> now(kPool);
