@@ -30,6 +30,20 @@ struct BlockIdentity {
   bool operator==(const BlockIdentity&) const = default;
 };
 
+// One block of a Tier::WriteBlocks / ReadBlocks batch.
+struct BlockWrite {
+  Extent extent;
+  BlockIdentity identity;
+  std::span<const std::byte> src;
+  Status status;  // set by WriteBlocks
+};
+struct BlockRead {
+  Extent extent;
+  BlockIdentity identity;
+  std::span<std::byte> dst;
+  Status status;  // set by ReadBlocks
+};
+
 struct TierStats {
   uint64_t capacity_bytes = 0;  // bytes the tier may hand out in total
   uint64_t used_bytes = 0;      // bytes of the extents handed out (as requested by callers)
@@ -75,6 +89,18 @@ class Tier {
                            std::span<std::byte> dst) {
     (void)identity;
     return Read(extent, dst);
+  }
+
+  // Several blocks at once: what the mover calls to keep a device's queue full. Each element's
+  // `status` is set as WriteBlock/ReadBlock would set it; one block's failure does not stop the
+  // others, and the calls return when every block is done. A device tier submits the whole batch
+  // together (NVMe: one io_uring batch); the default moves one block at a time. The extents must
+  // be distinct, and the buffers stay valid until the call returns.
+  virtual void WriteBlocks(std::span<BlockWrite> writes) {
+    for (BlockWrite& w : writes) w.status = WriteBlock(w.extent, w.identity, w.src);
+  }
+  virtual void ReadBlocks(std::span<BlockRead> reads) {
+    for (BlockRead& r : reads) r.status = ReadBlock(r.extent, r.identity, r.dst);
   }
 
   // The bytes of `extent` in this process's address space, for tiers that are plain memory (the

@@ -1,6 +1,8 @@
 #include "tiers/nvme/block_io.h"
 
 #include <cstring>
+#include <memory>
+#include <vector>
 
 #include "tiers/nvme/nvme_format.h"
 
@@ -12,9 +14,12 @@ struct Staging {
   AlignedBuffer bounce;
 };
 
-Staging& ThreadStaging() {
-  thread_local Staging staging;
-  return staging;
+// One set per block of the largest batch the thread has planned. Held by pointer so that growing
+// the list never moves a buffer a plan already points into.
+Staging& ThreadStaging(size_t slot) {
+  thread_local std::vector<std::unique_ptr<Staging>> staging;
+  while (staging.size() <= slot) staging.push_back(std::make_unique<Staging>());
+  return *staging[slot];
 }
 
 std::byte* Bounce(Staging& s, size_t bytes) {
@@ -22,7 +27,9 @@ std::byte* Bounce(Staging& s, size_t bytes) {
   return s.bounce.data();
 }
 
-uint64_t RoundUp(uint64_t n) { return (n + kBlockAlignment - 1) / kBlockAlignment * kBlockAlignment; }
+uint64_t RoundUp(uint64_t n) {
+  return (n + kBlockAlignment - 1) / kBlockAlignment * kBlockAlignment;
+}
 
 // Bytes of a payload at `p` of `size` that can move without a bounce: whole 4 KiB units, and only
 // when the buffer itself is aligned.
@@ -33,8 +40,8 @@ uint64_t DirectBytes(const std::byte* p, uint64_t size) {
 
 }  // namespace
 
-BlockIo PlanWrite(int fd, uint64_t at, std::span<const std::byte> src) {
-  Staging& s = ThreadStaging();
+BlockIo PlanWrite(int fd, uint64_t at, std::span<const std::byte> src, size_t slot) {
+  Staging& s = ThreadStaging(slot);
   BlockIo plan;
   plan.header = s.header.span();
   plan.requests[plan.count++] = {IoOp::kWrite, fd, at, s.header.data(), kRecordHeaderBytes, {}};
@@ -42,8 +49,8 @@ BlockIo PlanWrite(int fd, uint64_t at, std::span<const std::byte> src) {
   uint64_t payload_at = at + kRecordHeaderBytes;
   if (direct > 0) {
     // The backend only reads from a write buffer; IoRequest has one pointer type for both ops.
-    plan.requests[plan.count++] = {IoOp::kWrite, fd, payload_at,
-                                   const_cast<std::byte*>(src.data()), direct, {}};
+    plan.requests[plan.count++] = {IoOp::kWrite, fd, payload_at, const_cast<std::byte*>(src.data()),
+                                   direct,       {}};
   }
   uint64_t tail = src.size() - direct;
   uint64_t padded = RoundUp(tail);
@@ -57,8 +64,8 @@ BlockIo PlanWrite(int fd, uint64_t at, std::span<const std::byte> src) {
   return plan;
 }
 
-BlockIo PlanRead(int fd, uint64_t at, std::span<std::byte> dst) {
-  Staging& s = ThreadStaging();
+BlockIo PlanRead(int fd, uint64_t at, std::span<std::byte> dst, size_t slot) {
+  Staging& s = ThreadStaging(slot);
   BlockIo plan;
   plan.header = s.header.span();
   plan.requests[plan.count++] = {IoOp::kRead, fd, at, s.header.data(), kRecordHeaderBytes, {}};

@@ -3,25 +3,16 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
-#include <chrono>
-#include <cstring>
 #include <filesystem>
 #include <set>
 #include <system_error>
 
-#include "tiers/nvme/block_io.h"
 #include "tiers/nvme/nvme_format.h"
 
 namespace kvtier::tiers::nvme {
 namespace {
 
 namespace fs = std::filesystem;
-
-uint64_t NowUnixUs() {
-  return std::chrono::duration_cast<std::chrono::microseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
 
 Status ValidateOptions(const NvmeTier::Options& o) {
   if (o.data_dir.empty()) return InvalidArgument("nvme data_dir must not be empty");
@@ -245,167 +236,6 @@ void NvmeTier::Free(const Extent& extent) {
   }
   MutexLock lock(mu_);
   if (!allocator_.Free(extent).ok()) ++invalid_frees_;
-}
-
-Status NvmeTier::WriteBlock(const Extent& extent, const BlockIdentity& id,
-                            std::span<const std::byte> src) {
-  return WriteImpl(extent, id, src, /*durable=*/true);
-}
-
-Status NvmeTier::Write(const Extent& extent, std::span<const std::byte> src) {
-  return WriteImpl(extent, BlockIdentity{}, src, /*durable=*/false);
-}
-
-Status NvmeTier::WriteImpl(const Extent& extent, const BlockIdentity& id,
-                           std::span<const std::byte> src, bool durable) {
-  if (src.empty() || src.size() > extent.length) {
-    return InvalidArgument("nvme: write of " + std::to_string(src.size()) +
-                           " bytes into an extent of " + std::to_string(extent.length));
-  }
-  {
-    // A rewrite of the extent invalidates what it held until the new block is complete.
-    MutexLock lock(mu_);
-    if (!allocator_.IsLive(extent)) return InvalidArgument("nvme: write to an unallocated extent");
-    blocks_.erase(extent.offset);
-  }
-  Entry entry{id, src.size(), PayloadChecksum(src), durable};
-  Place place = Locate(extent.offset);
-  BlockIo plan = PlanWrite(place.file->fd(), place.at, src);
-  EncodeRecordHeader(
-      {id.ns, id.key, entry.payload_bytes, entry.checksum, place.file->superblock().file_id},
-      plan.header);
-  io_->Submit(plan.batch());
-  for (const IoRequest& r : plan.batch()) {
-    if (!r.status.ok()) {
-      ++io_errors_;
-      return r.status;
-    }
-  }
-  device_bytes_written_ += plan.device_bytes;
-  if (options_.sync_writes) KVTIER_RETURN_IF_ERROR(io_->Sync(place.file->fd()));
-  if (durable) PutRecord(extent.offset, entry, /*access=*/false);
-  {
-    MutexLock lock(mu_);
-    blocks_[extent.offset] = entry;
-  }
-  ++writes_;
-  bytes_admitted_ += src.size();
-  return Status::Ok();
-}
-
-// Puts (or refreshes) the catalog record of the block at `offset`, unless a newer copy of the same
-// block owns the record by now (a refresh after a read).
-void NvmeTier::RecordUse(const Extent& extent) {
-  Entry entry;
-  {
-    MutexLock lock(mu_);
-    auto it = blocks_.find(extent.offset);
-    if (it == blocks_.end() || !it->second.durable) return;
-    entry = it->second;
-  }
-  PutRecord(extent.offset, entry, /*access=*/true);
-}
-
-void NvmeTier::PutRecord(uint64_t offset, const Entry& entry, bool access) {
-  MutexLock lock(catalog_mu_);
-  auto owner = owner_.find(entry.id);
-  if (access && (owner == owner_.end() || owner->second != offset)) return;
-  owner_[entry.id] = offset;
-  // Strictly increasing within a run, so that two uses in the same microsecond keep their order
-  // at the restart.
-  last_record_us_ = std::max(NowUnixUs(), last_record_us_ + 1);
-  CatalogRecord rec{entry.id.ns,         entry.id.key,   offset,
-                    entry.payload_bytes, entry.checksum, last_record_us_};
-  Status st = catalog_->Put(rec);
-  if (!st.ok()) {
-    ++catalog_errors_;
-    spdlog::warn("nvme: catalog put failed; the block will not survive a restart: {}",
-                 st.ToString());
-  }
-}
-
-Status NvmeTier::ReadBlock(const Extent& extent, const BlockIdentity& id,
-                           std::span<std::byte> dst) {
-  Entry expected;
-  {
-    MutexLock lock(mu_);
-    auto it = blocks_.find(extent.offset);
-    if (it == blocks_.end()) return NotFound("nvme: no block stored at this extent");
-    expected = it->second;
-  }
-  expected.id = id;  // the caller's view is the one checked against the disk
-  KVTIER_RETURN_IF_ERROR(ReadImpl(extent, expected, dst));
-  if (expected.durable && options_.record_access_on_read) PutRecord(extent.offset, expected, true);
-  return Status::Ok();
-}
-
-Status NvmeTier::Read(const Extent& extent, std::span<std::byte> dst) {
-  Entry expected;
-  {
-    MutexLock lock(mu_);
-    auto it = blocks_.find(extent.offset);
-    if (it == blocks_.end()) return NotFound("nvme: no block stored at this extent");
-    expected = it->second;
-  }
-  return ReadImpl(extent, expected, dst);
-}
-
-Status NvmeTier::ReadImpl(const Extent& extent, const Entry& expected, std::span<std::byte> dst) {
-  if (dst.size() > expected.payload_bytes) {
-    return InvalidArgument("nvme: read of " + std::to_string(dst.size()) + " bytes of a block of " +
-                           std::to_string(expected.payload_bytes));
-  }
-  if (dst.size() < expected.payload_bytes) {
-    // A prefix (Tier::Read's contract): the checksum needs the whole payload, so read it all into
-    // a per-thread buffer and copy the prefix out.
-    thread_local AlignedBuffer whole;
-    if (whole.size() < expected.payload_bytes) whole = AlignedBuffer(expected.payload_bytes);
-    if (whole.data() == nullptr) return Busy("nvme: out of memory for a partial read");
-    std::span<std::byte> all(whole.data(), expected.payload_bytes);
-    KVTIER_RETURN_IF_ERROR(ReadImpl(extent, expected, all));
-    std::memcpy(dst.data(), all.data(), dst.size());
-    return Status::Ok();
-  }
-  Place place = Locate(extent.offset);
-  BlockIo plan = PlanRead(place.file->fd(), place.at, dst);
-  io_->Submit(plan.batch());
-  for (const IoRequest& r : plan.batch()) {
-    if (!r.status.ok()) {
-      ++io_errors_;
-      return r.status;
-    }
-  }
-  FinishRead(plan);
-  KVTIER_RETURN_IF_ERROR(VerifyRead(extent, expected, plan.header, dst));
-  ++reads_;
-  bytes_read_ += dst.size();
-  return Status::Ok();
-}
-
-Status NvmeTier::VerifyRead(const Extent& extent, const Entry& expected,
-                            std::span<const std::byte> header, std::span<const std::byte> payload) {
-  Result<RecordHeader> h = DecodeRecordHeader(header);
-  if (!h.ok()) return ChecksumFailure(extent, h.status().message());
-  if (h->ns != expected.id.ns || h->key != expected.id.key ||
-      h->file_id != Locate(extent.offset).file->superblock().file_id) {
-    return ChecksumFailure(extent, "record header names another block");
-  }
-  if (h->payload_bytes != expected.payload_bytes || h->payload_checksum != expected.checksum) {
-    return ChecksumFailure(extent, "record header disagrees with the catalog");
-  }
-  if (PayloadChecksum(payload) != expected.checksum) {
-    return ChecksumFailure(extent, "payload checksum mismatch");
-  }
-  return Status::Ok();
-}
-
-Status NvmeTier::ChecksumFailure(const Extent& extent, const std::string& why) {
-  ++checksum_failures_;
-  Place place = Locate(extent.offset);
-  std::string msg =
-      "nvme: block at " + place.file->path() + " offset " + std::to_string(place.at) + ": " + why;
-  spdlog::warn("{}; dropping it", msg);
-  return ChecksumMismatch(std::move(msg));
 }
 
 Status NvmeTier::Sync() {

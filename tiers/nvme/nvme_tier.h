@@ -158,6 +158,11 @@ class NvmeTier final : public Tier {
   // kChecksumMismatch when the header or payload does not check out (drop the block).
   Status ReadBlock(const Extent& extent, const BlockIdentity& id,
                    std::span<std::byte> dst) override;
+  // WriteBlock/ReadBlock for many blocks in one submission (Tier::WriteBlocks): the device gets
+  // every block's requests at once, up to the backend's queue depth. Each block's status is what
+  // WriteBlock/ReadBlock would answer for it alone.
+  void WriteBlocks(std::span<BlockWrite> writes) override;
+  void ReadBlocks(std::span<BlockRead> reads) override;
   // WriteBlock/ReadBlock without an identity: checksummed, not recorded in the catalog.
   Status Write(const Extent& extent, std::span<const std::byte> src) override;
   Status Read(const Extent& extent, std::span<std::byte> dst) override;
@@ -206,9 +211,22 @@ class NvmeTier final : public Tier {
   void ClaimRecords(std::span<const CatalogRecord> records);
   // Forgets a record that failed its checks: frees its extent if it was claimed, deletes it.
   void Drop(const CatalogRecord& record, bool claimed);
-  Status WriteImpl(const Extent& extent, const BlockIdentity& id, std::span<const std::byte> src,
-                   bool durable);
-  Status ReadImpl(const Extent& extent, const Entry& expected, std::span<std::byte> dst);
+  // The data path (nvme_tier_io.cc). A batch plans every block (PlanBlock*: validation, the
+  // record header, staging slot i for block i), submits all their requests at once
+  // (SubmitPlanned), then finishes each block alone (Finish*: errors, verification, catalog).
+  struct PlannedIo;
+  void WriteBatch(std::span<BlockWrite> writes, bool durable);
+  Status PlanBlockWrite(const BlockWrite& w, bool durable, size_t slot, PlannedIo& p);
+  Status FinishWrite(const Extent& extent, const PlannedIo& p, std::span<const IoRequest> requests);
+  // check_identity false: Read, which checks the block against the tier's own record of it.
+  void ReadBatch(std::span<BlockRead> reads, bool check_identity);
+  Status PlanBlockRead(const BlockRead& r, bool check_identity, size_t slot, PlannedIo& p);
+  Result<Entry> ExpectedAt(const BlockRead& r, bool check_identity);
+  Status FinishBlockRead(const BlockRead& r, const PlannedIo& p,
+                         std::span<const IoRequest> requests, bool record_access);
+  Status ReadPrefix(const BlockRead& r, bool check_identity);
+  void SubmitPlanned(std::span<PlannedIo> planned, std::vector<IoRequest>& requests);
+  Status IoStatus(const PlannedIo& p, std::span<const IoRequest> requests);
   Status VerifyRead(const Extent& extent, const Entry& expected, std::span<const std::byte> header,
                     std::span<const std::byte> payload);
   void PutRecord(uint64_t offset, const Entry& entry, bool access);
