@@ -4,6 +4,7 @@
 #include <spdlog/spdlog.h>
 
 #include <string>
+#include <vector>
 
 namespace kvtier::mover {
 
@@ -62,13 +63,16 @@ bool TierMover::Round(size_t index) {
 }
 
 bool TierMover::ServeFetches() {
-  size_t served = 0;
-  for (; served < options_.batch; ++served) {
+  // Taken together and read as one batch: a reader's prefix usually asks for many blocks at once
+  // (Store::PrefetchForRead), and waits for the slowest of them.
+  std::vector<BlockKey> keys;
+  while (keys.size() < options_.batch) {
     std::optional<BlockKey> key = store_.TakeFetchRequest();
     if (!key) break;
-    store_.Fetch(*key);
+    keys.push_back(*key);
   }
-  return served > 0;
+  if (!keys.empty()) store_.Fetch(keys);
+  return !keys.empty();
 }
 
 bool TierMover::KeepHostRoom() {

@@ -8,9 +8,10 @@
 //      NVMe until it is below the low one;
 //   3. GPU promotion candidates, copied up into the GPU tier (thread 0 only; with a GPU tier).
 // It wakes when a request asks (Wake, which the store calls through SetMoverWakeup) and every
-// tick otherwise. Several threads run the same loop: each demotion or fetch is one block's
-// synchronous I/O, so `threads` of them keep that many NVMe requests in flight, which is what
-// reaches a device's bandwidth (one at a time does not).
+// tick otherwise. Several threads run the same loop. Each round moves up to `batch` blocks as
+// one NVMe submission (Tier::WriteBlocks / ReadBlocks), so `threads` × `batch` blocks can be in
+// flight at once, up to the io_uring queue depth: what reaches a device's bandwidth (one block at
+// a time does not).
 //
 // Ownership: borrows the store, which must outlive it. The destructor stops and joins every
 // thread; a move in progress finishes first.
@@ -37,8 +38,8 @@ class TierMover {
     double high_watermark = 0.95;
     double low_watermark = 0.90;
     std::chrono::milliseconds tick{20};
-    // Blocks one thread demotes or promotes before it looks at the requests again: bounds how long
-    // a waiting reader or put is kept behind the watermark work.
+    // Blocks one thread demotes or promotes as one batch before it looks at the requests again:
+    // bounds how long a waiting reader or put is kept behind the watermark work.
     size_t batch = 8;
     bool gpu_promotion = false;  // copy GPU promotion candidates up (a GPU tier is there)
   };

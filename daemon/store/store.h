@@ -245,8 +245,9 @@ class Store {
   // with no store lock held). TakeRoomRequest: the largest block size a put found no room for
   // since the last call (0: none). MakeRoom: evicts host blocks (demoting them to NVMe) until a
   // block of `bytes` fits; false when nothing more could go. TakeFetchRequest: a block a reader
-  // asked to have brought up. Fetch: brings it up into the host tier, or remembers that it could
-  // not. MoveWorkPending: whether any of these is waiting.
+  // asked to have brought up. Fetch: brings such blocks up into the host tier, reading them from
+  // NVMe as one batch, or remembers for each that it could not. MoveWorkPending: whether any of
+  // these is waiting.
   void SetMoverWakeup(std::function<void()> wake) { wake_mover_ = std::move(wake); }
   // Who is told, on the mover's threads, when a fetch ended or room was made: requests that got
   // kPending may try again. May be set and cleared at any time (MoveRequests::SetMoveListener).
@@ -256,7 +257,7 @@ class Store {
   uint64_t TakeRoomRequest() { return move_requests_.TakeRoomRequest(); }
   bool MakeRoom(uint64_t bytes);
   std::optional<BlockKey> TakeFetchRequest() { return move_requests_.TakeFetch(); }
-  void Fetch(const BlockKey& key);
+  void Fetch(std::span<const BlockKey> keys);
   bool MoveWorkPending() const { return move_requests_.HasWork(); }
   // background_disk_moves: asks the mover to bring up every block of the ready prefix of `keys`
   // that lies on NVMe, without waiting, so that a reader about to lease a whole prefix waits for
@@ -327,10 +328,30 @@ class Store {
   bool EvictReclaimUnit(size_t level, EvictionMode mode);
   bool DemoteOrDrop(size_t level, const BlockKey& key, const index::BlockMeta& meta,
                     EvictionMode mode);
+  // What evicting a victim of tiers_[level] may do: is there a tier below, does it admit the
+  // block, and may this eviction wait for the copy (may_demote).
+  struct EvictionPlan {
+    bool below = false;
+    bool admitted = false;
+    bool may_demote = false;
+  };
+  // Asks the admission policy once: an eviction plans once and settles with that plan.
+  EvictionPlan PlanEviction(size_t level, const index::BlockMeta& meta, EvictionMode mode) const;
   // Whether a victim of tiers_[level] already has its bytes in the tier below (a write-through
   // copy on NVMe), so that moving it down is an index change with no copy.
   bool HasCopyBelow(size_t level, const index::BlockMeta& meta) const;
   enum class DemoteOutcome { kMoved, kBlockChanged, kNoRoomBelow, kCopyFailed };
+  // Ends an eviction: counts a move (`outcome` kMoved), or puts back a block that changed, or
+  // drops the victim (no demotion tried, no room below, the copy failed) and counts why. true
+  // when the victim left the tier.
+  bool SettleEviction(const BlockKey& key, const index::BlockMeta& meta, const EvictionPlan& plan,
+                      std::optional<DemoteOutcome> outcome);
+  // Demotes or drops victims EvictToTarget picked of tiers_[level]; those whose bytes must be
+  // copied down go as one batch.
+  void DemoteVictims(size_t level, std::span<const std::pair<BlockKey, index::BlockMeta>> victims);
+  // A demotion's outcome from PrepareMove's error, and from the move's status.
+  static DemoteOutcome UnpreparedOutcome(const Status& prepared);
+  static DemoteOutcome MovedOutcome(const Status& moved);
   // Copies a victim into tiers_[level + 1] and repoints it there. kBlockChanged: leased, removed
   // or replaced meanwhile (it stays where it is); kNoRoomBelow: the next tier could not take it;
   // kCopyFailed: a device error on the copy (counted).
@@ -341,6 +362,24 @@ class Store {
   // counted; kChecksumMismatch: its bytes failed verification) or the index's (it changed).
   Status MovePinned(size_t level, size_t to_level, const BlockKey& key,
                     const index::BlockMeta& meta, const Extent& dst);
+  // A block pinned for a move (PinForMove), with its room in the destination tier. `status`: the
+  // copy's, then the whole move's (MovePinnedBatch).
+  struct PinnedMove {
+    BlockKey key;
+    index::BlockMeta meta;
+    Extent dst;
+    Status status;
+  };
+  // Pins a block and allocates its room in tiers_[to_level] (evicting there if needed). kNotFound
+  // when it changed since it was picked or is leased; the allocation's error otherwise. Nothing is
+  // held on error.
+  Result<PinnedMove> PrepareMove(size_t to_level, const BlockKey& key,
+                                 const index::BlockMeta& meta);
+  // MovePinned for many blocks: their copies go to a device together (CopyBatch), then each is
+  // finished as MovePinned finishes one; each move's status is MovePinned's answer for it.
+  void MovePinnedBatch(size_t level, size_t to_level, std::span<PinnedMove> moves);
+  Status FinishMove(tiers::Tier& from, tiers::Tier& to, const PinnedMove& move);
+  void CopyBatch(tiers::Tier& from, tiers::Tier& to, std::span<PinnedMove> moves);
   Status CopyBetweenTiers(tiers::Tier& from, const Extent& src, tiers::Tier& to, const Extent& dst,
                           const tiers::BlockIdentity& identity);
   // Repoints a block whose bytes were copied to (`to`, `dst`), taking back the mover's pin. A
@@ -362,6 +401,9 @@ class Store {
   // bytes failed verification and the block was dropped.
   PromoteOutcome Promote(size_t level, size_t to_level, const BlockKey& key,
                          const index::BlockMeta& meta);
+  // Ends a promotion out of tiers_[level] whose move was tried: counts it, or drops a block
+  // whose bytes failed verification (kCorrupt).
+  PromoteOutcome SettlePromotion(size_t level, const PinnedMove& move);
   // Before a lease: brings a block that lives below the host tier up into it, when configured.
   // kPending: it lies on NVMe and the mover was asked for it (background_disk_moves).
   Status PromoteForRead(const NamespaceId& ns, const BlockKey& key);
@@ -370,8 +412,8 @@ class Store {
   // The level of a block that lies below the host tier (where a reader's promotion comes from),
   // or tiers_.size() when it lies in or above it, or the store has no host tier.
   size_t LevelBelowHost(const index::BlockMeta& meta) const;
-  // Fetch's work: false when the block is still below the host tier and could not move up.
-  bool FetchOne(const BlockKey& key);
+  // Fetch's batch of blocks of tiers_[level], pinned and with room in the host tier.
+  void FetchBatch(size_t level, std::span<PinnedMove> batch);
   // Whether moves out of (or up into) tiers_[level] wait for a disk and are the mover's to do.
   bool DiskMovesInBackground(size_t level) const;
   // After a lease of a host block that the GPU promotion policy picked: records it for the mover.

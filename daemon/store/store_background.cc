@@ -55,15 +55,43 @@ void Store::PrefetchForRead(const NamespaceId& ns, std::span<const BlockKey> key
   if (asked && wake_mover_) wake_mover_();
 }
 
-void Store::Fetch(const BlockKey& key) { move_requests_.FinishFetch(key, FetchOne(key)); }
+void Store::Fetch(std::span<const BlockKey> keys) {
+  // Blocks that lie below the host tier are read up together, one batch per tier they lie in (in
+  // practice NVMe, the only tier below host), so that the device sees the whole batch at once.
+  std::vector<PinnedMove> batch;
+  size_t batch_level = tiers_.size();
+  const size_t host = LevelOf(TierId::kHost);
+  for (const BlockKey& key : keys) {
+    std::optional<BlockMeta> meta = index_->Get(key);
+    // Gone, or up already: the reader will miss, or find it where it is now.
+    const size_t level =
+        meta && meta->state == BlockState::kReady ? LevelBelowHost(*meta) : tiers_.size();
+    if (level >= tiers_.size()) {
+      move_requests_.FinishFetch(key, true);
+      continue;
+    }
+    if (!batch.empty() && level != batch_level) {
+      FetchBatch(batch_level, batch);
+      batch.clear();
+    }
+    Result<PinnedMove> move = PrepareMove(host, key, *meta);
+    if (!move.ok()) {
+      move_requests_.FinishFetch(key, false);  // leased, changed, or no room: read in place
+      continue;
+    }
+    batch.push_back(*std::move(move));
+    batch_level = level;
+  }
+  if (!batch.empty()) FetchBatch(batch_level, batch);
+}
 
-bool Store::FetchOne(const BlockKey& key) {
-  std::optional<BlockMeta> meta = index_->Get(key);
-  if (!meta || meta->state != BlockState::kReady) return true;  // gone: the reader will miss
-  const size_t level = LevelBelowHost(*meta);
-  if (level >= tiers_.size()) return true;  // up already
-  // A corrupt block is dropped by Promote: the reader then misses, which is the right answer.
-  return Promote(level, LevelOf(TierId::kHost), key, *meta) != PromoteOutcome::kNotMoved;
+void Store::FetchBatch(size_t level, std::span<PinnedMove> batch) {
+  MovePinnedBatch(level, LevelOf(TierId::kHost), batch);
+  for (const PinnedMove& move : batch) {
+    // A corrupt block is dropped: the reader then misses, which is the right answer.
+    const bool settled = SettlePromotion(level, move) != PromoteOutcome::kNotMoved;
+    move_requests_.FinishFetch(move.key, settled);
+  }
 }
 
 }  // namespace kvtier::store

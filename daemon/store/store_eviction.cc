@@ -58,28 +58,40 @@ bool Store::EvictReclaimUnit(size_t level, EvictionMode mode) {
   return any;
 }
 
+Store::EvictionPlan Store::PlanEviction(size_t level, const BlockMeta& meta,
+                                        EvictionMode mode) const {
+  EvictionPlan plan;
+  plan.below = level + 1 < tiers_.size();
+  plan.admitted = plan.below && AdmitBelow(level, meta);
+  // kDropOnly waits for no copy: only a move into a write-through copy, an index change, is made.
+  plan.may_demote = plan.admitted && (mode == EvictionMode::kDemote || HasCopyBelow(level, meta));
+  return plan;
+}
+
 bool Store::DemoteOrDrop(size_t level, const BlockKey& key, const BlockMeta& meta,
                          EvictionMode mode) {
+  const EvictionPlan plan = PlanEviction(level, meta, mode);
+  std::optional<DemoteOutcome> outcome;
+  if (plan.may_demote) outcome = Demote(level, key, meta);
+  return SettleEviction(key, meta, plan, outcome);
+}
+
+bool Store::SettleEviction(const BlockKey& key, const BlockMeta& meta, const EvictionPlan& plan,
+                           std::optional<DemoteOutcome> outcome) {
   TierCounters& counters = tier_counters_[static_cast<size_t>(meta.tier)];
-  const bool below = level + 1 < tiers_.size();
-  const bool admitted = below && AdmitBelow(level, meta);
-  // kDropOnly waits for no copy: only a move into a write-through copy, an index change, is made.
-  const bool may_demote = admitted && (mode == EvictionMode::kDemote || HasCopyBelow(level, meta));
-  if (may_demote) {
-    switch (Demote(level, key, meta)) {
-      case DemoteOutcome::kMoved:
-        counters.evictions.fetch_add(1);
-        counters.demotions.fetch_add(1);
-        return true;
-      case DemoteOutcome::kBlockChanged:
-        index_->Unpick(key);
-        return false;
-      case DemoteOutcome::kNoRoomBelow:
-      case DemoteOutcome::kCopyFailed:
-        // The next tier cannot take the block now: dropping it still makes room, which is what
-        // the put asked for; the block is a cache entry, not data of record.
-        break;
-    }
+  switch (outcome.value_or(DemoteOutcome::kNoRoomBelow)) {
+    case DemoteOutcome::kMoved:
+      counters.evictions.fetch_add(1);
+      counters.demotions.fetch_add(1);
+      return true;
+    case DemoteOutcome::kBlockChanged:
+      index_->Unpick(key);
+      return false;
+    case DemoteOutcome::kNoRoomBelow:
+    case DemoteOutcome::kCopyFailed:
+      // The next tier cannot take the block now (or was not asked to): dropping it still makes
+      // room, which is what the put asked for; the block is a cache entry, not data of record.
+      break;
   }
   std::optional<BlockMeta> gone = index_->EraseIf(key, [&](const BlockMeta& m) {
     return m.state == BlockState::kReady && m.lease_count == 0 && m.generation == meta.generation &&
@@ -93,9 +105,9 @@ bool Store::DemoteOrDrop(size_t level, const BlockKey& key, const BlockMeta& met
   counters.evictions.fetch_add(1);
   counters.drops.fetch_add(1);
   // Why it was dropped rather than moved down, counted once it really was.
-  if (below && !admitted) {
+  if (plan.below && !plan.admitted) {
     counters.admission_drops.fetch_add(1);
-  } else if (below && !may_demote) {
+  } else if (plan.below && !plan.may_demote) {
     counters.lag_drops.fetch_add(1);
   }
   counters_.evicted_blocks.fetch_add(1);
@@ -109,95 +121,25 @@ bool Store::HasCopyBelow(size_t level, const BlockMeta& meta) const {
   return meta.has_shadow && level + 1 < tiers_.size() && tiers_[level + 1]->id() == TierId::kNvme;
 }
 
-bool Store::PinForMove(const BlockKey& key, const BlockMeta& meta) {
-  // A lease the store holds itself: without it a Remove could free the extent mid-copy and a new
-  // put could write into it while we read. The extent is compared too: a block moved up and back
-  // down since `meta` was read keeps its generation and tier but not its extent, and the old one
-  // may already hold another block.
-  Status pinned = index_->Update(key, [&](BlockMeta& m) {
-    if (m.generation != meta.generation || m.state != BlockState::kReady || m.tier != meta.tier ||
-        m.extent != meta.extent || m.lease_count != 0) {
-      return NotFound("block changed since it was picked");
-    }
-    m.lease_count = 1;
-    return Status::Ok();
-  });
-  return pinned.ok();
-}
-
-void Store::UnpinAfterMove(const BlockKey& key) {
-  (void)index_->Update(key, [](BlockMeta& m) {
-    --m.lease_count;
-    return Status::Ok();
-  });
-}
-
 Store::DemoteOutcome Store::Demote(size_t level, const BlockKey& key, const BlockMeta& meta) {
   if (HasCopyBelow(level, meta)) return DemoteIntoShadow(level, key, meta);
-  if (!PinForMove(key, meta)) return DemoteOutcome::kBlockChanged;
-  Result<Extent> dst = AllocateWithEviction(level + 1, meta.extent.length);
-  if (!dst.ok()) {
-    UnpinAfterMove(key);
-    return DemoteOutcome::kNoRoomBelow;
-  }
-  const Status moved = MovePinned(level, level + 1, key, meta, *dst);
+  Result<PinnedMove> move = PrepareMove(level + 1, key, meta);
+  if (!move.ok()) return UnpreparedOutcome(move.status());
+  MovePinnedBatch(level, level + 1, {&*move, 1});
+  return MovedOutcome(move->status);
+}
+
+Store::DemoteOutcome Store::UnpreparedOutcome(const Status& prepared) {
+  // kNotFound: the block changed since it was picked; anything else is the allocation's answer.
+  return prepared.code() == StatusCode::kNotFound ? DemoteOutcome::kBlockChanged
+                                                  : DemoteOutcome::kNoRoomBelow;
+}
+
+Store::DemoteOutcome Store::MovedOutcome(const Status& moved) {
   if (moved.ok()) return DemoteOutcome::kMoved;
+  // Other than a device error, only the index refuses a move: leased or replaced meanwhile.
   return moved.code() == StatusCode::kDeviceError ? DemoteOutcome::kCopyFailed
                                                   : DemoteOutcome::kBlockChanged;
-}
-
-Status Store::MovePinned(size_t level, size_t to_level, const BlockKey& key, const BlockMeta& meta,
-                         const Extent& dst) {
-  tiers::Tier& from = *tiers_[level];
-  tiers::Tier& to = *tiers_[to_level];
-  Status st = CopyBetweenTiers(from, meta.extent, to, dst, {meta.ns, key});
-  // With write-through a block read up from NVMe keeps its NVMe copy as its shadow: the put was
-  // acknowledged as durable, and moving it out of NVMe would lose it at the next crash.
-  const bool keep_copy =
-      options_.nvme_write_through && from.id() == TierId::kNvme && to.id() != TierId::kNvme;
-  if (st.ok()) st = MoveInIndex(key, meta, to.id(), dst, keep_copy);
-  if (st.ok()) {
-    if (!keep_copy) from.Free(meta.extent);
-    return st;
-  }
-  to.Free(dst);
-  UnpinAfterMove(key);
-  if (st.code() == StatusCode::kDeviceError) CountCopyError(from, to);
-  return st;
-}
-
-Status Store::MoveInIndex(const BlockKey& key, const BlockMeta& meta, TierId to, const Extent& dst,
-                          bool old_extent_becomes_shadow) {
-  using Shadow = index::BlockIndex::ShadowAfterMove;
-  // A write-through shadow is the block's copy on NVMe: it stays right while the block moves
-  // between GPU and host (the bytes never change), and is what makes the put survive a crash.
-  const Shadow shadow = old_extent_becomes_shadow                ? Shadow::kOldExtent
-                        : meta.has_shadow && to != TierId::kNvme ? Shadow::kKeep
-                                                                 : Shadow::kForget;
-  // MoveTier takes our pin back with the move; it refuses while readers hold leases too.
-  return index_->MoveTier(key, meta, to, dst, /*mover_pins=*/1, shadow);
-}
-
-void Store::CountCopyError(const tiers::Tier& from, const tiers::Tier& to) {
-  const tiers::Tier& device = from.id() == TierId::kHost ? to : from;
-  tier_counters_[static_cast<size_t>(device.id())].copy_errors.fetch_add(1);
-}
-
-Status Store::CopyBetweenTiers(tiers::Tier& from, const Extent& src, tiers::Tier& to,
-                               const Extent& dst, const tiers::BlockIdentity& identity) {
-  std::byte* src_addr = from.Address(src);
-  std::byte* dst_addr = to.Address(dst);
-  if (src_addr != nullptr && dst_addr != nullptr) {
-    StreamCopy(dst_addr, src_addr, src.length);
-    return Status::Ok();
-  }
-  if (src_addr != nullptr) return to.WriteBlock(dst, identity, {src_addr, src.length});
-  if (dst_addr != nullptr) return from.ReadBlock(src, identity, {dst_addr, src.length});
-  // Neither tier is plain memory: bounce through a buffer. Not on a hot path today (host is
-  // always between GPU and NVMe).
-  std::vector<std::byte> bounce(src.length);
-  KVTIER_RETURN_IF_ERROR(from.ReadBlock(src, identity, bounce));
-  return to.WriteBlock(dst, identity, bounce);
 }
 
 void Store::FreeExtent(const BlockMeta& meta) {
@@ -245,13 +187,44 @@ size_t Store::EvictToTarget(TierId id, uint64_t target_used_bytes, size_t max_vi
     evicting.fetch_add(victim->second.extent.length, std::memory_order_relaxed);
     victims.push_back(*std::move(victim));
   }
-  for (const auto& [key, meta] : victims) {
-    // After each one, not after the batch: a put waiting for room may take this block's now.
-    const bool moved = DemoteOrDrop(level, key, meta, EvictionMode::kDemote);
-    evicting.fetch_sub(meta.extent.length, std::memory_order_relaxed);
-    if (moved) move_requests_.NotifyMoved();
-  }
+  DemoteVictims(level, victims);
   return victims.size();
+}
+
+void Store::DemoteVictims(size_t level, std::span<const std::pair<BlockKey, BlockMeta>> victims) {
+  std::atomic<uint64_t>& evicting = evicting_bytes_[static_cast<size_t>(tiers_[level]->id())];
+  // Each victim ends here: its bytes stop counting as leaving, and a put waiting for room hears
+  // of it at once (not after the whole batch) when it made room.
+  auto settled = [&](const BlockMeta& meta, bool made_room) {
+    evicting.fetch_sub(meta.extent.length, std::memory_order_relaxed);
+    if (made_room) move_requests_.NotifyMoved();
+  };
+  // The victims that need their bytes copied down go to the tier below together, as one batch:
+  // the device sees them all at once instead of one per mover thread.
+  std::vector<PinnedMove> batch;
+  std::vector<EvictionPlan> plans;
+  for (const auto& [key, meta] : victims) {
+    const EvictionPlan plan = PlanEviction(level, meta, EvictionMode::kDemote);
+    if (!plan.may_demote || HasCopyBelow(level, meta)) {  // a drop, or an index change
+      std::optional<DemoteOutcome> outcome;
+      if (plan.may_demote) outcome = DemoteIntoShadow(level, key, meta);
+      settled(meta, SettleEviction(key, meta, plan, outcome));
+      continue;
+    }
+    Result<PinnedMove> move = PrepareMove(level + 1, key, meta);
+    if (!move.ok()) {
+      settled(meta, SettleEviction(key, meta, plan, UnpreparedOutcome(move.status())));
+      continue;
+    }
+    batch.push_back(*std::move(move));
+    plans.push_back(plan);
+  }
+  if (batch.empty()) return;
+  MovePinnedBatch(level, level + 1, batch);
+  for (size_t i = 0; i < batch.size(); ++i) {
+    const PinnedMove& m = batch[i];
+    settled(m.meta, SettleEviction(m.key, m.meta, plans[i], MovedOutcome(m.status)));
+  }
 }
 
 }  // namespace kvtier::store

@@ -44,19 +44,19 @@ Status Store::PromoteForRead(const NamespaceId& ns, const BlockKey& key) {
 
 Store::PromoteOutcome Store::Promote(size_t level, size_t to_level, const BlockKey& key,
                                      const BlockMeta& meta) {
-  if (!PinForMove(key, meta)) return PromoteOutcome::kNotMoved;
-  Result<Extent> dst = AllocateWithEviction(to_level, meta.extent.length);
-  if (!dst.ok()) {
-    UnpinAfterMove(key);
-    return PromoteOutcome::kNotMoved;
-  }
-  const Status moved = MovePinned(level, to_level, key, meta, *dst);
-  if (moved.ok()) {
+  Result<PinnedMove> move = PrepareMove(to_level, key, meta);
+  if (!move.ok()) return PromoteOutcome::kNotMoved;
+  MovePinnedBatch(level, to_level, {&*move, 1});
+  return SettlePromotion(level, *move);
+}
+
+Store::PromoteOutcome Store::SettlePromotion(size_t level, const PinnedMove& move) {
+  if (move.status.ok()) {
     tier_counters_[static_cast<size_t>(tiers_[level]->id())].promotions.fetch_add(1);
     return PromoteOutcome::kMoved;
   }
-  if (moved.code() != StatusCode::kChecksumMismatch) return PromoteOutcome::kNotMoved;
-  DropCorrupt(key, meta);
+  if (move.status.code() != StatusCode::kChecksumMismatch) return PromoteOutcome::kNotMoved;
+  DropCorrupt(move.key, move.meta);
   return PromoteOutcome::kCorrupt;
 }
 

@@ -5,11 +5,14 @@
 // memory (Address() returns nullptr, like NVMe or a real GPU pool), so both store code paths run,
 // and it injects faults on demand: failing Write/Read with kDeviceError. Like a durable tier, it
 // remembers what WriteBlock stored at each extent (identity and a hash of the bytes) and ReadBlock
-// answers kChecksumMismatch when either no longer matches, e.g. after FlipByte.
+// answers kChecksumMismatch when either no longer matches, e.g. after FlipByte. It records the size
+// of every WriteBlocks/ReadBlocks batch, and can fail the blocks of one key only (FailBlocksOf), so
+// that a batch with one bad block can be tested.
 //
 // Thread safety: all methods may be called from any thread.
 #pragma once
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 #include <string_view>
@@ -90,6 +93,7 @@ class FakeTier final : public tiers::Tier {
 
   Status WriteBlock(const Extent& e, const tiers::BlockIdentity& identity,
                     std::span<const std::byte> src) override {
+    if (Fails(identity)) return DeviceError("injected write failure of one block");
     KVTIER_RETURN_IF_ERROR(Write(e, src));
     MutexLock lock(mu_);
     written_[e.offset] = Written{identity, Hash(src)};
@@ -99,6 +103,7 @@ class FakeTier final : public tiers::Tier {
 
   Status ReadBlock(const Extent& e, const tiers::BlockIdentity& identity,
                    std::span<std::byte> dst) override {
+    if (Fails(identity)) return DeviceError("injected read failure of one block");
     KVTIER_RETURN_IF_ERROR(Read(e, dst));
     MutexLock lock(mu_);
     auto it = written_.find(e.offset);
@@ -109,6 +114,35 @@ class FakeTier final : public tiers::Tier {
       return ChecksumMismatch("fake tier: stored bytes do not match the block");
     }
     return Status::Ok();
+  }
+
+  void WriteBlocks(std::span<tiers::BlockWrite> writes) override {
+    {
+      MutexLock lock(mu_);
+      write_batches_.push_back(writes.size());
+    }
+    Tier::WriteBlocks(writes);
+  }
+  void ReadBlocks(std::span<tiers::BlockRead> reads) override {
+    {
+      MutexLock lock(mu_);
+      read_batches_.push_back(reads.size());
+    }
+    Tier::ReadBlocks(reads);
+  }
+  // The sizes of the WriteBlocks / ReadBlocks batches so far, in order.
+  std::vector<size_t> write_batches() const {
+    MutexLock lock(mu_);
+    return write_batches_;
+  }
+  std::vector<size_t> read_batches() const {
+    MutexLock lock(mu_);
+    return read_batches_;
+  }
+  // WriteBlock/ReadBlock of a block with this key answer kDeviceError from now on.
+  void FailBlocksOf(const BlockKey& key) {
+    MutexLock lock(mu_);
+    failing_keys_.push_back(key);
   }
 
   void RecordUse(const Extent& e) override {
@@ -158,6 +192,11 @@ class FakeTier final : public tiers::Tier {
     tiers::BlockIdentity identity;
     size_t hash;
   };
+  bool Fails(const tiers::BlockIdentity& identity) const {
+    MutexLock lock(mu_);
+    return std::find(failing_keys_.begin(), failing_keys_.end(), identity.key) !=
+           failing_keys_.end();
+  }
   static size_t Hash(std::span<const std::byte> bytes) {
     return std::hash<std::string_view>()(
         std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
@@ -178,6 +217,9 @@ class FakeTier final : public tiers::Tier {
   uint64_t checksum_failures_ GUARDED_BY(mu_) = 0;
   uint64_t block_writes_ GUARDED_BY(mu_) = 0;
   std::vector<uint64_t> uses_ GUARDED_BY(mu_);
+  std::vector<size_t> write_batches_ GUARDED_BY(mu_);
+  std::vector<size_t> read_batches_ GUARDED_BY(mu_);
+  std::vector<BlockKey> failing_keys_ GUARDED_BY(mu_);
 };
 
 }  // namespace kvtier::testing

@@ -1,0 +1,119 @@
+// Moves in batches: the mover's eviction to a target writes its victims to the tier below as one
+// batch, and a fetch for readers reads its blocks up as one; a block that fails in a batch ends
+// alone, as it would have alone (dropped when its demotion fails, left where it is when its read
+// fails, dropped when its bytes fail verification).
+#include <gtest/gtest.h>
+
+#include "daemon/store/store.h"
+#include "daemon/store/store_test_fixture.h"
+
+namespace kvtier::store {
+namespace {
+
+using testing::FakeTier;
+using testing::kBlock;
+using testing::Key;
+using testing::kNs;
+using testing::Payload;
+using testing::StoreTest;
+
+class StoreBatchMovesTest : public StoreTest {
+ protected:
+  // Eight blocks in a host tier of eight, above a tier that is not memory (NVMe's stand-in).
+  void BuildFull(StoreOptions options = {}) {
+    Build({8, 32}, /*last_addressable=*/false, options);
+    for (uint64_t n = 0; n < 8; ++n) ASSERT_TRUE(PutBlock(n).ok());
+  }
+  TierId TierOf(uint64_t n) {
+    std::vector<BlockKey> keys{Key(n)};
+    index::LookupResult r = store_->Lookup(kNs, keys);
+    return r.ready_prefix == 1 ? r.tiers[0] : TierId::kGpu;  // kGpu: "absent" here
+  }
+  bool ReadsBack(uint64_t n) {
+    std::vector<std::byte> out;
+    return store_->Get(kNs, Key(n), out).ok() && out == Payload(n);
+  }
+  const TierStatsSnapshot& TierStatsOf(const StoreStats& s, TierId id) {
+    for (const auto& t : s.tiers) {
+      if (t.tier == id) return t;
+    }
+    ADD_FAILURE() << "no such tier";
+    return s.tiers.front();
+  }
+  FakeTier& nvme() { return *tiers_[1]; }
+  std::vector<BlockKey> Keys(uint64_t from, uint64_t to) {
+    std::vector<BlockKey> keys;
+    for (uint64_t n = from; n < to; ++n) keys.push_back(Key(n));
+    return keys;
+  }
+};
+
+TEST_F(StoreBatchMovesTest, EvictionToATargetWritesItsVictimsDownInOneBatch) {
+  ASSERT_NO_FATAL_FAILURE(BuildFull());
+  EXPECT_EQ(store_->EvictToTarget(TierId::kHost, 2 * kBlock, 8), 6u);
+  EXPECT_EQ(nvme().write_batches(), std::vector<size_t>{6});
+  const StoreStats s = store_->Stats();
+  EXPECT_EQ(TierStatsOf(s, TierId::kHost).demotions, 6u);
+  EXPECT_EQ(TierStatsOf(s, TierId::kHost).drops, 0u);
+  for (uint64_t n = 0; n < 6; ++n) EXPECT_EQ(TierOf(n), TierId::kNvme) << n;
+  for (uint64_t n = 6; n < 8; ++n) EXPECT_EQ(TierOf(n), TierId::kHost) << n;
+  for (uint64_t n = 0; n < 8; ++n) EXPECT_TRUE(ReadsBack(n)) << n;
+}
+
+TEST_F(StoreBatchMovesTest, AVictimWhoseWriteFailsIsDroppedAndTheOthersGoDown) {
+  ASSERT_NO_FATAL_FAILURE(BuildFull());
+  nvme().FailBlocksOf(Key(2));
+  EXPECT_EQ(store_->EvictToTarget(TierId::kHost, 0, 8), 8u);
+  EXPECT_EQ(nvme().write_batches(), std::vector<size_t>{8});
+  const StoreStats s = store_->Stats();
+  EXPECT_EQ(TierStatsOf(s, TierId::kHost).demotions, 7u);
+  EXPECT_EQ(TierStatsOf(s, TierId::kHost).drops, 1u);
+  EXPECT_EQ(TierStatsOf(s, TierId::kNvme).copy_errors, 1u);
+  EXPECT_EQ(TierOf(2), TierId::kGpu) << "the block whose copy failed is gone";
+  for (uint64_t n : {0, 1, 3, 4, 5, 6, 7}) EXPECT_TRUE(ReadsBack(n)) << n;
+}
+
+TEST_F(StoreBatchMovesTest, ALeasedBlockStaysAndTheRestOfTheBatchGoesDown) {
+  ASSERT_NO_FATAL_FAILURE(BuildFull());
+  Result<Lease> lease = store_->Acquire(kNs, Key(0));
+  ASSERT_TRUE(lease.ok());
+  store_->EvictToTarget(TierId::kHost, 0, 8);
+  EXPECT_EQ(TierOf(0), TierId::kHost);
+  for (uint64_t n = 1; n < 8; ++n) EXPECT_EQ(TierOf(n), TierId::kNvme) << n;
+  ASSERT_TRUE(store_->Release(lease->id).ok());
+}
+
+TEST_F(StoreBatchMovesTest, AFetchReadsItsBlocksUpInOneBatch) {
+  ASSERT_NO_FATAL_FAILURE(BuildFull());
+  store_->EvictToTarget(TierId::kHost, 0, 8);
+  const std::vector<BlockKey> keys = Keys(0, 5);
+  store_->Fetch(keys);
+  EXPECT_EQ(nvme().read_batches(), std::vector<size_t>{5});
+  for (uint64_t n = 0; n < 5; ++n) EXPECT_EQ(TierOf(n), TierId::kHost) << n;
+  EXPECT_EQ(TierStatsOf(store_->Stats(), TierId::kNvme).promotions, 5u);
+  for (uint64_t n = 0; n < 8; ++n) EXPECT_TRUE(ReadsBack(n)) << n;
+}
+
+TEST_F(StoreBatchMovesTest, InAFetchACorruptBlockIsDroppedAndAFailedReadStaysBelow) {
+  StoreOptions options;
+  options.background_disk_moves = true;
+  ASSERT_NO_FATAL_FAILURE(BuildFull(options));
+  store_->EvictToTarget(TierId::kHost, 0, 8);
+  // Block 0 is the first written to the fake tier, at its offset 0.
+  nvme().FlipByte(0);
+  nvme().FailBlocksOf(Key(1));
+  const std::vector<BlockKey> keys = Keys(0, 4);
+  store_->Fetch(keys);
+  EXPECT_EQ(nvme().read_batches(), std::vector<size_t>{4});
+  EXPECT_EQ(TierOf(0), TierId::kGpu) << "a corrupt block is a miss";
+  EXPECT_EQ(TierOf(1), TierId::kNvme) << "a block whose read failed stays where it is";
+  EXPECT_EQ(TierOf(2), TierId::kHost);
+  EXPECT_EQ(TierOf(3), TierId::kHost);
+  const StoreStats s = store_->Stats();
+  EXPECT_EQ(TierStatsOf(s, TierId::kNvme).corrupt_drops, 1u);
+  EXPECT_EQ(TierStatsOf(s, TierId::kNvme).copy_errors, 1u);
+  EXPECT_EQ(TierStatsOf(s, TierId::kNvme).promotions, 2u);
+}
+
+}  // namespace
+}  // namespace kvtier::store
