@@ -92,7 +92,8 @@ bool TierMover::KeepHostRoom() {
   // Each thread demotes a batch of its own: the threads together keep that many NVMe writes in
   // flight. A thread that found nothing to evict (all leased or pinned) reports no work, so the
   // loop waits for the next tick instead of spinning.
-  return store_.EvictToTarget(TierId::kHost, low, options_.batch) > 0 || worked;
+  return store_.EvictToTarget(TierId::kHost, low, options_.batch, options_.batch_bytes) > 0 ||
+         worked;
 }
 
 }  // namespace kvtier::mover

@@ -41,6 +41,11 @@ class TierMover {
     // Blocks one thread demotes or promotes as one batch before it looks at the requests again:
     // bounds how long a waiting reader or put is kept behind the watermark work.
     size_t batch = 8;
+    // And at most this many bytes of demotions per batch (the first block always goes): room for
+    // waiting puts arrives as each batch completes, so a batch of large blocks is kept short.
+    // 8 MiB is four 2 MiB blocks per thread; with 4 threads, 16 in flight, the depth fio needs
+    // to reach a device's write bandwidth (bench/spill_bench.sh).
+    uint64_t batch_bytes = 8 << 20;
     bool gpu_promotion = false;  // copy GPU promotion candidates up (a GPU tier is there)
   };
 

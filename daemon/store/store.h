@@ -223,9 +223,10 @@ class Store {
 
   // Evicts least-recently-used blocks of `tier` (demoting them, or dropping them from the last
   // tier) until its used bytes are at most `target_used_bytes`, trying at most `max_victims`
-  // victims. Returns the victims tried. For the background mover, which keeps room free so that a
-  // put rarely waits for a demotion to disk.
-  size_t EvictToTarget(TierId tier, uint64_t target_used_bytes, size_t max_victims);
+  // victims of at most `max_bytes` together (at least one). Returns the victims tried. For the
+  // background mover, which keeps room free so that a put rarely waits for a demotion to disk.
+  size_t EvictToTarget(TierId tier, uint64_t target_used_bytes, size_t max_victims,
+                       uint64_t max_bytes = UINT64_MAX);
 
   // Moves up to `max_blocks` promotion candidates from the host tier into the GPU tier, making
   // room there by demoting its least recently used blocks to host. For the GPU mover thread only:

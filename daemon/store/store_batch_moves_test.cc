@@ -60,6 +60,13 @@ TEST_F(StoreBatchMovesTest, EvictionToATargetWritesItsVictimsDownInOneBatch) {
   for (uint64_t n = 0; n < 8; ++n) EXPECT_TRUE(ReadsBack(n)) << n;
 }
 
+TEST_F(StoreBatchMovesTest, ABatchStopsAtItsByteLimitButAlwaysTakesOneBlock) {
+  ASSERT_NO_FATAL_FAILURE(BuildFull());
+  EXPECT_EQ(store_->EvictToTarget(TierId::kHost, 0, 8, 3 * kBlock), 3u);
+  EXPECT_EQ(store_->EvictToTarget(TierId::kHost, 0, 8, 1), 1u);
+  EXPECT_EQ(nvme().write_batches(), (std::vector<size_t>{3, 1}));
+}
+
 TEST_F(StoreBatchMovesTest, AVictimWhoseWriteFailsIsDroppedAndTheOthersGoDown) {
   ASSERT_NO_FATAL_FAILURE(BuildFull());
   nvme().FailBlocksOf(Key(2));

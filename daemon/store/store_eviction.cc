@@ -167,7 +167,8 @@ Store::DemoteOutcome Store::DemoteIntoShadow(size_t level, const BlockKey& key,
   return DemoteOutcome::kMoved;
 }
 
-size_t Store::EvictToTarget(TierId id, uint64_t target_used_bytes, size_t max_victims) {
+size_t Store::EvictToTarget(TierId id, uint64_t target_used_bytes, size_t max_victims,
+                            uint64_t max_bytes) {
   const size_t level = LevelOf(id);
   if (level >= tiers_.size()) return 0;
   std::atomic<uint64_t>& evicting = evicting_bytes_[static_cast<size_t>(id)];
@@ -179,12 +180,14 @@ size_t Store::EvictToTarget(TierId id, uint64_t target_used_bytes, size_t max_vi
   const uint64_t now = clock_.NowMicros();
   // Read once: Stats takes the tier's allocation lock, which every put takes too.
   const uint64_t used = tiers_[level]->Stats().used_bytes;
-  while (victims.size() < max_victims) {
+  uint64_t picked_bytes = 0;
+  while (victims.size() < max_victims && (victims.empty() || picked_bytes < max_bytes)) {
     const uint64_t leaving = evicting.load(std::memory_order_relaxed);
     if (used <= leaving || used - leaving <= target_used_bytes) break;
     std::optional<std::pair<BlockKey, BlockMeta>> victim = index_->PickVictim(id, now);
     if (!victim) break;  // nothing evictable: everything is leased, pinned or writing
     evicting.fetch_add(victim->second.extent.length, std::memory_order_relaxed);
+    picked_bytes += victim->second.extent.length;
     victims.push_back(*std::move(victim));
   }
   DemoteVictims(level, victims);
