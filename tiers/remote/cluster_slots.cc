@@ -1,6 +1,7 @@
 #include "tiers/remote/cluster_slots.h"
 
 #include <algorithm>
+#include <array>
 
 #include "common/resp/protocol.h"
 

@@ -10,7 +10,6 @@
 // Pure values and functions; a SlotMap is not synchronised (the client's I/O thread owns it).
 #pragma once
 
-#include <array>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -52,13 +51,8 @@ class SlotMap {
   uint16_t IndexOf(const HostPort& node);
 
   std::vector<HostPort> nodes_;  // never shrinks; indexed by slots_
-  std::array<uint16_t, kSlotCount> slots_ = FilledWithNoNode();
-
-  static std::array<uint16_t, kSlotCount> FilledWithNoNode() {
-    std::array<uint16_t, kSlotCount> a;
-    a.fill(kNoNode);
-    return a;
-  }
+  // On the heap, not a 32 KiB std::array: maps are moved through Results and coroutine frames.
+  std::vector<uint16_t> slots_ = std::vector<uint16_t>(kSlotCount, kNoNode);
 };
 
 // A MOVED or ASK error reply, parsed: "MOVED 3999 127.0.0.1:6381". An empty host ("MOVED 3999
