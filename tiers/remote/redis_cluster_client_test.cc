@@ -208,9 +208,10 @@ TEST(RedisClusterClient, HungMasterTimesOutThenIsSkippedThenComesBack) {
       StartCluster({.masters = 3, .replicas_per_master = 0, .node_timeout = milliseconds(60000)});
   ASSERT_TRUE(cluster);
   RedisClusterOptions options;
+  // A backoff long enough that the third call surely finds the breaker still open.
   options.breaker = {.failure_threshold = 2,
-                     .initial_backoff = milliseconds(200),
-                     .max_backoff = milliseconds(400)};
+                     .initial_backoff = milliseconds(1000),
+                     .max_backoff = milliseconds(1000)};
   auto client = OpenClient(cluster->Seeds(), options);
   ASSERT_TRUE(client);
   // One block on the master to stop and one elsewhere.
