@@ -1,0 +1,163 @@
+#include "tiers/remote/cluster_node.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <utility>
+
+namespace kvtier::tiers::remote {
+namespace {
+
+using asio::redirect_error;
+using asio::use_awaitable;
+using boost::system::error_code;
+using ConnectionPtr = std::shared_ptr<NodeConnection>;
+
+long long MillisUntil(Deadline when) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(when - Deadline::clock::now())
+      .count();
+}
+
+}  // namespace
+
+ClusterNode::ClusterNode(asio::io_context& io, HostPort address, const NodeOptions& options,
+                         RemoteCounters& counters)
+    : io_(io),
+      address_(std::move(address)),
+      options_(options),
+      counters_(counters),
+      breaker_(options.breaker) {}
+
+ClusterNode::~ClusterNode() = default;
+
+void ClusterNode::Shutdown() {
+  stopping_ = true;
+  for (const ConnectionPtr& conn : conns_) conn->Close();
+  for (Waiter* waiter : waiters_) waiter->timer.cancel();
+}
+
+Awaitable<Result<std::vector<resp::Reply>>> ClusterNode::Execute(const CommandBatch& batch,
+                                                                 Deadline deadline) {
+  if (stopping_) co_return ShuttingDown("remote store client is shutting down");
+  if (!breaker_.Allow(Deadline::clock::now())) {
+    ++failed_calls_in_episode_;
+    co_return Busy(address_.ToString() + " is skipped after " +
+                   std::to_string(breaker_.consecutive_failures()) +
+                   " failed calls in a row; next try in " +
+                   std::to_string(std::max(0LL, MillisUntil(breaker_.retry_at()))) + " ms");
+  }
+  Result<std::vector<resp::Reply>> replies = co_await ExecuteAllowed(batch, deadline);
+  RecordOutcome(replies.status());
+  co_return replies;
+}
+
+Awaitable<Result<std::vector<resp::Reply>>> ClusterNode::ExecuteAllowed(const CommandBatch& batch,
+                                                                        Deadline deadline) {
+  Result<ConnectionPtr> conn = co_await Acquire(deadline);
+  if (!conn.ok()) co_return conn.status();
+  Result<std::vector<resp::Reply>> replies = co_await (*conn)->Exchange(batch, deadline);
+  Release(std::move(*conn));
+  co_return replies;
+}
+
+Awaitable<Result<ConnectionPtr>> ClusterNode::Acquire(Deadline deadline) {
+  while (true) {
+    if (stopping_) co_return ShuttingDown("remote store client is shutting down");
+    if (!idle_.empty()) {
+      ConnectionPtr conn = std::move(idle_.back());
+      idle_.pop_back();
+      if (conn->usable()) co_return conn;
+      Forget(conn);
+      continue;
+    }
+    if (conns_.size() < options_.max_connections) {
+      Result<ConnectionPtr> opened = co_await Connect(deadline);
+      co_return opened;
+    }
+    Waiter waiter{asio::steady_timer(io_, deadline), nullptr};
+    waiters_.push_back(&waiter);
+    error_code ec;
+    co_await waiter.timer.async_wait(redirect_error(use_awaitable, ec));
+    std::erase(waiters_, &waiter);
+    if (waiter.handed) co_return std::move(waiter.handed);
+    if (Deadline::clock::now() >= deadline) {
+      co_return Timeout("all " + std::to_string(options_.max_connections) + " connections to " +
+                        address_.ToString() + " stayed busy until the deadline");
+    }
+    // Woken without a connection: one was dropped, so there is room to open another.
+  }
+}
+
+Awaitable<Result<ConnectionPtr>> ClusterNode::Connect(Deadline deadline) {
+  auto conn = std::make_shared<NodeConnection>(io_, address_, options_.connection, counters_);
+  conns_.push_back(conn);
+  const Deadline connect_by = std::min(deadline, Deadline::clock::now() + options_.connect_timeout);
+  const Status opened = co_await conn->Open(connect_by);
+  if (!opened.ok()) {
+    Forget(conn);
+    co_return opened;
+  }
+  if (stopping_) {
+    // Shutdown ran while this connection was being made; it must not outlive the client.
+    conn->Close();
+    Forget(conn);
+    co_return ShuttingDown("remote store client is shutting down");
+  }
+  co_return conn;
+}
+
+void ClusterNode::Release(ConnectionPtr conn) {
+  if (!conn->usable() || stopping_) {
+    Forget(conn);
+    return;
+  }
+  for (Waiter* waiter : waiters_) {
+    if (waiter->handed) continue;
+    waiter->handed = std::move(conn);
+    waiter->timer.cancel();
+    return;
+  }
+  idle_.push_back(std::move(conn));
+}
+
+void ClusterNode::Forget(const ConnectionPtr& conn) {
+  conn->Close();
+  std::erase(conns_, conn);
+  std::erase(idle_, conn);
+  WakeOne();
+}
+
+void ClusterNode::WakeOne() {
+  for (Waiter* waiter : waiters_) {
+    if (waiter->handed) continue;
+    waiter->timer.cancel();
+    return;
+  }
+}
+
+void ClusterNode::RecordOutcome(const Status& status) {
+  if (status.ok()) {
+    if (breaker_.RecordSuccess()) {
+      Add(counters_.open_breakers, static_cast<uint64_t>(-1));
+      spdlog::info("remote: {} answers again; {} calls failed or were refused meanwhile",
+                   address_.ToString(), failed_calls_in_episode_);
+    }
+    failed_calls_in_episode_ = 0;
+    return;
+  }
+  if (status.code() == StatusCode::kShuttingDown) {
+    // Not the node's fault, but a probe must still be resolved: leave the breaker as it was.
+    if (breaker_.state() == CircuitBreaker::State::kHalfOpen) breaker_.RecordFailure({});
+    return;
+  }
+  ++failed_calls_in_episode_;
+  if (breaker_.RecordFailure(Deadline::clock::now())) {
+    Add(counters_.breaker_openings);
+    Add(counters_.open_breakers);
+    spdlog::warn("remote: {} failed {} calls in a row ({}); skipping it for {} ms, then probing",
+                 address_.ToString(), breaker_.consecutive_failures(), status.ToString(),
+                 breaker_.backoff().count());
+  }
+}
+
+}  // namespace kvtier::tiers::remote

@@ -1,0 +1,210 @@
+// RedisClusterClient: one call, as rounds. Each round groups the keys still unanswered by the node
+// they go to, sends one pipelined batch per node, all in parallel, and reads the answers; keys
+// answered MOVED or ASK go again in the next round.
+#include <map>
+#include <string_view>
+#include <utility>
+
+#include "tiers/remote/cluster_op.h"
+#include "tiers/remote/redis_cluster_client.h"
+#include "tiers/remote/wait_group.h"
+
+namespace kvtier::tiers::remote {
+namespace {
+
+// The error words a node answers with when it cannot serve now but may soon: retry later.
+bool IsTransient(std::string_view word) {
+  return word == "OOM" || word == "LOADING" || word == "BUSY" || word == "TRYAGAIN" ||
+         word == "MASTERDOWN" || word == "CLUSTERDOWN";
+}
+
+Status ServerError(const std::string& text, const HostPort& node) {
+  const std::string_view word = std::string_view(text).substr(0, text.find(' '));
+  const std::string message = node.ToString() + " answered: " + text;
+  if (IsTransient(word)) return Busy(message);
+  if (word == "NOAUTH" || word == "WRONGPASS" || word == "NOPERM") {
+    return PermissionDenied(message);
+  }
+  return DeviceError(message);
+}
+
+Status Unexpected(const resp::Reply& reply, const HostPort& node) {
+  return DeviceError(node.ToString() + " answered with an unexpected " +
+                     std::string(resp::ReplyTypeName(reply.type)));
+}
+
+}  // namespace
+
+Awaitable<void> RedisClusterClient::RunOp(std::shared_ptr<Op> op) {
+  std::vector<size_t> pending(op->keys.size());
+  for (size_t i = 0; i < pending.size(); ++i) pending[i] = i;
+  while (!pending.empty()) {
+    if (stopping_) {
+      FailKeys(*op, pending, ShuttingDown("remote store client is shutting down"));
+      break;
+    }
+    if (Deadline::clock::now() >= op->deadline) {
+      FailKeys(*op, pending, Timeout("remote call: no answer within its timeout"));
+      break;
+    }
+    std::map<HostPort, std::vector<size_t>> rounds;
+    for (const size_t i : pending) {
+      if (op->routes[i].ask_target) {
+        rounds[*op->routes[i].ask_target].push_back(i);
+        continue;
+      }
+      const int slot = KeySlot(op->keys[i]);
+      const HostPort* node = slot_map_.NodeOf(slot);
+      if (node == nullptr) {
+        FailKeys(*op, {i}, DeviceError("slot " + std::to_string(slot) + " is served by no node"));
+        RequestRefresh();
+        continue;
+      }
+      rounds[*node].push_back(i);
+    }
+    op->redirected.clear();
+    auto done = std::make_shared<WaitGroup>(io_, rounds.size());
+    for (auto& [node, keys] : rounds) {
+      asio::co_spawn(io_, RunNodeRound(op, node, std::move(keys), done),
+                     [done](std::exception_ptr) { done->Done(); });
+    }
+    co_await done->Wait();
+    pending = std::move(op->redirected);
+  }
+}
+
+Awaitable<void> RedisClusterClient::RunNodeRound(std::shared_ptr<Op> op, HostPort node,
+                                                 std::vector<size_t> keys,
+                                                 std::shared_ptr<WaitGroup> done) {
+  CommandBatch batch;
+  for (const size_t i : keys) {
+    if (op->routes[i].ask_target) batch.Command({"ASKING"});
+    AddCommand(*op, i, batch);
+  }
+  Result<std::vector<resp::Reply>> replies = co_await NodeAt(node).Execute(batch, op->deadline);
+  if (!replies.ok()) {
+    FailKeys(*op, keys, replies.status());
+    // A node that cannot be reached may have been replaced (failover): read the map again.
+    const StatusCode code = replies.status().code();
+    if (code == StatusCode::kTimeout || code == StatusCode::kDeviceError) RequestRefresh();
+    co_return;
+  }
+  size_t next = 0;
+  for (const size_t i : keys) {
+    // ASKING's own answer (+OK) comes first; the command's answer says whether it worked.
+    if (op->routes[i].ask_target) ++next;
+    op->routes[i].ask_target.reset();
+    Interpret(*op, i, std::move((*replies)[next++]), node);
+  }
+}
+
+void RedisClusterClient::AddCommand(const Op& op, size_t i, CommandBatch& batch) const {
+  const std::string& key = op.keys[i];
+  switch (op.kind) {
+    case OpKind::kGet:
+      batch.Command({"GET", key});
+      return;
+    case OpKind::kSet:
+      batch.Begin(5);
+      batch.Arg("SET");
+      batch.Arg(key);
+      batch.ArgParts(op.writes[i].value_parts);
+      batch.Arg("PX");
+      batch.Arg(op.ttl_ms);
+      return;
+    case OpKind::kExists:
+      batch.Command({"EXISTS", key});
+      return;
+    case OpKind::kDelete:
+      batch.Command({"DEL", key});
+      return;
+  }
+}
+
+void RedisClusterClient::Interpret(Op& op, size_t i, resp::Reply reply, const HostPort& node) {
+  Result<std::string>& answer = op.answers[i];
+  if (reply.is_error()) {
+    if (FollowRedirect(op, i, reply.str, node)) return;
+    answer = ServerError(reply.str, node);
+    Add(counters_.errors_server);
+    return;
+  }
+  const bool integer = reply.type == resp::ReplyType::kInteger;
+  switch (op.kind) {
+    case OpKind::kGet:
+      if (reply.type == resp::ReplyType::kBulkString) {
+        Add(counters_.hits);
+        answer = std::move(reply.str);
+      } else if (reply.is_null()) {
+        Add(counters_.misses);
+        answer = NotFound("remote: no value for " + op.keys[i]);
+      } else {
+        answer = Unexpected(reply, node);
+      }
+      return;
+    case OpKind::kSet:
+      answer = reply.type == resp::ReplyType::kSimpleString && reply.str == "OK"
+                   ? Result<std::string>(std::string())
+                   : Result<std::string>(Unexpected(reply, node));
+      return;
+    case OpKind::kExists:
+    case OpKind::kDelete:
+      if (!integer) {
+        answer = Unexpected(reply, node);
+      } else if (reply.integer > 0) {
+        answer = std::string();
+      } else {
+        answer = NotFound("remote: no value for " + op.keys[i]);
+      }
+      return;
+  }
+}
+
+bool RedisClusterClient::FollowRedirect(Op& op, size_t i, const std::string& error,
+                                        const HostPort& node) {
+  std::optional<Redirect> redirect = ParseRedirect(error);
+  if (!redirect) return false;
+  // "MOVED 3999 :6381": a node whose endpoint the cluster does not know, on the same host.
+  if (redirect->target.host.empty()) redirect->target.host = node.host;
+  if (++op.routes[i].redirects > options_.max_redirects) {
+    op.answers[i] =
+        DeviceError("remote: " + op.keys[i] + " still redirected after " +
+                    std::to_string(options_.max_redirects) + " redirections (" + error + ")");
+    Add(counters_.errors_server);
+    return true;
+  }
+  if (redirect->kind == Redirect::Kind::kMoved) {
+    Add(counters_.moved_redirects);
+    // The slot moved for good: correct the map now for the next calls, and re-read all of it
+    // soon, since a resharding or failover rarely moves one slot alone.
+    slot_map_.Assign(redirect->slot, redirect->slot, redirect->target);
+    RequestRefresh();
+  } else {
+    // A slot being migrated: only this key, only the next try, goes to the importing node.
+    Add(counters_.ask_redirects);
+    op.routes[i].ask_target = redirect->target;
+  }
+  op.redirected.push_back(i);
+  return true;
+}
+
+void RedisClusterClient::FailKeys(Op& op, const std::vector<size_t>& keys, const Status& status) {
+  std::atomic<uint64_t>* counter = nullptr;
+  switch (status.code()) {
+    case StatusCode::kTimeout:
+      counter = &counters_.errors_timeout;
+      break;
+    case StatusCode::kBusy:
+      counter = &counters_.errors_breaker;
+      break;
+    case StatusCode::kDeviceError:
+      counter = &counters_.errors_unavailable;
+      break;
+    default:
+      break;
+  }
+  for (const size_t i : keys) op.answers[i] = status;
+  if (counter != nullptr) Add(*counter, keys.size());
+}
+
+}  // namespace kvtier::tiers::remote

@@ -1,0 +1,166 @@
+#include "tiers/remote/node_connection.h"
+
+#include <utility>
+
+namespace kvtier::tiers::remote {
+namespace {
+
+using asio::redirect_error;
+using asio::use_awaitable;
+using boost::system::error_code;
+using tcp = asio::ip::tcp;
+
+}  // namespace
+
+NodeConnection::NodeConnection(asio::io_context& io, HostPort node,
+                               const ConnectionOptions& options, RemoteCounters& counters)
+    : node_(std::move(node)),
+      options_(options),
+      counters_(counters),
+      resolver_(io),
+      socket_(io),
+      timer_(io),
+      parser_(options.parser) {}
+
+NodeConnection::~NodeConnection() = default;
+
+void NodeConnection::Close() {
+  broken_ = true;
+  error_code ignored;
+  resolver_.cancel();
+  socket_.close(ignored);
+  timer_.cancel();
+}
+
+void NodeConnection::ArmDeadline(Deadline deadline) {
+  const uint64_t generation = ++generation_;
+  timed_out_ = false;
+  timer_.expires_at(deadline);
+  // A weak reference: a pending timer must not keep a dropped connection alive.
+  timer_.async_wait([self = weak_from_this(), generation](const error_code& ec) {
+    const auto conn = self.lock();
+    if (ec || !conn || conn->generation_ != generation) return;
+    conn->timed_out_ = true;
+    conn->Close();
+  });
+}
+
+void NodeConnection::Disarm() {
+  // A handler already queued with success sees another generation and does nothing.
+  ++generation_;
+  timer_.cancel();
+}
+
+Status NodeConnection::Fail(const error_code& ec, std::string_view what) {
+  const bool timed_out = timed_out_;
+  Disarm();
+  Close();
+  if (timed_out) {
+    return Timeout(node_.ToString() + ": no answer to " + std::string(what) +
+                   " within the timeout");
+  }
+  if (ec == asio::error::eof) return DeviceError(node_.ToString() + " closed the connection");
+  return DeviceError(node_.ToString() + ": " + std::string(what) + ": " + ec.message());
+}
+
+Awaitable<Status> NodeConnection::Open(Deadline deadline) {
+  Status connected = co_await Connect(deadline);
+  if (!connected.ok() || options_.password.empty()) co_return connected;
+  Status authenticated = co_await Authenticate(deadline);
+  co_return authenticated;
+}
+
+Awaitable<Status> NodeConnection::Connect(Deadline deadline) {
+  ArmDeadline(deadline);
+  error_code ec;
+  tcp::endpoint endpoint;
+  const asio::ip::address address = asio::ip::make_address(node_.host, ec);
+  if (!ec) {
+    endpoint = tcp::endpoint(address, node_.port);
+  } else {
+    ec.clear();
+    const auto results = co_await resolver_.async_resolve(node_.host, std::to_string(node_.port),
+                                                          redirect_error(use_awaitable, ec));
+    if (ec || results.empty()) co_return Fail(ec, "resolve");
+    endpoint = *results.begin();
+  }
+  co_await socket_.async_connect(endpoint, redirect_error(use_awaitable, ec));
+  if (ec) co_return Fail(ec, "connect");
+  Disarm();
+  socket_.set_option(tcp::no_delay(true), ec);
+  connected_ = true;
+  Add(counters_.connections_opened);
+  co_return Status::Ok();
+}
+
+Awaitable<Status> NodeConnection::Authenticate(Deadline deadline) {
+  CommandBatch auth;
+  if (options_.user.empty()) {
+    auth.Command({"AUTH", options_.password});
+  } else {
+    auth.Command({"AUTH", options_.user, options_.password});
+  }
+  Result<std::vector<resp::Reply>> replies = co_await Exchange(auth, deadline);
+  if (!replies.ok()) co_return replies.status();
+  const resp::Reply& reply = replies->front();
+  if (reply.is_error()) {
+    Close();
+    Add(counters_.errors_auth);
+    // The node's words ("WRONGPASS invalid username-password pair ..."); never the password.
+    co_return PermissionDenied(node_.ToString() + " refused AUTH" +
+                               (options_.user.empty() ? "" : " as user '" + options_.user + "'") +
+                               ": " + reply.str);
+  }
+  co_return Status::Ok();
+}
+
+Awaitable<Result<std::vector<resp::Reply>>> NodeConnection::Exchange(const CommandBatch& batch,
+                                                                     Deadline deadline) {
+  if (!usable()) co_return DeviceError(node_.ToString() + ": connection closed");
+  ArmDeadline(deadline);
+  std::vector<asio::const_buffer> buffers;
+  for (const std::string_view piece : batch.Pieces()) {
+    buffers.emplace_back(piece.data(), piece.size());
+  }
+  error_code ec;
+  const size_t written =
+      co_await asio::async_write(socket_, buffers, redirect_error(use_awaitable, ec));
+  Add(counters_.bytes_out, written);
+  Add(counters_.requests, batch.commands());
+  if (ec) co_return Fail(ec, "a request");
+  std::vector<resp::Reply> replies;
+  replies.reserve(batch.commands());
+  if (!read_buf_) read_buf_ = std::make_unique<std::array<char, kReadBufferBytes>>();
+  while (true) {
+    const Status drained = Drain(replies, batch.commands());
+    if (!drained.ok()) co_return drained;
+    if (replies.size() == batch.commands()) break;
+    const size_t n = co_await socket_.async_read_some(
+        asio::buffer(read_buf_->data(), read_buf_->size()), redirect_error(use_awaitable, ec));
+    Add(counters_.bytes_in, n);
+    if (ec) co_return Fail(ec, "a reply");
+    buffered_ = std::string_view(read_buf_->data(), n);
+  }
+  Disarm();
+  co_return replies;
+}
+
+Status NodeConnection::Drain(std::vector<resp::Reply>& replies, size_t wanted) {
+  while (replies.size() < wanted && !buffered_.empty()) {
+    const Result<size_t> consumed = parser_.Feed(buffered_);
+    if (!consumed.ok()) {
+      Disarm();
+      Close();
+      return DeviceError(node_.ToString() +
+                         " sent a malformed reply: " + consumed.status().message());
+    }
+    buffered_.remove_prefix(*consumed);
+    if (!parser_.has_reply()) continue;
+    resp::Reply reply = parser_.TakeReply();
+    // RESP3 pushes are not answers; kvtier never subscribes, but a server may still send one.
+    if (reply.type != resp::ReplyType::kPush) replies.push_back(std::move(reply));
+  }
+  return Status::Ok();
+}
+
+}  // namespace kvtier::tiers::remote

@@ -1,0 +1,87 @@
+// NodeConnection: one TCP connection to one Redis node, for pipelined batches of commands.
+//
+// Open() connects and authenticates; Exchange() writes a whole CommandBatch and reads its replies,
+// one per command, in order. One exchange at a time (the pool in ClusterNode hands a connection to
+// one caller). Every operation has a deadline: when it passes, the socket is closed, which ends the
+// pending read or write, and the operation answers kTimeout. After any error the position in the
+// reply stream is unknown, so the connection is unusable from then on and the pool drops it.
+//
+// Boost errors are translated here, where they enter: kTimeout for a passed deadline, kDeviceError
+// for a refused, reset or closed connection or bytes that are not RESP (each message names the
+// node), kPermissionDenied when the node refuses AUTH (the message never contains the password).
+//
+// Lives on the client's I/O thread: every method, and the coroutines, run there. Held by
+// shared_ptr because a deadline timer's handler may outlive the caller's use of it.
+#pragma once
+
+#include <array>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/resp/reply.h"
+#include "common/resp/reply_parser.h"
+#include "common/status.h"
+#include "tiers/remote/asio.h"
+#include "tiers/remote/command_batch.h"
+#include "tiers/remote/redis_endpoint.h"
+#include "tiers/remote/remote_stats.h"
+
+namespace kvtier::tiers::remote {
+
+struct ConnectionOptions {
+  std::string user;      // empty: AUTH <password> (the default user)
+  std::string password;  // empty: no AUTH
+  resp::ReplyParser::Options parser;
+};
+
+class NodeConnection : public std::enable_shared_from_this<NodeConnection> {
+ public:
+  // `options` and `counters` must outlive the connection.
+  NodeConnection(asio::io_context& io, HostPort node, const ConnectionOptions& options,
+                 RemoteCounters& counters);
+  ~NodeConnection();
+
+  // Resolves, connects and (with a password) authenticates by `deadline`. Errors: kTimeout,
+  // kDeviceError (no such host, refused), kPermissionDenied (AUTH refused: the node's words).
+  Awaitable<Status> Open(Deadline deadline);
+
+  // Sends `batch` in one write and reads batch.commands() replies. An error reply of a command is
+  // a Reply of type kError, not a failed exchange. Errors: kTimeout, kDeviceError; either leaves
+  // the connection unusable.
+  Awaitable<Result<std::vector<resp::Reply>>> Exchange(const CommandBatch& batch,
+                                                       Deadline deadline);
+
+  // Closes the socket now: a pending Open or Exchange ends with an error. Idempotent.
+  void Close();
+  bool usable() const { return connected_ && !broken_; }
+  const HostPort& node() const { return node_; }
+
+ private:
+  void ArmDeadline(Deadline deadline);
+  void Disarm();
+  Status Fail(const boost::system::error_code& ec, std::string_view what);
+  Awaitable<Status> Connect(Deadline deadline);
+  Awaitable<Status> Authenticate(Deadline deadline);
+  // Parses buffered bytes into `replies` until `wanted` are there or the bytes run out.
+  Status Drain(std::vector<resp::Reply>& replies, size_t wanted);
+
+  static constexpr size_t kReadBufferBytes = 64 << 10;
+
+  HostPort node_;
+  const ConnectionOptions& options_;
+  RemoteCounters& counters_;
+  asio::ip::tcp::resolver resolver_;
+  asio::ip::tcp::socket socket_;
+  asio::steady_timer timer_;
+  resp::ReplyParser parser_;
+  std::unique_ptr<std::array<char, kReadBufferBytes>> read_buf_;
+  std::string_view buffered_;  // received, not yet parsed; points into read_buf_
+  uint64_t generation_ = 0;    // of the armed deadline; a stale timer handler does nothing
+  bool timed_out_ = false;     // the armed deadline passed and closed the socket
+  bool connected_ = false;
+  bool broken_ = false;
+};
+
+}  // namespace kvtier::tiers::remote

@@ -1,0 +1,142 @@
+// RedisClusterClient: the RemoteStore of a Redis Cluster, a Valkey Cluster or a single Redis or
+// Valkey server, on the project's RESP codec and Boost.Asio.
+//
+// Open() asks the seeds, in order, whether they run in cluster mode (INFO cluster) and, if so, for
+// the slot map (CLUSTER SHARDS, or CLUSTER SLOTS on servers older than 7); a single server serves
+// every slot itself. A batch is split by the master of each key's slot and sent as one pipelined
+// round per node, all nodes in parallel. A key answered MOVED goes again to the node named (the
+// slot map is corrected at once and re-read soon after); one answered ASK goes to the node named,
+// preceded by ASKING, without changing the map. Redirections go on in further rounds until every
+// key is answered, `max_redirects` is reached, or the deadline passes.
+//
+// Failure handling: every call has a deadline that bounds all its rounds; a node that fails calls
+// in a row is skipped by its circuit breaker (cluster_node.h) and probed again after a backoff; a
+// lost connection, a timeout or an unserved slot also schedules a re-read of the slot map (at most
+// every `min_refresh_interval`), which is how a failover is followed: the promoted replica appears
+// in the map once the cluster has elected it. Nothing here retries a failed key on its own: a
+// failure costs a hit, and the caller decides.
+//
+// Threads: the client runs one I/O thread ("kvtier-remote") of its own, which owns every
+// connection, the slot map and the nodes; Start* calls from any thread post to it and their
+// callbacks run on it. Counters are atomics that any thread may read. The destructor ends every
+// pending call (their callbacks run, with kShuttingDown or an error) and joins the thread.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/status.h"
+#include "tiers/remote/asio.h"
+#include "tiers/remote/cluster_node.h"
+#include "tiers/remote/cluster_slots.h"
+#include "tiers/remote/redis_endpoint.h"
+#include "tiers/remote/remote_stats.h"
+#include "tiers/remote/remote_store.h"
+
+namespace kvtier::tiers::remote {
+
+struct RedisClusterOptions {
+  std::vector<HostPort> seeds;  // at least one; any node of the cluster will do
+  std::string user;             // empty: the default user
+  std::string password;         // empty: no AUTH
+  // Each connection attempt and each slot-map query, below the call's own timeout.
+  std::chrono::milliseconds connect_timeout{1000};
+  size_t connections_per_node = 4;
+  CircuitBreaker::Options breaker;
+  int max_redirects = 5;  // per key and call
+  std::chrono::milliseconds min_refresh_interval{100};
+  size_t max_value_bytes = size_t{512} << 20;  // a longer reply is a protocol error
+  std::string thread_name = "kvtier-remote";
+};
+
+class RedisClusterClient final : public RemoteStore {
+ public:
+  // Starts the I/O thread and reads the topology from the first seed that answers, within
+  // connect_timeout per seed. Errors: kInvalidArgument (options: no seed, a zero timeout or pool),
+  // kPermissionDenied (a seed refused the credentials: the node's words, never the password),
+  // kDeviceError (no seed answered; each seed's error is named).
+  static Result<std::unique_ptr<RedisClusterClient>> Open(RedisClusterOptions options);
+
+  ~RedisClusterClient() override;
+  RedisClusterClient(const RedisClusterClient&) = delete;
+  RedisClusterClient& operator=(const RedisClusterClient&) = delete;
+
+  void StartGet(std::vector<std::string> keys, std::chrono::milliseconds timeout,
+                GetCallback done) override;
+  void StartSet(std::vector<RemoteWrite> writes, std::chrono::milliseconds ttl,
+                std::chrono::milliseconds timeout, StatusCallback done) override;
+  void StartExists(std::vector<std::string> keys, std::chrono::milliseconds timeout,
+                   StatusCallback done) override;
+  void StartDelete(std::vector<std::string> keys, std::chrono::milliseconds timeout,
+                   StatusCallback done) override;
+
+  // True when the seeds run Redis Cluster, false for a single server. Fixed at Open.
+  bool cluster_mode() const { return cluster_mode_; }
+  RemoteStats stats() const { return counters_.Snapshot(); }
+  // The masters of the current slot map ("host:port"), sorted. Blocks until the I/O thread answers.
+  std::vector<std::string> Masters();
+  // Re-reads the slot map now (not rate-limited) and waits for it. Errors as Open.
+  Status RefreshTopology();
+
+ protected:
+  bool OnCallbackThread() const override;
+
+ private:
+  enum class OpKind : uint8_t { kGet, kSet, kExists, kDelete };
+  struct Op;
+  struct Route;
+
+  explicit RedisClusterClient(RedisClusterOptions options);
+
+  void Start(std::shared_ptr<Op> op);
+  // cluster_ops.cc: one call, round after round.
+  Awaitable<void> RunOp(std::shared_ptr<Op> op);
+  Awaitable<void> RunNodeRound(std::shared_ptr<Op> op, HostPort node, std::vector<size_t> keys,
+                               std::shared_ptr<class WaitGroup> done);
+  void AddCommand(const Op& op, size_t i, CommandBatch& batch) const;
+  void Interpret(Op& op, size_t i, resp::Reply reply, const HostPort& node);
+  bool FollowRedirect(Op& op, size_t i, const std::string& error, const HostPort& node);
+  void FailKeys(Op& op, const std::vector<size_t>& keys, const Status& status);
+  ClusterNode& NodeAt(const HostPort& address);
+
+  // cluster_topology.cc: the slot map.
+  Awaitable<Status> Refresh();
+  Awaitable<Result<SlotMap>> QueryTopology(const HostPort& candidate);
+  Awaitable<Result<SlotMap>> AskTopology(NodeConnection& conn, Deadline deadline);
+  std::vector<HostPort> RefreshCandidates();
+  // Schedules a re-read of the slot map, rate-limited; a no-op for a single server.
+  void RequestRefresh();
+  Awaitable<void> RefreshLoop();
+  void InstallMap(SlotMap map);
+  void ShutdownOnIoThread();
+
+  const RedisClusterOptions options_;
+  const NodeOptions node_options_;
+  RemoteCounters counters_;
+  asio::io_context io_{1};
+  asio::executor_work_guard<asio::io_context::executor_type> work_;
+  std::atomic<bool> stopping_{false};
+  // Written on the I/O thread by the first topology query, which Open waits for; read-only after.
+  bool cluster_mode_ = false;
+  bool mode_known_ = false;
+
+  // Touched only on the I/O thread.
+  SlotMap slot_map_;
+  std::map<HostPort, std::unique_ptr<ClusterNode>> nodes_;
+  std::vector<std::shared_ptr<NodeConnection>> topology_conns_;  // slot-map queries under way
+  asio::steady_timer refresh_timer_{io_};
+  Deadline last_refresh_{};
+  bool refreshing_ = false;
+  bool refresh_again_ = false;
+  bool refresh_failing_ = false;    // the last refresh found no node: log once per episode
+  bool use_cluster_slots_ = false;  // CLUSTER SHARDS was refused: an older server
+
+  std::thread thread_;  // last: started once everything above exists
+};
+
+}  // namespace kvtier::tiers::remote

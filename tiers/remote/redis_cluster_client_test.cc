@@ -1,0 +1,289 @@
+// RedisClusterClient against a real Redis Cluster (3 masters, 3 replicas of Debian's redis-server
+// on loopback ports): every slot, resharding (MOVED), migration (ASK), failover after SIGKILL, a
+// hung master (SIGSTOP: timeouts, then the breaker), and the whole cluster gone.
+#include "tiers/remote/redis_cluster_client.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "tiers/remote/remote_record.h"
+#include "tiers/remote/testing/redis_cluster.h"
+#include "tiers/remote/testing/test_values.h"
+
+namespace kvtier::tiers::remote {
+namespace {
+
+using std::chrono::milliseconds;
+using testing::RedisCluster;
+using Clock = std::chrono::steady_clock;
+
+constexpr milliseconds kTtl{600'000};
+constexpr milliseconds kCallTimeout{5'000};
+
+std::unique_ptr<RedisCluster> StartCluster(RedisCluster::Options options = {}) {
+  auto cluster = RedisCluster::Start(options);
+  if (!cluster.ok()) {
+    ADD_FAILURE() << "cluster: " << cluster.status().ToString();
+    return nullptr;
+  }
+  return std::move(cluster).value();
+}
+
+std::unique_ptr<RedisClusterClient> OpenClient(std::vector<HostPort> seeds,
+                                               RedisClusterOptions options = {}) {
+  options.seeds = std::move(seeds);
+  options.connect_timeout = milliseconds(300);
+  auto client = RedisClusterClient::Open(std::move(options));
+  if (!client.ok()) {
+    ADD_FAILURE() << "open: " << client.status().ToString();
+    return nullptr;
+  }
+  return std::move(client).value();
+}
+
+std::string KeyOf(uint64_t i) { return RemoteKey(testing::TestNamespace(), testing::TestBlock(i)); }
+
+// Writes the records of `blocks` (payloads of `bytes`) in one call; every key must succeed.
+void PutBlocks(RemoteStore& store, const std::vector<uint64_t>& blocks, size_t bytes,
+               std::vector<std::string>& values) {
+  values.clear();
+  for (const uint64_t i : blocks) values.push_back(testing::TestRecord(i, bytes));
+  std::vector<RemoteWrite> writes;
+  for (size_t n = 0; n < blocks.size(); ++n) writes.push_back({KeyOf(blocks[n]), {values[n]}});
+  const std::vector<Status> put = store.Set(std::move(writes), kTtl, kCallTimeout);
+  for (size_t n = 0; n < put.size(); ++n)
+    ASSERT_TRUE(put[n].ok()) << n << ": " << put[n].ToString();
+}
+
+// Reads `blocks` in one call and checks every record against its block.
+void ExpectBlocks(RemoteStore& store, const std::vector<uint64_t>& blocks, size_t bytes) {
+  std::vector<std::string> keys;
+  for (const uint64_t i : blocks) keys.push_back(KeyOf(i));
+  const auto got = store.Get(std::move(keys), kCallTimeout);
+  ASSERT_EQ(got.size(), blocks.size());
+  for (size_t n = 0; n < blocks.size(); ++n) {
+    ASSERT_TRUE(got[n].ok()) << "block " << blocks[n] << ": " << got[n].status().ToString();
+    const auto view =
+        DecodeRecord(*got[n], testing::TestNamespace(), testing::TestBlock(blocks[n]));
+    ASSERT_TRUE(view.ok()) << view.status().ToString();
+    ASSERT_EQ(view->payload.size(), bytes);
+    ASSERT_EQ(*got[n], testing::TestRecord(blocks[n], bytes));
+  }
+}
+
+TEST(RedisClusterClient, RoundTripOverEverySlotFromOneSeed) {
+  auto cluster = StartCluster();
+  ASSERT_TRUE(cluster);
+  // One seed is enough: the rest of the cluster is discovered.
+  auto client = OpenClient({cluster->node(0).address()});
+  ASSERT_TRUE(client);
+  EXPECT_TRUE(client->cluster_mode());
+  EXPECT_EQ(client->Masters().size(), 3u);
+
+  const std::vector<uint64_t> blocks = testing::BlocksCoveringEverySlot();
+  std::vector<std::string> values;
+  PutBlocks(*client, blocks, 64, values);
+  ExpectBlocks(*client, blocks, 64);
+  for (size_t m = 0; m < 3; ++m) {
+    const auto size = cluster->Cli(m, {"DBSIZE"});
+    ASSERT_TRUE(size.ok());
+    EXPECT_GT(std::stoi(*size), 5000) << "master " << m;
+  }
+  // Deleted keys are misses; kept ones still exist.
+  const std::vector<std::string> some = {KeyOf(blocks[0]), KeyOf(blocks[9000])};
+  for (const Status& st : client->Delete(some, kCallTimeout)) EXPECT_TRUE(st.ok()) << st.ToString();
+  for (const Status& st : client->Delete(some, kCallTimeout))
+    EXPECT_EQ(st.code(), StatusCode::kNotFound);
+  const auto after = client->Get(some, kCallTimeout);
+  EXPECT_EQ(after[0].status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(client->Exists({KeyOf(blocks[1])}, kCallTimeout)[0], Status::Ok());
+
+  const RemoteStats stats = client->stats();
+  EXPECT_EQ(stats.hits, blocks.size());
+  EXPECT_EQ(stats.misses, 2u);
+  EXPECT_EQ(stats.moved_redirects, 0u);
+  EXPECT_EQ(stats.masters, 3u);
+  EXPECT_GT(stats.bytes_out, blocks.size() * 64);
+}
+
+TEST(RedisClusterClient, LargeValuesRoundTrip) {
+  auto cluster = StartCluster({.masters = 3, .replicas_per_master = 0});
+  ASSERT_TRUE(cluster);
+  auto client = OpenClient(cluster->Seeds());
+  ASSERT_TRUE(client);
+  const std::vector<uint64_t> blocks = {1, 2, 3, 4, 5, 6};
+  std::vector<std::string> values;
+  PutBlocks(*client, blocks, 2 << 20, values);  // a Llama-8B block of 16 tokens
+  ExpectBlocks(*client, blocks, 2 << 20);
+}
+
+TEST(RedisClusterClient, FollowsMovedAfterASlotIsResharded) {
+  auto cluster = StartCluster({.masters = 3, .replicas_per_master = 0});
+  ASSERT_TRUE(cluster);
+  auto client = OpenClient(cluster->Seeds());
+  ASSERT_TRUE(client);
+  std::vector<std::string> values;
+  PutBlocks(*client, {7}, 128, values);
+  const int slot = KeySlot(KeyOf(7));
+  const int from = cluster->MasterOfSlot(slot);
+  const size_t to = static_cast<size_t>((from + 1) % 3);
+  ASSERT_TRUE(cluster->MoveSlot(slot, to).ok());
+  ASSERT_TRUE(cluster->WaitConverged(milliseconds(10000), slot, static_cast<int>(to)));
+
+  ExpectBlocks(*client, {7}, 128);
+  EXPECT_GE(client->stats().moved_redirects, 1u);
+  // The map was corrected: the next call goes straight to the new master.
+  const uint64_t moved = client->stats().moved_redirects;
+  ExpectBlocks(*client, {7}, 128);
+  EXPECT_EQ(client->stats().moved_redirects, moved);
+}
+
+TEST(RedisClusterClient, FollowsAskDuringAMigration) {
+  auto cluster = StartCluster({.masters = 3, .replicas_per_master = 0});
+  ASSERT_TRUE(cluster);
+  auto client = OpenClient(cluster->Seeds());
+  ASSERT_TRUE(client);
+  // Three keys of one slot (a hash tag; the client honours it like Redis does).
+  const std::string a = "{mig}a", b = "{mig}b", c = "{mig}c";
+  ASSERT_TRUE(client->Set({{a, {"value-a"}}, {b, {"value-b"}}}, kTtl, kCallTimeout)[0].ok());
+  const int slot = KeySlot(a);
+  const int from = cluster->MasterOfSlot(slot);
+  const size_t to = static_cast<size_t>((from + 1) % 3);
+  ASSERT_TRUE(cluster->BeginMigration(slot, to, {a}).ok());
+
+  const auto got = client->Get({a, b}, kCallTimeout);
+  ASSERT_TRUE(got[0].ok()) << got[0].status().ToString();
+  EXPECT_EQ(*got[0], "value-a");  // moved: ASK, then ASKING + GET on the importing node
+  ASSERT_TRUE(got[1].ok()) << got[1].status().ToString();
+  EXPECT_EQ(*got[1], "value-b");  // not moved yet: the old master serves it
+  EXPECT_GE(client->stats().ask_redirects, 1u);
+  // A new key of a migrating slot is created on the importing node.
+  EXPECT_TRUE(client->Set({{c, {"value-c"}}}, kTtl, kCallTimeout)[0].ok());
+  EXPECT_EQ(client->Exists({c}, kCallTimeout)[0], Status::Ok());
+  // ASK changes nothing for good.
+  EXPECT_EQ(client->stats().moved_redirects, 0u);
+}
+
+TEST(RedisClusterClient, FollowsFailoverAfterAMasterIsKilled) {
+  auto cluster = StartCluster({.node_timeout = milliseconds(1000)});
+  ASSERT_TRUE(cluster);
+  auto client = OpenClient(cluster->Seeds());
+  ASSERT_TRUE(client);
+  std::vector<uint64_t> blocks;
+  for (uint64_t i = 0; i < 300; ++i) blocks.push_back(i);
+  std::vector<std::string> values;
+  PutBlocks(*client, blocks, 256, values);
+  ASSERT_TRUE(cluster->WaitReplicated(milliseconds(10000)));
+
+  const int slot = KeySlot(KeyOf(0));
+  const int victim = cluster->MasterOfSlot(slot);
+  const int replica = cluster->ReplicaOf(static_cast<size_t>(victim));
+  ASSERT_GE(replica, 0);
+  cluster->node(static_cast<size_t>(victim)).Kill();
+  // The surviving masters vote; FORCE skips the handshake with the dead master.
+  ASSERT_TRUE(cluster->Cli(static_cast<size_t>(replica), {"CLUSTER", "FAILOVER", "FORCE"}).ok());
+  ASSERT_TRUE(cluster->WaitConverged(milliseconds(15000), slot, replica));
+
+  // Until the client has re-read the map, calls fail, each within its timeout; then all succeed.
+  const milliseconds timeout{500};
+  milliseconds slowest{0};
+  const bool served = testing::PollUntil(milliseconds(10000), [&] {
+    const auto start = Clock::now();
+    const auto got = client->Get({KeyOf(0)}, timeout);
+    slowest = std::max(slowest, std::chrono::duration_cast<milliseconds>(Clock::now() - start));
+    return got[0].ok();
+  });
+  ASSERT_TRUE(served);
+  EXPECT_LT(slowest, timeout + milliseconds(500));
+  ExpectBlocks(*client, blocks, 256);  // every block survived: the replica had them all
+  EXPECT_GE(client->stats().topology_refreshes, 2u);
+}
+
+TEST(RedisClusterClient, HungMasterTimesOutThenIsSkippedThenComesBack) {
+  // A long node timeout: the stopped master must not be failed over during the test.
+  auto cluster =
+      StartCluster({.masters = 3, .replicas_per_master = 0, .node_timeout = milliseconds(60000)});
+  ASSERT_TRUE(cluster);
+  RedisClusterOptions options;
+  // A backoff long enough that the third call surely finds the breaker still open.
+  options.breaker = {.failure_threshold = 2,
+                     .initial_backoff = milliseconds(1000),
+                     .max_backoff = milliseconds(1000)};
+  auto client = OpenClient(cluster->Seeds(), options);
+  ASSERT_TRUE(client);
+  // One block on the master to stop and one elsewhere.
+  const int victim = cluster->MasterOfSlot(KeySlot(KeyOf(0)));
+  uint64_t other = 1;
+  while (cluster->MasterOfSlot(KeySlot(KeyOf(other))) == victim) ++other;
+  std::vector<std::string> values;
+  PutBlocks(*client, {0, other}, 64, values);
+
+  cluster->node(static_cast<size_t>(victim)).Stop();
+  const milliseconds timeout{300};
+  for (int call = 0; call < 2; ++call) {
+    const auto start = Clock::now();
+    const auto got = client->Get({KeyOf(0), KeyOf(other)}, timeout);
+    const auto took = Clock::now() - start;
+    EXPECT_EQ(got[0].status().code(), StatusCode::kTimeout) << got[0].status().ToString();
+    EXPECT_TRUE(got[1].ok()) << "a healthy node's key is served meanwhile";
+    EXPECT_GE(took, timeout - milliseconds(5));
+    EXPECT_LT(took, timeout + milliseconds(500));
+  }
+  EXPECT_EQ(client->stats().breaker_openings, 1u);
+  // The breaker is open: no waiting on the hung node at all.
+  const auto start = Clock::now();
+  const auto skipped = client->Get({KeyOf(0)}, timeout);
+  EXPECT_EQ(skipped[0].status().code(), StatusCode::kBusy) << skipped[0].status().ToString();
+  EXPECT_LT(Clock::now() - start, milliseconds(100));
+  EXPECT_EQ(client->stats().open_breakers, 1u);
+
+  cluster->node(static_cast<size_t>(victim)).Continue();
+  EXPECT_TRUE(testing::PollUntil(milliseconds(5000),
+                                 [&] { return client->Get({KeyOf(0)}, timeout)[0].ok(); }));
+  EXPECT_EQ(client->stats().open_breakers, 0u);
+  EXPECT_GE(client->stats().errors_timeout, 2u);
+  EXPECT_GE(client->stats().errors_breaker, 1u);
+}
+
+TEST(RedisClusterClient, WholeClusterDownGivesErrorsNotHangs) {
+  auto cluster =
+      StartCluster({.masters = 3, .replicas_per_master = 0, .node_timeout = milliseconds(60000)});
+  ASSERT_TRUE(cluster);
+  auto client = OpenClient(cluster->Seeds());
+  ASSERT_TRUE(client);
+  std::vector<uint64_t> blocks;
+  for (uint64_t i = 0; i < 30; ++i) blocks.push_back(i);
+  std::vector<std::string> values;
+  PutBlocks(*client, blocks, 64, values);
+  std::vector<std::string> keys;
+  for (const uint64_t i : blocks) keys.push_back(KeyOf(i));
+
+  const milliseconds timeout{300};
+  auto expect_bounded_failure = [&](const char* phase) {
+    const auto start = Clock::now();
+    const auto got = client->Get(keys, timeout);
+    EXPECT_LT(Clock::now() - start, timeout + milliseconds(500)) << phase;
+    for (const auto& r : got) EXPECT_FALSE(r.ok()) << phase;
+  };
+  for (size_t n = 0; n < 3; ++n) cluster->node(n).Stop();
+  expect_bounded_failure("stopped");
+  for (size_t n = 0; n < 3; ++n) cluster->node(n).Kill();
+  for (int call = 0; call < 3; ++call) expect_bounded_failure("killed");
+
+  // A new client finds no seed: a clear error, within the connect timeout per seed.
+  RedisClusterOptions options;
+  options.seeds = cluster->Seeds();
+  options.connect_timeout = milliseconds(300);
+  const auto start = Clock::now();
+  const auto refused = RedisClusterClient::Open(options);
+  EXPECT_EQ(refused.status().code(), StatusCode::kDeviceError);
+  EXPECT_NE(refused.status().message().find(cluster->Seeds()[0].ToString()), std::string::npos)
+      << refused.status().message();
+  EXPECT_LT(Clock::now() - start, milliseconds(3000));
+}
+
+}  // namespace
+}  // namespace kvtier::tiers::remote

@@ -1,0 +1,220 @@
+// RedisClusterClient against one plain redis-server (no cluster mode): the round trip, TTLs,
+// credentials, a corrupted value, a server gone, and the client's own threading: many callers at
+// once, a pool smaller than the callers, callbacks, and destruction with calls in flight. These
+// run under ThreadSanitizer too (label "concurrency").
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <future>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tiers/remote/redis_cluster_client.h"
+#include "tiers/remote/remote_record.h"
+#include "tiers/remote/testing/redis_process.h"
+#include "tiers/remote/testing/test_values.h"
+
+namespace kvtier::tiers::remote {
+namespace {
+
+using std::chrono::milliseconds;
+using testing::RedisProcess;
+using Clock = std::chrono::steady_clock;
+
+constexpr milliseconds kTtl{600'000};
+constexpr milliseconds kCallTimeout{5'000};
+
+class SingleServer : public ::testing::Test {
+ protected:
+  void StartServer(const std::vector<std::string>& args = {}) {
+    auto server = RedisProcess::Start(dir_.path(), args);
+    ASSERT_TRUE(server.ok()) << server.status().ToString();
+    server_ = std::move(server).value();
+  }
+
+  Result<std::unique_ptr<RedisClusterClient>> Open(RedisClusterOptions options = {}) {
+    options.seeds = {server_->address()};
+    options.connect_timeout = milliseconds(300);
+    return RedisClusterClient::Open(std::move(options));
+  }
+
+  std::unique_ptr<RedisClusterClient> OpenOrFail(RedisClusterOptions options = {}) {
+    auto client = Open(std::move(options));
+    EXPECT_TRUE(client.ok()) << client.status().ToString();
+    return client.ok() ? std::move(client).value() : nullptr;
+  }
+
+  testing::TempDir dir_;
+  std::unique_ptr<RedisProcess> server_;
+};
+
+std::string KeyOf(uint64_t i) { return RemoteKey(testing::TestNamespace(), testing::TestBlock(i)); }
+
+TEST_F(SingleServer, RoundTripWithTtlOnAPlainServer) {
+  StartServer();
+  auto client = OpenOrFail();
+  ASSERT_TRUE(client);
+  EXPECT_FALSE(client->cluster_mode());
+  EXPECT_EQ(client->Masters(), std::vector<std::string>{server_->address().ToString()});
+
+  // A record sent as two pieces (header, payload), the way the tier will send blocks.
+  const auto payload = testing::TestPayload(1, 100'000);
+  const auto header = EncodeRecordHeader(testing::TestNamespace(), testing::TestBlock(1), payload);
+  const std::vector<std::string_view> parts = {
+      {reinterpret_cast<const char*>(header.data()), header.size()},
+      {reinterpret_cast<const char*>(payload.data()), payload.size()}};
+  EXPECT_EQ(client->Set({{KeyOf(1), parts}}, kTtl, kCallTimeout)[0], Status::Ok());
+  const auto got = client->Get({KeyOf(1), KeyOf(2)}, kCallTimeout);
+  ASSERT_TRUE(got[0].ok()) << got[0].status().ToString();
+  EXPECT_EQ(*got[0], testing::TestRecord(1, 100'000));
+  EXPECT_EQ(got[1].status().code(), StatusCode::kNotFound);
+  const auto exists = client->Exists({KeyOf(1), KeyOf(2)}, kCallTimeout);
+  EXPECT_EQ(exists[0], Status::Ok());
+  EXPECT_EQ(exists[1].code(), StatusCode::kNotFound);
+
+  // SET ... PX: the key carries the time to live.
+  const auto pttl = testing::Cli(server_->port(), {"PTTL", KeyOf(1)});
+  ASSERT_TRUE(pttl.ok());
+  EXPECT_GT(std::stoll(*pttl), 500'000);
+  EXPECT_LE(std::stoll(*pttl), kTtl.count());
+  EXPECT_EQ(client->Set({{KeyOf(3), {"x"}}}, milliseconds(0), kCallTimeout)[0].code(),
+            StatusCode::kInvalidArgument);
+}
+
+TEST_F(SingleServer, WrongPasswordIsAClearErrorThatHidesThePassword) {
+  StartServer({"--requirepass", "right-secret"});
+  RedisClusterOptions wrong;
+  wrong.password = "wrong-secret-123";
+  const Status refused = Open(wrong).status();
+  EXPECT_EQ(refused.code(), StatusCode::kPermissionDenied) << refused.ToString();
+  EXPECT_NE(refused.message().find("WRONGPASS"), std::string::npos) << refused.message();
+  EXPECT_EQ(refused.message().find("wrong-secret-123"), std::string::npos);
+  // No password at all: the server's NOAUTH, also a permission error.
+  EXPECT_EQ(Open().status().code(), StatusCode::kPermissionDenied);
+
+  RedisClusterOptions right;
+  right.password = "right-secret";
+  auto client = OpenOrFail(right);
+  ASSERT_TRUE(client);
+  EXPECT_EQ(client->Set({{"k", {"v"}}}, kTtl, kCallTimeout)[0], Status::Ok());
+}
+
+TEST_F(SingleServer, AclUserAndPassword) {
+  StartServer({"--user", "kv", "on", ">kv-secret", "~kvt1:*", "+@all"});
+  RedisClusterOptions options;
+  options.user = "kv";
+  options.password = "not-it";
+  const Status refused = Open(options).status();
+  EXPECT_EQ(refused.code(), StatusCode::kPermissionDenied);
+  EXPECT_NE(refused.message().find("user 'kv'"), std::string::npos) << refused.message();
+  options.password = "kv-secret";
+  auto client = OpenOrFail(options);
+  ASSERT_TRUE(client);
+  EXPECT_EQ(client->Set({{KeyOf(1), {"v"}}}, kTtl, kCallTimeout)[0], Status::Ok());
+  // The ACL allows kvt1:* only: another key is the server's NOPERM, a permission error.
+  EXPECT_EQ(client->Set({{"other", {"v"}}}, kTtl, kCallTimeout)[0].code(),
+            StatusCode::kPermissionDenied);
+}
+
+TEST_F(SingleServer, CorruptedOrForeignValueDecodesAsAnErrorNeverBytes) {
+  StartServer();
+  auto client = OpenOrFail();
+  ASSERT_TRUE(client);
+  const std::string record = testing::TestRecord(5, 4096);
+  ASSERT_EQ(client->Set({{KeyOf(5), {record}}, {KeyOf(6), {record}}}, kTtl, kCallTimeout)[0],
+            Status::Ok());
+  // One payload byte changed in place, as a bit flip or a stray write would.
+  ASSERT_TRUE(testing::Cli(server_->port(), {"SETRANGE", KeyOf(5), "1000", "X"}).ok());
+  ASSERT_TRUE(testing::Cli(server_->port(), {"SET", KeyOf(7), "not a kvtier record"}).ok());
+  const auto got = client->Get({KeyOf(5), KeyOf(6), KeyOf(7)}, kCallTimeout);
+  ASSERT_TRUE(got[0].ok() && got[1].ok() && got[2].ok());
+  const auto ns = testing::TestNamespace();
+  EXPECT_EQ(DecodeRecord(*got[0], ns, testing::TestBlock(5)).status().code(),
+            StatusCode::kChecksumMismatch);
+  // The intact record stored under another block's key names the mix-up.
+  EXPECT_EQ(DecodeRecord(*got[1], ns, testing::TestBlock(6)).status().code(),
+            StatusCode::kCorruption);
+  EXPECT_EQ(DecodeRecord(*got[2], ns, testing::TestBlock(7)).status().code(),
+            StatusCode::kCorruption);
+}
+
+TEST_F(SingleServer, ServerGoneGivesErrorsNotHangs) {
+  StartServer();
+  auto client = OpenOrFail();
+  ASSERT_TRUE(client);
+  ASSERT_EQ(client->Set({{"k", {"v"}}}, kTtl, kCallTimeout)[0], Status::Ok());
+  const HostPort address = server_->address();
+  server_->Kill();
+  const auto start = Clock::now();
+  const auto got = client->Get({"k"}, milliseconds(300));
+  EXPECT_EQ(got[0].status().code(), StatusCode::kDeviceError) << got[0].status().ToString();
+  EXPECT_LT(Clock::now() - start, milliseconds(800));
+  RedisClusterOptions options;
+  options.seeds = {address};
+  options.connect_timeout = milliseconds(300);
+  const Status refused = RedisClusterClient::Open(options).status();
+  EXPECT_EQ(refused.code(), StatusCode::kDeviceError);
+  EXPECT_NE(refused.message().find(address.ToString()), std::string::npos);
+}
+
+TEST_F(SingleServer, ManyCallersShareASmallPool) {
+  StartServer();
+  RedisClusterOptions options;
+  options.connections_per_node = 2;  // fewer than the callers: some wait for a connection
+  auto client = OpenOrFail(options);
+  ASSERT_TRUE(client);
+  constexpr int kThreads = 6;
+  constexpr int kCalls = 40;
+  std::atomic<int> wrong{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int c = 0; c < kCalls; ++c) {
+        const uint64_t block = static_cast<uint64_t>(t * 1000 + c);
+        const std::string value = testing::TestRecord(block, 512);
+        if (!client->Set({{KeyOf(block), {value}}}, kTtl, kCallTimeout)[0].ok()) ++wrong;
+        const auto got = client->Get({KeyOf(block)}, kCallTimeout);
+        if (!got[0].ok() || *got[0] != value) ++wrong;
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ(wrong.load(), 0);
+  EXPECT_LE(client->stats().connections_opened, 3u);  // the pool, plus Open's topology query
+}
+
+TEST_F(SingleServer, CallbacksRunOnTheClientThreadWhereBlockingCallsRefuse) {
+  StartServer();
+  auto client = OpenOrFail();
+  ASSERT_TRUE(client);
+  std::promise<Status> inside;
+  client->StartGet({"missing"}, kCallTimeout, [&](std::vector<Result<std::string>> values) {
+    EXPECT_EQ(values[0].status().code(), StatusCode::kNotFound);
+    // A blocking call here would wait on this very thread: it answers kInternal instead.
+    inside.set_value(client->Get({"missing"}, kCallTimeout)[0].status());
+  });
+  EXPECT_EQ(inside.get_future().get().code(), StatusCode::kInternal);
+}
+
+TEST_F(SingleServer, DestructionAnswersCallsInFlight) {
+  StartServer();
+  auto client = OpenOrFail();
+  ASSERT_TRUE(client);
+  server_->Stop();  // calls now wait for their (long) timeout
+  std::promise<Status> answered;
+  client->StartGet({"k"}, milliseconds(60'000), [&](std::vector<Result<std::string>> values) {
+    answered.set_value(values[0].status());
+  });
+  const auto start = Clock::now();
+  client.reset();
+  auto answer = answered.get_future();
+  ASSERT_EQ(answer.wait_for(std::chrono::seconds(0)), std::future_status::ready);
+  EXPECT_FALSE(answer.get().ok());
+  EXPECT_LT(Clock::now() - start, milliseconds(2000));
+  server_->Continue();
+}
+
+}  // namespace
+}  // namespace kvtier::tiers::remote
