@@ -52,7 +52,9 @@ void TierMover::Run(size_t index) {
 }
 
 bool TierMover::Round(size_t index) {
+  // Readers and acknowledgements wait for the first two; the watermark work is ahead of demand.
   bool worked = ServeFetches();
+  worked |= ServeWriteThroughs();
   worked |= KeepHostRoom();
   if (index == 0 && options_.gpu_promotion) {
     const size_t moved = store_.PromoteCandidates(options_.batch);
@@ -73,6 +75,13 @@ bool TierMover::ServeFetches() {
   }
   if (!keys.empty()) store_.Fetch(keys);
   return !keys.empty();
+}
+
+bool TierMover::ServeWriteThroughs() {
+  const std::vector<store::WriteThroughRequest> requests =
+      store_.TakeWriteThroughRequests(options_.batch);
+  if (!requests.empty()) store_.WriteThrough(requests);
+  return !requests.empty();
 }
 
 bool TierMover::KeepHostRoom() {

@@ -3,10 +3,12 @@
 //
 // What it does, in this order on every wake-up:
 //   1. blocks readers asked for (Store::TakeFetchRequest): read up from NVMe into the host tier;
-//   2. room a put asked for (Store::TakeRoomRequest), then room ahead of demand: while the host
+//   2. write-throughs of committed puts (Store::TakeWriteThroughRequests), whose
+//      acknowledgements wait for them, as one batch;
+//   3. room a put asked for (Store::TakeRoomRequest), then room ahead of demand: while the host
 //      tier is fuller than the high watermark, its least recently used blocks are demoted to
 //      NVMe until it is below the low one;
-//   3. GPU promotion candidates, copied up into the GPU tier (thread 0 only; with a GPU tier).
+//   4. GPU promotion candidates, copied up into the GPU tier (thread 0 only; with a GPU tier).
 // It wakes when a request asks (Wake, which the store calls through SetMoverWakeup) and every
 // tick otherwise. Several threads run the same loop. Each round moves up to `batch` blocks as
 // one NVMe submission (Tier::WriteBlocks / ReadBlocks), so `threads` × `batch` blocks can be in
@@ -62,6 +64,7 @@ class TierMover {
   // One round of work; true when it did something (the thread then goes round again at once).
   bool Round(size_t index);
   bool ServeFetches();
+  bool ServeWriteThroughs();
   bool KeepHostRoom();
 
   store::Store& store_;

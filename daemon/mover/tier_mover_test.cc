@@ -9,6 +9,7 @@
 #include <functional>
 #include <memory>
 #include <thread>
+#include <vector>
 
 #include "daemon/store/store_test_fixture.h"
 
@@ -108,12 +109,36 @@ TEST_F(TierMoverTest, APutThatOutrunsTheMoverMovesAWriteThroughBlockIntoItsCopy)
   options.nvme_write_through = true;
   Build({4, 16}, /*last_addressable=*/false, options);
   for (uint64_t n = 1; n <= 4; ++n) ASSERT_TRUE(PutBlock(n).ok());
+  // No mover runs here: the test makes the write-throughs itself, as the mover would.
+  store_->WriteThrough(store_->TakeWriteThroughRequests(16));
   const uint64_t writes = nvme().block_writes();
   ASSERT_TRUE(PutBlock(5).ok());
   // Block 1 already had its bytes on NVMe: it left the host tier for them, with no write.
   EXPECT_EQ(TierOf(1), TierId::kNvme);
+  store_->WriteThrough(store_->TakeWriteThroughRequests(16));
   EXPECT_EQ(nvme().block_writes(), writes + 1);  // block 5's own write-through
   EXPECT_EQ(store_->Stats().tiers[0].lag_drops, 0u);
+}
+
+TEST_F(TierMoverTest, TheMoverWritesCommittedBlocksThroughAndEndsTheirWait) {
+  StoreOptions options;
+  options.background_disk_moves = true;
+  options.nvme_write_through = true;
+  Build({8, 16}, /*last_addressable=*/false, options);
+  StartMover();
+  std::vector<uint64_t> reservations(4);
+  for (uint64_t n = 0; n < 4; ++n) {
+    ASSERT_TRUE(store_->Put(kNs, Key(n), Payload(n), &reservations[n]).ok());
+  }
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  for (uint64_t id : reservations) {
+    while (store_->WriteThroughPending(id) && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    EXPECT_FALSE(store_->WriteThroughPending(id));
+  }
+  EXPECT_EQ(store_->Stats().write_throughs, 4u);
+  EXPECT_EQ(nvme().block_writes(), 4u);
 }
 
 TEST_F(TierMoverTest, AReadOfAnNvmeBlockWaitsForTheMoverToBringItUp) {

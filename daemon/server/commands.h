@@ -66,6 +66,14 @@ struct CommandContext {
   // reservation to publish under the key; the value's argument is empty. The handler takes it
   // (resets it) once it has committed or aborted it; the connection aborts what is left.
   std::optional<uint64_t> staged_value;
+  // Reservations this command committed (CommitPut's id), for a put acknowledged only once its
+  // write-through copy is on NVMe: the connection holds the reply until
+  // Store::WriteThroughPending is false for each (up to limits.mover_wait_ms). Handlers that
+  // commit record every id with NoteCommit.
+  std::vector<uint64_t> write_throughs;
+  void NoteCommit(uint64_t reservation_id) {
+    if (server.store.WriteThroughPending(reservation_id)) write_throughs.push_back(reservation_id);
+  }
   // Where AppendLeasedBulk queues large payloads; nullptr makes it copy them into the reply.
   LeasedOutput* leased = nullptr;
   // For handlers that return kRetryLater: when they first did, and what they must remember

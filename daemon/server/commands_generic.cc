@@ -79,7 +79,9 @@ Result<bool> StoreValue(CommandContext& ctx, std::string_view key, std::string_v
       (void)store.AbortPut(r.id);
       return st;
     }
-    return store.CommitPut(r.id);
+    Status committed = store.CommitPut(r.id);
+    if (committed.ok()) ctx.NoteCommit(r.id);
+    return committed;
   });
 }
 
@@ -90,6 +92,7 @@ Result<bool> StoreValue(CommandContext& ctx, std::string_view key, std::string_v
 Result<bool> PublishStagedValue(CommandContext& ctx, std::string_view key, uint64_t reservation) {
   return ReplaceValue(ctx, key, [&](const BlockKey& block_key) {
     Status published = ctx.server.store.CommitPutAs(reservation, block_key);
+    if (published.ok()) ctx.NoteCommit(reservation);
     const StatusCode code = published.code();
     if (code != StatusCode::kAlreadyExists && code != StatusCode::kRejected) {
       (void)ctx.session.TakeReservation(reservation);

@@ -74,9 +74,12 @@ Progress Put(CommandContext& ctx, Command& cmd) {
   // Resumable: a block that waits for room (the mover is making it) is tried again from there.
   for (; ctx.cursor < count; ++ctx.cursor) {
     const std::string& block = cmd.args[3 + ctx.cursor];
-    Status st = ctx.server.store.Put(ns->id, PackedKey(cmd.args[2], ctx.cursor),
-                                     std::as_bytes(std::span(block.data(), block.size())));
+    uint64_t reservation = 0;
+    Status st =
+        ctx.server.store.Put(ns->id, PackedKey(cmd.args[2], ctx.cursor),
+                             std::as_bytes(std::span(block.data(), block.size())), &reservation);
     if (ctx.WaitsForMover(st)) return Progress::kRetryLater;
+    if (st.ok()) ctx.NoteCommit(reservation);
     ctx.reply.AppendSimpleString(StatusWord(st.code()));
     std::string().swap(cmd.args[3 + ctx.cursor]);  // stored: give the payload's memory back now
   }

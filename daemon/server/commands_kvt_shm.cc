@@ -158,7 +158,7 @@ Progress Acquire(CommandContext& ctx, Command& cmd) {
 
 // KVT.COMMIT, KVT.ABORT and KVT.RELEASE: parse every id first (one bad id fails the command and
 // changes nothing), then finish each and answer its status word.
-template <bool (Session::*kTake)(uint64_t), Status (*kFinish)(store::Store&, uint64_t)>
+template <bool (Session::*kTake)(uint64_t), Status (*kFinish)(CommandContext&, uint64_t)>
 Progress FinishIds(CommandContext& ctx, Command& cmd) {
   std::vector<uint64_t> ids;
   ids.reserve(cmd.size() - 1);
@@ -172,16 +172,20 @@ Progress FinishIds(CommandContext& ctx, Command& cmd) {
   }
   ctx.reply.AppendArrayHeader(ids.size());
   for (uint64_t id : ids) {
-    Status st = (ctx.session.*kTake)(id) ? kFinish(ctx.server.store, id)
-                                         : NotFound("not held by this connection");
+    Status st =
+        (ctx.session.*kTake)(id) ? kFinish(ctx, id) : NotFound("not held by this connection");
     ctx.reply.AppendSimpleString(StatusWord(st.code()));
   }
   return Progress::kDone;
 }
 
-Status Commit(store::Store& store, uint64_t id) { return store.CommitPut(id); }
-Status Abort(store::Store& store, uint64_t id) { return store.AbortPut(id); }
-Status Release(store::Store& store, uint64_t id) { return store.Release(id); }
+Status Commit(CommandContext& ctx, uint64_t id) {
+  Status committed = ctx.server.store.CommitPut(id);
+  if (committed.ok()) ctx.NoteCommit(id);
+  return committed;
+}
+Status Abort(CommandContext& ctx, uint64_t id) { return ctx.server.store.AbortPut(id); }
+Status Release(CommandContext& ctx, uint64_t id) { return ctx.server.store.Release(id); }
 
 constexpr CommandSpec kCommands[] = {
     {"KVT.ATTACH", 1, false, Attach},

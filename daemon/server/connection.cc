@@ -256,7 +256,7 @@ Connection::Awaitable<bool> Connection::RunHandler(const CommandSpec* spec, Comm
     const uint64_t mover_generation = server_.mover_waiters->Generation();
     ctx.waits_for_mover_now = false;
     const Progress progress = spec->handler(ctx, cmd);
-    if (progress == Progress::kDone) co_return true;
+    if (progress == Progress::kDone) co_return co_await AwaitWriteThroughs(ctx);
     // Flushing first also ends this connection's own leases: a pipelined GET of the value a SET
     // waits for must not make the SET wait for itself.
     const bool flushed = co_await Flush();
@@ -272,6 +272,29 @@ Connection::Awaitable<bool> Connection::RunHandler(const CommandSpec* spec, Comm
       if (closing_) co_return false;
       Touch();  // the client is waiting for us, not idle
     }
+  }
+}
+
+// The reply stays in the output buffer until the puts it acknowledges have their NVMe copies, so
+// that an acknowledged put survives a crash; the thread serves other connections meanwhile.
+// Past limits.mover_wait_ms the reply goes out anyway and the copies follow (the store's
+// contract when NVMe cannot take a copy: the put succeeds in memory).
+Connection::Awaitable<bool> Connection::AwaitWriteThroughs(CommandContext& ctx) {
+  store::Store& store = server_.store;
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::milliseconds(server_.options.mover_wait_ms);
+  for (;;) {
+    // Read before the store is asked: a copy that ends after this wakes the wait below.
+    const uint64_t mover_generation = server_.mover_waiters->Generation();
+    std::erase_if(ctx.write_throughs, [&](uint64_t id) { return !store.WriteThroughPending(id); });
+    if (ctx.write_throughs.empty() || std::chrono::steady_clock::now() >= deadline) co_return true;
+    auto pause = std::make_shared<asio::steady_timer>(strand_, kMoverRetryPause);
+    if (server_.mover_waiters->Register(mover_generation, pause)) {
+      error_code ec;  // operation_aborted: the mover moved something
+      co_await pause->async_wait(redirect_error(use_awaitable, ec));
+    }
+    if (closing_) co_return false;
+    Touch();
   }
 }
 

@@ -81,6 +81,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // Runs the handler (none: PrepareCommand already answered), flushing between the pieces of a
   // long reply. false: the client is gone.
   Awaitable<bool> RunHandler(const CommandSpec* spec, CommandContext& ctx, resp::Command& cmd);
+  // After a handler that committed puts with a write-through pending (CommandContext::
+  // write_throughs): waits, without blocking the thread, until their NVMe copies are made.
+  Awaitable<bool> AwaitWriteThroughs(CommandContext& ctx);
   Awaitable<bool> FailProtocol(const Status& status);
   // Writes the buffered replies. false: the write failed (the peer is gone) or a leased payload's
   // lease lapsed (the connection must close before the reply completes).

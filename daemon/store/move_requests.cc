@@ -49,9 +49,35 @@ bool MoveRequests::TakeFailedFetch(const BlockKey& key) {
   return failed_.erase(key) > 0;
 }
 
+void MoveRequests::AskForWriteThrough(const BlockKey& key, uint64_t generation) {
+  MutexLock lock(mu_);
+  if (!pending_write_throughs_.insert(generation).second) return;
+  write_throughs_.push_back({key, generation});
+}
+
+std::vector<WriteThroughRequest> MoveRequests::TakeWriteThroughs(size_t max) {
+  MutexLock lock(mu_);
+  std::vector<WriteThroughRequest> taken;
+  while (taken.size() < max && !write_throughs_.empty()) {
+    taken.push_back(write_throughs_.front());
+    write_throughs_.pop_front();
+  }
+  return taken;
+}
+
+void MoveRequests::FinishWriteThrough(uint64_t generation) {
+  MutexLock lock(mu_);
+  pending_write_throughs_.erase(generation);
+}
+
+bool MoveRequests::WriteThroughPending(uint64_t generation) const {
+  MutexLock lock(mu_);
+  return pending_write_throughs_.contains(generation);
+}
+
 bool MoveRequests::HasWork() const {
   MutexLock lock(mu_);
-  return room_bytes_ != 0 || !fetches_.empty();
+  return room_bytes_ != 0 || !fetches_.empty() || !write_throughs_.empty();
 }
 
 void MoveRequests::SetMoveListener(std::function<void()> listener) {

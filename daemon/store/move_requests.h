@@ -1,7 +1,7 @@
 // MoveRequests: what request threads ask of the background mover when StoreOptions::
-// background_disk_moves keeps disk I/O off them: room in the host tier for a put, and blocks below
-// the host tier brought up for a reader. The store fills it; the TierMover (daemon/mover/) drains
-// it.
+// background_disk_moves keeps disk I/O off them: room in the host tier for a put, blocks below
+// the host tier brought up for a reader, and just-committed blocks written through to NVMe. The
+// store fills it; the TierMover (daemon/mover/) drains it.
 //
 // A fetch is asked for once however many readers wait for it (they call the store again when the
 // mover says it moved something: SetMoveListener, NotifyMoved, or after a short pause). A fetch the
@@ -17,11 +17,19 @@
 #include <memory>
 #include <optional>
 #include <unordered_set>
+#include <vector>
 
 #include "common/keys.h"
 #include "common/thread_annotations.h"
 
 namespace kvtier::store {
+
+// A committed block to be written through to NVMe: its key, and the generation (the id of the
+// reservation it was committed from) that tells it from a later block under the same key.
+struct WriteThroughRequest {
+  BlockKey key;
+  uint64_t generation = 0;
+};
 
 class MoveRequests {
  public:
@@ -42,6 +50,15 @@ class MoveRequests {
   // Whether a fetch of `key` failed since it was last asked for; forgets the failure.
   bool TakeFailedFetch(const BlockKey& key);
 
+  // A block committed from reservation `generation` waits for its write-through copy on NVMe.
+  void AskForWriteThrough(const BlockKey& key, uint64_t generation);
+  // Up to `max` write-throughs asked for, oldest first, taken out of the queue. They stay pending
+  // until FinishWriteThrough.
+  std::vector<WriteThroughRequest> TakeWriteThroughs(size_t max);
+  void FinishWriteThrough(uint64_t generation);
+  // Whether the write-through of `generation` is queued or being written.
+  bool WriteThroughPending(uint64_t generation) const;
+
   bool HasWork() const;
 
   // Who is told when the mover has moved something (a fetch ended, room was made), so that
@@ -60,6 +77,8 @@ class MoveRequests {
   std::deque<BlockKey> fetches_ GUARDED_BY(mu_);
   std::unordered_set<BlockKey, Key128Hash> queued_ GUARDED_BY(mu_);  // queued or being fetched
   std::unordered_set<BlockKey, Key128Hash> failed_ GUARDED_BY(mu_);
+  std::deque<WriteThroughRequest> write_throughs_ GUARDED_BY(mu_);
+  std::unordered_set<uint64_t> pending_write_throughs_ GUARDED_BY(mu_);  // queued or writing
   mutable Mutex listener_mu_;
   std::shared_ptr<const std::function<void()>> listener_ GUARDED_BY(listener_mu_);
 };

@@ -74,10 +74,12 @@ struct StoreOptions {
   // Which host blocks are written to NVMe when they are evicted (placement/admission_policy.h);
   // refused ones are dropped.
   std::string nvme_admission = "all";
-  // Write-through: a put into the host tier is also written to NVMe before CommitPut returns, so
-  // an acknowledged block survives a daemon crash and its later demotion costs no write. The NVMe
-  // copy is a shadow of the host block (BlockMeta::shadow). When NVMe cannot take it (full of
-  // blocks that cannot be evicted, a device error), the put still succeeds in memory only and
+  // Write-through: a put into the host tier is also written to NVMe, so an acknowledged block
+  // survives a daemon crash and its later demotion costs no write. The NVMe copy is a shadow of
+  // the host block (BlockMeta::shadow). Without background_disk_moves it is written before
+  // CommitPut returns; with them the mover writes it, and whoever acknowledges the put waits
+  // until WriteThroughPending(reservation id) is false. When NVMe cannot take it (full of blocks
+  // that cannot be evicted, a device error), the put still succeeds in memory only and
   // write_through_failures counts it.
   bool nvme_write_through = false;
   // Which host blocks move up into the GPU tier, when the chain has one (see
@@ -163,8 +165,17 @@ class Store {
   // Gives a reservation back. kNotFound when unknown.
   Status AbortPut(uint64_t reservation_id);
 
-  // Copy-in convenience: BeginPut, write `bytes` through the tier, CommitPut.
-  Status Put(const NamespaceId& ns, const BlockKey& key, std::span<const std::byte> bytes);
+  // Copy-in convenience: BeginPut, write `bytes` through the tier, CommitPut. `reservation_id`,
+  // when given, receives the reservation's id (for WriteThroughPending).
+  Status Put(const NamespaceId& ns, const BlockKey& key, std::span<const std::byte> bytes,
+             uint64_t* reservation_id = nullptr);
+
+  // Whether the block committed from reservation `reservation_id` still waits for its
+  // write-through copy on NVMe (nvme_write_through with background_disk_moves: the mover writes
+  // it). A put is acknowledged as durable once this is false.
+  bool WriteThroughPending(uint64_t reservation_id) const {
+    return move_requests_.WriteThroughPending(reservation_id);
+  }
 
   // Whose read a lease serves, for the GPU promotion policy. A block in the GPU pool gains only a
   // reader that copies it out of the pool device to device (kGpuPool: a client that attached the
@@ -259,6 +270,12 @@ class Store {
   bool MakeRoom(uint64_t bytes);
   std::optional<BlockKey> TakeFetchRequest() { return move_requests_.TakeFetch(); }
   void Fetch(std::span<const BlockKey> keys);
+  // Write-throughs committed puts asked for (TakeWriteThroughRequests), and the mover's call that
+  // writes them to NVMe as one batch, each as the block's shadow, and ends their wait.
+  std::vector<WriteThroughRequest> TakeWriteThroughRequests(size_t max) {
+    return move_requests_.TakeWriteThroughs(max);
+  }
+  void WriteThrough(std::span<const WriteThroughRequest> requests);
   bool MoveWorkPending() const { return move_requests_.HasWork(); }
   // background_disk_moves: asks the mover to bring up every block of the ready prefix of `keys`
   // that lies on NVMe, without waiting, so that a reader about to lease a whole prefix waits for
@@ -422,8 +439,10 @@ class Store {
   enum class CandidateOutcome { kMoved, kLeased, kSkipped };
   // One candidate of PromoteCandidates. kLeased: a reader holds it now; try again later.
   CandidateOutcome PromoteCandidate(const placement::PromotionCandidate& candidate);
-  // Writes a just-committed host block to NVMe as its shadow (nvme_write_through).
-  void WriteThrough(const BlockKey& key, uint64_t generation);
+  // WriteThrough's parts: a request's block pinned (as a reader would) with room on NVMe, or
+  // nullopt when it changed or NVMe has no room (counted); and the copy made its shadow.
+  std::optional<PinnedMove> PrepareWriteThrough(size_t level, const WriteThroughRequest& request);
+  void AttachWriteThrough(tiers::Tier& nvme, const PinnedMove& copy);
   // Demotes a host block that has a shadow on NVMe by moving it into the shadow: no copy.
   DemoteOutcome DemoteIntoShadow(size_t level, const BlockKey& key, const index::BlockMeta& meta);
   // FlushToNvme's parts: the ready blocks of tier `id`, taken out of its eviction order, most

@@ -122,5 +122,46 @@ TEST_F(StoreBatchMovesTest, InAFetchACorruptBlockIsDroppedAndAFailedReadStaysBel
   EXPECT_EQ(TierStatsOf(s, TierId::kNvme).promotions, 2u);
 }
 
+TEST_F(StoreBatchMovesTest, WithAMoverACommitLeavesItsWriteThroughToIt) {
+  StoreOptions options;
+  options.background_disk_moves = true;
+  options.nvme_write_through = true;
+  Build({8, 32}, /*last_addressable=*/false, options);
+  std::vector<uint64_t> ids(3);
+  for (uint64_t n = 0; n < 3; ++n) {
+    ASSERT_TRUE(store_->Put(kNs, Key(n), Payload(n), &ids[n]).ok());
+    EXPECT_TRUE(store_->WriteThroughPending(ids[n])) << "written on the committing thread";
+  }
+  EXPECT_EQ(nvme().block_writes(), 0u);
+  // A reader of a block just committed does not keep its copy from being made.
+  Result<Lease> lease = store_->Acquire(kNs, Key(1));
+  ASSERT_TRUE(lease.ok());
+  store_->WriteThrough(store_->TakeWriteThroughRequests(8));
+  ASSERT_TRUE(store_->Release(lease->id).ok());
+  EXPECT_EQ(nvme().write_batches(), std::vector<size_t>{3});
+  for (uint64_t id : ids) EXPECT_FALSE(store_->WriteThroughPending(id));
+  EXPECT_EQ(store_->Stats().write_throughs, 3u);
+  // Each copy is its block's shadow: an eviction moves the block into it without a write.
+  store_->EvictToTarget(TierId::kHost, 0, 8);
+  EXPECT_EQ(nvme().block_writes(), 3u);
+  for (uint64_t n = 0; n < 3; ++n) EXPECT_EQ(TierOf(n), TierId::kNvme) << n;
+  store_->Fetch(Keys(0, 3));  // as the mover would for a reader
+  for (uint64_t n = 0; n < 3; ++n) EXPECT_TRUE(ReadsBack(n)) << n;
+}
+
+TEST_F(StoreBatchMovesTest, AWriteThroughOfABlockReplacedMeanwhileIsSkippedAndEndsItsWait) {
+  StoreOptions options;
+  options.background_disk_moves = true;
+  options.nvme_write_through = true;
+  Build({8, 32}, /*last_addressable=*/false, options);
+  uint64_t id = 0;
+  ASSERT_TRUE(store_->Put(kNs, Key(0), Payload(0), &id).ok());
+  ASSERT_TRUE(store_->Remove(kNs, Key(0)).ok());
+  store_->WriteThrough(store_->TakeWriteThroughRequests(8));
+  EXPECT_FALSE(store_->WriteThroughPending(id));
+  EXPECT_EQ(nvme().block_writes(), 0u);
+  EXPECT_EQ(store_->Stats().write_through_failures, 0u);
+}
+
 }  // namespace
 }  // namespace kvtier::store

@@ -144,7 +144,14 @@ Status Store::Publish(const ReservationRecord& record, std::optional<uint64_t> c
     c->put_bytes.fetch_add(record.extent.length, std::memory_order_relaxed);
   }
   if (options_.nvme_write_through && record.tier == TierId::kHost) {
-    WriteThrough(record.key, record.generation);
+    const WriteThroughRequest request{record.key, record.generation};
+    if (DiskMovesInBackground(put_level_)) {
+      // The mover writes it; the caller waits for WriteThroughPending before it acknowledges.
+      move_requests_.AskForWriteThrough(request.key, request.generation);
+      if (wake_mover_) wake_mover_();
+    } else {
+      WriteThrough({&request, 1});
+    }
   }
   return Status::Ok();
 }
@@ -172,8 +179,10 @@ void Store::DiscardWriting(const ReservationRecord& record) {
   counters_.aborted_puts.fetch_add(1);
 }
 
-Status Store::Put(const NamespaceId& ns, const BlockKey& key, std::span<const std::byte> bytes) {
+Status Store::Put(const NamespaceId& ns, const BlockKey& key, std::span<const std::byte> bytes,
+                  uint64_t* reservation_id) {
   KVTIER_ASSIGN_OR_RETURN(Reservation r, BeginPut(ns, key, bytes.size()));
+  if (reservation_id != nullptr) *reservation_id = r.id;
   Status written = r.address != nullptr
                        ? (StreamCopy(r.address, bytes.data(), bytes.size()), Status::Ok())
                        : tier(r.tier)->Write(r.extent, bytes);
@@ -184,39 +193,78 @@ Status Store::Put(const NamespaceId& ns, const BlockKey& key, std::span<const st
   return CommitPut(r.id);
 }
 
-void Store::WriteThrough(const BlockKey& key, uint64_t generation) {
+void Store::WriteThrough(std::span<const WriteThroughRequest> requests) {
   const size_t level = LevelOf(TierId::kNvme);
-  std::optional<BlockMeta> meta = index_->Get(key);
-  if (level >= tiers_.size() || !meta || meta->generation != generation || meta->has_shadow ||
-      meta->tier != TierId::kHost || !PinForMove(key, *meta)) {
-    return;  // no NVMe tier, or the block already changed: nothing to write
+  std::vector<PinnedMove> copies;
+  for (const WriteThroughRequest& r : requests) {
+    if (level < tiers_.size()) {
+      if (std::optional<PinnedMove> copy = PrepareWriteThrough(level, r)) {
+        copies.push_back(*std::move(copy));
+        continue;
+      }
+    }
+    move_requests_.FinishWriteThrough(r.generation);
   }
-  tiers::Tier& nvme = *tiers_[level];
-  tiers::Tier& host = *tier(TierId::kHost);
+  if (!copies.empty()) {
+    // One batch to NVMe: the commits waiting for these copies all hear of them together.
+    tiers::Tier& nvme = *tiers_[level];
+    CopyBatch(*tier(TierId::kHost), nvme, copies);
+    for (const PinnedMove& copy : copies) {
+      AttachWriteThrough(nvme, copy);
+      move_requests_.FinishWriteThrough(copy.meta.generation);
+    }
+  }
+  if (!requests.empty()) move_requests_.NotifyMoved();
+}
+
+std::optional<Store::PinnedMove> Store::PrepareWriteThrough(size_t level,
+                                                            const WriteThroughRequest& r) {
+  std::optional<BlockMeta> meta = index_->Get(r.key);
+  if (!meta || meta->generation != r.generation || meta->has_shadow ||
+      meta->tier != TierId::kHost || meta->state != BlockState::kReady) {
+    return std::nullopt;  // the block already changed: nothing to write
+  }
+  // Pinned as a reader pins it, so readers that lease a block just committed do not keep its copy
+  // from being made: only its bytes are read, and they never change.
+  Status pinned = index_->Update(r.key, [&](BlockMeta& m) {
+    if (m.generation != r.generation || m.state != BlockState::kReady) {
+      return NotFound("block changed");
+    }
+    ++m.lease_count;
+    return Status::Ok();
+  });
+  if (!pinned.ok()) return std::nullopt;
   Result<Extent> dst = AllocateWithEviction(level, meta->extent.length);
-  Status written =
-      dst.ok() ? CopyBetweenTiers(host, meta->extent, nvme, *dst, {meta->ns, key}) : dst.status();
+  if (!dst.ok()) {
+    UnpinAfterMove(r.key);
+    counters_.write_through_failures.fetch_add(1);
+    return std::nullopt;
+  }
+  return PinnedMove{r.key, *meta, *dst, {}};
+}
+
+void Store::AttachWriteThrough(tiers::Tier& nvme, const PinnedMove& copy) {
   bool attached = false;
-  if (written.ok()) {
+  if (copy.status.ok()) {
     attached = index_
-                   ->Update(key,
+                   ->Update(copy.key,
                             [&](BlockMeta& m) {
-                              if (m.generation != generation || m.has_shadow) {
+                              if (m.generation != copy.meta.generation || m.has_shadow) {
                                 return NotFound("block changed");
                               }
-                              m.shadow = *dst;
+                              m.shadow = copy.dst;
                               m.has_shadow = true;
                               return Status::Ok();
                             })
                    .ok();
   }
-  UnpinAfterMove(key);
+  UnpinAfterMove(copy.key);
   if (attached) {
     counters_.write_throughs.fetch_add(1);
     return;
   }
-  if (dst.ok()) nvme.Free(*dst);
-  if (!written.ok()) counters_.write_through_failures.fetch_add(1);
+  nvme.Free(copy.dst);
+  if (!copy.status.ok()) counters_.write_through_failures.fetch_add(1);
 }
 
 }  // namespace kvtier::store
