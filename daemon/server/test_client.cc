@@ -274,6 +274,24 @@ bool TestServer::WaitForClients(uint64_t n) {
   return WaitFor([&] { return server_->Stats().connected_clients == n; });
 }
 
+uint64_t TimedCommands(Server& server, metrics::RequestOp op, metrics::RequestPath path,
+                       std::optional<TierId> tier) {
+  for (const metrics::RequestLatencySeries& s : server.ProcessInfo().requests) {
+    if (s.labels.op == op && s.labels.path == path && s.labels.tier == tier) {
+      return s.latency.count();
+    }
+  }
+  return 0;
+}
+
+uint64_t TimedCommands(Server& server) {
+  uint64_t n = 0;
+  for (const metrics::RequestLatencySeries& s : server.ProcessInfo().requests) {
+    n += s.latency.count();
+  }
+  return n;
+}
+
 bool TestServer::WaitForLeases(uint64_t n) {
   return WaitFor([&] { return store_->Stats().leases_active == n; });
 }

@@ -13,7 +13,10 @@ std::vector<MoveSeries> MoveStats::Snapshot(std::span<const TierId> chain) const
       const size_t pair = PairOf(from, to);
       MoveSeries s{from, to, blocks_[pair].load(std::memory_order_relaxed),
                    bytes_[pair].load(std::memory_order_relaxed)};
-      if (histograms_) s.latency = latency_.Snapshot(pair);
+      if (histograms_) {
+        s.timed = true;
+        s.latency = latency_.Snapshot(pair);
+      }
       out.push_back(s);
     }
   }

@@ -31,7 +31,8 @@ struct MoveSeries {
   TierId to = TierId::kNvme;
   uint64_t blocks = 0;
   uint64_t bytes = 0;
-  LatencySnapshot latency;  // empty with histograms off
+  bool timed = false;       // histograms on: `latency` holds the moves' times
+  LatencySnapshot latency;  // empty unless timed
 
   // "demotion" (to a colder tier) or "promotion" (to a hotter one).
   const char* kind() const { return from < to ? "demotion" : "promotion"; }

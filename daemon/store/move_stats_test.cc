@@ -56,6 +56,7 @@ TEST(MoveStatsTest, WithoutHistogramsOnlyBytesAreCounted) {
   const MoveSeries down = stats.Snapshot(chain)[0];
   EXPECT_EQ(down.bytes, 4096u);
   EXPECT_EQ(down.blocks, 1u);
+  EXPECT_FALSE(down.timed);
   EXPECT_EQ(down.latency.count(), 0u);
 }
 
