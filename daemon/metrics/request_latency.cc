@@ -44,7 +44,7 @@ std::vector<RequestLatencySeries> RequestLatency::Snapshot() const {
     const size_t tier = s % kTierLabels;
     const size_t path = s / kTierLabels % kRequestPathCount;
     const size_t op = s / kTierLabels / kRequestPathCount;
-    RequestLabels labels{static_cast<RequestOp>(op), static_cast<RequestPath>(path)};
+    RequestLabels labels{static_cast<RequestOp>(op), static_cast<RequestPath>(path), std::nullopt};
     if (tier < kTierCount) labels.tier = static_cast<TierId>(tier);
     out.push_back({labels, latency});
   }

@@ -88,7 +88,8 @@ struct CommandContext {
   std::optional<metrics::RequestLabels> timed;
 
   void Time(metrics::RequestOp op, metrics::RequestPath path) {
-    if (!timed && server.request_latency.enabled()) timed = metrics::RequestLabels{op, path};
+    if (!timed && server.request_latency.enabled())
+      timed = metrics::RequestLabels{op, path, std::nullopt};
   }
   void Found(TierId tier) {
     if (timed) timed->Found(tier);

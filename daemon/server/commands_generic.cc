@@ -92,7 +92,7 @@ Result<bool> StoreValue(CommandContext& ctx, std::string_view key, std::string_v
 Result<bool> PublishStagedValue(CommandContext& ctx, std::string_view key, uint64_t reservation) {
   return ReplaceValue(ctx, key, [&](const BlockKey& block_key) {
     Status published = ctx.server.store.CommitPutAs(reservation, block_key);
-    // Staged values are received into arena slots (staged_value.h).
+    // A staged value's slot was reserved where puts land (staged_value.h).
     if (published.ok()) ctx.Found(ctx.server.store.put_tier());
     const StatusCode code = published.code();
     if (code != StatusCode::kAlreadyExists && code != StatusCode::kRejected) {
