@@ -276,7 +276,8 @@ bool TestServer::WaitForClients(uint64_t n) {
 
 uint64_t TimedCommands(Server& server, metrics::RequestOp op, metrics::RequestPath path,
                        std::optional<TierId> tier) {
-  for (const metrics::RequestLatencySeries& s : server.ProcessInfo().requests) {
+  const metrics::ProcessInfo info = server.ProcessInfo();
+  for (const metrics::RequestLatencySeries& s : info.requests) {
     if (s.labels.op == op && s.labels.path == path && s.labels.tier == tier) {
       return s.latency.count();
     }
@@ -286,7 +287,8 @@ uint64_t TimedCommands(Server& server, metrics::RequestOp op, metrics::RequestPa
 
 uint64_t TimedCommands(Server& server) {
   uint64_t n = 0;
-  for (const metrics::RequestLatencySeries& s : server.ProcessInfo().requests) {
+  const metrics::ProcessInfo info = server.ProcessInfo();
+  for (const metrics::RequestLatencySeries& s : info.requests) {
     n += s.latency.count();
   }
   return n;

@@ -82,10 +82,23 @@ TEST_F(StoreMoveStatsTest, DemotionsAndPromotionsAreRecorded) {
   EXPECT_EQ(s.tiers[1].promotions, up.blocks);
 }
 
+// The mover's demotions go to the tier below as one batch: each block of it is a move.
+TEST_F(StoreMoveStatsTest, EveryBlockOfABatchIsRecorded) {
+  Build({4, 8});
+  for (uint64_t n = 0; n < 4; ++n) ASSERT_TRUE(PutBlock(n).ok());
+  EXPECT_EQ(store_->EvictToTarget(TierId::kHost, 0, 4), 4u);
+  const StoreStats s = store_->Stats();
+  const MoveSeries& down = Find(s.moves, TierId::kHost, TierId::kNvme);
+  EXPECT_EQ(down.blocks, 4u);
+  EXPECT_EQ(down.bytes, 4 * testing::kBlock);
+  EXPECT_EQ(down.latency.count(), 4u);
+}
+
 TEST_F(StoreMoveStatsTest, HistogramsOffStillCountsMovedBytes) {
   Build({1, 8}, true, {.latency_histograms = false});
   for (uint64_t n = 0; n < 2; ++n) ASSERT_TRUE(PutBlock(n).ok());
-  const MoveSeries& down = Find(store_->Stats().moves, TierId::kHost, TierId::kNvme);
+  const StoreStats s = store_->Stats();
+  const MoveSeries& down = Find(s.moves, TierId::kHost, TierId::kNvme);
   EXPECT_EQ(down.bytes, testing::kBlock);
   EXPECT_EQ(down.latency.count(), 0u);
 }
