@@ -5,6 +5,8 @@
 //   host_put_ratio_to_memcpy  BeginPut + copy into the arena slot + CommitPut vs memcpy (2 MiB)
 //   host_get_ratio_to_memcpy  Acquire + copy out of the arena slot + Release vs memcpy (2 MiB)
 //   index_bytes_per_block     heap bytes the index spends per block (map entry + eviction links)
+//   timed_command_ns          what timing one command adds (metrics.histograms): two clock reads
+//                             and a LatencyHistograms::Record, two threads recording at once
 // A ratio above 1 means kvtier is faster than its baseline.
 #include <malloc.h>
 #include <xxhash.h>
@@ -12,10 +14,12 @@
 #include <cstring>
 #include <numeric>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "bench/bench_util.h"
 #include "common/clock.h"
+#include "common/latency_histogram.h"
 #include "daemon/index/block_index.h"
 #include "daemon/store/store.h"
 #include "hashing/block_hasher.h"
@@ -173,6 +177,34 @@ void IndexBytesPerBlock(bool quick) {
   }
 }
 
+// Two threads, as two network threads would, each timing `ops` empty commands into the same
+// histograms (60 series, as the server's): the figure is the time per command of the slower one.
+void TimedCommandCost(bool quick) {
+  const int ops = quick ? 200'000 : 2'000'000;
+  LatencyHistograms histograms(60);
+  std::vector<double> samples;
+  for (int rep = 0; rep < (quick ? 3 : 9); ++rep) {
+    double worst = 0;
+    std::vector<std::thread> threads;
+    std::vector<double> per_thread(2);
+    for (size_t t = 0; t < 2; ++t) {
+      threads.emplace_back([&, t] {
+        const double t0 = NowSeconds();
+        for (int i = 0; i < ops; ++i) {
+          const auto started = std::chrono::steady_clock::now();
+          histograms.Record(static_cast<size_t>(i) % 60,
+                            std::chrono::steady_clock::now() - started);
+        }
+        per_thread[t] = (NowSeconds() - t0) / ops * 1e9;
+      });
+    }
+    for (std::thread& t : threads) t.join();
+    for (double ns : per_thread) worst = std::max(worst, ns);
+    samples.push_back(worst);
+  }
+  PrintFigure("timed_command_ns", Median(samples), "ns");
+}
+
 }  // namespace
 }  // namespace kvtier::bench
 
@@ -182,5 +214,6 @@ int main(int argc, char** argv) {
   kvtier::bench::LookupLatency(quick);
   kvtier::bench::HostPutGet(quick);
   kvtier::bench::IndexBytesPerBlock(quick);
+  kvtier::bench::TimedCommandCost(quick);
   return 0;
 }

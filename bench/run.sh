@@ -2,7 +2,8 @@
 # Builds the benchmarks (release preset) and prints one line per figure: "NAME VALUE UNIT".
 # Every figure is measured against its baseline in the same run; see the header of each program
 # and bench/README.md. The daemon figures come from bench/daemon_bench.sh, which starts and stops
-# kvtierd and redis-server itself; the NVMe figures from bench/nvme_bench.sh, which runs fio;
+# kvtierd and redis-server itself; the cost of the latency histograms from
+# bench/metrics_overhead_bench.sh (kvtier bench against kvtierd with them on and off); the NVMe figures from bench/nvme_bench.sh, which runs fio;
 # the clean-restart figures from bench/restart_bench.py (its own kvtierd, stopped and restarted);
 # the spill figures from bench/spill_bench.sh (fio, then puts through a full host tier);
 # the replay figures from bench/replay_bench.sh (a trace through kvtierd with and without NVMe);
@@ -19,6 +20,7 @@ cmake --build --preset release \
 build/bin/kvtier_core_bench "$@"
 build/bin/kvtier_gpu_placement_bench "$@"
 bench/daemon_bench.sh "$@"
+bench/metrics_overhead_bench.sh "$@"
 bench/nvme_bench.sh "$@"
 python3 bench/restart_bench.py "$@"
 bench/spill_bench.sh "$@"

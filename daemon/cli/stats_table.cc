@@ -90,8 +90,8 @@ std::string NamespaceName(const json& ns) {
 }
 
 std::string NamespaceTable(const json& namespaces) {
-  std::string out = Row("%-24s %9s %11s %7s %7s %7s %7s %10s\n", "NAMESPACE", "LOOKUPS",
-                        "BLOCKS", "HIT", "GPU", "HOST", "NVME", "EVICTIONS");
+  std::string out = Row("%-24s %9s %11s %7s %7s %7s %7s %10s\n", "NAMESPACE", "LOOKUPS", "BLOCKS",
+                        "HIT", "GPU", "HOST", "NVME", "EVICTIONS");
   for (const json& ns : namespaces) {
     if (!ns.is_object()) continue;
     const int64_t asked = Count(ns, "lookup_blocks");
@@ -112,6 +112,38 @@ std::string NamespaceTable(const json& namespaces) {
                CountText(Count(ns, "evictions")).c_str());
   }
   if (namespaces.empty()) out += "(no namespaces)\n";
+  return out;
+}
+
+// A percentile in microseconds ("-" when absent: an older daemon, or moves not timed).
+std::string Micros(const json& j, const char* name) {
+  const auto it = j.find(name);
+  if (it == j.end() || !it->is_number()) return "-";
+  char text[24];
+  std::snprintf(text, sizeof(text), "%.1f", it->get<double>());
+  return text;
+}
+
+// The latency histograms (requests by op, path and tier; moves by pair of tiers) as percentiles.
+std::string LatencyTable(const json& requests, const json& moves) {
+  constexpr const char* kRequestRow = "%-7s %-8s %-5s %10s %10s %10s\n";
+  constexpr const char* kMoveRow = "%-9s %-5s %-5s %10s %12s %10s %10s\n";
+  std::string out = Row(kRequestRow, "REQUEST", "PATH", "TIER", "COUNT", "P50 US", "P99 US");
+  for (const json& r : requests) {
+    if (!r.is_object()) continue;
+    out += Row(kRequestRow, r.value("op", std::string("?")).c_str(),
+               r.value("path", std::string("?")).c_str(), r.value("tier", std::string("?")).c_str(),
+               CountText(Count(r, "count")).c_str(), Micros(r, "p50_us").c_str(),
+               Micros(r, "p99_us").c_str());
+  }
+  out += Row(kMoveRow, "MOVE", "FROM", "TO", "BLOCKS", "BYTES", "P50 US", "P99 US");
+  for (const json& m : moves) {
+    if (!m.is_object()) continue;
+    out += Row(kMoveRow, m.value("kind", std::string("?")).c_str(),
+               m.value("from", std::string("?")).c_str(), m.value("to", std::string("?")).c_str(),
+               CountText(Count(m, "blocks")).c_str(), BytesText(Count(m, "bytes")).c_str(),
+               Micros(m, "p50_us").c_str(), Micros(m, "p99_us").c_str());
+  }
   return out;
 }
 
@@ -139,6 +171,11 @@ Result<std::string> FormatStatsTable(std::string_view stats_json) {
   }
   if (const auto it = doc.find("namespaces"); it != doc.end() && it->is_array()) {
     out += "\n" + NamespaceTable(*it);
+  }
+  const auto requests = doc.find("requests");
+  const auto moves = doc.find("moves");
+  if (requests != doc.end() && requests->is_array() && moves != doc.end() && moves->is_array()) {
+    out += "\n" + LatencyTable(*requests, *moves);
   }
   if (const auto it = doc.find("totals"); it != doc.end() && it->is_object()) {
     out += "\n" + Totals(*it);

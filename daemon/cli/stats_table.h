@@ -1,6 +1,7 @@
 // Renders the daemon's statistics document (KVT.STATS, the JSON of daemon/metrics/stats_format.h)
 // as the tables `kvtier stats` prints: one row per tier (used / capacity, blocks, evictions), one
-// row per namespace (lookups, hit ratio overall and by tier, evictions), then the totals.
+// row per namespace (lookups, hit ratio overall and by tier, evictions), the latency percentiles
+// of requests (by op, path and tier) and of moves between tiers, then the totals.
 //
 // Fields the daemon does not send are shown as "-", so an older or newer daemon still prints.
 // A pure function; any thread.

@@ -26,15 +26,16 @@ TEST(StatsTableTest, RendersTiersNamespacesAndTotals) {
   EXPECT_NE(t.find("host"), std::string::npos) << t;
   EXPECT_NE(t.find("16.0 MiB"), std::string::npos) << t;
   EXPECT_NE(t.find("64.0 MiB"), std::string::npos) << t;
-  EXPECT_NE(t.find("25.0%"), std::string::npos) << t;  // tier use
+  EXPECT_NE(t.find("25.0%"), std::string::npos) << t;         // tier use
   EXPECT_NE(t.find("001122334455"), std::string::npos) << t;  // unlabelled namespace: id prefix
-  EXPECT_NE(t.find("40.0%"), std::string::npos) << t;  // hit ratio: 80 of 200
-  EXPECT_NE(t.find("15.0%"), std::string::npos) << t;  // nvme share
+  EXPECT_NE(t.find("40.0%"), std::string::npos) << t;         // hit ratio: 80 of 200
+  EXPECT_NE(t.find("15.0%"), std::string::npos) << t;         // nvme share
   EXPECT_NE(t.find("blocks_present=16"), std::string::npos) << t;
 }
 
 TEST(StatsTableTest, MissingFieldsShowAsDashes) {
-  Result<std::string> table = FormatStatsTable(R"({"tiers": [{"tier": "nvme"}], "namespaces": []})");
+  Result<std::string> table =
+      FormatStatsTable(R"({"tiers": [{"tier": "nvme"}], "namespaces": []})");
   ASSERT_TRUE(table.ok());
   EXPECT_NE(table->find("nvme"), std::string::npos);
   EXPECT_NE(table->find(" - "), std::string::npos) << *table;
@@ -50,6 +51,27 @@ TEST(StatsTableTest, ShowsDeviceCountersAndWhyATierIsAbsent) {
   ASSERT_TRUE(table.ok());
   EXPECT_NE(table->find("nvme device: checksum_failures=1 reads=12"), std::string::npos) << *table;
   EXPECT_NE(table->find("no GPU tier: built without CUDA\n"), std::string::npos) << *table;
+}
+
+TEST(StatsTableTest, ShowsLatencyPercentilesOfRequestsAndMoves) {
+  Result<std::string> table = FormatStatsTable(R"({
+    "tiers": [], "namespaces": [],
+    "requests": [{"op": "get", "path": "shm", "tier": "host", "count": 42, "sum_us": 100,
+                  "p50_us": 3.5, "p99_us": 120.25}],
+    "moves": [{"kind": "demotion", "from": "host", "to": "nvme", "blocks": 7, "bytes": 7340032,
+               "p50_us": 96.0, "p99_us": 127.4},
+              {"kind": "promotion", "from": "nvme", "to": "host", "blocks": 1, "bytes": 4096}]})");
+  ASSERT_TRUE(table.ok());
+  EXPECT_NE(table->find("get     shm      host          42        3.5      120.2\n"),
+            std::string::npos)
+      << *table;
+  EXPECT_NE(table->find("demotion  host  nvme           7      7.0 MiB       96.0      127.4\n"),
+            std::string::npos)
+      << *table;
+  // Moves not timed (metrics.histograms: false) have no percentiles.
+  EXPECT_NE(table->find("promotion nvme  host           1      4.0 KiB          -          -\n"),
+            std::string::npos)
+      << *table;
 }
 
 TEST(StatsTableTest, NotJsonIsAnError) {

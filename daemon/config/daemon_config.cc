@@ -191,6 +191,7 @@ const std::map<std::string, Setter>& Setters() {
       {"limits.max_leases", Uint(&DaemonConfig::max_leases, 1ull << 32, "limits.max_leases")},
       {"limits.max_reservations",
        Uint(&DaemonConfig::max_reservations, 1ull << 32, "limits.max_reservations")},
+      {"metrics.histograms", Bool(&DaemonConfig::latency_histograms, "metrics.histograms")},
       {"server.io_threads", Uint(&DaemonConfig::io_threads, 256, "server.io_threads")},
       {"server.log_level", Text(&DaemonConfig::log_level)},
   };

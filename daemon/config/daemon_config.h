@@ -109,6 +109,11 @@ struct DaemonConfig {
   uint64_t max_leases = 1u << 20;        // open read leases, all clients together
   uint64_t max_reservations = 1u << 20;  // puts in flight, all clients together
 
+  // metrics: latency histograms of lookups, gets and puts (per op, path and tier) and of moves
+  // between tiers in /metrics, /stats and INFO. false saves their clock reads and counter
+  // updates (bench/README.md: metrics_overhead_ratio); the moved bytes are still counted.
+  bool latency_histograms = true;
+
   // server
   uint32_t io_threads = 0;         // 0: DefaultIoThreads
   std::string log_level = "info";  // trace, debug, info, warn, error, off

@@ -128,6 +128,7 @@ TEST(DaemonConfigTest, ShippedExampleLoadsAndMatchesTheDefaults) {
   EXPECT_EQ(c.nvme_admission, defaults.nvme_admission);
   EXPECT_EQ(c.nvme_promote_on_hit, defaults.nvme_promote_on_hit);
   EXPECT_EQ(c.nvme_sync_interval_ms, defaults.nvme_sync_interval_ms);
+  EXPECT_EQ(c.latency_histograms, defaults.latency_histograms);
   EXPECT_EQ(c.high_watermark, defaults.high_watermark);
   EXPECT_EQ(c.low_watermark, defaults.low_watermark);
   EXPECT_TRUE(c.nvme_paths.empty());
@@ -157,6 +158,17 @@ TEST(DaemonConfigTest, ShutdownFlushKeys) {
     ASSERT_FALSE(st.ok()) << yaml;
     EXPECT_NE(st.message().find("shutdown.flush"), std::string::npos) << st.message();
   }
+}
+
+TEST(DaemonConfigTest, MetricsHistogramsKey) {
+  EXPECT_TRUE(DaemonConfig{}.latency_histograms);
+  DaemonConfig c;
+  ASSERT_TRUE(ApplyYaml("metrics:\n  histograms: false\n", "test.yaml", c).ok());
+  EXPECT_FALSE(c.latency_histograms);
+  DaemonConfig bad;
+  Status st = ApplyYaml("metrics:\n  histograms: sometimes\n", "test.yaml", bad);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("metrics.histograms"), std::string::npos) << st.message();
 }
 
 TEST(DaemonConfigTest, NvmeKeysAndFlags) {

@@ -164,6 +164,7 @@ store::StoreOptions StoreOptionsFrom(const config::DaemonConfig& c) {
   o.gpu_promotion.policy = c.gpu_promotion;
   o.gpu_promotion.after_reads = c.gpu_promote_after_reads;
   o.gpu_promotion.window_us = c.gpu_promote_window_ms * 1000;
+  o.latency_histograms = c.latency_histograms;
   return o;
 }
 

@@ -95,6 +95,7 @@ server::ServerOptions ServerOptionsFrom(const config::DaemonConfig& c) {
   o.reader_wait_ms = c.reader_wait_ms;
   o.mover_wait_ms = c.mover_wait_ms;
   o.max_clients = c.max_clients;
+  o.latency_histograms = c.latency_histograms;
   return o;
 }
 

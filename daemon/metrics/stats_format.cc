@@ -3,6 +3,8 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
+#include "daemon/metrics/latency_format.h"
+
 namespace kvtier::metrics {
 namespace {
 
@@ -239,6 +241,8 @@ std::string StatsToJson(const store::StoreStats& stats, const ProcessInfo& proce
                     {"rejected_connections", process.rejected_connections},
                     {"gpu_tier", process.gpu_tier_note},
                     {"nvme_tier", process.nvme_tier_note}};
+  doc["requests"] = RequestLatencyJson(process.requests);
+  doc["moves"] = MovesJson(stats.moves);
   return doc.dump();
 }
 
@@ -310,12 +314,13 @@ std::string StatsToPrometheus(const store::StoreStats& stats, const ProcessInfo&
     Header(out, s.name, s.type, s.help);
     Sample(out, s.name, "", s.value);
   }
+  AppendLatencyPrometheus(out, process.requests, stats.moves);
   Header(out, "kvtier_build_info", "gauge", "Always 1; the version label says which kvtierd runs.");
   Sample(out, "kvtier_build_info", "version=\"" + Escape(process.version) + "\"", 1);
   return out;
 }
 
-std::string StatsToInfoSection(const store::StoreStats& stats) {
+std::string StatsToInfoSection(const store::StoreStats& stats, const ProcessInfo& process) {
   std::string out;
   auto field = [&out](const std::string& name, const std::string& value) {
     out += name + ":" + value + "\r\n";
@@ -344,6 +349,7 @@ std::string StatsToInfoSection(const store::StoreStats& stats) {
                                      ",hit_ratio=" + ratio +
                                      ",evictions=" + std::to_string(ns.evictions));
   }
+  AppendLatencyInfo(out, process.requests, stats.moves);
   return out;
 }
 

@@ -6,7 +6,9 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
+#include "daemon/metrics/request_latency.h"
 #include "daemon/store/store_stats.h"
 
 namespace kvtier::metrics {
@@ -25,6 +27,8 @@ struct ProcessInfo {
   // Why a tier is absent, for tiers the daemon runs without ("no GPU tier: built without CUDA").
   std::string gpu_tier_note;
   std::string nvme_tier_note;
+  // The server's request latency histograms (RequestLatency::Snapshot); empty when they are off.
+  std::vector<RequestLatencySeries> requests;
 };
 
 // {"tiers":[{"tier":"host","capacity_bytes":..,"used_bytes":..,"reserved_bytes":..,"blocks":..,
@@ -32,15 +36,22 @@ struct ProcessInfo {
 //  "namespaces":[{"id":"<hex>","label":..,"lookups":..,"lookup_blocks":..,
 //   "hit_blocks":{"gpu":..,"host":..,"nvme":..},"hit_tokens":..,"miss_blocks":..,
 //   "block_hit_ratio":..,"puts":..,"put_bytes":..,"gets":..,"get_misses":..,"evictions":..}],
-//  "totals":{...StoreStats scalar fields...}, "process":{...}}
+//  "totals":{...StoreStats scalar fields...}, "process":{...},
+//  "requests":[{"op":"get","path":"shm","tier":"host","count":..,"sum_us":..,"p50_us":..,
+//   "p99_us":..}],
+//  "moves":[{"kind":"demotion","from":"host","to":"nvme","blocks":..,"bytes":..,"sum_us":..,
+//   "p50_us":..,"p99_us":..}]}
+// Percentiles are estimated from the histogram buckets as Prometheus' histogram_quantile does.
 std::string StatsToJson(const store::StoreStats& stats, const ProcessInfo& process);
 
 // Prometheus text exposition format, version 0.0.4: kvtier_* metrics with `tier` labels, and
 // `namespace` (the label given at registration, else the id) plus `ns_id` (the id, which keeps two
-// tenants of one model apart) on per-namespace series.
+// tenants of one model apart) on per-namespace series; latency histograms
+// (kvtier_request_duration_seconds by op, path and tier; kvtier_tier_move_duration_seconds by
+// kind, from and to) with power-of-two microsecond buckets (common/latency_histogram.h).
 std::string StatsToPrometheus(const store::StoreStats& stats, const ProcessInfo& process);
 
 // The `# Kvtier` section of INFO: "field:value\r\n" lines.
-std::string StatsToInfoSection(const store::StoreStats& stats);
+std::string StatsToInfoSection(const store::StoreStats& stats, const ProcessInfo& process);
 
 }  // namespace kvtier::metrics

@@ -78,11 +78,12 @@ TEST(StatsFormatTest, EveryViewCarriesRejectedConnectionsAndPendingAdoptions) {
   EXPECT_NE(text.find("kvtier_rejected_connections_total 7\n"), std::string::npos);
   EXPECT_NE(text.find("# TYPE kvtier_pending_adoptions gauge\n"), std::string::npos);
   EXPECT_NE(text.find("kvtier_pending_adoptions 9\n"), std::string::npos);
-  EXPECT_NE(StatsToInfoSection(SampleStats()).find("pending_adoptions:9\r\n"), std::string::npos);
+  EXPECT_NE(StatsToInfoSection(SampleStats(), process).find("pending_adoptions:9\r\n"),
+            std::string::npos);
 }
 
 TEST(StatsFormatTest, InfoSectionUsesRedisFieldSyntax) {
-  std::string info = StatsToInfoSection(SampleStats());
+  std::string info = StatsToInfoSection(SampleStats(), {});
   EXPECT_NE(info.find("tier_host_used_bytes:4096\r\n"), std::string::npos);
   EXPECT_NE(info.find("tier_gpu_copy_errors:1\r\n"), std::string::npos);
   EXPECT_NE(info.find("hit_ratio=0.7500"), std::string::npos);
@@ -130,6 +131,96 @@ TEST(StatsFormatTest, EveryJsonCountIsAlsoAPrometheusSample) {
     if (!value.is_number_unsigned()) continue;
     EXPECT_TRUE(has_sample(value.get<uint64_t>())) << "tiers." << name;
   }
+}
+
+// Two gets of the shared-memory path from the host tier (3 us and 300 us), and moves host -> NVMe
+// (two blocks of 4 KiB, 100 us each) with none back.
+struct LatencySample {
+  store::StoreStats stats = SampleStats();
+  ProcessInfo process;
+  LatencySample() {
+    LatencySnapshot get;
+    get.buckets[LatencyBucketIndex(3'000)] = 1;
+    get.buckets[LatencyBucketIndex(300'000)] = 1;
+    get.sum_ns = 303'000;
+    process.requests.push_back({{RequestOp::kGet, RequestPath::kShm, TierId::kHost}, get});
+    LatencySnapshot moved;
+    moved.buckets[LatencyBucketIndex(100'000)] = 2;
+    moved.sum_ns = 200'000;
+    stats.moves.push_back({TierId::kHost, TierId::kNvme, 2, 8192, true, moved});
+    stats.moves.push_back({TierId::kNvme, TierId::kHost, 0, 0, true, {}});
+  }
+};
+
+TEST(StatsFormatTest, PrometheusHistogramsHaveCumulativeBucketsSumAndCount) {
+  const LatencySample sample;
+  const std::string text = StatsToPrometheus(sample.stats, sample.process);
+  const std::string series =
+      "kvtier_request_duration_seconds_bucket{op=\"get\",path=\"shm\",tier=\"host\",";
+  EXPECT_NE(text.find("# TYPE kvtier_request_duration_seconds histogram\n"), std::string::npos);
+  EXPECT_NE(text.find(series + "le=\"0.000002\"} 0\n"), std::string::npos);
+  EXPECT_NE(text.find(series + "le=\"0.000004\"} 1\n"), std::string::npos);  // 3 us
+  EXPECT_NE(text.find(series + "le=\"0.000256\"} 1\n"), std::string::npos);
+  EXPECT_NE(text.find(series + "le=\"0.000512\"} 2\n"), std::string::npos);  // and 300 us
+  EXPECT_NE(text.find(series + "le=\"16.777216\"} 2\n"), std::string::npos);
+  EXPECT_NE(text.find(series + "le=\"+Inf\"} 2\n"), std::string::npos);
+  EXPECT_NE(text.find("kvtier_request_duration_seconds_sum{op=\"get\",path=\"shm\",tier=\"host\"} "
+                      "0.000303\n"),
+            std::string::npos);
+  EXPECT_NE(
+      text.find("kvtier_request_duration_seconds_count{op=\"get\",path=\"shm\",tier=\"host\"} "
+                "2\n"),
+      std::string::npos);
+  EXPECT_NE(text.find("# TYPE kvtier_tier_move_duration_seconds histogram\n"), std::string::npos);
+  EXPECT_NE(text.find("kvtier_tier_move_duration_seconds_count{kind=\"demotion\",from=\"host\","
+                      "to=\"nvme\"} 2\n"),
+            std::string::npos);
+  EXPECT_NE(text.find("kvtier_tier_move_duration_seconds_count{kind=\"promotion\",from=\"nvme\","
+                      "to=\"host\"} 0\n"),
+            std::string::npos);
+  EXPECT_NE(text.find("# TYPE kvtier_tier_moved_bytes_total counter\n"), std::string::npos);
+  EXPECT_NE(text.find("kvtier_tier_moved_bytes_total{from=\"host\",to=\"nvme\"} 8192\n"),
+            std::string::npos);
+}
+
+// With metrics.histograms off the moves are counted, not timed: no histogram claims zero moves.
+TEST(StatsFormatTest, UntimedMovesHaveBytesButNoHistogram) {
+  LatencySample sample;
+  for (store::MoveSeries& m : sample.stats.moves) m = {m.from, m.to, m.blocks, m.bytes};
+  const std::string text = StatsToPrometheus(sample.stats, sample.process);
+  EXPECT_EQ(text.find("kvtier_tier_move_duration_seconds_count"), std::string::npos);
+  EXPECT_NE(text.find("kvtier_tier_moved_bytes_total{from=\"host\",to=\"nvme\"} 8192\n"),
+            std::string::npos);
+  const auto doc = nlohmann::json::parse(StatsToJson(sample.stats, sample.process));
+  EXPECT_EQ(doc["moves"][0]["bytes"], 8192);
+  EXPECT_FALSE(doc["moves"][0].contains("p99_us"));
+}
+
+// /stats, `kvtier stats --json` and INFO read the same histograms as /metrics.
+TEST(StatsFormatTest, JsonAndInfoCarryTheHistogramsAsCountsAndPercentiles) {
+  const LatencySample sample;
+  const auto doc = nlohmann::json::parse(StatsToJson(sample.stats, sample.process));
+  ASSERT_EQ(doc["requests"].size(), 1u);
+  const auto& get = doc["requests"][0];
+  EXPECT_EQ(get["op"], "get");
+  EXPECT_EQ(get["path"], "shm");
+  EXPECT_EQ(get["tier"], "host");
+  EXPECT_EQ(get["count"], 2);
+  EXPECT_EQ(get["sum_us"], 303);
+  EXPECT_DOUBLE_EQ(get["p50_us"].get<double>(), 4.0);    // the top of the 3 us bucket
+  EXPECT_DOUBLE_EQ(get["p99_us"].get<double>(), 506.9);  // 256 + 256 * 0.98, rounded
+  ASSERT_EQ(doc["moves"].size(), 2u);
+  EXPECT_EQ(doc["moves"][0]["kind"], "demotion");
+  EXPECT_EQ(doc["moves"][0]["blocks"], 2);
+  EXPECT_EQ(doc["moves"][0]["bytes"], 8192);
+  EXPECT_DOUBLE_EQ(doc["moves"][0]["p50_us"].get<double>(), 96.0);  // 64 + 64 * 0.5
+  const std::string info = StatsToInfoSection(sample.stats, sample.process);
+  EXPECT_NE(info.find("request_get_shm_host:count=2,p50_us=4.0,p99_us=506.9\r\n"),
+            std::string::npos)
+      << info;
+  EXPECT_NE(info.find("move_host_nvme:blocks=2,bytes=8192,p50_us=96.0,p99_us=127.4\r\n"),
+            std::string::npos)
+      << info;
 }
 
 }  // namespace

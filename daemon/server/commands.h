@@ -19,6 +19,7 @@
 
 #include "common/resp/reply_writer.h"
 #include "common/resp/request_parser.h"
+#include "daemon/metrics/request_latency.h"
 #include "daemon/server/server_context.h"
 #include "daemon/server/session.h"
 #include "daemon/store/store.h"
@@ -88,6 +89,19 @@ struct CommandContext {
   // Set by WaitsForMover when it answers true: the connection's wait for this kRetryLater is cut
   // short by the mover's progress (MoverWaiters). Reset before every call of the handler.
   bool waits_for_mover_now = false;
+  // What the command's latency is recorded under (metrics::RequestLatency): named by the
+  // handlers of lookups, gets and puts with Time, which then report with Found each tier they
+  // found or placed a block in. A command that names none is not timed, nor is any with the
+  // histograms off.
+  std::optional<metrics::RequestLabels> timed;
+
+  void Time(metrics::RequestOp op, metrics::RequestPath path) {
+    if (!timed && server.request_latency.enabled())
+      timed = metrics::RequestLabels{op, path, std::nullopt};
+  }
+  void Found(TierId tier) {
+    if (timed) timed->Found(tier);
+  }
 
   // True when the buffered reply bytes (queued leased payloads included) reached the client's
   // in-flight limit.

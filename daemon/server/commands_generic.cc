@@ -79,9 +79,10 @@ Result<bool> StoreValue(CommandContext& ctx, std::string_view key, std::string_v
       (void)store.AbortPut(r.id);
       return st;
     }
-    Status committed = store.CommitPut(r.id);
-    if (committed.ok()) ctx.NoteCommit(r.id);
-    return committed;
+    KVTIER_RETURN_IF_ERROR(store.CommitPut(r.id));
+    ctx.NoteCommit(r.id);
+    ctx.Found(r.tier);
+    return Status::Ok();
   });
 }
 
@@ -92,7 +93,11 @@ Result<bool> StoreValue(CommandContext& ctx, std::string_view key, std::string_v
 Result<bool> PublishStagedValue(CommandContext& ctx, std::string_view key, uint64_t reservation) {
   return ReplaceValue(ctx, key, [&](const BlockKey& block_key) {
     Status published = ctx.server.store.CommitPutAs(reservation, block_key);
-    if (published.ok()) ctx.NoteCommit(reservation);
+    // A staged value's slot was reserved where puts land (staged_value.h).
+    if (published.ok()) {
+      ctx.NoteCommit(reservation);
+      ctx.Found(ctx.server.store.put_tier());
+    }
     const StatusCode code = published.code();
     if (code != StatusCode::kAlreadyExists && code != StatusCode::kRejected) {
       (void)ctx.session.TakeReservation(reservation);
@@ -111,14 +116,20 @@ Status AppendValue(CommandContext& ctx, std::string_view key) {
   // answers BUSY for it), and a GET never sees the gap between a SET's remove and its commit.
   MutexLock lock(ctx.server.GenericWriteLock(block_key));
   // Read into the reply, from host memory: its reads never promote the value to the GPU pool.
-  KVTIER_ASSIGN_OR_RETURN(store::Lease lease, store.Acquire(ctx.server.generic_ns, block_key,
-                                                            store::Store::Reader::kHostMemory));
-  return AppendLeasedBulk(ctx, lease, kGenericValueHeaderBytes, [](std::span<const std::byte> b) {
-    if (b.size() < kGenericValueHeaderBytes || b[0] != kGenericValueFormat) {
-      return Corruption("stored value has an unknown format");
-    }
-    return Status::Ok();
-  });
+  Result<store::Lease> lease =
+      store.Acquire(ctx.server.generic_ns, block_key, store::Store::Reader::kHostMemory);
+  // kPending: on NVMe, and the wait for its read is this get's latency.
+  if (lease.status().code() == StatusCode::kPending) ctx.Found(TierId::kNvme);
+  if (!lease.ok()) return lease.status();
+  Status st =
+      AppendLeasedBulk(ctx, *lease, kGenericValueHeaderBytes, [](std::span<const std::byte> b) {
+        if (b.size() < kGenericValueHeaderBytes || b[0] != kGenericValueFormat) {
+          return Corruption("stored value has an unknown format");
+        }
+        return Status::Ok();
+      });
+  if (st.ok()) ctx.Found(lease->tier);
+  return st;
 }
 
 Status ReadersDidNotFinish() { return Busy("the old value is still being read by another client"); }
@@ -129,6 +140,7 @@ Progress Set(CommandContext& ctx, Command& cmd) {
     return Progress::kDone;
   }
   if (KeyTooLong(ctx, cmd.args[1])) return Progress::kDone;
+  ctx.Time(metrics::RequestOp::kPut, metrics::RequestPath::kGeneric);
   // A large value may have been received into its slot already (staged_value.h); the
   // connection aborts that slot if this ends without publishing it.
   Result<bool> stored = ctx.staged_value ? PublishStagedValue(ctx, cmd.args[1], *ctx.staged_value)
@@ -145,6 +157,7 @@ Progress Set(CommandContext& ctx, Command& cmd) {
 
 Progress Get(CommandContext& ctx, Command& cmd) {
   if (KeyTooLong(ctx, cmd.args[1])) return Progress::kDone;
+  ctx.Time(metrics::RequestOp::kGet, metrics::RequestPath::kGeneric);
   Status st = AppendValue(ctx, cmd.args[1]);
   // On NVMe: the mover reads it up while this connection waits (and the thread serves others).
   if (ctx.WaitsForMover(st)) return Progress::kRetryLater;
@@ -168,6 +181,7 @@ Progress MSet(CommandContext& ctx, Command& cmd) {
     if (AnyKeyTooLong(ctx, cmd, 1, 2)) return Progress::kDone;
     ctx.cursor = 1;
   }
+  ctx.Time(metrics::RequestOp::kPut, metrics::RequestPath::kGeneric);
   // Resumable: a pair whose old value is being read is retried later, from that pair on.
   for (; ctx.cursor < cmd.size(); ctx.cursor += 2) {
     Result<bool> stored = StoreValue(ctx, cmd.args[ctx.cursor], cmd.args[ctx.cursor + 1]);
@@ -191,6 +205,7 @@ Progress MGet(CommandContext& ctx, Command& cmd) {
     ctx.reply.AppendArrayHeader(cmd.size() - 1);
     ctx.cursor = 1;
   }
+  ctx.Time(metrics::RequestOp::kGet, metrics::RequestPath::kGeneric);
   for (; ctx.cursor < cmd.size(); ++ctx.cursor) {
     if (ctx.OutputFull()) return Progress::kMore;
     const Status st = AppendValue(ctx, cmd.args[ctx.cursor]);
@@ -202,11 +217,14 @@ Progress MGet(CommandContext& ctx, Command& cmd) {
 
 Progress Exists(CommandContext& ctx, Command& cmd) {
   if (AnyKeyTooLong(ctx, cmd, 1, 1)) return Progress::kDone;
+  ctx.Time(metrics::RequestOp::kLookup, metrics::RequestPath::kGeneric);
   int64_t found = 0;
   for (size_t i = 1; i < cmd.size(); ++i) {
     const BlockKey key = GenericKey(ctx.server.generic_ns, cmd.args[i]);
-    found += static_cast<int64_t>(
-        ctx.server.store.Lookup(ctx.server.generic_ns, std::span(&key, 1)).ready_prefix);
+    const index::LookupResult result =
+        ctx.server.store.Lookup(ctx.server.generic_ns, std::span(&key, 1));
+    for (TierId tier : result.tiers) ctx.Found(tier);
+    found += static_cast<int64_t>(result.ready_prefix);
   }
   ctx.reply.AppendInteger(found);
   return Progress::kDone;

@@ -39,12 +39,17 @@ Progress Lookup(CommandContext& ctx, Command& cmd) {
   if (!ns) return Progress::kDone;
   std::optional<size_t> count = CheckPackedKeys(ctx, cmd.args[2]);
   if (!count) return Progress::kDone;
+  // A client that attached the arena moves its blocks through shared memory.
+  ctx.Time(metrics::RequestOp::kLookup, ctx.session.arena_attached()
+                                            ? metrics::RequestPath::kShm
+                                            : metrics::RequestPath::kInline);
   index::LookupResult result;
   if (ns->known) {
     std::vector<BlockKey> keys(*count);
     for (size_t i = 0; i < *count; ++i) keys[i] = PackedKey(cmd.args[2], i);
     result = ctx.server.store.Lookup(ns->id, keys);
   }
+  for (TierId tier : result.tiers) ctx.Found(tier);
   std::string tiers(result.ready_prefix, '\0');
   std::transform(result.tiers.begin(), result.tiers.end(), tiers.begin(), TierCodeChar);
   ctx.reply.AppendArrayHeader(2);
@@ -71,6 +76,7 @@ Progress Put(CommandContext& ctx, Command& cmd) {
     ctx.reply.AppendArrayHeader(count);
     ctx.started = true;
   }
+  ctx.Time(metrics::RequestOp::kPut, metrics::RequestPath::kInline);
   // Resumable: a block that waits for room (the mover is making it) is tried again from there.
   for (; ctx.cursor < count; ++ctx.cursor) {
     const std::string& block = cmd.args[3 + ctx.cursor];
@@ -79,7 +85,10 @@ Progress Put(CommandContext& ctx, Command& cmd) {
         ctx.server.store.Put(ns->id, PackedKey(cmd.args[2], ctx.cursor),
                              std::as_bytes(std::span(block.data(), block.size())), &reservation);
     if (ctx.WaitsForMover(st)) return Progress::kRetryLater;
-    if (st.ok()) ctx.NoteCommit(reservation);
+    if (st.ok()) {
+      ctx.NoteCommit(reservation);
+      ctx.Found(ctx.server.store.put_tier());
+    }
     ctx.reply.AppendSimpleString(StatusWord(st.code()));
     std::string().swap(cmd.args[3 + ctx.cursor]);  // stored: give the payload's memory back now
   }
@@ -100,6 +109,7 @@ Progress Get(CommandContext& ctx, Command& cmd) {
     ns = KvtNamespace{*ParseNamespaceId(cmd.args[1]), true};
   }
   const size_t count = cmd.args[2].size() / 16;
+  ctx.Time(metrics::RequestOp::kGet, metrics::RequestPath::kInline);
   for (; ctx.cursor < count; ++ctx.cursor) {
     if (ctx.OutputFull()) return Progress::kMore;
     const bool waited = ctx.WaitedForMover();
@@ -108,12 +118,14 @@ Progress Get(CommandContext& ctx, Command& cmd) {
                     : ctx.server.store.Acquire(ns->id, PackedKey(cmd.args[2], ctx.cursor),
                                                store::Store::Reader::kHostMemory);
     // On NVMe: the mover reads it up while this connection waits (and the thread serves others).
+    if (lease.status().code() == StatusCode::kPending) ctx.Found(TierId::kNvme);
     if (ctx.WaitsForMover(lease.status())) {
       if (!waited) PrefetchRestOfPrefix(ctx, ns->id, cmd.args[2], ctx.cursor + 1, count);
       return Progress::kRetryLater;
     }
     // A block is only useful with its whole prefix: after the first miss, nothing more is read.
     Status st = lease.ok() ? AppendLeasedBulk(ctx, *lease, 0) : lease.status();
+    if (st.ok()) ctx.Found(lease->tier);
     if (!st.ok()) {
       ctx.stopped = true;
       ctx.reply.AppendNull();

@@ -22,6 +22,7 @@ Progress Attach(CommandContext& ctx, Command&) {
   if (RefuseWithoutSharedMemory(ctx, "KVT.ATTACH")) return Progress::kDone;
   const tiers::HostArena& arena = ctx.server.arena->arena();
   ctx.send_fd = arena.fd();
+  ctx.session.set_arena_attached();
   ctx.reply.AppendMapHeader(2);
   ctx.reply.AppendBulk("arena_bytes");
   ctx.reply.AppendInteger(static_cast<int64_t>(arena.size()));
@@ -69,6 +70,7 @@ std::string_view ReserveOne(CommandContext& ctx, const NamespaceId& ns, const Bl
     return "REJECTED";
   }
   ctx.session.AddReservation(r->id);
+  ctx.Found(r->tier);
   out = *r;
   return "OK";
 }
@@ -88,6 +90,7 @@ Progress Reserve(CommandContext& ctx, Command& cmd) {
     AppendUnknownNamespace(ctx, ns->id);
     return Progress::kDone;
   }
+  ctx.Time(metrics::RequestOp::kPut, metrics::RequestPath::kShm);
   if (!ctx.started) ctx.reply.AppendArrayHeader(*count);
   ctx.started = true;
   // Resumable: a key that waits for room (the mover is making it) is tried again from there.
@@ -111,6 +114,8 @@ std::string_view AcquireOne(CommandContext& ctx, const NamespaceId& ns, const Bl
                                ctx.session.gpu_pool_attached() ? store::Store::Reader::kGpuPool
                                                                : store::Store::Reader::kHostMemory);
   if (lease.status().code() == StatusCode::kPending) {
+    // Below the host tier (on NVMe): the wait for its read is this get's latency.
+    ctx.Found(TierId::kNvme);
     // Not in memory in time: a miss the engine recomputes.
     return ctx.WaitsForMover(lease.status()) ? kPendingWord : "NOTFOUND";
   }
@@ -121,6 +126,7 @@ std::string_view AcquireOne(CommandContext& ctx, const NamespaceId& ns, const Bl
     return "NOTFOUND";
   }
   ctx.session.AddLease(lease->id);
+  ctx.Found(lease->tier);
   out = *lease;
   return "OK";
 }
@@ -131,6 +137,7 @@ Progress Acquire(CommandContext& ctx, Command& cmd) {
   if (!ns) return Progress::kDone;
   std::optional<size_t> count = CheckPackedKeys(ctx, cmd.args[2]);
   if (!count) return Progress::kDone;
+  ctx.Time(metrics::RequestOp::kGet, metrics::RequestPath::kShm);
   if (!ctx.started) {
     ctx.reply.AppendArrayHeader(*count);
     ctx.stopped = !ns->known;
@@ -157,7 +164,7 @@ Progress Acquire(CommandContext& ctx, Command& cmd) {
 }
 
 // KVT.COMMIT, KVT.ABORT and KVT.RELEASE: parse every id first (one bad id fails the command and
-// changes nothing), then finish each and answer its status word.
+// changes nothing), then finish each and answer its status word. ctx.tally counts the OKs.
 template <bool (Session::*kTake)(uint64_t), Status (*kFinish)(CommandContext&, uint64_t)>
 Progress FinishIds(CommandContext& ctx, Command& cmd) {
   std::vector<uint64_t> ids;
@@ -175,6 +182,7 @@ Progress FinishIds(CommandContext& ctx, Command& cmd) {
     Status st =
         (ctx.session.*kTake)(id) ? kFinish(ctx, id) : NotFound("not held by this connection");
     ctx.reply.AppendSimpleString(StatusWord(st.code()));
+    ctx.tally += st.ok() ? 1 : 0;
   }
   return Progress::kDone;
 }
@@ -187,10 +195,18 @@ Status Commit(CommandContext& ctx, uint64_t id) {
 Status Abort(CommandContext& ctx, uint64_t id) { return ctx.server.store.AbortPut(id); }
 Status Release(CommandContext& ctx, uint64_t id) { return ctx.server.store.Release(id); }
 
+// KVT.COMMIT, timed: its blocks are in the arena (ReserveOne hands out no other slot).
+Progress CommitIds(CommandContext& ctx, Command& cmd) {
+  ctx.Time(metrics::RequestOp::kCommit, metrics::RequestPath::kShm);
+  const Progress progress = FinishIds<&Session::TakeReservation, Commit>(ctx, cmd);
+  if (ctx.tally > 0 && ctx.server.arena != nullptr) ctx.Found(ctx.server.arena->id());
+  return progress;
+}
+
 constexpr CommandSpec kCommands[] = {
     {"KVT.ATTACH", 1, false, Attach},
     {"KVT.RESERVE", 4, false, Reserve},
-    {"KVT.COMMIT", -2, false, FinishIds<&Session::TakeReservation, Commit>},
+    {"KVT.COMMIT", -2, false, CommitIds},
     {"KVT.ABORT", -2, false, FinishIds<&Session::TakeReservation, Abort>},
     {"KVT.ACQUIRE", 3, false, Acquire},
     {"KVT.RELEASE", -2, false, FinishIds<&Session::TakeLease, Release>, true},

@@ -223,8 +223,14 @@ Connection::Awaitable<bool> Connection::Execute(resp::Command& cmd) {
   ctx.leased = &leased_;
   if (cmd.diverted_arg >= 0) ctx.staged_value = staged_.Take();
   const size_t reply_start = out_.size();
+  // Read only with the histograms on: metrics.histograms false costs no clock read.
+  const auto started = server_.request_latency.enabled() ? std::chrono::steady_clock::now()
+                                                         : std::chrono::steady_clock::time_point{};
   const CommandSpec* spec = PrepareCommand(ctx, cmd);
   const bool ran = co_await RunHandler(spec, ctx, cmd);
+  if (ran && ctx.timed) {
+    server_.request_latency.Record(*ctx.timed, std::chrono::steady_clock::now() - started);
+  }
   if (ctx.staged_value) AbortStagedValue(server_, session_, *ctx.staged_value);
   server_.counters.commands_processed.fetch_add(1, std::memory_order_relaxed);
   Touch();

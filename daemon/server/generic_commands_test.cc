@@ -10,6 +10,7 @@ namespace {
 using testing::Bulk;
 using testing::TestClient;
 using testing::TestServer;
+using testing::TimedCommands;
 
 class GenericCommandsTest : public ::testing::Test {
  protected:
@@ -67,6 +68,24 @@ TEST_F(GenericCommandsTest, MsetMgetExistsDel) {
   EXPECT_EQ(c_.Call({"DEL", "a", "nope"}), ":1\r\n");
   EXPECT_EQ(c_.Call({"DEL", "a"}), ":0\r\n");
   EXPECT_EQ(c_.Call({"EXISTS", "a", "b"}), ":1\r\n");
+}
+
+TEST_F(GenericCommandsTest, SetsGetsAndExistsAreTimedOnTheGenericPath) {
+  using metrics::RequestOp;
+  using metrics::RequestPath;
+  EXPECT_EQ(c_.Call({"SET", "k", "v"}), "+OK\r\n");
+  EXPECT_EQ(c_.Call({"MSET", "a", "1", "b", "2"}), "+OK\r\n");
+  EXPECT_EQ(c_.Call({"GET", "k"}), "$1\r\nv\r\n");
+  EXPECT_EQ(c_.Call({"GET", "nope"}), "$-1\r\n");
+  EXPECT_EQ(c_.Call({"MGET", "a", "b"}), "*2\r\n$1\r\n1\r\n$1\r\n2\r\n");
+  EXPECT_EQ(c_.Call({"EXISTS", "a", "nope"}), ":1\r\n");
+  EXPECT_EQ(c_.Call({"DBSIZE"}), ":3\r\n");
+  Server& server = ts_.server();
+  EXPECT_EQ(TimedCommands(server, RequestOp::kPut, RequestPath::kGeneric, TierId::kHost), 2u);
+  EXPECT_EQ(TimedCommands(server, RequestOp::kGet, RequestPath::kGeneric, TierId::kHost), 2u);
+  EXPECT_EQ(TimedCommands(server, RequestOp::kGet, RequestPath::kGeneric, std::nullopt), 1u);
+  EXPECT_EQ(TimedCommands(server, RequestOp::kLookup, RequestPath::kGeneric, TierId::kHost), 1u);
+  EXPECT_EQ(TimedCommands(server), 6u);  // DBSIZE is not
 }
 
 TEST_F(GenericCommandsTest, DbsizeCountsEveryBlock) {

@@ -76,7 +76,9 @@ void AppendSection(const ServerContext& server, const store::StoreStats& stats,
   if (name == "keyspace") {
     Field(out, "db0", "keys=" + std::to_string(stats.blocks_present) + ",expires=0,avg_ttl=0");
   }
-  if (name == "kvtier") out.append(metrics::StatsToInfoSection(stats));
+  if (name == "kvtier") {
+    out.append(metrics::StatsToInfoSection(stats, MakeProcessInfo(server)));
+  }
 }
 
 bool WantsAll(const resp::Command& cmd) {
@@ -122,6 +124,7 @@ metrics::ProcessInfo MakeProcessInfo(const ServerContext& server) {
   p.rejected_connections = server.counters.rejected_connections.load();
   p.gpu_tier_note = server.options.gpu_tier_note;
   p.nvme_tier_note = server.options.nvme_tier_note;
+  p.requests = server.request_latency.Snapshot();
   return p;
 }
 

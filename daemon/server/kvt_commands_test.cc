@@ -13,6 +13,7 @@ using testing::PackKeys;
 using testing::TestClient;
 using testing::TestKey;
 using testing::TestServer;
+using testing::TimedCommands;
 
 // 2 (K, V) x 2 layers x 1 kv head x 4 head dim x 2 tokens x 2 bytes (fp16).
 constexpr size_t kBlockBytes = 64;
@@ -127,6 +128,41 @@ TEST_F(KvtCommandsTest, PutLookupGet) {
             "*4\r\n" + Bulk(Payload(0)) + Bulk(Payload(1)) + Bulk(Payload(2)) + "$-1\r\n");
   // Already stored: nothing to do.
   EXPECT_EQ(c_.Call({"KVT.PUT", ns_, PackKeys(Keys({1})), Payload(1)}), "*1\r\n+EXISTS\r\n");
+}
+
+// Each lookup, put and get is one observation of the inline path, under the coldest tier it found
+// or placed a block in; other commands are not timed.
+TEST_F(KvtCommandsTest, LookupsPutsAndGetsAreTimedByPathAndTier) {
+  using metrics::RequestOp;
+  using metrics::RequestPath;
+  const std::string keys = PackKeys(Keys({0, 1, 2, 3}));
+  EXPECT_EQ(c_.Call({"KVT.LOOKUP", ns_, keys}), "*2\r\n:0\r\n$0\r\n\r\n");
+  PutChain(3);
+  EXPECT_EQ(c_.Call({"KVT.LOOKUP", ns_, keys}), "*2\r\n:3\r\n$3\r\n111\r\n");
+  EXPECT_EQ(c_.Call({"KVT.GET", ns_, keys}).substr(0, 4), "*4\r\n");
+  EXPECT_EQ(c_.Call({"KVT.GET", ns_, PackKeys(Keys({7}))}), "*1\r\n$-1\r\n");
+  EXPECT_EQ(c_.Call({"PING"}), "+PONG\r\n");
+  EXPECT_EQ(c_.Call({"KVT.DEL", ns_, PackKeys(Keys({2}))}), ":1\r\n");
+  Server& server = ts_.server();
+  EXPECT_EQ(TimedCommands(server, RequestOp::kLookup, RequestPath::kInline, std::nullopt), 1u);
+  EXPECT_EQ(TimedCommands(server, RequestOp::kLookup, RequestPath::kInline, TierId::kHost), 1u);
+  EXPECT_EQ(TimedCommands(server, RequestOp::kPut, RequestPath::kInline, TierId::kHost), 1u);
+  EXPECT_EQ(TimedCommands(server, RequestOp::kGet, RequestPath::kInline, TierId::kHost), 1u);
+  EXPECT_EQ(TimedCommands(server, RequestOp::kGet, RequestPath::kInline, std::nullopt), 1u);
+  EXPECT_EQ(TimedCommands(server), 5u);  // REGISTER, PING and DEL are not
+}
+
+TEST(KvtCommandsLatencyTest, HistogramsOffTimeNothing) {
+  ServerOptions options;
+  options.latency_histograms = false;
+  TestServer ts(options);
+  ASSERT_TRUE(ts.status().ok()) << ts.status().ToString();
+  TestClient c = ts.ConnectUnix();
+  const std::string ns = ExpectedNamespace();
+  ASSERT_EQ(c.Call(RegisterArgs()).substr(0, 4), "*4\r\n");
+  EXPECT_EQ(c.Call({"KVT.PUT", ns, PackKeys(Keys({0})), Payload(0)}), "*1\r\n+OK\r\n");
+  EXPECT_EQ(c.Call({"KVT.GET", ns, PackKeys(Keys({0}))}), "*1\r\n" + Bulk(Payload(0)));
+  EXPECT_TRUE(ts.server().ProcessInfo().requests.empty());
 }
 
 TEST_F(KvtCommandsTest, GetStopsAtTheFirstMiss) {

@@ -76,6 +76,8 @@ struct ServerOptions {
   // answers BUSY (a put) or a miss (a read).
   uint64_t mover_wait_ms = 2'000;
   size_t max_clients = 10000;
+  // Latency histograms of lookups, gets and puts (metrics::RequestLatency); metrics.histograms.
+  bool latency_histograms = true;
   // Lapsed leases and reservations are taken back by the store's owner, which calls
   // Store::ExpireDeadlines periodically; the server only ends those of closed connections.
 };

@@ -13,6 +13,7 @@
 
 #include "common/keys.h"
 #include "common/thread_annotations.h"
+#include "daemon/metrics/request_latency.h"
 #include "daemon/server/gpu_importers.h"
 #include "daemon/server/mover_waiters.h"
 #include "daemon/server/server.h"
@@ -68,6 +69,8 @@ struct ServerContext {
   // (Server::DrainGpuImporters): from then on their commands answer -SHUTDOWN.
   GpuImporters gpu_importers;
   std::atomic<bool> draining_gpu_importers{false};
+  // How long lookups, gets and puts take (CommandContext::timed names what a command was).
+  metrics::RequestLatency request_latency{options.latency_histograms};
 
   Mutex& GenericWriteLock(const BlockKey& key) {
     return generic_write_locks[key.low % kGenericWriteStripes];

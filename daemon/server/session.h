@@ -52,6 +52,10 @@ class Session {
     if (!gpu_pool_hold_.held()) gpu_pool_hold_ = importers.Add();
   }
   void DetachGpuPool() { gpu_pool_hold_.Reset(); }
+  // Set by KVT.ATTACH: the client moves block bytes through the arena (the shared-memory path),
+  // so its KVT.LOOKUPs are timed as that path's (metrics::RequestLatency).
+  bool arena_attached() const { return arena_attached_; }
+  void set_arena_attached() { arena_attached_ = true; }
 
   void AddReservation(uint64_t id) { reservations_.insert(id); }
   // Forgets `id` and returns true when this session holds it; false for anyone else's id.
@@ -75,6 +79,7 @@ class Session {
   const Transport transport_;
   resp::Protocol protocol_ = resp::Protocol::kResp2;
   bool authenticated_;
+  bool arena_attached_ = false;
   GpuImporters::Hold gpu_pool_hold_;
   std::string name_;
   std::unordered_set<uint64_t> reservations_;

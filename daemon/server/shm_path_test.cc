@@ -19,6 +19,7 @@ using testing::Resp;
 using testing::TestClient;
 using testing::TestKey;
 using testing::TestServer;
+using testing::TimedCommands;
 
 constexpr size_t kBlockBytes = 4096;
 constexpr uint64_t kArenaBytes = uint64_t{64} << 20;
@@ -143,6 +144,32 @@ TEST_F(ShmPathTest, ReserveCommitAcquireRelease) {
   // The inline path reads what was written through shared memory.
   EXPECT_EQ(c_.Call({"KVT.GET", ns_, PackKeys({TestKey(1)})}),
             "*1\r\n" + Bulk(std::string(kBlockBytes, 'b')));
+}
+
+// RESERVE is the put of the shared-memory path and COMMIT its second half, ACQUIRE its get, and
+// KVT.LOOKUP of an attached client its lookup; RELEASE and ABORT are not timed.
+TEST_F(ShmPathTest, ReserveCommitAcquireAndLookupAreTimed) {
+  using metrics::RequestOp;
+  using metrics::RequestPath;
+  std::unique_ptr<Mapping> map = Attach(c_);
+  const std::string keys = PackKeys({TestKey(0)});
+  std::vector<Grant> r = Grants(c_.Call({"KVT.RESERVE", ns_, keys, std::to_string(kBlockBytes)}));
+  ASSERT_EQ(r.at(0).status, "OK");
+  EXPECT_EQ(c_.Call({"KVT.COMMIT", std::to_string(r[0].id)}), "*1\r\n+OK\r\n");
+  EXPECT_EQ(c_.Call({"KVT.COMMIT", "999999"}), "*1\r\n+NOTFOUND\r\n");
+  EXPECT_EQ(c_.Call({"KVT.LOOKUP", ns_, keys}), "*2\r\n:1\r\n$1\r\n1\r\n");
+  std::vector<Grant> a = Grants(c_.Call({"KVT.ACQUIRE", ns_, keys}));
+  ASSERT_EQ(a.at(0).status, "OK");
+  EXPECT_EQ(c_.Call({"KVT.RELEASE", std::to_string(a[0].id)}), "*1\r\n+OK\r\n");
+  EXPECT_EQ(Grants(c_.Call({"KVT.ACQUIRE", ns_, PackKeys({TestKey(9)})})).at(0).status, "NOTFOUND");
+  Server& server = ts_.server();
+  EXPECT_EQ(TimedCommands(server, RequestOp::kPut, RequestPath::kShm, TierId::kHost), 1u);
+  EXPECT_EQ(TimedCommands(server, RequestOp::kCommit, RequestPath::kShm, TierId::kHost), 1u);
+  EXPECT_EQ(TimedCommands(server, RequestOp::kCommit, RequestPath::kShm, std::nullopt), 1u);
+  EXPECT_EQ(TimedCommands(server, RequestOp::kLookup, RequestPath::kShm, TierId::kHost), 1u);
+  EXPECT_EQ(TimedCommands(server, RequestOp::kGet, RequestPath::kShm, TierId::kHost), 1u);
+  EXPECT_EQ(TimedCommands(server, RequestOp::kGet, RequestPath::kShm, std::nullopt), 1u);
+  EXPECT_EQ(TimedCommands(server), 6u);
 }
 
 TEST_F(ShmPathTest, AbortAndPerKeyStatuses) {

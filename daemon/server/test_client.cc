@@ -274,6 +274,26 @@ bool TestServer::WaitForClients(uint64_t n) {
   return WaitFor([&] { return server_->Stats().connected_clients == n; });
 }
 
+uint64_t TimedCommands(Server& server, metrics::RequestOp op, metrics::RequestPath path,
+                       std::optional<TierId> tier) {
+  const metrics::ProcessInfo info = server.ProcessInfo();
+  for (const metrics::RequestLatencySeries& s : info.requests) {
+    if (s.labels.op == op && s.labels.path == path && s.labels.tier == tier) {
+      return s.latency.count();
+    }
+  }
+  return 0;
+}
+
+uint64_t TimedCommands(Server& server) {
+  uint64_t n = 0;
+  const metrics::ProcessInfo info = server.ProcessInfo();
+  for (const metrics::RequestLatencySeries& s : info.requests) {
+    n += s.latency.count();
+  }
+  return n;
+}
+
 bool TestServer::WaitForLeases(uint64_t n) {
   return WaitFor([&] { return store_->Stats().leases_active == n; });
 }

@@ -16,6 +16,7 @@
 #include <functional>
 #include <initializer_list>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -55,6 +56,12 @@ std::string PackKeys(const std::vector<BlockKey>& keys);
 // produces asynchronously (a closed connection ending its session), not to order a race.
 bool WaitFor(const std::function<bool()>& condition,
              std::chrono::milliseconds timeout = std::chrono::seconds(10));
+
+// How many commands the server's request latency histograms (metrics::RequestLatency) counted
+// under these labels, and under any labels.
+uint64_t TimedCommands(Server& server, metrics::RequestOp op, metrics::RequestPath path,
+                       std::optional<TierId> tier);
+uint64_t TimedCommands(Server& server);
 
 class TestClient {
  public:

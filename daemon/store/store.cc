@@ -69,7 +69,8 @@ Store::Store(const StoreOptions& options, std::vector<tiers::Tier*> tiers,
       clock_(clock),
       index_(std::move(index)),
       reservations_(options.max_reservations),
-      leases_(options.max_leases) {}
+      leases_(options.max_leases),
+      move_stats_(options.latency_histograms) {}
 
 Store::~Store() = default;
 

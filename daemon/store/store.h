@@ -49,6 +49,7 @@
 #include "daemon/placement/promotion_queue.h"
 #include "daemon/store/lease_table.h"
 #include "daemon/store/move_requests.h"
+#include "daemon/store/move_stats.h"
 #include "daemon/store/namespace_registry.h"
 #include "daemon/store/reservation_table.h"
 #include "daemon/store/store_stats.h"
@@ -99,6 +100,9 @@ struct StoreOptions {
   // at the disk's pace; what it has not reached when room runs out is lost to the cache, and the
   // puts run at memory speed. false: the put waits (kPending) and puts run at the disk's pace.
   bool drop_when_disk_lags = false;
+  // Time every move between tiers (MoveStats: a latency histogram per pair of tiers);
+  // metrics.histograms. false: only the moved bytes are counted.
+  bool latency_histograms = true;
 };
 
 // A reserved slot for a block being written.
@@ -325,6 +329,8 @@ class Store {
   static constexpr uint64_t kQuarantineFactor = 10;
   // The tier with `id`, or nullptr.
   tiers::Tier* tier(TierId id) const;
+  // The tier puts land in (host, or the first tier of a chain without one).
+  TierId put_tier() const { return tiers_[put_level_]->id(); }
 
  private:
   Store(const StoreOptions& options, std::vector<tiers::Tier*> tiers,
@@ -492,6 +498,7 @@ class Store {
 
   StoreCounters counters_;
   std::array<TierCounters, kTierCount> tier_counters_;
+  MoveStats move_stats_;
 };
 
 }  // namespace kvtier::store

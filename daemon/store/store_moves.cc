@@ -56,8 +56,14 @@ Status Store::MovePinned(size_t level, size_t to_level, const BlockKey& key, con
 void Store::MovePinnedBatch(size_t level, size_t to_level, std::span<PinnedMove> moves) {
   tiers::Tier& from = *tiers_[level];
   tiers::Tier& to = *tiers_[to_level];
+  const MoveStats::Clock::time_point started = move_stats_.Start();
   CopyBatch(from, to, moves);
-  for (PinnedMove& move : moves) move.status = FinishMove(from, to, move);
+  for (PinnedMove& move : moves) {
+    move.status = FinishMove(from, to, move);
+    if (!move.status.ok()) continue;
+    // A block of a batch took as long as the batch's copy: it waited for all of it.
+    move_stats_.RecordMove(from.id(), to.id(), move.meta.extent.length, started);
+  }
 }
 
 Status Store::FinishMove(tiers::Tier& from, tiers::Tier& to, const PinnedMove& move) {

@@ -45,6 +45,9 @@ StoreStats Store::Stats() const {
       s.tiers.back().device.emplace_back(std::string(name), value);
     });
   }
+  std::vector<TierId> chain;
+  for (tiers::Tier* t : tiers_) chain.push_back(t->id());
+  s.moves = move_stats_.Snapshot(chain);
   namespaces_.ForEach(
       [&](const NamespaceId& id, const NamespaceInfo* info, const NamespaceCounters& counters) {
         NamespaceStats ns;

@@ -15,6 +15,7 @@
 
 #include "common/keys.h"
 #include "common/types.h"
+#include "daemon/store/move_stats.h"
 #include "tiers/tier.h"
 
 namespace kvtier::store {
@@ -102,6 +103,8 @@ struct TierStatsSnapshot {
 struct StoreStats {
   std::vector<TierStatsSnapshot> tiers;  // hottest first
   std::vector<NamespaceStats> namespaces;
+  // Moves between tiers: one series per ordered pair of the store's tiers (MoveStats::Snapshot).
+  std::vector<MoveSeries> moves;
   uint64_t blocks_present = 0;      // ready blocks
   uint64_t blocks_writing = 0;      // reserved, not yet committed
   uint64_t blocks_quarantined = 0;  // reservations that timed out; space held for the late writer

@@ -1,14 +1,15 @@
 """Every kvtier_ metric that deploy/grafana/kvtier.json and deploy/prometheus/alerts.yml query is
 exported by a real kvtierd: a release daemon with a host and an NVMe tier, scraped after puts that
-spill to NVMe, lookups and reads. A renamed or misspelt metric would leave a panel empty or an alert
+spill to NVMe, lookups and reads (inline, and through shared memory). A renamed or misspelt metric would leave a panel empty or an alert
 silent without any error anywhere else."""
+import os
 import pathlib
 
 import pytest
 
 from helpers import RawClient, http_get
 from kvtierd_process import Daemon
-from nvme_helpers import get_each, lookup_each, put_blocks, register_ns
+from nvme_helpers import get_each, key, lookup_each, put_blocks, register_ns
 from promql_names import dashboard_expressions, load_expressions, missing, used_names
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -76,6 +77,12 @@ def scraped(tmp_path_factory):
             tiers = lookup_each(c, ns, 1, range(0, 240, 10))
             assert "nvme" in tiers and "host" in tiers and None in tiers, tiers
             get_each(c, ns, 1, range(0, 200, 25))
+            # A shared-memory read of a host block (the newest put is in the host tier).
+            _, fd = c.attach()
+            os.close(fd)
+            grant = c.call("KVT.ACQUIRE", ns, key(1, 199))[0]
+            assert grant[0] == b"OK", grant
+            assert c.call("KVT.RELEASE", grant[1]) == [b"OK"]
         text = http_get(daemon, "/metrics")
     finally:
         rc = daemon.stop()
