@@ -31,6 +31,14 @@ class SteadyClock final : public Clock {
   }
 };
 
+// Microseconds since the Unix epoch on the wall clock: for what is written down and read back by
+// another process or after a restart (on-disk timestamps), never for deadlines.
+inline uint64_t UnixMicros() {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
+                                   std::chrono::system_clock::now().time_since_epoch())
+                                   .count());
+}
+
 // A clock that moves only when told to.
 class FakeClock final : public Clock {
  public:

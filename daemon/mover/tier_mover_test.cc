@@ -62,11 +62,6 @@ class TierMoverTest : public store::testing::StoreTest {
     });
     return lease;
   }
-  TierId TierOf(uint64_t n) {
-    std::vector<BlockKey> keys{Key(n)};
-    index::LookupResult r = store_->Lookup(kNs, keys);
-    return r.ready_prefix == 1 ? r.tiers[0] : TierId::kGpu;  // kGpu: "absent" here
-  }
   testing::FakeTier& nvme() { return *tiers_.back(); }
 
   std::unique_ptr<TierMover> mover_;

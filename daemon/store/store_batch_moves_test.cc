@@ -24,21 +24,9 @@ class StoreBatchMovesTest : public StoreTest {
     Build({8, 32}, /*last_addressable=*/false, options);
     for (uint64_t n = 0; n < 8; ++n) ASSERT_TRUE(PutBlock(n).ok());
   }
-  TierId TierOf(uint64_t n) {
-    std::vector<BlockKey> keys{Key(n)};
-    index::LookupResult r = store_->Lookup(kNs, keys);
-    return r.ready_prefix == 1 ? r.tiers[0] : TierId::kGpu;  // kGpu: "absent" here
-  }
   bool ReadsBack(uint64_t n) {
     std::vector<std::byte> out;
     return store_->Get(kNs, Key(n), out).ok() && out == Payload(n);
-  }
-  const TierStatsSnapshot& TierStatsOf(const StoreStats& s, TierId id) {
-    for (const auto& t : s.tiers) {
-      if (t.tier == id) return t;
-    }
-    ADD_FAILURE() << "no such tier";
-    return s.tiers.front();
   }
   FakeTier& nvme() { return *tiers_[1]; }
   std::vector<BlockKey> Keys(uint64_t from, uint64_t to) {

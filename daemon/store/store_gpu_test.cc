@@ -54,14 +54,6 @@ class StoreGpuTest : public StoreTest {
     ASSERT_EQ(store_->PromoteCandidates(16), 1u) << "block " << n;
     ASSERT_EQ(TierOf(n), TierId::kGpu);
   }
-
-  const TierStatsSnapshot& TierStatsOf(const StoreStats& s, TierId id) {
-    for (const auto& t : s.tiers) {
-      if (t.tier == id) return t;
-    }
-    ADD_FAILURE() << "no tier " << TierName(id);
-    return s.tiers.front();
-  }
 };
 
 TEST_F(StoreGpuTest, ReadsOfReadersWithoutThePoolNeverPromote) {

@@ -79,6 +79,21 @@ class StoreTest : public ::testing::Test {
     return store_->Put(ns, Key(n), Payload(n));
   }
 
+  // The tier block n lies in, or TierId::kGpu when it is absent (for tests with no GPU tier).
+  TierId TierOf(uint64_t n) {
+    std::vector<BlockKey> keys{Key(n)};
+    index::LookupResult r = store_->Lookup(kNs, keys);
+    return r.ready_prefix == 1 ? r.tiers[0] : TierId::kGpu;
+  }
+
+  const TierStatsSnapshot& TierStatsOf(const StoreStats& s, TierId id) {
+    for (const auto& t : s.tiers) {
+      if (t.tier == id) return t;
+    }
+    ADD_FAILURE() << "no tier " << TierName(id);
+    return s.tiers.front();
+  }
+
   bool Cached(uint64_t n) {
     std::vector<BlockKey> keys{Key(n)};
     return store_->Lookup(kNs, keys).ready_prefix == 1;

@@ -22,18 +22,6 @@ class StorePlacementTest : public StoreTest {
   void BuildTwoTiers(uint64_t host_blocks, uint64_t nvme_blocks, StoreOptions options = {}) {
     Build({host_blocks, nvme_blocks}, /*last_addressable=*/false, options);
   }
-  TierId TierOf(uint64_t n) {
-    std::vector<BlockKey> keys{Key(n)};
-    index::LookupResult r = store_->Lookup(kNs, keys);
-    return r.ready_prefix == 1 ? r.tiers[0] : TierId::kGpu;  // kGpu: "absent" in these tests
-  }
-  const TierStatsSnapshot& TierStatsOf(const StoreStats& s, TierId id) {
-    for (const auto& t : s.tiers) {
-      if (t.tier == id) return t;
-    }
-    ADD_FAILURE() << "no such tier";
-    return s.tiers.front();
-  }
   FakeTier& nvme() { return *tiers_[1]; }
 };
 

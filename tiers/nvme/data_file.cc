@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <linux/fs.h>
+#include <spdlog/spdlog.h>
 #include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -10,22 +11,15 @@
 #include <chrono>
 #include <random>
 
-#include <spdlog/spdlog.h>
-
+#include "common/clock.h"
 #include "tiers/nvme/aligned_buffer.h"
 
 namespace kvtier::tiers::nvme {
 namespace {
 
-uint64_t NowUnixUs() {
-  return std::chrono::duration_cast<std::chrono::microseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
 uint64_t RandomFileId() {
   std::random_device rd;
-  uint64_t id = (uint64_t{rd()} << 32) ^ rd() ^ NowUnixUs();
+  uint64_t id = (uint64_t{rd()} << 32) ^ rd() ^ UnixMicros();
   return id == 0 ? 1 : id;
 }
 
@@ -39,8 +33,10 @@ Result<int> OpenFile(const std::string& path, bool want_direct, bool* direct) {
       return fd;
     }
     if (errno != EINVAL) return ErrnoStatus(errno, "open " + path);
-    spdlog::warn("nvme: {} refuses O_DIRECT; using buffered I/O (the page cache will also hold "
-                 "NVMe blocks)", path);
+    spdlog::warn(
+        "nvme: {} refuses O_DIRECT; using buffered I/O (the page cache will also hold "
+        "NVMe blocks)",
+        path);
   }
   *direct = false;
   int fd = ::open(path.c_str(), flags, 0600);
@@ -72,8 +68,10 @@ Result<std::unique_ptr<DataFile>> DataFile::Open(const Options& options) {
   }
   KVTIER_RETURN_IF_ERROR(file->ReadSuperblock());
   if (file->superblock_.capacity_bytes != capacity) {
-    spdlog::warn("nvme: {} was formatted for {} bytes, configured for {}; reformatting (the cold "
-                 "cache starts empty)", options.path, file->superblock_.capacity_bytes, capacity);
+    spdlog::warn(
+        "nvme: {} was formatted for {} bytes, configured for {}; reformatting (the cold "
+        "cache starts empty)",
+        options.path, file->superblock_.capacity_bytes, capacity);
     KVTIER_RETURN_IF_ERROR(file->Format(capacity));
   } else if (static_cast<uint64_t>(st.st_size) < file->data_offset() + capacity) {
     // A truncated file: grow it back; records beyond the old end fail their header check.
@@ -122,7 +120,7 @@ Status DataFile::Format(uint64_t capacity_bytes) {
   Superblock sb;
   sb.capacity_bytes = capacity_bytes;
   sb.file_id = RandomFileId();
-  sb.created_unix_us = NowUnixUs();
+  sb.created_unix_us = UnixMicros();
   if (!block_device_) {
     if (::ftruncate(fd_, 0) != 0) return ErrnoStatus(errno, "truncate " + path_);
     int rc = ::posix_fallocate(fd_, 0, static_cast<off_t>(sb.data_offset + capacity_bytes));

@@ -12,6 +12,7 @@
 #include "tiers/nvme/nvme_tier.h"
 #include "tiers/nvme/testing/fault_injector.h"
 #include "tiers/nvme/testing/temp_dir.h"
+#include "tiers/nvme/testing/test_blocks.h"
 
 namespace kvtier::tiers::nvme {
 namespace {
@@ -20,15 +21,8 @@ constexpr uint64_t kMiB = 1 << 20;
 // Aligned blocks plus an unaligned tail: three requests per block (header, payload, tail).
 constexpr uint64_t kBlockBytes = 256 * 1024 + 100;
 
-BlockIdentity Id(uint64_t i) { return {NamespaceId{{9, 9}}, BlockKey{{i, ~i}}}; }
-
-void Fill(std::span<std::byte> out, uint64_t i) {
-  std::mt19937_64 rng(i * 7919 + 3);
-  for (size_t k = 0; k < out.size(); k += 8) {
-    uint64_t v = rng();
-    std::memcpy(out.data() + k, &v, std::min<size_t>(8, out.size() - k));
-  }
-}
+BlockIdentity Id(uint64_t i) { return testing::TestBlockId(i); }
+void Fill(std::span<std::byte> out, uint64_t i) { testing::FillTestBlock(out, i); }
 
 // A real backend that remembers how many requests each Submit carried.
 class RecordingBackend final : public IoBackend {

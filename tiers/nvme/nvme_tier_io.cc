@@ -9,24 +9,15 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstring>
 #include <vector>
 
+#include "common/clock.h"
 #include "tiers/nvme/block_io.h"
 #include "tiers/nvme/nvme_format.h"
 #include "tiers/nvme/nvme_tier.h"
 
 namespace kvtier::tiers::nvme {
-namespace {
-
-uint64_t NowUnixUs() {
-  return std::chrono::duration_cast<std::chrono::microseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
-}  // namespace
 
 // One block of a batch between planning and finishing: its plan and where its requests sit in the
 // batch's request list.
@@ -149,7 +140,7 @@ void NvmeTier::PutRecord(uint64_t offset, const Entry& entry, bool access) {
   owner_[entry.id] = offset;
   // Strictly increasing within a run, so that two uses in the same microsecond keep their order
   // at the restart.
-  last_record_us_ = std::max(NowUnixUs(), last_record_us_ + 1);
+  last_record_us_ = std::max(UnixMicros(), last_record_us_ + 1);
   CatalogRecord rec{entry.id.ns,         entry.id.key,   offset,
                     entry.payload_bytes, entry.checksum, last_record_us_};
   Status st = catalog_->Put(rec);

@@ -15,22 +15,15 @@
 #include "tiers/nvme/aligned_buffer.h"
 #include "tiers/nvme/testing/loop_device.h"
 #include "tiers/nvme/testing/temp_dir.h"
+#include "tiers/nvme/testing/test_blocks.h"
 
 namespace kvtier::tiers::nvme {
 namespace {
 
 constexpr uint64_t kMiB = 1 << 20;
 
-BlockIdentity Id(uint64_t i) { return {NamespaceId{{7, 7}}, BlockKey{{i, ~i}}}; }
-
-// Deterministic payload bytes of block i.
-void Fill(std::span<std::byte> out, uint64_t i) {
-  std::mt19937_64 rng(i * 1000003 + 1);
-  for (size_t k = 0; k < out.size(); k += 8) {
-    uint64_t v = rng();
-    std::memcpy(out.data() + k, &v, std::min<size_t>(8, out.size() - k));
-  }
-}
+BlockIdentity Id(uint64_t i) { return testing::TestBlockId(i); }
+void Fill(std::span<std::byte> out, uint64_t i) { testing::FillTestBlock(out, i); }
 
 class NvmeTierTest : public ::testing::TestWithParam<IoBackendKind> {
  protected:
