@@ -34,6 +34,10 @@ struct TraceRequest {
 // TraceReader adds the file and line.
 Result<TraceRequest> ParseTraceLine(std::string_view line);
 
+// The same, into `request`, whose hash_ids keeps its capacity from line to line (a streaming
+// reader then allocates nothing per line). On error `request` holds unspecified values.
+Status ParseTraceLineInto(std::string_view line, TraceRequest& request);
+
 class TraceReader {
  public:
   // Opens `path`. kNotFound / kPermissionDenied / kDeviceError from the open, with the path.
@@ -43,6 +47,10 @@ class TraceReader {
   // message "PATH:LINE: what" (1-based line): the trace is unusable, stop reading. A read error is
   // kDeviceError.
   Result<std::optional<TraceRequest>> Next();
+
+  // The same into `request` (see ParseTraceLineInto): true when a request was read, false at the
+  // end of the file; errors as for Next.
+  Result<bool> NextInto(TraceRequest& request);
 
   // 1-based number of the last line read (0 before the first).
   uint64_t line_number() const { return line_number_; }
