@@ -103,19 +103,23 @@ bool FastLine::String(std::string_view& text) {
 // a digit, or a '.', 'e' or '-', leaves a character the caller's grammar rejects.
 bool FastLine::Unsigned(uint64_t& value) {
   SkipSpace();
-  if (i_ >= s_.size() || s_[i_] < '0' || s_[i_] > '9') return false;
+  // A local cursor: with i_ the compiler stored it back on every digit, as `value` might alias it.
+  size_t i = i_;
+  if (i >= s_.size() || s_[i] < '0' || s_[i] > '9') return false;
   uint64_t v = 0;
-  if (s_[i_] == '0') {
-    ++i_;
+  if (s_[i] == '0') {
+    ++i;
   } else {
-    while (i_ < s_.size() && s_[i_] >= '0' && s_[i_] <= '9') {
-      const auto digit = static_cast<uint64_t>(s_[i_] - '0');
-      if (v > (UINT64_MAX - digit) / 10) return false;
-      v = v * 10 + digit;
-      ++i_;
+    for (; i < s_.size() && s_[i] >= '0' && s_[i] <= '9'; ++i) {
+      // Overflow checked with the carry flags rather than a comparison against a quotient.
+      if (__builtin_mul_overflow(v, uint64_t{10}, &v) ||
+          __builtin_add_overflow(v, static_cast<uint64_t>(s_[i] - '0'), &v)) {
+        return false;
+      }
     }
   }
-  if (i_ < s_.size() && (s_[i_] == '.' || s_[i_] == 'e' || s_[i_] == 'E')) return false;
+  if (i < s_.size() && (s_[i] == '.' || s_[i] == 'e' || s_[i] == 'E')) return false;
+  i_ = i;
   value = v;
   return true;
 }
