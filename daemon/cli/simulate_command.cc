@@ -102,6 +102,23 @@ void PrintTable(const SimulateFlags& flags, const Run& run, Metric metric, std::
   out << line;
 }
 
+// --metric and the prefill cost model's terms.
+void AddMetricOptions(CLI::App& sub, SimulateFlags& flags) {
+  sub.add_option("--metric", flags.metric,
+                 "Figure to lead with: block hits, token hits, or saved prefill cost")
+      ->check(CLI::IsMember(MetricNames()))
+      ->capture_default_str();
+  sub.add_option("--cost-linear", flags.cost_linear,
+                 "Prefill cost per prompt token (weights); prefix of n tokens costs "
+                 "linear*n + quadratic*n^2")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  sub.add_option("--cost-quadratic", flags.cost_quadratic,
+                 "Prefill cost of attention, per squared prompt token")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+}
+
 }  // namespace
 
 int RunSimulate(const SimulateFlags& flags, std::ostream& out, std::ostream& err) {
@@ -149,19 +166,7 @@ Command AddSimulateCommand(CLI::App& app) {
   sub->add_option("--block-tokens", flags->block_tokens, "Tokens per trace block")
       ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 20))
       ->capture_default_str();
-  sub->add_option("--metric", flags->metric,
-                  "Figure to lead with: block hits, token hits, or saved prefill cost")
-      ->check(CLI::IsMember(MetricNames()))
-      ->capture_default_str();
-  sub->add_option("--cost-linear", flags->cost_linear,
-                  "Prefill cost per prompt token (weights); prefix of n tokens costs "
-                  "linear*n + quadratic*n^2")
-      ->check(CLI::NonNegativeNumber)
-      ->capture_default_str();
-  sub->add_option("--cost-quadratic", flags->cost_quadratic,
-                  "Prefill cost of attention, per squared prompt token")
-      ->check(CLI::NonNegativeNumber)
-      ->capture_default_str();
+  AddMetricOptions(*sub, *flags);
   sub->add_flag("--json", flags->json, "Print one JSON object instead of a table");
   // The options write into *flags during parsing, so the subcommand, which `app` owns, holds a
   // reference too: a caller that drops the returned Command must not leave them writing into
