@@ -183,9 +183,15 @@ Result<TraceRequest> ParseWithDom(std::string_view line) {
 
 }  // namespace
 
+bool ParseTraceLineFast(std::string_view line, TraceRequest& request) {
+  return FastLine(line).Parse(request);
+}
+
+Result<TraceRequest> ParseTraceLineFull(std::string_view line) { return ParseWithDom(line); }
+
 Status ParseTraceLineInto(std::string_view line, TraceRequest& request) {
-  if (FastLine(line).Parse(request)) return Status::Ok();
-  KVTIER_ASSIGN_OR_RETURN(request, ParseWithDom(line));
+  if (ParseTraceLineFast(line, request)) return Status::Ok();
+  KVTIER_ASSIGN_OR_RETURN(request, ParseTraceLineFull(line));
   return Status::Ok();
 }
 

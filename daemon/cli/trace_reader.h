@@ -38,6 +38,14 @@ Result<TraceRequest> ParseTraceLine(std::string_view line);
 // reader then allocates nothing per line). On error `request` holds unspecified values.
 Status ParseTraceLineInto(std::string_view line, TraceRequest& request);
 
+// The two halves of ParseTraceLine, apart for the differential fuzz target (daemon/cli/fuzz).
+// ParseTraceLineFast reads the subset of JSON the trace tools write (plain keys; unsigned
+// integers, arrays of them, unescaped strings) without a DOM and returns false for any other line,
+// leaving `request` unspecified; wherever it returns true, ParseTraceLineFull (nlohmann's parser)
+// must give the same request. ParseTraceLine tries the first, then the second.
+bool ParseTraceLineFast(std::string_view line, TraceRequest& request);
+Result<TraceRequest> ParseTraceLineFull(std::string_view line);
+
 class TraceReader {
  public:
   // Opens `path`. kNotFound / kPermissionDenied / kDeviceError from the open, with the path.
