@@ -79,6 +79,15 @@ TEST(BeladyTest, CountsTokensAndCostOfItsSchedule) {
   EXPECT_DOUBLE_EQ(r.saved_prefill_cost, r.prefill_cost / 2);
 }
 
+TEST(BeladyTest, EmptyTraceAndEmptyPromptsCountNothing) {
+  SimulationResult r = SimulateBy({}, 10);
+  EXPECT_EQ(r.requests, 0u);
+  EXPECT_EQ(r.upper_bound_hit_blocks, 0u);
+  r = SimulateBy({Request({}, 5), Request({1}), Request({}, 5), Request({1})}, 1);
+  EXPECT_EQ(r.requests, 4u);
+  EXPECT_EQ(r.hit_blocks, 1u);
+}
+
 TEST(BeladyTest, RejectsBadOptions) {
   EXPECT_EQ(Simulate({Request({1})}, {0, "belady", 512}).status().code(),
             StatusCode::kInvalidArgument);
