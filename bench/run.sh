@@ -7,6 +7,7 @@
 # the clean-restart figures from bench/restart_bench.py (its own kvtierd, stopped and restarted);
 # the spill figures from bench/spill_bench.sh (fio, then puts through a full host tier);
 # the replay figures from bench/replay_bench.sh (a trace through kvtierd with and without NVMe);
+# the cache-policy figures from bench/simulate_bench.sh (kvtier simulate on the shared traces);
 # the Python figures from bench/python_bench.py (its own kvtierd), run in build/venv-py with
 # the kvtier package, torch and transformers (as scripts/test.sh installs them).
 # --quick: fewer repetitions and smaller sizes, for a smoke run.
@@ -25,6 +26,7 @@ bench/nvme_bench.sh "$@"
 python3 bench/restart_bench.py "$@"
 bench/spill_bench.sh "$@"
 bench/replay_bench.sh "$@"
+bench/simulate_bench.sh "$@"
 
 venv=build/venv-py
 [ -x "$venv/bin/python" ] || python3 -m venv "$venv"

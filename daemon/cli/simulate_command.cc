@@ -1,22 +1,54 @@
 #include "daemon/cli/simulate_command.h"
 
+#include <chrono>
 #include <cstdio>
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
 
-#include "daemon/cli/simulator.h"
-#include "daemon/index/eviction_policy.h"
-
 namespace kvtier::cli {
 namespace {
 
-void PrintJson(const SimulateFlags& flags, const SimulationResult& r, std::ostream& out) {
+// A finished run: its counts and how long reading and simulating took together.
+struct Run {
+  SimulationResult result;
+  double seconds = 0;
+
+  double million_refs_per_s() const {
+    return seconds > 0 ? static_cast<double>(result.total_blocks) / seconds / 1e6 : 0.0;
+  }
+};
+
+// Online policies stream the trace: one request in memory at a time, its buffers reused.
+Result<SimulationResult> SimulateStreaming(const std::string& path,
+                                           const SimulationOptions& options) {
+  KVTIER_ASSIGN_OR_RETURN(PolicySimulator simulator, PolicySimulator::Create(options));
+  KVTIER_ASSIGN_OR_RETURN(TraceReader reader, TraceReader::Open(path));
+  TraceRequest request;
+  while (true) {
+    KVTIER_ASSIGN_OR_RETURN(bool found, reader.NextInto(request));
+    if (!found) break;
+    simulator.Add(request);
+  }
+  return simulator.result();
+}
+
+Result<SimulationResult> SimulateFile(const std::string& path, const SimulationOptions& options) {
+  if (options.policy != kBeladyPolicy) return SimulateStreaming(path, options);
+  KVTIER_RETURN_IF_ERROR(ValidateSimulationOptions(options));
+  KVTIER_ASSIGN_OR_RETURN(std::vector<TraceRequest> trace, ReadTrace(path));
+  return Simulate(trace, options);
+}
+
+void PrintJson(const SimulateFlags& flags, const Run& run, Metric metric, std::ostream& out) {
+  const SimulationResult& r = run.result;
   nlohmann::ordered_json j;
   j["trace"] = flags.trace_path;
   j["policy"] = flags.policy;
   j["capacity_blocks"] = flags.capacity_blocks;
   j["block_tokens"] = flags.block_tokens;
+  j["metric"] = flags.metric;
+  j["metric_ratio"] = r.ratio(metric);
   j["requests"] = r.requests;
   j["total_blocks"] = r.total_blocks;
   j["hit_blocks"] = r.hit_blocks;
@@ -24,50 +56,94 @@ void PrintJson(const SimulateFlags& flags, const SimulationResult& r, std::ostre
   j["input_tokens"] = r.input_tokens;
   j["hit_tokens"] = r.hit_tokens;
   j["token_hit_ratio"] = r.token_hit_ratio();
+  j["cost_linear"] = flags.cost_linear;
+  j["cost_quadratic"] = flags.cost_quadratic;
+  j["prefill_cost"] = r.prefill_cost;
+  j["saved_prefill_cost"] = r.saved_prefill_cost;
+  j["saved_prefill_ratio"] = r.saved_prefill_ratio();
   j["inserted_blocks"] = r.inserted_blocks;
   j["evictions"] = r.evictions;
+  if (r.upper_bound_hit_blocks) {
+    j["upper_bound_hit_blocks"] = *r.upper_bound_hit_blocks;
+    j["optimal"] = *r.upper_bound_hit_blocks == r.hit_blocks;
+  }
+  j["seconds"] = run.seconds;
+  j["million_refs_per_s"] = run.million_refs_per_s();
   out << j.dump() << "\n";
 }
 
-void PrintTable(const SimulateFlags& flags, const SimulationResult& r, std::ostream& out) {
+void PrintTable(const SimulateFlags& flags, const Run& run, Metric metric, std::ostream& out) {
+  const SimulationResult& r = run.result;
   char line[160];
-  auto row = [&](const char* name, uint64_t value, uint64_t hits, double ratio) {
-    std::snprintf(line, sizeof(line), "%-16s %14llu   hit %14llu  (%6.2f%%)\n", name,
-                  static_cast<unsigned long long>(value), static_cast<unsigned long long>(hits),
+  auto row = [&](const char* name, double value, double hits, double ratio) {
+    std::snprintf(line, sizeof(line), "%-16s %14.0f   hit %14.0f  (%6.2f%%)\n", name, value, hits,
                   100.0 * ratio);
     out << line;
   };
   out << "trace            " << flags.trace_path << "\n";
   out << "policy           " << flags.policy << ", capacity " << flags.capacity_blocks
       << " blocks of " << flags.block_tokens << " tokens\n";
+  std::snprintf(line, sizeof(line), "metric           %s: %.2f%%\n", flags.metric.c_str(),
+                100.0 * r.ratio(metric));
+  out << line;
   out << "requests         " << r.requests << "\n";
   row("blocks", r.total_blocks, r.hit_blocks, r.block_hit_ratio());
   row("input tokens", r.input_tokens, r.hit_tokens, r.token_hit_ratio());
+  row("prefill cost", r.prefill_cost, r.saved_prefill_cost, r.saved_prefill_ratio());
   out << "inserted blocks  " << r.inserted_blocks << "\n";
   out << "evictions        " << r.evictions << "\n";
+  if (r.upper_bound_hit_blocks) {
+    out << "optimum          "
+        << (*r.upper_bound_hit_blocks == r.hit_blocks ? "exact" : "not proven")
+        << ": no policy hits more than " << *r.upper_bound_hit_blocks << " blocks\n";
+  }
+  std::snprintf(line, sizeof(line), "rate             %.2f M block refs/s (%.2f s)\n",
+                run.million_refs_per_s(), run.seconds);
+  out << line;
+}
+
+// --metric and the prefill cost model's terms.
+void AddMetricOptions(CLI::App& sub, SimulateFlags& flags) {
+  sub.add_option("--metric", flags.metric,
+                 "Figure to lead with: block hits, token hits, or saved prefill cost")
+      ->check(CLI::IsMember(MetricNames()))
+      ->capture_default_str();
+  sub.add_option("--cost-linear", flags.cost_linear,
+                 "Prefill cost per prompt token (weights); prefix of n tokens costs "
+                 "linear*n + quadratic*n^2")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  sub.add_option("--cost-quadratic", flags.cost_quadratic,
+                 "Prefill cost of attention, per squared prompt token")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
 }
 
 }  // namespace
 
 int RunSimulate(const SimulateFlags& flags, std::ostream& out, std::ostream& err) {
-  Result<std::vector<TraceRequest>> trace = ReadTrace(flags.trace_path);
-  if (!trace.ok()) {
-    err << "kvtier simulate: " << trace.status().message() << "\n";
+  Result<Metric> metric = ParseMetric(flags.metric);
+  if (!metric.ok()) {
+    err << "kvtier simulate: " << metric.status().message() << "\n";
     return 1;
   }
   SimulationOptions options;
   options.capacity_blocks = flags.capacity_blocks;
   options.policy = flags.policy;
   options.block_tokens = flags.block_tokens;
-  Result<SimulationResult> result = Simulate(*trace, options);
+  options.cost = {flags.cost_linear, flags.cost_quadratic};
+  const auto start = std::chrono::steady_clock::now();
+  Result<SimulationResult> result = SimulateFile(flags.trace_path, options);
   if (!result.ok()) {
     err << "kvtier simulate: " << result.status().message() << "\n";
     return 1;
   }
+  const std::chrono::duration<double> elapsed = std::chrono::steady_clock::now() - start;
+  const Run run{*result, elapsed.count()};
   if (flags.json) {
-    PrintJson(flags, *result, out);
+    PrintJson(flags, run, *metric, out);
   } else {
-    PrintTable(flags, *result, out);
+    PrintTable(flags, run, *metric, out);
   }
   return 0;
 }
@@ -76,17 +152,21 @@ Command AddSimulateCommand(CLI::App& app) {
   // Shared by the parser, which fills the flags, and the run function, which reads them.
   auto flags = std::make_shared<SimulateFlags>();
   CLI::App* sub = app.add_subcommand(
-      "simulate", "Replay a Mooncake-format trace through the index offline and report hit ratios");
+      "simulate",
+      "Replay a Mooncake-format trace through an eviction policy offline and report "
+      "hit ratios");
   sub->add_option("trace", flags->trace_path, "Trace file, one JSON request per line")->required();
   sub->add_option("--capacity-blocks", flags->capacity_blocks, "Cache capacity in blocks")
       ->required()
       ->check(CLI::PositiveNumber);
-  sub->add_option("--policy", flags->policy, "Eviction policy")
-      ->check(CLI::IsMember(index::EvictionPolicyNames()))
+  sub->add_option("--policy", flags->policy,
+                  "Eviction policy; belady is the offline optimum (reads the whole trace)")
+      ->check(CLI::IsMember(SimulationPolicyNames()))
       ->capture_default_str();
   sub->add_option("--block-tokens", flags->block_tokens, "Tokens per trace block")
       ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 20))
       ->capture_default_str();
+  AddMetricOptions(*sub, *flags);
   sub->add_flag("--json", flags->json, "Print one JSON object instead of a table");
   // The options write into *flags during parsing, so the subcommand, which `app` owns, holds a
   // reference too: a caller that drops the returned Command must not leave them writing into

@@ -1,8 +1,11 @@
-// `kvtier simulate TRACE --capacity-blocks N [--policy P] [--block-tokens 512] [--json]`
+// `kvtier simulate TRACE --capacity-blocks N [--policy P] [--block-tokens 512] [--metric M]
+//                 [--cost-linear A] [--cost-quadratic B] [--json]`
 //
-// Replays a Mooncake-format trace (daemon/cli/trace_reader.h) through the block index and one
-// eviction policy (daemon/cli/simulator.h) and prints the hit ratios a cache of N blocks would
-// have had: a short table, or one JSON object with --json. No daemon is involved.
+// Replays a Mooncake-format trace (daemon/cli/trace_reader.h) through one eviction policy or the
+// offline optimum (daemon/cli/simulator.h, belady.h) and prints the hit ratios a cache of N blocks
+// would have had, led by the chosen metric (block hits, token hits or saved prefill cost), and
+// the rate of the run: a short table, or one JSON object with --json. No daemon is involved.
+// Online policies stream the trace line by line; belady reads it whole first.
 //
 // Exit codes: 0 on success; 1 when the trace cannot be read or a line is malformed (the message
 // names the file and line), or the simulation fails; CLI11's codes for bad flags.
@@ -13,6 +16,7 @@
 #include <string>
 
 #include "daemon/cli/command.h"
+#include "daemon/cli/simulator.h"
 
 namespace kvtier::cli {
 
@@ -21,6 +25,9 @@ struct SimulateFlags {
   size_t capacity_blocks = 0;
   std::string policy = "lru";
   uint64_t block_tokens = 512;
+  std::string metric = "block";  // see MetricNames()
+  double cost_linear = PrefillCostModel{}.linear;
+  double cost_quadratic = PrefillCostModel{}.quadratic;
   bool json = false;
 };
 

@@ -28,6 +28,48 @@ TEST(SimulateCommandTest, JsonHasTheDocumentedFields) {
   EXPECT_TRUE(err.str().empty());
 }
 
+TEST(SimulateCommandTest, JsonLeadsWithTheChosenMetricAndReportsTheRate) {
+  SimulateFlags flags;
+  flags.trace_path = kTestData + "/three_requests.jsonl";
+  flags.capacity_blocks = 3;
+  flags.json = true;
+  flags.metric = "prefill";
+  flags.cost_linear = 1.0;
+  flags.cost_quadratic = 0.0;  // then saved prefill is proportional to hit tokens
+  std::ostringstream out, err;
+  ASSERT_EQ(RunSimulate(flags, out, err), 0) << err.str();
+  nlohmann::json j = nlohmann::json::parse(out.str());
+  EXPECT_EQ(j["metric"], "prefill");
+  EXPECT_DOUBLE_EQ(j["metric_ratio"].get<double>(), 2048.0 / 4136.0);
+  EXPECT_DOUBLE_EQ(j["saved_prefill_ratio"].get<double>(), 2048.0 / 4136.0);
+  EXPECT_GT(j["million_refs_per_s"].get<double>(), 0.0);
+  EXPECT_FALSE(j.contains("optimal"));  // only belady knows
+}
+
+// Belady on the three requests, capacity 3: after [1 2 4] the cache holds 1 2 3 4, and 4, never
+// used again, goes: the third request hits all three blocks (LRU: two).
+TEST(SimulateCommandTest, BeladyReportsItsOptimum) {
+  SimulateFlags flags;
+  flags.trace_path = kTestData + "/three_requests.jsonl";
+  flags.capacity_blocks = 3;
+  flags.policy = "belady";
+  flags.json = true;
+  std::ostringstream out, err;
+  ASSERT_EQ(RunSimulate(flags, out, err), 0) << err.str();
+  nlohmann::json j = nlohmann::json::parse(out.str());
+  EXPECT_EQ(j["hit_blocks"], 5);
+  EXPECT_EQ(j["upper_bound_hit_blocks"], 5);
+  EXPECT_EQ(j["optimal"], true);
+  EXPECT_EQ(j["metric"], "block");
+  EXPECT_DOUBLE_EQ(j["metric_ratio"].get<double>(), 5.0 / 9.0);
+
+  flags.json = false;
+  std::ostringstream table;
+  ASSERT_EQ(RunSimulate(flags, table, err), 0) << err.str();
+  EXPECT_NE(table.str().find("optimum          exact"), std::string::npos) << table.str();
+  EXPECT_NE(table.str().find("metric           block: 55.56%"), std::string::npos) << table.str();
+}
+
 TEST(SimulateCommandTest, TableNamesPolicyAndRatios) {
   SimulateFlags flags;
   flags.trace_path = kTestData + "/three_requests.jsonl";
@@ -57,6 +99,15 @@ TEST(SimulateCommandTest, FlagsParseThroughTheSubcommand) {
   EXPECT_TRUE(command.parser->parsed());
 }
 
+TEST(SimulateCommandTest, MetricAndCostFlagsParse) {
+  CLI::App app;
+  Command command = AddSimulateCommand(app);
+  app.parse(
+      "simulate t.jsonl --capacity-blocks 7 --policy belady --metric prefill --cost-linear 2 "
+      "--cost-quadratic 0.5");
+  EXPECT_TRUE(command.parser->parsed());
+}
+
 // Regression: the flags lived only as long as the returned Command, so parsing after dropping it
 // wrote into freed memory (found by ASan).
 TEST(SimulateCommandTest, ParserOutlivesADroppedCommand) {
@@ -65,9 +116,11 @@ TEST(SimulateCommandTest, ParserOutlivesADroppedCommand) {
   EXPECT_NO_THROW(app.parse("simulate t.jsonl --capacity-blocks 7 --policy arc --json"));
 }
 
-TEST(SimulateCommandTest, UnknownPolicyAndZeroCapacityAreRejectedByTheParser) {
+TEST(SimulateCommandTest, BadFlagsAreRejectedByTheParser) {
   for (const char* line : {"simulate t.jsonl --capacity-blocks 7 --policy nope",
-                           "simulate t.jsonl --capacity-blocks 0", "simulate t.jsonl"}) {
+                           "simulate t.jsonl --capacity-blocks 0", "simulate t.jsonl",
+                           "simulate t.jsonl --capacity-blocks 7 --metric bytes",
+                           "simulate t.jsonl --capacity-blocks 7 --cost-quadratic -1"}) {
     CLI::App app;
     AddSimulateCommand(app);
     EXPECT_THROW(app.parse(line), CLI::ParseError) << line;

@@ -1,17 +1,43 @@
 #include "daemon/cli/simulator.h"
 
 #include <algorithm>
-#include <memory>
-#include <span>
 
-#include "daemon/index/block_index.h"
+#include "daemon/cli/belady.h"
 
 namespace kvtier::cli {
 namespace {
 
-// Trace ids are small sequential integers. The index picks a shard from a key's high half, so the
-// high half gets a mixed copy of the id (splitmix64's finaliser) while the low half keeps the id
-// itself, which keeps the mapping one-to-one.
+constexpr std::string_view kMetricNames[] = {"block", "token", "prefill"};
+
+double Ratio(double part, double whole) { return whole == 0 ? 0.0 : part / whole; }
+
+}  // namespace
+
+double PrefillCostModel::PrefixCost(uint64_t tokens) const {
+  const auto n = static_cast<double>(tokens);
+  return linear * n + quadratic * n * n;
+}
+
+std::vector<std::string> MetricNames() {
+  return std::vector<std::string>(std::begin(kMetricNames), std::end(kMetricNames));
+}
+
+std::string_view MetricName(Metric metric) { return kMetricNames[static_cast<size_t>(metric)]; }
+
+Result<Metric> ParseMetric(std::string_view name) {
+  for (size_t i = 0; i < std::size(kMetricNames); ++i) {
+    if (name == kMetricNames[i]) return static_cast<Metric>(i);
+  }
+  return InvalidArgument("unknown metric '" + std::string(name) +
+                         "' (known: block, token, prefill)");
+}
+
+std::vector<std::string> SimulationPolicyNames() {
+  std::vector<std::string> names = index::EvictionPolicyNames();
+  names.emplace_back(kBeladyPolicy);
+  return names;
+}
+
 BlockKey KeyOfTraceId(uint64_t id) {
   uint64_t z = id + 0x9E3779B97F4A7C15ULL;
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
@@ -20,72 +46,92 @@ BlockKey KeyOfTraceId(uint64_t id) {
   return BlockKey{{z, id}};
 }
 
-// Step 2 of the header's semantics. Returns how many blocks were inserted.
-Result<uint64_t> InsertOrTouchTailFirst(index::BlockIndex& index, std::span<const BlockKey> keys) {
-  index::BlockMeta meta;
-  meta.tier = TierId::kHost;
-  uint64_t inserted = 0;
-  for (size_t i = keys.size(); i-- > 0;) {
-    // A one-key Lookup touches exactly that block; a multi-key Lookup would touch the whole
-    // present prefix, which is not the per-block order the semantics ask for.
-    if (index.Lookup(keys.subspan(i, 1), /*touch=*/true).ready_prefix == 1) continue;
-    Status st = index.InsertReady(keys[i], meta);
-    if (!st.ok()) return Internal("simulator insert failed: " + st.ToString());
-    ++inserted;
-  }
-  return inserted;
-}
-
-// Step 3. Returns how many blocks were evicted.
-Result<uint64_t> EvictToCapacity(index::BlockIndex& index, size_t capacity_blocks) {
-  uint64_t evicted = 0;
-  while (index.size() > capacity_blocks) {
-    auto victim = index.PickVictim(TierId::kHost, /*now_us=*/0);
-    if (!victim) return Internal("index over capacity but its policy names no victim");
-    index.Erase(victim->first);
-    ++evicted;
-  }
-  return evicted;
-}
-
-}  // namespace
-
 double SimulationResult::block_hit_ratio() const {
-  return total_blocks == 0 ? 0.0 : static_cast<double>(hit_blocks) / total_blocks;
+  return Ratio(static_cast<double>(hit_blocks), static_cast<double>(total_blocks));
 }
 
 double SimulationResult::token_hit_ratio() const {
-  return input_tokens == 0 ? 0.0 : static_cast<double>(hit_tokens) / input_tokens;
+  return Ratio(static_cast<double>(hit_tokens), static_cast<double>(input_tokens));
+}
+
+double SimulationResult::saved_prefill_ratio() const {
+  return Ratio(saved_prefill_cost, prefill_cost);
+}
+
+double SimulationResult::ratio(Metric metric) const {
+  switch (metric) {
+    case Metric::kBlock:
+      return block_hit_ratio();
+    case Metric::kToken:
+      return token_hit_ratio();
+    case Metric::kPrefill:
+      return saved_prefill_ratio();
+  }
+  return 0.0;
+}
+
+void SimulationResult::Count(const TraceRequest& request, uint64_t hits,
+                             const SimulationOptions& options) {
+  const uint64_t tokens = std::min(hits * options.block_tokens, request.input_tokens);
+  ++requests;
+  total_blocks += request.hash_ids.size();
+  hit_blocks += hits;
+  input_tokens += request.input_tokens;
+  hit_tokens += tokens;
+  prefill_cost += options.cost.PrefixCost(request.input_tokens);
+  saved_prefill_cost += options.cost.PrefixCost(tokens);
+}
+
+Status ValidateSimulationOptions(const SimulationOptions& options) {
+  if (options.capacity_blocks == 0) return InvalidArgument("capacity must be at least 1 block");
+  if (options.block_tokens == 0) return InvalidArgument("block_tokens must be at least 1");
+  // Written so that NaN fails too.
+  if (!(options.cost.linear >= 0) || !(options.cost.quadratic >= 0)) {
+    return InvalidArgument("prefill cost terms must be non-negative numbers");
+  }
+  return Status::Ok();
+}
+
+Result<PolicySimulator> PolicySimulator::Create(const SimulationOptions& options) {
+  KVTIER_RETURN_IF_ERROR(ValidateSimulationOptions(options));
+  if (options.policy == kBeladyPolicy) {
+    return InvalidArgument("belady needs the whole trace: use Simulate");
+  }
+  KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<index::EvictionPolicy> policy,
+                          index::MakeEvictionPolicy(options.policy, options.capacity_blocks));
+  return PolicySimulator(options, std::move(policy));
+}
+
+// The header's three steps, on the policy alone: Contains is presence, Insert and Touch are what
+// BlockIndex::InsertReady and a touching Lookup do to the tier's policy, PopVictim is PickVictim
+// with nothing leased or pinned.
+void PolicySimulator::Add(const TraceRequest& request) {
+  keys_.clear();
+  for (uint64_t id : request.hash_ids) keys_.push_back(KeyOfTraceId(id));
+  uint64_t hits = 0;
+  while (hits < keys_.size() && policy_->Contains(keys_[hits])) ++hits;
+  // The leading `hits` keys are known present (nothing is evicted before the request is done),
+  // which spares them a second probe of the policy's table.
+  for (size_t i = keys_.size(); i-- > 0;) {
+    if (i < hits || policy_->Contains(keys_[i])) {
+      policy_->Touch(keys_[i]);
+    } else {
+      policy_->Insert(keys_[i]);
+      ++result_.inserted_blocks;
+    }
+  }
+  while (policy_->size() > options_.capacity_blocks && policy_->PopVictim()) {
+    ++result_.evictions;
+  }
+  result_.Count(request, hits, options_);
 }
 
 Result<SimulationResult> Simulate(const std::vector<TraceRequest>& requests,
                                   const SimulationOptions& options) {
-  if (options.capacity_blocks == 0) return InvalidArgument("capacity must be at least 1 block");
-  if (options.block_tokens == 0) return InvalidArgument("block_tokens must be at least 1");
-  index::BlockIndex::Options index_options;
-  index_options.policy = options.policy;
-  index_options.capacity_hint_blocks = options.capacity_blocks;
-  KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<index::BlockIndex> index,
-                          index::BlockIndex::Create(index_options));
-
-  SimulationResult result;
-  std::vector<BlockKey> keys;
-  for (const TraceRequest& request : requests) {
-    keys.clear();
-    for (uint64_t id : request.hash_ids) keys.push_back(KeyOfTraceId(id));
-    const uint64_t hits = index->Lookup(keys, /*touch=*/false).ready_prefix;
-    KVTIER_ASSIGN_OR_RETURN(uint64_t inserted, InsertOrTouchTailFirst(*index, keys));
-    KVTIER_ASSIGN_OR_RETURN(uint64_t evicted, EvictToCapacity(*index, options.capacity_blocks));
-
-    ++result.requests;
-    result.total_blocks += keys.size();
-    result.hit_blocks += hits;
-    result.inserted_blocks += inserted;
-    result.evictions += evicted;
-    result.input_tokens += request.input_tokens;
-    result.hit_tokens += std::min(hits * options.block_tokens, request.input_tokens);
-  }
-  return result;
+  if (options.policy == kBeladyPolicy) return SimulateBelady(requests, options);
+  KVTIER_ASSIGN_OR_RETURN(PolicySimulator simulator, PolicySimulator::Create(options));
+  for (const TraceRequest& request : requests) simulator.Add(request);
+  return simulator.result();
 }
 
 }  // namespace kvtier::cli

@@ -5,7 +5,9 @@
 #include <algorithm>
 #include <filesystem>
 #include <random>
+#include <span>
 
+#include "daemon/index/block_index.h"
 #include "daemon/index/eviction_policy.h"
 
 namespace kvtier::cli {
@@ -191,10 +193,122 @@ TEST(SimulateLruReferenceTest, MatchesReferenceOnTheMooncakeTrace) {
   }
 }
 
+// ---- The simulator against the daemon's BlockIndex ----
+
+// The simulator as it was before it drove the policies directly: every step through the daemon's
+// BlockIndex (InsertReady, a touching one-key Lookup, PickVictim and Erase). Kept here so that
+// the two routes are shown to count the same.
+Counts ThroughBlockIndex(const std::vector<TraceRequest>& trace, size_t capacity,
+                         const std::string& policy) {
+  index::BlockIndex::Options options;
+  options.policy = policy;
+  options.capacity_hint_blocks = capacity;
+  auto created = index::BlockIndex::Create(options);
+  EXPECT_TRUE(created.ok());
+  if (!created.ok()) return {};
+  index::BlockIndex& index = **created;
+  Counts counts;
+  std::vector<BlockKey> keys;
+  for (const TraceRequest& request : trace) {
+    keys.clear();
+    for (uint64_t id : request.hash_ids) keys.push_back(KeyOfTraceId(id));
+    const uint64_t hits = index.Lookup(keys, /*touch=*/false).ready_prefix;
+    for (size_t i = keys.size(); i-- > 0;) {
+      if (index.Lookup(std::span(keys).subspan(i, 1), /*touch=*/true).ready_prefix == 1) continue;
+      EXPECT_TRUE(index.InsertReady(keys[i], index::BlockMeta{}).ok());
+    }
+    while (index.size() > capacity) {
+      auto victim = index.PickVictim(TierId::kHost, /*now_us=*/0);
+      if (!victim) break;
+      index.Erase(victim->first);
+      ++counts.evictions;
+    }
+    counts.hit_blocks += hits;
+    counts.hit_tokens += std::min(hits * 512, request.input_tokens);
+  }
+  return counts;
+}
+
+TEST(SimulateBlockIndexTest, DrivingThePolicyDirectlyCountsAsTheIndexDoes) {
+  for (const std::string& policy : index::EvictionPolicyNames()) {
+    for (uint64_t seed = 1; seed <= 5; ++seed) {
+      std::vector<TraceRequest> trace = RandomTrace(seed, 1000);
+      for (size_t capacity : {1, 7, 60, 400}) {
+        ASSERT_EQ(CountsOf(SimulateOrFail(trace, capacity, policy)),
+                  ThroughBlockIndex(trace, capacity, policy))
+            << policy << ", seed " << seed << ", capacity " << capacity;
+      }
+    }
+  }
+}
+
+TEST(SimulatePolicySimulatorTest, StreamingMatchesTheWholeTrace) {
+  std::vector<TraceRequest> trace = RandomTrace(7, 500);
+  SimulationOptions options{50, "arc", 512};
+  auto simulator = PolicySimulator::Create(options);
+  ASSERT_TRUE(simulator.ok()) << simulator.status().ToString();
+  for (const TraceRequest& request : trace) simulator->Add(request);
+  EXPECT_EQ(CountsOf(simulator->result()), CountsOf(SimulateOrFail(trace, 50, "arc")));
+  options.policy = "belady";
+  EXPECT_EQ(PolicySimulator::Create(options).status().code(), StatusCode::kInvalidArgument);
+}
+
+// ---- The prefill cost metric ----
+
+TEST(PrefillCostTest, PrefixCostIsLinearPlusQuadratic) {
+  PrefillCostModel model{2.0, 0.5};
+  EXPECT_DOUBLE_EQ(model.PrefixCost(0), 0.0);
+  EXPECT_DOUBLE_EQ(model.PrefixCost(10), 2.0 * 10 + 0.5 * 100);
+}
+
+// Worked by hand: block_tokens 512, F(n) = n + 0.001 n^2. The second request hits one block of a
+// 1000-token prompt: it saves F(512) = 512 + 262.144 of F(1000) = 2000.
+TEST(PrefillCostTest, SavedCostIsTheCostOfTheHitPrefix) {
+  SimulationOptions options{10, "lru", 512, {1.0, 0.001}};
+  auto r = Simulate({Request({1}, 512), Request({1, 2}, 1000)}, options);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_DOUBLE_EQ(r->saved_prefill_cost, 774.144);
+  EXPECT_DOUBLE_EQ(r->prefill_cost, 774.144 + 2000.0);
+  EXPECT_DOUBLE_EQ(r->saved_prefill_ratio(), 774.144 / 2774.144);
+  EXPECT_DOUBLE_EQ(r->ratio(Metric::kPrefill), r->saved_prefill_ratio());
+  EXPECT_DOUBLE_EQ(r->ratio(Metric::kBlock), 1.0 / 3.0);
+  EXPECT_DOUBLE_EQ(r->ratio(Metric::kToken), 512.0 / 1512.0);
+}
+
+// With a quadratic term, a deep block saved is worth more than a shallow one: two traces with the
+// same block and token hits, one hitting late in its prompts, save different costs.
+TEST(PrefillCostTest, DeepHitsSaveMoreThanShallowOnesWithTheSameTokens) {
+  SimulationOptions options{10, "lru", 512, {1.0, 1.6e-5}};
+  // Shallow: four hits of a 1-block prompt. Deep: one hit of a 4-block prompt.
+  auto shallow =
+      Simulate({Request({1}), Request({1}), Request({1}), Request({1}), Request({1})}, options);
+  auto deep = Simulate({Request({1, 2, 3, 4}), Request({1, 2, 3, 4})}, options);
+  ASSERT_TRUE(shallow.ok() && deep.ok());
+  EXPECT_EQ(shallow->hit_tokens, deep->hit_tokens);  // 4 blocks each
+  EXPECT_GT(deep->saved_prefill_cost, shallow->saved_prefill_cost);
+  options.cost = {1.0, 0.0};  // without attention the two are worth the same
+  shallow =
+      Simulate({Request({1}), Request({1}), Request({1}), Request({1}), Request({1})}, options);
+  deep = Simulate({Request({1, 2, 3, 4}), Request({1, 2, 3, 4})}, options);
+  EXPECT_DOUBLE_EQ(deep->saved_prefill_cost, shallow->saved_prefill_cost);
+}
+
+TEST(PrefillCostTest, RejectsNegativeTermsAndUnknownMetrics) {
+  EXPECT_EQ(Simulate({Request({1})}, {10, "lru", 512, {-1.0, 0.0}}).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(Simulate({Request({1})}, {10, "belady", 512, {1.0, -1.0}}).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(ParseMetric("prefill").value(), Metric::kPrefill);
+  EXPECT_EQ(ParseMetric("bytes").status().code(), StatusCode::kInvalidArgument);
+  for (const std::string& name : MetricNames()) {
+    EXPECT_EQ(MetricName(ParseMetric(name).value()), name);
+  }
+}
+
 // Properties every policy must keep, whatever its order.
 TEST(SimulateAllPoliciesTest, StayWithinCapacityAndCountConsistently) {
   std::vector<TraceRequest> trace = RandomTrace(99, 2000);
-  for (const std::string& policy : index::EvictionPolicyNames()) {
+  for (const std::string& policy : SimulationPolicyNames()) {
     for (size_t capacity : {1, 10, 100, 1000}) {
       SimulationResult r = SimulateOrFail(trace, capacity, policy);
       EXPECT_EQ(r.requests, trace.size());

@@ -34,6 +34,18 @@ struct TraceRequest {
 // TraceReader adds the file and line.
 Result<TraceRequest> ParseTraceLine(std::string_view line);
 
+// The same, into `request`, whose hash_ids keeps its capacity from line to line (a streaming
+// reader then allocates nothing per line). On error `request` holds unspecified values.
+Status ParseTraceLineInto(std::string_view line, TraceRequest& request);
+
+// The two halves of ParseTraceLine, apart for the differential fuzz target (daemon/cli/fuzz).
+// ParseTraceLineFast reads the subset of JSON the trace tools write (plain keys; unsigned
+// integers, arrays of them, unescaped strings) without a DOM and returns false for any other line,
+// leaving `request` unspecified; wherever it returns true, ParseTraceLineFull (nlohmann's parser)
+// must give the same request. ParseTraceLine tries the first, then the second.
+bool ParseTraceLineFast(std::string_view line, TraceRequest& request);
+Result<TraceRequest> ParseTraceLineFull(std::string_view line);
+
 class TraceReader {
  public:
   // Opens `path`. kNotFound / kPermissionDenied / kDeviceError from the open, with the path.
@@ -43,6 +55,10 @@ class TraceReader {
   // message "PATH:LINE: what" (1-based line): the trace is unusable, stop reading. A read error is
   // kDeviceError.
   Result<std::optional<TraceRequest>> Next();
+
+  // The same into `request` (see ParseTraceLineInto): true when a request was read, false at the
+  // end of the file; errors as for Next.
+  Result<bool> NextInto(TraceRequest& request);
 
   // 1-based number of the last line read (0 before the first).
   uint64_t line_number() const { return line_number_; }

@@ -58,6 +58,76 @@ TEST(ParseTraceLineTest, NamesWhatIsWrong) {
   }
 }
 
+// Lines inside and outside the fast path's subset must parse as the full JSON parser does: the
+// fast path may only give up, never answer differently.
+TEST(ParseTraceLineTest, FastPathAndFullParserAgree) {
+  const std::pair<const char*, std::vector<uint64_t>> cases[] = {
+      // The trace tools' own shapes.
+      {R"({"timestamp":7,"input_length":8,"output_length":9,"hash_ids":[1,2,3],"session":4})",
+       {7, 8, 9, 1, 2, 3}},
+      {" {\"timestamp\" :7 ,\t\"input_length\": 8,\"output_length\":9,\"hash_ids\":[ 1 ,2, 3 ] "
+       "}\r",
+       {7, 8, 9, 1, 2, 3}},
+      {R"({"timestamp":7,"input_length":8,"output_length":9,"hash_ids":[ ]})", {7, 8, 9}},
+      {R"({"timestamp":0,"input_length":18446744073709551615,"output_length":9,"hash_ids":[0]})",
+       {0, UINT64_MAX, 9, 0}},
+      // Outside the subset: escapes, floats, nesting, null, a duplicated field (the last wins).
+      {R"({"note":"a\"b","timestamp":7,"input_length":8,"output_length":9,"hash_ids":[1]})",
+       {7, 8, 9, 1}},
+      {R"({"x":1.5,"y":{"z":[null,true]},"timestamp":7,"input_length":8,"output_length":9,)"
+       R"("hash_ids":[1]})",
+       {7, 8, 9, 1}},
+      {R"({"timestamp":1,"timestamp":7,"input_length":8,"output_length":9,"hash_ids":[1]})",
+       {7, 8, 9, 1}},
+      {R"({"timest\u0061mp":7,"input_length":8,"output_length":9,"hash_ids":[1]})", {7, 8, 9, 1}},
+  };
+  for (const auto& [line, expected] : cases) {
+    auto request = ParseTraceLine(line);
+    ASSERT_TRUE(request.ok()) << line << ": " << request.status().ToString();
+    std::vector<uint64_t> got = {request->timestamp_ms, request->input_tokens,
+                                 request->output_tokens};
+    got.insert(got.end(), request->hash_ids.begin(), request->hash_ids.end());
+    EXPECT_EQ(got, expected) << line;
+  }
+}
+
+TEST(ParseTraceLineTest, FastPathLeavesBadNumbersToTheFullParser) {
+  const std::pair<const char*, const char*> cases[] = {
+      {R"({"timestamp":18446744073709551616,"input_length":1,"output_length":1,"hash_ids":[]})",
+       "\"timestamp\" is not a non-negative integer"},
+      {R"({"timestamp":1e3,"input_length":1,"output_length":1,"hash_ids":[]})",
+       "\"timestamp\" is not a non-negative integer"},
+      {R"({"timestamp":-0,"input_length":1,"output_length":1,"hash_ids":[]})",
+       "\"timestamp\" is not a non-negative integer"},
+      {R"({"timestamp":01,"input_length":1,"output_length":1,"hash_ids":[]})", "not valid JSON"},
+      {R"({"timestamp":1,"input_length":1,"output_length":1,"hash_ids":[1,]})", "not valid JSON"},
+      {R"({"timestamp":1,"input_length":1,"output_length":1,"hash_ids":[1]} x)", "not valid JSON"},
+      {R"({"timestamp":1,"input_length":1,"output_length":1,"hash_ids":[2.0]})",
+       "\"hash_ids\"[0] is not a non-negative integer"},
+  };
+  for (const auto& [line, message] : cases) {
+    auto request = ParseTraceLine(line);
+    ASSERT_FALSE(request.ok()) << line;
+    EXPECT_EQ(request.status().message(), message) << line;
+  }
+}
+
+TEST(TraceReaderTest, NextIntoReusesTheRequest) {
+  std::string path = WriteFile("reuse.jsonl",
+                               "{\"timestamp\": 0, \"input_length\": 1, \"output_length\": 1, "
+                               "\"hash_ids\": [1, 2, 3]}\n"
+                               "{\"timestamp\": 5, \"input_length\": 1, \"output_length\": 1, "
+                               "\"hash_ids\": [4]}\n");
+  auto reader = TraceReader::Open(path);
+  ASSERT_TRUE(reader.ok()) << reader.status().ToString();
+  TraceRequest request;
+  ASSERT_TRUE(reader->NextInto(request).value());
+  ASSERT_TRUE(reader->NextInto(request).value());
+  EXPECT_EQ(request.timestamp_ms, 5u);
+  EXPECT_EQ(request.hash_ids, (std::vector<uint64_t>{4}));
+  EXPECT_FALSE(reader->NextInto(request).value());
+}
+
 TEST(TraceReaderTest, ReadsRequestsInOrderAndSkipsBlankLines) {
   std::string path = WriteFile("good.jsonl",
                                "{\"timestamp\": 0, \"input_length\": 600, \"output_length\": 1, "
