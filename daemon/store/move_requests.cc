@@ -40,7 +40,7 @@ void MoveRequests::FinishFetch(const BlockKey& key, bool moved) {
       failed_.insert(key);
     }
   }
-  // A failed fetch is news too: the reader now leases the block where it lies.
+  // A failed fetch is news too: the reader now answers a miss.
   NotifyMoved();
 }
 

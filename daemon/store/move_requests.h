@@ -6,7 +6,7 @@
 // A fetch is asked for once however many readers wait for it (they call the store again when the
 // mover says it moved something: SetMoveListener, NotifyMoved, or after a short pause). A fetch the
 // mover could not do (no room, a device error) is remembered, so that the next read of that block
-// leases it where it lies instead of asking again forever; the memory of failures is bounded.
+// is a miss instead of asking again forever; the memory of failures is bounded.
 //
 // Thread safety: every method may be called from any thread.
 #pragma once

@@ -31,8 +31,8 @@ TEST(MoveRequestsTest, FetchesAreServedOldestFirstAndAskedForOnce) {
 }
 
 // A reader polls while its block is being fetched: asking again then must not queue a second
-// fetch, which would find the block pinned by the first, fail, and make the reader lease the
-// block where it lies (a miss for a shared-memory reader) although the first fetch succeeded.
+// fetch, which would find the block pinned by the first, fail, and make the reader miss although
+// the first fetch succeeded.
 TEST(MoveRequestsTest, AKeyBeingFetchedIsNotAskedForAgain) {
   MoveRequests r;
   ASSERT_TRUE(r.AskForFetch(kA));

@@ -190,7 +190,8 @@ class Store {
   // Leases a ready block of namespace `ns`. kNotFound on a miss (absent, being written, or of
   // another namespace); kBusy when max_leases are open; kPending (background_disk_moves) when the
   // block lies on NVMe and the mover was asked to bring it up: call again shortly (if the mover
-  // cannot, the next call leases it where it lies). A block in the GPU tier is leased with
+  // cannot, the next call answers kNotFound: a miss, never a disk read on the caller's thread;
+  // the call after that asks the mover again). A block in the GPU tier is leased with
   // address nullptr (read it with ReadLeased); a host block that the GPU promotion policy picks,
   // counting kGpuPool reads only, becomes a promotion candidate (nothing is copied here).
   Result<Lease> Acquire(const NamespaceId& ns, const BlockKey& key,

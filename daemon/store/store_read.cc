@@ -32,8 +32,12 @@ Status Store::PromoteForRead(const NamespaceId& ns, const BlockKey& key) {
   const size_t level = LevelBelowHost(*meta);
   if (level >= tiers_.size()) return Status::Ok();
   if (DiskMovesInBackground(level - 1)) {
-    // The mover tried and could not: lease it where it lies rather than ask again forever.
-    if (move_requests_.TakeFailedFetch(key)) return Status::Ok();
+    // The mover tried and could not (no room in the host tier, a device error): a miss, which
+    // the engine recomputes, rather than a read of the disk on this (network) thread or asking
+    // again for ever. The next read asks again.
+    if (move_requests_.TakeFailedFetch(key)) {
+      return NotFound("block could not be read up from " + std::string(TierName(meta->tier)));
+    }
     if (move_requests_.AskForFetch(key) && wake_mover_) wake_mover_();
     return Pending("block is being read up from " + std::string(TierName(meta->tier)));
   }
