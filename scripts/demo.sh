@@ -50,7 +50,7 @@ redis-cli -p 6380 SET greeting "hello from kvtier"
 redis-cli -p 6380 GET greeting
 
 echo
-echo "== kvtier simulate: hit ratio against cache size, offline, same index and eviction code =="
+echo "== kvtier simulate: hit ratio against cache size, offline, with the daemon's own eviction policies =="
 for capacity in 2000 10000 50000; do
   for policy in lru arc; do
     $bin/kvtier simulate "$trace" --capacity-blocks "$capacity" --policy "$policy" --json
