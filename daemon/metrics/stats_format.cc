@@ -154,6 +154,16 @@ const TotalField kTotalFields[] = {
      "Blocks found on NVMe at start-up and not served yet (recovery runs while the daemon "
      "serves; they are misses until then).",
      &store::StoreStats::pending_adoptions},
+    {"remote_publishes", "kvtier_remote_publishes_total", "counter",
+     "Blocks written to the remote tier before the last local tier dropped them.",
+     &store::StoreStats::remote_publishes},
+    {"remote_publish_bytes", "kvtier_remote_publish_bytes_total", "counter",
+     "Payload bytes of the blocks written to the remote tier.",
+     &store::StoreStats::remote_publish_bytes},
+    {"remote_publish_errors", "kvtier_remote_publish_errors_total", "counter",
+     "Blocks dropped without reaching the remote tier (unreadable, or refused or not answered "
+     "by the remote store in time).",
+     &store::StoreStats::remote_publish_errors},
 };
 
 json TierJson(const store::TierStatsSnapshot& t) {

@@ -77,7 +77,7 @@ bool TierMover::ServeFetches() {
 
 bool TierMover::KeepHostRoom() {
   tiers::Tier* host = store_.tier(TierId::kHost);
-  if (host == nullptr || store_.tier(TierId::kNvme) == nullptr) return false;
+  if (host == nullptr || !store_.HostHasTierBelow()) return false;
   bool worked = false;
   if (const uint64_t bytes = store_.TakeRoomRequest(); bytes != 0) {
     if (!store_.MakeRoom(bytes)) {

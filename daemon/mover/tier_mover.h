@@ -5,7 +5,8 @@
 //   1. blocks readers asked for (Store::TakeFetchRequest): read up from NVMe into the host tier;
 //   2. room a put asked for (Store::TakeRoomRequest), then room ahead of demand: while the host
 //      tier is fuller than the high watermark, its least recently used blocks are demoted to
-//      NVMe until it is below the low one;
+//      NVMe until it is below the low one (without NVMe but with a remote tier, they are
+//      published to the remote store and dropped: Store::EvictToTarget);
 //   3. GPU promotion candidates, copied up into the GPU tier (thread 0 only; with a GPU tier).
 // It wakes when a request asks (Wake, which the store calls through SetMoverWakeup) and every
 // tick otherwise. Several threads run the same loop. Each round moves up to `batch` blocks as

@@ -28,6 +28,7 @@
 
 #include <array>
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -52,9 +53,18 @@
 #include "daemon/store/namespace_registry.h"
 #include "daemon/store/reservation_table.h"
 #include "daemon/store/store_stats.h"
+#include "tiers/remote/remote_store.h"
 #include "tiers/tier.h"
 
 namespace kvtier::store {
+
+// The remote tier (docs/scale-out.md): a store shared by a fleet of daemons, below the last local
+// tier. The store borrows it (the daemon owns it and destroys it after the store and the mover).
+struct RemoteTierOptions {
+  tiers::remote::RemoteStore* store = nullptr;  // nullptr: no remote tier
+  std::chrono::milliseconds ttl{86'400'000};    // SET ... PX: how long the cluster keeps a block
+  std::chrono::milliseconds timeout{1'000};     // one publish batch of the mover
+};
 
 struct StoreOptions {
   uint64_t lease_timeout_us = 30'000'000;        // a lease not released by then is taken back
@@ -97,6 +107,11 @@ struct StoreOptions {
   // at the disk's pace; what it has not reached when room runs out is lost to the cache, and the
   // puts run at memory speed. false: the put waits (kPending) and puts run at the disk's pace.
   bool drop_when_disk_lags = false;
+  // With remote.store: the blocks the mover drops from the last local tier are published there
+  // first (PublishToRemote). With background_disk_moves too, a put that finds the last local tier
+  // full asks the mover for room (as it does with NVMe below), so that the publishing, which waits
+  // for the network, never runs on a request's thread.
+  RemoteTierOptions remote;
 };
 
 // A reserved slot for a block being written.
@@ -260,6 +275,9 @@ class Store {
   std::optional<BlockKey> TakeFetchRequest() { return move_requests_.TakeFetch(); }
   void Fetch(std::span<const BlockKey> keys);
   bool MoveWorkPending() const { return move_requests_.HasWork(); }
+  // Whether the mover keeps room in the host tier ahead of demand: a tier lies below it, local
+  // (NVMe) or remote (where the blocks it drops are published).
+  bool HostHasTierBelow() const;
   // background_disk_moves: asks the mover to bring up every block of the ready prefix of `keys`
   // that lies on NVMe, without waiting, so that a reader about to lease a whole prefix waits for
   // the slowest of its blocks rather than for each in turn. Does nothing otherwise.
@@ -415,8 +433,21 @@ class Store {
   size_t LevelBelowHost(const index::BlockMeta& meta) const;
   // Fetch's batch of blocks of tiers_[level], pinned and with room in the host tier.
   void FetchBatch(size_t level, std::span<PinnedMove> batch);
-  // Whether moves out of (or up into) tiers_[level] wait for a disk and are the mover's to do.
+  // Whether moves out of (or up into) tiers_[level] wait for a disk, or the network of the remote
+  // tier, and are the mover's to do.
   bool DiskMovesInBackground(size_t level) const;
+  // store_remote.cc. Whether the victims of tiers_[level] are published to the remote tier before
+  // they are dropped: it is the last local tier and there is a remote tier.
+  bool PublishesDrops(size_t level) const;
+  // Writes the victims of tiers_[level] to the remote tier as one batch (SET ... PX ttl), each
+  // pinned while its bytes are read. Best effort: a victim that changed, cannot be read or is
+  // refused by the store is counted and dropped all the same (the caller drops them after).
+  // Blocks the calling thread for up to the remote timeout: the mover's threads only.
+  void PublishToRemote(size_t level,
+                       std::span<const std::pair<BlockKey, index::BlockMeta>> victims);
+  // MakeRoom when the put level publishes its drops: evicts through EvictToTarget (which
+  // publishes) until a block of `bytes` fits; false when that could not make room.
+  bool MakeRoomByPublishing(uint64_t bytes);
   // After a lease of a host block that the GPU promotion policy picked: records it for the mover.
   void QueueForGpu(const BlockKey& key, uint64_t generation);
   enum class CandidateOutcome { kMoved, kLeased, kSkipped };

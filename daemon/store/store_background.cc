@@ -9,8 +9,9 @@ using index::BlockMeta;
 using index::BlockState;
 
 bool Store::DiskMovesInBackground(size_t level) const {
-  return options_.background_disk_moves && level + 1 < tiers_.size() &&
-         tiers_[level + 1]->id() == TierId::kNvme;
+  if (!options_.background_disk_moves) return false;
+  if (PublishesDrops(level)) return true;
+  return level + 1 < tiers_.size() && tiers_[level + 1]->id() == TierId::kNvme;
 }
 
 Result<Extent> Store::AllocateOrAskForRoom(uint64_t bytes) {
@@ -31,6 +32,7 @@ Result<Extent> Store::AllocateOrAskForRoom(uint64_t bytes) {
 }
 
 bool Store::MakeRoom(uint64_t bytes) {
+  if (PublishesDrops(put_level_)) return MakeRoomByPublishing(bytes);
   // Evicts as a put without a mover would, then gives the space back for the put that asked:
   // another put may take it first, and then asks again.
   Result<Extent> extent = AllocateWithEviction(put_level_, bytes);

@@ -93,6 +93,9 @@ StoreStats Store::Stats() const {
   s.pending_adoptions = pending_adoptions_.load(std::memory_order_relaxed);
   s.expired_leases = counters_.expired_leases.load();
   s.expired_reservations = counters_.expired_reservations.load();
+  s.remote_publishes = counters_.remote_publishes.load();
+  s.remote_publish_bytes = counters_.remote_publish_bytes.load();
+  s.remote_publish_errors = counters_.remote_publish_errors.load();
   return s;
 }
 

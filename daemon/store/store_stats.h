@@ -63,6 +63,9 @@ struct StoreCounters {
   Counter gpu_promotions_skipped{0};  // candidates not moved: changed, leased, no room, copy error
   Counter expired_leases{0};
   Counter expired_reservations{0};
+  Counter remote_publishes{0};       // blocks written to the remote tier before their drop
+  Counter remote_publish_bytes{0};   // their payload bytes
+  Counter remote_publish_errors{0};  // blocks that could not be read or that the remote refused
 };
 
 struct NamespaceStats {
@@ -122,6 +125,9 @@ struct StoreStats {
   uint64_t pending_adoptions = 0;  // blocks found at start-up, not served yet (SetPendingAdoptions)
   uint64_t expired_leases = 0;
   uint64_t expired_reservations = 0;
+  uint64_t remote_publishes = 0;
+  uint64_t remote_publish_bytes = 0;
+  uint64_t remote_publish_errors = 0;
 };
 
 }  // namespace kvtier::store
