@@ -164,6 +164,20 @@ const TotalField kTotalFields[] = {
      "Blocks dropped without reaching the remote tier (unreadable, or refused or not answered "
      "by the remote store in time).",
      &store::StoreStats::remote_publish_errors},
+    {"remote_fetches", "kvtier_remote_fetches_total", "counter",
+     "Blocks fetched from the remote tier into host memory for a reader.",
+     &store::StoreStats::remote_fetches},
+    {"remote_fetch_bytes", "kvtier_remote_fetch_bytes_total", "counter",
+     "Payload bytes of the blocks fetched from the remote tier.",
+     &store::StoreStats::remote_fetch_bytes},
+    {"remote_fetch_misses", "kvtier_remote_fetch_misses_total", "counter",
+     "Reads the remote tier had no block for.", &store::StoreStats::remote_fetch_misses},
+    {"remote_fetch_corrupt", "kvtier_remote_fetch_corrupt_total", "counter",
+     "Records fetched from the remote tier that failed verification (served as misses).",
+     &store::StoreStats::remote_fetch_corrupt},
+    {"remote_fetch_errors", "kvtier_remote_fetch_errors_total", "counter",
+     "Fetches from the remote tier that failed (timeout, remote error, no room in host).",
+     &store::StoreStats::remote_fetch_errors},
 };
 
 json TierJson(const store::TierStatsSnapshot& t) {
@@ -348,11 +362,13 @@ std::string StatsToInfoSection(const store::StoreStats& stats) {
   for (const auto& ns : stats.namespaces) {
     char ratio[32];
     std::snprintf(ratio, sizeof ratio, "%.4f", ns.block_hit_ratio());
-    field("ns_" + ns.id.ToHex(), "lookups=" + std::to_string(ns.lookups) +
-                                     ",lookup_blocks=" + std::to_string(ns.lookup_blocks) +
-                                     ",hit_blocks=" + std::to_string(ns.total_hit_blocks()) +
-                                     ",hit_ratio=" + ratio +
-                                     ",evictions=" + std::to_string(ns.evictions));
+    field("ns_" + ns.id.ToHex(),
+          "lookups=" + std::to_string(ns.lookups) +
+              ",lookup_blocks=" + std::to_string(ns.lookup_blocks) +
+              ",hit_blocks=" + std::to_string(ns.total_hit_blocks()) + ",hit_ratio=" + ratio +
+              ",remote_hit_blocks=" +
+              std::to_string(ns.hit_blocks[static_cast<size_t>(TierId::kRemote)]) +
+              ",evictions=" + std::to_string(ns.evictions));
   }
   return out;
 }

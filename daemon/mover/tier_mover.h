@@ -3,6 +3,8 @@
 //
 // What it does, in this order on every wake-up:
 //   1. blocks readers asked for (Store::TakeFetchRequest): read up from NVMe into the host tier;
+//      and blocks no local tier holds (Store::TakeRemoteFetchRequest): fetched from the remote
+//      tier into it;
 //   2. room a put asked for (Store::TakeRoomRequest), then room ahead of demand: while the host
 //      tier is fuller than the high watermark, its least recently used blocks are demoted to
 //      NVMe until it is below the low one (without NVMe but with a remote tier, they are

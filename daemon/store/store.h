@@ -61,9 +61,10 @@ namespace kvtier::store {
 // The remote tier (docs/scale-out.md): a store shared by a fleet of daemons, below the last local
 // tier. The store borrows it (the daemon owns it and destroys it after the store and the mover).
 struct RemoteTierOptions {
-  tiers::remote::RemoteStore* store = nullptr;  // nullptr: no remote tier
-  std::chrono::milliseconds ttl{86'400'000};    // SET ... PX: how long the cluster keeps a block
-  std::chrono::milliseconds timeout{1'000};     // one publish batch of the mover
+  tiers::remote::RemoteStore* store = nullptr;   // nullptr: no remote tier
+  std::chrono::milliseconds ttl{86'400'000};     // SET ... PX: how long the cluster keeps a block
+  std::chrono::milliseconds timeout{1'000};      // one publish or fetch batch of the mover
+  std::chrono::milliseconds lookup_timeout{20};  // StartRemoteLookup
 };
 
 struct StoreOptions {
@@ -275,6 +276,27 @@ class Store {
   std::optional<BlockKey> TakeFetchRequest() { return move_requests_.TakeFetch(); }
   void Fetch(std::span<const BlockKey> keys);
   bool MoveWorkPending() const { return move_requests_.HasWork(); }
+  // The remote tier's side (store_remote.cc). TakeRemoteFetchRequest: a block a reader missed
+  // locally, which the mover should try to fetch from the remote tier (Acquire asks for it, with
+  // a remote tier and background_disk_moves, and answers kPending). FetchRemote: for the mover:
+  // GETs these blocks as one batch (within remote.timeout; it blocks the calling thread),
+  // verifies each record (a checksum mismatch or another record is a miss and counted in
+  // remote_fetch_corrupt, never bytes) and stores it in the host tier as a ready block, making
+  // room there as the mover does; a block it could not bring is remembered, so the reader's next
+  // call misses instead of asking again.
+  std::optional<std::pair<NamespaceId, BlockKey>> TakeRemoteFetchRequest() {
+    return move_requests_.TakeRemoteFetch();
+  }
+  void FetchRemote(std::span<const std::pair<NamespaceId, BlockKey>> blocks);
+  // Asks the remote tier which of `keys` (of namespace `ns`) it holds, without waiting: `done(n)`
+  // runs once, on the remote store's own thread, with the number of leading keys it holds (0 on
+  // any error or past remote.lookup_timeout); then the requests waiting for the mover are told
+  // (SetMoveListener). `done` must not block. false without a remote tier (`done` never runs).
+  bool StartRemoteLookup(const NamespaceId& ns, std::vector<BlockKey> keys,
+                         std::function<void(size_t found)> done);
+  // Counts blocks StartRemoteLookup found as hits of tier remote in the namespace's statistics.
+  void CountRemoteHits(const NamespaceId& ns, size_t blocks);
+  bool HasRemoteTier() const { return options_.remote.store != nullptr; }
   // Whether the mover keeps room in the host tier ahead of demand: a tier lies below it, local
   // (NVMe) or remote (where the blocks it drops are published).
   bool HostHasTierBelow() const;
@@ -445,6 +467,13 @@ class Store {
   // Blocks the calling thread for up to the remote timeout: the mover's threads only.
   void PublishToRemote(size_t level,
                        std::span<const std::pair<BlockKey, index::BlockMeta>> victims);
+  // Acquire's miss with a remote tier: asks the mover to fetch the block (kPending), or OK when
+  // it cannot be asked (no remote tier, unknown namespace) or the last fetch failed (a miss).
+  Status FetchRemoteForRead(const NamespaceId& ns, const BlockKey& key);
+  // FetchRemote's end for one block: its verified payload stored in the host tier as a ready
+  // block. OK or kAlreadyExists: the reader will find it; otherwise BeginPut's error.
+  Status StoreFetched(const NamespaceId& ns, const BlockKey& key,
+                      std::span<const std::byte> payload, uint64_t checksum);
   // MakeRoom when the put level publishes its drops: evicts through EvictToTarget (which
   // publishes) until a block of `bytes` fits; false when that could not make room.
   bool MakeRoomByPublishing(uint64_t bytes);

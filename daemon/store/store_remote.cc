@@ -8,6 +8,7 @@
 // the mover calls, publish; a drop elsewhere (a put taking room itself when the mover lags, with
 // placement.when_disk_lags: drop) loses the block as it would without a remote tier.
 #include <array>
+#include <cstring>
 #include <vector>
 
 #include "daemon/store/store.h"
@@ -109,7 +110,14 @@ bool Store::MakeRoomByPublishing(uint64_t bytes) {
     }
     if (extent.status().code() != StatusCode::kBusy) return false;
     const uint64_t used = t.Stats().used_bytes;
-    if (EvictToTarget(t.id(), used > bytes ? used - bytes : 0, kPublishBatch) == 0) break;
+    if (EvictToTarget(t.id(), used > bytes ? used - bytes : 0, kPublishBatch) > 0) continue;
+    // Nothing picked. When other mover threads are publishing victims of this tier, the room is
+    // on its way (the put hears of it when they finish); dropping more here, unpublished, would
+    // lose blocks only because the network is slower than the puts.
+    if (evicting_bytes_[static_cast<size_t>(t.id())].load(std::memory_order_relaxed) > 0) {
+      return false;
+    }
+    break;
   }
   // What is left (nothing evictable by LRU, or space held by slabs of other sizes): the eviction
   // of a put without a mover, whose drops are not published.
@@ -118,6 +126,101 @@ bool Store::MakeRoomByPublishing(uint64_t bytes) {
   t.Free(*extent);
   move_requests_.NotifyMoved();
   return true;
+}
+
+}  // namespace kvtier::store
+
+namespace kvtier::store {
+
+Status Store::FetchRemoteForRead(const NamespaceId& ns, const BlockKey& key) {
+  if (options_.remote.store == nullptr || !options_.background_disk_moves) return Status::Ok();
+  if (namespaces_.Counters(ns) == nullptr) return Status::Ok();  // not registered: a plain miss
+  // The mover tried and found nothing (or could not bring it): this read misses.
+  if (move_requests_.TakeFailedFetch(key)) return Status::Ok();
+  if (move_requests_.AskForRemoteFetch(ns, key) && wake_mover_) wake_mover_();
+  return Pending("block is being fetched from the remote tier");
+}
+
+void Store::FetchRemote(std::span<const std::pair<NamespaceId, BlockKey>> blocks) {
+  if (blocks.empty()) return;
+  if (options_.remote.store == nullptr) {
+    for (const auto& [ns, key] : blocks) move_requests_.FinishFetch(key, false);
+    return;
+  }
+  std::vector<std::string> keys;
+  keys.reserve(blocks.size());
+  for (const auto& [ns, key] : blocks) keys.push_back(remote::RemoteKey(ns, key));
+  std::vector<Result<std::string>> values =
+      options_.remote.store->Get(std::move(keys), options_.remote.timeout);
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    const auto& [ns, key] = blocks[i];
+    bool stored = false;
+    if (!values[i].ok()) {
+      (values[i].status().code() == StatusCode::kNotFound ? counters_.remote_fetch_misses
+                                                          : counters_.remote_fetch_errors)
+          .fetch_add(1);
+    } else if (Result<remote::RecordView> record = remote::DecodeRecord(*values[i], ns, key);
+               !record.ok()) {
+      // Damaged, foreign, or another block's record: never bytes. It is left to expire (another
+      // node may publish the block again over it).
+      counters_.remote_fetch_corrupt.fetch_add(1);
+    } else {
+      Status st = StoreFetched(ns, key, record->payload, record->header.payload_checksum);
+      stored = st.ok() || st.code() == StatusCode::kAlreadyExists;
+      if (st.ok()) {
+        counters_.remote_fetches.fetch_add(1);
+        counters_.remote_fetch_bytes.fetch_add(record->payload.size());
+      } else if (!stored) {
+        counters_.remote_fetch_errors.fetch_add(1);
+      }
+    }
+    move_requests_.FinishFetch(key, stored);
+  }
+}
+
+Status Store::StoreFetched(const NamespaceId& ns, const BlockKey& key,
+                           std::span<const std::byte> payload, uint64_t checksum) {
+  Result<Reservation> r = BeginPut(ns, key, payload.size());
+  // The host tier is full: this is the mover, which makes room itself rather than wait for itself.
+  if (r.status().code() == StatusCode::kPending && MakeRoom(payload.size())) {
+    r = BeginPut(ns, key, payload.size());
+  }
+  if (!r.ok()) return r.status();
+  Status written = r->address != nullptr
+                       ? (std::memcpy(r->address, payload.data(), payload.size()), Status::Ok())
+                       : tiers_[put_level_]->Write(r->extent, payload);
+  if (!written.ok()) {
+    (void)AbortPut(r->id);
+    return written;
+  }
+  return CommitPut(r->id, checksum);
+}
+
+bool Store::StartRemoteLookup(const NamespaceId& ns, std::vector<BlockKey> keys,
+                              std::function<void(size_t found)> done) {
+  if (options_.remote.store == nullptr) return false;
+  std::vector<std::string> remote_keys;
+  remote_keys.reserve(keys.size());
+  for (const BlockKey& key : keys) remote_keys.push_back(remote::RemoteKey(ns, key));
+  options_.remote.store->StartExists(std::move(remote_keys), options_.remote.lookup_timeout,
+                                     [this, done = std::move(done)](std::vector<Status> answers) {
+                                       size_t found = 0;
+                                       while (found < answers.size() && answers[found].ok())
+                                         ++found;
+                                       done(found);
+                                       // The request that asked waits as it waits for the mover:
+                                       // wake it.
+                                       move_requests_.NotifyMoved();
+                                     });
+  return true;
+}
+
+void Store::CountRemoteHits(const NamespaceId& ns, size_t blocks) {
+  std::optional<NamespaceRegistry::Entry> entry = namespaces_.Find(ns);
+  if (!entry || blocks == 0) return;
+  NamespaceCounters* c = entry->counters;
+  c->hit_blocks[static_cast<size_t>(TierId::kRemote)].fetch_add(blocks, std::memory_order_relaxed);
+  c->hit_tokens.fetch_add(blocks * entry->tokens_per_block, std::memory_order_relaxed);
 }
 
 }  // namespace kvtier::store

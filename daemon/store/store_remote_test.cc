@@ -2,6 +2,8 @@
 // remote store first, as records other nodes can verify.
 #include <gtest/gtest.h>
 
+#include <utility>
+
 #include "daemon/store/store.h"
 #include "daemon/store/store_test_fixture.h"
 #include "tests/fakes/fake_remote_store.h"
@@ -105,11 +107,110 @@ TEST_F(StoreRemoteTest, APutThatFindsTheHostFullWaitsForTheMoverWhichPublishes) 
   ASSERT_TRUE(PutBlock(2).ok());
 }
 
+// Regression: with several mover threads, a MakeRoom that found every victim already being
+// published by another thread fell back to the eviction of a put, which dropped the next block
+// unpublished (the integration test saw half the drops of a stopped cluster go uncounted).
+TEST_F(StoreRemoteTest, MakeRoomWhileAnotherThreadPublishesDropsNothingUnpublished) {
+  Build({2}, true, WithRemote(/*background=*/true));
+  for (uint64_t n = 0; n < 2; ++n) ASSERT_TRUE(PutBlock(n).ok());
+  bool made_room = true;
+  bool asked = false;
+  // While block 0 is being published (and still holds its room), another thread asks for room.
+  remote_.OnSet([&] {
+    if (std::exchange(asked, true)) return;
+    made_room = store_->MakeRoom(kBlock);
+  });
+  EXPECT_EQ(store_->EvictToTarget(TierId::kHost, kBlock, 1), 1u);
+  EXPECT_FALSE(made_room);  // the room is on its way: block 0's publish frees it
+  EXPECT_TRUE(Cached(1));   // and block 1 was not dropped for it
+  EXPECT_EQ(Published(0), Payload(0));
+  EXPECT_EQ(store_->Stats().evicted_blocks, store_->Stats().remote_publishes);
+}
+
 TEST_F(StoreRemoteTest, WithoutARemoteTierNothingChanges) {
   Build({2});
   EXPECT_FALSE(store_->HostHasTierBelow());
   for (uint64_t n = 0; n < 3; ++n) ASSERT_TRUE(PutBlock(n).ok());
   EXPECT_EQ(store_->Stats().remote_publishes, 0u);
+}
+
+// Another node's record of block n, as it would have published it.
+void PublishElsewhere(FakeRemoteStore& remote, uint64_t n) {
+  const std::vector<std::byte> payload = Payload(n);
+  remote.SetValue(RemoteKey(kNs, Key(n)), tiers::remote::EncodeRecord(kNs, Key(n), payload));
+}
+
+// The mover's part of a read that missed locally: drains the remote fetch requests.
+void ServeRemoteFetches(Store& store) {
+  std::vector<std::pair<NamespaceId, BlockKey>> blocks;
+  while (auto block = store.TakeRemoteFetchRequest()) blocks.push_back(*block);
+  store.FetchRemote(blocks);
+}
+
+TEST_F(StoreRemoteTest, AReadOfABlockOnlyTheRemoteTierHoldsFetchesItIntoHost) {
+  Build({4}, true, WithRemote(/*background=*/true));
+  PublishElsewhere(remote_, 7);
+  // The reader's thread never waits on the network: it hears kPending and the mover fetches.
+  Result<Lease> first = store_->Acquire(kNs, Key(7));
+  ASSERT_EQ(first.status().code(), StatusCode::kPending) << first.status().ToString();
+  EXPECT_EQ(remote_.gets(), 0);
+  ServeRemoteFetches(*store_);
+  std::vector<std::byte> out;
+  ASSERT_TRUE(store_->Get(kNs, Key(7), out).ok());
+  EXPECT_EQ(out, Payload(7));
+  const StoreStats s = store_->Stats();
+  EXPECT_EQ(s.remote_fetches, 1u);
+  EXPECT_EQ(s.remote_fetch_bytes, kBlock);
+  EXPECT_EQ(s.tiers[0].space.block_count, 1u);  // a normal host block now
+}
+
+TEST_F(StoreRemoteTest, ACorruptedRemoteRecordIsAMissAndACounterNeverBytes) {
+  Build({4}, true, WithRemote(/*background=*/true));
+  PublishElsewhere(remote_, 7);
+  std::string value = *remote_.Value(RemoteKey(kNs, Key(7)));
+  value[value.size() - 1] ^= 0x01;  // one payload bit
+  remote_.SetValue(RemoteKey(kNs, Key(7)), value);
+  ASSERT_EQ(store_->Acquire(kNs, Key(7)).status().code(), StatusCode::kPending);
+  ServeRemoteFetches(*store_);
+  EXPECT_EQ(store_->Acquire(kNs, Key(7)).status().code(), StatusCode::kNotFound);
+  const StoreStats s = store_->Stats();
+  EXPECT_EQ(s.remote_fetch_corrupt, 1u);
+  EXPECT_EQ(s.remote_fetches, 0u);
+  EXPECT_FALSE(Cached(7));
+}
+
+TEST_F(StoreRemoteTest, AMissEverywhereAsksTheRemoteTierOnceThenMisses) {
+  Build({4}, true, WithRemote(/*background=*/true));
+  ASSERT_EQ(store_->Acquire(kNs, Key(9)).status().code(), StatusCode::kPending);
+  // A reader polling meanwhile does not queue the block twice.
+  ASSERT_EQ(store_->Acquire(kNs, Key(9)).status().code(), StatusCode::kPending);
+  ServeRemoteFetches(*store_);
+  EXPECT_EQ(remote_.gets(), 1);
+  EXPECT_EQ(store_->Acquire(kNs, Key(9)).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(store_->Stats().remote_fetch_misses, 1u);
+}
+
+TEST_F(StoreRemoteTest, AFetchIntoAFullHostTierMakesRoomByPublishing) {
+  Build({2}, true, WithRemote(/*background=*/true));
+  for (uint64_t n = 0; n < 2; ++n) ASSERT_TRUE(PutBlock(n).ok());
+  PublishElsewhere(remote_, 7);
+  ASSERT_EQ(store_->Acquire(kNs, Key(7)).status().code(), StatusCode::kPending);
+  ServeRemoteFetches(*store_);
+  EXPECT_TRUE(Cached(7));
+  EXPECT_EQ(Published(0), Payload(0));  // the coldest block left for the remote tier
+}
+
+TEST_F(StoreRemoteTest, ARemoteLookupCountsTheLeadingBlocksTheRemoteTierHolds) {
+  Build({4}, true, WithRemote(/*background=*/true));
+  PublishElsewhere(remote_, 1);
+  PublishElsewhere(remote_, 2);
+  PublishElsewhere(remote_, 4);  // after a gap: useless without block 3
+  size_t found = 99;
+  ASSERT_TRUE(store_->StartRemoteLookup(kNs, {Key(1), Key(2), Key(3), Key(4)},
+                                        [&](size_t n) { found = n; }));
+  EXPECT_EQ(found, 2u);
+  store_->CountRemoteHits(kNs, found);
+  EXPECT_EQ(store_->Stats().namespaces[0].hit_blocks[static_cast<size_t>(TierId::kRemote)], 2u);
 }
 
 }  // namespace

@@ -96,6 +96,11 @@ StoreStats Store::Stats() const {
   s.remote_publishes = counters_.remote_publishes.load();
   s.remote_publish_bytes = counters_.remote_publish_bytes.load();
   s.remote_publish_errors = counters_.remote_publish_errors.load();
+  s.remote_fetches = counters_.remote_fetches.load();
+  s.remote_fetch_bytes = counters_.remote_fetch_bytes.load();
+  s.remote_fetch_misses = counters_.remote_fetch_misses.load();
+  s.remote_fetch_corrupt = counters_.remote_fetch_corrupt.load();
+  s.remote_fetch_errors = counters_.remote_fetch_errors.load();
   return s;
 }
 

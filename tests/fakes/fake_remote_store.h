@@ -8,6 +8,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -58,6 +59,7 @@ class FakeRemoteStore final : public tiers::remote::RemoteStore {
         out.push_back(Status::Ok());
       }
     }
+    if (on_set_) on_set_();
     done(std::move(out));
   }
 
@@ -90,6 +92,9 @@ class FakeRemoteStore final : public tiers::remote::RemoteStore {
     done(std::move(out));
   }
 
+  // Runs inside every StartSet, before its callback, with no lock held: a test's view of what
+  // else happens while a publish is in flight. Set before the calls start.
+  void OnSet(std::function<void()> hook) { on_set_ = std::move(hook); }
   // Every later call answers every key with `status` (nullopt: normal service again).
   void FailWith(std::optional<Status> status) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -132,6 +137,7 @@ class FakeRemoteStore final : public tiers::remote::RemoteStore {
   std::mutex mu_;
   std::map<std::string, std::string> values_;
   std::optional<Status> fail_with_;
+  std::function<void()> on_set_;
   int sets_ = 0;
   int gets_ = 0;
   int exists_ = 0;
