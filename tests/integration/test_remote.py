@@ -213,3 +213,40 @@ def test_with_the_cluster_stopped_both_nodes_serve_their_local_tiers(cluster, no
             assert c.call("KVT.GET", ns, pack_keys([0])) == [payload(0)]  # fetched before
     finally:
         cluster.signal_all(signal.SIGCONT)
+
+
+@pytest.fixture
+def redis_with_password(tmp_path):
+    port = free_cluster_port()
+    proc = subprocess.Popen(
+        [REDIS_SERVER, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(tmp_path),
+         "--save", "", "--appendonly", "no", "--requirepass", "right-pass-1",
+         "--user", "kv", "on", ">kv-pass-2", "~kvt1:*", "+@all"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    assert wait_for(lambda: subprocess.run(
+        [REDIS_CLI, "-p", str(port), "PING"], capture_output=True).returncode == 0, timeout_s=10)
+    yield port
+    proc.kill()
+    proc.wait()
+
+
+@pytest.mark.parametrize("url,password,starts", [
+    ("redis://127.0.0.1:{port}", "right-pass-1", True),
+    ("redis://kv@127.0.0.1:{port}", "kv-pass-2", True),
+    ("redis://127.0.0.1:{port}", "wrong-pass-3", False),
+    ("redis://kv@127.0.0.1:{port}", "right-pass-1", False),
+])
+def test_the_remote_password_comes_from_the_environment_and_is_never_logged(
+        tmp_path, monkeypatch, redis_with_password, url, password, starts):
+    monkeypatch.setenv("KVTIER_REMOTE_PASSWORD", password)
+    d = Daemon(tmp_path, host_bytes=HOST_BYTES, slab_bytes="1MiB")
+    if starts:
+        d.start(extra_args=["--remote", url.format(port=redis_with_password)])
+        assert d.stop() == 0
+        assert "password set" in d.log()
+    else:
+        d.start(extra_args=["--remote", url.format(port=redis_with_password)], wait=False)
+        assert d.proc.wait(timeout=15) != 0
+        # A clear error at start: the key to fix and the server's own words.
+        assert "remote.url" in d.log() and "WRONGPASS" in d.log(), d.log()
+    assert password not in d.log()
