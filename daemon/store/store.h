@@ -301,7 +301,8 @@ class Store {
   // (NVMe) or remote (where the blocks it drops are published).
   bool HostHasTierBelow() const;
   // background_disk_moves: asks the mover to bring up every block of the ready prefix of `keys`
-  // that lies on NVMe, without waiting, so that a reader about to lease a whole prefix waits for
+  // that lies on NVMe, and to fetch from the remote tier the blocks that follow that prefix and
+  // no local tier holds, without waiting, so that a reader about to lease a whole prefix waits for
   // the slowest of its blocks rather than for each in turn. Does nothing otherwise.
   void PrefetchForRead(const NamespaceId& ns, std::span<const BlockKey> keys);
 
@@ -470,6 +471,10 @@ class Store {
   // Acquire's miss with a remote tier: asks the mover to fetch the block (kPending), or OK when
   // it cannot be asked (no remote tier, unknown namespace) or the last fetch failed (a miss).
   Status FetchRemoteForRead(const NamespaceId& ns, const BlockKey& key);
+  // PrefetchForRead's part for the keys past the local chain: asks the mover to fetch the
+  // leading ones no local tier knows from the remote tier (at most kMaxRemotePrefetch). true when
+  // it asked for any.
+  bool PrefetchRemote(const NamespaceId& ns, std::span<const BlockKey> keys);
   // FetchRemote's end for one block: its verified payload stored in the host tier as a ready
   // block. OK or kAlreadyExists: the reader will find it; otherwise BeginPut's error.
   Status StoreFetched(const NamespaceId& ns, const BlockKey& key,

@@ -43,17 +43,21 @@ bool Store::MakeRoom(uint64_t bytes) {
 }
 
 void Store::PrefetchForRead(const NamespaceId& ns, std::span<const BlockKey> keys) {
-  if (!options_.background_disk_moves || !options_.promote_on_read) return;
+  if (!options_.background_disk_moves) return;
   bool asked = false;
-  for (const BlockKey& key : keys) {
-    std::optional<BlockMeta> meta = index_->Get(key);
+  size_t local = 0;
+  for (; local < keys.size(); ++local) {
+    std::optional<BlockMeta> meta = index_->Get(keys[local]);
     // Past the first miss nothing will be read: the rest of a chain is useless without it.
     if (!meta || meta->state != BlockState::kReady || meta->ns != ns) break;
     const size_t level = LevelBelowHost(*meta);
-    if (level < tiers_.size() && DiskMovesInBackground(level - 1)) {
-      asked |= move_requests_.AskForFetch(key);
+    if (options_.promote_on_read && level < tiers_.size() && DiskMovesInBackground(level - 1)) {
+      asked |= move_requests_.AskForFetch(keys[local]);
     }
   }
+  // Where the local chain ends, the remote tier may hold the rest: asked for together, the mover
+  // fetches them as one batch instead of one round trip per block as the reader reaches each.
+  asked |= PrefetchRemote(ns, keys.subspan(local));
   if (asked && wake_mover_) wake_mover_();
 }
 

@@ -7,6 +7,7 @@
 // in the drop paths), and a publish waits for the network. Only EvictToTarget and MakeRoom, which
 // the mover calls, publish; a drop elsewhere (a put taking room itself when the mover lags, with
 // placement.when_disk_lags: drop) loses the block as it would without a remote tier.
+#include <algorithm>
 #include <array>
 #include <cstring>
 #include <vector>
@@ -26,6 +27,9 @@ namespace {
 // finds are all of other sizes than the one the put needs.
 constexpr int kPublishRounds = 8;
 constexpr size_t kPublishBatch = 8;
+// Blocks one reader's prefix may ask the remote tier for ahead of reading them: with 2 MiB
+// blocks, 128 MiB in the host tier for a prefix the reader may abandon at its first miss.
+constexpr size_t kMaxRemotePrefetch = 64;
 
 // One victim being published: pinned, with its record header and where its payload is.
 struct Outgoing {
@@ -139,6 +143,17 @@ Status Store::FetchRemoteForRead(const NamespaceId& ns, const BlockKey& key) {
   if (move_requests_.TakeFailedFetch(key)) return Status::Ok();
   if (move_requests_.AskForRemoteFetch(ns, key) && wake_mover_) wake_mover_();
   return Pending("block is being fetched from the remote tier");
+}
+
+bool Store::PrefetchRemote(const NamespaceId& ns, std::span<const BlockKey> keys) {
+  if (options_.remote.store == nullptr || namespaces_.Counters(ns) == nullptr) return false;
+  bool asked = false;
+  for (const BlockKey& key : keys.first(std::min(keys.size(), kMaxRemotePrefetch))) {
+    // A key the index knows (being written, of another namespace) ends what a reader could use.
+    if (index_->Get(key)) break;
+    asked |= move_requests_.AskForRemoteFetch(ns, key);
+  }
+  return asked;
 }
 
 void Store::FetchRemote(std::span<const std::pair<NamespaceId, BlockKey>> blocks) {

@@ -200,6 +200,19 @@ TEST_F(StoreRemoteTest, AFetchIntoAFullHostTierMakesRoomByPublishing) {
   EXPECT_EQ(Published(0), Payload(0));  // the coldest block left for the remote tier
 }
 
+TEST_F(StoreRemoteTest, AReaderOfAPrefixHasItsRemoteBlocksFetchedAsOneBatch) {
+  Build({8}, true, WithRemote(/*background=*/true));
+  ASSERT_TRUE(PutBlock(0).ok());  // the local start of the chain
+  for (uint64_t n = 1; n <= 3; ++n) PublishElsewhere(remote_, n);
+  ASSERT_EQ(store_->Acquire(kNs, Key(1)).status().code(), StatusCode::kPending);
+  store_->PrefetchForRead(kNs, std::vector<BlockKey>{Key(0), Key(2), Key(3), Key(4)});
+  ServeRemoteFetches(*store_);
+  EXPECT_EQ(remote_.gets(), 1);  // blocks 1, 2, 3 and the absent 4 in one round trip
+  for (uint64_t n = 1; n <= 3; ++n) EXPECT_TRUE(Cached(n)) << n;
+  EXPECT_EQ(store_->Stats().remote_fetches, 3u);
+  EXPECT_EQ(store_->Stats().remote_fetch_misses, 1u);
+}
+
 TEST_F(StoreRemoteTest, ARemoteLookupCountsTheLeadingBlocksTheRemoteTierHolds) {
   Build({4}, true, WithRemote(/*background=*/true));
   PublishElsewhere(remote_, 1);
