@@ -279,9 +279,6 @@ int Run(const config::DaemonConfig& c) {
   // No request is left to wake it; the flush below moves blocks itself.
   s.SetMoverWakeup({});
   mover.reset();
-  // Nothing calls the remote tier any more (the server and the mover are gone); its client ends
-  // the calls still in flight, whose callbacks reach into the store, while the store exists.
-  tiers.remote.reset();
   if (tiers.nvme) {
     FlushMemoryToNvme(s, c);
     if (Status st = tiers.nvme->Sync(); !st.ok()) spdlog::warn("NVMe sync: {}", st.ToString());
@@ -289,6 +286,10 @@ int Run(const config::DaemonConfig& c) {
   store::StoreStats final_stats = (*store)->Stats();
   spdlog::info("stopped with {} blocks cached, {} leases left", final_stats.blocks_present,
                final_stats.leases_active);
+  // Nothing calls the remote tier any more (the server and the mover are gone, and the statistics
+  // above were its last reader); its client ends the calls still in flight, whose callbacks reach
+  // into the store, while the store exists.
+  tiers.remote.reset();
   return 0;
 }
 

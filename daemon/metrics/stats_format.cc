@@ -252,6 +252,9 @@ std::string StatsToJson(const store::StoreStats& stats, const ProcessInfo& proce
   doc["namespaces"] = json::array();
   for (const auto& ns : stats.namespaces) doc["namespaces"].push_back(NamespaceJson(ns));
   doc["totals"] = TotalsJson(stats);
+  json remote = json::object();
+  for (const auto& [name, value] : stats.remote_client) remote[name] = value;
+  doc["remote_client"] = remote;
   doc["process"] = {{"version", process.version},
                     {"uptime_s", process.uptime_s},
                     {"connected_clients", process.connected_clients},
@@ -283,6 +286,12 @@ std::string StatsToPrometheus(const store::StoreStats& stats, const ProcessInfo&
       Sample(out, "kvtier_tier_device",
              "tier=\"" + std::string(TierName(t.tier)) + "\",counter=\"" + name + "\"", value);
     }
+  }
+  // The remote tier's client (timeouts, breaker openings, redirects, ...) under one family.
+  Header(out, "kvtier_remote_client", "gauge",
+         "Counters of the remote tier's client (see the counter label; docs/scale-out.md).");
+  for (const auto& [name, value] : stats.remote_client) {
+    Sample(out, "kvtier_remote_client", "counter=\"" + name + "\"", value);
   }
   for (const NamespaceField& f : kNamespaceFields) {
     Header(out, f.metric, "counter", f.help);
@@ -358,6 +367,11 @@ std::string StatsToInfoSection(const store::StoreStats& stats) {
       std::snprintf(text, sizeof text, "%.15g", value);
       field(p + name, text);
     }
+  }
+  for (const auto& [name, value] : stats.remote_client) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%.15g", value);
+    field("remote_client_" + name, text);
   }
   for (const auto& ns : stats.namespaces) {
     char ratio[32];

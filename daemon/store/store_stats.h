@@ -138,6 +138,9 @@ struct StoreStats {
   uint64_t remote_fetch_misses = 0;
   uint64_t remote_fetch_corrupt = 0;
   uint64_t remote_fetch_errors = 0;
+  // The remote store client's own counters (RemoteStore::VisitStats), in its order; empty
+  // without a remote tier.
+  std::vector<std::pair<std::string, double>> remote_client;
 };
 
 }  // namespace kvtier::store

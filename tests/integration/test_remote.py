@@ -12,7 +12,8 @@ import time
 
 import pytest
 
-from helpers import RawClient, RespError, as_dict, http_get, pack_keys, register_args, wait_for
+from helpers import (RawClient, RespError, as_dict, http_get, pack_keys, parse_metrics,
+                     register_args, wait_for)
 from kvtierd_process import Daemon
 
 REDIS_SERVER = shutil.which("redis-server")
@@ -209,6 +210,12 @@ def test_with_the_cluster_stopped_both_nodes_serve_their_local_tiers(cluster, no
                 assert reply == [b"OK"], (n, reply)
         t1 = totals(node1)
         assert t1["remote_publish_errors"] > 0, json.dumps(t1)
+        # The client's own view of the episode, in every stats view.
+        client_stats = json.loads(http_get(node1, "/stats"))["remote_client"]
+        assert client_stats["errors_timeout"] + client_stats["errors_breaker"] > 0, client_stats
+        metrics = parse_metrics(http_get(node1, "/metrics"))
+        assert metrics[("kvtier_remote_client", 'counter="errors_timeout"')] == \
+            client_stats["errors_timeout"]
         with client(node2) as c:
             assert c.call("KVT.GET", ns, pack_keys([0])) == [payload(0)]  # fetched before
     finally:
