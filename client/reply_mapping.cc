@@ -152,7 +152,7 @@ Result<LookupResult> DecodeLookup(const Reply& reply, size_t key_count) {
   result.tiers.reserve(result.prefix);
   for (char c : codes) {
     const int code = c >= '0' ? c - '0' : static_cast<unsigned char>(c);
-    if (code < 0 || code >= kTierCount) return Unexpected(kCommand, reply, "tier codes 0, 1, 2");
+    if (code < 0 || code >= kTierCount) return Unexpected(kCommand, reply, "tier codes 0, 1, 2, 3");
     result.tiers.push_back(static_cast<TierId>(code));
   }
   return result;
@@ -200,7 +200,8 @@ Result<std::vector<SlotGrant>> DecodeGrants(const Reply& reply, size_t count,
         !ReadUnsigned(entry.elements[2], &grant.offset) ||
         (entry.elements.size() > 3 && !ReadUnsigned(entry.elements[3], &grant.length)) ||
         (entry.elements.size() > 4 && !ReadUnsigned(entry.elements[4], &tier)) ||
-        tier >= static_cast<uint64_t>(kTierCount)) {
+        // A grant is never of the remote tier: a remote block is fetched into host memory first.
+        tier > static_cast<uint64_t>(TierId::kNvme)) {
       return Unexpected(command, reply, "[status, id, offset, ...] per key");
     }
     grant.status = StatusFromWord(entry.elements[0].str, context);

@@ -7,11 +7,13 @@
 namespace kvtier {
 
 // The storage tiers, hottest first. The numeric order is the demotion order: a block evicted from
-// tier t moves to tier t+1 (or is dropped after the last one).
-enum class TierId : uint8_t { kGpu = 0, kHost = 1, kNvme = 2 };
-inline constexpr int kTierCount = 3;
+// tier t moves to tier t+1 (or is dropped after the last one). kRemote is the store a fleet
+// shares (docs/scale-out.md): never a tier of the store's chain, where blocks are indexed, but
+// where lookups find blocks past the local tiers and the hits they count.
+enum class TierId : uint8_t { kGpu = 0, kHost = 1, kNvme = 2, kRemote = 3 };
+inline constexpr int kTierCount = 4;
 
-// "gpu", "host", "nvme".
+// "gpu", "host", "nvme", "remote".
 std::string_view TierName(TierId tier);
 
 // A byte range inside one tier's address space (arena offset, file offset or device offset).

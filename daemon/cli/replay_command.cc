@@ -39,7 +39,10 @@ double Ratio(uint64_t part, uint64_t whole) {
 
 nlohmann::ordered_json LatencyJson(const LatencyRecorder& l) {
   const LatencyRecorder::Summary s = l.Summarize();
-  return {{"count", s.count}, {"mean", s.mean_us}, {"p50", s.p50_us}, {"p99", s.p99_us},
+  return {{"count", s.count},
+          {"mean", s.mean_us},
+          {"p50", s.p50_us},
+          {"p99", s.p99_us},
           {"max", s.max_us}};
 }
 
@@ -56,7 +59,8 @@ void PrintJson(const ReplayFlags& flags, uint64_t block_bytes, const ReplayTotal
   j["block_hit_ratio"] = t.block_hit_ratio();
   j["hit_ratio_by_tier"] = {{"gpu", Ratio(t.served_by_tier[0], t.blocks)},
                             {"host", Ratio(t.served_by_tier[1], t.blocks)},
-                            {"nvme", Ratio(t.served_by_tier[2], t.blocks)}};
+                            {"nvme", Ratio(t.served_by_tier[2], t.blocks)},
+                            {"remote", Ratio(t.served_by_tier[3], t.blocks)}};
   j["lookup_hit_blocks"] = t.lookup_hit_blocks;
   j["lost_blocks"] = t.lost_blocks;
   j["corrupt_blocks"] = t.corrupt_blocks;
@@ -82,16 +86,17 @@ void PrintTable(const ReplayFlags& flags, uint64_t block_bytes, const ReplayTota
   char line[256];
   out << "replay: " << flags.trace_path << ", " << t.requests << " requests, blocks of "
       << FormatBytes(block_bytes) << ", path " << flags.path << ", " << flags.client.url << "\n";
-  std::snprintf(line, sizeof(line),
-                "blocks        %12llu   hit %12llu (%6.2f%%)   gpu %.2f%%  host %.2f%%  nvme %.2f%%\n",
-                static_cast<unsigned long long>(t.blocks),
-                static_cast<unsigned long long>(t.served_blocks), 100 * t.block_hit_ratio(),
-                100 * Ratio(t.served_by_tier[0], t.blocks), 100 * Ratio(t.served_by_tier[1], t.blocks),
-                100 * Ratio(t.served_by_tier[2], t.blocks));
+  std::snprintf(
+      line, sizeof(line),
+      "blocks        %12llu   hit %12llu (%6.2f%%)   gpu %.2f%%  host %.2f%%  nvme %.2f%%\n",
+      static_cast<unsigned long long>(t.blocks), static_cast<unsigned long long>(t.served_blocks),
+      100 * t.block_hit_ratio(), 100 * Ratio(t.served_by_tier[0], t.blocks),
+      100 * Ratio(t.served_by_tier[1], t.blocks), 100 * Ratio(t.served_by_tier[2], t.blocks));
   out << line;
   std::snprintf(line, sizeof(line), "input tokens  %12llu   hit %12llu (%6.2f%%)\n",
                 static_cast<unsigned long long>(t.input_tokens),
-                static_cast<unsigned long long>(t.hit_tokens), 100 * Ratio(t.hit_tokens, t.input_tokens));
+                static_cast<unsigned long long>(t.hit_tokens),
+                100 * Ratio(t.hit_tokens, t.input_tokens));
   out << line;
   out << "lost after lookup " << t.lost_blocks << ", corrupt " << t.corrupt_blocks << "\n";
   out << "puts          " << t.stored_blocks << " stored, " << t.existing_blocks
@@ -101,9 +106,9 @@ void PrintTable(const ReplayFlags& flags, uint64_t block_bytes, const ReplayTota
                 r.requests_per_s, r.get_gib_per_s, r.put_gib_per_s, r.wall_s);
   out << line;
   out << "latency (us)          p50          p99          max\n";
-  for (const auto& [name, l] : {std::pair{"request", &t.request_latency},
-                                std::pair{"lookup", &t.lookup_latency},
-                                std::pair{"get", &t.get_latency}, std::pair{"put", &t.put_latency}}) {
+  for (const auto& [name, l] :
+       {std::pair{"request", &t.request_latency}, std::pair{"lookup", &t.lookup_latency},
+        std::pair{"get", &t.get_latency}, std::pair{"put", &t.put_latency}}) {
     const LatencyRecorder::Summary s = l->Summarize();
     std::snprintf(line, sizeof(line), "  %-10s %12.1f %12.1f %12.1f\n", name, s.p50_us, s.p99_us,
                   s.max_us);
@@ -177,8 +182,8 @@ int RunReplay(const ReplayFlags& flags, std::ostream& out, std::ostream& err) {
     }
   }
   const ReplayTotals& totals = replayer.totals();
-  const Rates rates =
-      ComputeRates(totals, *block_bytes, std::chrono::duration<double>(Clock::now() - start).count());
+  const Rates rates = ComputeRates(totals, *block_bytes,
+                                   std::chrono::duration<double>(Clock::now() - start).count());
   if (flags.json) {
     PrintJson(flags, *block_bytes, totals, rates, out);
   } else {

@@ -90,26 +90,26 @@ std::string NamespaceName(const json& ns) {
 }
 
 std::string NamespaceTable(const json& namespaces) {
-  std::string out = Row("%-24s %9s %11s %7s %7s %7s %7s %10s\n", "NAMESPACE", "LOOKUPS", "BLOCKS",
-                        "HIT", "GPU", "HOST", "NVME", "EVICTIONS");
+  std::string out = Row("%-24s %9s %11s %7s %7s %7s %7s %7s %10s\n", "NAMESPACE", "LOOKUPS",
+                        "BLOCKS", "HIT", "GPU", "HOST", "NVME", "REMOTE", "EVICTIONS");
   for (const json& ns : namespaces) {
     if (!ns.is_object()) continue;
     const int64_t asked = Count(ns, "lookup_blocks");
-    int64_t by_tier[3] = {-1, -1, -1};
+    int64_t by_tier[4] = {-1, -1, -1, -1};
     int64_t hits = -1;
     if (const auto it = ns.find("hit_blocks"); it != ns.end() && it->is_object()) {
-      const char* names[3] = {"gpu", "host", "nvme"};
+      const char* names[4] = {"gpu", "host", "nvme", "remote"};
       hits = 0;
-      for (int t = 0; t < 3; ++t) {
+      for (int t = 0; t < 4; ++t) {
         by_tier[t] = Count(*it, names[t]);
         if (by_tier[t] > 0) hits += by_tier[t];
       }
     }
-    out += Row("%-24s %9s %11s %7s %7s %7s %7s %10s\n", NamespaceName(ns).c_str(),
+    out += Row("%-24s %9s %11s %7s %7s %7s %7s %7s %10s\n", NamespaceName(ns).c_str(),
                CountText(Count(ns, "lookups")).c_str(), CountText(asked).c_str(),
                Percent(hits, asked).c_str(), Percent(by_tier[0], asked).c_str(),
                Percent(by_tier[1], asked).c_str(), Percent(by_tier[2], asked).c_str(),
-               CountText(Count(ns, "evictions")).c_str());
+               Percent(by_tier[3], asked).c_str(), CountText(Count(ns, "evictions")).c_str());
   }
   if (namespaces.empty()) out += "(no namespaces)\n";
   return out;

@@ -6,6 +6,7 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -192,6 +193,17 @@ const std::map<std::string, Setter>& Setters() {
       {"limits.max_reservations",
        Uint(&DaemonConfig::max_reservations, 1ull << 32, "limits.max_reservations")},
       {"metrics.histograms", Bool(&DaemonConfig::latency_histograms, "metrics.histograms")},
+      {"remote.url", Text(&DaemonConfig::remote_url)},
+      {"remote.user", Text(&DaemonConfig::remote_user)},
+      {"remote.password", Text(&DaemonConfig::remote_password)},
+      {"remote.ttl_seconds",
+       Uint(&DaemonConfig::remote_ttl_seconds, 365ull * 86'400, "remote.ttl_seconds")},
+      {"remote.lookup_timeout_ms",
+       Uint(&DaemonConfig::remote_lookup_timeout_ms, 60'000, "remote.lookup_timeout_ms")},
+      {"remote.timeout_ms", Uint(&DaemonConfig::remote_timeout_ms, 600'000, "remote.timeout_ms")},
+      {"remote.connect_timeout_ms",
+       Uint(&DaemonConfig::remote_connect_timeout_ms, 600'000, "remote.connect_timeout_ms")},
+      {"remote.write_through", Bool(&DaemonConfig::remote_write_through, "remote.write_through")},
       {"server.io_threads", Uint(&DaemonConfig::io_threads, 256, "server.io_threads")},
       {"server.log_level", Text(&DaemonConfig::log_level)},
   };
@@ -459,7 +471,7 @@ Status Finalize(DaemonConfig& config) {
   if (config.low_watermark >= config.high_watermark) {
     return InvalidArgument("placement.low_watermark: must be below placement.high_watermark");
   }
-  return Status::Ok();
+  return FinalizeRemote(config);
 }
 
 Result<ParseOutcome> ParseCommandLine(int argc, const char* const* argv) {
@@ -470,7 +482,7 @@ Result<ParseOutcome> ParseCommandLine(int argc, const char* const* argv) {
                "kvtierd"};
   std::string config_file, host_bytes, nvme_bytes, gpu_bytes, log_level, policy;
   bool cold_start = false;
-  std::optional<std::string> unix_path, data_dir, password;
+  std::optional<std::string> unix_path, data_dir, password, remote_url;
   std::optional<uint16_t> port, http_port;
   std::optional<uint32_t> io_threads;
   app.footer(ConfigKeysHelp());
@@ -491,6 +503,9 @@ Result<ParseOutcome> ParseCommandLine(int argc, const char* const* argv) {
   app.add_flag("--cold-start", cold_start,
                "Discard the NVMe tier's blocks at start (default: serve them again)");
   app.add_option("--password", password, "Password clients must AUTH with");
+  app.add_option("--remote", remote_url,
+                 "Remote tier: redis://[user@]host:port[,host:port...] (a Redis Cluster or "
+                 "server; the password goes in remote.password or $KVTIER_REMOTE_PASSWORD)");
   app.add_option("--policy", policy, "Eviction policy: lru or arc");
   app.add_option("--io-threads", io_threads,
                  "Network threads (0: half the cores, at least 1, at most 8)");
@@ -513,6 +528,10 @@ Result<ParseOutcome> ParseCommandLine(int argc, const char* const* argv) {
   if (http_port) c.http_port = *http_port;
   if (data_dir) c.data_dir = *data_dir;
   if (password) c.password = *password;
+  if (remote_url) c.remote_url = *remote_url;
+  if (const char* pw = std::getenv(kRemotePasswordEnv); pw != nullptr && *pw != '\0') {
+    c.remote_password = pw;
+  }
   if (io_threads) c.io_threads = *io_threads;
   if (!policy.empty()) c.eviction_policy = policy;
   if (!log_level.empty()) c.log_level = log_level;

@@ -113,6 +113,17 @@ struct DaemonConfig {
   // between tiers in /metrics, /stats and INFO. false saves their clock reads and counter
   // updates (bench/README.md: metrics_overhead_ratio); the moved bytes are still counted.
   bool latency_histograms = true;
+  // remote tier (docs/scale-out.md): a Redis Cluster, or a single Redis/Valkey server, shared by
+  // every kvtierd of a fleet. Blocks dropped from the last local tier are published there by the
+  // tier mover; lookups and reads of this node find what other nodes published.
+  std::string remote_url;       // "" (the default): no remote tier. redis://[user@]host:port[,...]
+  std::string remote_user;      // the ACL user; "" takes the URL's (or the server's default)
+  std::string remote_password;  // the config file or KVTIER_REMOTE_PASSWORD; never a flag
+  uint64_t remote_ttl_seconds = 86'400;    // SET ... PX: the cluster forgets a block after this
+  uint64_t remote_lookup_timeout_ms = 20;  // how long a KVT.LOOKUP waits for the cluster
+  uint64_t remote_timeout_ms = 1'000;      // one publish or fetch batch of the mover
+  uint64_t remote_connect_timeout_ms = 1'000;
+  bool remote_write_through = false;  // publish on first put too (not supported yet)
 
   // server
   uint32_t io_threads = 0;         // 0: DefaultIoThreads
@@ -155,6 +166,15 @@ Result<ParseOutcome> ParseCommandLine(int argc, const char* const* argv);
 // Applies a YAML document (the config file's text) over `config`. `source` names the file in
 // errors.
 Status ApplyYaml(const std::string& yaml_text, const std::string& source, DaemonConfig& config);
+
+// The environment variable that carries remote.password (it overrides the config file's): a
+// password never goes on a command line, which every user of the node can read.
+inline constexpr const char* kRemotePasswordEnv = "KVTIER_REMOTE_PASSWORD";
+
+// Validates the remote.* keys (Finalize calls it): the URL parses as a seed list without a
+// password, the user is not given twice differently, the durations are positive.
+// kInvalidArgument naming the key; no message repeats the password.
+Status FinalizeRemote(DaemonConfig& config);
 
 // Checks cross-field rules (a non-loopback TCP listener needs a password, sizes in range, a known
 // log level and eviction policy). Fills "auto" values.

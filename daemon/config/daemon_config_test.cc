@@ -139,6 +139,14 @@ TEST(DaemonConfigTest, ShippedExampleLoadsAndMatchesTheDefaults) {
   EXPECT_EQ(c.gpu_promotion, defaults.gpu_promotion);
   EXPECT_EQ(c.gpu_promote_after_reads, defaults.gpu_promote_after_reads);
   EXPECT_EQ(c.gpu_promote_window_ms, defaults.gpu_promote_window_ms);
+  EXPECT_EQ(c.remote_url, defaults.remote_url);
+  EXPECT_EQ(c.remote_user, defaults.remote_user);
+  EXPECT_EQ(c.remote_password, defaults.remote_password);
+  EXPECT_EQ(c.remote_ttl_seconds, defaults.remote_ttl_seconds);
+  EXPECT_EQ(c.remote_lookup_timeout_ms, defaults.remote_lookup_timeout_ms);
+  EXPECT_EQ(c.remote_timeout_ms, defaults.remote_timeout_ms);
+  EXPECT_EQ(c.remote_connect_timeout_ms, defaults.remote_connect_timeout_ms);
+  EXPECT_EQ(c.remote_write_through, defaults.remote_write_through);
   EXPECT_EQ(c.shutdown_flush, defaults.shutdown_flush);
   EXPECT_EQ(c.shutdown_flush_seconds, defaults.shutdown_flush_seconds);
 }
@@ -282,6 +290,72 @@ TEST(DaemonConfigTest, BadGpuSettingsNameTheirKey) {
     ASSERT_FALSE(st.ok()) << c.yaml;
     EXPECT_NE(st.message().find(c.key), std::string::npos) << st.message();
   }
+}
+
+// Writes `yaml` to a file in the test's temporary directory and returns its path.
+std::string WriteConfig(const std::string& name, const std::string& yaml) {
+  const std::string path = ::testing::TempDir() + "/" + name;
+  std::ofstream(path) << yaml;
+  return path;
+}
+
+TEST(DaemonConfigTest, RemoteTierIsOffByDefault) {
+  auto r = Parse({});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE(r->config.remote_url.empty());
+  EXPECT_FALSE(r->config.remote_write_through);
+}
+
+TEST(DaemonConfigTest, RemoteFlagAndKeys) {
+  const std::string file = WriteConfig("remote.yaml",
+                                       "remote:\n  password: from-file\n  ttl_seconds: 600\n"
+                                       "  lookup_timeout_ms: 15\n  timeout_ms: 250\n");
+  auto r = Parse({"--config", file.c_str(), "--remote", "redis://alice@127.0.0.1:7000,[::1]:7001"});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  const DaemonConfig& c = r->config;
+  EXPECT_EQ(c.remote_url, "redis://alice@127.0.0.1:7000,[::1]:7001");
+  EXPECT_EQ(c.remote_user, "alice");  // taken from the URL
+  EXPECT_EQ(c.remote_password, "from-file");
+  EXPECT_EQ(c.remote_ttl_seconds, 600u);
+  EXPECT_EQ(c.remote_lookup_timeout_ms, 15u);
+  EXPECT_EQ(c.remote_timeout_ms, 250u);
+}
+
+TEST(DaemonConfigTest, RemotePasswordFromTheEnvironmentOverridesTheFile) {
+  const std::string file = WriteConfig("remote_env.yaml", "remote:\n  password: from-file\n");
+  ASSERT_EQ(setenv(kRemotePasswordEnv, "from-env", 1), 0);
+  auto r = Parse({"--config", file.c_str(), "--remote", "127.0.0.1:7000"});
+  unsetenv(kRemotePasswordEnv);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->config.remote_password, "from-env");
+}
+
+TEST(DaemonConfigTest, RemotePasswordIsNeverAFlagNorRepeatedInAnError) {
+  EXPECT_FALSE(Parse({"--remote", "127.0.0.1:7000", "--remote-password", "pw"}).ok());
+  auto r = Parse({"--remote", "redis://alice:s3cret@127.0.0.1:7000"});
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("remote.url"), std::string::npos) << r.status().message();
+  EXPECT_EQ(r.status().message().find("s3cret"), std::string::npos) << r.status().message();
+}
+
+TEST(DaemonConfigTest, BadRemoteSettingsNameTheirKey) {
+  auto expect_error = [](const std::string& yaml, const std::string& key) {
+    DaemonConfig c;
+    ASSERT_TRUE(ApplyYaml(yaml, "test.yaml", c).ok()) << yaml;
+    Status st = Finalize(c);
+    ASSERT_FALSE(st.ok()) << yaml;
+    EXPECT_NE(st.message().find(key), std::string::npos) << st.message();
+  };
+  expect_error("remote: {url: 'http://h:1'}", "remote.url");
+  expect_error("remote: {url: 'h:0'}", "remote.url");
+  expect_error("remote: {password: pw}", "remote.url");
+  expect_error("remote: {url: 'redis://bob@h:1', user: alice}", "remote.user");
+  expect_error("remote: {url: 'h:1', ttl_seconds: 0}", "remote.ttl_seconds");
+  expect_error("remote: {url: 'h:1', lookup_timeout_ms: 0}", "remote.lookup_timeout_ms");
+  expect_error("remote: {url: 'h:1', timeout_ms: 0}", "remote.timeout_ms");
+  expect_error("remote: {url: 'h:1', write_through: true}", "remote.write_through");
+  DaemonConfig c;
+  EXPECT_FALSE(ApplyYaml("remote: {ttl_seconds: soon}", "test.yaml", c).ok());
 }
 
 TEST(DaemonConfigTest, HelpListsEveryConfigKey) {

@@ -97,6 +97,9 @@ Result<DaemonTiers> OpenTiers(const config::DaemonConfig& c) {
     t.pinned_arena = cuda::PinnedHostRange::Register(arena.base(), arena.size());
     if (t.pinned_arena.pinned()) spdlog::info("host tier: registered with CUDA (pinned)");
   }
+  auto remote = OpenRemote(c);
+  if (!remote.ok()) return remote.status();
+  t.remote = std::move(remote).value();
   if (c.nvme_bytes == 0) {
     t.nvme_note = "no NVMe tier: nvme.bytes is 0";
     spdlog::info("{}", t.nvme_note);
@@ -111,6 +114,31 @@ Result<DaemonTiers> OpenTiers(const config::DaemonConfig& c) {
                s.direct_io ? "O_DIRECT" : "buffered: the file system refused O_DIRECT",
                c.cold_start ? ", cold start" : "");
   return t;
+}
+
+Result<std::unique_ptr<tiers::remote::RedisClusterClient>> OpenRemote(
+    const config::DaemonConfig& c) {
+  if (c.remote_url.empty()) return std::unique_ptr<tiers::remote::RedisClusterClient>();
+  // Finalize checked the URL; parsed again here rather than carried, so the config stays data.
+  Result<tiers::remote::RemoteUrl> url = tiers::remote::ParseRemoteUrl(c.remote_url);
+  if (!url.ok()) return Status(url.status().code(), "remote.url: " + url.status().message());
+  tiers::remote::RedisClusterOptions options;
+  options.seeds = url->seeds;
+  options.user = c.remote_user;
+  options.password = c.remote_password;
+  options.connect_timeout = std::chrono::milliseconds(c.remote_connect_timeout_ms);
+  auto client = tiers::remote::RedisClusterClient::Open(std::move(options));
+  if (!client.ok()) {
+    return Status(client.status().code(), "remote.url: " + client.status().message());
+  }
+  std::string seeds;
+  for (const auto& seed : url->seeds) seeds += (seeds.empty() ? "" : ",") + seed.ToString();
+  // Never the password: only whether there is one.
+  spdlog::info("remote tier: {} at {} ({} masters; user {}, {})",
+               (*client)->cluster_mode() ? "Redis Cluster" : "a single server", seeds,
+               (*client)->stats().masters, c.remote_user.empty() ? "default" : c.remote_user,
+               c.remote_password.empty() ? "no password" : "password set");
+  return client;
 }
 
 size_t AdoptRecoveredBlocks(DaemonTiers& tiers, store::Store& store, std::stop_token stop) {
@@ -147,7 +175,8 @@ size_t AdoptRecoveredBlocks(DaemonTiers& tiers, store::Store& store, std::stop_t
   return adopted;
 }
 
-store::StoreOptions StoreOptionsFrom(const config::DaemonConfig& c) {
+store::StoreOptions StoreOptionsFrom(const config::DaemonConfig& c,
+                                     tiers::remote::RemoteStore* remote) {
   store::StoreOptions o;
   o.lease_timeout_us = c.lease_timeout_ms * 1000;
   o.reservation_timeout_us = c.reservation_timeout_ms * 1000;
@@ -158,8 +187,13 @@ store::StoreOptions StoreOptionsFrom(const config::DaemonConfig& c) {
   o.promote_on_read = c.nvme_promote_on_hit;
   o.nvme_admission = c.nvme_admission;
   o.nvme_write_through = c.nvme_write_through;
-  // With a disk below the host tier, every move that waits for it belongs to the tier mover.
-  o.background_disk_moves = c.nvme_bytes != 0;
+  // With a disk below the host tier, or the remote tier's network, every move that waits for it
+  // belongs to the tier mover.
+  o.background_disk_moves = c.nvme_bytes != 0 || remote != nullptr;
+  o.remote.store = remote;
+  o.remote.ttl = std::chrono::seconds(c.remote_ttl_seconds);
+  o.remote.timeout = std::chrono::milliseconds(c.remote_timeout_ms);
+  o.remote.lookup_timeout = std::chrono::milliseconds(c.remote_lookup_timeout_ms);
   o.drop_when_disk_lags = c.when_disk_lags == "drop";
   o.gpu_promotion.policy = c.gpu_promotion;
   o.gpu_promotion.after_reads = c.gpu_promote_after_reads;

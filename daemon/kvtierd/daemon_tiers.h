@@ -18,6 +18,7 @@
 #include "tiers/gpu/device_tier.h"
 #include "tiers/host/host_tier.h"
 #include "tiers/nvme/nvme_tier.h"
+#include "tiers/remote/redis_cluster_client.h"
 
 namespace kvtier::daemon {
 
@@ -32,6 +33,9 @@ struct DaemonTiers {
   // The device pool (or its host-memory fake, gpu.fake); nullptr: no GPU tier (see gpu_note).
   std::unique_ptr<tiers::DeviceTier> gpu;
   std::string gpu_note;  // why there is no GPU tier; empty when there is
+  // The client of the remote tier's cluster (remote.url); nullptr: no remote tier. The store and
+  // the mover borrow it through StoreOptions::remote.
+  std::unique_ptr<tiers::remote::RedisClusterClient> remote;
 
   // The store's tier list, hottest first: [gpu,] host[, nvme].
   std::vector<tiers::Tier*> chain() const;
@@ -43,6 +47,12 @@ struct DaemonTiers {
 // incompatible format version is refused here, with both versions in the message.
 Result<DaemonTiers> OpenTiers(const config::DaemonConfig& config);
 
+// Connects to the remote tier's cluster when remote.url is set (OpenTiers calls it). Errors name
+// remote.url: kPermissionDenied (the cluster refused the credentials, in its own words, never the
+// password), kDeviceError (no seed answered). nullptr without remote.url.
+Result<std::unique_ptr<tiers::remote::RedisClusterClient>> OpenRemote(
+    const config::DaemonConfig& config);
+
 // Hands the blocks the NVMe tier found at open to the store, oldest first so that the LRU order
 // survives the restart. Returns how many the store took; those it refuses (a key taken twice, or
 // stored by a client since the start) are freed. The daemon runs it on a thread of its own while
@@ -50,7 +60,8 @@ Result<DaemonTiers> OpenTiers(const config::DaemonConfig& config);
 // over yet stay on disk, recorded, for the next start.
 size_t AdoptRecoveredBlocks(DaemonTiers& tiers, store::Store& store, std::stop_token stop = {});
 
-// The options the store runs with.
-store::StoreOptions StoreOptionsFrom(const config::DaemonConfig& config);
+// The options the store runs with; `remote` is the remote tier's client, or nullptr.
+store::StoreOptions StoreOptionsFrom(const config::DaemonConfig& config,
+                                     tiers::remote::RemoteStore* remote = nullptr);
 
 }  // namespace kvtier::daemon

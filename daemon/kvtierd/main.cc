@@ -99,12 +99,13 @@ server::ServerOptions ServerOptionsFrom(const config::DaemonConfig& c) {
   return o;
 }
 
-// The tier mover's settings (daemon/mover/tier_mover.h): with an NVMe tier it demotes ahead of
-// demand and does every move that waits for the disk; with a GPU tier it copies promotion
-// candidates up.
-mover::TierMover::Options MoverOptionsFrom(const config::DaemonConfig& c, bool nvme, bool gpu) {
+// The tier mover's settings (daemon/mover/tier_mover.h): with an NVMe or a remote tier below host
+// it demotes (or publishes) ahead of demand and does every move that waits for the disk or the
+// network; with a GPU tier it copies promotion candidates up.
+mover::TierMover::Options MoverOptionsFrom(const config::DaemonConfig& c, bool below_host,
+                                           bool gpu) {
   mover::TierMover::Options o;
-  o.threads = nvme ? c.mover_threads : 1;
+  o.threads = below_host ? c.mover_threads : 1;
   o.high_watermark = c.high_watermark;
   o.low_watermark = c.low_watermark;
   o.gpu_promotion = gpu && c.gpu_promotion != "off";
@@ -181,8 +182,8 @@ int Run(const config::DaemonConfig& c) {
     return 1;
   }
   daemon::DaemonTiers& tiers = *opened;
-  auto store =
-      store::Store::Create(daemon::StoreOptionsFrom(c), tiers.chain(), SteadyClock::Instance());
+  auto store = store::Store::Create(daemon::StoreOptionsFrom(c, tiers.remote.get()), tiers.chain(),
+                                    SteadyClock::Instance());
   if (!store.ok()) {
     spdlog::error("store: {}", store.status().ToString());
     return 1;
@@ -190,8 +191,8 @@ int Run(const config::DaemonConfig& c) {
   // Before the server: requests wake the mover from their first command on.
   std::unique_ptr<mover::TierMover> mover;
   const mover::TierMover::Options mover_options =
-      MoverOptionsFrom(c, tiers.nvme != nullptr, tiers.gpu != nullptr);
-  if (tiers.nvme || mover_options.gpu_promotion) {
+      MoverOptionsFrom(c, tiers.nvme != nullptr || tiers.remote != nullptr, tiers.gpu != nullptr);
+  if (tiers.nvme || tiers.remote || mover_options.gpu_promotion) {
     mover = std::make_unique<mover::TierMover>(**store, mover_options);
     (*store)->SetMoverWakeup([m = mover.get()] { m->Wake(); });
   }
@@ -286,6 +287,10 @@ int Run(const config::DaemonConfig& c) {
   store::StoreStats final_stats = (*store)->Stats();
   spdlog::info("stopped with {} blocks cached, {} leases left", final_stats.blocks_present,
                final_stats.leases_active);
+  // Nothing calls the remote tier any more (the server and the mover are gone, and the statistics
+  // above were its last reader); its client ends the calls still in flight, whose callbacks reach
+  // into the store, while the store exists.
+  tiers.remote.reset();
   return 0;
 }
 

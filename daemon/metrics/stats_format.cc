@@ -156,6 +156,30 @@ const TotalField kTotalFields[] = {
      "Blocks found on NVMe at start-up and not served yet (recovery runs while the daemon "
      "serves; they are misses until then).",
      &store::StoreStats::pending_adoptions},
+    {"remote_publishes", "kvtier_remote_publishes_total", "counter",
+     "Blocks written to the remote tier before the last local tier dropped them.",
+     &store::StoreStats::remote_publishes},
+    {"remote_publish_bytes", "kvtier_remote_publish_bytes_total", "counter",
+     "Payload bytes of the blocks written to the remote tier.",
+     &store::StoreStats::remote_publish_bytes},
+    {"remote_publish_errors", "kvtier_remote_publish_errors_total", "counter",
+     "Blocks dropped without reaching the remote tier (unreadable, or refused or not answered "
+     "by the remote store in time).",
+     &store::StoreStats::remote_publish_errors},
+    {"remote_fetches", "kvtier_remote_fetches_total", "counter",
+     "Blocks fetched from the remote tier into host memory for a reader.",
+     &store::StoreStats::remote_fetches},
+    {"remote_fetch_bytes", "kvtier_remote_fetch_bytes_total", "counter",
+     "Payload bytes of the blocks fetched from the remote tier.",
+     &store::StoreStats::remote_fetch_bytes},
+    {"remote_fetch_misses", "kvtier_remote_fetch_misses_total", "counter",
+     "Reads the remote tier had no block for.", &store::StoreStats::remote_fetch_misses},
+    {"remote_fetch_corrupt", "kvtier_remote_fetch_corrupt_total", "counter",
+     "Records fetched from the remote tier that failed verification (served as misses).",
+     &store::StoreStats::remote_fetch_corrupt},
+    {"remote_fetch_errors", "kvtier_remote_fetch_errors_total", "counter",
+     "Fetches from the remote tier that failed (timeout, remote error, no room in host).",
+     &store::StoreStats::remote_fetch_errors},
 };
 
 json TierJson(const store::TierStatsSnapshot& t) {
@@ -230,6 +254,9 @@ std::string StatsToJson(const store::StoreStats& stats, const ProcessInfo& proce
   doc["namespaces"] = json::array();
   for (const auto& ns : stats.namespaces) doc["namespaces"].push_back(NamespaceJson(ns));
   doc["totals"] = TotalsJson(stats);
+  json remote = json::object();
+  for (const auto& [name, value] : stats.remote_client) remote[name] = value;
+  doc["remote_client"] = remote;
   doc["process"] = {{"version", process.version},
                     {"uptime_s", process.uptime_s},
                     {"connected_clients", process.connected_clients},
@@ -263,6 +290,12 @@ std::string StatsToPrometheus(const store::StoreStats& stats, const ProcessInfo&
       Sample(out, "kvtier_tier_device",
              "tier=\"" + std::string(TierName(t.tier)) + "\",counter=\"" + name + "\"", value);
     }
+  }
+  // The remote tier's client (timeouts, breaker openings, redirects, ...) under one family.
+  Header(out, "kvtier_remote_client", "gauge",
+         "Counters of the remote tier's client (see the counter label; docs/scale-out.md).");
+  for (const auto& [name, value] : stats.remote_client) {
+    Sample(out, "kvtier_remote_client", "counter=\"" + name + "\"", value);
   }
   for (const NamespaceField& f : kNamespaceFields) {
     Header(out, f.metric, "counter", f.help);
@@ -340,14 +373,21 @@ std::string StatsToInfoSection(const store::StoreStats& stats, const ProcessInfo
       field(p + name, text);
     }
   }
+  for (const auto& [name, value] : stats.remote_client) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%.15g", value);
+    field("remote_client_" + name, text);
+  }
   for (const auto& ns : stats.namespaces) {
     char ratio[32];
     std::snprintf(ratio, sizeof ratio, "%.4f", ns.block_hit_ratio());
-    field("ns_" + ns.id.ToHex(), "lookups=" + std::to_string(ns.lookups) +
-                                     ",lookup_blocks=" + std::to_string(ns.lookup_blocks) +
-                                     ",hit_blocks=" + std::to_string(ns.total_hit_blocks()) +
-                                     ",hit_ratio=" + ratio +
-                                     ",evictions=" + std::to_string(ns.evictions));
+    field("ns_" + ns.id.ToHex(),
+          "lookups=" + std::to_string(ns.lookups) +
+              ",lookup_blocks=" + std::to_string(ns.lookup_blocks) +
+              ",hit_blocks=" + std::to_string(ns.total_hit_blocks()) + ",hit_ratio=" + ratio +
+              ",remote_hit_blocks=" +
+              std::to_string(ns.hit_blocks[static_cast<size_t>(TierId::kRemote)]) +
+              ",evictions=" + std::to_string(ns.evictions));
   }
   AppendLatencyInfo(out, process.requests, stats.moves);
   return out;

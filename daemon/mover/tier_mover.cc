@@ -74,7 +74,15 @@ bool TierMover::ServeFetches() {
     keys.push_back(*key);
   }
   if (!keys.empty()) store_.Fetch(keys);
-  return !keys.empty();
+  // Blocks no local tier holds, from the remote tier: one GET batch, also up to `batch`.
+  std::vector<std::pair<NamespaceId, BlockKey>> remote;
+  while (remote.size() < options_.batch) {
+    std::optional<std::pair<NamespaceId, BlockKey>> block = store_.TakeRemoteFetchRequest();
+    if (!block) break;
+    remote.push_back(*block);
+  }
+  if (!remote.empty()) store_.FetchRemote(remote);
+  return !keys.empty() || !remote.empty();
 }
 
 bool TierMover::ServeWriteThroughs() {
@@ -86,7 +94,7 @@ bool TierMover::ServeWriteThroughs() {
 
 bool TierMover::KeepHostRoom() {
   tiers::Tier* host = store_.tier(TierId::kHost);
-  if (host == nullptr || store_.tier(TierId::kNvme) == nullptr) return false;
+  if (host == nullptr || !store_.HostHasTierBelow()) return false;
   bool worked = false;
   if (const uint64_t bytes = store_.TakeRoomRequest(); bytes != 0) {
     if (!store_.MakeRoom(bytes)) {

@@ -2,12 +2,15 @@
 // thread waits for a disk or a device copy.
 //
 // What it does, in this order on every wake-up:
-//   1. blocks readers asked for (Store::TakeFetchRequest): read up from NVMe into the host tier;
+//   1. blocks readers asked for (Store::TakeFetchRequest): read up from NVMe into the host tier,
+//      and blocks no local tier holds (Store::TakeRemoteFetchRequest): fetched from the remote
+//      tier into it;
 //   2. write-throughs of committed puts (Store::TakeWriteThroughRequests), whose
 //      acknowledgements wait for them, as one batch;
 //   3. room a put asked for (Store::TakeRoomRequest), then room ahead of demand: while the host
 //      tier is fuller than the high watermark, its least recently used blocks are demoted to
-//      NVMe until it is below the low one;
+//      NVMe until it is below the low one (without NVMe but with a remote tier, they are
+//      published to the remote store and dropped: Store::EvictToTarget);
 //   4. GPU promotion candidates, copied up into the GPU tier (thread 0 only; with a GPU tier).
 // It wakes when a request asks (Wake, which the store calls through SetMoverWakeup) and every
 // tick otherwise. Several threads run the same loop. Each round moves up to `batch` blocks as

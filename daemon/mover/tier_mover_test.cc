@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "daemon/store/store_test_fixture.h"
+#include "tests/fakes/fake_remote_store.h"
 
 namespace kvtier::mover {
 namespace {
@@ -64,6 +65,8 @@ class TierMoverTest : public store::testing::StoreTest {
   }
   testing::FakeTier& nvme() { return *tiers_.back(); }
 
+  // Before mover_: the mover's threads may call it until TearDown stops them.
+  kvtier::testing::FakeRemoteStore remote_;
   std::unique_ptr<TierMover> mover_;
 };
 
@@ -197,6 +200,33 @@ TEST_F(TierMoverTest, TheWatermarksKeepRoomAheadOfThePuts) {
     EXPECT_EQ(got, Payload(n)) << "block " << n;
     ASSERT_TRUE(store_->Release(lease->id).ok());
   }
+}
+
+// Without NVMe, a remote tier below host: the watermarks publish the coldest host blocks and drop
+// them, and a read of one of them waits for the mover to fetch it back.
+TEST_F(TierMoverTest, WithARemoteTierTheWatermarksPublishAndReadsFetchBack) {
+  StoreOptions options;
+  options.background_disk_moves = true;
+  options.remote.store = &remote_;
+  Build({10}, /*last_addressable=*/true, options);
+  TierMover::Options o;
+  o.high_watermark = 0.75;
+  o.low_watermark = 0.5;
+  StartMover(o);
+  for (uint64_t n = 1; n <= 8; ++n) ASSERT_TRUE(UntilNotPending([&] { return PutBlock(n); }).ok());
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (store_->tier(TierId::kHost)->Stats().used_bytes > 5 * kBlock &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  EXPECT_FALSE(Cached(1));  // published and dropped
+  EXPECT_EQ(store_->Stats().remote_publishes, store_->Stats().evicted_blocks);
+  Result<Lease> lease = AcquireWhenReady(1);
+  ASSERT_TRUE(lease.ok()) << lease.status().ToString();
+  EXPECT_EQ(lease->tier, TierId::kHost);
+  EXPECT_EQ(std::vector<std::byte>(lease->address, lease->address + kBlock), Payload(1));
+  ASSERT_TRUE(store_->Release(lease->id).ok());
+  EXPECT_EQ(store_->Stats().remote_fetches, 1u);
 }
 
 }  // namespace

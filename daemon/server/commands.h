@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string_view>
@@ -86,6 +87,8 @@ struct CommandContext {
   // call; the per-key answers continue from `cursor`.
   bool started = false;
   std::chrono::steady_clock::time_point mover_waiting_since{};
+  // A handler's own state across kRetryLater calls (KVT.LOOKUP waiting for the remote tier).
+  std::shared_ptr<void> resume_state;
   // Set by WaitsForMover when it answers true: the connection's wait for this kRetryLater is cut
   // short by the mover's progress (MoverWaiters). Reset before every call of the handler.
   bool waits_for_mover_now = false;

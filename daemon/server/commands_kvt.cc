@@ -1,6 +1,8 @@
 // KV-cache commands with inline payloads: KVT.REGISTER (kvt_register.cc), KVT.DROP, KVT.LOOKUP,
 // KVT.PUT, KVT.GET, KVT.PIN, KVT.DEL and KVT.STATS (info.cc).
 #include <algorithm>
+#include <atomic>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -34,7 +36,48 @@ Progress Drop(CommandContext& ctx, Command& cmd) {
   return Progress::kDone;
 }
 
+// KVT.LOOKUP's reply: the local prefix, then `remote` blocks found in the remote tier.
+void AppendLookup(CommandContext& ctx, const index::LookupResult& local, size_t remote) {
+  for (TierId tier : local.tiers) ctx.Found(tier);
+  if (remote > 0) ctx.Found(TierId::kRemote);
+  std::string tiers(local.ready_prefix + remote, TierCodeChar(TierId::kRemote));
+  std::transform(local.tiers.begin(), local.tiers.end(), tiers.begin(), TierCodeChar);
+  ctx.reply.AppendArrayHeader(2);
+  ctx.reply.AppendInteger(static_cast<int64_t>(local.ready_prefix + remote));
+  ctx.reply.AppendBulk(tiers);
+}
+
+// Keys one lookup asks the remote tier about, past its local prefix: 1024 blocks of 16 tokens are
+// a 16K-token continuation, and a longer one is found by the next lookup, while an unbounded
+// EXISTS batch (max_lookup_keys is 65536) would hold the cluster's pipes for one request.
+constexpr size_t kMaxRemoteLookupKeys = 1024;
+
+// A lookup whose prefix ran past the local tiers, while the remote tier says which of the next
+// blocks it holds. The answer arrives on the remote client's thread.
+struct RemoteLookup {
+  NamespaceId ns;
+  index::LookupResult local;
+  size_t found = 0;  // written before `answered` is set
+  std::atomic<bool> answered{false};
+};
+
+// Answers once the remote tier did, or once the connection's wait for the mover ran out (the
+// remote's own timeout, remote.lookup_timeout_ms, normally comes first): then only the local
+// prefix counts.
+Progress FinishRemoteLookup(CommandContext& ctx) {
+  auto state = std::static_pointer_cast<RemoteLookup>(ctx.resume_state);
+  if (!state->answered.load(std::memory_order_acquire) &&
+      ctx.WaitsForMover(Pending("asking the remote tier"))) {
+    return Progress::kRetryLater;
+  }
+  const size_t found = state->answered.load(std::memory_order_acquire) ? state->found : 0;
+  ctx.server.store.CountRemoteHits(state->ns, found);
+  AppendLookup(ctx, state->local, found);
+  return Progress::kDone;
+}
+
 Progress Lookup(CommandContext& ctx, Command& cmd) {
+  if (ctx.resume_state) return FinishRemoteLookup(ctx);
   std::optional<KvtNamespace> ns = ParseKvtNamespace(ctx, cmd.args[1]);
   if (!ns) return Progress::kDone;
   std::optional<size_t> count = CheckPackedKeys(ctx, cmd.args[2]);
@@ -44,18 +87,31 @@ Progress Lookup(CommandContext& ctx, Command& cmd) {
                                             ? metrics::RequestPath::kShm
                                             : metrics::RequestPath::kInline);
   index::LookupResult result;
-  if (ns->known) {
-    std::vector<BlockKey> keys(*count);
-    for (size_t i = 0; i < *count; ++i) keys[i] = PackedKey(cmd.args[2], i);
-    result = ctx.server.store.Lookup(ns->id, keys);
+  if (!ns->known) {
+    AppendLookup(ctx, result, 0);
+    return Progress::kDone;
   }
-  for (TierId tier : result.tiers) ctx.Found(tier);
-  std::string tiers(result.ready_prefix, '\0');
-  std::transform(result.tiers.begin(), result.tiers.end(), tiers.begin(), TierCodeChar);
-  ctx.reply.AppendArrayHeader(2);
-  ctx.reply.AppendInteger(static_cast<int64_t>(result.ready_prefix));
-  ctx.reply.AppendBulk(tiers);
-  return Progress::kDone;
+  std::vector<BlockKey> keys(*count);
+  for (size_t i = 0; i < *count; ++i) keys[i] = PackedKey(cmd.args[2], i);
+  result = ctx.server.store.Lookup(ns->id, keys);
+  store::Store& store = ctx.server.store;
+  if (result.ready_prefix == *count || !store.HasRemoteTier()) {
+    AppendLookup(ctx, result, 0);
+    return Progress::kDone;
+  }
+  // The prefix goes on past the local tiers: perhaps another node published the rest. The
+  // connection waits without holding its thread, as it waits for the mover.
+  auto state = std::make_shared<RemoteLookup>();
+  state->ns = ns->id;
+  keys.erase(keys.begin(), keys.begin() + static_cast<ptrdiff_t>(result.ready_prefix));
+  if (keys.size() > kMaxRemoteLookupKeys) keys.resize(kMaxRemoteLookupKeys);
+  state->local = std::move(result);
+  ctx.resume_state = state;
+  store.StartRemoteLookup(state->ns, std::move(keys), [state](size_t found) {
+    state->found = found;
+    state->answered.store(true, std::memory_order_release);
+  });
+  return FinishRemoteLookup(ctx);
 }
 
 Progress Put(CommandContext& ctx, Command& cmd) {

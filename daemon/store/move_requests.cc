@@ -31,6 +31,21 @@ std::optional<BlockKey> MoveRequests::TakeFetch() {
   return key;
 }
 
+bool MoveRequests::AskForRemoteFetch(const NamespaceId& ns, const BlockKey& key) {
+  MutexLock lock(mu_);
+  if (!queued_.insert(key).second) return false;
+  remote_fetches_.emplace_back(ns, key);
+  return true;
+}
+
+std::optional<std::pair<NamespaceId, BlockKey>> MoveRequests::TakeRemoteFetch() {
+  MutexLock lock(mu_);
+  if (remote_fetches_.empty()) return std::nullopt;
+  const std::pair<NamespaceId, BlockKey> fetch = remote_fetches_.front();
+  remote_fetches_.pop_front();
+  return fetch;
+}
+
 void MoveRequests::FinishFetch(const BlockKey& key, bool moved) {
   {
     MutexLock lock(mu_);
@@ -77,7 +92,8 @@ bool MoveRequests::WriteThroughPending(uint64_t generation) const {
 
 bool MoveRequests::HasWork() const {
   MutexLock lock(mu_);
-  return room_bytes_ != 0 || !fetches_.empty() || !write_throughs_.empty();
+  return room_bytes_ != 0 || !fetches_.empty() || !write_throughs_.empty() ||
+         !remote_fetches_.empty();
 }
 
 void MoveRequests::SetMoveListener(std::function<void()> listener) {

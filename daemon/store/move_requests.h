@@ -17,6 +17,7 @@
 #include <memory>
 #include <optional>
 #include <unordered_set>
+#include <utility>
 #include <vector>
 
 #include "common/keys.h"
@@ -45,6 +46,12 @@ class MoveRequests {
   // meanwhile does not queue a second fetch, which would find the block pinned by the first and
   // fail.
   std::optional<BlockKey> TakeFetch();
+  // The same for a block that no local tier holds, to be fetched from the remote tier into host
+  // memory: the namespace comes with it (the remote key and the block's size depend on it).
+  // Fetches of both kinds share the "asked for" and "failed" memories (FinishFetch,
+  // TakeFailedFetch).
+  bool AskForRemoteFetch(const NamespaceId& ns, const BlockKey& key);
+  std::optional<std::pair<NamespaceId, BlockKey>> TakeRemoteFetch();
   // The fetch of `key` ended; `moved` false: the mover could not bring it up.
   void FinishFetch(const BlockKey& key, bool moved);
   // Whether a fetch of `key` failed since it was last asked for; forgets the failure.
@@ -75,6 +82,7 @@ class MoveRequests {
   mutable Mutex mu_;
   uint64_t room_bytes_ GUARDED_BY(mu_) = 0;
   std::deque<BlockKey> fetches_ GUARDED_BY(mu_);
+  std::deque<std::pair<NamespaceId, BlockKey>> remote_fetches_ GUARDED_BY(mu_);
   std::unordered_set<BlockKey, Key128Hash> queued_ GUARDED_BY(mu_);  // queued or being fetched
   std::unordered_set<BlockKey, Key128Hash> failed_ GUARDED_BY(mu_);
   std::deque<WriteThroughRequest> write_throughs_ GUARDED_BY(mu_);

@@ -111,6 +111,10 @@ Result<Lease> Store::Acquire(const NamespaceId& ns, const BlockKey& key, Reader 
     lease.has_checksum = meta.has_checksum;
     return Status::Ok();
   });
+  if (st.code() == StatusCode::kNotFound) {
+    // Not here: perhaps another node published it (kPending while the mover fetches it).
+    KVTIER_RETURN_IF_ERROR(FetchRemoteForRead(ns, key));
+  }
   NamespaceCounters* counters = namespaces_.Counters(ns);
   if (!st.ok()) {
     if (counters) counters->get_misses.fetch_add(1, std::memory_order_relaxed);

@@ -28,6 +28,7 @@
 
 #include <array>
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -53,9 +54,19 @@
 #include "daemon/store/namespace_registry.h"
 #include "daemon/store/reservation_table.h"
 #include "daemon/store/store_stats.h"
+#include "tiers/remote/remote_store.h"
 #include "tiers/tier.h"
 
 namespace kvtier::store {
+
+// The remote tier (docs/scale-out.md): a store shared by a fleet of daemons, below the last local
+// tier. The store borrows it (the daemon owns it and destroys it after the store and the mover).
+struct RemoteTierOptions {
+  tiers::remote::RemoteStore* store = nullptr;   // nullptr: no remote tier
+  std::chrono::milliseconds ttl{86'400'000};     // SET ... PX: how long the cluster keeps a block
+  std::chrono::milliseconds timeout{1'000};      // one publish or fetch batch of the mover
+  std::chrono::milliseconds lookup_timeout{20};  // StartRemoteLookup
+};
 
 struct StoreOptions {
   uint64_t lease_timeout_us = 30'000'000;        // a lease not released by then is taken back
@@ -103,6 +114,11 @@ struct StoreOptions {
   // Time every move between tiers (MoveStats: a latency histogram per pair of tiers);
   // metrics.histograms. false: only the moved bytes are counted.
   bool latency_histograms = true;
+  // With remote.store: the blocks the mover drops from the last local tier are published there
+  // first (PublishToRemote). With background_disk_moves too, a put that finds the last local tier
+  // full asks the mover for room (as it does with NVMe below), so that the publishing, which waits
+  // for the network, never runs on a request's thread.
+  RemoteTierOptions remote;
 };
 
 // A reserved slot for a block being written.
@@ -282,8 +298,33 @@ class Store {
   }
   void WriteThrough(std::span<const WriteThroughRequest> requests);
   bool MoveWorkPending() const { return move_requests_.HasWork(); }
+  // The remote tier's side (store_remote.cc). TakeRemoteFetchRequest: a block a reader missed
+  // locally, which the mover should try to fetch from the remote tier (Acquire asks for it, with
+  // a remote tier and background_disk_moves, and answers kPending). FetchRemote: for the mover:
+  // GETs these blocks as one batch (within remote.timeout; it blocks the calling thread),
+  // verifies each record (a checksum mismatch or another record is a miss and counted in
+  // remote_fetch_corrupt, never bytes) and stores it in the host tier as a ready block, making
+  // room there as the mover does; a block it could not bring is remembered, so the reader's next
+  // call misses instead of asking again.
+  std::optional<std::pair<NamespaceId, BlockKey>> TakeRemoteFetchRequest() {
+    return move_requests_.TakeRemoteFetch();
+  }
+  void FetchRemote(std::span<const std::pair<NamespaceId, BlockKey>> blocks);
+  // Asks the remote tier which of `keys` (of namespace `ns`) it holds, without waiting: `done(n)`
+  // runs once, on the remote store's own thread, with the number of leading keys it holds (0 on
+  // any error or past remote.lookup_timeout); then the requests waiting for the mover are told
+  // (SetMoveListener). `done` must not block. false without a remote tier (`done` never runs).
+  bool StartRemoteLookup(const NamespaceId& ns, std::vector<BlockKey> keys,
+                         std::function<void(size_t found)> done);
+  // Counts blocks StartRemoteLookup found as hits of tier remote in the namespace's statistics.
+  void CountRemoteHits(const NamespaceId& ns, size_t blocks);
+  bool HasRemoteTier() const { return options_.remote.store != nullptr; }
+  // Whether the mover keeps room in the host tier ahead of demand: a tier lies below it, local
+  // (NVMe) or remote (where the blocks it drops are published).
+  bool HostHasTierBelow() const;
   // background_disk_moves: asks the mover to bring up every block of the ready prefix of `keys`
-  // that lies on NVMe, without waiting, so that a reader about to lease a whole prefix waits for
+  // that lies on NVMe, and to fetch from the remote tier the blocks that follow that prefix and
+  // no local tier holds, without waiting, so that a reader about to lease a whole prefix waits for
   // the slowest of its blocks rather than for each in turn. Does nothing otherwise.
   void PrefetchForRead(const NamespaceId& ns, std::span<const BlockKey> keys);
 
@@ -439,8 +480,32 @@ class Store {
   size_t LevelBelowHost(const index::BlockMeta& meta) const;
   // Fetch's batch of blocks of tiers_[level], pinned and with room in the host tier.
   void FetchBatch(size_t level, std::span<PinnedMove> batch);
-  // Whether moves out of (or up into) tiers_[level] wait for a disk and are the mover's to do.
+  // Whether moves out of (or up into) tiers_[level] wait for a disk, or the network of the remote
+  // tier, and are the mover's to do.
   bool DiskMovesInBackground(size_t level) const;
+  // store_remote.cc. Whether the victims of tiers_[level] are published to the remote tier before
+  // they are dropped: it is the last local tier and there is a remote tier.
+  bool PublishesDrops(size_t level) const;
+  // Writes the victims of tiers_[level] to the remote tier as one batch (SET ... PX ttl), each
+  // pinned while its bytes are read. Best effort: a victim that changed, cannot be read or is
+  // refused by the store is counted and dropped all the same (the caller drops them after).
+  // Blocks the calling thread for up to the remote timeout: the mover's threads only.
+  void PublishToRemote(size_t level,
+                       std::span<const std::pair<BlockKey, index::BlockMeta>> victims);
+  // Acquire's miss with a remote tier: asks the mover to fetch the block (kPending), or OK when
+  // it cannot be asked (no remote tier, unknown namespace) or the last fetch failed (a miss).
+  Status FetchRemoteForRead(const NamespaceId& ns, const BlockKey& key);
+  // PrefetchForRead's part for the keys past the local chain: asks the mover to fetch the
+  // leading ones no local tier knows from the remote tier (at most kMaxRemotePrefetch). true when
+  // it asked for any.
+  bool PrefetchRemote(const NamespaceId& ns, std::span<const BlockKey> keys);
+  // FetchRemote's end for one block: its verified payload stored in the host tier as a ready
+  // block. OK or kAlreadyExists: the reader will find it; otherwise BeginPut's error.
+  Status StoreFetched(const NamespaceId& ns, const BlockKey& key,
+                      std::span<const std::byte> payload, uint64_t checksum);
+  // MakeRoom when the put level publishes its drops: evicts through EvictToTarget (which
+  // publishes) until a block of `bytes` fits; false when that could not make room.
+  bool MakeRoomByPublishing(uint64_t bytes);
   // After a lease of a host block that the GPU promotion policy picked: records it for the mover.
   void QueueForGpu(const BlockKey& key, uint64_t generation);
   enum class CandidateOutcome { kMoved, kLeased, kSkipped };

@@ -9,8 +9,9 @@ using index::BlockMeta;
 using index::BlockState;
 
 bool Store::DiskMovesInBackground(size_t level) const {
-  return options_.background_disk_moves && level + 1 < tiers_.size() &&
-         tiers_[level + 1]->id() == TierId::kNvme;
+  if (!options_.background_disk_moves) return false;
+  if (PublishesDrops(level)) return true;
+  return level + 1 < tiers_.size() && tiers_[level + 1]->id() == TierId::kNvme;
 }
 
 Result<Extent> Store::AllocateOrAskForRoom(uint64_t bytes) {
@@ -31,6 +32,7 @@ Result<Extent> Store::AllocateOrAskForRoom(uint64_t bytes) {
 }
 
 bool Store::MakeRoom(uint64_t bytes) {
+  if (PublishesDrops(put_level_)) return MakeRoomByPublishing(bytes);
   // Evicts as a put without a mover would, then gives the space back for the put that asked:
   // another put may take it first, and then asks again.
   Result<Extent> extent = AllocateWithEviction(put_level_, bytes);
@@ -41,17 +43,21 @@ bool Store::MakeRoom(uint64_t bytes) {
 }
 
 void Store::PrefetchForRead(const NamespaceId& ns, std::span<const BlockKey> keys) {
-  if (!options_.background_disk_moves || !options_.promote_on_read) return;
+  if (!options_.background_disk_moves) return;
   bool asked = false;
-  for (const BlockKey& key : keys) {
-    std::optional<BlockMeta> meta = index_->Get(key);
+  size_t local = 0;
+  for (; local < keys.size(); ++local) {
+    std::optional<BlockMeta> meta = index_->Get(keys[local]);
     // Past the first miss nothing will be read: the rest of a chain is useless without it.
     if (!meta || meta->state != BlockState::kReady || meta->ns != ns) break;
     const size_t level = LevelBelowHost(*meta);
-    if (level < tiers_.size() && DiskMovesInBackground(level - 1)) {
-      asked |= move_requests_.AskForFetch(key);
+    if (options_.promote_on_read && level < tiers_.size() && DiskMovesInBackground(level - 1)) {
+      asked |= move_requests_.AskForFetch(keys[local]);
     }
   }
+  // Where the local chain ends, the remote tier may hold the rest: asked for together, the mover
+  // fetches them as one batch instead of one round trip per block as the reader reaches each.
+  asked |= PrefetchRemote(ns, keys.subspan(local));
   if (asked && wake_mover_) wake_mover_();
 }
 

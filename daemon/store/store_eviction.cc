@@ -206,6 +206,9 @@ void Store::DemoteVictims(size_t level, std::span<const std::pair<BlockKey, Bloc
   // the device sees them all at once instead of one per mover thread.
   std::vector<PinnedMove> batch;
   std::vector<EvictionPlan> plans;
+  // From the last local tier, every victim is a drop: with a remote tier below, it goes there
+  // first, the whole round as one batch.
+  if (PublishesDrops(level)) PublishToRemote(level, victims);
   for (const auto& [key, meta] : victims) {
     const EvictionPlan plan = PlanEviction(level, meta, EvictionMode::kDemote);
     if (!plan.may_demote || HasCopyBelow(level, meta)) {  // a drop, or an index change

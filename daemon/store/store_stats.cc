@@ -96,6 +96,18 @@ StoreStats Store::Stats() const {
   s.pending_adoptions = pending_adoptions_.load(std::memory_order_relaxed);
   s.expired_leases = counters_.expired_leases.load();
   s.expired_reservations = counters_.expired_reservations.load();
+  s.remote_publishes = counters_.remote_publishes.load();
+  s.remote_publish_bytes = counters_.remote_publish_bytes.load();
+  s.remote_publish_errors = counters_.remote_publish_errors.load();
+  s.remote_fetches = counters_.remote_fetches.load();
+  s.remote_fetch_bytes = counters_.remote_fetch_bytes.load();
+  s.remote_fetch_misses = counters_.remote_fetch_misses.load();
+  s.remote_fetch_corrupt = counters_.remote_fetch_corrupt.load();
+  s.remote_fetch_errors = counters_.remote_fetch_errors.load();
+  if (options_.remote.store != nullptr) {
+    options_.remote.store->VisitStats(
+        [&s](std::string_view name, double value) { s.remote_client.emplace_back(name, value); });
+  }
   return s;
 }
 

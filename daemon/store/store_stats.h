@@ -64,6 +64,14 @@ struct StoreCounters {
   Counter gpu_promotions_skipped{0};  // candidates not moved: changed, leased, no room, copy error
   Counter expired_leases{0};
   Counter expired_reservations{0};
+  Counter remote_publishes{0};       // blocks written to the remote tier before their drop
+  Counter remote_publish_bytes{0};   // their payload bytes
+  Counter remote_publish_errors{0};  // blocks that could not be read or that the remote refused
+  Counter remote_fetches{0};         // blocks fetched from the remote tier into host memory
+  Counter remote_fetch_bytes{0};     // their payload bytes
+  Counter remote_fetch_misses{0};    // fetches the remote tier had no block for
+  Counter remote_fetch_corrupt{0};   // fetched records that failed verification (a miss)
+  Counter remote_fetch_errors{0};    // fetches failed: timeout, remote error, no room in host
 };
 
 struct NamespaceStats {
@@ -125,6 +133,17 @@ struct StoreStats {
   uint64_t pending_adoptions = 0;  // blocks found at start-up, not served yet (SetPendingAdoptions)
   uint64_t expired_leases = 0;
   uint64_t expired_reservations = 0;
+  uint64_t remote_publishes = 0;
+  uint64_t remote_publish_bytes = 0;
+  uint64_t remote_publish_errors = 0;
+  uint64_t remote_fetches = 0;
+  uint64_t remote_fetch_bytes = 0;
+  uint64_t remote_fetch_misses = 0;
+  uint64_t remote_fetch_corrupt = 0;
+  uint64_t remote_fetch_errors = 0;
+  // The remote store client's own counters (RemoteStore::VisitStats), in its order; empty
+  // without a remote tier.
+  std::vector<std::pair<std::string, double>> remote_client;
 };
 
 }  // namespace kvtier::store

@@ -101,7 +101,7 @@ def test_stats_views_agree(kvtierd, r):
     assert mine["registered"] is True
     assert mine["lookups"] == 2
     assert mine["lookup_blocks"] == 10
-    assert mine["hit_blocks"] == {"gpu": 0, "host": 6, "nvme": 0}
+    assert mine["hit_blocks"] == {"gpu": 0, "host": 6, "nvme": 0, "remote": 0}
     assert mine["hit_tokens"] == 6 * 2
     assert mine["miss_blocks"] == 4
     assert mine["block_hit_ratio"] == pytest.approx(0.6)

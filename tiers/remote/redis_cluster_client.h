@@ -75,6 +75,11 @@ class RedisClusterClient final : public RemoteStore {
   void StartDelete(std::vector<std::string> keys, std::chrono::milliseconds timeout,
                    StatusCallback done) override;
 
+  void VisitStats(
+      const std::function<void(std::string_view name, double value)>& visit) const override {
+    VisitRemoteStats(counters_.Snapshot(), visit);
+  }
+
   // True when the seeds run Redis Cluster, false for a single server. Fixed at Open.
   bool cluster_mode() const { return cluster_mode_; }
   RemoteStats stats() const { return counters_.Snapshot(); }

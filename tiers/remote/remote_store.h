@@ -66,6 +66,12 @@ class RemoteStore {
   virtual void StartDelete(std::vector<std::string> keys, std::chrono::milliseconds timeout,
                            StatusCallback done) = 0;
 
+  // The store's own counters (for the Redis client, remote_stats.h: timeouts, breaker openings,
+  // redirects, bytes), one visit(name, value) each with a stable snake_case name, so that the
+  // daemon's statistics show them; none by default. Any thread.
+  virtual void VisitStats(
+      const std::function<void(std::string_view name, double value)>& visit) const {}
+
   // Blocking forms of the above: same answers, returned.
   std::vector<Result<std::string>> Get(std::vector<std::string> keys,
                                        std::chrono::milliseconds timeout);

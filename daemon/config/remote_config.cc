@@ -1,0 +1,41 @@
+// Validation of the remote.* keys: the remote tier's seed list, credentials and timeouts.
+#include "daemon/config/daemon_config.h"
+#include "tiers/remote/redis_endpoint.h"
+
+namespace kvtier::config {
+
+Status FinalizeRemote(DaemonConfig& config) {
+  if (config.remote_url.empty()) {
+    // Credentials without a cluster are almost certainly a config mistake (a url lost in a merge);
+    // say so rather than run without the tier the operator meant to have.
+    if (!config.remote_user.empty() || !config.remote_password.empty()) {
+      return InvalidArgument(
+          "remote.url: not set, but remote.user or a password is (--remote URL)");
+    }
+    return Status::Ok();
+  }
+  Result<tiers::remote::RemoteUrl> url = tiers::remote::ParseRemoteUrl(config.remote_url);
+  if (!url.ok()) return InvalidArgument("remote.url: " + url.status().message());
+  if (!url->user.empty() && !config.remote_user.empty() && url->user != config.remote_user) {
+    return InvalidArgument("remote.user: '" + config.remote_user + "' differs from the URL's '" +
+                           url->user + "'; give the user once");
+  }
+  if (config.remote_user.empty()) config.remote_user = url->user;
+  if (config.remote_ttl_seconds == 0)
+    return InvalidArgument("remote.ttl_seconds: must be positive");
+  if (config.remote_lookup_timeout_ms == 0) {
+    return InvalidArgument("remote.lookup_timeout_ms: must be positive");
+  }
+  if (config.remote_timeout_ms == 0) return InvalidArgument("remote.timeout_ms: must be positive");
+  if (config.remote_connect_timeout_ms == 0) {
+    return InvalidArgument("remote.connect_timeout_ms: must be positive");
+  }
+  if (config.remote_write_through) {
+    return InvalidArgument(
+        "remote.write_through: not supported yet; blocks reach the remote tier when they leave "
+        "the last local tier");
+  }
+  return Status::Ok();
+}
+
+}  // namespace kvtier::config

@@ -1,0 +1,237 @@
+// The store's side of the remote tier (docs/scale-out.md): the blocks the mover drops from the
+// last local tier are written to the remote store first (PublishToRemote), and room for a put is
+// made through that same path (MakeRoomByPublishing), so that a block leaves the node for the
+// fleet's shared tier instead of being lost.
+//
+// Why the mover and not the eviction itself: a drop may happen on any thread that evicts (a put's,
+// in the drop paths), and a publish waits for the network. Only EvictToTarget and MakeRoom, which
+// the mover calls, publish; a drop elsewhere (a put taking room itself when the mover lags, with
+// placement.when_disk_lags: drop) loses the block as it would without a remote tier.
+#include <algorithm>
+#include <array>
+#include <cstring>
+#include <vector>
+
+#include "daemon/store/store.h"
+#include "tiers/remote/remote_record.h"
+
+namespace kvtier::store {
+
+using index::BlockMeta;
+namespace remote = tiers::remote;
+
+namespace {
+
+// Victims publishing one MakeRoom may go through before it falls back to dropping unpublished
+// (which always makes room when anything can go): bounds a put's wait when the victims the mover
+// finds are all of other sizes than the one the put needs.
+constexpr int kPublishRounds = 8;
+constexpr size_t kPublishBatch = 8;
+// Blocks one reader's prefix may ask the remote tier for ahead of reading them: with 2 MiB
+// blocks, 128 MiB in the host tier for a prefix the reader may abandon at its first miss.
+constexpr size_t kMaxRemotePrefetch = 64;
+
+// One victim being published: pinned, with its record header and where its payload is.
+struct Outgoing {
+  BlockKey key;
+  BlockMeta meta;
+  std::array<std::byte, remote::kRecordHeaderBytes> header{};
+  std::vector<std::byte> copy;  // the payload, for a tier that is not plain memory (NVMe)
+  std::span<const std::byte> payload;
+  Status status;
+};
+
+}  // namespace
+
+bool Store::HostHasTierBelow() const {
+  const size_t host = LevelOf(TierId::kHost);
+  return host < tiers_.size() && (host + 1 < tiers_.size() || options_.remote.store != nullptr);
+}
+
+bool Store::PublishesDrops(size_t level) const {
+  return options_.remote.store != nullptr && level + 1 == tiers_.size();
+}
+
+void Store::PublishToRemote(size_t level, std::span<const std::pair<BlockKey, BlockMeta>> victims) {
+  tiers::Tier& t = *tiers_[level];
+  std::vector<Outgoing> out;
+  out.reserve(victims.size());  // no reallocation: the writes below borrow the headers
+  std::vector<tiers::BlockRead> reads;
+  for (const auto& [key, meta] : victims) {
+    // Pinned while its bytes are read and sent: nobody frees or reuses the extent meanwhile.
+    if (!PinForMove(key, meta)) continue;  // leased or changed: it is not dropped either
+    Outgoing& o = out.emplace_back(Outgoing{key, meta, {}, {}, {}, {}});
+    if (const std::byte* address = t.Address(meta.extent)) {
+      o.payload = {address, meta.extent.length};
+    } else {
+      o.copy.resize(meta.extent.length);
+      reads.push_back({meta.extent, {meta.ns, key}, o.copy, {}});
+    }
+  }
+  // Blocks on a device are read as one batch, which also verifies their checksums.
+  t.ReadBlocks(reads);
+  for (size_t i = 0, r = 0; i < out.size(); ++i) {
+    if (out[i].copy.empty()) continue;
+    out[i].status = reads[r++].status;
+    out[i].payload = out[i].copy;
+  }
+  std::vector<remote::RemoteWrite> writes;
+  std::vector<size_t> sent;
+  for (size_t i = 0; i < out.size(); ++i) {
+    Outgoing& o = out[i];
+    if (!o.status.ok()) continue;
+    o.header = remote::EncodeRecordHeader(o.meta.ns, o.key, o.payload);
+    const std::string_view header(reinterpret_cast<const char*>(o.header.data()), o.header.size());
+    const std::string_view payload(reinterpret_cast<const char*>(o.payload.data()),
+                                   o.payload.size());
+    writes.push_back({remote::RemoteKey(o.meta.ns, o.key), {header, payload}});
+    sent.push_back(i);
+  }
+  if (!writes.empty()) {
+    std::vector<Status> written =
+        options_.remote.store->Set(std::move(writes), options_.remote.ttl, options_.remote.timeout);
+    for (size_t j = 0; j < sent.size(); ++j) out[sent[j]].status = written[j];
+  }
+  for (const Outgoing& o : out) {
+    UnpinAfterMove(o.key);
+    if (o.status.ok()) {
+      counters_.remote_publishes.fetch_add(1);
+      counters_.remote_publish_bytes.fetch_add(o.payload.size());
+    } else {
+      counters_.remote_publish_errors.fetch_add(1);
+    }
+  }
+}
+
+bool Store::MakeRoomByPublishing(uint64_t bytes) {
+  tiers::Tier& t = *tiers_[put_level_];
+  for (int round = 0; round < kPublishRounds; ++round) {
+    Result<Extent> extent = t.Allocate(bytes);
+    if (extent.ok()) {
+      t.Free(*extent);
+      move_requests_.NotifyMoved();
+      return true;
+    }
+    if (extent.status().code() != StatusCode::kBusy) return false;
+    const uint64_t used = t.Stats().used_bytes;
+    if (EvictToTarget(t.id(), used > bytes ? used - bytes : 0, kPublishBatch) > 0) continue;
+    // Nothing picked. When other mover threads are publishing victims of this tier, the room is
+    // on its way (the put hears of it when they finish); dropping more here, unpublished, would
+    // lose blocks only because the network is slower than the puts.
+    if (evicting_bytes_[static_cast<size_t>(t.id())].load(std::memory_order_relaxed) > 0) {
+      return false;
+    }
+    break;
+  }
+  // What is left (nothing evictable by LRU, or space held by slabs of other sizes): the eviction
+  // of a put without a mover, whose drops are not published.
+  Result<Extent> extent = AllocateWithEviction(put_level_, bytes);
+  if (!extent.ok()) return false;
+  t.Free(*extent);
+  move_requests_.NotifyMoved();
+  return true;
+}
+
+Status Store::FetchRemoteForRead(const NamespaceId& ns, const BlockKey& key) {
+  if (options_.remote.store == nullptr || !options_.background_disk_moves) return Status::Ok();
+  if (namespaces_.Counters(ns) == nullptr) return Status::Ok();  // not registered: a plain miss
+  // The mover tried and found nothing (or could not bring it): this read misses.
+  if (move_requests_.TakeFailedFetch(key)) return Status::Ok();
+  if (move_requests_.AskForRemoteFetch(ns, key) && wake_mover_) wake_mover_();
+  return Pending("block is being fetched from the remote tier");
+}
+
+bool Store::PrefetchRemote(const NamespaceId& ns, std::span<const BlockKey> keys) {
+  if (options_.remote.store == nullptr || namespaces_.Counters(ns) == nullptr) return false;
+  bool asked = false;
+  for (const BlockKey& key : keys.first(std::min(keys.size(), kMaxRemotePrefetch))) {
+    // A key the index knows (being written, of another namespace) ends what a reader could use.
+    if (index_->Get(key)) break;
+    asked |= move_requests_.AskForRemoteFetch(ns, key);
+  }
+  return asked;
+}
+
+void Store::FetchRemote(std::span<const std::pair<NamespaceId, BlockKey>> blocks) {
+  if (blocks.empty()) return;
+  if (options_.remote.store == nullptr) {
+    for (const auto& [ns, key] : blocks) move_requests_.FinishFetch(key, false);
+    return;
+  }
+  std::vector<std::string> keys;
+  keys.reserve(blocks.size());
+  for (const auto& [ns, key] : blocks) keys.push_back(remote::RemoteKey(ns, key));
+  std::vector<Result<std::string>> values =
+      options_.remote.store->Get(std::move(keys), options_.remote.timeout);
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    const auto& [ns, key] = blocks[i];
+    bool stored = false;
+    if (!values[i].ok()) {
+      (values[i].status().code() == StatusCode::kNotFound ? counters_.remote_fetch_misses
+                                                          : counters_.remote_fetch_errors)
+          .fetch_add(1);
+    } else if (Result<remote::RecordView> record = remote::DecodeRecord(*values[i], ns, key);
+               !record.ok()) {
+      // Damaged, foreign, or another block's record: never bytes. It is left to expire (another
+      // node may publish the block again over it).
+      counters_.remote_fetch_corrupt.fetch_add(1);
+    } else {
+      Status st = StoreFetched(ns, key, record->payload, record->header.payload_checksum);
+      stored = st.ok() || st.code() == StatusCode::kAlreadyExists;
+      if (st.ok()) {
+        counters_.remote_fetches.fetch_add(1);
+        counters_.remote_fetch_bytes.fetch_add(record->payload.size());
+      } else if (!stored) {
+        counters_.remote_fetch_errors.fetch_add(1);
+      }
+    }
+    move_requests_.FinishFetch(key, stored);
+  }
+}
+
+Status Store::StoreFetched(const NamespaceId& ns, const BlockKey& key,
+                           std::span<const std::byte> payload, uint64_t checksum) {
+  Result<Reservation> r = BeginPut(ns, key, payload.size());
+  // The host tier is full: this is the mover, which makes room itself rather than wait for itself.
+  if (r.status().code() == StatusCode::kPending && MakeRoom(payload.size())) {
+    r = BeginPut(ns, key, payload.size());
+  }
+  if (!r.ok()) return r.status();
+  Status written = r->address != nullptr
+                       ? (std::memcpy(r->address, payload.data(), payload.size()), Status::Ok())
+                       : tiers_[put_level_]->Write(r->extent, payload);
+  if (!written.ok()) {
+    (void)AbortPut(r->id);
+    return written;
+  }
+  return CommitPut(r->id, checksum);
+}
+
+bool Store::StartRemoteLookup(const NamespaceId& ns, std::vector<BlockKey> keys,
+                              std::function<void(size_t found)> done) {
+  if (options_.remote.store == nullptr) return false;
+  std::vector<std::string> remote_keys;
+  remote_keys.reserve(keys.size());
+  for (const BlockKey& key : keys) remote_keys.push_back(remote::RemoteKey(ns, key));
+  options_.remote.store->StartExists(std::move(remote_keys), options_.remote.lookup_timeout,
+                                     [this, done = std::move(done)](std::vector<Status> answers) {
+                                       size_t found = 0;
+                                       while (found < answers.size() && answers[found].ok())
+                                         ++found;
+                                       done(found);
+                                       // The request that asked waits as it waits for the mover:
+                                       // wake it.
+                                       move_requests_.NotifyMoved();
+                                     });
+  return true;
+}
+
+void Store::CountRemoteHits(const NamespaceId& ns, size_t blocks) {
+  std::optional<NamespaceRegistry::Entry> entry = namespaces_.Find(ns);
+  if (!entry || blocks == 0) return;
+  NamespaceCounters* c = entry->counters;
+  c->hit_blocks[static_cast<size_t>(TierId::kRemote)].fetch_add(blocks, std::memory_order_relaxed);
+  c->hit_tokens.fetch_add(blocks * entry->tokens_per_block, std::memory_order_relaxed);
+}
+
+}  // namespace kvtier::store
