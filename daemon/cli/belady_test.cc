@@ -8,15 +8,12 @@
 #include <random>
 #include <set>
 
+#include "daemon/cli/trace_test_util.h"
+
 namespace kvtier::cli {
 namespace {
 
-TraceRequest Request(std::vector<uint64_t> ids, uint64_t input_tokens = 0) {
-  TraceRequest r;
-  r.input_tokens = input_tokens > 0 ? input_tokens : ids.size() * 512;
-  r.hash_ids = std::move(ids);
-  return r;
-}
+using testing::Request;
 
 SimulationResult SimulateBy(const std::vector<TraceRequest>& trace, size_t capacity,
                             const std::string& policy = "belady") {

@@ -7,18 +7,14 @@
 #include <random>
 #include <span>
 
+#include "daemon/cli/trace_test_util.h"
 #include "daemon/index/block_index.h"
 #include "daemon/index/eviction_policy.h"
 
 namespace kvtier::cli {
 namespace {
 
-TraceRequest Request(std::vector<uint64_t> ids, uint64_t input_tokens = 0) {
-  TraceRequest r;
-  r.input_tokens = input_tokens > 0 ? input_tokens : ids.size() * 512;
-  r.hash_ids = std::move(ids);
-  return r;
-}
+using testing::Request;
 
 SimulationResult SimulateOrFail(const std::vector<TraceRequest>& trace, size_t capacity,
                                 const std::string& policy = "lru", uint64_t block_tokens = 512) {

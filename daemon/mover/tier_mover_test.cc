@@ -40,6 +40,20 @@ class TierMoverTest : public store::testing::StoreTest {
     mover_ = std::make_unique<TierMover>(*store_, o);
     store_->SetMoverWakeup([m = mover_.get()] { m->Wake(); });
   }
+  void StartMoverWithWatermarks(double high, double low) {
+    TierMover::Options o;
+    o.high_watermark = high;
+    o.low_watermark = low;
+    StartMover(o);
+  }
+  // The mover works on its own threads: waits up to 10 s for it to bring the host tier down.
+  void WaitUntilHostHoldsAtMost(uint64_t bytes) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (store_->tier(TierId::kHost)->Stats().used_bytes > bytes &&
+           std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  }
   void TearDown() override {
     mover_.reset();
     StoreTest::TearDown();
@@ -173,17 +187,10 @@ TEST_F(TierMoverTest, ABlockTheMoverCannotBringUpIsAMissAndIsAskedForAgainLater)
 
 TEST_F(TierMoverTest, TheWatermarksKeepRoomAheadOfThePuts) {
   BuildTwoTiers(10, 32);
-  TierMover::Options o;
-  o.high_watermark = 0.75;
-  o.low_watermark = 0.5;
-  StartMover(o);
+  StartMoverWithWatermarks(0.75, 0.5);
   for (uint64_t n = 1; n <= 8; ++n) ASSERT_TRUE(UntilNotPending([&] { return PutBlock(n); }).ok());
   // 8 of 10 blocks is past the high watermark: the mover brings the tier down to 5.
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (store_->tier(TierId::kHost)->Stats().used_bytes > 5 * kBlock &&
-         std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
+  WaitUntilHostHoldsAtMost(5 * kBlock);
   EXPECT_LE(store_->tier(TierId::kHost)->Stats().used_bytes, 5 * kBlock);
   EXPECT_EQ(TierOf(1), TierId::kNvme);
   EXPECT_EQ(TierOf(8), TierId::kHost);
@@ -209,16 +216,9 @@ TEST_F(TierMoverTest, WithARemoteTierTheWatermarksPublishAndReadsFetchBack) {
   options.background_disk_moves = true;
   options.remote.store = &remote_;
   Build({10}, /*last_addressable=*/true, options);
-  TierMover::Options o;
-  o.high_watermark = 0.75;
-  o.low_watermark = 0.5;
-  StartMover(o);
+  StartMoverWithWatermarks(0.75, 0.5);
   for (uint64_t n = 1; n <= 8; ++n) ASSERT_TRUE(UntilNotPending([&] { return PutBlock(n); }).ok());
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (store_->tier(TierId::kHost)->Stats().used_bytes > 5 * kBlock &&
-         std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
+  WaitUntilHostHoldsAtMost(5 * kBlock);
   EXPECT_FALSE(Cached(1));  // published and dropped
   EXPECT_EQ(store_->Stats().remote_publishes, store_->Stats().evicted_blocks);
   Result<Lease> lease = AcquireWhenReady(1);
