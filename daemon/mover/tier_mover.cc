@@ -67,20 +67,11 @@ bool TierMover::Round(size_t index) {
 bool TierMover::ServeFetches() {
   // Taken together and read as one batch: a reader's prefix usually asks for many blocks at once
   // (Store::PrefetchForRead), and waits for the slowest of them.
-  std::vector<BlockKey> keys;
-  while (keys.size() < options_.batch) {
-    std::optional<BlockKey> key = store_.TakeFetchRequest();
-    if (!key) break;
-    keys.push_back(*key);
-  }
+  const std::vector<BlockKey> keys = store_.TakeFetchRequests(options_.batch);
   if (!keys.empty()) store_.Fetch(keys);
   // Blocks no local tier holds, from the remote tier: one GET batch, also up to `batch`.
-  std::vector<std::pair<NamespaceId, BlockKey>> remote;
-  while (remote.size() < options_.batch) {
-    std::optional<std::pair<NamespaceId, BlockKey>> block = store_.TakeRemoteFetchRequest();
-    if (!block) break;
-    remote.push_back(*block);
-  }
+  const std::vector<std::pair<NamespaceId, BlockKey>> remote =
+      store_.TakeRemoteFetchRequests(options_.batch);
   if (!remote.empty()) store_.FetchRemote(remote);
   return !keys.empty() || !remote.empty();
 }

@@ -2,8 +2,8 @@
 // thread waits for a disk or a device copy.
 //
 // What it does, in this order on every wake-up:
-//   1. blocks readers asked for (Store::TakeFetchRequest): read up from NVMe into the host tier,
-//      and blocks no local tier holds (Store::TakeRemoteFetchRequest): fetched from the remote
+//   1. blocks readers asked for (Store::TakeFetchRequests): read up from NVMe into the host tier,
+//      and blocks no local tier holds (Store::TakeRemoteFetchRequests): fetched from the remote
 //      tier into it;
 //   2. write-throughs of committed puts (Store::TakeWriteThroughRequests), whose
 //      acknowledgements wait for them, as one batch;

@@ -3,6 +3,18 @@
 #include <algorithm>
 
 namespace kvtier::store {
+namespace {
+
+// The first `max` requests of a queue, oldest first, taken out of it.
+template <typename Request>
+std::vector<Request> TakeUpTo(std::deque<Request>& queue, size_t max) {
+  const size_t n = std::min(max, queue.size());
+  std::vector<Request> taken(queue.begin(), queue.begin() + static_cast<ptrdiff_t>(n));
+  queue.erase(queue.begin(), queue.begin() + static_cast<ptrdiff_t>(n));
+  return taken;
+}
+
+}  // namespace
 
 void MoveRequests::AskForRoom(uint64_t bytes) {
   MutexLock lock(mu_);
@@ -23,12 +35,9 @@ bool MoveRequests::AskForFetch(const BlockKey& key) {
   return true;
 }
 
-std::optional<BlockKey> MoveRequests::TakeFetch() {
+std::vector<BlockKey> MoveRequests::TakeFetches(size_t max) {
   MutexLock lock(mu_);
-  if (fetches_.empty()) return std::nullopt;
-  const BlockKey key = fetches_.front();
-  fetches_.pop_front();
-  return key;
+  return TakeUpTo(fetches_, max);
 }
 
 bool MoveRequests::AskForRemoteFetch(const NamespaceId& ns, const BlockKey& key) {
@@ -38,12 +47,9 @@ bool MoveRequests::AskForRemoteFetch(const NamespaceId& ns, const BlockKey& key)
   return true;
 }
 
-std::optional<std::pair<NamespaceId, BlockKey>> MoveRequests::TakeRemoteFetch() {
+std::vector<std::pair<NamespaceId, BlockKey>> MoveRequests::TakeRemoteFetches(size_t max) {
   MutexLock lock(mu_);
-  if (remote_fetches_.empty()) return std::nullopt;
-  const std::pair<NamespaceId, BlockKey> fetch = remote_fetches_.front();
-  remote_fetches_.pop_front();
-  return fetch;
+  return TakeUpTo(remote_fetches_, max);
 }
 
 void MoveRequests::FinishFetch(const BlockKey& key, bool moved) {
@@ -72,12 +78,7 @@ void MoveRequests::AskForWriteThrough(const BlockKey& key, uint64_t generation) 
 
 std::vector<WriteThroughRequest> MoveRequests::TakeWriteThroughs(size_t max) {
   MutexLock lock(mu_);
-  std::vector<WriteThroughRequest> taken;
-  while (taken.size() < max && !write_throughs_.empty()) {
-    taken.push_back(write_throughs_.front());
-    write_throughs_.pop_front();
-  }
-  return taken;
+  return TakeUpTo(write_throughs_, max);
 }
 
 void MoveRequests::FinishWriteThrough(uint64_t generation) {

@@ -41,17 +41,17 @@ class MoveRequests {
 
   // A reader wants `key` brought up. false when it is already asked for, or being fetched.
   bool AskForFetch(const BlockKey& key);
-  // The oldest fetch asked for, taken out of the queue; nullopt when none. The caller calls
-  // FinishFetch when it is done: until then the key counts as asked for, so that a reader polling
-  // meanwhile does not queue a second fetch, which would find the block pinned by the first and
-  // fail.
-  std::optional<BlockKey> TakeFetch();
+  // Up to `max` fetches asked for, oldest first, taken out of the queue. The caller calls
+  // FinishFetch for each when it is done: until then the key counts as asked for, so that a
+  // reader polling meanwhile does not queue a second fetch, which would find the block pinned by
+  // the first and fail.
+  std::vector<BlockKey> TakeFetches(size_t max);
   // The same for a block that no local tier holds, to be fetched from the remote tier into host
   // memory: the namespace comes with it (the remote key and the block's size depend on it).
   // Fetches of both kinds share the "asked for" and "failed" memories (FinishFetch,
   // TakeFailedFetch).
   bool AskForRemoteFetch(const NamespaceId& ns, const BlockKey& key);
-  std::optional<std::pair<NamespaceId, BlockKey>> TakeRemoteFetch();
+  std::vector<std::pair<NamespaceId, BlockKey>> TakeRemoteFetches(size_t max);
   // The fetch of `key` ended; `moved` false: the mover could not bring it up.
   void FinishFetch(const BlockKey& key, bool moved);
   // Whether a fetch of `key` failed since it was last asked for; forgets the failure.

@@ -7,6 +7,7 @@ namespace {
 
 const BlockKey kA{{1, 2}};
 const BlockKey kB{{3, 4}};
+using Keys = std::vector<BlockKey>;
 
 TEST(MoveRequestsTest, RoomRequestsKeepTheLargestSizeUntilTaken) {
   MoveRequests r;
@@ -25,9 +26,9 @@ TEST(MoveRequestsTest, FetchesAreServedOldestFirstAndAskedForOnce) {
   EXPECT_TRUE(r.AskForFetch(kA));
   EXPECT_TRUE(r.AskForFetch(kB));
   EXPECT_FALSE(r.AskForFetch(kA));
-  EXPECT_EQ(r.TakeFetch(), kA);
-  EXPECT_EQ(r.TakeFetch(), kB);
-  EXPECT_EQ(r.TakeFetch(), std::nullopt);
+  EXPECT_EQ(r.TakeFetches(1), Keys{kA});
+  EXPECT_EQ(r.TakeFetches(8), Keys{kB});
+  EXPECT_EQ(r.TakeFetches(8), Keys{});
 }
 
 // A reader polls while its block is being fetched: asking again then must not queue a second
@@ -36,9 +37,9 @@ TEST(MoveRequestsTest, FetchesAreServedOldestFirstAndAskedForOnce) {
 TEST(MoveRequestsTest, AKeyBeingFetchedIsNotAskedForAgain) {
   MoveRequests r;
   ASSERT_TRUE(r.AskForFetch(kA));
-  ASSERT_EQ(r.TakeFetch(), kA);
+  ASSERT_EQ(r.TakeFetches(8), Keys{kA});
   EXPECT_FALSE(r.AskForFetch(kA));
-  EXPECT_EQ(r.TakeFetch(), std::nullopt);
+  EXPECT_EQ(r.TakeFetches(8), Keys{});
   r.FinishFetch(kA, /*moved=*/true);
   EXPECT_FALSE(r.TakeFailedFetch(kA));
   EXPECT_TRUE(r.AskForFetch(kA));  // moved down again later: a new fetch
@@ -47,7 +48,7 @@ TEST(MoveRequestsTest, AKeyBeingFetchedIsNotAskedForAgain) {
 TEST(MoveRequestsTest, AFailedFetchIsRememberedOnce) {
   MoveRequests r;
   ASSERT_TRUE(r.AskForFetch(kA));
-  ASSERT_EQ(r.TakeFetch(), kA);
+  ASSERT_EQ(r.TakeFetches(8), Keys{kA});
   r.FinishFetch(kA, /*moved=*/false);
   EXPECT_TRUE(r.TakeFailedFetch(kA));
   EXPECT_FALSE(r.TakeFailedFetch(kA));
@@ -59,8 +60,9 @@ TEST(MoveRequestsTest, TheListenerHearsOfEveryFinishedFetchUntilRemoved) {
   r.SetMoveListener([&heard] { ++heard; });
   ASSERT_TRUE(r.AskForFetch(kA));
   ASSERT_TRUE(r.AskForFetch(kB));
-  r.FinishFetch(*r.TakeFetch(), /*moved=*/true);
-  r.FinishFetch(*r.TakeFetch(), /*moved=*/false);  // a reader waits for a failure too
+  ASSERT_EQ(r.TakeFetches(8), (Keys{kA, kB}));
+  r.FinishFetch(kA, /*moved=*/true);
+  r.FinishFetch(kB, /*moved=*/false);  // a reader waits for a failure too
   EXPECT_EQ(heard, 2);
   r.NotifyMoved();
   EXPECT_EQ(heard, 3);

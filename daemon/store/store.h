@@ -277,10 +277,10 @@ class Store {
   // SetMoverWakeup: how the store wakes it when a request needs it (set before serving; called
   // with no store lock held). TakeRoomRequest: the largest block size a put found no room for
   // since the last call (0: none). MakeRoom: evicts host blocks (demoting them to NVMe) until a
-  // block of `bytes` fits; false when nothing more could go. TakeFetchRequest: a block a reader
-  // asked to have brought up. Fetch: brings such blocks up into the host tier, reading them from
-  // NVMe as one batch, or remembers for each that it could not. MoveWorkPending: whether any of
-  // these is waiting.
+  // block of `bytes` fits; false when nothing more could go. TakeFetchRequests: up to `max` blocks
+  // readers asked to have brought up, oldest first. Fetch: brings such blocks up into the host
+  // tier, reading them from NVMe as one batch, or remembers for each that it could not.
+  // MoveWorkPending: whether any of these is waiting.
   void SetMoverWakeup(std::function<void()> wake) { wake_mover_ = std::move(wake); }
   // Who is told, on the mover's threads, when a fetch ended or room was made: requests that got
   // kPending may try again. May be set and cleared at any time (MoveRequests::SetMoveListener).
@@ -289,7 +289,7 @@ class Store {
   }
   uint64_t TakeRoomRequest() { return move_requests_.TakeRoomRequest(); }
   bool MakeRoom(uint64_t bytes);
-  std::optional<BlockKey> TakeFetchRequest() { return move_requests_.TakeFetch(); }
+  std::vector<BlockKey> TakeFetchRequests(size_t max) { return move_requests_.TakeFetches(max); }
   void Fetch(std::span<const BlockKey> keys);
   // Write-throughs committed puts asked for (TakeWriteThroughRequests), and the mover's call that
   // writes them to NVMe as one batch, each as the block's shadow, and ends their wait.
@@ -298,16 +298,16 @@ class Store {
   }
   void WriteThrough(std::span<const WriteThroughRequest> requests);
   bool MoveWorkPending() const { return move_requests_.HasWork(); }
-  // The remote tier's side (store_remote.cc). TakeRemoteFetchRequest: a block a reader missed
-  // locally, which the mover should try to fetch from the remote tier (Acquire asks for it, with
-  // a remote tier and background_disk_moves, and answers kPending). FetchRemote: for the mover:
-  // GETs these blocks as one batch (within remote.timeout; it blocks the calling thread),
+  // The remote tier's side (store_remote.cc). TakeRemoteFetchRequests: up to `max` blocks readers
+  // missed locally, which the mover should try to fetch from the remote tier (Acquire asks for it,
+  // with a remote tier and background_disk_moves, and answers kPending). FetchRemote: for the
+  // mover: GETs these blocks as one batch (within remote.timeout; it blocks the calling thread),
   // verifies each record (a checksum mismatch or another record is a miss and counted in
   // remote_fetch_corrupt, never bytes) and stores it in the host tier as a ready block, making
   // room there as the mover does; a block it could not bring is remembered, so the reader's next
   // call misses instead of asking again.
-  std::optional<std::pair<NamespaceId, BlockKey>> TakeRemoteFetchRequest() {
-    return move_requests_.TakeRemoteFetch();
+  std::vector<std::pair<NamespaceId, BlockKey>> TakeRemoteFetchRequests(size_t max) {
+    return move_requests_.TakeRemoteFetches(max);
   }
   void FetchRemote(std::span<const std::pair<NamespaceId, BlockKey>> blocks);
   // Asks the remote tier which of `keys` (of namespace `ns`) it holds, without waiting: `done(n)`

@@ -2,6 +2,7 @@
 // remote store first, as records other nodes can verify.
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <utility>
 
 #include "daemon/store/store.h"
@@ -142,9 +143,7 @@ void PublishElsewhere(FakeRemoteStore& remote, uint64_t n) {
 
 // The mover's part of a read that missed locally: drains the remote fetch requests.
 void ServeRemoteFetches(Store& store) {
-  std::vector<std::pair<NamespaceId, BlockKey>> blocks;
-  while (auto block = store.TakeRemoteFetchRequest()) blocks.push_back(*block);
-  store.FetchRemote(blocks);
+  store.FetchRemote(store.TakeRemoteFetchRequests(SIZE_MAX));
 }
 
 TEST_F(StoreRemoteTest, AReadOfABlockOnlyTheRemoteTierHoldsFetchesItIntoHost) {
