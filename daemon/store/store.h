@@ -478,8 +478,6 @@ class Store {
   // The level of a block that lies below the host tier (where a reader's promotion comes from),
   // or tiers_.size() when it lies in or above it, or the store has no host tier.
   size_t LevelBelowHost(const index::BlockMeta& meta) const;
-  // Fetch's batch of blocks of tiers_[level], pinned and with room in the host tier.
-  void FetchBatch(size_t level, std::span<PinnedMove> batch);
   // Whether moves out of (or up into) tiers_[level] wait for a disk, or the network of the remote
   // tier, and are the mover's to do.
   bool DiskMovesInBackground(size_t level) const;

@@ -62,40 +62,31 @@ void Store::PrefetchForRead(const NamespaceId& ns, std::span<const BlockKey> key
 }
 
 void Store::Fetch(std::span<const BlockKey> keys) {
-  // Blocks that lie below the host tier are read up together, one batch per tier they lie in (in
-  // practice NVMe, the only tier below host), so that the device sees the whole batch at once.
-  std::vector<PinnedMove> batch;
-  size_t batch_level = tiers_.size();
+  // Read up together, so that the device sees the whole batch at once. Below the host tier there
+  // can only be NVMe (tier ids are unique and a GPU tier comes first), so the batch lies there.
   const size_t host = LevelOf(TierId::kHost);
+  const size_t nvme = LevelOf(TierId::kNvme);
+  std::vector<PinnedMove> batch;
   for (const BlockKey& key : keys) {
     std::optional<BlockMeta> meta = index_->Get(key);
     // Gone, or up already: the reader will miss, or find it where it is now.
-    const size_t level =
-        meta && meta->state == BlockState::kReady ? LevelBelowHost(*meta) : tiers_.size();
-    if (level >= tiers_.size()) {
+    if (!meta || meta->state != BlockState::kReady || nvme >= tiers_.size() ||
+        LevelBelowHost(*meta) != nvme) {
       move_requests_.FinishFetch(key, true);
       continue;
     }
-    if (!batch.empty() && level != batch_level) {
-      FetchBatch(batch_level, batch);
-      batch.clear();
-    }
     Result<PinnedMove> move = PrepareMove(host, key, *meta);
     if (!move.ok()) {
-      move_requests_.FinishFetch(key, false);  // leased, changed, or no room: read in place
+      move_requests_.FinishFetch(key, false);  // leased, changed, or no room: a miss
       continue;
     }
     batch.push_back(*std::move(move));
-    batch_level = level;
   }
-  if (!batch.empty()) FetchBatch(batch_level, batch);
-}
-
-void Store::FetchBatch(size_t level, std::span<PinnedMove> batch) {
-  MovePinnedBatch(level, LevelOf(TierId::kHost), batch);
+  if (batch.empty()) return;
+  MovePinnedBatch(nvme, host, batch);
   for (const PinnedMove& move : batch) {
     // A corrupt block is dropped: the reader then misses, which is the right answer.
-    const bool settled = SettlePromotion(level, move) != PromoteOutcome::kNotMoved;
+    const bool settled = SettlePromotion(nvme, move) != PromoteOutcome::kNotMoved;
     move_requests_.FinishFetch(move.key, settled);
   }
 }

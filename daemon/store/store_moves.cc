@@ -90,7 +90,10 @@ void Store::CopyBatch(tiers::Tier& from, tiers::Tier& to, std::span<PinnedMove> 
   thread_local std::vector<tiers::BlockWrite> writes;
   thread_local std::vector<tiers::BlockRead> reads;
   thread_local std::vector<PinnedMove*> written, read;
-  writes.clear(), reads.clear(), written.clear(), read.clear();
+  writes.clear();
+  reads.clear();
+  written.clear();
+  read.clear();
   for (PinnedMove& m : moves) {
     std::byte* src = from.Address(m.meta.extent);
     std::byte* dst = to.Address(m.dst);
