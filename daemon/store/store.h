@@ -531,6 +531,10 @@ class Store {
   // A reservation's record: removed from the table when `erase` (an expired one then has its
   // space freed and answers kNotFound), only looked at otherwise. kNotFound when unknown.
   Result<ReservationRecord> TakeReservation(uint64_t reservation_id, bool erase);
+  // Put's and StoreFetched's second half: copies `bytes` into a reservation and commits it, or
+  // aborts it when the copy failed.
+  Status FillAndCommit(const Reservation& r, std::span<const std::byte> bytes,
+                       std::optional<uint64_t> checksum);
   // Second half of CommitPut and CommitPutAs: the record has left reservations_.
   Status Publish(const ReservationRecord& record, std::optional<uint64_t> checksum);
   // Removes a reservation's kWriting entry (only that incarnation) and frees its extent.

@@ -183,6 +183,11 @@ Status Store::Put(const NamespaceId& ns, const BlockKey& key, std::span<const st
                   uint64_t* reservation_id) {
   KVTIER_ASSIGN_OR_RETURN(Reservation r, BeginPut(ns, key, bytes.size()));
   if (reservation_id != nullptr) *reservation_id = r.id;
+  return FillAndCommit(r, bytes, std::nullopt);
+}
+
+Status Store::FillAndCommit(const Reservation& r, std::span<const std::byte> bytes,
+                            std::optional<uint64_t> checksum) {
   Status written = r.address != nullptr
                        ? (StreamCopy(r.address, bytes.data(), bytes.size()), Status::Ok())
                        : tier(r.tier)->Write(r.extent, bytes);
@@ -190,7 +195,7 @@ Status Store::Put(const NamespaceId& ns, const BlockKey& key, std::span<const st
     (void)AbortPut(r.id);
     return written;
   }
-  return CommitPut(r.id);
+  return CommitPut(r.id, checksum);
 }
 
 void Store::WriteThrough(std::span<const WriteThroughRequest> requests) {

@@ -9,7 +9,6 @@
 // placement.when_disk_lags: drop) loses the block as it would without a remote tier.
 #include <algorithm>
 #include <array>
-#include <cstring>
 #include <vector>
 
 #include "daemon/store/store.h"
@@ -197,14 +196,7 @@ Status Store::StoreFetched(const NamespaceId& ns, const BlockKey& key,
     r = BeginPut(ns, key, payload.size());
   }
   if (!r.ok()) return r.status();
-  Status written = r->address != nullptr
-                       ? (std::memcpy(r->address, payload.data(), payload.size()), Status::Ok())
-                       : tiers_[put_level_]->Write(r->extent, payload);
-  if (!written.ok()) {
-    (void)AbortPut(r->id);
-    return written;
-  }
-  return CommitPut(r->id, checksum);
+  return FillAndCommit(*r, payload, checksum);
 }
 
 bool Store::StartRemoteLookup(const NamespaceId& ns, std::vector<BlockKey> keys,
