@@ -224,28 +224,26 @@ void Store::WriteThrough(std::span<const WriteThroughRequest> requests) {
 
 std::optional<Store::PinnedMove> Store::PrepareWriteThrough(size_t level,
                                                             const WriteThroughRequest& r) {
-  std::optional<BlockMeta> meta = index_->Get(r.key);
-  if (!meta || meta->generation != r.generation || meta->has_shadow ||
-      meta->tier != TierId::kHost || meta->state != BlockState::kReady) {
-    return std::nullopt;  // the block already changed: nothing to write
-  }
   // Pinned as a reader pins it, so readers that lease a block just committed do not keep its copy
   // from being made: only its bytes are read, and they never change.
+  BlockMeta meta;
   Status pinned = index_->Update(r.key, [&](BlockMeta& m) {
-    if (m.generation != r.generation || m.state != BlockState::kReady) {
-      return NotFound("block changed");
+    if (m.generation != r.generation || m.state != BlockState::kReady || m.has_shadow ||
+        m.tier != TierId::kHost) {
+      return NotFound("block changed");  // nothing to write
     }
     ++m.lease_count;
+    meta = m;
     return Status::Ok();
   });
   if (!pinned.ok()) return std::nullopt;
-  Result<Extent> dst = AllocateWithEviction(level, meta->extent.length);
+  Result<Extent> dst = AllocateWithEviction(level, meta.extent.length);
   if (!dst.ok()) {
     UnpinAfterMove(r.key);
     counters_.write_through_failures.fetch_add(1);
     return std::nullopt;
   }
-  return PinnedMove{r.key, *meta, *dst, {}};
+  return PinnedMove{r.key, meta, *dst, {}};
 }
 
 void Store::AttachWriteThrough(tiers::Tier& nvme, const PinnedMove& copy) {
