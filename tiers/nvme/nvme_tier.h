@@ -220,7 +220,7 @@ class NvmeTier final : public Tier {
   Status FinishWrite(const Extent& extent, const PlannedIo& p, std::span<const IoRequest> requests);
   // check_identity false: Read, which checks the block against the tier's own record of it.
   void ReadBatch(std::span<BlockRead> reads, bool check_identity);
-  Status PlanBlockRead(const BlockRead& r, bool check_identity, size_t slot, PlannedIo& p);
+  PlannedIo PlanBlockRead(const BlockRead& r, const Entry& expected, size_t block, size_t slot);
   Result<Entry> ExpectedAt(const BlockRead& r, bool check_identity);
   Status FinishBlockRead(const BlockRead& r, const PlannedIo& p,
                          std::span<const IoRequest> requests, bool record_access);

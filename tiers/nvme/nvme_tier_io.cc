@@ -174,13 +174,15 @@ void NvmeTier::ReadBatch(std::span<BlockRead> reads, bool check_identity) {
   // through ReadPrefix after the batch, which has planned into the same staging slots.
   std::vector<size_t> prefixes;
   for (size_t i = 0; i < reads.size(); ++i) {
-    PlannedIo p{.block = i};
     BlockRead& r = reads[i];
-    r.status = PlanBlockRead(r, check_identity, planned.size(), p);
-    if (r.status.code() == StatusCode::kPending)
+    Result<Entry> expected = ExpectedAt(r, check_identity);
+    if (!expected.ok()) {
+      r.status = expected.status();
+    } else if (r.dst.size() < expected->payload_bytes) {
       prefixes.push_back(i);
-    else if (r.status.ok())
-      planned.push_back(p);
+    } else {
+      planned.push_back(PlanBlockRead(r, *expected, i, planned.size()));
+    }
   }
   if (!planned.empty()) SubmitPlanned(planned, requests);
   for (const PlannedIo& p : planned) {
@@ -190,14 +192,14 @@ void NvmeTier::ReadBatch(std::span<BlockRead> reads, bool check_identity) {
   for (size_t i : prefixes) reads[i].status = ReadPrefix(reads[i], check_identity);
 }
 
-// kPending: dst is shorter than the block (read through ReadPrefix instead).
-Status NvmeTier::PlanBlockRead(const BlockRead& r, bool check_identity, size_t slot, PlannedIo& p) {
-  KVTIER_ASSIGN_OR_RETURN(p.entry, ExpectedAt(r, check_identity));
-  if (r.dst.size() < p.entry.payload_bytes) return Pending("prefix read");
-  Place place = Locate(r.extent.offset);
-  p.file = place.file;
-  p.plan = PlanRead(place.file->fd(), place.at, r.dst, slot);
-  return Status::Ok();
+// Block `block` of a batch, the whole of which r.dst takes, read into staging slot `slot`.
+NvmeTier::PlannedIo NvmeTier::PlanBlockRead(const BlockRead& r, const Entry& expected, size_t block,
+                                            size_t slot) {
+  const Place place = Locate(r.extent.offset);
+  return PlannedIo{.block = block,
+                   .entry = expected,
+                   .plan = PlanRead(place.file->fd(), place.at, r.dst, slot),
+                   .file = place.file};
 }
 
 // What the block at r.extent must be: the tier's record of it, with the caller's identity (the
