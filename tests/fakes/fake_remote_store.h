@@ -4,17 +4,17 @@
 // answered with a given status instead (fail_with), and values can be edited in place to play an
 // operator or another program writing the cluster. TTLs are recorded, not enforced.
 //
-// Thread-safe: one mutex around the map and the script.
+// Thread-safe: one mutex around the map, the script and the counts.
 #pragma once
 
 #include <chrono>
 #include <functional>
 #include <map>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "common/thread_annotations.h"
 #include "tiers/remote/remote_store.h"
 
 namespace kvtier::testing {
@@ -25,7 +25,7 @@ class FakeRemoteStore final : public tiers::remote::RemoteStore {
                 GetCallback done) override {
     std::vector<Result<std::string>> out;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       ++gets_;
       for (const std::string& key : keys) {
         auto it = values_.find(key);
@@ -45,7 +45,7 @@ class FakeRemoteStore final : public tiers::remote::RemoteStore {
                 std::chrono::milliseconds, StatusCallback done) override {
     std::vector<Status> out;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       ++sets_;
       last_ttl_ = ttl;
       for (const auto& w : writes) {
@@ -67,7 +67,7 @@ class FakeRemoteStore final : public tiers::remote::RemoteStore {
                    StatusCallback done) override {
     std::vector<Status> out;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       ++exists_;
       for (const std::string& key : keys) {
         if (fail_with_) {
@@ -84,9 +84,13 @@ class FakeRemoteStore final : public tiers::remote::RemoteStore {
                    StatusCallback done) override {
     std::vector<Status> out;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       for (const std::string& key : keys) {
-        out.push_back(values_.erase(key) ? Status::Ok() : NotFound(key));
+        if (fail_with_) {
+          out.push_back(*fail_with_);
+        } else {
+          out.push_back(values_.erase(key) ? Status::Ok() : NotFound(key));
+        }
       }
     }
     done(std::move(out));
@@ -97,36 +101,36 @@ class FakeRemoteStore final : public tiers::remote::RemoteStore {
   void OnSet(std::function<void()> hook) { on_set_ = std::move(hook); }
   // Every later call answers every key with `status` (nullopt: normal service again).
   void FailWith(std::optional<Status> status) {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     fail_with_ = std::move(status);
   }
   std::optional<std::string> Value(const std::string& key) {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     auto it = values_.find(key);
     return it == values_.end() ? std::nullopt : std::optional<std::string>(it->second);
   }
   void SetValue(const std::string& key, std::string value) {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     values_[key] = std::move(value);
   }
   size_t size() {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     return values_.size();
   }
   int sets() {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     return sets_;
   }
   int gets() {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     return gets_;
   }
   int exists_calls() {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     return exists_;
   }
   std::chrono::milliseconds last_ttl() {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     return last_ttl_;
   }
 
@@ -134,14 +138,14 @@ class FakeRemoteStore final : public tiers::remote::RemoteStore {
   bool OnCallbackThread() const override { return false; }
 
  private:
-  std::mutex mu_;
-  std::map<std::string, std::string> values_;
-  std::optional<Status> fail_with_;
-  std::function<void()> on_set_;
-  int sets_ = 0;
-  int gets_ = 0;
-  int exists_ = 0;
-  std::chrono::milliseconds last_ttl_{0};
+  Mutex mu_;
+  std::map<std::string, std::string> values_ GUARDED_BY(mu_);
+  std::optional<Status> fail_with_ GUARDED_BY(mu_);
+  std::function<void()> on_set_;  // set before the calls start; read without the lock
+  int sets_ GUARDED_BY(mu_) = 0;
+  int gets_ GUARDED_BY(mu_) = 0;
+  int exists_ GUARDED_BY(mu_) = 0;
+  std::chrono::milliseconds last_ttl_ GUARDED_BY(mu_){0};
 };
 
 }  // namespace kvtier::testing

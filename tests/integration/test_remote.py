@@ -50,6 +50,15 @@ def free_cluster_port():
             continue
 
 
+def start_redis(port, node_dir, *extra_args):
+    """One redis-server on 127.0.0.1:port, persistence off, logging to node_dir/redis.log."""
+    return subprocess.Popen(
+        [REDIS_SERVER, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(node_dir),
+         "--save", "", "--appendonly", "no", "--logfile", str(node_dir / "redis.log"),
+         *extra_args],
+        stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+
+
 def payload(n):
     return bytes([(n * 37 + i) % 251 for i in range(256)]) * (BLOCK // 256)
 
@@ -65,12 +74,9 @@ class RedisCluster:
             port = free_cluster_port()
             node_dir = workdir / str(port)
             node_dir.mkdir()
-            self.procs.append(subprocess.Popen(
-                [REDIS_SERVER, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(node_dir),
-                 "--save", "", "--appendonly", "no", "--cluster-enabled", "yes",
-                 "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "2000",
-                 "--logfile", str(node_dir / "redis.log")],
-                stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT))
+            self.procs.append(start_redis(
+                port, node_dir, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+                "--cluster-node-timeout", "2000"))
             self.ports.append(port)
         for port in self.ports:
             assert wait_for(lambda: self.cli(port, "PING") == "PONG", timeout_s=10), port
@@ -225,11 +231,8 @@ def test_with_the_cluster_stopped_both_nodes_serve_their_local_tiers(cluster, no
 @pytest.fixture
 def redis_with_password(tmp_path):
     port = free_cluster_port()
-    proc = subprocess.Popen(
-        [REDIS_SERVER, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(tmp_path),
-         "--save", "", "--appendonly", "no", "--requirepass", "right-pass-1",
-         "--user", "kv", "on", ">kv-pass-2", "~kvt1:*", "+@all"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    proc = start_redis(port, tmp_path, "--requirepass", "right-pass-1",
+                       "--user", "kv", "on", ">kv-pass-2", "~kvt1:*", "+@all")
     assert wait_for(lambda: subprocess.run(
         [REDIS_CLI, "-p", str(port), "PING"], capture_output=True).returncode == 0, timeout_s=10)
     yield port

@@ -18,6 +18,7 @@ namespace {
 
 using std::chrono::milliseconds;
 using testing::RedisCluster;
+using testing::TestKey;
 using Clock = std::chrono::steady_clock;
 
 constexpr milliseconds kTtl{600'000};
@@ -44,15 +45,12 @@ std::unique_ptr<RedisClusterClient> OpenClient(std::vector<HostPort> seeds,
   return std::move(client).value();
 }
 
-std::string KeyOf(uint64_t i) { return RemoteKey(testing::TestNamespace(), testing::TestBlock(i)); }
-
 // Writes the records of `blocks` (payloads of `bytes`) in one call; every key must succeed.
-void PutBlocks(RemoteStore& store, const std::vector<uint64_t>& blocks, size_t bytes,
-               std::vector<std::string>& values) {
-  values.clear();
+void PutBlocks(RemoteStore& store, const std::vector<uint64_t>& blocks, size_t bytes) {
+  std::vector<std::string> values;  // borrowed by the writes until Set returns
   for (const uint64_t i : blocks) values.push_back(testing::TestRecord(i, bytes));
   std::vector<RemoteWrite> writes;
-  for (size_t n = 0; n < blocks.size(); ++n) writes.push_back({KeyOf(blocks[n]), {values[n]}});
+  for (size_t n = 0; n < blocks.size(); ++n) writes.push_back({TestKey(blocks[n]), {values[n]}});
   const std::vector<Status> put = store.Set(std::move(writes), kTtl, kCallTimeout);
   for (size_t n = 0; n < put.size(); ++n)
     ASSERT_TRUE(put[n].ok()) << n << ": " << put[n].ToString();
@@ -61,7 +59,7 @@ void PutBlocks(RemoteStore& store, const std::vector<uint64_t>& blocks, size_t b
 // Reads `blocks` in one call and checks every record against its block.
 void ExpectBlocks(RemoteStore& store, const std::vector<uint64_t>& blocks, size_t bytes) {
   std::vector<std::string> keys;
-  for (const uint64_t i : blocks) keys.push_back(KeyOf(i));
+  for (const uint64_t i : blocks) keys.push_back(TestKey(i));
   const auto got = store.Get(std::move(keys), kCallTimeout);
   ASSERT_EQ(got.size(), blocks.size());
   for (size_t n = 0; n < blocks.size(); ++n) {
@@ -84,8 +82,7 @@ TEST(RedisClusterClient, RoundTripOverEverySlotFromOneSeed) {
   EXPECT_EQ(client->Masters().size(), 3u);
 
   const std::vector<uint64_t> blocks = testing::BlocksCoveringEverySlot();
-  std::vector<std::string> values;
-  PutBlocks(*client, blocks, 64, values);
+  PutBlocks(*client, blocks, 64);
   ExpectBlocks(*client, blocks, 64);
   for (size_t m = 0; m < 3; ++m) {
     const auto size = cluster->Cli(m, {"DBSIZE"});
@@ -93,13 +90,13 @@ TEST(RedisClusterClient, RoundTripOverEverySlotFromOneSeed) {
     EXPECT_GT(std::stoi(*size), 5000) << "master " << m;
   }
   // Deleted keys are misses; kept ones still exist.
-  const std::vector<std::string> some = {KeyOf(blocks[0]), KeyOf(blocks[9000])};
+  const std::vector<std::string> some = {TestKey(blocks[0]), TestKey(blocks[9000])};
   for (const Status& st : client->Delete(some, kCallTimeout)) EXPECT_TRUE(st.ok()) << st.ToString();
   for (const Status& st : client->Delete(some, kCallTimeout))
     EXPECT_EQ(st.code(), StatusCode::kNotFound);
   const auto after = client->Get(some, kCallTimeout);
   EXPECT_EQ(after[0].status().code(), StatusCode::kNotFound);
-  EXPECT_EQ(client->Exists({KeyOf(blocks[1])}, kCallTimeout)[0], Status::Ok());
+  EXPECT_EQ(client->Exists({TestKey(blocks[1])}, kCallTimeout)[0], Status::Ok());
 
   const RemoteStats stats = client->stats();
   EXPECT_EQ(stats.hits, blocks.size());
@@ -115,19 +112,21 @@ TEST(RedisClusterClient, LargeValuesRoundTrip) {
   auto client = OpenClient(cluster->Seeds());
   ASSERT_TRUE(client);
   const std::vector<uint64_t> blocks = {1, 2, 3, 4, 5, 6};
-  std::vector<std::string> values;
-  PutBlocks(*client, blocks, 2 << 20, values);  // a Llama-8B block of 16 tokens
+  PutBlocks(*client, blocks, 2 << 20);  // a Llama-8B block of 16 tokens
   ExpectBlocks(*client, blocks, 2 << 20);
 }
 
 TEST(RedisClusterClient, FollowsMovedAfterASlotIsResharded) {
   auto cluster = StartCluster({.masters = 3, .replicas_per_master = 0});
   ASSERT_TRUE(cluster);
-  auto client = OpenClient(cluster->Seeds());
+  // No re-read of the slot map during the test, so that the correction checked below is the one
+  // the MOVED answer made, not a refresh that happened to land first.
+  RedisClusterOptions options;
+  options.min_refresh_interval = milliseconds(600'000);
+  auto client = OpenClient(cluster->Seeds(), options);
   ASSERT_TRUE(client);
-  std::vector<std::string> values;
-  PutBlocks(*client, {7}, 128, values);
-  const int slot = KeySlot(KeyOf(7));
+  PutBlocks(*client, {7}, 128);
+  const int slot = KeySlot(TestKey(7));
   const int from = cluster->MasterOfSlot(slot);
   const size_t to = static_cast<size_t>((from + 1) % 3);
   ASSERT_TRUE(cluster->MoveSlot(slot, to).ok());
@@ -174,11 +173,10 @@ TEST(RedisClusterClient, FollowsFailoverAfterAMasterIsKilled) {
   ASSERT_TRUE(client);
   std::vector<uint64_t> blocks;
   for (uint64_t i = 0; i < 300; ++i) blocks.push_back(i);
-  std::vector<std::string> values;
-  PutBlocks(*client, blocks, 256, values);
+  PutBlocks(*client, blocks, 256);
   ASSERT_TRUE(cluster->WaitReplicated(milliseconds(10000)));
 
-  const int slot = KeySlot(KeyOf(0));
+  const int slot = KeySlot(TestKey(0));
   const int victim = cluster->MasterOfSlot(slot);
   const int replica = cluster->ReplicaOf(static_cast<size_t>(victim));
   ASSERT_GE(replica, 0);
@@ -192,7 +190,7 @@ TEST(RedisClusterClient, FollowsFailoverAfterAMasterIsKilled) {
   milliseconds slowest{0};
   const bool served = testing::PollUntil(milliseconds(10000), [&] {
     const auto start = Clock::now();
-    const auto got = client->Get({KeyOf(0)}, timeout);
+    const auto got = client->Get({TestKey(0)}, timeout);
     slowest = std::max(slowest, std::chrono::duration_cast<milliseconds>(Clock::now() - start));
     return got[0].ok();
   });
@@ -215,17 +213,16 @@ TEST(RedisClusterClient, HungMasterTimesOutThenIsSkippedThenComesBack) {
   auto client = OpenClient(cluster->Seeds(), options);
   ASSERT_TRUE(client);
   // One block on the master to stop and one elsewhere.
-  const int victim = cluster->MasterOfSlot(KeySlot(KeyOf(0)));
+  const int victim = cluster->MasterOfSlot(KeySlot(TestKey(0)));
   uint64_t other = 1;
-  while (cluster->MasterOfSlot(KeySlot(KeyOf(other))) == victim) ++other;
-  std::vector<std::string> values;
-  PutBlocks(*client, {0, other}, 64, values);
+  while (cluster->MasterOfSlot(KeySlot(TestKey(other))) == victim) ++other;
+  PutBlocks(*client, {0, other}, 64);
 
   cluster->node(static_cast<size_t>(victim)).Stop();
   const milliseconds timeout{300};
   for (int call = 0; call < 2; ++call) {
     const auto start = Clock::now();
-    const auto got = client->Get({KeyOf(0), KeyOf(other)}, timeout);
+    const auto got = client->Get({TestKey(0), TestKey(other)}, timeout);
     const auto took = Clock::now() - start;
     EXPECT_EQ(got[0].status().code(), StatusCode::kTimeout) << got[0].status().ToString();
     EXPECT_TRUE(got[1].ok()) << "a healthy node's key is served meanwhile";
@@ -235,14 +232,14 @@ TEST(RedisClusterClient, HungMasterTimesOutThenIsSkippedThenComesBack) {
   EXPECT_EQ(client->stats().breaker_openings, 1u);
   // The breaker is open: no waiting on the hung node at all.
   const auto start = Clock::now();
-  const auto skipped = client->Get({KeyOf(0)}, timeout);
+  const auto skipped = client->Get({TestKey(0)}, timeout);
   EXPECT_EQ(skipped[0].status().code(), StatusCode::kBusy) << skipped[0].status().ToString();
   EXPECT_LT(Clock::now() - start, milliseconds(100));
   EXPECT_EQ(client->stats().open_breakers, 1u);
 
   cluster->node(static_cast<size_t>(victim)).Continue();
   EXPECT_TRUE(testing::PollUntil(milliseconds(5000),
-                                 [&] { return client->Get({KeyOf(0)}, timeout)[0].ok(); }));
+                                 [&] { return client->Get({TestKey(0)}, timeout)[0].ok(); }));
   EXPECT_EQ(client->stats().open_breakers, 0u);
   EXPECT_GE(client->stats().errors_timeout, 2u);
   EXPECT_GE(client->stats().errors_breaker, 1u);
@@ -256,10 +253,9 @@ TEST(RedisClusterClient, WholeClusterDownGivesErrorsNotHangs) {
   ASSERT_TRUE(client);
   std::vector<uint64_t> blocks;
   for (uint64_t i = 0; i < 30; ++i) blocks.push_back(i);
-  std::vector<std::string> values;
-  PutBlocks(*client, blocks, 64, values);
+  PutBlocks(*client, blocks, 64);
   std::vector<std::string> keys;
-  for (const uint64_t i : blocks) keys.push_back(KeyOf(i));
+  for (const uint64_t i : blocks) keys.push_back(TestKey(i));
 
   const milliseconds timeout{300};
   auto expect_bounded_failure = [&](const char* phase) {

@@ -21,6 +21,7 @@ namespace {
 
 using std::chrono::milliseconds;
 using testing::RedisProcess;
+using testing::TestKey;
 using Clock = std::chrono::steady_clock;
 
 constexpr milliseconds kTtl{600'000};
@@ -50,8 +51,6 @@ class SingleServer : public ::testing::Test {
   std::unique_ptr<RedisProcess> server_;
 };
 
-std::string KeyOf(uint64_t i) { return RemoteKey(testing::TestNamespace(), testing::TestBlock(i)); }
-
 TEST_F(SingleServer, RoundTripWithTtlOnAPlainServer) {
   StartServer();
   auto client = OpenOrFail();
@@ -65,21 +64,21 @@ TEST_F(SingleServer, RoundTripWithTtlOnAPlainServer) {
   const std::vector<std::string_view> parts = {
       {reinterpret_cast<const char*>(header.data()), header.size()},
       {reinterpret_cast<const char*>(payload.data()), payload.size()}};
-  EXPECT_EQ(client->Set({{KeyOf(1), parts}}, kTtl, kCallTimeout)[0], Status::Ok());
-  const auto got = client->Get({KeyOf(1), KeyOf(2)}, kCallTimeout);
+  EXPECT_EQ(client->Set({{TestKey(1), parts}}, kTtl, kCallTimeout)[0], Status::Ok());
+  const auto got = client->Get({TestKey(1), TestKey(2)}, kCallTimeout);
   ASSERT_TRUE(got[0].ok()) << got[0].status().ToString();
   EXPECT_EQ(*got[0], testing::TestRecord(1, 100'000));
   EXPECT_EQ(got[1].status().code(), StatusCode::kNotFound);
-  const auto exists = client->Exists({KeyOf(1), KeyOf(2)}, kCallTimeout);
+  const auto exists = client->Exists({TestKey(1), TestKey(2)}, kCallTimeout);
   EXPECT_EQ(exists[0], Status::Ok());
   EXPECT_EQ(exists[1].code(), StatusCode::kNotFound);
 
   // SET ... PX: the key carries the time to live.
-  const auto pttl = testing::Cli(server_->port(), {"PTTL", KeyOf(1)});
+  const auto pttl = testing::Cli(server_->port(), {"PTTL", TestKey(1)});
   ASSERT_TRUE(pttl.ok());
   EXPECT_GT(std::stoll(*pttl), 500'000);
   EXPECT_LE(std::stoll(*pttl), kTtl.count());
-  EXPECT_EQ(client->Set({{KeyOf(3), {"x"}}}, milliseconds(0), kCallTimeout)[0].code(),
+  EXPECT_EQ(client->Set({{TestKey(3), {"x"}}}, milliseconds(0), kCallTimeout)[0].code(),
             StatusCode::kInvalidArgument);
 }
 
@@ -112,7 +111,7 @@ TEST_F(SingleServer, AclUserAndPassword) {
   options.password = "kv-secret";
   auto client = OpenOrFail(options);
   ASSERT_TRUE(client);
-  EXPECT_EQ(client->Set({{KeyOf(1), {"v"}}}, kTtl, kCallTimeout)[0], Status::Ok());
+  EXPECT_EQ(client->Set({{TestKey(1), {"v"}}}, kTtl, kCallTimeout)[0], Status::Ok());
   // The ACL allows kvt1:* only: another key is the server's NOPERM, a permission error.
   EXPECT_EQ(client->Set({{"other", {"v"}}}, kTtl, kCallTimeout)[0].code(),
             StatusCode::kPermissionDenied);
@@ -123,12 +122,12 @@ TEST_F(SingleServer, CorruptedOrForeignValueDecodesAsAnErrorNeverBytes) {
   auto client = OpenOrFail();
   ASSERT_TRUE(client);
   const std::string record = testing::TestRecord(5, 4096);
-  ASSERT_EQ(client->Set({{KeyOf(5), {record}}, {KeyOf(6), {record}}}, kTtl, kCallTimeout)[0],
+  ASSERT_EQ(client->Set({{TestKey(5), {record}}, {TestKey(6), {record}}}, kTtl, kCallTimeout)[0],
             Status::Ok());
   // One payload byte changed in place, as a bit flip or a stray write would.
-  ASSERT_TRUE(testing::Cli(server_->port(), {"SETRANGE", KeyOf(5), "1000", "X"}).ok());
-  ASSERT_TRUE(testing::Cli(server_->port(), {"SET", KeyOf(7), "not a kvtier record"}).ok());
-  const auto got = client->Get({KeyOf(5), KeyOf(6), KeyOf(7)}, kCallTimeout);
+  ASSERT_TRUE(testing::Cli(server_->port(), {"SETRANGE", TestKey(5), "1000", "X"}).ok());
+  ASSERT_TRUE(testing::Cli(server_->port(), {"SET", TestKey(7), "not a kvtier record"}).ok());
+  const auto got = client->Get({TestKey(5), TestKey(6), TestKey(7)}, kCallTimeout);
   ASSERT_TRUE(got[0].ok() && got[1].ok() && got[2].ok());
   const auto ns = testing::TestNamespace();
   EXPECT_EQ(DecodeRecord(*got[0], ns, testing::TestBlock(5)).status().code(),
@@ -174,8 +173,8 @@ TEST_F(SingleServer, ManyCallersShareASmallPool) {
       for (int c = 0; c < kCalls; ++c) {
         const uint64_t block = static_cast<uint64_t>(t * 1000 + c);
         const std::string value = testing::TestRecord(block, 512);
-        if (!client->Set({{KeyOf(block), {value}}}, kTtl, kCallTimeout)[0].ok()) ++wrong;
-        const auto got = client->Get({KeyOf(block)}, kCallTimeout);
+        if (!client->Set({{TestKey(block), {value}}}, kTtl, kCallTimeout)[0].ok()) ++wrong;
+        const auto got = client->Get({TestKey(block)}, kCallTimeout);
         if (!got[0].ok() || *got[0] != value) ++wrong;
       }
     });

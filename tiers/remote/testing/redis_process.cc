@@ -19,30 +19,23 @@ namespace {
 
 using std::chrono::milliseconds;
 
-// Whether a TCP port on 127.0.0.1 can be bound now (it may be taken a moment later: Start retries).
-bool PortFree(uint16_t port) {
+// Whether `op` (::bind or ::connect) succeeds for 127.0.0.1:`port` on a fresh TCP socket.
+bool OnLoopback(uint16_t port, int (*op)(int, const sockaddr*, socklen_t)) {
   const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return false;
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_port = htons(port);
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+  const bool ok = op(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
   ::close(fd);
   return ok;
 }
 
-bool Accepts(uint16_t port) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return false;
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(port);
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  const bool ok = ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
-  ::close(fd);
-  return ok;
-}
+// Whether a TCP port on 127.0.0.1 can be bound now (it may be taken a moment later: Start retries).
+bool PortFree(uint16_t port) { return OnLoopback(port, ::bind); }
+
+bool Accepts(uint16_t port) { return OnLoopback(port, ::connect); }
 
 // A port whose cluster bus port (port + 10000) is free too, from a random start, so that test
 // processes running side by side rarely try the same one.

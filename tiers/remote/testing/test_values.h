@@ -40,6 +40,9 @@ inline std::vector<std::byte> TestPayload(uint64_t i, size_t bytes) {
   return p;
 }
 
+// The key under which TestBlock(i) is stored.
+inline std::string TestKey(uint64_t i) { return RemoteKey(TestNamespace(), TestBlock(i)); }
+
 inline std::string TestRecord(uint64_t i, size_t bytes) {
   return EncodeRecord(TestNamespace(), TestBlock(i), TestPayload(i, bytes));
 }
@@ -49,7 +52,7 @@ inline std::vector<uint64_t> BlocksCoveringEverySlot() {
   std::vector<uint64_t> by_slot(kSlotCount, UINT64_MAX);
   size_t covered = 0;
   for (uint64_t i = 0; covered < by_slot.size(); ++i) {
-    uint64_t& slot = by_slot[KeySlot(RemoteKey(TestNamespace(), TestBlock(i)))];
+    uint64_t& slot = by_slot[KeySlot(TestKey(i))];
     if (slot == UINT64_MAX) {
       slot = i;
       ++covered;
