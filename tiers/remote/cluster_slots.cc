@@ -153,19 +153,19 @@ std::optional<Redirect> ParseRedirect(std::string_view error) {
   const std::optional<int64_t> slot = resp::ParseInt64(error.substr(0, space));
   if (!slot || *slot < 0 || *slot >= kSlotCount) return std::nullopt;
   r.slot = static_cast<int>(*slot);
-  std::string_view target = error.substr(space + 1);
+  // Redis writes the target as ip:port with an IPv6 address unbracketed ("MOVED 1 ::1:7000"),
+  // and with an empty host for "the node that answered" ("MOVED 3999 :6381", the caller supplies
+  // the host): the port is what follows the last colon.
+  const std::string_view target = error.substr(space + 1);
   const size_t colon = target.rfind(':');
   if (colon == std::string_view::npos) return std::nullopt;
-  if (colon == 0) {
-    // "MOVED 3999 :6381": the caller supplies the host.
-    const auto port = resp::ParseInt64(target.substr(1));
-    if (!port || *port <= 0 || *port > 65535) return std::nullopt;
-    r.target = HostPort{"", static_cast<uint16_t>(*port)};
-    return r;
+  const auto port = resp::ParseInt64(target.substr(colon + 1));
+  if (!port || *port <= 0 || *port > 65535) return std::nullopt;
+  std::string_view host = target.substr(0, colon);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
   }
-  auto parsed = ParseHostPort(target);
-  if (!parsed.ok()) return std::nullopt;
-  r.target = std::move(parsed).value();
+  r.target = HostPort{std::string(host), static_cast<uint16_t>(*port)};
   return r;
 }
 

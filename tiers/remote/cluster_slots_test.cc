@@ -26,6 +26,18 @@ TEST(ClusterSlots, HashTagsAreHonoured) {
   EXPECT_EQ(KeySlot("foo{bar"), Crc16("foo{bar") % kSlotCount);  // no closing brace
 }
 
+// Redis does not bracket an IPv6 address in a redirect: the port follows the last colon.
+TEST(ClusterSlots, ParsesARedirectToAnIpv6Node) {
+  auto moved = ParseRedirect("MOVED 5 ::1:7000");
+  ASSERT_TRUE(moved);
+  EXPECT_EQ(moved->target.host, "::1");
+  EXPECT_EQ(moved->target.port, 7000);
+  EXPECT_EQ(moved->target.ToString(), "[::1]:7000");
+  auto ask = ParseRedirect("ASK 5 fe80::2:6379");
+  ASSERT_TRUE(ask);
+  EXPECT_EQ(ask->target.host, "fe80::2");
+}
+
 TEST(ClusterSlots, ParsesMovedAndAskIncludingAnUnknownEndpoint) {
   auto moved = ParseRedirect("MOVED 3999 127.0.0.1:6381");
   ASSERT_TRUE(moved);
@@ -37,8 +49,8 @@ TEST(ClusterSlots, ParsesMovedAndAskIncludingAnUnknownEndpoint) {
   EXPECT_EQ(ask->kind, Redirect::Kind::kAsk);
   EXPECT_EQ(ask->target.host, "");
   EXPECT_EQ(ask->target.port, 7000);
-  for (const char* bad :
-       {"ERR x", "MOVED", "MOVED 16384 a:1", "MOVED x a:1", "ASK 1 a", "MOVED 1"}) {
+  for (const char* bad : {"ERR x", "MOVED", "MOVED 16384 a:1", "MOVED x a:1", "ASK 1 a", "MOVED 1",
+                          "MOVED 1 a:0", "MOVED 1 a:x"}) {
     EXPECT_FALSE(ParseRedirect(bad)) << bad;
   }
 }
