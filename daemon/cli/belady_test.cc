@@ -3,7 +3,6 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <filesystem>
 #include <map>
 #include <random>
 #include <set>
@@ -181,9 +180,7 @@ TEST(BeladyBoundTest, AtLeastEveryPolicyOnRandomPrefixTraces) {
 }
 
 TEST(BeladyBoundTest, AtLeastEveryPolicyOnTheMooncakeTrace) {
-  const std::string path = std::string(KVTIER_TRACE_DIR) + "/mooncake_conversation_trace.jsonl";
-  if (!std::filesystem::exists(path)) GTEST_SKIP() << "no trace at " << path;
-  auto trace = ReadTrace(path, /*max_requests=*/3000);
+  auto trace = testing::MooncakeTraceHead(3000);
   ASSERT_TRUE(trace.ok()) << trace.status().ToString();
   for (size_t capacity : {100, 1000, 5000}) {
     ExpectAtLeastEveryPolicy(*trace, capacity);
