@@ -14,7 +14,7 @@ const std::string kTestData = KVTIER_CLI_TESTDATA;
 SimulateFlags ThreeRequests() {
   SimulateFlags flags;
   flags.trace_path = kTestData + "/three_requests.jsonl";
-  flags.capacity_blocks = 3;
+  flags.options.capacity_blocks = 3;
   return flags;
 }
 
@@ -41,8 +41,8 @@ TEST(SimulateCommandTest, JsonHasTheDocumentedFields) {
 TEST(SimulateCommandTest, JsonLeadsWithTheChosenMetricAndReportsTheRate) {
   SimulateFlags flags = ThreeRequests();
   flags.metric = "prefill";
-  flags.cost_linear = 1.0;
-  flags.cost_quadratic = 0.0;  // then saved prefill is proportional to hit tokens
+  flags.options.cost.linear = 1.0;
+  flags.options.cost.quadratic = 0.0;  // then saved prefill is proportional to hit tokens
   nlohmann::json j = RunJson(flags);
   EXPECT_EQ(j["metric"], "prefill");
   EXPECT_DOUBLE_EQ(j["metric_ratio"].get<double>(), 2048.0 / 4136.0);
@@ -55,7 +55,7 @@ TEST(SimulateCommandTest, JsonLeadsWithTheChosenMetricAndReportsTheRate) {
 // used again, goes: the third request hits all three blocks (LRU: two).
 TEST(SimulateCommandTest, BeladyReportsItsOptimum) {
   SimulateFlags flags = ThreeRequests();
-  flags.policy = "belady";
+  flags.options.policy = "belady";
   nlohmann::json j = RunJson(flags);
   EXPECT_EQ(j["hit_blocks"], 5);
   EXPECT_EQ(j["upper_bound_hit_blocks"], 5);
@@ -71,7 +71,7 @@ TEST(SimulateCommandTest, BeladyReportsItsOptimum) {
 
 TEST(SimulateCommandTest, TableNamesPolicyAndRatios) {
   SimulateFlags flags = ThreeRequests();
-  flags.policy = "arc";
+  flags.options.policy = "arc";
   std::ostringstream out, err;
   ASSERT_EQ(RunSimulate(flags, out, err), 0) << err.str();
   EXPECT_NE(out.str().find("arc"), std::string::npos);
@@ -81,7 +81,7 @@ TEST(SimulateCommandTest, TableNamesPolicyAndRatios) {
 TEST(SimulateCommandTest, MalformedLineFailsNamingFileAndLine) {
   SimulateFlags flags;
   flags.trace_path = kTestData + "/missing_hash_ids.jsonl";
-  flags.capacity_blocks = 10;
+  flags.options.capacity_blocks = 10;
   std::ostringstream out, err;
   EXPECT_EQ(RunSimulate(flags, out, err), 1);
   EXPECT_NE(err.str().find(flags.trace_path + ":3: missing \"hash_ids\""), std::string::npos)
