@@ -42,11 +42,12 @@ Result<SimulationResult> SimulateFile(const std::string& path, const SimulationO
 
 void PrintJson(const SimulateFlags& flags, const Run& run, Metric metric, std::ostream& out) {
   const SimulationResult& r = run.result;
+  const SimulationOptions& o = flags.options;
   nlohmann::ordered_json j;
   j["trace"] = flags.trace_path;
-  j["policy"] = flags.policy;
-  j["capacity_blocks"] = flags.capacity_blocks;
-  j["block_tokens"] = flags.block_tokens;
+  j["policy"] = o.policy;
+  j["capacity_blocks"] = o.capacity_blocks;
+  j["block_tokens"] = o.block_tokens;
   j["metric"] = flags.metric;
   j["metric_ratio"] = r.ratio(metric);
   j["requests"] = r.requests;
@@ -56,8 +57,8 @@ void PrintJson(const SimulateFlags& flags, const Run& run, Metric metric, std::o
   j["input_tokens"] = r.input_tokens;
   j["hit_tokens"] = r.hit_tokens;
   j["token_hit_ratio"] = r.token_hit_ratio();
-  j["cost_linear"] = flags.cost_linear;
-  j["cost_quadratic"] = flags.cost_quadratic;
+  j["cost_linear"] = o.cost.linear;
+  j["cost_quadratic"] = o.cost.quadratic;
   j["prefill_cost"] = r.prefill_cost;
   j["saved_prefill_cost"] = r.saved_prefill_cost;
   j["saved_prefill_ratio"] = r.saved_prefill_ratio();
@@ -81,8 +82,9 @@ void PrintTable(const SimulateFlags& flags, const Run& run, Metric metric, std::
     out << line;
   };
   out << "trace            " << flags.trace_path << "\n";
-  out << "policy           " << flags.policy << ", capacity " << flags.capacity_blocks
-      << " blocks of " << flags.block_tokens << " tokens\n";
+  out << "policy           " << flags.options.policy << ", capacity "
+      << flags.options.capacity_blocks << " blocks of " << flags.options.block_tokens
+      << " tokens\n";
   std::snprintf(line, sizeof(line), "metric           %s: %.2f%%\n", flags.metric.c_str(),
                 100.0 * r.ratio(metric));
   out << line;
@@ -108,12 +110,12 @@ void AddMetricOptions(CLI::App& sub, SimulateFlags& flags) {
                  "Figure to lead with: block hits, token hits, or saved prefill cost")
       ->check(CLI::IsMember(MetricNames()))
       ->capture_default_str();
-  sub.add_option("--cost-linear", flags.cost_linear,
+  sub.add_option("--cost-linear", flags.options.cost.linear,
                  "Prefill cost per prompt token (weights); prefix of n tokens costs "
                  "linear*n + quadratic*n^2")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
-  sub.add_option("--cost-quadratic", flags.cost_quadratic,
+  sub.add_option("--cost-quadratic", flags.options.cost.quadratic,
                  "Prefill cost of attention, per squared prompt token")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
@@ -127,13 +129,8 @@ int RunSimulate(const SimulateFlags& flags, std::ostream& out, std::ostream& err
     err << "kvtier simulate: " << metric.status().message() << "\n";
     return 1;
   }
-  SimulationOptions options;
-  options.capacity_blocks = flags.capacity_blocks;
-  options.policy = flags.policy;
-  options.block_tokens = flags.block_tokens;
-  options.cost = {flags.cost_linear, flags.cost_quadratic};
   const auto start = std::chrono::steady_clock::now();
-  Result<SimulationResult> result = SimulateFile(flags.trace_path, options);
+  Result<SimulationResult> result = SimulateFile(flags.trace_path, flags.options);
   if (!result.ok()) {
     err << "kvtier simulate: " << result.status().message() << "\n";
     return 1;
@@ -156,14 +153,14 @@ Command AddSimulateCommand(CLI::App& app) {
       "Replay a Mooncake-format trace through an eviction policy offline and report "
       "hit ratios");
   sub->add_option("trace", flags->trace_path, "Trace file, one JSON request per line")->required();
-  sub->add_option("--capacity-blocks", flags->capacity_blocks, "Cache capacity in blocks")
+  sub->add_option("--capacity-blocks", flags->options.capacity_blocks, "Cache capacity in blocks")
       ->required()
       ->check(CLI::PositiveNumber);
-  sub->add_option("--policy", flags->policy,
+  sub->add_option("--policy", flags->options.policy,
                   "Eviction policy; belady is the offline optimum (reads the whole trace)")
       ->check(CLI::IsMember(SimulationPolicyNames()))
       ->capture_default_str();
-  sub->add_option("--block-tokens", flags->block_tokens, "Tokens per trace block")
+  sub->add_option("--block-tokens", flags->options.block_tokens, "Tokens per trace block")
       ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 20))
       ->capture_default_str();
   AddMetricOptions(*sub, *flags);

@@ -11,7 +11,6 @@
 // names the file and line), or the simulation fails; CLI11's codes for bad flags.
 #pragma once
 
-#include <cstdint>
 #include <ostream>
 #include <string>
 
@@ -22,12 +21,8 @@ namespace kvtier::cli {
 
 struct SimulateFlags {
   std::string trace_path;
-  size_t capacity_blocks = 0;
-  std::string policy = "lru";
-  uint64_t block_tokens = 512;
+  SimulationOptions options;     // --capacity-blocks, --policy, --block-tokens, --cost-*
   std::string metric = "block";  // see MetricNames()
-  double cost_linear = PrefillCostModel{}.linear;
-  double cost_quadratic = PrefillCostModel{}.quadratic;
   bool json = false;
 };
 

@@ -10,14 +10,25 @@ namespace {
 
 const std::string kTestData = KVTIER_CLI_TESTDATA;
 
-TEST(SimulateCommandTest, JsonHasTheDocumentedFields) {
+// The three-request trace at capacity 3: the flags most tests start from.
+SimulateFlags ThreeRequests() {
   SimulateFlags flags;
   flags.trace_path = kTestData + "/three_requests.jsonl";
-  flags.capacity_blocks = 3;
+  flags.options.capacity_blocks = 3;
+  return flags;
+}
+
+// Runs `flags` with --json, which must succeed without a word on stderr, and parses the report.
+nlohmann::json RunJson(SimulateFlags flags) {
   flags.json = true;
   std::ostringstream out, err;
-  ASSERT_EQ(RunSimulate(flags, out, err), 0) << err.str();
-  nlohmann::json j = nlohmann::json::parse(out.str());
+  EXPECT_EQ(RunSimulate(flags, out, err), 0) << err.str();
+  EXPECT_TRUE(err.str().empty()) << err.str();
+  return nlohmann::json::parse(out.str());
+}
+
+TEST(SimulateCommandTest, JsonHasTheDocumentedFields) {
+  nlohmann::json j = RunJson(ThreeRequests());
   EXPECT_EQ(j["requests"], 3);
   EXPECT_EQ(j["total_blocks"], 9);
   EXPECT_EQ(j["hit_blocks"], 4);
@@ -25,20 +36,14 @@ TEST(SimulateCommandTest, JsonHasTheDocumentedFields) {
   EXPECT_DOUBLE_EQ(j["block_hit_ratio"].get<double>(), 4.0 / 9.0);
   EXPECT_DOUBLE_EQ(j["token_hit_ratio"].get<double>(), 2048.0 / 4136.0);
   EXPECT_EQ(j["policy"], "lru");
-  EXPECT_TRUE(err.str().empty());
 }
 
 TEST(SimulateCommandTest, JsonLeadsWithTheChosenMetricAndReportsTheRate) {
-  SimulateFlags flags;
-  flags.trace_path = kTestData + "/three_requests.jsonl";
-  flags.capacity_blocks = 3;
-  flags.json = true;
+  SimulateFlags flags = ThreeRequests();
   flags.metric = "prefill";
-  flags.cost_linear = 1.0;
-  flags.cost_quadratic = 0.0;  // then saved prefill is proportional to hit tokens
-  std::ostringstream out, err;
-  ASSERT_EQ(RunSimulate(flags, out, err), 0) << err.str();
-  nlohmann::json j = nlohmann::json::parse(out.str());
+  flags.options.cost.linear = 1.0;
+  flags.options.cost.quadratic = 0.0;  // then saved prefill is proportional to hit tokens
+  nlohmann::json j = RunJson(flags);
   EXPECT_EQ(j["metric"], "prefill");
   EXPECT_DOUBLE_EQ(j["metric_ratio"].get<double>(), 2048.0 / 4136.0);
   EXPECT_DOUBLE_EQ(j["saved_prefill_ratio"].get<double>(), 2048.0 / 4136.0);
@@ -49,32 +54,24 @@ TEST(SimulateCommandTest, JsonLeadsWithTheChosenMetricAndReportsTheRate) {
 // Belady on the three requests, capacity 3: after [1 2 4] the cache holds 1 2 3 4, and 4, never
 // used again, goes: the third request hits all three blocks (LRU: two).
 TEST(SimulateCommandTest, BeladyReportsItsOptimum) {
-  SimulateFlags flags;
-  flags.trace_path = kTestData + "/three_requests.jsonl";
-  flags.capacity_blocks = 3;
-  flags.policy = "belady";
-  flags.json = true;
-  std::ostringstream out, err;
-  ASSERT_EQ(RunSimulate(flags, out, err), 0) << err.str();
-  nlohmann::json j = nlohmann::json::parse(out.str());
+  SimulateFlags flags = ThreeRequests();
+  flags.options.policy = "belady";
+  nlohmann::json j = RunJson(flags);
   EXPECT_EQ(j["hit_blocks"], 5);
   EXPECT_EQ(j["upper_bound_hit_blocks"], 5);
   EXPECT_EQ(j["optimal"], true);
   EXPECT_EQ(j["metric"], "block");
   EXPECT_DOUBLE_EQ(j["metric_ratio"].get<double>(), 5.0 / 9.0);
 
-  flags.json = false;
-  std::ostringstream table;
+  std::ostringstream table, err;
   ASSERT_EQ(RunSimulate(flags, table, err), 0) << err.str();
   EXPECT_NE(table.str().find("optimum          exact"), std::string::npos) << table.str();
   EXPECT_NE(table.str().find("metric           block: 55.56%"), std::string::npos) << table.str();
 }
 
 TEST(SimulateCommandTest, TableNamesPolicyAndRatios) {
-  SimulateFlags flags;
-  flags.trace_path = kTestData + "/three_requests.jsonl";
-  flags.capacity_blocks = 3;
-  flags.policy = "arc";
+  SimulateFlags flags = ThreeRequests();
+  flags.options.policy = "arc";
   std::ostringstream out, err;
   ASSERT_EQ(RunSimulate(flags, out, err), 0) << err.str();
   EXPECT_NE(out.str().find("arc"), std::string::npos);
@@ -84,7 +81,7 @@ TEST(SimulateCommandTest, TableNamesPolicyAndRatios) {
 TEST(SimulateCommandTest, MalformedLineFailsNamingFileAndLine) {
   SimulateFlags flags;
   flags.trace_path = kTestData + "/missing_hash_ids.jsonl";
-  flags.capacity_blocks = 10;
+  flags.options.capacity_blocks = 10;
   std::ostringstream out, err;
   EXPECT_EQ(RunSimulate(flags, out, err), 1);
   EXPECT_NE(err.str().find(flags.trace_path + ":3: missing \"hash_ids\""), std::string::npos)

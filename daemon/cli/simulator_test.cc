@@ -3,7 +3,6 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <filesystem>
 #include <random>
 #include <span>
 
@@ -177,9 +176,7 @@ TEST(SimulateLruReferenceTest, MatchesReferenceOnRandomTraces) {
 }
 
 TEST(SimulateLruReferenceTest, MatchesReferenceOnTheMooncakeTrace) {
-  const std::string path = std::string(KVTIER_TRACE_DIR) + "/mooncake_conversation_trace.jsonl";
-  if (!std::filesystem::exists(path)) GTEST_SKIP() << "no trace at " << path;
-  auto trace = ReadTrace(path, /*max_requests=*/2000);
+  auto trace = testing::MooncakeTraceHead(2000);
   ASSERT_TRUE(trace.ok()) << trace.status().ToString();
   for (size_t capacity : {100, 1000, 3000}) {
     SimulationResult r = SimulateOrFail(*trace, capacity);

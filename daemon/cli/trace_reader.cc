@@ -1,5 +1,6 @@
 #include "daemon/cli/trace_reader.h"
 
+#include <algorithm>
 #include <array>
 #include <cerrno>
 #include <cstdint>
@@ -11,19 +12,30 @@ namespace {
 
 using Json = nlohmann::json;
 
+// The required fields, in the order a missing one is reported. Both parsers take the names from
+// here, so they cannot disagree on one.
+struct IntegerField {
+  std::string_view name;
+  uint64_t TraceRequest::*member;
+};
+constexpr IntegerField kIntegerFields[] = {{"timestamp", &TraceRequest::timestamp_ms},
+                                           {"input_length", &TraceRequest::input_tokens},
+                                           {"output_length", &TraceRequest::output_tokens}};
+constexpr std::string_view kHashIds = "hash_ids";
+
 // Reads a required non-negative integer field. Floats and negative numbers are rejected rather
 // than rounded: a trace that has them was not produced by the tools this format comes from.
-Result<uint64_t> UnsignedField(const Json& object, const char* name) {
+Result<uint64_t> UnsignedField(const Json& object, std::string_view name) {
   auto it = object.find(name);
-  if (it == object.end()) return InvalidArgument(std::string("missing \"") + name + "\"");
+  if (it == object.end()) return InvalidArgument("missing \"" + std::string(name) + "\"");
   if (!it->is_number_unsigned()) {
-    return InvalidArgument(std::string("\"") + name + "\" is not a non-negative integer");
+    return InvalidArgument("\"" + std::string(name) + "\" is not a non-negative integer");
   }
   return it->get<uint64_t>();
 }
 
 Result<std::vector<uint64_t>> HashIds(const Json& object) {
-  auto it = object.find("hash_ids");
+  auto it = object.find(kHashIds);
   if (it == object.end()) return InvalidArgument("missing \"hash_ids\"");
   if (!it->is_array()) return InvalidArgument("\"hash_ids\" is not an array");
   std::vector<uint64_t> ids;
@@ -57,7 +69,7 @@ class FastLine {
   bool Parse(TraceRequest& out);
 
  private:
-  static constexpr int kFields = 4;
+  static constexpr size_t kFields = std::size(kIntegerFields) + 1;  // hash_ids last
 
   void SkipSpace() {
     while (i_ < s_.size() &&
@@ -79,6 +91,9 @@ class FastLine {
   bool Unsigned(uint64_t& value);
   bool Ids(std::vector<uint64_t>& ids);
   bool Member(TraceRequest& out, std::array<bool, kFields>& seen);
+  // False for a field seen before on this line: the full parser lets the last one win, so the
+  // fast path gives such a line up.
+  static bool FirstTime(bool& seen) { return !std::exchange(seen, true); }
 
   std::string_view s_;
   size_t i_ = 0;
@@ -141,15 +156,12 @@ bool FastLine::Ids(std::vector<uint64_t>& ids) {
 bool FastLine::Member(TraceRequest& out, std::array<bool, kFields>& seen) {
   std::string_view key;
   if (!String(key) || !Take(':')) return false;
-  uint64_t* const fields[kFields - 1] = {&out.timestamp_ms, &out.input_tokens, &out.output_tokens};
-  static constexpr std::string_view kNames[kFields] = {"timestamp", "input_length", "output_length",
-                                                       "hash_ids"};
-  for (int f = 0; f < kFields; ++f) {
-    if (key != kNames[f]) continue;
-    if (seen[f]) return false;
-    seen[f] = true;
-    return f + 1 < kFields ? Unsigned(*fields[f]) : Ids(out.hash_ids);
+  for (size_t f = 0; f < std::size(kIntegerFields); ++f) {
+    if (key == kIntegerFields[f].name) {
+      return FirstTime(seen[f]) && Unsigned(out.*kIntegerFields[f].member);
+    }
   }
+  if (key == kHashIds) return FirstTime(seen.back()) && Ids(out.hash_ids);
   uint64_t number;
   std::string_view text;
   return Peek('"') ? String(text) : Unsigned(number);
@@ -165,20 +177,7 @@ bool FastLine::Parse(TraceRequest& out) {
   }
   if (!Take('}')) return false;
   SkipSpace();
-  return i_ == s_.size() && seen == std::array<bool, kFields>{true, true, true, true};
-}
-
-Result<TraceRequest> ParseWithDom(std::string_view line) {
-  // Parse without exceptions: a malformed trace is an expected input, not a bug.
-  Json object = Json::parse(line, /*cb=*/nullptr, /*allow_exceptions=*/false);
-  if (object.is_discarded()) return InvalidArgument("not valid JSON");
-  if (!object.is_object()) return InvalidArgument("not a JSON object");
-  TraceRequest request;
-  KVTIER_ASSIGN_OR_RETURN(request.timestamp_ms, UnsignedField(object, "timestamp"));
-  KVTIER_ASSIGN_OR_RETURN(request.input_tokens, UnsignedField(object, "input_length"));
-  KVTIER_ASSIGN_OR_RETURN(request.output_tokens, UnsignedField(object, "output_length"));
-  KVTIER_ASSIGN_OR_RETURN(request.hash_ids, HashIds(object));
-  return request;
+  return i_ == s_.size() && std::all_of(seen.begin(), seen.end(), [](bool b) { return b; });
 }
 
 }  // namespace
@@ -187,7 +186,18 @@ bool ParseTraceLineFast(std::string_view line, TraceRequest& request) {
   return FastLine(line).Parse(request);
 }
 
-Result<TraceRequest> ParseTraceLineFull(std::string_view line) { return ParseWithDom(line); }
+Result<TraceRequest> ParseTraceLineFull(std::string_view line) {
+  // Parse without exceptions: a malformed trace is an expected input, not a bug.
+  Json object = Json::parse(line, /*cb=*/nullptr, /*allow_exceptions=*/false);
+  if (object.is_discarded()) return InvalidArgument("not valid JSON");
+  if (!object.is_object()) return InvalidArgument("not a JSON object");
+  TraceRequest request;
+  for (const IntegerField& field : kIntegerFields) {
+    KVTIER_ASSIGN_OR_RETURN(request.*field.member, UnsignedField(object, field.name));
+  }
+  KVTIER_ASSIGN_OR_RETURN(request.hash_ids, HashIds(object));
+  return request;
+}
 
 Status ParseTraceLineInto(std::string_view line, TraceRequest& request) {
   if (ParseTraceLineFast(line, request)) return Status::Ok();

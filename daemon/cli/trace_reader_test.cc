@@ -4,7 +4,9 @@
 
 #include <cstdio>
 #include <fstream>
+#include <span>
 #include <string>
+#include <utility>
 
 namespace kvtier::cli {
 namespace {
@@ -14,6 +16,16 @@ std::string WriteFile(const std::string& name, const std::string& text) {
   std::string path = ::testing::TempDir() + "/" + name;
   std::ofstream(path, std::ios::binary | std::ios::trunc) << text;
   return path;
+}
+
+// Each line must be rejected as kInvalidArgument with exactly its message.
+void ExpectRejected(std::span<const std::pair<const char*, const char*>> cases) {
+  for (const auto& [line, message] : cases) {
+    auto request = ParseTraceLine(line);
+    ASSERT_FALSE(request.ok()) << line;
+    EXPECT_EQ(request.status().code(), StatusCode::kInvalidArgument) << line;
+    EXPECT_EQ(request.status().message(), message) << line;
+  }
 }
 
 TEST(ParseTraceLineTest, ParsesAllFields) {
@@ -50,12 +62,7 @@ TEST(ParseTraceLineTest, NamesWhatIsWrong) {
       {R"({"timestamp": 0, "input_length": 1,)", "not valid JSON"},
       {R"([1, 2, 3])", "not a JSON object"},
   };
-  for (const auto& [line, message] : cases) {
-    auto request = ParseTraceLine(line);
-    ASSERT_FALSE(request.ok()) << line;
-    EXPECT_EQ(request.status().code(), StatusCode::kInvalidArgument) << line;
-    EXPECT_EQ(request.status().message(), message) << line;
-  }
+  ExpectRejected(cases);
 }
 
 // Lines inside and outside the fast path's subset must parse as the full JSON parser does: the
@@ -105,11 +112,7 @@ TEST(ParseTraceLineTest, FastPathLeavesBadNumbersToTheFullParser) {
       {R"({"timestamp":1,"input_length":1,"output_length":1,"hash_ids":[2.0]})",
        "\"hash_ids\"[0] is not a non-negative integer"},
   };
-  for (const auto& [line, message] : cases) {
-    auto request = ParseTraceLine(line);
-    ASSERT_FALSE(request.ok()) << line;
-    EXPECT_EQ(request.status().message(), message) << line;
-  }
+  ExpectRejected(cases);
 }
 
 TEST(TraceReaderTest, NextIntoReusesTheRequest) {
