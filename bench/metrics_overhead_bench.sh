@@ -12,8 +12,9 @@
 # Both daemons (host tier only) run side by side; each round runs one `kvtier bench` against each,
 # which goes first alternating, so that the two runs of a round see the same load on the machine.
 # Small blocks over the shared-memory path make a run many short commands, so that the
-# per-command cost of timing them shows. On a shared machine single runs spread by +-5%, hence
-# many rounds and the median of their ratios. --quick: 5 rounds of 1,024 blocks per client instead
+# per-command cost of timing them shows. On a shared machine single runs spread widely (by a factor
+# of two on the 2-core machine of bench/README.md), hence many rounds and the median of their
+# ratios. --quick: 5 rounds of 1,024 blocks per client instead
 # of 15 of 4,096. METRICS_BENCH_KEEP=DIR keeps every run's summary there, to look at the spread.
 set -euo pipefail
 cd "$(dirname "$0")/.."

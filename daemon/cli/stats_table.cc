@@ -18,6 +18,13 @@ int64_t Count(const json& j, const char* name) {
   return it->get<int64_t>();
 }
 
+// The string field `name` of `j`, or `absent` when it is missing or not a string (json::value
+// would throw on a field of another type).
+std::string Text(const json& j, const std::string& name, const std::string& absent = "?") {
+  const auto it = j.find(name);
+  return it != j.end() && it->is_string() ? it->get<std::string>() : absent;
+}
+
 std::string CountText(int64_t value) { return value < 0 ? "-" : std::to_string(value); }
 
 std::string BytesText(int64_t value) {
@@ -42,7 +49,7 @@ std::string TierTable(const json& tiers) {
                         "USE", "BLOCKS", "EVICTIONS", "DEMOTED", "PROMOTED");
   for (const json& t : tiers) {
     if (!t.is_object()) continue;
-    const std::string name = t.value("tier", std::string("?"));
+    const std::string name = Text(t, "tier");
     const int64_t used = Count(t, "used_bytes");
     const int64_t capacity = Count(t, "capacity_bytes");
     out += Row("%-6s %12s %12s %7s %10s %10s %10s %10s\n", name.c_str(), BytesText(used).c_str(),
@@ -59,7 +66,7 @@ std::string DeviceLines(const json& tiers) {
   for (const json& t : tiers) {
     const auto device = t.find("device");
     if (!t.is_object() || device == t.end() || !device->is_object() || device->empty()) continue;
-    out += t.value("tier", std::string("?")) + " device:";
+    out += Text(t, "tier") + " device:";
     for (const auto& [name, value] : device->items()) {
       if (!value.is_number()) continue;
       // Counters arrive as JSON doubles; show whole numbers as such (ratios keep their digits).
@@ -76,7 +83,7 @@ std::string DeviceLines(const json& tiers) {
 std::string TierNotes(const json& process) {
   std::string out;
   for (const char* key : {"gpu_tier", "nvme_tier"}) {
-    const std::string note = process.value(key, std::string());
+    const std::string note = Text(process, key, "");
     if (!note.empty()) out += note + "\n";
   }
   return out;
@@ -84,9 +91,9 @@ std::string TierNotes(const json& process) {
 
 // "label" when the namespace has one, else the first 12 hex digits of its id.
 std::string NamespaceName(const json& ns) {
-  std::string label = ns.value("label", std::string());
+  std::string label = Text(ns, "label", "");
   if (!label.empty()) return label.size() > 24 ? label.substr(0, 23) + "~" : label;
-  return ns.value("id", std::string("?")).substr(0, 12);
+  return Text(ns, "id").substr(0, 12);
 }
 
 std::string NamespaceTable(const json& namespaces) {
@@ -131,16 +138,14 @@ std::string LatencyTable(const json& requests, const json& moves) {
   std::string out = Row(kRequestRow, "REQUEST", "PATH", "TIER", "COUNT", "P50 US", "P99 US");
   for (const json& r : requests) {
     if (!r.is_object()) continue;
-    out += Row(kRequestRow, r.value("op", std::string("?")).c_str(),
-               r.value("path", std::string("?")).c_str(), r.value("tier", std::string("?")).c_str(),
+    out += Row(kRequestRow, Text(r, "op").c_str(), Text(r, "path").c_str(), Text(r, "tier").c_str(),
                CountText(Count(r, "count")).c_str(), Micros(r, "p50_us").c_str(),
                Micros(r, "p99_us").c_str());
   }
   out += Row(kMoveRow, "MOVE", "FROM", "TO", "BLOCKS", "BYTES", "P50 US", "P99 US");
   for (const json& m : moves) {
     if (!m.is_object()) continue;
-    out += Row(kMoveRow, m.value("kind", std::string("?")).c_str(),
-               m.value("from", std::string("?")).c_str(), m.value("to", std::string("?")).c_str(),
+    out += Row(kMoveRow, Text(m, "kind").c_str(), Text(m, "from").c_str(), Text(m, "to").c_str(),
                CountText(Count(m, "blocks")).c_str(), BytesText(Count(m, "bytes")).c_str(),
                Micros(m, "p50_us").c_str(), Micros(m, "p99_us").c_str());
   }

@@ -74,6 +74,19 @@ TEST(StatsTableTest, ShowsLatencyPercentilesOfRequestsAndMoves) {
       << *table;
 }
 
+// A field of an unexpected type (another server, another version) is shown as "?", as a missing
+// one is: nlohmann's value() threw on it, out of the CLI.
+TEST(StatsTableTest, NamesOfAnotherTypeShowAsQuestionMarks) {
+  Result<std::string> table = FormatStatsTable(R"({
+    "tiers": [{"tier": 1}], "process": {"gpu_tier": false},
+    "namespaces": [{"id": 7, "label": null}],
+    "requests": [{"op": 5, "path": [], "tier": {}, "count": 1}],
+    "moves": [{"kind": 1, "from": 2, "to": 3, "blocks": 1, "bytes": 1}]})");
+  ASSERT_TRUE(table.ok());
+  EXPECT_NE(table->find("?       ?        ?              1"), std::string::npos) << *table;
+  EXPECT_NE(table->find("?         ?     ?              1"), std::string::npos) << *table;
+}
+
 TEST(StatsTableTest, NotJsonIsAnError) {
   EXPECT_EQ(FormatStatsTable("not json").status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(FormatStatsTable("[1, 2]").status().code(), StatusCode::kInvalidArgument);

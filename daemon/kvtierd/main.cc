@@ -190,9 +190,10 @@ int Run(const config::DaemonConfig& c) {
   }
   // Before the server: requests wake the mover from their first command on.
   std::unique_ptr<mover::TierMover> mover;
+  const bool below_host = (*store)->HostHasTierBelow();  // NVMe, or the remote tier
   const mover::TierMover::Options mover_options =
-      MoverOptionsFrom(c, tiers.nvme != nullptr || tiers.remote != nullptr, tiers.gpu != nullptr);
-  if (tiers.nvme || tiers.remote || mover_options.gpu_promotion) {
+      MoverOptionsFrom(c, below_host, tiers.gpu != nullptr);
+  if (below_host || mover_options.gpu_promotion) {
     mover = std::make_unique<mover::TierMover>(**store, mover_options);
     (*store)->SetMoverWakeup([m = mover.get()] { m->Wake(); });
   }

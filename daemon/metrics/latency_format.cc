@@ -2,15 +2,20 @@
 
 #include <cmath>
 #include <cstdio>
+#include <string_view>
+
+#include "daemon/metrics/prometheus_text.h"
 
 namespace kvtier::metrics {
 namespace {
 
 using nlohmann::json;
+using prometheus::Header;
+using prometheus::Sample;
 
-constexpr const char* kRequestMetric = "kvtier_request_duration_seconds";
-constexpr const char* kMoveMetric = "kvtier_tier_move_duration_seconds";
-constexpr const char* kMovedBytesMetric = "kvtier_tier_moved_bytes_total";
+constexpr std::string_view kRequestMetric = "kvtier_request_duration_seconds";
+constexpr std::string_view kMoveMetric = "kvtier_tier_move_duration_seconds";
+constexpr std::string_view kMovedBytesMetric = "kvtier_tier_moved_bytes_total";
 
 // Microseconds rounded to a tenth: the buckets are factors of two wide, more digits mean nothing.
 double RoundedMicros(double us) { return std::round(us * 10) / 10; }
@@ -33,27 +38,17 @@ std::string MoveLabelText(const store::MoveSeries& m, bool with_kind) {
          std::string(TierName(m.to)) + "\"";
 }
 
-void Header(std::string& out, const char* name, const char* type, const char* help) {
-  out += std::string("# HELP ") + name + " " + help + "\n";
-  out += std::string("# TYPE ") + name + " " + type + "\n";
-}
-
-void Line(std::string& out, const char* name, const char* suffix, const std::string& labels,
-          const char* format, double value) {
-  char text[64];
-  std::snprintf(text, sizeof text, format, value);
-  out.append(name).append(suffix).append("{").append(labels).append("} ").append(text).append("\n");
-}
-
 // One histogram series: cumulative `le` buckets (the last is +Inf, the count), _sum, _count.
-void HistogramSeries(std::string& out, const char* name, const std::string& labels,
+void HistogramSeries(std::string& out, std::string_view name, const std::string& labels,
                      const LatencySnapshot& h) {
+  const std::string metric(name);
+  const std::string bucket = metric + "_bucket";
   for (size_t b = 0; b < kLatencyBuckets; ++b) {
-    Line(out, name, "_bucket", labels + ",le=\"" + LatencyBucketLabel(b) + "\"", "%.0f",
-         static_cast<double>(h.CumulativeCount(b)));
+    Sample(out, bucket, labels + ",le=\"" + LatencyBucketLabel(b) + "\"",
+           static_cast<double>(h.CumulativeCount(b)), "%.0f");
   }
-  Line(out, name, "_sum", labels, "%.9g", h.sum_seconds());
-  Line(out, name, "_count", labels, "%.0f", static_cast<double>(h.count()));
+  Sample(out, metric + "_sum", labels, h.sum_seconds(), "%.9g");
+  Sample(out, metric + "_count", labels, static_cast<double>(h.count()), "%.0f");
 }
 
 std::string InfoSummary(const LatencySnapshot& h) {
@@ -108,7 +103,7 @@ void AppendLatencyPrometheus(std::string& out, const std::vector<RequestLatencyS
   }
   Header(out, kMovedBytesMetric, "counter", "Block bytes moved from one tier to another.");
   for (const store::MoveSeries& m : moves) {
-    Line(out, kMovedBytesMetric, "", MoveLabelText(m, false), "%.0f", static_cast<double>(m.bytes));
+    Sample(out, kMovedBytesMetric, MoveLabelText(m, false), static_cast<double>(m.bytes), "%.0f");
   }
 }
 

@@ -4,18 +4,19 @@
 #include <nlohmann/json.hpp>
 
 #include "daemon/metrics/latency_format.h"
+#include "daemon/metrics/prometheus_text.h"
 
 namespace kvtier::metrics {
 namespace {
 
 using nlohmann::json;
+using prometheus::Escape;
+using prometheus::Header;
+using prometheus::Sample;
 
 std::string NamespaceLabel(const store::NamespaceStats& ns) {
   return ns.label.empty() ? ns.id.ToHex() : ns.label;
 }
-
-// Escapes a label value per the exposition format (backslash, quote, newline).
-std::string Escape(const std::string& v);
 
 // `namespace="<label>",ns_id="<hex>"`. The human label alone is not unique (two tenants of one
 // model differ only in their salt), and Prometheus rejects a scrape with duplicate series; the id
@@ -182,9 +183,14 @@ const TotalField kTotalFields[] = {
      &store::StoreStats::remote_fetch_errors},
 };
 
+// Named counters (a tier's device counters, the remote client's) as one JSON object.
+json CountersJson(const std::vector<std::pair<std::string, double>>& counters) {
+  json out = json::object();
+  for (const auto& [name, value] : counters) out[name] = value;
+  return out;
+}
+
 json TierJson(const store::TierStatsSnapshot& t) {
-  json device = json::object();
-  for (const auto& [name, value] : t.device) device[name] = value;
   json out = {{"tier", TierName(t.tier)}};
   for (const TierField& f : kTierFields) {
     if (f.ratio) {
@@ -193,7 +199,7 @@ json TierJson(const store::TierStatsSnapshot& t) {
       out[f.json] = static_cast<uint64_t>(f.get(t));
     }
   }
-  out["device"] = device;
+  out["device"] = CountersJson(t.device);
   return out;
 }
 
@@ -215,36 +221,6 @@ json TotalsJson(const store::StoreStats& s) {
   return out;
 }
 
-// Appends one Prometheus sample line; `labels` is "" or `tier="host"`-style text.
-void Sample(std::string& out, const char* name, const std::string& labels, double value) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.17g", value);
-  out += name;
-  if (!labels.empty()) out += "{" + labels + "}";
-  out += " ";
-  out += buf;
-  out += "\n";
-}
-
-void Header(std::string& out, const char* name, const char* type, const char* help) {
-  out += std::string("# HELP ") + name + " " + help + "\n";
-  out += std::string("# TYPE ") + name + " " + type + "\n";
-}
-
-// Escapes a label value per the exposition format (backslash, quote, newline).
-std::string Escape(const std::string& v) {
-  std::string out;
-  for (char c : v) {
-    if (c == '\\' || c == '"') out += '\\';
-    if (c == '\n') {
-      out += "\\n";
-      continue;
-    }
-    out += c;
-  }
-  return out;
-}
-
 }  // namespace
 
 std::string StatsToJson(const store::StoreStats& stats, const ProcessInfo& process) {
@@ -254,9 +230,7 @@ std::string StatsToJson(const store::StoreStats& stats, const ProcessInfo& proce
   doc["namespaces"] = json::array();
   for (const auto& ns : stats.namespaces) doc["namespaces"].push_back(NamespaceJson(ns));
   doc["totals"] = TotalsJson(stats);
-  json remote = json::object();
-  for (const auto& [name, value] : stats.remote_client) remote[name] = value;
-  doc["remote_client"] = remote;
+  doc["remote_client"] = CountersJson(stats.remote_client);
   doc["process"] = {{"version", process.version},
                     {"uptime_s", process.uptime_s},
                     {"connected_clients", process.connected_clients},
@@ -358,6 +332,14 @@ std::string StatsToInfoSection(const store::StoreStats& stats, const ProcessInfo
   auto field = [&out](const std::string& name, const std::string& value) {
     out += name + ":" + value + "\r\n";
   };
+  auto counters = [&field](const std::string& prefix,
+                           const std::vector<std::pair<std::string, double>>& named) {
+    for (const auto& [name, value] : named) {
+      char text[32];
+      std::snprintf(text, sizeof text, "%.15g", value);
+      field(prefix + name, text);
+    }
+  };
   // The same fields as the JSON views, under their JSON names (tier fields prefixed by the tier).
   for (const TotalField& f : kTotalFields) field(f.json, std::to_string(stats.*f.field));
   for (const auto& t : stats.tiers) {
@@ -367,17 +349,9 @@ std::string StatsToInfoSection(const store::StoreStats& stats, const ProcessInfo
       std::snprintf(text, sizeof text, f.ratio ? "%.4f" : "%.0f", f.get(t));
       field(p + f.json, text);
     }
-    for (const auto& [name, value] : t.device) {
-      char text[32];
-      std::snprintf(text, sizeof text, "%.15g", value);
-      field(p + name, text);
-    }
+    counters(p, t.device);
   }
-  for (const auto& [name, value] : stats.remote_client) {
-    char text[32];
-    std::snprintf(text, sizeof text, "%.15g", value);
-    field("remote_client_" + name, text);
-  }
+  counters("remote_client_", stats.remote_client);
   for (const auto& ns : stats.namespaces) {
     char ratio[32];
     std::snprintf(ratio, sizeof ratio, "%.4f", ns.block_hit_ratio());

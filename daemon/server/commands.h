@@ -105,6 +105,13 @@ struct CommandContext {
   void Found(TierId tier) {
     if (timed) timed->Found(tier);
   }
+  // For reads: Acquire answered `read` kPending, the block comes up from below the host tier and
+  // the wait is this command's latency, recorded as nvme. A block fetched from the remote tier
+  // answers kPending too and is recorded as nvme as well: the status does not say which tier the
+  // read waits for.
+  void FoundPending(const Status& read) {
+    if (read.code() == StatusCode::kPending) Found(TierId::kNvme);
+  }
 
   // True when the buffered reply bytes (queued leased payloads included) reached the client's
   // in-flight limit.

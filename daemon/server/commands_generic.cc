@@ -118,8 +118,7 @@ Status AppendValue(CommandContext& ctx, std::string_view key) {
   // Read into the reply, from host memory: its reads never promote the value to the GPU pool.
   Result<store::Lease> lease =
       store.Acquire(ctx.server.generic_ns, block_key, store::Store::Reader::kHostMemory);
-  // kPending: on NVMe, and the wait for its read is this get's latency.
-  if (lease.status().code() == StatusCode::kPending) ctx.Found(TierId::kNvme);
+  ctx.FoundPending(lease.status());
   if (!lease.ok()) return lease.status();
   Status st =
       AppendLeasedBulk(ctx, *lease, kGenericValueHeaderBytes, [](std::span<const std::byte> b) {

@@ -174,7 +174,7 @@ Progress Get(CommandContext& ctx, Command& cmd) {
                     : ctx.server.store.Acquire(ns->id, PackedKey(cmd.args[2], ctx.cursor),
                                                store::Store::Reader::kHostMemory);
     // On NVMe: the mover reads it up while this connection waits (and the thread serves others).
-    if (lease.status().code() == StatusCode::kPending) ctx.Found(TierId::kNvme);
+    ctx.FoundPending(lease.status());
     if (ctx.WaitsForMover(lease.status())) {
       if (!waited) PrefetchRestOfPrefix(ctx, ns->id, cmd.args[2], ctx.cursor + 1, count);
       return Progress::kRetryLater;

@@ -114,8 +114,7 @@ std::string_view AcquireOne(CommandContext& ctx, const NamespaceId& ns, const Bl
                                ctx.session.gpu_pool_attached() ? store::Store::Reader::kGpuPool
                                                                : store::Store::Reader::kHostMemory);
   if (lease.status().code() == StatusCode::kPending) {
-    // Below the host tier (on NVMe): the wait for its read is this get's latency.
-    ctx.Found(TierId::kNvme);
+    ctx.FoundPending(lease.status());
     // Not in memory in time: a miss the engine recomputes.
     return ctx.WaitsForMover(lease.status()) ? kPendingWord : "NOTFOUND";
   }
@@ -164,7 +163,7 @@ Progress Acquire(CommandContext& ctx, Command& cmd) {
 }
 
 // KVT.COMMIT, KVT.ABORT and KVT.RELEASE: parse every id first (one bad id fails the command and
-// changes nothing), then finish each and answer its status word. ctx.tally counts the OKs.
+// changes nothing), then finish each and answer its status word.
 template <bool (Session::*kTake)(uint64_t), Status (*kFinish)(CommandContext&, uint64_t)>
 Progress FinishIds(CommandContext& ctx, Command& cmd) {
   std::vector<uint64_t> ids;
@@ -182,25 +181,26 @@ Progress FinishIds(CommandContext& ctx, Command& cmd) {
     Status st =
         (ctx.session.*kTake)(id) ? kFinish(ctx, id) : NotFound("not held by this connection");
     ctx.reply.AppendSimpleString(StatusWord(st.code()));
-    ctx.tally += st.ok() ? 1 : 0;
   }
   return Progress::kDone;
 }
 
 Status Commit(CommandContext& ctx, uint64_t id) {
   Status committed = ctx.server.store.CommitPut(id);
-  if (committed.ok()) ctx.NoteCommit(id);
+  if (committed.ok()) {
+    ctx.NoteCommit(id);
+    // Its block is in the arena: ReserveOne hands out no other slot.
+    if (ctx.server.arena != nullptr) ctx.Found(ctx.server.arena->id());
+  }
   return committed;
 }
 Status Abort(CommandContext& ctx, uint64_t id) { return ctx.server.store.AbortPut(id); }
 Status Release(CommandContext& ctx, uint64_t id) { return ctx.server.store.Release(id); }
 
-// KVT.COMMIT, timed: its blocks are in the arena (ReserveOne hands out no other slot).
+// KVT.COMMIT, timed (Commit reports the tier of each block it commits).
 Progress CommitIds(CommandContext& ctx, Command& cmd) {
   ctx.Time(metrics::RequestOp::kCommit, metrics::RequestPath::kShm);
-  const Progress progress = FinishIds<&Session::TakeReservation, Commit>(ctx, cmd);
-  if (ctx.tally > 0 && ctx.server.arena != nullptr) ctx.Found(ctx.server.arena->id());
-  return progress;
+  return FinishIds<&Session::TakeReservation, Commit>(ctx, cmd);
 }
 
 constexpr CommandSpec kCommands[] = {

@@ -84,6 +84,11 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // After a handler that committed puts with a write-through pending (CommandContext::
   // write_throughs): waits, without blocking the thread, until their NVMe copies are made.
   Awaitable<bool> AwaitWriteThroughs(CommandContext& ctx);
+  // The pause of a command that tries again: kRetryPause, or for one that waits for the mover
+  // (RunHandler's kRetryLater with waits_for_mover_now, AwaitWriteThroughs) up to
+  // kMoverRetryPause, cut short by the mover's progress since `mover_generation` (none at all
+  // when it moved something since). false: the connection is closing.
+  Awaitable<bool> PauseBeforeRetry(bool for_mover, uint64_t mover_generation);
   Awaitable<bool> FailProtocol(const Status& status);
   // Writes the buffered replies. false: the write failed (the peer is gone) or a leased payload's
   // lease lapsed (the connection must close before the reply completes).

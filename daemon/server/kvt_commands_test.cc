@@ -4,6 +4,7 @@
 #include "daemon/server/generic_keyspace.h"
 #include "daemon/server/test_client.h"
 #include "hashing/namespace_descriptor.h"
+#include "tests/fakes/fake_tier.h"
 
 namespace kvtier::server {
 namespace {
@@ -163,6 +164,28 @@ TEST(KvtCommandsLatencyTest, HistogramsOffTimeNothing) {
   EXPECT_EQ(c.Call({"KVT.PUT", ns, PackKeys(Keys({0})), Payload(0)}), "*1\r\n+OK\r\n");
   EXPECT_EQ(c.Call({"KVT.GET", ns, PackKeys(Keys({0}))}), "*1\r\n" + Bulk(Payload(0)));
   EXPECT_TRUE(ts.server().ProcessInfo().requests.empty());
+}
+
+// With nvme.write_through a put is acknowledged only once the mover made its NVMe copy, so that
+// an acknowledged put survives a crash (Connection::AwaitWriteThroughs). Nothing runs the mover
+// here until the test does its work.
+TEST(KvtCommandsWriteThroughTest, APutIsAcknowledgedOnlyOnceItsCopyIsMade) {
+  store::StoreOptions store_options;
+  store_options.background_disk_moves = true;
+  store_options.nvme_write_through = true;
+  TestServer ts(ServerOptions{}, store_options,
+                std::make_unique<::kvtier::testing::FakeTier>(TierId::kNvme, 1 << 20,
+                                                              /*addressable=*/false));
+  ASSERT_TRUE(ts.status().ok()) << ts.status().ToString();
+  TestClient c = ts.ConnectUnix();
+  const std::string ns = ExpectedNamespace();
+  ASSERT_EQ(c.Call(RegisterArgs()).substr(0, 4), "*4\r\n");
+  ASSERT_TRUE(c.Send(testing::Resp({"KVT.PUT", ns, PackKeys(Keys({0})), Payload(0)})));
+  ASSERT_TRUE(testing::WaitFor([&] { return ts.store().Stats().committed_puts == 1; }));
+  EXPECT_EQ(c.ReadReply(std::chrono::milliseconds(200)), "") << "acknowledged before its copy";
+  ts.store().WriteThrough(ts.store().TakeWriteThroughRequests(8));
+  EXPECT_EQ(c.ReadReply(), "*1\r\n+OK\r\n");
+  EXPECT_EQ(ts.store().Stats().write_throughs, 1u);
 }
 
 TEST_F(KvtCommandsTest, GetStopsAtTheFirstMiss) {

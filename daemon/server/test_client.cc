@@ -229,6 +229,14 @@ TestServer::TestServer(ServerOptions options, std::unique_ptr<tiers::DeviceTier>
   status_ = Init(/*with_arena=*/true, uint64_t{64} << 20, std::move(gpu_pool));
 }
 
+TestServer::TestServer(ServerOptions options, store::StoreOptions store_options,
+                       std::unique_ptr<tiers::Tier> below_host)
+    : options_(std::move(options)),
+      store_options_(std::move(store_options)),
+      below_host_(std::move(below_host)) {
+  status_ = Init(/*with_arena=*/true, uint64_t{64} << 20, nullptr);
+}
+
 Status TestServer::Init(bool with_arena, uint64_t capacity_bytes,
                         std::unique_ptr<tiers::DeviceTier> gpu) {
   char dir[] = "/tmp/kvtier-server-test-XXXXXX";
@@ -243,7 +251,8 @@ Status TestServer::Init(bool with_arena, uint64_t capacity_bytes,
   gpu_ = std::move(gpu);
   std::vector<tiers::Tier*> chain = {tier_.get()};
   if (gpu_ != nullptr) chain.insert(chain.begin(), gpu_.get());
-  KVTIER_ASSIGN_OR_RETURN(store_, store::Store::Create({}, chain, clock_));
+  if (below_host_ != nullptr) chain.push_back(below_host_.get());
+  KVTIER_ASSIGN_OR_RETURN(store_, store::Store::Create(store_options_, chain, clock_));
   KVTIER_ASSIGN_OR_RETURN(
       server_, Server::Create(options_, *store_, with_arena ? tier_.get() : nullptr, gpu_.get()));
   return server_->Start();
@@ -253,6 +262,7 @@ TestServer::~TestServer() {
   if (server_) server_->Stop();
   server_.reset();
   store_.reset();
+  below_host_.reset();
   tier_.reset();
   gpu_.reset();
   std::error_code ec;

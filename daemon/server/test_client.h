@@ -114,6 +114,11 @@ class TestServer {
   // With the given GPU tier (a GpuTier, on a machine with a device) above a 64 MiB host arena,
   // shared with clients.
   TestServer(ServerOptions options, std::unique_ptr<tiers::DeviceTier> gpu_pool);
+  // With `below_host` (a FakeTier standing in for NVMe, say) below a 64 MiB host arena and the
+  // store built with `store_options`. Nothing runs the tier mover: a test does its work itself
+  // (Store::WriteThrough, Store::Fetch, ...).
+  TestServer(ServerOptions options, store::StoreOptions store_options,
+             std::unique_ptr<tiers::Tier> below_host);
   ~TestServer();
 
   // OK when the server runs; every accessor below needs it.
@@ -148,6 +153,8 @@ class TestServer {
 
   std::unique_ptr<tiers::DeviceTier> gpu_;
   std::unique_ptr<tiers::HostTier> tier_;
+  store::StoreOptions store_options_;
+  std::unique_ptr<tiers::Tier> below_host_;
   std::unique_ptr<store::Store> store_;
   std::unique_ptr<Server> server_;
   Status status_;
