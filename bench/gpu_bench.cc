@@ -314,8 +314,7 @@ IpcFigures MeasureIpc(const char* self, size_t blocks, int reps) {
   if (::mkdtemp(dir.data()) == nullptr) Die("mkdtemp", ErrnoStatus(errno, "mkdtemp"));
   server::ServerOptions server_options;
   server_options.unix_path = dir + "/kvtierd.sock";
-  auto server =
-      Check(server::Server::Create(server_options, *store, host.get(), gpu.get()), "server");
+  auto server = Check(server::Server::Create(server_options, *store), "server");
   Check(server->Start(), "start the server");
   const std::string out = RunIpcChild(self, "unix://" + server_options.unix_path, blocks, reps);
   server->Stop();

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <functional>
 #include <span>
+#include <string>
 #include <string_view>
 
 #include "common/keys.h"
@@ -52,6 +53,22 @@ struct TierStats {
   // 1 - used / reserved: the share of set-aside space that holds no block bytes (slot rounding
   // and empty slots in partly used slabs). 0 when nothing is reserved.
   double fragmentation = 0.0;
+};
+
+// How a client on the node maps a tier's memory, so that it reads leased blocks (and writes
+// reserved ones) at its own base plus the extent's offset.
+enum class PoolExportKind : uint8_t {
+  kCudaIpc,  // GpuTier: ipc_handle holds cuda::IpcExport's bytes, opened with cuda::IpcImport
+  kMemfd,    // the host arena, FakeGpuTier: fd is a memfd of the tier's memory, mmap(MAP_SHARED)
+};
+
+// What Tier::ExportForClients() hands out.
+struct PoolExport {
+  PoolExportKind kind = PoolExportKind::kMemfd;
+  uint64_t pool_bytes = 0;
+  int device = -1;         // the CUDA device ordinal; -1 for host memory and the fake
+  std::string ipc_handle;  // kCudaIpc only: cuda::kIpcHandleBytes bytes
+  int fd = -1;             // kMemfd only: borrowed; the tier owns it and keeps it open
 };
 
 class Tier {
@@ -107,6 +124,14 @@ class Tier {
   // host arena, or a HostTier standing in for another tier); nullptr for tiers that are not (NVMe,
   // the GPU pool, and FakeGpuTier, which behaves like the pool: tiers/gpu/device_tier.h).
   virtual std::byte* Address(const Extent& extent) { return nullptr; }
+
+  // The tier's whole memory, exported for clients on the node (the shared-memory path: the host
+  // arena for KVT.ATTACH, the GPU pool for KVT.GPUATTACH). Made on first use and kept for the
+  // tier's lifetime: every call returns the same export. kRejected for tiers that cannot be
+  // mapped by another process (NVMe); an export's own errors otherwise (a CUDA IPC failure).
+  virtual Result<PoolExport> ExportForClients() {
+    return Status(StatusCode::kRejected, "this tier cannot be mapped by clients");
+  }
 
   // The range of this tier's space that is given back as a whole once every block in it is freed
   // (a slab, for slab allocators), containing `extent`. The store evicts every block in that range

@@ -201,8 +201,9 @@ int Run(const config::DaemonConfig& c) {
   server::ServerOptions server_options = ServerOptionsFrom(c);
   server_options.gpu_tier_note = tiers.gpu_note;
   server_options.nvme_tier_note = tiers.nvme_note;
-  // The GPU tier is shared with clients that ask (KVT.GPUATTACH); they then lease its blocks too.
-  auto server = server::Server::Create(server_options, **store, tiers.host.get(), tiers.gpu.get());
+  // The host arena and the GPU tier are shared with clients that ask (KVT.ATTACH,
+  // KVT.GPUATTACH); they then lease and reserve their blocks through shared memory.
+  auto server = server::Server::Create(server_options, **store);
   if (!server.ok()) {
     spdlog::error("{}", server.status().ToString());
     return 1;

@@ -9,7 +9,7 @@
 #include "daemon/server/commands.h"
 #include "daemon/server/kvt_args.h"
 #include "daemon/server/wire.h"
-#include "tiers/gpu/device_tier.h"
+#include "daemon/store/store.h"
 
 namespace kvtier::server {
 namespace {
@@ -29,7 +29,7 @@ std::string_view KindName(tiers::PoolExportKind kind) {
 
 Progress GpuAttach(CommandContext& ctx, Command&) {
   if (RefuseOffTheUnixSocket(ctx, "KVT.GPUATTACH")) return Progress::kDone;
-  if (ctx.server.gpu_pool == nullptr) {
+  if (!ctx.server.gpu_pool_shared) {
     // The note says why ("no GPU tier: built without CUDA ..."), as INFO does.
     const std::string& note = ctx.server.options.gpu_tier_note;
     ctx.reply.AppendError(
@@ -41,7 +41,7 @@ Progress GpuAttach(CommandContext& ctx, Command&) {
     ctx.reply.AppendError("SHUTDOWN KVT.GPUATTACH: kvtierd is stopping");
     return Progress::kDone;
   }
-  Result<tiers::PoolExport> exported = ctx.server.gpu_pool->ExportForClients();
+  Result<tiers::PoolExport> exported = ctx.server.store.ExportForClients(TierId::kGpu);
   if (!exported.ok()) {
     AppendStatusError(ctx.reply, Status(exported.status().code(),
                                         "KVT.GPUATTACH: " + exported.status().message()));

@@ -11,7 +11,6 @@
 #include "daemon/server/kvt_args.h"
 #include "daemon/server/wire.h"
 #include "daemon/store/store.h"
-#include "tiers/host/host_tier.h"
 
 namespace kvtier::server {
 namespace {
@@ -20,14 +19,14 @@ using resp::Command;
 
 Progress Attach(CommandContext& ctx, Command&) {
   if (RefuseWithoutSharedMemory(ctx, "KVT.ATTACH")) return Progress::kDone;
-  const tiers::HostArena& arena = ctx.server.arena->arena();
-  ctx.send_fd = arena.fd();
+  const SharedArena& arena = *ctx.server.arena;
+  ctx.send_fd = arena.fd;
   ctx.session.set_arena_attached();
   ctx.reply.AppendMapHeader(2);
   ctx.reply.AppendBulk("arena_bytes");
-  ctx.reply.AppendInteger(static_cast<int64_t>(arena.size()));
+  ctx.reply.AppendInteger(static_cast<int64_t>(arena.bytes));
   ctx.reply.AppendBulk("tier");
-  ctx.reply.AppendBulk(TierName(ctx.server.arena->id()));
+  ctx.reply.AppendBulk(TierName(arena.tier));
   return Progress::kDone;
 }
 
@@ -46,9 +45,9 @@ void AppendGrant(CommandContext& ctx, std::string_view status, uint64_t id, cons
 }
 
 // Whether the client can read a block of `tier` through memory it has mapped: the arena, and the
-// GPU pool once it attached it (Server::Create checked that the pool is the store's GPU tier).
+// GPU pool once it attached it (both exported by the store, so offsets are the store's extents).
 bool MappedByClient(const CommandContext& ctx, TierId tier) {
-  if (tier == ctx.server.arena->id()) return true;
+  if (tier == ctx.server.arena->tier) return true;
   return tier == TierId::kGpu && ctx.session.gpu_pool_attached();
 }
 
@@ -63,7 +62,7 @@ std::string_view ReserveOne(CommandContext& ctx, const NamespaceId& ns, const Bl
   Result<store::Reservation> r = ctx.server.store.BeginPut(ns, key, bytes);
   if (ctx.WaitsForMover(r.status())) return kPendingWord;
   if (!r.ok()) return StatusWord(r.status().code());  // kPending past the wait: BUSY
-  if (r->tier != ctx.server.arena->id()) {
+  if (r->tier != ctx.server.arena->tier) {
     // The slot is in a tier the client has not mapped (a GPU pool placed above the host arena);
     // it cannot be written through shared memory, so the client must use KVT.PUT.
     (void)ctx.server.store.AbortPut(r->id);
@@ -190,7 +189,7 @@ Status Commit(CommandContext& ctx, uint64_t id) {
   if (committed.ok()) {
     ctx.NoteCommit(id);
     // Its block is in the arena: ReserveOne hands out no other slot.
-    if (ctx.server.arena != nullptr) ctx.Found(ctx.server.arena->id());
+    if (ctx.server.arena) ctx.Found(ctx.server.arena->tier);
   }
   return committed;
 }

@@ -304,20 +304,5 @@ TEST(GpuPoolWithoutPoolTest, GpuAttachSaysWhyThereIsNoPool) {
             "-NOTFOUND KVT.GPUATTACH: this daemon does not share a GPU pool\r\n");
 }
 
-TEST(GpuPoolWithoutPoolTest, ThePoolMustBeTheStoresGpuTier) {
-  FakeClock clock;
-  auto host = tiers::HostTier::Create(
-      {.capacity_bytes = 1 << 20, .try_huge_pages = false, .try_mlock = false, .name = ""});
-  auto gpu = tiers::FakeGpuTier::Create({.fake = true, .capacity_bytes = 1 << 20});
-  ASSERT_TRUE(host.ok() && gpu.ok());
-  auto store = store::Store::Create({}, {host->get()}, clock);
-  ASSERT_TRUE(store.ok());
-  ServerOptions options;
-  options.unix_path = "/tmp/kvtier-never-bound.sock";
-  Result<std::unique_ptr<Server>> server =
-      Server::Create(options, **store, host->get(), gpu->get());
-  EXPECT_EQ(server.status().code(), StatusCode::kInvalidArgument);
-}
-
 }  // namespace
 }  // namespace kvtier::server

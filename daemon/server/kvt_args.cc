@@ -62,7 +62,7 @@ bool RefuseOffTheUnixSocket(CommandContext& ctx, std::string_view command) {
 
 bool RefuseWithoutSharedMemory(CommandContext& ctx, std::string_view command) {
   if (RefuseOffTheUnixSocket(ctx, command)) return true;
-  if (ctx.server.arena == nullptr) {
+  if (!ctx.server.arena) {
     ctx.reply.AppendError("ERR " + std::string(command) +
                           " needs a host arena, and this daemon runs without one");
     return true;

@@ -18,7 +18,6 @@
 #include "daemon/server/listeners.h"
 #include "daemon/server/server_context.h"
 #include "daemon/store/store.h"
-#include "tiers/gpu/device_tier.h"
 
 namespace kvtier::server {
 namespace {
@@ -83,9 +82,9 @@ Status ValidateOptions(const ServerOptions& o) {
 struct Server::Impl {
   using Strand = asio::strand<asio::io_context::executor_type>;
 
-  Impl(const ServerOptions& options, store::Store& store, tiers::HostTier* arena,
-       tiers::DeviceTier* gpu_pool)
-      : context{options, store, arena, gpu_pool, GenericNamespaceId(), 0, 0, {}, {}},
+  Impl(const ServerOptions& options, store::Store& store, std::optional<SharedArena> arena,
+       bool gpu_pool_shared)
+      : context{options, store, arena, gpu_pool_shared, GenericNamespaceId(), 0, 0, {}, {}},
         unix_strand(asio::make_strand(io)),
         tcp_strand(asio::make_strand(io)) {}
 
@@ -246,16 +245,17 @@ Server::~Server() {
   Stop();
 }
 
-Result<std::unique_ptr<Server>> Server::Create(const ServerOptions& options, store::Store& store,
-                                               tiers::HostTier* arena,
-                                               tiers::DeviceTier* gpu_pool) {
+Result<std::unique_ptr<Server>> Server::Create(const ServerOptions& options, store::Store& store) {
   KVTIER_RETURN_IF_ERROR(ValidateOptions(options));
-  // Clients read a GPU lease's offset in the pool they imported: it must be the pool the store
-  // places GPU blocks in.
-  if (gpu_pool != nullptr && store.tier(TierId::kGpu) != static_cast<tiers::Tier*>(gpu_pool)) {
-    return InvalidArgument("gpu_pool: not the store's GPU tier");
+  std::optional<SharedArena> arena;
+  if (options.shared_memory && store.tier(TierId::kHost) != nullptr) {
+    Result<tiers::PoolExport> exported = store.ExportForClients(TierId::kHost);
+    if (!exported.ok()) {
+      return Status(exported.status().code(), "host arena: " + exported.status().message());
+    }
+    arena = SharedArena{.fd = exported->fd, .bytes = exported->pool_bytes, .tier = TierId::kHost};
   }
-  auto impl = std::make_unique<Impl>(options, store, arena, gpu_pool);
+  auto impl = std::make_unique<Impl>(options, store, arena, store.tier(TierId::kGpu) != nullptr);
   store::NamespaceInfo generic;
   generic.id = impl->context.generic_ns;
   generic.label = "generic";

@@ -5,11 +5,12 @@
 // against the store and writes the replies. Connections end their reservations and leases when
 // they close, so a client killed mid-put or mid-get leaves no partial block and no pinned block.
 //
-// Ownership: the server borrows the store, the optional host arena and the optional GPU pool (all
-// must outlive it) and owns its listeners, its connections and its I/O threads. Threads: Create,
-// Start, Stop and the destructor are called by the owner (one thread, not concurrently);
-// tcp_port(), unix_path() and Stats() may be called from any thread. Start runs `io_threads`
-// threads named "kvtier-io-<n>", joined by Stop (which the destructor calls).
+// Ownership: the server borrows the store (which must outlive it) and shares with clients the
+// memory the store exports (Store::ExportForClients: the host arena, the GPU pool); it owns its
+// listeners, its connections and its I/O threads. Threads: Create, Start, Stop and the destructor
+// are called by the owner (one thread, not concurrently); tcp_port(), unix_path() and Stats() may
+// be called from any thread. Start runs `io_threads` threads named "kvtier-io-<n>", joined by Stop
+// (which the destructor calls).
 #pragma once
 
 #include <sys/types.h>
@@ -27,10 +28,6 @@
 namespace kvtier::store {
 class Store;
 }
-namespace kvtier::tiers {
-class DeviceTier;
-class HostTier;
-}  // namespace kvtier::tiers
 
 namespace kvtier::server {
 
@@ -54,6 +51,10 @@ struct ServerOptions {
   // the tier runs.
   std::string gpu_tier_note;
   std::string nvme_tier_note;
+  // Share the store's host arena with clients on the Unix socket (KVT.ATTACH, KVT.RESERVE,
+  // KVT.ACQUIRE, and large SET values received straight into their slot). false, or a store with
+  // no host tier: those commands answer an error and only the inline commands work.
+  bool shared_memory = true;
 
   // Frame limits of the request parser (see docs/protocol.md, Limits).
   size_t max_bulk_bytes = size_t{512} << 20;
@@ -99,14 +100,11 @@ class Server {
  public:
   // Validates the options (kInvalidArgument naming the bad key: no listener, a non-loopback
   // tcp_host without a password, a zero limit, ...) and registers the generic namespace in the
-  // store. Binds nothing yet. `arena` may be null: then KVT.ATTACH, KVT.RESERVE and KVT.ACQUIRE
-  // answer an error and only the inline commands work. `gpu_pool`, the store's GPU tier, is shared
-  // with Unix-socket clients that ask for it (KVT.GPUATTACH), whose KVT.ACQUIRE then leases blocks
-  // in it too; null: KVT.GPUATTACH answers NOTFOUND with options.gpu_tier_note and GPU blocks are
-  // read inline. kInvalidArgument when `gpu_pool` is not the store's TierId::kGpu tier.
-  static Result<std::unique_ptr<Server>> Create(const ServerOptions& options, store::Store& store,
-                                                tiers::HostTier* arena,
-                                                tiers::DeviceTier* gpu_pool = nullptr);
+  // store. Binds nothing yet. The store's GPU tier, when it has one, is shared with Unix-socket
+  // clients that ask for it (KVT.GPUATTACH), whose KVT.ACQUIRE then leases blocks in it too;
+  // without one KVT.GPUATTACH answers NOTFOUND with options.gpu_tier_note and GPU blocks are read
+  // inline. Errors of the host arena's export (options.shared_memory) are returned.
+  static Result<std::unique_ptr<Server>> Create(const ServerOptions& options, store::Store& store);
   ~Server();
   Server(const Server&) = delete;
   Server& operator=(const Server&) = delete;

@@ -1,5 +1,6 @@
-// ServerContext: what every connection and command shares: the options, the store, the optional
-// host arena and GPU pool, the generic namespace's id and the server's counters.
+// ServerContext: what every connection and command shares: the options, the store, the host
+// arena and GPU pool it shares with clients (when it does), the generic namespace's id and the
+// server's counters.
 //
 // The server owns one ServerContext and hands connections a reference; it outlives them all.
 // Everything in it is immutable after Server::Create, an atomic counter, or a mutex, so any thread
@@ -10,6 +11,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <optional>
 
 #include "common/keys.h"
 #include "common/thread_annotations.h"
@@ -21,11 +23,6 @@
 namespace kvtier::store {
 class Store;
 }
-namespace kvtier::tiers {
-class DeviceTier;
-class HostTier;
-}  // namespace kvtier::tiers
-
 namespace kvtier::server {
 
 struct ServerCounters {
@@ -51,11 +48,19 @@ inline constexpr size_t kPreAuthArgs = 16;
 // lock, and a lock is held only for one value's copy.
 inline constexpr size_t kGenericWriteStripes = 64;
 
+// The host arena as clients map it (KVT.ATTACH): reservation and lease extents of `tier` are
+// offsets into the memfd.
+struct SharedArena {
+  int fd = -1;  // borrowed from the store's host tier
+  uint64_t bytes = 0;
+  TierId tier = TierId::kHost;
+};
+
 struct ServerContext {
   ServerOptions options;
   store::Store& store;
-  tiers::HostTier* arena;       // nullable: no shared-memory path
-  tiers::DeviceTier* gpu_pool;  // nullable: the GPU pool is not shared with clients
+  std::optional<SharedArena> arena;  // absent: no shared-memory path
+  bool gpu_pool_shared = false;      // the store has a GPU tier, exported on KVT.GPUATTACH
   NamespaceId generic_ns;
   uint64_t start_time_us = 0;  // SteadyClock, for INFO's uptime
   uint16_t tcp_port = 0;       // the bound port, set by Start before any connection exists

@@ -34,7 +34,7 @@ class ServerCreateTest : public ::testing::Test {
   }
 
   Status CreateStatus(const ServerOptions& options) {
-    return Server::Create(options, *store_, tier_.get()).status();
+    return Server::Create(options, *store_).status();
   }
 
   FakeClock clock_;
@@ -128,7 +128,7 @@ TEST(ServerTest, ReplacesAStaleSocketFile) {
 
   ServerOptions o;
   o.unix_path = path;
-  auto server = Server::Create(o, first.store(), nullptr);
+  auto server = Server::Create(o, first.store());
   ASSERT_TRUE(server.ok());
   ASSERT_TRUE((*server)->Start().ok());
   TestClient c = TestClient::ConnectUnix(path);
@@ -140,7 +140,7 @@ TEST(ServerTest, RefusesAPathInUseOrNotASocket) {
   ASSERT_TRUE(first.status().ok());
   ServerOptions o;
   o.unix_path = first.unix_path();
-  auto second = Server::Create(o, first.store(), nullptr);
+  auto second = Server::Create(o, first.store());
   ASSERT_TRUE(second.ok());
   Status st = (*second)->Start();
   EXPECT_EQ(st.code(), StatusCode::kBusy);
@@ -148,7 +148,7 @@ TEST(ServerTest, RefusesAPathInUseOrNotASocket) {
 
   o.unix_path = first.unix_path() + ".txt";
   std::ofstream(o.unix_path) << "not a socket";
-  auto third = Server::Create(o, first.store(), nullptr);
+  auto third = Server::Create(o, first.store());
   ASSERT_TRUE(third.ok());
   st = (*third)->Start();
   EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
@@ -160,7 +160,7 @@ TEST(ServerTest, BindErrorsNameTheAddress) {
   ASSERT_TRUE(first.status().ok());
   ServerOptions o;
   o.unix_path = "/nonexistent-kvtier-dir/kvtierd.sock";
-  auto server = Server::Create(o, first.store(), nullptr);
+  auto server = Server::Create(o, first.store());
   ASSERT_TRUE(server.ok());
   Status st = (*server)->Start();
   EXPECT_FALSE(st.ok());
@@ -170,7 +170,7 @@ TEST(ServerTest, BindErrorsNameTheAddress) {
 
   ServerOptions tcp;
   tcp.tcp_port = first.tcp_port();  // taken by the first server
-  auto clash = Server::Create(tcp, first.store(), nullptr);
+  auto clash = Server::Create(tcp, first.store());
   ASSERT_TRUE(clash.ok());
   st = (*clash)->Start();
   EXPECT_FALSE(st.ok());

@@ -18,7 +18,7 @@ constexpr uint64_t kStagingKeyHigh = 0x6b76746965722d73;
 bool IsPlainSetValue(const ServerContext& server, const Session& session,
                      const resp::RequestParser& parser) {
   const std::vector<std::string>& args = parser.partial_args();
-  return session.authenticated() && server.arena != nullptr && args.size() == 3 &&
+  return session.authenticated() && server.arena.has_value() && args.size() == 3 &&
          parser.elements_left() == 0 && resp::EqualsIgnoreCase(args[0], "SET") &&
          args[1].size() <= server.options.max_key_bytes;
 }

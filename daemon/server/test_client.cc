@@ -253,8 +253,8 @@ Status TestServer::Init(bool with_arena, uint64_t capacity_bytes,
   if (gpu_ != nullptr) chain.insert(chain.begin(), gpu_.get());
   if (below_host_ != nullptr) chain.push_back(below_host_.get());
   KVTIER_ASSIGN_OR_RETURN(store_, store::Store::Create(store_options_, chain, clock_));
-  KVTIER_ASSIGN_OR_RETURN(
-      server_, Server::Create(options_, *store_, with_arena ? tier_.get() : nullptr, gpu_.get()));
+  options_.shared_memory = with_arena;
+  KVTIER_ASSIGN_OR_RETURN(server_, Server::Create(options_, *store_));
   return server_->Start();
 }
 

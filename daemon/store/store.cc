@@ -81,6 +81,14 @@ tiers::Tier* Store::tier(TierId id) const {
   return nullptr;
 }
 
+Result<tiers::PoolExport> Store::ExportForClients(TierId id) const {
+  tiers::Tier* t = tier(id);
+  if (t == nullptr) {
+    return Status(StatusCode::kNotFound, "no " + std::string(TierName(id)) + " tier in the store");
+  }
+  return t->ExportForClients();
+}
+
 Status Store::RegisterNamespace(const NamespaceInfo& info) { return namespaces_.Register(info); }
 
 std::optional<NamespaceInfo> Store::GetNamespace(const NamespaceId& ns) const {

@@ -308,6 +308,11 @@ class Store {
   static constexpr uint64_t kQuarantineFactor = 10;
   // The tier with `id`, or nullptr.
   tiers::Tier* tier(TierId id) const;
+  // The memory of tier `id` as clients on the node map it (the host arena for KVT.ATTACH, the GPU
+  // pool for KVT.GPUATTACH): the server hands these out without knowing the tiers behind them.
+  // Lease and reservation extents of that tier are offsets into it. kNotFound when the store has
+  // no such tier; the tier's error otherwise (tiers::Tier::ExportForClients).
+  Result<tiers::PoolExport> ExportForClients(TierId id) const;
   // The tier puts land in (host, or the first tier of a chain without one).
   TierId put_tier() const { return tiers_[put_level_]->id(); }
 

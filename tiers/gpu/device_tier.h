@@ -40,22 +40,6 @@ struct GpuTierOptions {
   uint32_t copy_lanes = 4;
 };
 
-// How a client on the node maps the pool.
-enum class PoolExportKind : uint8_t {
-  kCudaIpc,  // GpuTier: ipc_handle holds cuda::IpcExport's bytes, opened with cuda::IpcImport
-  kMemfd,    // FakeGpuTier: fd is a memfd holding the pool, mapped with mmap(MAP_SHARED)
-};
-
-// What ExportForClients() hands out. Offsets of the tier's extents are offsets from the start of
-// whichever mapping the client makes of it.
-struct PoolExport {
-  PoolExportKind kind = PoolExportKind::kMemfd;
-  uint64_t pool_bytes = 0;
-  int device = -1;         // the CUDA device ordinal; -1 for the fake
-  std::string ipc_handle;  // kCudaIpc only: cuda::kIpcHandleBytes bytes
-  int fd = -1;             // kMemfd only: borrowed; the tier owns it and keeps it open
-};
-
 class DeviceTier : public Tier {
  public:
   TierId id() const final { return TierId::kGpu; }
@@ -70,12 +54,12 @@ class DeviceTier : public Tier {
   // Start of the pool in the device's address space and its size in bytes.
   virtual void* pool_base() const = 0;
   virtual uint64_t pool_bytes() const = 0;
-  // The whole pool, exported for other processes on the node. Made on first use and kept for the
-  // tier's lifetime: every call returns the same export, and what a client mapped stays valid
-  // while the tier lives (the daemon keeps it until it exits; a client that exits or dies only
-  // loses its own mapping). Errors: GpuTier's CudaStatus codes of the IPC export (kDeviceError and
-  // the like); the caller reports them and carries on without sharing the pool.
-  virtual Result<PoolExport> ExportForClients() = 0;
+  // The whole pool, exported for other processes on the node (Tier::ExportForClients). What a
+  // client mapped stays valid while the tier lives (the daemon keeps it until it exits; a client
+  // that exits or dies only loses its own mapping). Errors: GpuTier's CudaStatus codes of the IPC
+  // export (kDeviceError and the like); the caller reports them and carries on without sharing
+  // the pool.
+  Result<PoolExport> ExportForClients() override = 0;
   // Invalid frees (double, unknown or wrong length): counted, otherwise ignored.
   uint64_t invalid_free_count() const { return pool_.invalid_free_count(); }
 

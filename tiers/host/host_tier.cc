@@ -64,6 +64,11 @@ std::byte* HostTier::Address(const Extent& extent) {
   return InArena(extent) ? arena_->base() + extent.offset : nullptr;
 }
 
+Result<PoolExport> HostTier::ExportForClients() {
+  return PoolExport{
+      .kind = PoolExportKind::kMemfd, .pool_bytes = arena_->size(), .fd = arena_->fd()};
+}
+
 TierStats HostTier::Stats() const {
   MutexLock lock(mu_);
   return allocator_.Stats();

@@ -55,11 +55,13 @@ class HostTier final : public Tier {
   Status Read(const Extent& extent, std::span<std::byte> dst) override;
   // base + offset, or nullptr when the extent lies outside the arena.
   std::byte* Address(const Extent& extent) override;
+  // The arena's memfd (kMemfd, device -1): clients map it for the shared-memory path.
+  Result<PoolExport> ExportForClients() override;
   TierStats Stats() const override;
   // The slab (or run of slabs) around `extent`; see Tier::ReclaimUnit.
   Extent ReclaimUnit(const Extent& extent) const override;
 
-  // The arena, for passing its fd to clients and reporting huge-page and mlock state.
+  // The arena, for reporting huge-page and mlock state and for pinning it.
   const HostArena& arena() const { return *arena_; }
   uint64_t invalid_free_count() const { return invalid_frees_.load(std::memory_order_relaxed); }
 
