@@ -127,6 +127,9 @@ Result<std::unique_ptr<tiers::remote::RedisClusterClient>> OpenRemote(
   options.user = c.remote_user;
   options.password = c.remote_password;
   options.connect_timeout = std::chrono::milliseconds(c.remote_connect_timeout_ms);
+  // A store that is down at start must not keep the node's local tiers from serving: the client
+  // asks again in the background. A refused password still stops the start.
+  options.open_unreachable = true;
   auto client = tiers::remote::RedisClusterClient::Open(std::move(options));
   if (!client.ok()) {
     return Status(client.status().code(), "remote.url: " + client.status().message());
@@ -135,8 +138,10 @@ Result<std::unique_ptr<tiers::remote::RedisClusterClient>> OpenRemote(
   for (const auto& seed : url->seeds) seeds += (seeds.empty() ? "" : ",") + seed.ToString();
   // Never the password: only whether there is one.
   spdlog::info("remote tier: {} at {} ({} masters; user {}, {})",
-               (*client)->cluster_mode() ? "Redis Cluster" : "a single server", seeds,
-               (*client)->stats().masters, c.remote_user.empty() ? "default" : c.remote_user,
+               !(*client)->reached()       ? "not answering yet"
+               : (*client)->cluster_mode() ? "Redis Cluster"
+                                           : "a single server",
+               seeds, (*client)->stats().masters, c.remote_user.empty() ? "default" : c.remote_user,
                c.remote_password.empty() ? "no password" : "password set");
   return client;
 }

@@ -1,7 +1,8 @@
 """Two kvtierd nodes sharing a remote tier on a real Redis Cluster (3 masters, 3 replicas, Debian's
 redis-server on loopback ports): blocks pushed out of node 1 by pressure are published, and served
 through node 2 byte for byte; a record corrupted in the cluster is a miss and a counter; with the
-cluster stopped, both nodes keep serving their local tiers (docs/scale-out.md)."""
+cluster stopped, both nodes keep serving their local tiers; a node started while its remote store
+is down serves its local tiers and reaches the store once it answers (docs/scale-out.md)."""
 import json
 import random
 import shutil
@@ -226,6 +227,41 @@ def test_with_the_cluster_stopped_both_nodes_serve_their_local_tiers(cluster, no
             assert c.call("KVT.GET", ns, pack_keys([0])) == [payload(0)]  # fetched before
     finally:
         cluster.signal_all(signal.SIGCONT)
+
+
+def test_a_node_started_while_its_remote_store_is_down_reaches_it_later(tmp_path):
+    port = free_cluster_port()  # nobody listens there yet
+    node_dir = tmp_path / "node"
+    node_dir.mkdir()
+    d = Daemon(node_dir, host_bytes=HOST_BYTES, slab_bytes="1MiB", extra_config=EXTRA_CONFIG)
+    d.start(extra_args=["--remote", f"redis://127.0.0.1:{port}"])
+    redis = None
+    try:
+        assert "not answering yet" in d.log(), d.log()
+        with client(d) as c:
+            ns = register(c)
+            assert c.call("KVT.PUT", ns, pack_keys([0]), payload(0)) == [b"OK"]
+            assert c.call("KVT.GET", ns, pack_keys([0])) == [payload(0)]
+            assert c.call("KVT.GET", ns, pack_keys([1])) == [None]  # a miss, not an error
+        redis_dir = tmp_path / "redis"
+        redis_dir.mkdir()
+        redis = start_redis(port, redis_dir)
+        assert wait_for(lambda: "remote: reached a single Redis server" in d.log(),
+                        timeout_s=20), d.log()
+        # From now on, blocks pushed out of the node go to the store.
+        with client(d) as c:
+            for n in range(1, BLOCKS):
+                assert c.call("KVT.PUT", ns, pack_keys([n]), payload(n)) == [b"OK"], n
+        assert wait_for(lambda: totals(d)["remote_publishes"] > 0, timeout_s=10), \
+            json.dumps(totals(d))
+        done = subprocess.run([REDIS_CLI, "-p", str(port), "EXISTS", remote_key(ns, 1)],
+                              capture_output=True, timeout=10)
+        assert done.stdout.strip() == b"1", done
+    finally:
+        assert d.stop() == 0, d.log()
+        if redis is not None:
+            redis.kill()
+            redis.wait()
 
 
 @pytest.fixture

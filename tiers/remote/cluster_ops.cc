@@ -56,7 +56,9 @@ Awaitable<void> RedisClusterClient::RunOp(std::shared_ptr<Op> op) {
       const int slot = KeySlot(op->keys[i]);
       const HostPort* node = slot_map_.NodeOf(slot);
       if (node == nullptr) {
-        FailKeys(*op, {i}, DeviceError("slot " + std::to_string(slot) + " is served by no node"));
+        FailKeys(*op, {i},
+                 mode_known_ ? DeviceError("slot " + std::to_string(slot) + " is served by no node")
+                             : DeviceError("the remote store has not answered yet"));
         RequestRefresh();
         continue;
       }

@@ -107,7 +107,7 @@ Awaitable<Result<SlotMap>> RedisClusterClient::AskTopology(NodeConnection& conn,
     const resp::Reply& info = replies->front();
     if (info.is_error()) co_return DeviceError(node.ToString() + " refused INFO: " + info.str);
     cluster_mode_ = InfoSaysClusterEnabled(info.str);
-    mode_known_ = true;
+    mode_known_.store(true, std::memory_order_release);
   }
   if (!cluster_mode_) co_return SlotMap::SingleNode(node);
   const resp::Reply& topology = replies->back();
@@ -143,7 +143,8 @@ void RedisClusterClient::InstallMap(SlotMap map) {
 }
 
 void RedisClusterClient::RequestRefresh() {
-  if (!cluster_mode_ || stopping_) return;
+  // Before a seed has answered, ReachLoop does the asking.
+  if (!mode_known_ || !cluster_mode_ || stopping_) return;
   if (refreshing_) {
     refresh_again_ = true;
     return;
@@ -166,6 +167,29 @@ Awaitable<void> RedisClusterClient::RefreshLoop() {
     const Status refreshed = co_await Refresh();
     (void)refreshed;
   } while (refresh_again_ && !stopping_);
+}
+
+Awaitable<void> RedisClusterClient::ReachLoop() {
+  std::chrono::milliseconds backoff = options_.breaker.initial_backoff;
+  while (!stopping_ && !mode_known_) {
+    reach_timer_.expires_after(backoff);
+    boost::system::error_code ignored;
+    co_await reach_timer_.async_wait(redirect_error(use_awaitable, ignored));
+    if (stopping_) break;
+    const Status refreshed = co_await Refresh();  // logs its failures once per episode
+    if (refreshed.ok()) {
+      spdlog::info("remote: reached {} ({} masters)",
+                   cluster_mode_ ? "a Redis Cluster" : "a single Redis server",
+                   counters_.masters.load());
+      break;
+    }
+    if (refreshed.code() == StatusCode::kPermissionDenied) {
+      // Asking again will not change the answer; the error is in the log and in every call.
+      spdlog::error("remote: {}; the remote tier stays off", refreshed.message());
+      break;
+    }
+    backoff = std::min(backoff * 2, options_.breaker.max_backoff);
+  }
 }
 
 }  // namespace kvtier::tiers::remote

@@ -48,7 +48,16 @@ Status ValidateOptions(const RedisClusterOptions& o) {
 Result<std::unique_ptr<RedisClusterClient>> RedisClusterClient::Open(RedisClusterOptions options) {
   KVTIER_RETURN_IF_ERROR(ValidateOptions(options));
   std::unique_ptr<RedisClusterClient> client(new RedisClusterClient(std::move(options)));
-  KVTIER_RETURN_IF_ERROR(client->RefreshTopology());
+  const Status reached = client->RefreshTopology();
+  if (!reached.ok()) {
+    if (!client->options_.open_unreachable || reached.code() != StatusCode::kDeviceError) {
+      return reached;
+    }
+    spdlog::warn("remote: {}; going on without the remote store until it answers",
+                 reached.message());
+    asio::co_spawn(client->io_, client->ReachLoop(), asio::detached);
+    return client;
+  }
   spdlog::info("remote: connected to {} ({} masters)",
                client->cluster_mode_ ? "a Redis Cluster" : "a single Redis server",
                client->counters_.masters.load());
@@ -85,6 +94,7 @@ void RedisClusterClient::ShutdownOnIoThread() {
   for (auto& [address, node] : nodes_) node->Shutdown();
   for (const auto& conn : topology_conns_) conn->Close();
   refresh_timer_.cancel();
+  reach_timer_.cancel();
 }
 
 bool RedisClusterClient::OnCallbackThread() const {

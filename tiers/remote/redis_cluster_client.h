@@ -52,6 +52,11 @@ struct RedisClusterOptions {
   std::chrono::milliseconds min_refresh_interval{100};
   size_t max_value_bytes = size_t{512} << 20;  // a longer reply is a protocol error
   std::string thread_name = "kvtier-remote";
+  // true: Open succeeds when no seed answers (a refused password or bad options still fail), so
+  // that a node starts on its local tiers while the store is down. Until a seed answers, every
+  // call fails at once with kDeviceError, and the client asks the seeds again in the background,
+  // backing off as the breaker does (breaker.initial_backoff doubling to breaker.max_backoff).
+  bool open_unreachable = false;
 };
 
 class RedisClusterClient final : public RemoteStore {
@@ -59,7 +64,7 @@ class RedisClusterClient final : public RemoteStore {
   // Starts the I/O thread and reads the topology from the first seed that answers, within
   // connect_timeout per seed. Errors: kInvalidArgument (options: no seed, a zero timeout or pool),
   // kPermissionDenied (a seed refused the credentials: the node's words, never the password),
-  // kDeviceError (no seed answered; each seed's error is named).
+  // kDeviceError (no seed answered; each seed's error is named), unless open_unreachable.
   static Result<std::unique_ptr<RedisClusterClient>> Open(RedisClusterOptions options);
 
   ~RedisClusterClient() override;
@@ -80,8 +85,11 @@ class RedisClusterClient final : public RemoteStore {
     VisitRemoteStats(counters_.Snapshot(), visit);
   }
 
-  // True when the seeds run Redis Cluster, false for a single server. Fixed at Open.
-  bool cluster_mode() const { return cluster_mode_; }
+  // Whether a seed has answered: always after a successful Open without open_unreachable.
+  bool reached() const { return mode_known_.load(std::memory_order_acquire); }
+  // True when the seeds run Redis Cluster, false for a single server (and before reached()).
+  // Fixed once reached.
+  bool cluster_mode() const { return cluster_mode_.load(std::memory_order_acquire); }
   RemoteStats stats() const { return counters_.Snapshot(); }
   // The masters of the current slot map ("host:port"), sorted. Blocks until the I/O thread answers.
   std::vector<std::string> Masters();
@@ -117,6 +125,8 @@ class RedisClusterClient final : public RemoteStore {
   // Schedules a re-read of the slot map, rate-limited; a no-op for a single server.
   void RequestRefresh();
   Awaitable<void> RefreshLoop();
+  // Asks the seeds again, with backoff, until one answers (open_unreachable).
+  Awaitable<void> ReachLoop();
   void InstallMap(SlotMap map);
   void ShutdownOnIoThread();
 
@@ -126,15 +136,17 @@ class RedisClusterClient final : public RemoteStore {
   asio::io_context io_{1};
   asio::executor_work_guard<asio::io_context::executor_type> work_;
   std::atomic<bool> stopping_{false};
-  // Written on the I/O thread by the first topology query, which Open waits for; read-only after.
-  bool cluster_mode_ = false;
-  bool mode_known_ = false;
+  // Written on the I/O thread by the first topology query that a seed answers (the one Open waits
+  // for, or ReachLoop's); read-only after. Atomic for cluster_mode() and reached().
+  std::atomic<bool> cluster_mode_{false};
+  std::atomic<bool> mode_known_{false};
 
   // Touched only on the I/O thread.
   SlotMap slot_map_;
   std::map<HostPort, std::unique_ptr<ClusterNode>> nodes_;
   std::vector<std::shared_ptr<NodeConnection>> topology_conns_;  // slot-map queries under way
   asio::steady_timer refresh_timer_{io_};
+  asio::steady_timer reach_timer_{io_};
   Deadline last_refresh_{};
   bool refreshing_ = false;
   bool refresh_again_ = false;

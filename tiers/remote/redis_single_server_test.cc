@@ -158,6 +158,40 @@ TEST_F(SingleServer, ServerGoneGivesErrorsNotHangs) {
   EXPECT_NE(refused.message().find(address.ToString()), std::string::npos);
 }
 
+TEST_F(SingleServer, OpenedWhileTheServerHangsItFailsFastThenReachesTheServer) {
+  StartServer();
+  server_->Stop();  // accepts connections, answers nothing
+  RedisClusterOptions options;
+  options.open_unreachable = true;
+  options.breaker.initial_backoff = milliseconds(50);
+  options.breaker.max_backoff = milliseconds(200);
+  auto client = OpenOrFail(options);
+  ASSERT_TRUE(client);
+  EXPECT_FALSE(client->reached());
+  const auto start = Clock::now();
+  const auto got = client->Get({"k"}, kCallTimeout);
+  EXPECT_EQ(got[0].status().code(), StatusCode::kDeviceError);
+  EXPECT_NE(got[0].status().message().find("has not answered yet"), std::string::npos)
+      << got[0].status().ToString();
+  EXPECT_LT(Clock::now() - start, kCallTimeout);  // at once, not at the call's deadline
+
+  server_->Continue();
+  ASSERT_TRUE(testing::PollUntil(milliseconds(10'000), [&] { return client->reached(); }));
+  EXPECT_FALSE(client->cluster_mode());
+  EXPECT_EQ(client->Set({{"k", {"v"}}}, kTtl, kCallTimeout)[0], Status::Ok());
+  const auto again = client->Get({"k"}, kCallTimeout);
+  ASSERT_TRUE(again[0].ok()) << again[0].status().ToString();
+  EXPECT_EQ(*again[0], "v");
+}
+
+TEST_F(SingleServer, OpenUnreachableStillRefusesAWrongPassword) {
+  StartServer({"--requirepass", "right"});
+  RedisClusterOptions options;
+  options.open_unreachable = true;
+  options.password = "wrong";
+  EXPECT_EQ(Open(options).status().code(), StatusCode::kPermissionDenied);
+}
+
 TEST_F(SingleServer, ManyCallersShareASmallPool) {
   StartServer();
   RedisClusterOptions options;
