@@ -71,7 +71,7 @@ struct HistorySample {
 
 inline constexpr size_t kMaxHistorySampleBytes = 600;
 static_assert(sizeof(HistorySample) <= kMaxHistorySampleBytes,
-              "deploy/kvtierd.yaml and DESIGN's memory figure for metrics.history assume this");
+              "the memory figure of metrics.history (deploy/kvtierd.yaml) assumes this");
 
 class StatsHistory {
  public:
