@@ -77,6 +77,15 @@ TEST(HttpServerTest, ServesTheHistoryAsJson) {
   EXPECT_NE(history.find("{\"samples\":[]}"), std::string::npos);
 }
 
+// The page must stand alone: an operator's browser may reach the daemon and nothing else.
+TEST(HttpServerTest, TheDashboardLoadsNothingFromElsewhere) {
+  const std::string& page = DashboardHtml();
+  EXPECT_EQ(page.find("http://"), std::string::npos);
+  EXPECT_EQ(page.find("https://"), std::string::npos);
+  EXPECT_EQ(page.find("src="), std::string::npos);
+  EXPECT_NE(page.find("/stats/history"), std::string::npos);
+}
+
 TEST(HttpServerTest, BadAddressesAreNamed) {
   auto r = HttpServer::Start("not-an-ip", 0, {});
   ASSERT_FALSE(r.ok());
