@@ -54,7 +54,8 @@ const COLORS=['#1f77b4','#d62728','#2ca02c','#ff7f0e','#9467bd','#8c564b','#e377
 const CHARTS=[
   {id:'chart-hit-ratio',
    title:'Hit ratio: all tiers, and the share of blocks asked each tier served',
-   fmt:'ratio',max:1,series:h=>[{name:'all tiers',key:'hit_ratio',color:'#222',bold:true}].concat(
+   fmt:'ratio',max:1,empty:'no lookups yet',
+   series:h=>[{name:'all tiers',key:'hit_ratio',color:'#222',bold:true}].concat(
      tiersOf(h).map(t=>({name:t,key:'tiers.'+t+'.hit_ratio'})))},
   {id:'chart-namespace-hit-ratio',title:'Hit ratio by namespace (the busiest of each sample)',
    fmt:'ratio',max:1,series:namespaceSeries,empty:'no lookups yet'},
@@ -122,8 +123,9 @@ function fmtValue(fmt,v){
   if(fmt==='rate')return short(v)+'/s';
   return short(v);
 }
-function niceMax(v){if(!(v>0))return 1;const p=Math.pow(10,Math.floor(Math.log10(v)));
-  for(const m of [1,2,2.5,5,10])if(m*p>=v)return m*p}
+// The top of a linear axis, a round number at or above v, and how many steps make round ticks.
+function niceMax(v){if(!(v>0))return {hi:1,steps:4};const p=Math.pow(10,Math.floor(Math.log10(v)));
+  for(const [m,steps] of [[1,4],[2,4],[2.5,5],[5,5],[10,4]])if(m*p>=v)return {hi:m*p,steps}}
 function clock(t,seconds){const d=new Date(t);const p=n=>String(n).padStart(2,'0');
   return p(d.getHours())+':'+p(d.getMinutes())+(seconds?':'+p(d.getSeconds()):'')}
 // Time ticks on round local times, at most six of them.
@@ -142,8 +144,9 @@ function yScale(def,values){
     const ticks=[];for(let v=lo;v<=hi*1.0001;v*=10)ticks.push(v);
     const f=v=>(Math.log10(Math.max(v,lo))-Math.log10(lo))/(Math.log10(hi)-Math.log10(lo));
     return {f,ticks}}
-  const hi=def.max||niceMax(Math.max(...values));
-  return {f:v=>v/hi,ticks:[0,1,2,3,4].map(i=>hi*i/4)};
+  const {hi,steps}=def.max?{hi:def.max,steps:4}:niceMax(Math.max(...values));
+  const ticks=[];for(let i=0;i<=steps;i++)ticks.push(hi*i/steps);
+  return {f:v=>v/hi,ticks};
 }
 const W=560,H=200,L=62,R=14,T=10,B=24;
 function svgOf(inner){return '<svg viewBox="0 0 '+W+' '+H+'" role="img">'+inner+'</svg>'}
