@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# What kvtierd's latency histograms cost a client: `kvtier bench` throughput against a kvtierd with
-# metrics.histograms on (the default) over the same against one with it off, in the same run.
+# What kvtierd's metrics cost a client: `kvtier bench` throughput against a kvtierd with
+# metrics.histograms and metrics.history on (the defaults) over the same against one with both
+# off, in the same run.
 # Prints "NAME VALUE UNIT" lines (bench/README.md):
-#   metrics_overhead_ratio          blocks/s with histograms on / blocks/s off (median of the
+#   metrics_overhead_ratio          blocks/s with metrics on / blocks/s off (median of the
 #                                   rounds' ratios; target >= 0.97)
 #   metrics_{on,off}_blocks_per_s   the medians behind it
 #   metrics_overhead_cpu_ratio      the daemon's CPU time per block off / on (median of the rounds'
@@ -28,8 +29,8 @@ if bench_quick "$@"; then
   count=1024
 fi
 bench_tmpdir metrics-overhead
-printf 'metrics:\n  histograms: true\n' >"$tmp/on.yaml"
-printf 'metrics:\n  histograms: false\n' >"$tmp/off.yaml"
+printf 'metrics:\n  histograms: true\n  history: true\n' >"$tmp/on.yaml"
+printf 'metrics:\n  histograms: false\n  history: false\n' >"$tmp/off.yaml"
 
 # start KIND: a daemon with KIND.yaml on $tmp/KIND.sock; its pid in KIND_pid.
 start() {

@@ -13,6 +13,8 @@ packages=(
   # promtool checks deploy/prometheus/alerts.yml. The package also installs a Prometheus server,
   # which its install script enables and starts (on :9090) where systemd runs.
   prometheus
+  # tests/integration/test_dashboard.py loads the dashboard in a headless browser.
+  chromium
 )
 
 missing=()

@@ -16,16 +16,19 @@ run_ctest() {
   ctest --preset "$preset" -j "$jobs" "$@"
 }
 
-# Starts build/bin/kvtierd and drives it with redis-py, redis-cli, redis-benchmark and raw sockets
-# (tests/integration). Its Python packages live in a venv inside the build tree, installed here
-# together with tests/deploy's (run_deploy uses the same venv).
+# Starts build/bin/kvtierd and drives it with redis-py, redis-cli, redis-benchmark, raw sockets and
+# headless Chromium (tests/integration; the dashboard's screenshot is kept as
+# build/test-artifacts/dashboard.png). Its Python packages live in a venv inside the build tree,
+# installed here together with tests/deploy's (run_deploy uses the same venv). CI is set for it:
+# a test that would skip for want of a tool (the dashboard's browser) fails instead, since
+# install-deps.sh installed them all.
 run_integration() {
   local venv=build/venv
   echo "== integration (release kvtierd) =="
   [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
   "$venv/bin/python" -m pip install -q --disable-pip-version-check \
     -r tests/integration/requirements.txt -r tests/deploy/requirements.txt
-  KVTIER_BIN_DIR="$PWD/build/bin" "$venv/bin/python" -m pytest -q tests/integration
+  CI="${CI:-true}" KVTIER_BIN_DIR="$PWD/build/bin" "$venv/bin/python" -m pytest -q tests/integration
 }
 
 # The files in deploy/: the alert rules through promtool (syntax, and their unit tests), and in

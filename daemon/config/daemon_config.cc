@@ -193,6 +193,11 @@ const std::map<std::string, Setter>& Setters() {
       {"limits.max_reservations",
        Uint(&DaemonConfig::max_reservations, 1ull << 32, "limits.max_reservations")},
       {"metrics.histograms", Bool(&DaemonConfig::latency_histograms, "metrics.histograms")},
+      {"metrics.history", Bool(&DaemonConfig::history, "metrics.history")},
+      {"metrics.history_interval_ms",
+       Uint(&DaemonConfig::history_interval_ms, 3'600'000, "metrics.history_interval_ms")},
+      {"metrics.history_samples",
+       Uint(&DaemonConfig::history_samples, 100'000, "metrics.history_samples")},
       {"remote.url", Text(&DaemonConfig::remote_url)},
       {"remote.user", Text(&DaemonConfig::remote_user)},
       {"remote.password", Text(&DaemonConfig::remote_password)},
@@ -470,6 +475,14 @@ Status Finalize(DaemonConfig& config) {
   }
   if (config.low_watermark >= config.high_watermark) {
     return InvalidArgument("placement.low_watermark: must be below placement.high_watermark");
+  }
+  if (config.history && config.history_interval_ms < 100) {
+    return InvalidArgument("metrics.history_interval_ms: at least 100, got " +
+                           std::to_string(config.history_interval_ms));
+  }
+  if (config.history && config.history_samples < 2) {
+    return InvalidArgument("metrics.history_samples: at least 2, got " +
+                           std::to_string(config.history_samples));
   }
   return FinalizeRemote(config);
 }

@@ -113,6 +113,12 @@ struct DaemonConfig {
   // between tiers in /metrics, /stats and INFO. false saves their clock reads and counter
   // updates (bench/README.md: metrics_overhead_ratio); the moved bytes are still counted.
   bool latency_histograms = true;
+  // metrics.history: a sample of the statistics every history_interval_ms, the last
+  // history_samples of them kept in memory for /stats/history and the dashboard (the defaults:
+  // 10 s for 6 hours, about 1.2 MiB; daemon/metrics/stats_history.h). false takes no samples.
+  bool history = true;
+  uint64_t history_interval_ms = 10'000;
+  uint64_t history_samples = 2'160;
   // remote tier (docs/scale-out.md): a Redis Cluster, or a single Redis/Valkey server, shared by
   // every kvtierd of a fleet. Blocks dropped from the last local tier are published there by the
   // tier mover; lookups and reads of this node find what other nodes published.

@@ -129,6 +129,9 @@ TEST(DaemonConfigTest, ShippedExampleLoadsAndMatchesTheDefaults) {
   EXPECT_EQ(c.nvme_promote_on_hit, defaults.nvme_promote_on_hit);
   EXPECT_EQ(c.nvme_sync_interval_ms, defaults.nvme_sync_interval_ms);
   EXPECT_EQ(c.latency_histograms, defaults.latency_histograms);
+  EXPECT_EQ(c.history, defaults.history);
+  EXPECT_EQ(c.history_interval_ms, defaults.history_interval_ms);
+  EXPECT_EQ(c.history_samples, defaults.history_samples);
   EXPECT_EQ(c.high_watermark, defaults.high_watermark);
   EXPECT_EQ(c.low_watermark, defaults.low_watermark);
   EXPECT_TRUE(c.nvme_paths.empty());
@@ -177,6 +180,32 @@ TEST(DaemonConfigTest, MetricsHistogramsKey) {
   Status st = ApplyYaml("metrics:\n  histograms: sometimes\n", "test.yaml", bad);
   ASSERT_FALSE(st.ok());
   EXPECT_NE(st.message().find("metrics.histograms"), std::string::npos) << st.message();
+}
+
+TEST(DaemonConfigTest, MetricsHistoryKeys) {
+  const DaemonConfig defaults;
+  EXPECT_TRUE(defaults.history);
+  EXPECT_EQ(defaults.history_interval_ms * defaults.history_samples, 6ull * 3600 * 1000);
+  DaemonConfig c;
+  ASSERT_TRUE(ApplyYaml("metrics:\n  history: false\n  history_interval_ms: 1000\n"
+                        "  history_samples: 60\n",
+                        "test.yaml", c)
+                  .ok());
+  EXPECT_FALSE(c.history);
+  EXPECT_EQ(c.history_interval_ms, 1000u);
+  EXPECT_EQ(c.history_samples, 60u);
+  DaemonConfig fast;
+  fast.unix_path = "/tmp/s";
+  fast.history_interval_ms = 10;
+  EXPECT_NE(Finalize(fast).message().find("metrics.history_interval_ms"), std::string::npos);
+  fast.history = false;  // the interval of a history that is off is not checked
+  EXPECT_TRUE(Finalize(fast).ok());
+  DaemonConfig one;
+  one.unix_path = "/tmp/s";
+  one.history_samples = 1;
+  EXPECT_NE(Finalize(one).message().find("metrics.history_samples"), std::string::npos);
+  DaemonConfig big;
+  EXPECT_FALSE(ApplyYaml("metrics:\n  history_samples: 100001\n", "test.yaml", big).ok());
 }
 
 TEST(DaemonConfigTest, NvmeKeysAndFlags) {

@@ -37,6 +37,9 @@ bhttp::response<bhttp::string_body> Respond(const bhttp::request<bhttp::string_b
   } else if (path == "/stats") {
     res.set(bhttp::field::content_type, "application/json");
     res.body() = providers.stats();
+  } else if (path == "/stats/history" && providers.history) {
+    res.set(bhttp::field::content_type, "application/json");
+    res.body() = providers.history();
   } else if (path == "/healthz") {
     res.set(bhttp::field::content_type, "text/plain");
     res.body() = "ok\n";
@@ -46,7 +49,7 @@ bhttp::response<bhttp::string_body> Respond(const bhttp::request<bhttp::string_b
   } else {
     res.result(bhttp::status::not_found);
     res.set(bhttp::field::content_type, "text/plain");
-    res.body() = "not found; try /metrics, /stats, /healthz or /\n";
+    res.body() = "not found; try /metrics, /stats, /stats/history, /healthz or /\n";
   }
   res.prepare_payload();
   return res;

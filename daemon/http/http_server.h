@@ -1,9 +1,12 @@
 // HttpServer: the operator's window into kvtierd, on loopback by default.
 //
-//   GET /metrics   Prometheus text (kvtier_* metrics)
-//   GET /stats     the statistics as JSON (the same document as KVT.STATS and `kvtier stats --json`)
-//   GET /healthz   "ok" while the daemon serves
-//   GET /          a small dashboard page that polls /stats
+//   GET /metrics        Prometheus text (kvtier_* metrics)
+//   GET /stats          the statistics as JSON (the document of KVT.STATS, `kvtier stats --json`)
+//   GET /stats/history  their recent past as JSON (daemon/metrics/stats_history.h)
+//   GET /healthz        "ok" while the daemon serves
+//   GET /               the dashboard: charts of /stats/history and tables of /stats, drawn by
+//                       the page itself (no external resource: the daemon's machine may have no
+//                       internet)
 //
 // The server owns one io_context and one named thread: metrics traffic is light, and keeping it off
 // the RESP threads means a slow scraper never delays a cache request. Requests are read with a
@@ -26,6 +29,7 @@ namespace kvtier::http {
 struct HttpProviders {
   std::function<std::string()> metrics;  // Prometheus text
   std::function<std::string()> stats;    // JSON
+  std::function<std::string()> history;  // JSON; unset: /stats/history is 404
 };
 
 class HttpServer {

@@ -51,6 +51,8 @@ TEST(HttpServerTest, ServesMetricsStatsHealthAndDashboard) {
   EXPECT_NE(metrics.find("kvtier_blocks 3"), std::string::npos);
   EXPECT_NE(Get(port, "/stats").find("{\"ok\":true}"), std::string::npos);
   EXPECT_EQ(stats_calls, 1);
+  // No history provider: the path is unknown (not /stats with a suffix).
+  EXPECT_NE(Get(port, "/stats/history").find("404"), std::string::npos);
   EXPECT_NE(Get(port, "/healthz").find("ok"), std::string::npos);
   EXPECT_NE(Get(port, "/").find("<title>kvtier</title>"), std::string::npos);
   EXPECT_NE(Get(port, "/nope").find("404"), std::string::npos);
@@ -61,6 +63,27 @@ TEST(HttpServerTest, ServesMetricsStatsHealthAndDashboard) {
   // Garbage is answered or dropped; the server keeps serving.
   Fetch(port, std::string("\x16\x03\x01\x00\x05hello", 10));
   EXPECT_NE(Get(port, "/healthz").find("200 OK"), std::string::npos);
+}
+
+TEST(HttpServerTest, ServesTheHistoryAsJson) {
+  auto server = HttpServer::Start("127.0.0.1", 0,
+                                  {.metrics = [] { return std::string(); },
+                                   .stats = [] { return std::string("{}"); },
+                                   .history = [] { return std::string("{\"samples\":[]}"); }});
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  const std::string history = Get((*server)->port(), "/stats/history?since=0");
+  EXPECT_NE(history.find("200 OK"), std::string::npos);
+  EXPECT_NE(history.find("application/json"), std::string::npos);
+  EXPECT_NE(history.find("{\"samples\":[]}"), std::string::npos);
+}
+
+// The page must stand alone: an operator's browser may reach the daemon and nothing else.
+TEST(HttpServerTest, TheDashboardLoadsNothingFromElsewhere) {
+  const std::string& page = DashboardHtml();
+  EXPECT_EQ(page.find("http://"), std::string::npos);
+  EXPECT_EQ(page.find("https://"), std::string::npos);
+  EXPECT_EQ(page.find("src="), std::string::npos);
+  EXPECT_NE(page.find("/stats/history"), std::string::npos);
 }
 
 TEST(HttpServerTest, BadAddressesAreNamed) {

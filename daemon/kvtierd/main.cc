@@ -3,15 +3,15 @@
 //
 // Start-up order: config -> data directory lock -> tiers (host, GPU, NVMe: which finds the blocks
 // of the previous run) -> store (adopting those blocks) -> RESP server -> HTTP -> housekeeping
-// threads (deadlines, NVMe sync). The tier mover (daemon/mover/) starts with the store, before the
-// server, since requests ask it for room and for blocks from their first command. Shutdown runs
-// in reverse: HTTP stops answering, clients that map the GPU pool are told to let go and waited for
-// (at most gpu.detach_timeout_ms, server/gpu_importers.h), the RESP server stops accepting and
-// closes every connection (releasing its leases and aborting its reservations), the background
-// adoption of the previous run's blocks stops, the housekeeping threads and the mover stop, the
-// blocks held in memory are written to NVMe (shutdown.flush), the NVMe tier is synced, then the
-// store and the tiers are destroyed. Nothing is detached; every thread is joined before main
-// returns.
+// threads (deadlines, NVMe sync, the statistics' history). The tier mover (daemon/mover/) starts
+// with the store, before the server, since requests ask it for room and for blocks from their first
+// command. Shutdown runs in reverse: HTTP stops answering, clients that map the GPU pool are told
+// to let go and waited for (at most gpu.detach_timeout_ms, server/gpu_importers.h), the RESP server
+// stops accepting and closes every connection (releasing its leases and aborting its reservations),
+// the background adoption of the previous run's blocks stops, the housekeeping threads and the
+// mover stop, the blocks held in memory are written to NVMe (shutdown.flush), the NVMe tier is
+// synced, then the store and the tiers are destroyed. Nothing is detached; every thread is joined
+// before main returns.
 #include <fcntl.h>
 #include <malloc.h>
 #include <pthread.h>
@@ -36,6 +36,7 @@
 #include "daemon/kvtierd/daemon_tiers.h"
 #include "daemon/kvtierd/periodic_thread.h"
 #include "daemon/metrics/stats_format.h"
+#include "daemon/metrics/stats_history.h"
 #include "daemon/mover/tier_mover.h"
 #include "daemon/server/server.h"
 #include "daemon/store/store.h"
@@ -110,6 +111,26 @@ mover::TierMover::Options MoverOptionsFrom(const config::DaemonConfig& c, bool b
   o.low_watermark = c.low_watermark;
   o.gpu_promotion = gpu && c.gpu_promotion != "off";
   return o;
+}
+
+// The HTTP endpoint (daemon/http/http_server.h) over the store's and the server's statistics;
+// `history` is null with metrics.history off.
+Result<std::unique_ptr<http::HttpServer>> StartHttp(const config::DaemonConfig& c,
+                                                    const store::Store& store,
+                                                    const server::Server& server,
+                                                    const metrics::StatsHistory* history) {
+  return http::HttpServer::Start(
+      c.http_host, c.http_port,
+      {.metrics =
+           [st = &store, sv = &server] {
+             return metrics::StatsToPrometheus(st->Stats(), sv->ProcessInfo());
+           },
+       .stats = [st = &store,
+                 sv = &server] { return metrics::StatsToJson(st->Stats(), sv->ProcessInfo()); },
+       .history =
+           [history] {
+             return history ? history->ToJson() : metrics::StatsHistory::DisabledJson();
+           }});
 }
 
 sigset_t StopSignals() {
@@ -221,26 +242,34 @@ int Run(const config::DaemonConfig& c) {
   if (!c.unix_path.empty()) spdlog::info("listening on unix://{}", c.unix_path);
   if (c.tcp_port != 0) spdlog::info("listening on tcp://{}:{}", c.tcp_host, (*server)->tcp_port());
 
+  // metrics.history: filled by a housekeeping thread below, read by HTTP; outlives both.
+  std::unique_ptr<metrics::StatsHistory> history;
+  if (c.history) {
+    history = std::make_unique<metrics::StatsHistory>(
+        std::chrono::milliseconds(c.history_interval_ms), c.history_samples, c.latency_histograms);
+  }
   std::unique_ptr<http::HttpServer> http;
   if (c.http_port != 0) {
-    auto h = http::HttpServer::Start(
-        c.http_host, c.http_port,
-        {.metrics =
-             [&] {
-               return metrics::StatsToPrometheus((*store)->Stats(), (*server)->ProcessInfo());
-             },
-         .stats =
-             [&] { return metrics::StatsToJson((*store)->Stats(), (*server)->ProcessInfo()); }});
+    auto h = StartHttp(c, **store, **server, history.get());
     if (!h.ok()) {
       spdlog::error("{}", h.status().ToString());
       (*server)->Stop();
       return 1;
     }
     http = std::move(h).value();
-    spdlog::info("metrics on http://{}:{}/metrics", c.http_host, http->port());
+    spdlog::info("metrics on http://{}:{}/metrics, dashboard at /", c.http_host, http->port());
   }
   store::Store& s = **store;
   std::vector<std::unique_ptr<daemon::PeriodicThread>> housekeeping;
+  if (history) {
+    housekeeping.push_back(std::make_unique<daemon::PeriodicThread>(
+        "kvtier-history", std::chrono::milliseconds(c.history_interval_ms),
+        [&s, &history, &srv = **server] {
+          const auto now = std::chrono::system_clock::now().time_since_epoch();
+          history->Record(std::chrono::duration_cast<std::chrono::milliseconds>(now).count(),
+                          s.Stats(), srv.ProcessInfo());
+        }));
+  }
   housekeeping.push_back(std::make_unique<daemon::PeriodicThread>(
       "kvtier-deadline", std::chrono::milliseconds(100), [&s] {
         const size_t expired = s.ExpireDeadlines();
