@@ -338,7 +338,8 @@ TEST(DaemonConfigTest, RemoteTierIsOffByDefault) {
 TEST(DaemonConfigTest, RemoteFlagAndKeys) {
   const std::string file = WriteConfig("remote.yaml",
                                        "remote:\n  password: from-file\n  ttl_seconds: 600\n"
-                                       "  lookup_timeout_ms: 15\n  timeout_ms: 250\n");
+                                       "  lookup_timeout_ms: 15\n  timeout_ms: 250\n"
+                                       "  write_through: true\n");
   auto r = Parse({"--config", file.c_str(), "--remote", "redis://alice@127.0.0.1:7000,[::1]:7001"});
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   const DaemonConfig& c = r->config;
@@ -348,6 +349,7 @@ TEST(DaemonConfigTest, RemoteFlagAndKeys) {
   EXPECT_EQ(c.remote_ttl_seconds, 600u);
   EXPECT_EQ(c.remote_lookup_timeout_ms, 15u);
   EXPECT_EQ(c.remote_timeout_ms, 250u);
+  EXPECT_TRUE(c.remote_write_through);
 }
 
 TEST(DaemonConfigTest, RemotePasswordFromTheEnvironmentOverridesTheFile) {
@@ -382,7 +384,6 @@ TEST(DaemonConfigTest, BadRemoteSettingsNameTheirKey) {
   expect_error("remote: {url: 'h:1', ttl_seconds: 0}", "remote.ttl_seconds");
   expect_error("remote: {url: 'h:1', lookup_timeout_ms: 0}", "remote.lookup_timeout_ms");
   expect_error("remote: {url: 'h:1', timeout_ms: 0}", "remote.timeout_ms");
-  expect_error("remote: {url: 'h:1', write_through: true}", "remote.write_through");
   DaemonConfig c;
   EXPECT_FALSE(ApplyYaml("remote: {ttl_seconds: soon}", "test.yaml", c).ok());
 }

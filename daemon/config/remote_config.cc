@@ -30,11 +30,6 @@ Status FinalizeRemote(DaemonConfig& config) {
   if (config.remote_connect_timeout_ms == 0) {
     return InvalidArgument("remote.connect_timeout_ms: must be positive");
   }
-  if (config.remote_write_through) {
-    return InvalidArgument(
-        "remote.write_through: not supported yet; blocks reach the remote tier when they leave "
-        "the last local tier");
-  }
   return Status::Ok();
 }
 

@@ -158,15 +158,20 @@ const TotalField kTotalFields[] = {
      "serves; they are misses until then).",
      &store::StoreStats::pending_adoptions},
     {"remote_publishes", "kvtier_remote_publishes_total", "counter",
-     "Blocks written to the remote tier before the last local tier dropped them.",
+     "Blocks written to the remote tier: before the last local tier dropped them, or at their "
+     "commit (remote.write_through).",
      &store::StoreStats::remote_publishes},
     {"remote_publish_bytes", "kvtier_remote_publish_bytes_total", "counter",
      "Payload bytes of the blocks written to the remote tier.",
      &store::StoreStats::remote_publish_bytes},
     {"remote_publish_errors", "kvtier_remote_publish_errors_total", "counter",
-     "Blocks dropped without reaching the remote tier (unreadable, or refused or not answered "
-     "by the remote store in time).",
+     "Blocks that did not reach the remote tier (unreadable, or refused or not answered by the "
+     "remote store in time): a dropped block is lost, a write-through's stays local.",
      &store::StoreStats::remote_publish_errors},
+    {"remote_write_through_skips", "kvtier_remote_write_through_skips_total", "counter",
+     "Committed blocks not copied to the remote tier because too many copies were waiting for "
+     "it (remote.write_through).",
+     &store::StoreStats::remote_write_through_skips},
     {"remote_fetches", "kvtier_remote_fetches_total", "counter",
      "Blocks fetched from the remote tier into host memory for a reader.",
      &store::StoreStats::remote_fetches},

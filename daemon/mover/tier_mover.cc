@@ -61,6 +61,14 @@ bool TierMover::Round(size_t index) {
     if (moved > 0) spdlog::debug("mover: {} blocks promoted into the GPU tier", moved);
     worked |= moved > 0;
   }
+  // Copies to the remote tier wait for the network and nobody waits for them: one thread only,
+  // so that the others stay free for the fetches and NVMe copies that requests wait for.
+  if (index + 1 == threads_.size()) {
+    const std::vector<store::WriteThroughRequest> remote =
+        store_.TakeRemoteWriteThroughRequests(options_.batch);
+    if (!remote.empty()) store_.WriteThroughToRemote(remote);
+    worked |= !remote.empty();
+  }
   return worked;
 }
 

@@ -11,7 +11,9 @@
 //      tier is fuller than the high watermark, its least recently used blocks are demoted to
 //      NVMe until it is below the low one (without NVMe but with a remote tier, they are
 //      published to the remote store and dropped: Store::EvictToTarget);
-//   4. GPU promotion candidates, copied up into the GPU tier (thread 0 only; with a GPU tier).
+//   4. GPU promotion candidates, copied up into the GPU tier (thread 0 only; with a GPU tier);
+//   5. remote write-throughs (Store::TakeRemoteWriteThroughRequests): committed blocks copied to
+//      the remote tier, which nobody waits for (the last thread only).
 // It wakes when a request asks (Wake, which the store calls through SetMoverWakeup) and every
 // tick otherwise. Several threads run the same loop. Each round moves up to `batch` blocks as
 // one NVMe submission (Tier::WriteBlocks / ReadBlocks), so `threads` × `batch` blocks can be in

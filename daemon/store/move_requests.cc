@@ -91,10 +91,22 @@ bool MoveRequests::WriteThroughPending(uint64_t generation) const {
   return pending_write_throughs_.contains(generation);
 }
 
+bool MoveRequests::AskForRemoteWriteThrough(const BlockKey& key, uint64_t generation) {
+  MutexLock lock(mu_);
+  if (remote_write_throughs_.size() >= kMaxRemoteWriteThroughs) return false;
+  remote_write_throughs_.push_back({key, generation});
+  return true;
+}
+
+std::vector<WriteThroughRequest> MoveRequests::TakeRemoteWriteThroughs(size_t max) {
+  MutexLock lock(mu_);
+  return TakeUpTo(remote_write_throughs_, max);
+}
+
 bool MoveRequests::HasWork() const {
   MutexLock lock(mu_);
   return room_bytes_ != 0 || !fetches_.empty() || !write_throughs_.empty() ||
-         !remote_fetches_.empty();
+         !remote_fetches_.empty() || !remote_write_throughs_.empty();
 }
 
 void MoveRequests::SetMoveListener(std::function<void()> listener) {

@@ -1,6 +1,7 @@
 // MoveRequests: what request threads ask of the background mover when StoreOptions::
 // background_disk_moves keeps disk I/O off them: room in the host tier for a put, blocks below
-// the host tier brought up for a reader, and just-committed blocks written through to NVMe. The
+// the host tier brought up for a reader, and just-committed blocks written through to NVMe (and to
+// the remote tier). The
 // store fills it; the TierMover (daemon/mover/) drains it.
 //
 // A fetch is asked for once however many readers wait for it (they call the store again when the
@@ -66,6 +67,13 @@ class MoveRequests {
   // Whether the write-through of `generation` is queued or being written.
   bool WriteThroughPending(uint64_t generation) const;
 
+  // A committed block to be copied to the remote tier as well (remote write-through). Nobody
+  // waits for it: the copy is best effort. false when kMaxRemoteWriteThroughs are queued already
+  // (the remote tier is slower than the puts): this one is not made.
+  bool AskForRemoteWriteThrough(const BlockKey& key, uint64_t generation);
+  // Up to `max` of them, oldest first, taken out of the queue.
+  std::vector<WriteThroughRequest> TakeRemoteWriteThroughs(size_t max);
+
   bool HasWork() const;
 
   // Who is told when the mover has moved something (a fetch ended, room was made), so that
@@ -78,6 +86,8 @@ class MoveRequests {
   // Past this many failures nobody came back for, the oldest memory is dropped: the cost is one
   // more fetch attempt for those blocks.
   static constexpr size_t kMaxRememberedFailures = 4096;
+  // 24 bytes each: at most 1.5 MiB of requests waiting for the network.
+  static constexpr size_t kMaxRemoteWriteThroughs = 65536;
 
   mutable Mutex mu_;
   uint64_t room_bytes_ GUARDED_BY(mu_) = 0;
@@ -87,6 +97,7 @@ class MoveRequests {
   std::unordered_set<BlockKey, Key128Hash> failed_ GUARDED_BY(mu_);
   std::deque<WriteThroughRequest> write_throughs_ GUARDED_BY(mu_);
   std::unordered_set<uint64_t> pending_write_throughs_ GUARDED_BY(mu_);  // queued or writing
+  std::deque<WriteThroughRequest> remote_write_throughs_ GUARDED_BY(mu_);
   mutable Mutex listener_mu_;
   std::shared_ptr<const std::function<void()>> listener_ GUARDED_BY(listener_mu_);
 };

@@ -234,6 +234,14 @@ class Store {
     return move_requests_.TakeWriteThroughs(max);
   }
   void WriteThrough(std::span<const WriteThroughRequest> requests);
+  // Remote write-through (remote.write_through): the committed blocks to copy to the remote tier,
+  // and the mover's call that SETs them as one batch (store_remote.cc), each pinned as a reader
+  // pins it. Blocks the calling thread for up to remote.timeout. A block no longer in the host
+  // tier is skipped: it is published when it leaves the node.
+  std::vector<WriteThroughRequest> TakeRemoteWriteThroughRequests(size_t max) {
+    return move_requests_.TakeRemoteWriteThroughs(max);
+  }
+  void WriteThroughToRemote(std::span<const WriteThroughRequest> requests);
   bool MoveWorkPending() const { return move_requests_.HasWork(); }
   // The remote tier's side (store_remote.cc). TakeRemoteFetchRequests: up to `max` blocks readers
   // missed locally, which the mover should try to fetch from the remote tier (Acquire asks for it,
@@ -426,12 +434,17 @@ class Store {
   // store_remote.cc. Whether the victims of tiers_[level] are published to the remote tier before
   // they are dropped: it is the last local tier and there is a remote tier.
   bool PublishesDrops(size_t level) const;
-  // Writes the victims of tiers_[level] to the remote tier as one batch (SET ... PX ttl), each
-  // pinned while its bytes are read. Best effort: a victim that changed, cannot be read or is
-  // refused by the store is counted and dropped all the same (the caller drops them after).
+  // How PublishToRemote pins a block while it reads and sends its bytes: alone (a victim about to
+  // be dropped: PinForMove), or beside its readers (a write-through copy: the block stays).
+  enum class RemotePin : uint8_t { kExclusive, kShared };
+  // Writes blocks of tiers_[level] to the remote tier as one batch (SET ... PX ttl), each pinned
+  // while its bytes are read. Best effort: a block that changed is skipped, one that cannot be
+  // read or is refused by the store is counted (a victim is dropped all the same by the caller).
   // Blocks the calling thread for up to the remote timeout: the mover's threads only.
-  void PublishToRemote(size_t level,
-                       std::span<const std::pair<BlockKey, index::BlockMeta>> victims);
+  void PublishToRemote(size_t level, std::span<const std::pair<BlockKey, index::BlockMeta>> blocks,
+                       RemotePin pin = RemotePin::kExclusive);
+  // A reader's pin on a block unchanged since `meta` was read; released by UnpinAfterMove.
+  bool PinAsReader(const BlockKey& key, const index::BlockMeta& meta);
   // Acquire's miss with a remote tier: asks the mover to fetch the block (kPending), or OK when
   // it cannot be asked (no remote tier, unknown namespace) or the last fetch failed (a miss).
   Status FetchRemoteForRead(const NamespaceId& ns, const BlockKey& key);

@@ -21,6 +21,11 @@ struct RemoteTierOptions {
   std::chrono::milliseconds ttl{86'400'000};     // SET ... PX: how long the cluster keeps a block
   std::chrono::milliseconds timeout{1'000};      // one publish or fetch batch of the mover
   std::chrono::milliseconds lookup_timeout{20};  // StartRemoteLookup
+  // Also copy each block committed into the host tier to the remote tier, from the mover, without
+  // delaying the put's acknowledgement (best effort: a failed copy is counted, the block stays
+  // local). Needs background_disk_moves. Without it, blocks reach the remote tier when they leave
+  // the last local tier.
+  bool write_through = false;
 };
 
 struct StoreOptions {

@@ -153,6 +153,14 @@ Status Store::Publish(const ReservationRecord& record, std::optional<uint64_t> c
       WriteThrough({&request, 1});
     }
   }
+  if (options_.remote.write_through && options_.remote.store != nullptr &&
+      options_.background_disk_moves) {
+    if (move_requests_.AskForRemoteWriteThrough(record.key, record.generation)) {
+      if (wake_mover_) wake_mover_();
+    } else {
+      counters_.remote_write_through_skips.fetch_add(1);
+    }
+  }
   return Status::Ok();
 }
 

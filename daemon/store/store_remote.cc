@@ -1,7 +1,8 @@
 // The store's side of the remote tier (docs/scale-out.md): the blocks the mover drops from the
 // last local tier are written to the remote store first (PublishToRemote), and room for a put is
 // made through that same path (MakeRoomByPublishing), so that a block leaves the node for the
-// fleet's shared tier instead of being lost.
+// fleet's shared tier instead of being lost. With remote.write_through, blocks committed into the
+// host tier are copied there too, by the mover, as soon as it gets to them (WriteThroughToRemote).
 //
 // Why the mover and not the eviction itself: a drop may happen on any thread that evicts (a put's,
 // in the drop paths), and a publish waits for the network. Only EvictToTarget and MakeRoom, which
@@ -17,6 +18,7 @@
 namespace kvtier::store {
 
 using index::BlockMeta;
+using index::BlockState;
 namespace remote = tiers::remote;
 
 namespace {
@@ -30,7 +32,7 @@ constexpr size_t kPublishBatch = 8;
 // blocks, 128 MiB in the host tier for a prefix the reader may abandon at its first miss.
 constexpr size_t kMaxRemotePrefetch = 64;
 
-// One victim being published: pinned, with its record header and where its payload is.
+// One block being published: pinned, with its record header and where its payload is.
 struct Outgoing {
   BlockKey key;
   BlockMeta meta;
@@ -51,14 +53,19 @@ bool Store::PublishesDrops(size_t level) const {
   return options_.remote.store != nullptr && level + 1 == tiers_.size();
 }
 
-void Store::PublishToRemote(size_t level, std::span<const std::pair<BlockKey, BlockMeta>> victims) {
+void Store::PublishToRemote(size_t level, std::span<const std::pair<BlockKey, BlockMeta>> blocks,
+                            RemotePin pin) {
   tiers::Tier& t = *tiers_[level];
   std::vector<Outgoing> out;
-  out.reserve(victims.size());  // no reallocation: the writes below borrow the headers
+  out.reserve(blocks.size());  // no reallocation: the writes below borrow the headers
   std::vector<tiers::BlockRead> reads;
-  for (const auto& [key, meta] : victims) {
-    // Pinned while its bytes are read and sent: nobody frees or reuses the extent meanwhile.
-    if (!PinForMove(key, meta)) continue;  // leased or changed: it is not dropped either
+  for (const auto& [key, meta] : blocks) {
+    // Pinned while its bytes are read and sent: nobody frees or reuses the extent meanwhile. A
+    // victim leased or changed is not dropped either; a write-through's block that changed is
+    // not the one committed.
+    const bool pinned =
+        pin == RemotePin::kExclusive ? PinForMove(key, meta) : PinAsReader(key, meta);
+    if (!pinned) continue;
     Outgoing& o = out.emplace_back(Outgoing{key, meta, {}, {}, {}, {}});
     if (const std::byte* address = t.Address(meta.extent)) {
       o.payload = {address, meta.extent.length};
@@ -100,6 +107,37 @@ void Store::PublishToRemote(size_t level, std::span<const std::pair<BlockKey, Bl
       counters_.remote_publish_errors.fetch_add(1);
     }
   }
+}
+
+bool Store::PinAsReader(const BlockKey& key, const BlockMeta& meta) {
+  return index_
+      ->Update(key,
+               [&](BlockMeta& m) {
+                 if (m.generation != meta.generation || m.state != BlockState::kReady ||
+                     m.tier != meta.tier || m.extent != meta.extent) {
+                   return NotFound("block changed since it was committed");
+                 }
+                 ++m.lease_count;
+                 return Status::Ok();
+               })
+      .ok();
+}
+
+void Store::WriteThroughToRemote(std::span<const WriteThroughRequest> requests) {
+  const size_t host = LevelOf(TierId::kHost);
+  if (options_.remote.store == nullptr || host >= tiers_.size()) return;
+  std::vector<std::pair<BlockKey, BlockMeta>> blocks;
+  for (const WriteThroughRequest& r : requests) {
+    std::optional<BlockMeta> meta = index_->Get(r.key);
+    // Gone or replaced: nothing to copy. Moved below the host tier already: it is published
+    // when it leaves the node.
+    if (!meta || meta->generation != r.generation || meta->state != BlockState::kReady ||
+        meta->tier != TierId::kHost) {
+      continue;
+    }
+    blocks.emplace_back(r.key, *meta);
+  }
+  if (!blocks.empty()) PublishToRemote(host, blocks, RemotePin::kShared);
 }
 
 bool Store::MakeRoomByPublishing(uint64_t bytes) {

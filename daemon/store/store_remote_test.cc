@@ -108,6 +108,58 @@ TEST_F(StoreRemoteTest, APutThatFindsTheHostFullWaitsForTheMoverWhichPublishes) 
   ASSERT_TRUE(PutBlock(2).ok());
 }
 
+TEST_F(StoreRemoteTest, WriteThroughCopiesCommittedBlocksAndKeepsThemLocal) {
+  StoreOptions options = WithRemote(/*background=*/true);
+  options.remote.write_through = true;
+  Build({4}, true, options);
+  for (uint64_t n = 0; n < 2; ++n) ASSERT_TRUE(PutBlock(n).ok());
+  EXPECT_EQ(remote_.sets(), 0);  // the commit only asks: the mover sends
+  // A reader holding block 0 does not keep its copy from being made.
+  Result<Lease> lease = store_->Acquire(kNs, Key(0));
+  ASSERT_TRUE(lease.ok());
+  const std::vector<WriteThroughRequest> asked = store_->TakeRemoteWriteThroughRequests(8);
+  ASSERT_EQ(asked.size(), 2u);
+  store_->WriteThroughToRemote(asked);
+  EXPECT_EQ(remote_.sets(), 1);  // one batch
+  for (uint64_t n : {0, 1}) {
+    EXPECT_EQ(Published(n), Payload(n)) << n;
+    EXPECT_TRUE(Cached(n)) << n;  // still served locally
+  }
+  ASSERT_TRUE(store_->Release(lease->id).ok());
+  EXPECT_EQ(store_->Stats().remote_publishes, 2u);
+  EXPECT_TRUE(store_->TakeRemoteWriteThroughRequests(8).empty());
+}
+
+TEST_F(StoreRemoteTest, WriteThroughSkipsABlockReplacedOrRemovedBeforeTheMoverCame) {
+  StoreOptions options = WithRemote(/*background=*/true);
+  options.remote.write_through = true;
+  Build({4}, true, options);
+  ASSERT_TRUE(PutBlock(0).ok());
+  ASSERT_TRUE(PutBlock(1).ok());
+  ASSERT_TRUE(store_->Remove(kNs, Key(0)).ok());
+  store_->WriteThroughToRemote(store_->TakeRemoteWriteThroughRequests(8));
+  EXPECT_FALSE(Published(0));
+  EXPECT_EQ(Published(1), Payload(1));
+  EXPECT_EQ(store_->Stats().remote_publish_errors, 0u);  // skipped, not failed
+}
+
+TEST_F(StoreRemoteTest, AFailedWriteThroughIsCountedAndTheBlockStays) {
+  StoreOptions options = WithRemote(/*background=*/true);
+  options.remote.write_through = true;
+  Build({4}, true, options);
+  ASSERT_TRUE(PutBlock(0).ok());
+  remote_.FailWith(Busy("OOM command not allowed"));
+  store_->WriteThroughToRemote(store_->TakeRemoteWriteThroughRequests(8));
+  EXPECT_TRUE(Cached(0));
+  EXPECT_EQ(store_->Stats().remote_publish_errors, 1u);
+}
+
+TEST_F(StoreRemoteTest, WithoutWriteThroughACommitAsksForNoCopy) {
+  Build({4}, true, WithRemote(/*background=*/true));
+  ASSERT_TRUE(PutBlock(0).ok());
+  EXPECT_TRUE(store_->TakeRemoteWriteThroughRequests(8).empty());
+}
+
 // Regression: with several mover threads, a MakeRoom that found every victim already being
 // published by another thread fell back to the eviction of a put, which dropped the next block
 // unpublished (the integration test saw half the drops of a stopped cluster go uncounted).

@@ -67,11 +67,12 @@ struct StoreCounters {
   Counter remote_publishes{0};       // blocks written to the remote tier before their drop
   Counter remote_publish_bytes{0};   // their payload bytes
   Counter remote_publish_errors{0};  // blocks that could not be read or that the remote refused
-  Counter remote_fetches{0};         // blocks fetched from the remote tier into host memory
-  Counter remote_fetch_bytes{0};     // their payload bytes
-  Counter remote_fetch_misses{0};    // fetches the remote tier had no block for
-  Counter remote_fetch_corrupt{0};   // fetched records that failed verification (a miss)
-  Counter remote_fetch_errors{0};    // fetches failed: timeout, remote error, no room in host
+  Counter remote_write_through_skips{0};  // committed blocks not copied: the queue was full
+  Counter remote_fetches{0};              // blocks fetched from the remote tier into host memory
+  Counter remote_fetch_bytes{0};          // their payload bytes
+  Counter remote_fetch_misses{0};         // fetches the remote tier had no block for
+  Counter remote_fetch_corrupt{0};        // fetched records that failed verification (a miss)
+  Counter remote_fetch_errors{0};         // fetches failed: timeout, remote error, no room in host
 };
 
 struct NamespaceStats {
@@ -136,6 +137,7 @@ struct StoreStats {
   uint64_t remote_publishes = 0;
   uint64_t remote_publish_bytes = 0;
   uint64_t remote_publish_errors = 0;
+  uint64_t remote_write_through_skips = 0;
   uint64_t remote_fetches = 0;
   uint64_t remote_fetch_bytes = 0;
   uint64_t remote_fetch_misses = 0;

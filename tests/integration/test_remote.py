@@ -229,6 +229,30 @@ def test_with_the_cluster_stopped_both_nodes_serve_their_local_tiers(cluster, no
         cluster.signal_all(signal.SIGCONT)
 
 
+def test_with_write_through_a_block_is_a_hit_on_another_node_at_once(cluster, nodes,
+                                                                       tmp_path):
+    node2 = nodes[1]
+    node_dir = tmp_path / "writer"
+    node_dir.mkdir()
+    writer = Daemon(node_dir, host_bytes=HOST_BYTES, slab_bytes="1MiB",
+                    extra_config=EXTRA_CONFIG.replace("remote:\n", "remote:\n  write_through: true\n"))
+    writer.start(extra_args=["--remote", cluster.url])
+    try:
+        n = 5000  # one block, far from filling the writer's host tier
+        with client(writer) as c:
+            ns = register(c)
+            assert c.call("KVT.PUT", ns, pack_keys([n]), payload(n)) == [b"OK"]
+        assert wait_for(lambda: totals(writer)["remote_publishes"] == 1, timeout_s=10), \
+            json.dumps(totals(writer))
+        with client(writer) as c:
+            assert c.call("KVT.LOOKUP", ns, pack_keys([n])) == [1, b"1"]  # still local too
+        with client(node2) as c:
+            assert register(c) == ns
+            assert c.call("KVT.GET", ns, pack_keys([n])) == [payload(n)]
+    finally:
+        assert writer.stop() == 0, writer.log()
+
+
 def test_a_node_started_while_its_remote_store_is_down_reaches_it_later(tmp_path):
     port = free_cluster_port()  # nobody listens there yet
     node_dir = tmp_path / "node"
