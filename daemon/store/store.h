@@ -78,6 +78,7 @@ struct BlockExplanation {
   State state = State::kAbsent;
   TierId tier = TierId::kHost;
   std::optional<Departure> departure;
+  uint64_t departed_age_us = 0;  // how long ago it departed, with `departure`
 };
 
 // A read pin on a ready block.
@@ -318,6 +319,9 @@ class Store {
   // a scan of the whole log (DepartureLog::Find): for diagnostics, not for the request path.
   std::vector<BlockExplanation> Explain(const NamespaceId& ns,
                                         std::span<const BlockKey> keys) const;
+  // For each of `keys`, the tier holding it ready in namespace `ns`, or nullopt. Touches nothing.
+  std::vector<std::optional<TierId>> Where(const NamespaceId& ns,
+                                           std::span<const BlockKey> keys) const;
   // The log Explain reads: its capacity and how many departures it saw.
   const DepartureLog& departures() const { return departures_; }
   // The eviction policy's name (every tier uses the same one): "lru", ...

@@ -44,7 +44,22 @@ std::vector<BlockExplanation> Store::Explain(const NamespaceId& ns,
     absent_at.push_back(i);
   }
   const std::vector<std::optional<Departure>> departed = departures_.Find(ns, absent);
-  for (size_t j = 0; j < absent.size(); ++j) out[absent_at[j]].departure = departed[j];
+  const uint64_t now = clock_.NowMicros();
+  for (size_t j = 0; j < absent.size(); ++j) {
+    BlockExplanation& ex = out[absent_at[j]];
+    ex.departure = departed[j];
+    if (ex.departure && now > ex.departure->at_us) ex.departed_age_us = now - ex.departure->at_us;
+  }
+  return out;
+}
+
+std::vector<std::optional<TierId>> Store::Where(const NamespaceId& ns,
+                                                std::span<const BlockKey> keys) const {
+  std::vector<std::optional<TierId>> out(keys.size());
+  for (size_t i = 0; i < keys.size(); ++i) {
+    std::optional<BlockMeta> meta = index_->Get(keys[i]);
+    if (meta && meta->ns == ns && meta->state == BlockState::kReady) out[i] = meta->tier;
+  }
   return out;
 }
 
