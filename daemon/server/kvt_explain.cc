@@ -37,7 +37,8 @@ struct ExplainRequest {
   std::vector<BlockKey> keys;
   std::vector<uint32_t> tokens;  // empty for KEYS
   uint32_t tokens_per_block = 0;
-  Fields fields;  // the asked namespace's descriptor; empty when unknown
+  Fields fields;        // the asked namespace's descriptor; empty when unknown
+  size_t max_keys = 0;  // max_lookup_keys
 };
 
 // A namespace that differs from the asked one in one field, and where it holds each asked block.
@@ -59,6 +60,7 @@ std::optional<ExplainRequest> ParseRequest(CommandContext& ctx, const resp::Comm
   ExplainRequest req;
   req.ns = ns->id;
   req.registered = ns->known;
+  req.max_keys = ctx.server.options.max_lookup_keys;
   const std::string_view mode = cmd.args[2];
   const std::string_view packed = cmd.args[3];
   if (resp::EqualsIgnoreCase(mode, "KEYS")) {
@@ -137,10 +139,14 @@ const std::pair<std::string, std::string>* OnlyDifference(const Fields& asked,
 std::vector<std::optional<TierId>> TiersUnder(const store::Store& store, const ExplainRequest& req,
                                               const store::NamespaceInfo& other) {
   std::vector<std::optional<TierId>> out(req.keys.size());
-  Result<std::vector<BlockKey>> keys =
-      hashing::ChainKeys(other.id, req.tokens, other.tokens_per_block);
-  if (!keys.ok() || keys->empty()) return out;
-  const std::vector<std::optional<TierId>> where = store.Where(other.id, *keys);
+  // At most max_lookup_keys blocks, as for the asked namespace: a namespace of much smaller
+  // blocks would otherwise make one EXPLAIN hash millions of them. Blocks past those are not
+  // reported as held.
+  std::vector<BlockKey> keys(
+      std::min(hashing::NumFullBlocks(req.tokens.size(), other.tokens_per_block), req.max_keys));
+  Result<size_t> n = hashing::ChainKeysInto(other.id, req.tokens, other.tokens_per_block, keys);
+  if (!n.ok() || *n == 0) return out;
+  const std::vector<std::optional<TierId>> where = store.Where(other.id, keys);
   const uint64_t asked = req.tokens_per_block, theirs = other.tokens_per_block;
   for (size_t i = 0; i < out.size(); ++i) {
     const uint64_t first = i * asked / theirs, end = ((i + 1) * asked + theirs - 1) / theirs;
