@@ -115,14 +115,16 @@ std::string FormatExplainTable(const json& explained) {
     const std::string state = Str(block, "state");
     const std::string tier = Str(block, "tier");
     char line[96];
-    std::snprintf(line, sizeof(line), "%5zu  %-16.16s  %-7s  %-6s", index++,
-                  Str(block, "key").c_str(), state.c_str(), tier.empty() ? "-" : tier.c_str());
+    std::snprintf(line, sizeof(line), "%5zu  %-16.16s  %-7s  ", index++, Str(block, "key").c_str(),
+                  state.c_str());
     out << line;
     if (state == "missing") {
       ++reasons[Str(block, "reason")];
-      out << "  " << Why(block, log_entries);
+      std::snprintf(line, sizeof(line), "%-6s  ", tier.empty() ? "-" : tier.c_str());
+      out << line << Why(block, log_entries);
     } else {
       present += state == "present";
+      out << tier;
     }
     out << "\n";
   }
