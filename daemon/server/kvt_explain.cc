@@ -49,7 +49,73 @@ struct Elsewhere {
   std::vector<std::optional<TierId>> tiers;  // per asked block
 };
 
-// The error reply for a bad request, or the request. Writes the reply on failure.
+// The parsers below write the error reply and return false on a bad request.
+
+// KEYS <keys>: the keys as given.
+bool ParseKeys(CommandContext& ctx, const resp::Command& cmd, ExplainRequest& req) {
+  if (cmd.size() != 4) {
+    ctx.reply.AppendError("ERR KVT.EXPLAIN <ns> KEYS <keys> takes no fields");
+    return false;
+  }
+  std::optional<size_t> count = CheckPackedKeys(ctx, cmd.args[3]);
+  if (!count) return false;
+  for (size_t i = 0; i < *count; ++i) req.keys.push_back(PackedKey(cmd.args[3], i));
+  return true;
+}
+
+// The asked namespace's descriptor and block size: from the fields after the tokens (which must
+// hash to <ns>), or from its registration.
+bool DescribeNamespace(CommandContext& ctx, const resp::Command& cmd, ExplainRequest& req) {
+  if (cmd.size() > 4) {
+    Result<hashing::NamespaceDescriptor> desc = ParseNamespaceFields(cmd, 4);
+    if (!desc.ok()) {
+      AppendStatusError(ctx.reply, desc.status());
+      return false;
+    }
+    if (hashing::ComputeNamespaceId(*desc).value() != req.ns) {
+      ctx.reply.AppendError("ERR the fields describe another namespace than " + req.ns.ToHex());
+      return false;
+    }
+    req.fields = NamespaceFields(*desc);
+    req.tokens_per_block = desc->tokens_per_block;
+    return true;
+  }
+  std::optional<store::NamespaceInfo> info = ctx.server.store.GetNamespace(req.ns);
+  if (!req.registered || !info || info->tokens_per_block == 0) {
+    ctx.reply.AppendError("NOTFOUND namespace " + req.ns.ToHex() +
+                          " is not registered: give its fields to explain tokens");
+    return false;
+  }
+  req.fields = info->fields;
+  req.tokens_per_block = info->tokens_per_block;
+  return true;
+}
+
+// TOKENS <tokens> [field value ...]: the tokens, and the keys of their full blocks.
+bool ParseTokens(CommandContext& ctx, const resp::Command& cmd, ExplainRequest& req) {
+  const std::string_view packed = cmd.args[3];
+  if (packed.size() % 4 != 0 || cmd.size() % 2 != 0) {
+    ctx.reply.AppendError(packed.size() % 4 != 0
+                              ? "ERR packed tokens must be a multiple of 4 bytes"
+                              : "ERR wrong number of arguments for 'kvt.explain' command");
+    return false;
+  }
+  if (!DescribeNamespace(ctx, cmd, req)) return false;
+  if (hashing::NumFullBlocks(packed.size() / 4, req.tokens_per_block) > req.max_keys) {
+    ctx.reply.AppendError("ERR too many keys");
+    return false;
+  }
+  req.tokens.resize(packed.size() / 4);
+  for (size_t i = 0; i < req.tokens.size(); ++i) {
+    uint8_t b[4];
+    std::memcpy(b, packed.data() + 4 * i, 4);
+    req.tokens[i] =
+        uint32_t{b[0]} | uint32_t{b[1]} << 8 | uint32_t{b[2]} << 16 | uint32_t{b[3]} << 24;
+  }
+  req.keys = hashing::ChainKeys(req.ns, req.tokens, req.tokens_per_block).value();
+  return true;
+}
+
 std::optional<ExplainRequest> ParseRequest(CommandContext& ctx, const resp::Command& cmd) {
   std::optional<KvtNamespace> ns = ParseKvtNamespace(ctx, cmd.args[1]);
   if (!ns) return std::nullopt;
@@ -62,61 +128,15 @@ std::optional<ExplainRequest> ParseRequest(CommandContext& ctx, const resp::Comm
   req.registered = ns->known;
   req.max_keys = ctx.server.options.max_lookup_keys;
   const std::string_view mode = cmd.args[2];
-  const std::string_view packed = cmd.args[3];
+  bool ok = false;
   if (resp::EqualsIgnoreCase(mode, "KEYS")) {
-    if (cmd.size() != 4) {
-      ctx.reply.AppendError("ERR KVT.EXPLAIN <ns> KEYS <keys> takes no fields");
-      return std::nullopt;
-    }
-    std::optional<size_t> count = CheckPackedKeys(ctx, packed);
-    if (!count) return std::nullopt;
-    for (size_t i = 0; i < *count; ++i) req.keys.push_back(PackedKey(packed, i));
-    return req;
-  }
-  if (!resp::EqualsIgnoreCase(mode, "TOKENS")) {
-    ctx.reply.AppendError("ERR KVT.EXPLAIN: expected KEYS or TOKENS");
-    return std::nullopt;
-  }
-  if (packed.size() % 4 != 0 || cmd.size() % 2 != 0) {
-    ctx.reply.AppendError(packed.size() % 4 != 0
-                              ? "ERR packed tokens must be a multiple of 4 bytes"
-                              : "ERR wrong number of arguments for 'kvt.explain' command");
-    return std::nullopt;
-  }
-  if (cmd.size() > 4) {
-    Result<hashing::NamespaceDescriptor> desc = ParseNamespaceFields(cmd, 4);
-    if (!desc.ok()) {
-      AppendStatusError(ctx.reply, desc.status());
-      return std::nullopt;
-    }
-    if (hashing::ComputeNamespaceId(*desc).value() != req.ns) {
-      ctx.reply.AppendError("ERR the fields describe another namespace than " + req.ns.ToHex());
-      return std::nullopt;
-    }
-    req.fields = NamespaceFields(*desc);
-    req.tokens_per_block = desc->tokens_per_block;
-  } else if (std::optional<store::NamespaceInfo> info = ctx.server.store.GetNamespace(req.ns);
-             req.registered && info && info->tokens_per_block != 0) {
-    req.fields = info->fields;
-    req.tokens_per_block = info->tokens_per_block;
+    ok = ParseKeys(ctx, cmd, req);
+  } else if (resp::EqualsIgnoreCase(mode, "TOKENS")) {
+    ok = ParseTokens(ctx, cmd, req);
   } else {
-    ctx.reply.AppendError("NOTFOUND namespace " + req.ns.ToHex() +
-                          " is not registered: give its fields to explain tokens");
-    return std::nullopt;
+    ctx.reply.AppendError("ERR KVT.EXPLAIN: expected KEYS or TOKENS");
   }
-  req.tokens.resize(packed.size() / 4);
-  for (size_t i = 0; i < req.tokens.size(); ++i) {
-    uint8_t b[4];
-    std::memcpy(b, packed.data() + 4 * i, 4);
-    req.tokens[i] =
-        uint32_t{b[0]} | uint32_t{b[1]} << 8 | uint32_t{b[2]} << 16 | uint32_t{b[3]} << 24;
-  }
-  if (hashing::NumFullBlocks(req.tokens.size(), req.tokens_per_block) >
-      ctx.server.options.max_lookup_keys) {
-    ctx.reply.AppendError("ERR too many keys");
-    return std::nullopt;
-  }
-  req.keys = hashing::ChainKeys(req.ns, req.tokens, req.tokens_per_block).value();
+  if (!ok) return std::nullopt;
   return req;
 }
 
