@@ -5,6 +5,7 @@
 
 #include "daemon/cli/bench_command.h"
 #include "daemon/cli/command.h"
+#include "daemon/cli/explain_command.h"
 #include "daemon/cli/ping_command.h"
 #include "daemon/cli/replay_command.h"
 #include "daemon/cli/simulate_command.h"
@@ -14,11 +15,9 @@ int main(int argc, char** argv) {
   CLI::App app{"kvtier: tools for the kvtier KV-cache daemon"};
   app.require_subcommand(1);
   std::vector<kvtier::cli::Command> commands = {
-      kvtier::cli::AddSimulateCommand(app),
-      kvtier::cli::AddPingCommand(app),
-      kvtier::cli::AddStatsCommand(app),
-      kvtier::cli::AddBenchCommand(app),
-      kvtier::cli::AddReplayCommand(app),
+      kvtier::cli::AddSimulateCommand(app), kvtier::cli::AddPingCommand(app),
+      kvtier::cli::AddStatsCommand(app),    kvtier::cli::AddBenchCommand(app),
+      kvtier::cli::AddReplayCommand(app),   kvtier::cli::AddExplainCommand(app),
   };
   CLI11_PARSE(app, argc, argv);
   for (const kvtier::cli::Command& command : commands) {

@@ -117,18 +117,12 @@ void PrintTable(const ReplayFlags& flags, uint64_t block_bytes, const ReplayTota
 }
 
 hashing::NamespaceDescriptor ReplayDescriptor(const ReplayFlags& flags) {
-  hashing::NamespaceDescriptor d;
-  d.model_id = "kvtier-replay";
-  d.kv_dtype = "int8";
-  d.num_layers = d.num_kv_heads = d.head_dim = 1;
-  d.tokens_per_block = static_cast<uint32_t>(flags.block_tokens);
-  d.layout_tag = "mooncake-trace";
-  d.tenant_salt = flags.salt;
-  if (d.tenant_salt.empty()) {
+  std::string salt = flags.salt;
+  if (salt.empty()) {
     std::random_device rd;
-    d.tenant_salt = std::to_string(rd()) + "-" + std::to_string(rd());
+    salt = std::to_string(rd()) + "-" + std::to_string(rd());
   }
-  return d;
+  return TraceNamespace(flags.block_tokens, salt);
 }
 
 }  // namespace

@@ -36,6 +36,17 @@ void FillTracePayload(uint64_t hash_id, std::span<std::byte> out) {
   }
 }
 
+hashing::NamespaceDescriptor TraceNamespace(uint64_t block_tokens, const std::string& salt) {
+  hashing::NamespaceDescriptor d;
+  d.model_id = "kvtier-replay";
+  d.kv_dtype = "int8";
+  d.num_layers = d.num_kv_heads = d.head_dim = 1;
+  d.tokens_per_block = static_cast<uint32_t>(block_tokens);
+  d.layout_tag = "mooncake-trace";
+  d.tenant_salt = salt;
+  return d;
+}
+
 std::vector<BlockKey> TraceKeys(const NamespaceId& ns, std::span<const uint64_t> hash_ids) {
   std::vector<BlockKey> keys;
   keys.reserve(hash_ids.size());
@@ -66,7 +77,8 @@ size_t Replayer::ChunkBlocks() const {
   return static_cast<size_t>(std::max<uint64_t>(1, kMaxCallBytes / options_.block_bytes));
 }
 
-Result<size_t> Replayer::FetchPrefix(std::span<const BlockKey> keys, std::span<const uint64_t> ids) {
+Result<size_t> Replayer::FetchPrefix(std::span<const BlockKey> keys,
+                                     std::span<const uint64_t> ids) {
   const size_t bytes = options_.block_bytes;
   size_t served = 0;
   while (served < keys.size()) {
@@ -135,14 +147,14 @@ Status Replayer::Replay(const TraceRequest& request) {
   size_t served = 0;
   const uint64_t corrupt_before = totals_.corrupt_blocks;
   if (lookup.prefix > 0) {
-    KVTIER_ASSIGN_OR_RETURN(served, FetchPrefix(std::span(keys).first(lookup.prefix),
-                                                request.hash_ids));
+    KVTIER_ASSIGN_OR_RETURN(served,
+                            FetchPrefix(std::span(keys).first(lookup.prefix), request.hash_ids));
     totals_.get_latency.Add(Clock::now() - looked_up);
   }
   const auto fetched = Clock::now();
   if (served < keys.size()) {
-    KVTIER_RETURN_IF_ERROR(StoreRest(std::span(keys).subspan(served),
-                                     std::span(request.hash_ids).subspan(served)));
+    KVTIER_RETURN_IF_ERROR(
+        StoreRest(std::span(keys).subspan(served), std::span(request.hash_ids).subspan(served)));
     totals_.put_latency.Add(Clock::now() - fetched);
   }
   totals_.request_latency.Add(Clock::now() - start);

@@ -16,6 +16,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "client/client.h"
@@ -33,6 +34,11 @@ void FillTracePayload(uint64_t hash_id, std::span<std::byte> out);
 // (hashing::FoldForeignKeys).
 std::vector<BlockKey> TraceKeys(const NamespaceId& ns, std::span<const uint64_t> hash_ids);
 
+// The namespace `kvtier replay` stores a trace's blocks under: a fixed descriptor (model
+// "kvtier-replay", layout "mooncake-trace") with the trace's tokens per block and a tenant salt.
+// `kvtier explain --trace` computes the same keys from the same --block-tokens and --salt.
+hashing::NamespaceDescriptor TraceNamespace(uint64_t block_tokens, const std::string& salt);
+
 struct ReplayOptions {
   uint64_t block_bytes = 0;
   bool shm = true;              // Put/Get through the arena; the client must be attached
@@ -41,15 +47,15 @@ struct ReplayOptions {
 
 struct ReplayTotals {
   uint64_t requests = 0;
-  uint64_t blocks = 0;                 // blocks asked for, all requests
-  uint64_t lookup_hit_blocks = 0;      // the prefixes Lookup reported
-  uint64_t served_blocks = 0;          // blocks fetched and verified
+  uint64_t blocks = 0;                                // blocks asked for, all requests
+  uint64_t lookup_hit_blocks = 0;                     // the prefixes Lookup reported
+  uint64_t served_blocks = 0;                         // blocks fetched and verified
   std::array<uint64_t, kTierCount> served_by_tier{};  // by the tier Lookup reported
-  uint64_t lost_blocks = 0;            // reported by Lookup, not served by Get (nor corrupt)
-  uint64_t corrupt_blocks = 0;         // served with the wrong bytes
-  uint64_t stored_blocks = 0;          // Put answered OK
-  uint64_t existing_blocks = 0;        // Put answered "already stored"
-  uint64_t failed_puts = 0;            // Put refused (busy, rejected, ...)
+  uint64_t lost_blocks = 0;      // reported by Lookup, not served by Get (nor corrupt)
+  uint64_t corrupt_blocks = 0;   // served with the wrong bytes
+  uint64_t stored_blocks = 0;    // Put answered OK
+  uint64_t existing_blocks = 0;  // Put answered "already stored"
+  uint64_t failed_puts = 0;      // Put refused (busy, rejected, ...)
   uint64_t input_tokens = 0;
   uint64_t hit_tokens = 0;
   LatencyRecorder request_latency;

@@ -192,6 +192,8 @@ const std::map<std::string, Setter>& Setters() {
       {"limits.max_leases", Uint(&DaemonConfig::max_leases, 1ull << 32, "limits.max_leases")},
       {"limits.max_reservations",
        Uint(&DaemonConfig::max_reservations, 1ull << 32, "limits.max_reservations")},
+      {"limits.departure_log_entries",
+       Uint(&DaemonConfig::departure_log_entries, 1ull << 24, "limits.departure_log_entries")},
       {"metrics.histograms", Bool(&DaemonConfig::latency_histograms, "metrics.histograms")},
       {"metrics.history", Bool(&DaemonConfig::history, "metrics.history")},
       {"metrics.history_interval_ms",

@@ -108,6 +108,8 @@ struct DaemonConfig {
   uint64_t max_clients = 10'000;
   uint64_t max_leases = 1u << 20;        // open read leases, all clients together
   uint64_t max_reservations = 1u << 20;  // puts in flight, all clients together
+  // Departures KVT.EXPLAIN remembers (daemon/store/departure_log.h): 64 bytes each.
+  uint64_t departure_log_entries = 65'536;
 
   // metrics: latency histograms of lookups, gets and puts (per op, path and tier) and of moves
   // between tiers in /metrics, /stats and INFO. false saves their clock reads and counter

@@ -65,6 +65,8 @@ TEST(DaemonConfigTest, YamlOverridesDefaultsAndUnknownKeysAreErrors) {
   EXPECT_EQ(c.tcp_port, 7000);
   EXPECT_EQ(c.host_bytes, 2ull << 30);
   EXPECT_EQ(c.idle_timeout_ms, 5000u);
+  ASSERT_TRUE(ApplyYaml("limits:\n  departure_log_entries: 1024\n", "test.yaml", c).ok());
+  EXPECT_EQ(c.departure_log_entries, 1024u);
   Status st = ApplyYaml("tiers:\n  host_byte: 1GiB\n", "test.yaml", c);
   EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(st.message().find("tiers.host_byte"), std::string::npos);
@@ -122,6 +124,7 @@ TEST(DaemonConfigTest, ShippedExampleLoadsAndMatchesTheDefaults) {
   EXPECT_EQ(c.max_clients, defaults.max_clients);
   EXPECT_EQ(c.max_leases, defaults.max_leases);
   EXPECT_EQ(c.max_reservations, defaults.max_reservations);
+  EXPECT_EQ(c.departure_log_entries, defaults.departure_log_entries);
   EXPECT_EQ(c.nvme_bytes, DaemonConfig::kAutoBytes);
   EXPECT_EQ(c.nvme_io_backend, defaults.nvme_io_backend);
   EXPECT_EQ(c.nvme_queue_depth, defaults.nvme_queue_depth);

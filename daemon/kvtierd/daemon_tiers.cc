@@ -188,6 +188,7 @@ store::StoreOptions StoreOptionsFrom(const config::DaemonConfig& c,
   o.index.policy = c.eviction_policy;
   o.index.capacity_hint_blocks = 0;
   o.max_leases = c.max_leases;
+  o.departure_log_entries = c.departure_log_entries;
   o.max_reservations = c.max_reservations;
   o.promote_on_read = c.nvme_promote_on_hit;
   o.nvme_admission = c.nvme_admission;

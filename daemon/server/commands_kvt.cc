@@ -1,5 +1,5 @@
 // KV-cache commands with inline payloads: KVT.REGISTER (kvt_register.cc), KVT.DROP, KVT.LOOKUP,
-// KVT.PUT, KVT.GET, KVT.PIN, KVT.DEL and KVT.STATS (info.cc).
+// KVT.PUT, KVT.GET, KVT.PIN, KVT.DEL, KVT.STATS (info.cc) and KVT.EXPLAIN (kvt_explain.cc).
 #include <algorithm>
 #include <atomic>
 #include <memory>
@@ -231,6 +231,7 @@ constexpr CommandSpec kCommands[] = {
     {"KVT.PIN", 4, false, Pin},
     {"KVT.DEL", 3, false, Del},
     {"KVT.STATS", 1, false, KvtStats},
+    {"KVT.EXPLAIN", -4, false, KvtExplain},
 };
 
 }  // namespace

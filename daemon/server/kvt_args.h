@@ -6,10 +6,14 @@
 
 #include <cstddef>
 #include <optional>
+#include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "common/keys.h"
 #include "daemon/server/commands.h"
+#include "hashing/namespace_descriptor.h"
 
 namespace kvtier::server {
 
@@ -56,5 +60,16 @@ bool RefuseWithoutSharedMemory(CommandContext& ctx, std::string_view command);
 
 // KVT.REGISTER, in kvt_register.cc.
 Progress KvtRegister(CommandContext& ctx, resp::Command& cmd);
+
+// The namespace descriptor of the field/value pairs cmd.args[first..] as KVT.REGISTER takes them
+// (block_bytes is accepted and ignored), validated. kInvalidArgument naming the wire field.
+Result<hashing::NamespaceDescriptor> ParseNamespaceFields(const resp::Command& cmd, size_t first);
+
+// Every field of `desc` as (wire name, value), in KVT.REGISTER's order (store::NamespaceInfo).
+std::vector<std::pair<std::string, std::string>> NamespaceFields(
+    const hashing::NamespaceDescriptor& desc);
+
+// KVT.EXPLAIN, in kvt_explain.cc.
+Progress KvtExplain(CommandContext& ctx, resp::Command& cmd);
 
 }  // namespace kvtier::server

@@ -1,8 +1,12 @@
 // KVT.REGISTER: a namespace descriptor from field/value pairs, validated and hashed to its id.
+#include <iterator>
 #include <limits>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "daemon/server/commands.h"
+#include "daemon/server/kvt_args.h"
 #include "daemon/server/wire.h"
 #include "daemon/store/store.h"
 #include "hashing/namespace_descriptor.h"
@@ -87,18 +91,21 @@ Status ToWireNames(const Status& st) {
   return st;
 }
 
-Result<Parsed> ParseFields(const resp::Command& cmd) {
+Result<Parsed> ParseFields(const resp::Command& cmd, size_t first) {
   Parsed out;
-  for (size_t i = 1; i + 1 < cmd.size(); i += 2) {
+  for (size_t i = first; i + 1 < cmd.size(); i += 2) {
     const std::string_view name = cmd.args[i];
-    for (size_t j = 1; j < i; j += 2) {
-      if (resp::EqualsIgnoreCase(cmd.args[j], name)) return Invalid(name.substr(0, 64), "given twice");
+    for (size_t j = first; j < i; j += 2) {
+      if (resp::EqualsIgnoreCase(cmd.args[j], name))
+        return Invalid(name.substr(0, 64), "given twice");
     }
     KVTIER_RETURN_IF_ERROR(SetField(out, name, cmd.args[i + 1]));
   }
   for (std::string_view required : kRequired) {
     bool present = false;
-    for (size_t i = 1; i < cmd.size(); i += 2) present |= resp::EqualsIgnoreCase(cmd.args[i], required);
+    for (size_t i = first; i < cmd.size(); i += 2) {
+      present |= resp::EqualsIgnoreCase(cmd.args[i], required);
+    }
     if (!present) return Invalid(required, "required");
   }
   return out;
@@ -110,14 +117,16 @@ std::string Label(const NamespaceDescriptor& d) {
 }
 
 Result<store::NamespaceInfo> Register(CommandContext& ctx, const resp::Command& cmd) {
-  KVTIER_ASSIGN_OR_RETURN(Parsed parsed, ParseFields(cmd));
+  KVTIER_ASSIGN_OR_RETURN(Parsed parsed, ParseFields(cmd, 1));
   Result<NamespaceId> id = hashing::ComputeNamespaceId(parsed.desc);
   if (!id.ok()) return ToWireNames(id.status());
   store::NamespaceInfo info;
   info.id = *id;
   info.tokens_per_block = parsed.desc.tokens_per_block;
-  info.block_bytes = parsed.block_bytes != 0 ? parsed.block_bytes : hashing::BlockBytes(parsed.desc);
+  info.block_bytes =
+      parsed.block_bytes != 0 ? parsed.block_bytes : hashing::BlockBytes(parsed.desc);
   info.label = Label(parsed.desc);
+  info.fields = NamespaceFields(parsed.desc);
   if (Status st = ctx.server.store.RegisterNamespace(info); !st.ok()) {
     return Invalid(kBlockBytes, st.message());
   }
@@ -125,6 +134,21 @@ Result<store::NamespaceInfo> Register(CommandContext& ctx, const resp::Command& 
 }
 
 }  // namespace
+
+Result<hashing::NamespaceDescriptor> ParseNamespaceFields(const resp::Command& cmd, size_t first) {
+  KVTIER_ASSIGN_OR_RETURN(Parsed parsed, ParseFields(cmd, first));
+  if (Status st = hashing::Validate(parsed.desc); !st.ok()) return ToWireNames(st);
+  return parsed.desc;
+}
+
+std::vector<std::pair<std::string, std::string>> NamespaceFields(const NamespaceDescriptor& d) {
+  std::vector<std::pair<std::string, std::string>> out;
+  out.reserve(std::size(kFields));
+  for (const Field& f : kFields) {
+    out.emplace_back(f.wire, f.text != nullptr ? d.*(f.text) : std::to_string(d.*(f.number)));
+  }
+  return out;
+}
 
 Progress KvtRegister(CommandContext& ctx, resp::Command& cmd) {
   if (cmd.size() % 2 != 1) {

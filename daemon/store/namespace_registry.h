@@ -15,6 +15,7 @@
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
+#include <utility>
 #include <vector>
 
 #include "common/keys.h"
@@ -29,6 +30,11 @@ struct NamespaceInfo {
   uint32_t tokens_per_block = 0;  // for hit-token counts; 0 when not a token namespace
   uint64_t block_bytes = 0;       // every block of the namespace has this size; 0: any size
   std::string label;              // for humans: "meta-llama/Llama-3.1-8B bf16 tp0/1"
+  // The descriptor the id was computed from, as KVT.REGISTER names its fields ("model", "layout",
+  // "salt", ...), every field in that command's order; empty when registered without one. Lets
+  // KVT.EXPLAIN find a namespace that differs from another in one field. Never sent to clients
+  // as a whole: it holds the tenant salt.
+  std::vector<std::pair<std::string, std::string>> fields;
 };
 
 class NamespaceRegistry {

@@ -70,7 +70,8 @@ Store::Store(const StoreOptions& options, std::vector<tiers::Tier*> tiers,
       index_(std::move(index)),
       reservations_(options.max_reservations),
       leases_(options.max_leases),
-      move_stats_(options.latency_histograms) {}
+      move_stats_(options.latency_histograms),
+      departures_(options.departure_log_entries) {}
 
 Store::~Store() = default;
 
@@ -169,6 +170,7 @@ void Store::EndLease(const LeaseRecord& lease) {
         lease.key, [&](const BlockMeta& m) { return m.lease_count == 0 && m.ns == lease.ns; });
     if (gone) {
       FreeExtent(*gone);
+      RecordDeparture(lease.key, *gone, DepartureReason::kNamespaceDropped);
       counters_.removed_blocks.fetch_add(1);
     }
   }
@@ -219,6 +221,7 @@ Status Store::Remove(const NamespaceId& ns, const BlockKey& key) {
     return NotFound("block not cached");
   }
   FreeExtent(*gone);
+  RecordDeparture(key, *gone, DepartureReason::kRemoved);
   counters_.removed_blocks.fetch_add(1);
   return Status::Ok();
 }
@@ -243,6 +246,7 @@ Result<uint64_t> Store::DropNamespace(const NamespaceId& ns) {
     });
     if (!gone) continue;
     FreeExtent(*gone);
+    RecordDeparture(key, *gone, DepartureReason::kNamespaceDropped);
     ++removed;
   }
   counters_.removed_blocks.fetch_add(removed);

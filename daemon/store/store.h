@@ -47,6 +47,7 @@
 #include "daemon/placement/admission_policy.h"
 #include "daemon/placement/gpu_promotion_policy.h"
 #include "daemon/placement/promotion_queue.h"
+#include "daemon/store/departure_log.h"
 #include "daemon/store/lease_table.h"
 #include "daemon/store/move_requests.h"
 #include "daemon/store/move_stats.h"
@@ -65,6 +66,19 @@ struct Reservation {
   TierId tier = TierId::kHost;
   Extent extent;
   std::byte* address = nullptr;  // where to write, for memory tiers; nullptr otherwise
+};
+
+// What the store can say of one block of a namespace, for KVT.EXPLAIN (Store::Explain).
+struct BlockExplanation {
+  enum class State : uint8_t {
+    kPresent,  // ready in `tier`
+    kWriting,  // a put of it is in flight: not visible yet
+    kAbsent,   // not here; `departure` says why when the log remembers
+  };
+  State state = State::kAbsent;
+  TierId tier = TierId::kHost;
+  std::optional<Departure> departure;
+  uint64_t departed_age_us = 0;  // how long ago it departed, with `departure`
 };
 
 // A read pin on a ready block.
@@ -307,6 +321,20 @@ class Store {
     pending_adoptions_.store(blocks, std::memory_order_relaxed);
   }
 
+  // For each of `keys`, whether it is here in namespace `ns` (and in which tier) or, when absent,
+  // its newest departure in the departure log (options.departure_log_entries). Touches nothing
+  // and counts no lookup: asking why a block misses must not keep it, or its prefix, warm. Costs
+  // a scan of the whole log (DepartureLog::Find): for diagnostics, not for the request path.
+  std::vector<BlockExplanation> Explain(const NamespaceId& ns,
+                                        std::span<const BlockKey> keys) const;
+  // For each of `keys`, the tier holding it ready in namespace `ns`, or nullopt. Touches nothing.
+  std::vector<std::optional<TierId>> Where(const NamespaceId& ns,
+                                           std::span<const BlockKey> keys) const;
+  // The log Explain reads: its capacity and how many departures it saw.
+  const DepartureLog& departures() const { return departures_; }
+  // The eviction policy's name (every tier uses the same one): "lru", ...
+  std::string_view eviction_policy() const { return index_->policy_name(); }
+
   // Walks the index and every tier: for /stats, /metrics and INFO, not for every request.
   StoreStats Stats() const;
   // Ready blocks, from the counters in O(1) (DBSIZE): Stats().blocks_present when no put or
@@ -479,6 +507,11 @@ class Store {
   FlushOutcome FlushBlock(size_t level, const BlockKey& key, const index::BlockMeta& meta,
                           const std::unordered_set<uint64_t>& flushed, Extent& on_nvme);
   Result<Extent> AllocateForFlush(uint64_t bytes, const std::unordered_set<uint64_t>& flushed);
+  // Records in the departure log that `meta`'s block left the node from its tier. `used_bytes`:
+  // the tier's fill before it left (pressure), for evictions; 0 when not measured.
+  void RecordDeparture(const BlockKey& key, const index::BlockMeta& meta, DepartureReason reason,
+                       EvictionCause cause = EvictionCause::kNone,
+                       const tiers::TierStats* tier_stats = nullptr);
   // Drops a block whose bytes failed verification, if nobody holds it.
   void DropCorrupt(const BlockKey& key, const index::BlockMeta& meta);
   // The position of tier `id` in tiers_, or tiers_.size() when absent.
@@ -522,6 +555,7 @@ class Store {
   StoreCounters counters_;
   std::array<TierCounters, kTierCount> tier_counters_;
   MoveStats move_stats_;
+  DepartureLog departures_;
 };
 
 }  // namespace kvtier::store

@@ -101,15 +101,24 @@ bool Store::SettleEviction(const BlockKey& key, const BlockMeta& meta, const Evi
     index_->Unpick(key);
     return false;
   }
+  // The pressure it left under: the tier's fill with the victim still in it.
+  tiers::TierStats fill;
+  if (const tiers::Tier* t = tier(gone->tier)) fill = t->Stats();
   FreeExtent(*gone);
   counters.evictions.fetch_add(1);
   counters.drops.fetch_add(1);
   // Why it was dropped rather than moved down, counted once it really was.
+  EvictionCause cause = EvictionCause::kLastTier;
   if (plan.below && !plan.admitted) {
     counters.admission_drops.fetch_add(1);
+    cause = EvictionCause::kAdmissionRefused;
   } else if (plan.below && !plan.may_demote) {
     counters.lag_drops.fetch_add(1);
+    cause = EvictionCause::kDiskLag;
+  } else if (plan.below) {
+    cause = EvictionCause::kNoRoomBelow;
   }
+  RecordDeparture(key, *gone, DepartureReason::kEvicted, cause, &fill);
   counters_.evicted_blocks.fetch_add(1);
   if (NamespaceCounters* c = namespaces_.Counters(gone->ns)) {
     c->evictions.fetch_add(1, std::memory_order_relaxed);

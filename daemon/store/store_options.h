@@ -79,6 +79,9 @@ struct StoreOptions {
   // full asks the mover for room (as it does with NVMe below), so that the publishing, which waits
   // for the network, never runs on a request's thread.
   RemoteTierOptions remote;
+  // Entries of the departure log (daemon/store/departure_log.h): the last blocks that left the
+  // node and why, for KVT.EXPLAIN. 64 bytes each: the default is 4 MiB. 0 keeps no log.
+  size_t departure_log_entries = 65'536;
 };
 
 }  // namespace kvtier::store

@@ -82,6 +82,7 @@ void Store::DropCorrupt(const BlockKey& key, const BlockMeta& meta) {
   // Counted once per block: a block still leased by other readers is counted by the last one.
   if (!gone) return;
   FreeExtent(*gone);
+  RecordDeparture(key, *gone, DepartureReason::kCorrupt);
   tier_counters_[static_cast<size_t>(gone->tier)].corrupt_drops.fetch_add(1);
   counters_.removed_blocks.fetch_add(1);
 }
