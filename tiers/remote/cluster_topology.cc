@@ -99,7 +99,9 @@ Awaitable<Result<SlotMap>> RedisClusterClient::AskTopology(NodeConnection& conn,
   Result<std::vector<resp::Reply>> replies = co_await conn.Exchange(batch, deadline);
   if (!replies.ok()) co_return replies.status();
   for (const resp::Reply& r : *replies) {
-    if (r.is_error() && (r.str.starts_with("NOAUTH") || r.str.starts_with("WRONGPASS"))) {
+    // NOPERM: the ACL user may not read the topology; asking again will not change that.
+    if (r.is_error() && (r.str.starts_with("NOAUTH") || r.str.starts_with("WRONGPASS") ||
+                         r.str.starts_with("NOPERM"))) {
       co_return PermissionDenied(node.ToString() + " answered: " + r.str);
     }
   }

@@ -192,6 +192,17 @@ TEST_F(SingleServer, OpenUnreachableStillRefusesAWrongPassword) {
   EXPECT_EQ(Open(options).status().code(), StatusCode::kPermissionDenied);
 }
 
+TEST_F(SingleServer, AUserWhoMayNotReadTheTopologyIsRefusedAtOpen) {
+  StartServer({"--user", "kv", "on", ">kv-pass", "~*", "+@all", "-info"});
+  RedisClusterOptions options;
+  options.open_unreachable = true;  // a refusal is not an outage: Open still fails
+  options.user = "kv";
+  options.password = "kv-pass";
+  const Status refused = Open(options).status();
+  EXPECT_EQ(refused.code(), StatusCode::kPermissionDenied) << refused.ToString();
+  EXPECT_NE(refused.message().find("NOPERM"), std::string::npos) << refused.ToString();
+}
+
 TEST_F(SingleServer, ManyCallersShareASmallPool) {
   StartServer();
   RedisClusterOptions options;
