@@ -5,8 +5,7 @@
 namespace kvtier::index {
 
 TinyLfuPolicy::TinyLfuPolicy(size_t capacity_hint_blocks)
-    : capacity_hint_blocks_(capacity_hint_blocks),
-      sketch_(std::max<size_t>(1, capacity_hint_blocks)) {}
+    : capacity_hint_blocks_(capacity_hint_blocks) {}
 
 size_t TinyLfuPolicy::Capacity() const {
   return std::max<size_t>(1, capacity_hint_blocks_ > 0 ? capacity_hint_blocks_ : largest_size_);
@@ -17,13 +16,14 @@ size_t TinyLfuPolicy::WindowCapacity() const {
   return std::clamp<size_t>(Capacity() / 100, 1, Capacity());
 }
 
-// Without a hint the sketch follows the largest size seen, rebuilt when it doubles so that the
-// counts keep their meaning (a sketch far smaller than the cache saturates). Rebuilding forgets
-// the counts; with sizes doubling, that happens a logarithmic number of times.
+// The sketch is sized on the first insert, not at construction: an index builds a policy for
+// every tier, most of which a deployment leaves empty. Without a hint it then follows the largest
+// size seen, rebuilt when that doubles so that the counts keep their meaning (a sketch far
+// smaller than the cache saturates). Rebuilding forgets the counts; with sizes doubling, that
+// happens a logarithmic number of times.
 void TinyLfuPolicy::MaybeGrowSketch() {
-  if (capacity_hint_blocks_ == 0 && largest_size_ > 2 * sketch_.capacity_blocks()) {
-    sketch_ = FrequencySketch(largest_size_);
-  }
+  const size_t wanted = capacity_hint_blocks_ > 0 ? capacity_hint_blocks_ : largest_size_;
+  if (!sketch_ || wanted > 2 * sketch_->capacity_blocks()) sketch_.emplace(wanted);
 }
 
 void TinyLfuPolicy::Insert(const BlockKey& key) {
@@ -36,15 +36,15 @@ void TinyLfuPolicy::Insert(const BlockKey& key) {
   last_victim_.reset();
   lists_.Add(key, kWindow);
   ++size_;
-  if (!restoring) sketch_.Increment(key);
   largest_size_ = std::max(largest_size_, size_);
   MaybeGrowSketch();
+  if (!restoring) sketch_->Increment(key);
 }
 
 void TinyLfuPolicy::Touch(const BlockKey& key) {
   const Lists::Node node = lists_.Find(key);
   if (node == Lists::kNone) return;
-  sketch_.Increment(key);
+  sketch_->Increment(key);
   if (lists_.SegmentOf(node) == kWindow) {
     lists_.MoveToHead(node, kWindow);
     return;
@@ -79,8 +79,8 @@ std::optional<BlockKey> TinyLfuPolicy::PopVictim() {
     // newcomer must be strictly more frequent to get in.
     const Lists::Node candidate = lists_.Tail(kWindow);
     victim = candidate;
-    if (main_victim != Lists::kNone &&
-        sketch_.Frequency(lists_.KeyOf(candidate)) > sketch_.Frequency(lists_.KeyOf(main_victim))) {
+    if (main_victim != Lists::kNone && sketch_->Frequency(lists_.KeyOf(candidate)) >
+                                           sketch_->Frequency(lists_.KeyOf(main_victim))) {
       lists_.MoveToHead(candidate, kProbation);
       victim = main_victim;
     }

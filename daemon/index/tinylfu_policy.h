@@ -52,7 +52,7 @@ class TinyLfuPolicy final : public EvictionPolicy {
   size_t size() const override { return size_; }
 
   // For tests: the sketch's estimate for `key`, and the size of each segment.
-  uint32_t Frequency(const BlockKey& key) const { return sketch_.Frequency(key); }
+  uint32_t Frequency(const BlockKey& key) const { return sketch_ ? sketch_->Frequency(key) : 0; }
   size_t window_size() const { return lists_.Size(kWindow); }
   size_t probation_size() const { return lists_.Size(kProbation); }
   size_t protected_size() const { return lists_.Size(kProtected); }
@@ -71,7 +71,7 @@ class TinyLfuPolicy final : public EvictionPolicy {
   size_t capacity_hint_blocks_;
   size_t largest_size_ = 0;
   size_t size_ = 0;
-  FrequencySketch sketch_;
+  std::optional<FrequencySketch> sketch_;  // built by the first Insert
   std::optional<BlockKey> last_victim_;
 };
 
