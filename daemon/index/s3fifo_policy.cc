@@ -29,7 +29,7 @@ void S3FifoPolicy::Insert(const BlockKey& key) {
     // Evicted from S unused, and wanted again: it has proved itself, so M. A restored victim of
     // S (a leased block put back) goes back to S instead.
     lists_.MoveToHead(node, restoring ? last_victim_queue_ : kMain);
-    lists_.Counter(node) = 0;
+    lists_.SetCounter(node, 0);
   } else {
     // Inserting a tracked key breaks the caller's contract; count it as a use.
     Touch(key);
@@ -41,8 +41,7 @@ void S3FifoPolicy::Insert(const BlockKey& key) {
 void S3FifoPolicy::Touch(const BlockKey& key) {
   const Lists::Node node = lists_.Find(key);
   if (node == Lists::kNone || lists_.SegmentOf(node) == kGhost) return;
-  uint8_t& count = lists_.Counter(node);
-  count = std::min<uint8_t>(kMaxCount, count + 1);
+  lists_.SetCounter(node, std::min<uint8_t>(kMaxCount, lists_.Counter(node) + 1));
 }
 
 void S3FifoPolicy::Erase(const BlockKey& key) {
@@ -58,7 +57,7 @@ std::optional<BlockKey> S3FifoPolicy::PopVictim() {
       const Lists::Node oldest = lists_.Tail(kSmall);
       if (lists_.Counter(oldest) > 0) {
         lists_.MoveToHead(oldest, kMain);  // used while in S: into M, its count cleared
-        lists_.Counter(oldest) = 0;
+        lists_.SetCounter(oldest, 0);
         continue;
       }
       BlockKey key = lists_.KeyOf(oldest);
@@ -72,8 +71,8 @@ std::optional<BlockKey> S3FifoPolicy::PopVictim() {
       return key;
     }
     const Lists::Node oldest = lists_.Tail(kMain);
-    if (uint8_t& count = lists_.Counter(oldest); count > 0) {
-      --count;
+    if (const uint8_t count = lists_.Counter(oldest); count > 0) {
+      lists_.SetCounter(oldest, count - 1);
       lists_.MoveToHead(oldest, kMain);
       continue;
     }

@@ -21,7 +21,7 @@
 // it left, its count cleared and without a ghost hit. `capacity_hint_blocks` is the cache size;
 // when 0 the largest size seen stands in for it.
 //
-// Memory per tracked block: one 40-byte node and one hash table entry (segmented_lists.h), for up
+// Memory per tracked block: one 24-byte node and one hash table slot (segmented_lists.h), for up
 // to 1.9x the capacity (resident and ghost keys). PopVictim is O(1) amortised (each block is put
 // back at most three times per use); the rest is O(1). Thread safety: none (see EvictionPolicy).
 #pragma once
@@ -55,6 +55,7 @@ class S3FifoPolicy final : public EvictionPolicy {
   enum Queue : uint8_t { kSmall = 0, kMain = 1, kGhost = 2 };
   using Lists = SegmentedLists<3>;
   static constexpr uint8_t kMaxCount = 3;
+  static_assert(kMaxCount <= Lists::kMaxCounter);
 
   size_t Capacity() const;
   size_t SmallCapacity() const;

@@ -1,15 +1,18 @@
 // SegmentedLists: the bookkeeping that queue-based eviction policies share. Each tracked key sits
 // in exactly one of `kSegments` recency lists (a window, a probation queue, a ghost queue, ...)
-// and carries one small counter for the policy's own use (an access count, say).
+// and carries a 2-bit counter for the policy's own use (an access count, say). At most four
+// lists, and at most 2^30 - 1 keys (resident and remembered together).
 //
 // The lists link nodes by index inside one vector, with freed nodes reused, and a hash table maps
 // each key to its node, so moving a key between lists allocates nothing and every operation is
 // O(1). The table is LruPolicy's: open addressing with linear probing over 8-byte slots (a node
-// index and a tag of the hash) and backward-shift deletion, at most 3/4 full. Per key that is a
-// 32-byte node and 11 to 21 bytes of slots, where std::unordered_map took a 48-byte heap node
-// and a bucket pointer besides the node: the difference keeps policies that remember evicted keys
-// within the index's memory budget (index_bytes_per_block in bench/core_bench.cc). A
-// header-only template because its users pick the number of lists.
+// index and a tag of the hash) and backward-shift deletion, at most 3/4 full. A node is 24 bytes:
+// the key, and two 32-bit words that each hold a 30-bit link under 2 bits of the segment or the
+// counter (separate fields would pad it to 32). Per key that is 24 bytes and 11 to 21 bytes of
+// slots, where std::unordered_map took a 48-byte heap node and a bucket pointer besides a node: the
+// difference keeps policies that remember evicted keys within the index's memory budget
+// (index_bytes_per_block in bench/core_bench.cc). A header-only template because its users pick the
+// number of lists.
 //
 // Thread safety: none (owned by one policy, which its owner locks).
 #pragma once
@@ -26,6 +29,8 @@ namespace kvtier::index {
 
 template <size_t kSegments>
 class SegmentedLists {
+  static_assert(kSegments <= 4, "the segment lives in 2 bits");
+
  public:
   using Node = uint32_t;
   static constexpr Node kNone = UINT32_MAX;
@@ -40,13 +45,13 @@ class SegmentedLists {
     if ((tracked_ + 1) * 4 > slots_.size() * 3) Grow();
     Node node = free_;
     if (node != kNone) {
-      free_ = nodes_[node].next;
+      free_ = Next(node);
     } else {
       node = static_cast<Node>(nodes_.size());
       nodes_.emplace_back();
     }
     nodes_[node].key = key;
-    nodes_[node].counter = 0;
+    nodes_[node].next_word = Encode(kNone, 0);  // counter 0
     Link(node, segment);
     Place(node);
     ++tracked_;
@@ -61,7 +66,7 @@ class SegmentedLists {
   void Remove(Node node) {
     EraseSlot(FindSlot(nodes_[node].key));
     Unlink(node);
-    nodes_[node].next = free_;
+    nodes_[node].next_word = Encode(free_, 0);
     free_ = node;
     --tracked_;
   }
@@ -69,17 +74,40 @@ class SegmentedLists {
   Node Tail(size_t segment) const { return lists_[segment].tail; }  // least recent; kNone if empty
   size_t Size(size_t segment) const { return lists_[segment].size; }
   const BlockKey& KeyOf(Node node) const { return nodes_[node].key; }
-  size_t SegmentOf(Node node) const { return nodes_[node].segment; }
-  uint8_t& Counter(Node node) { return nodes_[node].counter; }
+  size_t SegmentOf(Node node) const { return nodes_[node].prev_word >> kIndexBits; }
+  static constexpr uint8_t kMaxCounter = 3;
+  uint8_t Counter(Node node) const { return nodes_[node].next_word >> kIndexBits; }
+  // `value` at most kMaxCounter.
+  void SetCounter(Node node, uint8_t value) {
+    nodes_[node].next_word = Encode(Next(node), value & kMaxCounter);
+  }
 
  private:
+  // Each word: a 30-bit node index (all ones: none) under 2 bits of payload.
   struct Entry {
     BlockKey key;
-    Node prev;  // towards the head (most recent); kNone at the head
-    Node next;  // towards the tail; kNone at the tail (or: next free node)
-    uint8_t segment;
-    uint8_t counter;
+    uint32_t prev_word;  // towards the head (most recent), under the segment
+    uint32_t next_word;  // towards the tail (or: next free node), under the counter
   };
+  static_assert(sizeof(Entry) == 24);
+  static constexpr int kIndexBits = 30;
+  static constexpr uint32_t kIndexMask = (uint32_t{1} << kIndexBits) - 1;
+
+  static Node Decode(uint32_t word) {
+    const uint32_t index = word & kIndexMask;
+    return index == kIndexMask ? kNone : index;
+  }
+  static uint32_t Encode(Node node, uint32_t payload) {
+    return (payload << kIndexBits) | (node == kNone ? kIndexMask : node);
+  }
+  Node Prev(Node node) const { return Decode(nodes_[node].prev_word); }
+  Node Next(Node node) const { return Decode(nodes_[node].next_word); }
+  void SetPrev(Node node, Node prev) {
+    nodes_[node].prev_word = Encode(prev, nodes_[node].prev_word >> kIndexBits);
+  }
+  void SetNext(Node node, Node next) {
+    nodes_[node].next_word = Encode(next, nodes_[node].next_word >> kIndexBits);
+  }
   struct List {
     Node head = kNone;
     Node tail = kNone;
@@ -139,19 +167,30 @@ class SegmentedLists {
   }
 
   void Unlink(Node node) {
-    const Entry& e = nodes_[node];
-    List& list = lists_[e.segment];
-    (e.prev == kNone ? list.head : nodes_[e.prev].next) = e.next;
-    (e.next == kNone ? list.tail : nodes_[e.next].prev) = e.prev;
+    List& list = lists_[SegmentOf(node)];
+    const Node prev = Prev(node);
+    const Node next = Next(node);
+    if (prev == kNone) {
+      list.head = next;
+    } else {
+      SetNext(prev, next);
+    }
+    if (next == kNone) {
+      list.tail = prev;
+    } else {
+      SetPrev(next, prev);
+    }
     --list.size;
   }
   void Link(Node node, size_t segment) {
     List& list = lists_[segment];
-    Entry& e = nodes_[node];
-    e.segment = static_cast<uint8_t>(segment);
-    e.prev = kNone;
-    e.next = list.head;
-    (list.head == kNone ? list.tail : nodes_[list.head].prev) = node;
+    nodes_[node].prev_word = Encode(kNone, static_cast<uint32_t>(segment));
+    SetNext(node, list.head);
+    if (list.head == kNone) {
+      list.tail = node;
+    } else {
+      SetPrev(list.head, node);
+    }
     list.head = node;
     ++list.size;
   }

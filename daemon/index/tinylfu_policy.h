@@ -25,7 +25,7 @@
 // counting a use. `capacity_hint_blocks` is the cache size; when 0 the largest size seen stands in
 // for it and the sketch is rebuilt (empty) each time that size doubles.
 //
-// Memory per tracked block: one 40-byte node, one hash table entry, and 8 sketch bytes per block
+// Memory per tracked block: one 24-byte node, one hash table slot, and 8 sketch bytes per block
 // of capacity (segmented_lists.h). All operations are O(1). Thread safety: none (see
 // EvictionPolicy).
 #pragma once
