@@ -11,7 +11,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 trace=$1 block_tokens=$2
 shift 2
-policies=(lru arc belady)
+policies=(lru arc s3fifo tinylfu belady)
+titles=(LRU ARC S3-FIFO TinyLFU Belady)
 
 declare -A block prefill optimal
 for c in "$@"; do
@@ -27,14 +28,20 @@ done
 
 table() {  # title, name of the associative array holding the figures
   local -n figures=$2
+  local header="| capacity (blocks) |" rule="|---:|"
+  for t in "${titles[@]}"; do header+=" $t |"; rule+="---:|"; done
+  for t in "${titles[@]:1}"; do header+=" $t / LRU |"; rule+="---:|"; done
   echo "$1"
   echo
-  echo "| capacity (blocks) | LRU | ARC | Belady | ARC / LRU | Belady / LRU |"
-  echo "|---:|---:|---:|---:|---:|---:|"
+  echo "$header"
+  echo "$rule"
   for c in "${capacities[@]}"; do
-    awk -v c="$c" -v l="${figures[$c/lru]}" -v a="${figures[$c/arc]}" -v b="${figures[$c/belady]}" \
-      'BEGIN { printf "| %d | %.2f%% | %.2f%% | %.2f%% | %.3f | %.2f |\n", c, 100*l, 100*a,
-               100*b, (l > 0 ? a/l : 0), (l > 0 ? b/l : 0) }'
+    local row="| $c |" lru=${figures[$c/lru]}
+    for p in "${policies[@]}"; do row+=$(awk -v v="${figures[$c/$p]}" 'BEGIN { printf " %.2f%% |", 100*v }'); done
+    for p in "${policies[@]:1}"; do
+      row+=$(awk -v v="${figures[$c/$p]}" -v l="$lru" 'BEGIN { printf " %.3f |", (l > 0 ? v/l : 0) }')
+    done
+    echo "$row"
   done
   echo
 }

@@ -167,6 +167,9 @@ const std::map<std::string, Setter>& Setters() {
       {"shutdown.flush_seconds",
        Uint(&DaemonConfig::shutdown_flush_seconds, 86'400, "shutdown.flush_seconds")},
       {"store.eviction_policy", Text(&DaemonConfig::eviction_policy)},
+      {"store.gpu_eviction_policy", Text(&DaemonConfig::gpu_eviction_policy)},
+      {"store.host_eviction_policy", Text(&DaemonConfig::host_eviction_policy)},
+      {"store.nvme_eviction_policy", Text(&DaemonConfig::nvme_eviction_policy)},
       {"store.lease_timeout_ms",
        Uint(&DaemonConfig::lease_timeout_ms, 86'400'000, "store.lease_timeout_ms")},
       {"store.reservation_timeout_ms",
@@ -436,6 +439,14 @@ Status Finalize(DaemonConfig& config) {
   }
   KVTIER_RETURN_IF_ERROR(CheckPolicyName("store.eviction_policy", config.eviction_policy,
                                          index::EvictionPolicyNames()));
+  for (const auto& [key, value] :
+       {std::pair{"store.gpu_eviction_policy", &config.gpu_eviction_policy},
+        std::pair{"store.host_eviction_policy", &config.host_eviction_policy},
+        std::pair{"store.nvme_eviction_policy", &config.nvme_eviction_policy}}) {
+    if (!value->empty()) {
+      KVTIER_RETURN_IF_ERROR(CheckPolicyName(key, *value, index::EvictionPolicyNames()));
+    }
+  }
   static const char* kLevels[] = {"trace", "debug", "info", "warn", "error", "off"};
   if (std::find(std::begin(kLevels), std::end(kLevels), config.log_level) == std::end(kLevels)) {
     return InvalidArgument("server.log_level: expected trace, debug, info, warn, error or off");
@@ -521,7 +532,9 @@ Result<ParseOutcome> ParseCommandLine(int argc, const char* const* argv) {
   app.add_option("--remote", remote_url,
                  "Remote tier: redis://[user@]host:port[,host:port...] (a Redis Cluster or "
                  "server; the password goes in remote.password or $KVTIER_REMOTE_PASSWORD)");
-  app.add_option("--policy", policy, "Eviction policy: lru or arc");
+  app.add_option("--policy", policy,
+                 "Eviction policy of every tier without its own store.*_eviction_policy: lru, "
+                 "arc, s3fifo or tinylfu");
   app.add_option("--io-threads", io_threads,
                  "Network threads (0: half the cores, at least 1, at most 8)");
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error or off");

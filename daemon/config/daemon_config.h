@@ -92,6 +92,11 @@ struct DaemonConfig {
 
   // store
   std::string eviction_policy = "lru";
+  // Per tier, a policy other than eviction_policy; empty: eviction_policy. The NVMe tier, large
+  // and fed by the host tier's victims, may want another order than the memory tiers.
+  std::string gpu_eviction_policy;
+  std::string host_eviction_policy;
+  std::string nvme_eviction_policy;
   uint64_t lease_timeout_ms = 30'000;
   uint64_t reservation_timeout_ms = 30'000;
 

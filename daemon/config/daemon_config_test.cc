@@ -92,6 +92,10 @@ TEST(DaemonConfigTest, CrossFieldRulesNameTheKey) {
   c.eviction_policy = "random";
   EXPECT_NE(Finalize(c).message().find("store.eviction_policy"), std::string::npos);
   c.eviction_policy = "lru";
+  c.nvme_eviction_policy = "random";
+  EXPECT_NE(Finalize(c).message().find("store.nvme_eviction_policy"), std::string::npos);
+  c.nvme_eviction_policy = "s3fifo";
+  EXPECT_TRUE(Finalize(c).ok());
   c.log_level = "loud";
   EXPECT_NE(Finalize(c).message().find("server.log_level"), std::string::npos);
 }
@@ -118,6 +122,8 @@ TEST(DaemonConfigTest, ShippedExampleLoadsAndMatchesTheDefaults) {
   EXPECT_EQ(c.host_bytes, 0u);  // "auto"
   EXPECT_EQ(c.slab_bytes, defaults.slab_bytes);
   EXPECT_EQ(c.eviction_policy, defaults.eviction_policy);
+  EXPECT_EQ(c.host_eviction_policy, defaults.host_eviction_policy);
+  EXPECT_EQ(c.nvme_eviction_policy, defaults.nvme_eviction_policy);
   EXPECT_EQ(c.lease_timeout_ms, defaults.lease_timeout_ms);
   EXPECT_EQ(c.max_bulk_bytes, defaults.max_bulk_bytes);
   EXPECT_EQ(c.max_inflight_bytes_per_client, defaults.max_inflight_bytes_per_client);

@@ -53,10 +53,10 @@ void ArcPolicy::Insert(const BlockKey& key) {
   } else if (it->second.list == kRecentGhost || it->second.list == kFrequentGhost) {
     const ListId ghost = it->second.list;
     if (restoring) {
-      // Back where PopVictim took it from: the least recent end of its resident list.
-      ListId to = ghost == kRecentGhost ? kRecent : kFrequent;
-      lists_[to].splice(lists_[to].end(), lists_[ghost], it->second.it);
-      it->second.list = to;
+      // Back into the resident list PopVictim took it from, as just used: at the least recent
+      // end it would be the next victim again, and PickVictim, which asks again after putting a
+      // leased block back, would see no other block.
+      MoveToFront(it->second, ghost == kRecentGhost ? kRecent : kFrequent);
     } else {
       AdaptOnGhostHit(ghost);
       MoveToFront(it->second, kFrequent);

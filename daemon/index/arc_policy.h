@@ -15,8 +15,8 @@
 // - Each ghost list is bounded by the capacity on its own (the paper bounds T1+B1 by c), which
 //   measured better on the same trace at small capacities.
 // - The store re-Inserts a victim it could not evict (a leased block): an Insert of exactly the key
-//   the last PopVictim returned, with no Insert in between, puts it back where it was and does
-//   not count as a ghost hit.
+//   the last PopVictim returned, with no Insert in between, puts it back in the list it left, as
+//   just used (as BlockIndex::PickVictim documents), and does not count as a ghost hit.
 //
 // `capacity_hint_blocks` is the cache size c; when 0 the largest size seen stands in for it.
 // Memory: up to 2c ghost keys besides the c resident ones. All operations are O(1).

@@ -30,9 +30,12 @@ Result<std::unique_ptr<BlockIndex>> BlockIndex::Create(const Options& options) {
     return InvalidArgument("index shard_count must be between 1 and 2^32 - 1");
   }
   std::unique_ptr<BlockIndex> index(new BlockIndex(options.shard_count));
-  for (TierOrder& order : index->tiers_) {
+  for (size_t t = 0; t < index->tiers_.size(); ++t) {
+    const std::string& name =
+        options.tier_policies[t].empty() ? options.policy : options.tier_policies[t];
     KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<EvictionPolicy> policy,
-                            MakeEvictionPolicy(options.policy, options.capacity_hint_blocks));
+                            MakeEvictionPolicy(name, options.capacity_hint_blocks));
+    TierOrder& order = index->tiers_[t];
     MutexLock lock(order.mu);
     order.policy = std::move(policy);
   }
@@ -391,8 +394,8 @@ size_t BlockIndex::TrackedBlocks(TierId tier) const {
   return order.policy->size();
 }
 
-std::string_view BlockIndex::policy_name() const {
-  const TierOrder& order = tiers_[0];
+std::string_view BlockIndex::policy_name(TierId tier) const {
+  const TierOrder& order = tiers_[TierIndex(tier)];
   MutexLock lock(order.mu);
   return order.policy->name();
 }

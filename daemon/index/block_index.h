@@ -75,9 +75,11 @@ class BlockIndex {
     size_t shard_count = 64;
     std::string policy = "lru";       // see EvictionPolicyNames()
     size_t capacity_hint_blocks = 0;  // passed to the policy (ghost history size)
+    // Per tier (indexed by TierId), a policy other than `policy`; empty: `policy`.
+    std::array<std::string, kTierCount> tier_policies{};
   };
 
-  // kInvalidArgument for a zero shard count or an unknown policy name.
+  // kInvalidArgument for a zero shard count or an unknown policy name (of any tier).
   static Result<std::unique_ptr<BlockIndex>> Create(const Options& options);
 
   // Counts the ready prefix of `keys`. With `touch`, records a use of every block of that prefix,
@@ -153,7 +155,7 @@ class BlockIndex {
 
   size_t size() const;                      // entries in any state
   size_t TrackedBlocks(TierId tier) const;  // blocks in `tier`'s policy
-  std::string_view policy_name() const;
+  std::string_view policy_name(TierId tier) const;
 
  private:
   struct Shard {

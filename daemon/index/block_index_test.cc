@@ -224,6 +224,18 @@ TEST(BlockIndexTest, LongTouchedPrefixLosesItsTailFirst) {
   }
 }
 
+TEST(BlockIndexTest, EachTierMayHaveItsOwnPolicy) {
+  BlockIndex::Options options{.shard_count = 4, .policy = "lru"};
+  options.tier_policies[static_cast<size_t>(TierId::kNvme)] = "s3fifo";
+  auto index = BlockIndex::Create(options);
+  ASSERT_TRUE(index.ok());
+  EXPECT_EQ((*index)->policy_name(TierId::kHost), "lru");
+  EXPECT_EQ((*index)->policy_name(TierId::kGpu), "lru");
+  EXPECT_EQ((*index)->policy_name(TierId::kNvme), "s3fifo");
+  options.tier_policies[static_cast<size_t>(TierId::kGpu)] = "nope";
+  EXPECT_EQ(BlockIndex::Create(options).status().code(), StatusCode::kInvalidArgument);
+}
+
 TEST(BlockIndexTest, RejectsBadOptions) {
   EXPECT_EQ(BlockIndex::Create({.shard_count = 0}).status().code(), StatusCode::kInvalidArgument);
   auto bad = BlockIndex::Create({.shard_count = 1, .policy = "nope"});

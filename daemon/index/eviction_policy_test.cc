@@ -95,6 +95,20 @@ TEST_P(EvictionPolicyContractTest, ReinsertedVictimIsTrackedAgain) {
   EXPECT_EQ(policy->size(), 2u);
 }
 
+// BlockIndex::PickVictim puts a victim it cannot evict (a leased block) back and asks again: the
+// next victim must be another key, or one leased block at the end of the order would hide every
+// evictable one (ARC once put it back where it was, and came back to it each time).
+TEST_P(EvictionPolicyContractTest, ReinsertedVictimIsNotTheNextVictim) {
+  auto policy = Make();
+  for (uint64_t i = 1; i <= 3; ++i) policy->Insert(Key(i));
+  std::optional<BlockKey> victim = policy->PopVictim();
+  ASSERT_TRUE(victim.has_value());
+  policy->Insert(*victim);
+  std::optional<BlockKey> next = policy->PopVictim();
+  ASSERT_TRUE(next.has_value());
+  EXPECT_NE(*next, *victim);
+}
+
 // Random operations against a std::set model: membership and size always agree, and a victim is
 // always a tracked key.
 TEST_P(EvictionPolicyContractTest, RandomOperationsAgreeWithASetModel) {

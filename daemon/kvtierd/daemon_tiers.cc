@@ -186,6 +186,9 @@ store::StoreOptions StoreOptionsFrom(const config::DaemonConfig& c,
   o.lease_timeout_us = c.lease_timeout_ms * 1000;
   o.reservation_timeout_us = c.reservation_timeout_ms * 1000;
   o.index.policy = c.eviction_policy;
+  o.index.tier_policies[static_cast<size_t>(TierId::kGpu)] = c.gpu_eviction_policy;
+  o.index.tier_policies[static_cast<size_t>(TierId::kHost)] = c.host_eviction_policy;
+  o.index.tier_policies[static_cast<size_t>(TierId::kNvme)] = c.nvme_eviction_policy;
   o.index.capacity_hint_blocks = 0;
   o.max_leases = c.max_leases;
   o.departure_log_entries = c.departure_log_entries;

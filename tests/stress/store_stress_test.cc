@@ -15,9 +15,11 @@
 #include <cstring>
 #include <functional>
 #include <random>
+#include <string>
 #include <thread>
 #include <vector>
 
+#include "daemon/index/eviction_policy.h"
 #include "daemon/mover/tier_mover.h"
 #include "daemon/store/store.h"
 #include "tests/fakes/fake_tier.h"
@@ -278,6 +280,35 @@ TEST(StoreStressTest, MixedOperationsNeverServeWrongBytesAndAccountingHolds) {
   EXPECT_GT(s.tiers[0].demotions, 0u);
   EXPECT_EQ(cold.bad_frees(), 0u);
 }
+
+// The same run with each other eviction policy ordering both tiers: the store's eviction,
+// demotion and lease skipping go through EvictionPolicy alone, so any policy must keep the books.
+class StoreStressPolicyTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(StoreStressPolicyTest, MixedOperationsNeverServeWrongBytesAndAccountingHolds) {
+  auto host = SmallHostTier();
+  ASSERT_TRUE(host.ok()) << host.status().ToString();
+  testing::FakeTier cold(TierId::kNvme, 256 * kBlockBytes, /*addressable=*/false);
+  FakeClock clock;
+  StoreOptions options = StressOptions();
+  options.index.policy = GetParam();
+  auto store = Store::Create(options, {host->get(), &cold}, clock);
+  ASSERT_TRUE(store.ok());
+  ASSERT_TRUE((*store)->RegisterNamespace({kNs, 16, kBlockBytes, "stress"}).ok());
+  const StoreStats s = RunAndCheck(**store, clock);
+  EXPECT_GT(s.tiers[0].demotions, 0u);
+  EXPECT_EQ(cold.bad_frees(), 0u);
+}
+
+std::vector<std::string> PoliciesOtherThanTheDefault() {
+  std::vector<std::string> names = index::EvictionPolicyNames();
+  names.erase(names.begin());  // the default, which every other test here runs
+  return names;
+}
+
+INSTANTIATE_TEST_SUITE_P(OtherPolicies, StoreStressPolicyTest,
+                         ::testing::ValuesIn(PoliciesOtherThanTheDefault()),
+                         [](const auto& info) { return info.param; });
 
 TEST(StoreStressTest, BlocksMovingThroughAGpuTierUnderReadersKeepTheirBytes) {
   auto gpu = tiers::FakeGpuTier::Create({.fake = true,
