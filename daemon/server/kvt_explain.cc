@@ -234,7 +234,7 @@ void AppendBlock(CommandContext& ctx, const BlockKey& key, const store::BlockExp
     AppendPair(reply, "age_us", ex.departed_age_us);
   }
   if (evicted) {
-    AppendPair(reply, "policy", ctx.server.store.eviction_policy());
+    AppendPair(reply, "policy", ctx.server.store.eviction_policy(d->tier));
     AppendPair(reply, "cause", store::EvictionCauseName(d->cause));
     AppendPair(reply, "tier_used_bytes", d->tier_used_bytes);
     AppendPair(reply, "tier_capacity_bytes", d->tier_capacity_bytes);
@@ -264,7 +264,7 @@ Progress KvtExplain(CommandContext& ctx, resp::Command& cmd) {
   AppendPair(ctx.reply, "ns", req->ns.ToHex());
   ctx.reply.AppendBulk("registered");
   ctx.reply.AppendBoolean(req->registered);
-  AppendPair(ctx.reply, "policy", store.eviction_policy());
+  AppendPair(ctx.reply, "policy", store.eviction_policy(store.put_tier()));
   AppendPair(ctx.reply, "log_entries", log.capacity());
   AppendPair(ctx.reply, "log_recorded", log.recorded());
   ctx.reply.AppendBulk("blocks");

@@ -332,8 +332,8 @@ class Store {
                                            std::span<const BlockKey> keys) const;
   // The log Explain reads: its capacity and how many departures it saw.
   const DepartureLog& departures() const { return departures_; }
-  // The eviction policy's name (every tier uses the same one): "lru", ...
-  std::string_view eviction_policy() const { return index_->policy_name(); }
+  // The name of `tier`'s eviction policy ("lru", ...; tiers may differ: index.policy per tier).
+  std::string_view eviction_policy(TierId tier) const { return index_->policy_name(tier); }
 
   // Walks the index and every tier: for /stats, /metrics and INFO, not for every request.
   StoreStats Stats() const;
