@@ -5,7 +5,7 @@
 //
 // The lists link nodes by index inside one vector, with freed nodes reused, and a hash table maps
 // each key to its node, so moving a key between lists allocates nothing and every operation is
-// O(1). The table is LruPolicy's: open addressing with linear probing over 8-byte slots (a node
+// O(1). The table is open addressing with linear probing over 8-byte slots (a node
 // index and a tag of the hash) and backward-shift deletion, at most 3/4 full. A node is 24 bytes:
 // the key, and two 32-bit words that each hold a 30-bit link under 2 bits of the segment or the
 // counter (separate fields would pad it to 32). Per key that is 24 bytes and 11 to 21 bytes of
@@ -71,6 +71,7 @@ class SegmentedLists {
     --tracked_;
   }
 
+  Node Head(size_t segment) const { return lists_[segment].head; }  // most recent; kNone if empty
   Node Tail(size_t segment) const { return lists_[segment].tail; }  // least recent; kNone if empty
   size_t Size(size_t segment) const { return lists_[segment].size; }
   const BlockKey& KeyOf(Node node) const { return nodes_[node].key; }
