@@ -60,21 +60,27 @@ std::string TierTable(const json& tiers) {
   return out;
 }
 
+// "<title>: name=value ..." for an object of named counters; empty when there are none.
+std::string CounterLine(const std::string& title, const json& counters) {
+  if (!counters.is_object() || counters.empty()) return "";
+  std::string out = title + ":";
+  for (const auto& [name, value] : counters.items()) {
+    if (!value.is_number()) continue;
+    // Counters arrive as JSON doubles; show whole numbers as such (ratios keep their digits).
+    const double v = value.get<double>();
+    const bool whole = v == static_cast<double>(static_cast<int64_t>(v));
+    out += " " + name + "=" + (whole ? std::to_string(static_cast<int64_t>(v)) : value.dump());
+  }
+  return out + "\n";
+}
+
 // One line per tier with device counters: "nvme device: reads=.. writes=.. ...".
 std::string DeviceLines(const json& tiers) {
   std::string out;
   for (const json& t : tiers) {
     const auto device = t.find("device");
-    if (!t.is_object() || device == t.end() || !device->is_object() || device->empty()) continue;
-    out += Text(t, "tier") + " device:";
-    for (const auto& [name, value] : device->items()) {
-      if (!value.is_number()) continue;
-      // Counters arrive as JSON doubles; show whole numbers as such (ratios keep their digits).
-      const double v = value.get<double>();
-      const bool whole = v == static_cast<double>(static_cast<int64_t>(v));
-      out += " " + name + "=" + (whole ? std::to_string(static_cast<int64_t>(v)) : value.dump());
-    }
-    out += "\n";
+    if (!t.is_object() || device == t.end()) continue;
+    out += CounterLine(Text(t, "tier") + " device", *device);
   }
   return out;
 }
@@ -173,6 +179,10 @@ Result<std::string> FormatStatsTable(std::string_view stats_json) {
   }
   if (const auto it = doc.find("process"); it != doc.end() && it->is_object()) {
     out += TierNotes(*it);
+  }
+  // The remote store's client, with a remote tier: connections, calls, errors by kind.
+  if (const auto it = doc.find("remote_client"); it != doc.end()) {
+    out += CounterLine("remote client", *it);
   }
   if (const auto it = doc.find("namespaces"); it != doc.end() && it->is_array()) {
     out += "\n" + NamespaceTable(*it);

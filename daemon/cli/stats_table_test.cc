@@ -53,6 +53,18 @@ TEST(StatsTableTest, ShowsDeviceCountersAndWhyATierIsAbsent) {
   EXPECT_NE(table->find("no GPU tier: built without CUDA\n"), std::string::npos) << *table;
 }
 
+TEST(StatsTableTest, ShowsTheRemoteClientsCountersOnlyWithARemoteTier) {
+  Result<std::string> table = FormatStatsTable(R"({
+    "tiers": [], "namespaces": [],
+    "remote_client": {"masters": 3, "errors_timeout": 2, "calls": 40}})");
+  ASSERT_TRUE(table.ok());
+  EXPECT_NE(table->find("remote client: calls=40 errors_timeout=2 masters=3\n"), std::string::npos)
+      << *table;
+  Result<std::string> without = FormatStatsTable(R"({"tiers": [], "remote_client": {}})");
+  ASSERT_TRUE(without.ok());
+  EXPECT_EQ(without->find("remote client"), std::string::npos) << *without;
+}
+
 TEST(StatsTableTest, ShowsLatencyPercentilesOfRequestsAndMoves) {
   Result<std::string> table = FormatStatsTable(R"({
     "tiers": [], "namespaces": [],
