@@ -9,9 +9,8 @@
 namespace kvtier::mover {
 
 TierMover::TierMover(store::Store& store, const Options& options)
-    : store_(store), options_(options) {
-  const size_t n = options_.threads == 0 ? 1 : options_.threads;
-  for (size_t i = 0; i < n; ++i) threads_.emplace_back([this, i] { Run(i); });
+    : store_(store), options_(options), thread_count_(options.threads == 0 ? 1 : options.threads) {
+  for (size_t i = 0; i < thread_count_; ++i) threads_.emplace_back([this, i] { Run(i); });
 }
 
 TierMover::~TierMover() {
@@ -63,7 +62,7 @@ bool TierMover::Round(size_t index) {
   }
   // Copies to the remote tier wait for the network and nobody waits for them: one thread only,
   // so that the others stay free for the fetches and NVMe copies that requests wait for.
-  if (index + 1 == threads_.size()) {
+  if (index + 1 == thread_count_) {
     const std::vector<store::WriteThroughRequest> remote =
         store_.TakeRemoteWriteThroughRequests(options_.batch);
     if (!remote.empty()) store_.WriteThroughToRemote(remote);

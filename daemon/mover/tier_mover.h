@@ -74,6 +74,8 @@ class TierMover {
 
   store::Store& store_;
   const Options options_;
+  // Fixed before the threads start: a thread reads it while the constructor starts the others.
+  const size_t thread_count_;
   std::mutex mu_;
   std::condition_variable cv_;
   uint64_t wakeups_ = 0;              // guarded by mu_: bumped by Wake, so no wake-up is missed
