@@ -185,13 +185,18 @@ size_t Store::EvictToTarget(TierId id, uint64_t target_used_bytes, size_t max_vi
   // (one request's prefix) goes down together, instead of interleaved with the victims other
   // threads pick meanwhile, which would leave every prefix with a gap. Bytes other threads have
   // picked and not moved yet count as gone, or every thread would evict down to the target.
+  // The fill is read again for each victim, after the bytes leaving: a fill read once goes stale
+  // when another thread settles its victims meanwhile (they stop counting as leaving, and the
+  // stale fill still holds them), and this thread then evicted a second batch below the target.
+  // Read in this order, a victim settled in between is subtracted twice, never kept: the loop
+  // stops early at worst, and the next round goes on. (Stats takes the tier's allocation lock,
+  // once per victim of at most a batch.)
   std::vector<std::pair<BlockKey, BlockMeta>> victims;
   const uint64_t now = clock_.NowMicros();
-  // Read once: Stats takes the tier's allocation lock, which every put takes too.
-  const uint64_t used = tiers_[level]->Stats().used_bytes;
   uint64_t picked_bytes = 0;
   while (victims.size() < max_victims && (victims.empty() || picked_bytes < max_bytes)) {
-    const uint64_t leaving = evicting.load(std::memory_order_relaxed);
+    const uint64_t leaving = evicting.load(std::memory_order_acquire);
+    const uint64_t used = tiers_[level]->Stats().used_bytes;
     if (used <= leaving || used - leaving <= target_used_bytes) break;
     std::optional<std::pair<BlockKey, BlockMeta>> victim = index_->PickVictim(id, now);
     if (!victim) break;  // nothing evictable: everything is leased, pinned or writing
@@ -208,7 +213,7 @@ void Store::DemoteVictims(size_t level, std::span<const std::pair<BlockKey, Bloc
   // Each victim ends here: its bytes stop counting as leaving, and a put waiting for room hears
   // of it at once (not after the whole batch) when it made room.
   auto settled = [&](const BlockMeta& meta, bool made_room) {
-    evicting.fetch_sub(meta.extent.length, std::memory_order_relaxed);
+    evicting.fetch_sub(meta.extent.length, std::memory_order_release);
     if (made_room) move_requests_.NotifyMoved();
   };
   // The victims that need their bytes copied down go to the tier below together, as one batch:
