@@ -38,6 +38,8 @@ Result<std::unique_ptr<BlockIndex>> BlockIndex::Create(const Options& options) {
     TierOrder& order = index->tiers_[t];
     MutexLock lock(order.mu);
     order.policy = std::move(policy);
+    order.policy_name = name;
+    order.capacity_hint_blocks = options.capacity_hint_blocks;
   }
   return index;
 }
@@ -73,8 +75,11 @@ struct BlockIndex::LookupScratch {
 LookupResult BlockIndex::Lookup(std::span<const BlockKey> keys, bool touch,
                                 const std::optional<NamespaceId>& ns) {
   LookupResult result;
+  // The quota group of each block of the prefix: Touch finds a block in its group's order.
+  std::vector<uint8_t> groups;
   if (keys.size() < kMinGroupedKeys) {
     result.tiers.reserve(keys.size());
+    groups.reserve(keys.size());
     for (const BlockKey& key : keys) {
       Shard& shard = ShardFor(key);
       MutexLock lock(shard.mu);
@@ -82,14 +87,16 @@ LookupResult BlockIndex::Lookup(std::span<const BlockKey> keys, bool touch,
       if (it == shard.entries.end() || !Matches(it->second, ns)) break;
       if (touch && it->second.reads < UINT8_MAX) ++it->second.reads;
       result.tiers.push_back(it->second.tier);
+      groups.push_back(it->second.quota_group);
     }
   } else {
     result.tiers.resize(keys.size());
+    groups.resize(keys.size());
     LookupScratch scratch;
     size_t begin = 0;
     for (size_t window = kMinGroupedKeys; begin < keys.size(); window *= 2) {
       const size_t end = std::min(keys.size(), begin + window);
-      const size_t miss = ScanWindow(keys, begin, end, touch, ns, result.tiers, scratch);
+      const size_t miss = ScanWindow(keys, begin, end, touch, ns, result.tiers, groups, scratch);
       if (miss < end) {
         if (touch) UndoReads(keys, begin, miss + 1, end, scratch);
         begin = miss;
@@ -98,9 +105,10 @@ LookupResult BlockIndex::Lookup(std::span<const BlockKey> keys, bool touch,
       begin = end;
     }
     result.tiers.resize(begin);
+    groups.resize(begin);
   }
   result.ready_prefix = result.tiers.size();
-  if (touch) TouchPrefix(keys, result.tiers);
+  if (touch) TouchPrefix(keys, result.tiers, groups);
   return result;
 }
 
@@ -127,7 +135,7 @@ void BlockIndex::GroupByShard(std::span<const BlockKey> window, LookupScratch& s
 // every hit and taken back by UndoReads past the first miss. Returns the first miss, or `end`.
 size_t BlockIndex::ScanWindow(std::span<const BlockKey> keys, size_t begin, size_t end, bool touch,
                               const std::optional<NamespaceId>& ns, std::vector<TierId>& tiers,
-                              LookupScratch& s) {
+                              std::vector<uint8_t>& groups, LookupScratch& s) {
   const size_t n = end - begin;
   GroupByShard(keys.subspan(begin, n), s);
   s.outcome.assign(n, LookupScratch::kMiss);
@@ -144,6 +152,7 @@ size_t BlockIndex::ScanWindow(std::span<const BlockKey> keys, size_t begin, size
       if (it == shard.entries.end() || !Matches(it->second, ns)) continue;
       BlockMeta& meta = it->second;
       tiers[begin + pos] = meta.tier;
+      groups[begin + pos] = meta.quota_group;
       s.outcome[pos] = LookupScratch::kHit;
       if (touch && meta.reads < UINT8_MAX) {
         ++meta.reads;
@@ -174,12 +183,14 @@ void BlockIndex::UndoReads(std::span<const BlockKey> keys, size_t begin, size_t 
 // Touch the tail first and the head last: the head becomes the most recent, so under pressure a
 // prefix loses its tail before its head and never keeps a child whose parent is gone. A key that
 // was evicted since the scan is ignored by Touch.
-void BlockIndex::TouchPrefix(std::span<const BlockKey> keys, const std::vector<TierId>& tiers) {
+void BlockIndex::TouchPrefix(std::span<const BlockKey> keys, const std::vector<TierId>& tiers,
+                             const std::vector<uint8_t>& groups) {
   for (size_t t = 0; t < kTierCount; ++t) {
     if (std::find(tiers.begin(), tiers.end(), static_cast<TierId>(t)) == tiers.end()) continue;
-    MutexLock lock(tiers_[t].mu);
+    TierOrder& order = tiers_[t];
+    MutexLock lock(order.mu);
     for (size_t i = tiers.size(); i-- > 0;) {
-      if (TierIndex(tiers[i]) == t) tiers_[t].policy->Touch(keys[i]);
+      if (TierIndex(tiers[i]) == t) order.OrderOf(groups[i]).Touch(keys[i]);
     }
   }
 }
@@ -208,7 +219,7 @@ Status BlockIndex::MarkReady(const BlockKey& key) {
   it->second.state = BlockState::kReady;
   TierOrder& order = tiers_[TierIndex(it->second.tier)];
   MutexLock policy_lock(order.mu);
-  order.policy->Insert(key);
+  order.Join(key, it->second);
   return Status::Ok();
 }
 
@@ -220,7 +231,7 @@ Status BlockIndex::InsertReady(const BlockKey& key, const BlockMeta& meta) {
   it->second.state = BlockState::kReady;
   TierOrder& order = tiers_[TierIndex(meta.tier)];
   MutexLock policy_lock(order.mu);
-  order.policy->Insert(key);
+  order.Join(key, it->second);
   return Status::Ok();
 }
 
@@ -263,7 +274,7 @@ std::optional<BlockMeta> BlockIndex::EraseIf(const BlockKey& key,
   if (meta.state == BlockState::kReady) {
     TierOrder& order = tiers_[TierIndex(meta.tier)];
     MutexLock policy_lock(order.mu);
-    order.policy->Erase(key);
+    order.Leave(key, meta);
   }
   return meta;
 }
@@ -285,7 +296,7 @@ Status BlockIndex::MoveTier(const BlockKey& key, const BlockMeta& from, TierId t
   {
     TierOrder& from = tiers_[TierIndex(meta.tier)];
     MutexLock policy_lock(from.mu);
-    from.policy->Erase(key);
+    from.Leave(key, meta);
   }
   if (meta.tier == TierId::kGpu) {
     // Out of the GPU: the block must earn its way back with a fresh window of reads, or a pool
@@ -308,22 +319,32 @@ Status BlockIndex::MoveTier(const BlockKey& key, const BlockMeta& from, TierId t
   meta.extent = extent;
   TierOrder& to = tiers_[TierIndex(tier)];
   MutexLock policy_lock(to.mu);
-  to.policy->Insert(key);
+  to.Join(key, meta);
   return Status::Ok();
 }
 
-std::optional<std::pair<BlockKey, BlockMeta>> BlockIndex::PickVictim(TierId tier, uint64_t now_us) {
+std::optional<std::pair<BlockKey, BlockMeta>> BlockIndex::PickVictim(TierId tier, uint64_t now_us,
+                                                                     uint8_t requester) {
   TierOrder& order = tiers_[TierIndex(tier)];
   size_t attempts;
   {
     MutexLock lock(order.mu);
-    attempts = order.policy->size();
+    attempts = order.TrackedBlocks();
   }
+  // Orders whose every block was found unevictable in this call (bit g: group g's own order,
+  // bit 0: the common one) are passed over, so that one group's leased blocks cannot keep the
+  // others' from being picked.
+  uint64_t exhausted = 0;
+  std::array<size_t, kMaxQuotaGroups> refused{};
   for (; attempts > 0; --attempts) {
     std::optional<BlockKey> key;
+    size_t from_bit = 0;
     {
       MutexLock lock(order.mu);
-      key = order.policy->PopVictim();
+      EvictionPolicy* from = order.VictimOrder(requester, exhausted);
+      if (from == nullptr) return std::nullopt;
+      from_bit = order.OrderBit(from);
+      key = from->PopVictim();
     }
     if (!key) return std::nullopt;
     Shard& shard = ShardFor(*key);
@@ -336,7 +357,9 @@ std::optional<std::pair<BlockKey, BlockMeta>> BlockIndex::PickVictim(TierId tier
     }
     if (Evictable(it->second, now_us)) return std::make_pair(*key, it->second);
     MutexLock policy_lock(order.mu);
-    if (!order.policy->Contains(*key)) order.policy->Insert(*key);
+    EvictionPolicy& back = order.OrderOf(it->second.quota_group);
+    if (!back.Contains(*key)) back.Insert(*key);
+    if (++refused[from_bit] >= order.OrderAt(from_bit).size()) exhausted |= uint64_t{1} << from_bit;
   }
   return std::nullopt;
 }
@@ -348,7 +371,8 @@ void BlockIndex::Unpick(const BlockKey& key) {
   if (it == shard.entries.end() || it->second.state != BlockState::kReady) return;
   TierOrder& order = tiers_[TierIndex(it->second.tier)];
   MutexLock policy_lock(order.mu);
-  if (!order.policy->Contains(key)) order.policy->Insert(key);
+  EvictionPolicy& back = order.OrderOf(it->second.quota_group);
+  if (!back.Contains(key)) back.Insert(key);
 }
 
 std::vector<std::pair<BlockKey, BlockMeta>> BlockIndex::EvictableInRange(TierId tier,
@@ -391,7 +415,7 @@ size_t BlockIndex::size() const {
 size_t BlockIndex::TrackedBlocks(TierId tier) const {
   const TierOrder& order = tiers_[TierIndex(tier)];
   MutexLock lock(order.mu);
-  return order.policy->size();
+  return order.TrackedBlocks();
 }
 
 std::string_view BlockIndex::policy_name(TierId tier) const {

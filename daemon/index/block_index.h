@@ -6,6 +6,13 @@
 // are ever held at once. The index holds metadata only: extents are allocated and freed by the
 // store, which calls the index to publish and retire them.
 //
+// Quota groups: the blocks of a group (a tenant's or a namespace's, daemon/store/quota_table.h)
+// that has a byte quota in a tier have an eviction order of their own there, and the bytes every
+// group holds in each tier are counted. PickVictim takes its victims first from groups over their
+// quota, then from the blocks of no quota, and from a group within its quota only when that group
+// asked for the room itself: a tenant within its quota is never evicted by another's pressure.
+// A quota is a guaranteed share, not a cap: a group may hold more while the tier has room.
+//
 // Entry life cycle: InsertWriting (state kWriting: invisible to Lookup, in no policy) ->
 // MarkReady (kReady: visible, tracked by its tier's policy) -> Erase or EvictOne. An entry with a
 // non-zero lease count, or pinned until a later time, is never chosen by EvictOne.
@@ -56,6 +63,9 @@ struct BlockMeta {
   uint32_t lease_count = 0;  // readers copying out; not evictable while > 0
   uint8_t reads = 0;         // lookups and leases that found it, saturating (NVMe admission)
   uint8_t window_reads = 0;  // saturating
+  // The quota group of the block's namespace (1 .. kMaxQuotaGroups - 1; 0: none), set by the
+  // store when the block is written and changed only by BlockIndex::AssignQuotaGroup.
+  uint8_t quota_group = 0;
   TierId tier = TierId::kHost;
   BlockState state = BlockState::kWriting;
   bool has_checksum = false;
@@ -68,6 +78,11 @@ struct LookupResult {
   // The tier of each of the first `ready_prefix` keys.
   std::vector<TierId> tiers;
 };
+
+// Group ids are 1 .. kMaxQuotaGroups - 1; 0 is "no quota group".
+inline constexpr size_t kMaxQuotaGroups = 64;
+// PickVictim's requester that may take any block, quotas or not (a flush that empties a tier).
+inline constexpr uint8_t kEveryGroup = 0xff;
 
 class BlockIndex {
  public:
@@ -136,7 +151,29 @@ class BlockIndex {
   // then calls Erase or MoveTier) but leaves the policy, so no other thread picks it too; blocks
   // skipped because they are leased or pinned go back to the policy as just used. Gives up after
   // trying every block the policy held once; nullopt then, or when the tier is empty.
-  std::optional<std::pair<BlockKey, BlockMeta>> PickVictim(TierId tier, uint64_t now_us);
+  // With quotas: `requester` is the quota group whose put needs the room (0: none, as for the
+  // mover's watermarks). Victims come from groups over their quota in `tier` (the requester's
+  // own first), then from blocks of no quota there, then, only for a requester, from its own
+  // blocks; blocks of other groups within their quota are never picked (unless the requester is
+  // kEveryGroup).
+  std::optional<std::pair<BlockKey, BlockMeta>> PickVictim(TierId tier, uint64_t now_us,
+                                                           uint8_t requester = 0);
+
+  // Sets quota group `group`'s quota in `tier` (0: none). Setting or clearing it moves the group's
+  // blocks there between its own eviction order and the common one (in scan order, their
+  // recency within the group forgotten): a full scan, for an operator's rare change.
+  // kInvalidArgument for group 0 or past kMaxQuotaGroups.
+  Status SetGroupQuota(uint8_t group, TierId tier, uint64_t quota_bytes);
+
+  // Puts every block of `ns` into quota group `group` (0: none), with its bytes and its place in
+  // the eviction orders. A full scan.
+  void AssignQuotaGroup(const NamespaceId& ns, uint8_t group);
+
+  struct GroupUsage {
+    uint64_t used_bytes = 0;   // ready blocks of the group in the tier
+    uint64_t quota_bytes = 0;  // 0: none
+  };
+  GroupUsage QuotaUsage(uint8_t group, TierId tier) const;
 
   // Puts a block that PickVictim returned back into its tier's policy (the caller changed its
   // mind, for example because demotion failed and the block stays).
@@ -164,7 +201,33 @@ class BlockIndex {
   };
   struct TierOrder {
     mutable Mutex mu;
+    // Blocks of no quota group, and of groups without a quota in this tier.
     std::unique_ptr<EvictionPolicy> policy GUARDED_BY(mu);
+    // Per quota group with a quota here (quota_bytes > 0): its own order. A group whose quota was
+    // just cleared keeps its order until SetGroupQuota has moved its blocks out.
+    std::array<std::unique_ptr<EvictionPolicy>, kMaxQuotaGroups> group_policies GUARDED_BY(mu);
+    std::array<uint64_t, kMaxQuotaGroups> quota_bytes GUARDED_BY(mu){};
+    // Bytes of ready blocks per group in this tier ([0]: blocks of no group).
+    std::array<uint64_t, kMaxQuotaGroups> used_bytes GUARDED_BY(mu){};
+    size_t groups_with_quota GUARDED_BY(mu) = 0;
+    std::string policy_name;  // set once at Create, for the groups' own orders
+    size_t capacity_hint_blocks = 0;
+
+    // The order a block of `group` belongs to in this tier now.
+    EvictionPolicy& OrderOf(uint8_t group) REQUIRES(mu) {
+      return group != 0 && quota_bytes[group] != 0 ? *group_policies[group] : *policy;
+    }
+    // A ready block enters or leaves the tier: its order and the group's bytes follow. Leave
+    // erases it from the common order too (a no-op unless it was moved while its group's quota
+    // changed), so that no stale entry survives there.
+    void Join(const BlockKey& key, const BlockMeta& meta) REQUIRES(mu);
+    void Leave(const BlockKey& key, const BlockMeta& meta) REQUIRES(mu);
+    // The order PickVictim takes its next candidate from, passing over the `exhausted` ones
+    // (bit g: group g's own order; bit 0: the common one); nullptr when none may give one.
+    EvictionPolicy* VictimOrder(uint8_t requester, uint64_t exhausted) REQUIRES(mu);
+    size_t OrderBit(const EvictionPolicy* order) const REQUIRES(mu);
+    EvictionPolicy& OrderAt(size_t bit) REQUIRES(mu);
+    size_t TrackedBlocks() const REQUIRES(mu);
   };
 
   struct LookupScratch;
@@ -175,10 +238,12 @@ class BlockIndex {
   void GroupByShard(std::span<const BlockKey> window, LookupScratch& scratch) const;
   size_t ScanWindow(std::span<const BlockKey> keys, size_t begin, size_t end, bool touch,
                     const std::optional<NamespaceId>& ns, std::vector<TierId>& tiers,
-                    LookupScratch& scratch);
+                    std::vector<uint8_t>& groups, LookupScratch& scratch);
   void UndoReads(std::span<const BlockKey> keys, size_t begin, size_t from, size_t end,
                  const LookupScratch& scratch);
-  void TouchPrefix(std::span<const BlockKey> keys, const std::vector<TierId>& tiers);
+  void TouchPrefix(std::span<const BlockKey> keys, const std::vector<TierId>& tiers,
+                   const std::vector<uint8_t>& groups);
+  void MoveBetweenOrders(TierId tier, uint8_t group, EvictionPolicy* from, EvictionPolicy* to);
 
   std::vector<std::unique_ptr<Shard>> shards_;
   std::array<TierOrder, kTierCount> tiers_;

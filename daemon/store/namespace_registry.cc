@@ -19,7 +19,16 @@ std::optional<NamespaceRegistry::Entry> NamespaceRegistry::Find(const NamespaceI
   MutexLock lock(mu_);
   auto it = namespaces_.find(ns);
   if (it == namespaces_.end()) return std::nullopt;
-  return Entry{it->second.tokens_per_block, it->second.block_bytes, counters_.at(ns).get()};
+  return Entry{it->second.tokens_per_block, it->second.block_bytes, counters_.at(ns).get(),
+               it->second.quota_group};
+}
+
+Status NamespaceRegistry::SetQuotaGroup(const NamespaceId& ns, uint8_t group) {
+  MutexLock lock(mu_);
+  auto it = namespaces_.find(ns);
+  if (it == namespaces_.end()) return NotFound("namespace " + ns.ToHex() + " is not registered");
+  it->second.quota_group = group;
+  return Status::Ok();
 }
 
 std::optional<NamespaceInfo> NamespaceRegistry::Get(const NamespaceId& ns) const {

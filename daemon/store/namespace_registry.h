@@ -35,6 +35,8 @@ struct NamespaceInfo {
   // KVT.EXPLAIN find a namespace that differs from another in one field. Never sent to clients
   // as a whole: it holds the tenant salt.
   std::vector<std::pair<std::string, std::string>> fields;
+  // The quota group its blocks count in (quota_table.h; 0: none). Set by the store.
+  uint8_t quota_group = 0;
 };
 
 class NamespaceRegistry {
@@ -46,6 +48,7 @@ class NamespaceRegistry {
     uint32_t tokens_per_block = 0;
     uint64_t block_bytes = 0;
     NamespaceCounters* counters = nullptr;
+    uint8_t quota_group = 0;
   };
 
   // Idempotent for identical parameters. kInvalidArgument when the id is known with another block
@@ -54,6 +57,8 @@ class NamespaceRegistry {
   // nullopt when not registered (never, or dropped).
   std::optional<Entry> Find(const NamespaceId& ns) const;
   std::optional<NamespaceInfo> Get(const NamespaceId& ns) const;
+  // kNotFound when not registered.
+  Status SetQuotaGroup(const NamespaceId& ns, uint8_t group);
   bool Registered(const NamespaceId& ns) const;
   // The counters of a namespace ever registered, dropped ones included; nullptr otherwise.
   NamespaceCounters* Counters(const NamespaceId& ns) const;

@@ -90,7 +90,54 @@ Result<tiers::PoolExport> Store::ExportForClients(TierId id) const {
   return t->ExportForClients();
 }
 
-Status Store::RegisterNamespace(const NamespaceInfo& info) { return namespaces_.Register(info); }
+Status Store::RegisterNamespace(const NamespaceInfo& info) {
+  // Under the quota lock: a SetQuota between reading the rules and registering would otherwise
+  // miss the namespace, which would keep the group the rules had before.
+  MutexLock lock(quota_mu_);
+  NamespaceInfo with_group = info;
+  with_group.quota_group = QuotaGroupOf(info);
+  return namespaces_.Register(with_group);
+}
+
+uint8_t Store::QuotaGroupOf(const NamespaceInfo& info) const {
+  std::string_view tenant;
+  for (const auto& [field, value] : info.fields) {
+    if (field == "salt") tenant = value;
+  }
+  return quotas_.GroupOf(info.id, tenant);
+}
+
+Status Store::SetQuota(const QuotaSubject& who, TierId tier, uint64_t bytes) {
+  if (tier == TierId::kRemote || LevelOf(tier) >= tiers_.size()) {
+    return NotFound("no " + std::string(TierName(tier)) + " tier to set a quota in");
+  }
+  MutexLock lock(quota_mu_);
+  KVTIER_ASSIGN_OR_RETURN(const uint8_t group, quotas_.Set(who, tier, bytes));
+  // Membership first (each namespace that now falls in a group, with its blocks), then the
+  // group's order in the tier: either way round every block ends where it belongs.
+  for (const NamespaceInfo& info : namespaces_.List()) {
+    const uint8_t now = QuotaGroupOf(info);
+    if (now == info.quota_group) continue;
+    if (namespaces_.SetQuotaGroup(info.id, now).ok()) index_->AssignQuotaGroup(info.id, now);
+  }
+  return index_->SetGroupQuota(group, tier, bytes);
+}
+
+std::vector<Store::QuotaReport> Store::Quotas() const {
+  std::vector<QuotaReport> out;
+  for (const QuotaRule& rule : quotas_.Rules()) {
+    QuotaReport report;
+    report.subject = rule.subject;
+    for (size_t t = 0; t < kTierCount; ++t) {
+      const index::BlockIndex::GroupUsage usage =
+          index_->QuotaUsage(rule.group, static_cast<TierId>(t));
+      report.quota_bytes[t] = rule.bytes[t];
+      report.used_bytes[t] = usage.used_bytes;
+    }
+    out.push_back(report);
+  }
+  return out;
+}
 
 std::optional<NamespaceInfo> Store::GetNamespace(const NamespaceId& ns) const {
   return namespaces_.Get(ns);

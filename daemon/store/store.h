@@ -52,6 +52,7 @@
 #include "daemon/store/move_requests.h"
 #include "daemon/store/move_stats.h"
 #include "daemon/store/namespace_registry.h"
+#include "daemon/store/quota_table.h"
 #include "daemon/store/reservation_table.h"
 #include "daemon/store/store_options.h"
 #include "daemon/store/store_stats.h"
@@ -102,7 +103,21 @@ class Store {
   ~Store();
 
   // Idempotent for identical info. kInvalidArgument when the id is known with other parameters.
+  // Its blocks count in the quota group its tenant or its id has (SetQuota), if any.
   Status RegisterNamespace(const NamespaceInfo& info);
+
+  // Sets `who`'s byte quota in tier `tier` (0 clears it): within its quota a tenant's (or a
+  // namespace's) blocks are not evicted to make room for anyone else's; over it, its own blocks
+  // are evicted first (BlockIndex). Applies at once to the namespaces registered now and later,
+  // and to their blocks already stored. kNotFound when the store has no such tier; kRejected
+  // past the number of quota groups.
+  Status SetQuota(const QuotaSubject& who, TierId tier, uint64_t bytes);
+  struct QuotaReport {
+    QuotaSubject subject;
+    std::array<uint64_t, kTierCount> quota_bytes{};
+    std::array<uint64_t, kTierCount> used_bytes{};
+  };
+  std::vector<QuotaReport> Quotas() const;
   std::optional<NamespaceInfo> GetNamespace(const NamespaceId& ns) const;
   std::vector<NamespaceInfo> Namespaces() const;
 
@@ -363,13 +378,15 @@ class Store {
   // write-through copy on NVMe when it has one, and is dropped otherwise.
   enum class EvictionMode { kDemote, kDropOnly };
   // Allocates `bytes` in tiers_[level], making room by evicting that tier's victims.
+  // `requester`: the quota group whose block needs the room (BlockIndex::PickVictim; 0: none).
   Result<Extent> AllocateWithEviction(size_t level, uint64_t bytes,
-                                      EvictionMode mode = EvictionMode::kDemote);
+                                      EvictionMode mode = EvictionMode::kDemote,
+                                      uint8_t requester = 0);
   // Makes room in tiers_[level] by moving one victim down or dropping it. false: nothing could go.
-  bool EvictOne(size_t level, EvictionMode mode = EvictionMode::kDemote);
+  bool EvictOne(size_t level, EvictionMode mode = EvictionMode::kDemote, uint8_t requester = 0);
   // Empties the tier's reclaim unit (slab) around its least recently used block, for a block size
   // that LRU eviction of other sizes cannot make room for. false: nothing could go.
-  bool EvictReclaimUnit(size_t level, EvictionMode mode);
+  bool EvictReclaimUnit(size_t level, EvictionMode mode, uint8_t requester);
   bool DemoteOrDrop(size_t level, const BlockKey& key, const index::BlockMeta& meta,
                     EvictionMode mode);
   // What evicting a victim of tiers_[level] may do: is there a tier below, does it admit the
@@ -451,8 +468,11 @@ class Store {
   // Before a lease: brings a block that lives below the host tier up into it, when configured.
   // kPending: it lies on NVMe and the mover was asked for it (background_disk_moves).
   Status PromoteForRead(const NamespaceId& ns, const BlockKey& key);
-  // BeginPut's allocation when the mover makes room: no eviction here, a request for room instead.
-  Result<Extent> AllocateOrAskForRoom(uint64_t bytes);
+  // BeginPut's allocation when the mover makes room: no eviction here, a request for room instead
+  // (which the mover makes without knowing the requester's quota group).
+  Result<Extent> AllocateOrAskForRoom(uint64_t bytes, uint8_t requester);
+  // The quota group of a namespace described by `info`, by the rules now.
+  uint8_t QuotaGroupOf(const NamespaceInfo& info) const;
   // The level of a block that lies below the host tier (where a reader's promotion comes from),
   // or tiers_.size() when it lies in or above it, or the store has no host tier.
   size_t LevelBelowHost(const index::BlockMeta& meta) const;
@@ -549,6 +569,10 @@ class Store {
   std::function<void()> wake_mover_;
 
   NamespaceRegistry namespaces_;
+  // Held by RegisterNamespace and SetQuota (both rare), so that each namespace's group follows
+  // the rules. Taken before the registry's and the index's locks.
+  Mutex quota_mu_;
+  QuotaTable quotas_;
   ReservationTable reservations_;
   LeaseTable leases_;
 

@@ -14,7 +14,7 @@ bool Store::DiskMovesInBackground(size_t level) const {
   return level + 1 < tiers_.size() && tiers_[level + 1]->id() == TierId::kNvme;
 }
 
-Result<Extent> Store::AllocateOrAskForRoom(uint64_t bytes) {
+Result<Extent> Store::AllocateOrAskForRoom(uint64_t bytes, uint8_t requester) {
   Result<Extent> extent = tiers_[put_level_]->Allocate(bytes);
   if (extent.ok() || extent.status().code() != StatusCode::kBusy) return extent;
   // Evicting here would write victims to NVMe on this (network) thread. The mover keeps room
@@ -24,7 +24,7 @@ Result<Extent> Store::AllocateOrAskForRoom(uint64_t bytes) {
   if (options_.drop_when_disk_lags) {
     // Puts outrun the disk: the coldest blocks the mover has not reached yet make the room. The
     // cache keeps what the disk can take, and the put does not wait for it.
-    extent = AllocateWithEviction(put_level_, bytes, EvictionMode::kDropOnly);
+    extent = AllocateWithEviction(put_level_, bytes, EvictionMode::kDropOnly, requester);
     if (extent.ok() || extent.status().code() != StatusCode::kBusy) return extent;
   }
   return Pending(std::string(TierName(tiers_[put_level_]->id())) +

@@ -18,7 +18,8 @@ using index::BlockState;
 constexpr int kEvictionsBeforeReclaim = 4;
 constexpr int kReclaimAttempts = 4;
 
-Result<Extent> Store::AllocateWithEviction(size_t level, uint64_t bytes, EvictionMode mode) {
+Result<Extent> Store::AllocateWithEviction(size_t level, uint64_t bytes, EvictionMode mode,
+                                           uint8_t requester) {
   tiers::Tier& t = *tiers_[level];
   int reclaims = 0;
   for (int evicted = 0;; ++evicted) {
@@ -27,16 +28,19 @@ Result<Extent> Store::AllocateWithEviction(size_t level, uint64_t bytes, Evictio
     if (evicted == options_.max_evictions_per_allocation) break;
     const bool reclaim = evicted >= kEvictionsBeforeReclaim && reclaims < kReclaimAttempts;
     if (reclaim) ++reclaims;
-    if (!(reclaim ? EvictReclaimUnit(level, mode) : EvictOne(level, mode))) break;
+    if (!(reclaim ? EvictReclaimUnit(level, mode, requester) : EvictOne(level, mode, requester))) {
+      break;
+    }
   }
   return Busy(std::string(TierName(t.id())) +
               " tier is full and nothing can be evicted now (blocks leased, pinned or being "
               "written); retry later");
 }
 
-bool Store::EvictOne(size_t level, EvictionMode mode) {
+bool Store::EvictOne(size_t level, EvictionMode mode, uint8_t requester) {
   const TierId id = tiers_[level]->id();
-  std::optional<std::pair<BlockKey, BlockMeta>> victim = index_->PickVictim(id, clock_.NowMicros());
+  std::optional<std::pair<BlockKey, BlockMeta>> victim =
+      index_->PickVictim(id, clock_.NowMicros(), requester);
   if (!victim) return false;
   // A victim that cannot leave right now (leased since it was picked) was handed back to the
   // policy; that still counts as an attempt, so the caller's bound keeps the loop finite.
@@ -44,10 +48,10 @@ bool Store::EvictOne(size_t level, EvictionMode mode) {
   return true;
 }
 
-bool Store::EvictReclaimUnit(size_t level, EvictionMode mode) {
+bool Store::EvictReclaimUnit(size_t level, EvictionMode mode, uint8_t requester) {
   tiers::Tier& t = *tiers_[level];
   const uint64_t now = clock_.NowMicros();
-  std::optional<std::pair<BlockKey, BlockMeta>> victim = index_->PickVictim(t.id(), now);
+  std::optional<std::pair<BlockKey, BlockMeta>> victim = index_->PickVictim(t.id(), now, requester);
   if (!victim) return false;
   index_->Unpick(victim->first);
   const Extent unit = t.ReclaimUnit(victim->second.extent);

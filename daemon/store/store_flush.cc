@@ -17,7 +17,11 @@ std::vector<std::pair<BlockKey, BlockMeta>> Store::TakeNewestFirst(TierId id) {
   // Blocks not flushed are put back with Unpick.
   constexpr uint64_t kIgnorePins = std::numeric_limits<uint64_t>::max();
   std::vector<std::pair<BlockKey, BlockMeta>> blocks;
-  while (auto victim = index_->PickVictim(id, kIgnorePins)) blocks.push_back(std::move(*victim));
+  // Every block, of every quota group (with quotas, the groups' orders are taken one after
+  // another, so newest first holds within each).
+  while (auto victim = index_->PickVictim(id, kIgnorePins, index::kEveryGroup)) {
+    blocks.push_back(std::move(*victim));
+  }
   std::reverse(blocks.begin(), blocks.end());
   return blocks;
 }

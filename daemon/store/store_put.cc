@@ -31,8 +31,9 @@ Result<Reservation> Store::BeginPut(const NamespaceId& ns, const BlockKey& key, 
     return Busy("too many puts in flight (" + std::to_string(reservations_.max()) + ")");
   }
   Result<Extent> extent = DiskMovesInBackground(put_level_)
-                              ? AllocateOrAskForRoom(bytes)
-                              : AllocateWithEviction(put_level_, bytes);
+                              ? AllocateOrAskForRoom(bytes, entry->quota_group)
+                              : AllocateWithEviction(put_level_, bytes, EvictionMode::kDemote,
+                                                     entry->quota_group);
   if (!extent.ok()) {
     if (extent.status().code() == StatusCode::kBusy) counters_.busy_puts.fetch_add(1);
     return extent.status();
@@ -45,6 +46,7 @@ Result<Reservation> Store::BeginPut(const NamespaceId& ns, const BlockKey& key, 
   meta.tier = target.id();
   meta.extent = *extent;
   meta.generation = reservation.id;
+  meta.quota_group = entry->quota_group;
   if (Status st = index_->InsertWriting(key, meta); !st.ok()) {
     target.Free(*extent);
     return st;
@@ -245,7 +247,8 @@ std::optional<Store::PinnedMove> Store::PrepareWriteThrough(size_t level,
     return Status::Ok();
   });
   if (!pinned.ok()) return std::nullopt;
-  Result<Extent> dst = AllocateWithEviction(level, meta.extent.length);
+  Result<Extent> dst =
+      AllocateWithEviction(level, meta.extent.length, EvictionMode::kDemote, meta.quota_group);
   if (!dst.ok()) {
     UnpinAfterMove(r.key);
     counters_.write_through_failures.fetch_add(1);
