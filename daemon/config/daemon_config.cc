@@ -16,6 +16,7 @@
 
 #include "common/paths.h"
 #include "common/units.h"
+#include "daemon/config/quota_config.h"
 #include "daemon/index/eviction_policy.h"
 #include "daemon/placement/admission_policy.h"
 #include "daemon/placement/gpu_promotion_policy.h"
@@ -226,6 +227,10 @@ Status ApplyNode(const YAML::Node& node, const std::string& prefix, const std::s
     const std::string name = entry.first.as<std::string>();
     const std::string key = prefix.empty() ? name : prefix + "." + name;
     const YAML::Node& value = entry.second;
+    if (key == "quotas") {
+      KVTIER_RETURN_IF_ERROR(ApplyQuotaNode(value, source, config));
+      continue;
+    }
     if (value.IsMap()) {
       KVTIER_RETURN_IF_ERROR(ApplyNode(value, key, source, config));
       continue;
@@ -276,6 +281,8 @@ std::string ConfigKeysHelp() {
   for (const auto& [key, setter] : Setters()) add(key);
   add("listen.allowed_uids");
   add("nvme.paths");
+  add("quotas.tenants.<salt>.<tier>");
+  add("quotas.namespaces.<id>.<tier>");
   std::string out = "Config file keys (--config FILE; deploy/kvtierd.yaml explains each):\n";
   for (const auto& [section, keys] : sections) out += "  " + section + ": " + keys + "\n";
   return out;

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "common/types.h"
 
 namespace kvtier::config {
 
@@ -137,6 +138,18 @@ struct DaemonConfig {
   uint64_t remote_timeout_ms = 1'000;      // one publish or fetch batch of the mover
   uint64_t remote_connect_timeout_ms = 1'000;
   bool remote_write_through = false;  // publish on first put too (not supported yet)
+
+  // quotas: byte quotas per tier, for a tenant (every namespace registered with its salt) or
+  // for one namespace (its id, 32 hex digits). A tenant within its quota in a tier is not evicted
+  // there by another's puts; over it, its own blocks go first (daemon/store/quota_table.h).
+  // KVT.QUOTA changes them at run time.
+  struct Quota {
+    bool is_namespace = false;
+    std::string subject;  // the tenant salt, or the namespace id in hex
+    TierId tier = TierId::kHost;
+    uint64_t bytes = 0;
+  };
+  std::vector<Quota> quotas;
 
   // server
   uint32_t io_threads = 0;         // 0: DefaultIoThreads

@@ -161,6 +161,7 @@ TEST(DaemonConfigTest, ShippedExampleLoadsAndMatchesTheDefaults) {
   EXPECT_EQ(c.remote_write_through, defaults.remote_write_through);
   EXPECT_EQ(c.shutdown_flush, defaults.shutdown_flush);
   EXPECT_EQ(c.shutdown_flush_seconds, defaults.shutdown_flush_seconds);
+  EXPECT_TRUE(c.quotas.empty());
 }
 
 TEST(DaemonConfigTest, ShutdownFlushKeys) {
@@ -397,6 +398,43 @@ TEST(DaemonConfigTest, BadRemoteSettingsNameTheirKey) {
   EXPECT_FALSE(ApplyYaml("remote: {ttl_seconds: soon}", "test.yaml", c).ok());
 }
 
+TEST(DaemonConfigTest, QuotasPerTenantAndNamespace) {
+  DaemonConfig c;
+  EXPECT_TRUE(c.quotas.empty());
+  const std::string ns = "0123456789abcdef0123456789ABCDEF";
+  ASSERT_TRUE(ApplyYaml("quotas:\n"
+                        "  tenants:\n"
+                        "    acme.corp: {host: 8GiB, nvme: 100GiB}\n"
+                        "  namespaces:\n"
+                        "    " + ns + ": {gpu: 512MiB}\n",
+                        "test.yaml", c)
+                  .ok());
+  ASSERT_EQ(c.quotas.size(), 3u);
+  EXPECT_FALSE(c.quotas[0].is_namespace);
+  EXPECT_EQ(c.quotas[0].subject, "acme.corp");  // a dot in a salt is not a key path
+  EXPECT_EQ(c.quotas[0].tier, TierId::kHost);
+  EXPECT_EQ(c.quotas[0].bytes, 8ull << 30);
+  EXPECT_EQ(c.quotas[1].tier, TierId::kNvme);
+  EXPECT_TRUE(c.quotas[2].is_namespace);
+  EXPECT_EQ(c.quotas[2].subject, ns);
+  EXPECT_EQ(c.quotas[2].tier, TierId::kGpu);
+  EXPECT_EQ(c.quotas[2].bytes, 512ull << 20);
+  ASSERT_TRUE(Finalize(c).ok());
+
+  auto expect_error = [](const std::string& yaml, const std::string& key) {
+    DaemonConfig bad;
+    Status st = ApplyYaml(yaml, "test.yaml", bad);
+    ASSERT_FALSE(st.ok()) << yaml;
+    EXPECT_NE(st.message().find(key), std::string::npos) << st.message();
+  };
+  expect_error("quotas: {users: {a: {host: 1GiB}}}", "quotas.users");
+  expect_error("quotas: {tenants: {a: {disk: 1GiB}}}", "quotas.tenants.a.disk: unknown tier");
+  expect_error("quotas: {tenants: {a: {host: lots}}}", "quotas.tenants.a.host");
+  expect_error("quotas: {tenants: {a: 1GiB}}", "quotas.tenants.a: expected sizes per tier");
+  expect_error("quotas: {namespaces: {abc: {host: 1GiB}}}", "quotas.namespaces.abc");
+  expect_error("quotas: [1, 2]", "quotas: expected tenants and namespaces");
+}
+
 TEST(DaemonConfigTest, HelpListsEveryConfigKey) {
   auto r = Parse({"--help"});
   ASSERT_TRUE(r.ok());
@@ -404,7 +442,7 @@ TEST(DaemonConfigTest, HelpListsEveryConfigKey) {
   for (const char* text : {"--gpu-bytes",
                            "gpu: bytes, copy_lanes, detach_timeout_ms, device, fake, "
                            "promote_after_reads, promote_window_ms, promotion",
-                           "nvme:", "allowed_uids"}) {
+                           "nvme:", "allowed_uids", "quotas: tenants.<salt>.<tier>, namespaces.<id>.<tier>"}) {
     EXPECT_NE(r->help_text.find(text), std::string::npos) << text << " in\n" << r->help_text;
   }
 }

@@ -212,4 +212,22 @@ store::StoreOptions StoreOptionsFrom(const config::DaemonConfig& c,
   return o;
 }
 
+Status ApplyQuotas(const config::DaemonConfig& config, store::Store& store) {
+  for (const config::DaemonConfig::Quota& q : config.quotas) {
+    store::QuotaSubject who;
+    who.kind = q.is_namespace ? store::QuotaSubject::Kind::kNamespace
+                              : store::QuotaSubject::Kind::kTenant;
+    if (q.is_namespace) {
+      who.ns = NamespaceId{*Key128::FromHex(q.subject)};  // checked when the config was parsed
+    } else {
+      who.tenant = q.subject;
+    }
+    if (Status st = store.SetQuota(who, q.tier, q.bytes); !st.ok()) {
+      return Status(st.code(), "quotas: " + who.ToString() + " " + std::string(TierName(q.tier)) +
+                                   ": " + st.message());
+    }
+  }
+  return Status::Ok();
+}
+
 }  // namespace kvtier::daemon

@@ -64,4 +64,9 @@ size_t AdoptRecoveredBlocks(DaemonTiers& tiers, store::Store& store, std::stop_t
 store::StoreOptions StoreOptionsFrom(const config::DaemonConfig& config,
                                      tiers::remote::RemoteStore* remote = nullptr);
 
+// Sets the config file's quotas (config.quotas) on the store. kNotFound naming the quota when
+// its tier is not configured (a quota in a tier that is off protects nothing: a mistake to say),
+// kRejected past the number of quota groups.
+Status ApplyQuotas(const config::DaemonConfig& config, store::Store& store);
+
 }  // namespace kvtier::daemon

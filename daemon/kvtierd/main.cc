@@ -209,6 +209,10 @@ int Run(const config::DaemonConfig& c) {
     spdlog::error("store: {}", store.status().ToString());
     return 1;
   }
+  if (Status st = daemon::ApplyQuotas(c, **store); !st.ok()) {
+    spdlog::error("{}", st.ToString());
+    return 1;
+  }
   // Before the server: requests wake the mover from their first command on.
   std::unique_ptr<mover::TierMover> mover;
   const bool below_host = (*store)->HostHasTierBelow();  // NVMe, or the remote tier

@@ -1,5 +1,6 @@
 // KV-cache commands with inline payloads: KVT.REGISTER (kvt_register.cc), KVT.DROP, KVT.LOOKUP,
-// KVT.PUT, KVT.GET, KVT.PIN, KVT.DEL, KVT.STATS (info.cc) and KVT.EXPLAIN (kvt_explain.cc).
+// KVT.PUT, KVT.GET, KVT.PIN, KVT.DEL, KVT.STATS (info.cc), KVT.EXPLAIN (kvt_explain.cc) and
+// KVT.QUOTA (kvt_quota.cc).
 #include <algorithm>
 #include <atomic>
 #include <memory>
@@ -232,6 +233,7 @@ constexpr CommandSpec kCommands[] = {
     {"KVT.DEL", 3, false, Del},
     {"KVT.STATS", 1, false, KvtStats},
     {"KVT.EXPLAIN", -4, false, KvtExplain},
+    {"KVT.QUOTA", -2, false, KvtQuota},
 };
 
 }  // namespace

@@ -1,9 +1,12 @@
 #include "daemon/server/connection.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <array>
 
 #include "common/fd_passing.h"
+#include "daemon/server/listeners.h"
 
 namespace kvtier::server {
 namespace {
@@ -47,7 +50,12 @@ Connection::Connection(Socket socket, Transport transport, uint64_t id, ServerCo
       parser_(ParserLimits(session_.authenticated())),
       full_limits_(session_.authenticated()),
       writer_(&out_),
-      on_exit_(std::move(on_exit)) {}
+      on_exit_(std::move(on_exit)) {
+  if (transport == Transport::kUnix) {
+    const std::optional<uid_t> uid = PeerUid(socket_.native_handle());
+    if (uid && (*uid == 0 || *uid == geteuid())) session_.set_admin();
+  }
+}
 
 Connection::~Connection() = default;
 

@@ -72,4 +72,7 @@ std::vector<std::pair<std::string, std::string>> NamespaceFields(
 // KVT.EXPLAIN, in kvt_explain.cc.
 Progress KvtExplain(CommandContext& ctx, resp::Command& cmd);
 
+// KVT.QUOTA, in kvt_quota.cc.
+Progress KvtQuota(CommandContext& ctx, resp::Command& cmd);
+
 }  // namespace kvtier::server

@@ -40,6 +40,11 @@ class Session {
   void set_protocol(resp::Protocol protocol) { protocol_ = protocol; }
   bool authenticated() const { return authenticated_; }
   void set_authenticated() { authenticated_ = true; }
+  // An admin may change what every tenant gets (KVT.QUOTA): a peer on the Unix socket that runs
+  // as root or as the daemon's own user, who could change the config file and restart it anyway.
+  // Never a TCP client: one password is shared by every client that has it.
+  bool admin() const { return admin_; }
+  void set_admin() { admin_ = true; }
   const std::string& name() const { return name_; }
   void set_name(std::string name) { name_ = std::move(name); }
   // Set by KVT.GPUATTACH: the client has the GPU pool's export, so KVT.ACQUIRE may lease blocks
@@ -80,6 +85,7 @@ class Session {
   resp::Protocol protocol_ = resp::Protocol::kResp2;
   bool authenticated_;
   bool arena_attached_ = false;
+  bool admin_ = false;
   GpuImporters::Hold gpu_pool_hold_;
   std::string name_;
   std::unordered_set<uint64_t> reservations_;

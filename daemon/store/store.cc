@@ -96,7 +96,14 @@ Status Store::RegisterNamespace(const NamespaceInfo& info) {
   MutexLock lock(quota_mu_);
   NamespaceInfo with_group = info;
   with_group.quota_group = QuotaGroupOf(info);
-  return namespaces_.Register(with_group);
+  const bool known = namespaces_.Registered(info.id);
+  KVTIER_RETURN_IF_ERROR(namespaces_.Register(with_group));
+  // Blocks adopted from NVMe before their namespace registered (a restart) join its group: a
+  // scan of the index, once per namespace with a quota and a daemon's life.
+  if (!known && with_group.quota_group != 0) {
+    index_->AssignQuotaGroup(info.id, with_group.quota_group);
+  }
+  return Status::Ok();
 }
 
 uint8_t Store::QuotaGroupOf(const NamespaceInfo& info) const {
@@ -339,7 +346,14 @@ Status Store::AdoptBlock(TierId id, const NamespaceId& ns, const BlockKey& key,
   meta.generation = next_id_.fetch_add(1);
   meta.has_checksum = checksum.has_value();
   meta.checksum = checksum.value_or(0);
-  KVTIER_RETURN_IF_ERROR(index_->InsertReady(key, meta));
+  {
+    // The group of a namespace registered already; else 0 until it registers, which regroups
+    // its blocks. Under the quota lock, so that no block slips in between that and the insert.
+    MutexLock lock(quota_mu_);
+    const std::optional<NamespaceRegistry::Entry> entry = namespaces_.Find(ns);
+    meta.quota_group = entry ? entry->quota_group : 0;
+    KVTIER_RETURN_IF_ERROR(index_->InsertReady(key, meta));
+  }
   counters_.adopted_blocks.fetch_add(1);
   return Status::Ok();
 }
