@@ -1,5 +1,6 @@
 """FaultProxy: a TCP proxy between kvtier clients and kvtierd that spoils kvtierd's answers to
-KVT.GET on demand, to show what a client makes of bad input (test_vllm_engine.py).
+KVT.GET on demand, to show what a client makes of bad input (test_vllm_engine.py), or slows them
+down, to stand for a slow tier (test_vllm_connector.py).
 
 The client speaks RESP2 over TCP (the inline data path: payloads travel in the replies). Each
 connection has two threads: one forwards commands and remembers their names in order, the other
@@ -9,11 +10,13 @@ Faults, set with `fault` at any time, apply to KVT.GET only:
   * "truncate":  the first block in the reply loses its last byte (a short read somewhere);
   * "namespace": the command goes out with another namespace id, as if the namespace had been
                  dropped or were someone else's: kvtierd answers misses for blocks the lookup found;
+  * "slow":      the reply is held `delay_s` seconds first, as from a tier that reads slowly;
   * None:        replies pass unchanged.
 Replies to other commands are forwarded byte for byte, without being decoded.
 """
 import socket
 import threading
+import time
 from collections import deque
 
 OTHER_NAMESPACE = b"0" * 31 + b"1"
@@ -82,6 +85,7 @@ class FaultProxy:
     def __init__(self, upstream_port, upstream_host="127.0.0.1"):
         self.upstream = (upstream_host, upstream_port)
         self.fault = None
+        self.delay_s = 0.5  # the "slow" fault's
         self.spoiled = 0  # KVT.GET replies or commands changed so far
         self._listener = socket.create_server(("127.0.0.1", 0))
         self.port = self._listener.getsockname()[1]
@@ -139,6 +143,10 @@ class FaultProxy:
     def _replies(self, client, upstream, names):
         def handle(buf, pos, end):
             name = names.popleft()
+            if name == b"KVT.GET" and self.fault == "slow":
+                self.spoiled += 1
+                time.sleep(self.delay_s)
+                return bytes(buf[pos:end])
             if name != b"KVT.GET" or self.fault not in ("error", "truncate"):
                 return bytes(buf[pos:end])
             reply, _ = parse(buf, pos)

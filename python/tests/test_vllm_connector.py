@@ -7,6 +7,7 @@ written against vllm 0.33.0, whose connector base class has the same abstract me
 test_vllm_engine.py runs the connector on real engines.
 """
 import os
+import time
 from types import SimpleNamespace
 
 import pytest
@@ -21,8 +22,9 @@ from vllm.v1.kv_cache_interface import (FullAttentionSpec, KVCacheConfig,  # noq
 
 import kvtier  # noqa: E402
 from kvtier.integrations.vllm import (KvtierConnector, KvtierConnectorMetadata,  # noqa: E402
-                                      Transfer)
+                                      KvtierConnectorStats, Transfer)
 from kvtierd_process import Daemon  # noqa: E402  (conftest puts it on sys.path)
+from resp_fault_proxy import FaultProxy  # noqa: E402
 
 BLOCK = 16
 NUM_BLOCKS = 32
@@ -243,3 +245,108 @@ def test_fail_policy_is_warned_about_once(unix_url, caplog):
         KvtierConnector(vllm_config, role, kv_cache_config).shutdown()
     warned = [r for r in caplog.records if "kv_load_failure_policy" in r.getMessage()]
     assert len(warned) == 1
+
+
+def forward_pass(worker, tokens, seconds):
+    """One engine step that computes `tokens` tokens in `seconds`, as the worker times it."""
+    worker.bind_connector_metadata(KvtierConnectorMetadata(computed_tokens=tokens))
+    time.sleep(seconds)  # the pass; a step without loads starts them after it
+    worker.start_load_kv(None)
+    worker.wait_for_save()
+    worker.clear_connector_metadata()
+
+
+def load_step(sched, worker, req_id, hashes, ids):
+    """Request req_id finds its whole prefix in kvtierd and loads it through `worker`."""
+    r = request(req_id, hashes, len(hashes) * BLOCK + 1)
+    matched, _ = sched.get_num_new_matched_tokens(r, 0)
+    sched.update_state_after_alloc(r, blocks(ids), matched)
+    meta = sched.build_connector_meta(output(
+        [SimpleNamespace(req_id=req_id, block_ids=(ids,), num_computed_tokens=matched)],
+        scheduled={req_id: len(hashes) * BLOCK + 1 - matched}))
+    step(worker, meta)
+    return matched, meta
+
+
+def test_a_load_slower_than_the_recompute_is_skipped(kvtierd):
+    """A hit is never slower than a miss: the worker times its loads and the engine's forward
+    passes, vLLM carries the timings to the scheduler, and a prefix whose load would take longer
+    than computing it is not offered. The slow tier is a proxy holding kvtierd's replies to
+    KVT.GET for half a second; the engine computes at ~0.1 ms per token (a stand-in pass)."""
+    proxy = FaultProxy(kvtierd.port)
+    try:
+        vllm_config, kv_cache_config = configs("unix://" + kvtierd.unix, "flashinfer", salt="slow")
+        slow_config, _ = configs(proxy.url, "flashinfer", salt="slow")  # the same namespace
+        sched = KvtierConnector(vllm_config, KVConnectorRole.SCHEDULER, kv_cache_config)
+        fast = KvtierConnector(vllm_config, KVConnectorRole.WORKER, kv_cache_config)
+        slow = KvtierConnector(slow_config, KVConnectorRole.WORKER, kv_cache_config)
+        for w in (fast, slow):
+            w.register_kv_caches(caches("flashinfer"))
+        hashes = [os.urandom(32) for _ in range(4)]
+        store_request(sched, fast, "A", hashes, [0, 1, 2, 3, 4])
+        forward_pass(slow, tokens=512, seconds=0.05)
+
+        # Nothing measured yet: B's load is taken, through the slow link, and timed.
+        proxy.fault = "slow"
+        matched, meta = load_step(sched, slow, "B", hashes, [5, 6, 7, 8, 9])
+        assert matched == 4 * BLOCK
+        assert [t.tiers for t in meta.loads] == [["host"] * 4]
+        assert slow.stats()["loaded_blocks"] == 4 and proxy.spoiled >= 1
+        stats = slow.get_kv_connector_stats()
+        assert isinstance(stats, KvtierConnectorStats) and len(stats.data["loads"]) == 1
+        assert stats.data["loads"][0][2] >= proxy.delay_s
+        sched.update_connector_output(SimpleNamespace(kv_connector_stats=stats))
+        est = sched.cost_estimates()
+        assert 0 < est["compute_us_per_token"] and "load_host_gib_per_s" in est
+
+        # C asks for the same prefix: loading it (over half a second) loses to computing its 64
+        # tokens (a few ms). Nothing is offered, and nothing is stored again either.
+        r = request("C", hashes, 4 * BLOCK + 1)
+        assert sched.get_num_new_matched_tokens(r, 0) == (0, False)
+        s = sched.stats()
+        assert (s["skipped_loads"], s["skipped_tokens"]) == (1, 4 * BLOCK)
+        sched.update_state_after_alloc(r, blocks([10, 11, 12, 13, 14]), 0)
+        meta = sched.build_connector_meta(output(
+            [SimpleNamespace(req_id="C", block_ids=([10, 11, 12, 13, 14],), num_computed_tokens=0)],
+            scheduled={"C": 4 * BLOCK + 1}))
+        assert meta.loads == [] and meta.stores == []
+
+        # The link is fast again and the loads the worker times say so: the prefix is offered.
+        sched.update_connector_output(SimpleNamespace(kv_connector_stats=KvtierConnectorStats(
+            data={"loads": [["host", 4 * sched._block_bytes, 1e-6]] * 30})))
+        assert sched.get_num_new_matched_tokens(request("D", hashes, 4 * BLOCK + 1), 0) == (
+            4 * BLOCK, False)
+        for conn in (sched, fast, slow):
+            conn.shutdown()
+    finally:
+        proxy.close()
+
+
+def test_skipping_slow_loads_can_be_turned_off(unix_url):
+    vllm_config, kv_cache_config = configs(unix_url, "flashinfer", salt="noskip")
+    vllm_config.kv_transfer_config.kv_connector_extra_config["skip_slow_loads"] = False
+    sched = KvtierConnector(vllm_config, KVConnectorRole.SCHEDULER, kv_cache_config)
+    worker = KvtierConnector(vllm_config, KVConnectorRole.WORKER, kv_cache_config)
+    worker.register_kv_caches(caches("flashinfer"))
+    hashes = [os.urandom(32) for _ in range(2)]
+    store_request(sched, worker, "A", hashes, [0, 1, 2])
+    # Loads measured as taking a second, a recompute as nearly free: offered all the same.
+    sched.update_connector_output(SimpleNamespace(kv_connector_stats=KvtierConnectorStats(
+        data={"loads": [["host", 1 << 20, 1.0]], "computes": [[1024, 1e-6]]})))
+    assert sched.get_num_new_matched_tokens(request("B", hashes, 2 * BLOCK + 1), 0) == (
+        2 * BLOCK, False)
+    assert sched.stats()["skipped_loads"] == 0
+
+
+def test_the_workers_stats_add_up_across_workers_and_steps():
+    a = KvtierConnectorStats(data={"loaded_blocks": 3, "loads": [["host", 3 << 20, 0.001]]})
+    b = KvtierConnectorStats(data={"loaded_blocks": 1, "stored_blocks": 2,
+                                   "loads": [["nvme", 1 << 20, 0.003]]})
+    total = a.aggregate(b)
+    assert len(total.data["loads"]) == 2
+    reduced = total.reduce()
+    assert reduced["loaded_blocks"] == 4 and reduced["stored_blocks"] == 2
+    assert reduced["load_mib_per_s"] == pytest.approx(4 / 0.004)
+    assert not total.is_empty()
+    total.reset()
+    assert total.is_empty()

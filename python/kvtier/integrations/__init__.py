@@ -1,1 +1,2 @@
-"""Engine adapters: kvtier.integrations.transformers."""
+"""Engine adapters: kvtier.integrations.transformers and kvtier.integrations.vllm, with
+kvtier.integrations.load_cost, their load-or-recompute decision."""

@@ -17,7 +17,8 @@ kvtier keys, the same in every engine process and across restarts; "recompute" m
 recompute a block the connector could not load, where its default fails the request). Extra
 config keys: ``url`` (default: the daemon's default socket), ``tenant_salt``, ``path``
 (``auto``/``shm``/``inline``), ``timeout_s`` (each wait for kvtierd, default 5), ``retry_s``
-(how often to try kvtierd again while it is unreachable, default 1).
+(how often to try kvtierd again while it is unreachable, default 1), ``skip_slow_loads``
+(default true: see "A hit is never slower than a miss" below).
 
 kvtierd is a cache, never a dependency: when it is absent at start, stops, dies or answers errors,
 requests run as without it (a failed lookup is a miss, a failed load is recomputed, a failed store
@@ -42,10 +43,24 @@ as opaque bytes, never reinterpreted.
   needs no delay). CPU caches are copied straight into and out of kvtierd's arena; CUDA caches go
   through a host staging copy (untested).
 
+A hit is never slower than a miss. The worker times each load (bytes, seconds, the slowest tier
+its blocks came from) and each forward pass (tokens computed, seconds), and hands the timings to
+vLLM as its connector stats (``KvtierConnectorStats``), which vLLM carries to the scheduler,
+across processes when the workers run apart; the scheduler times its lookups (the round trip).
+Before offering a prefix the scheduler compares the expected load time with the expected
+recompute time (``kvtier.integrations.load_cost``) and offers nothing when the load would lose:
+``stats()`` counts ``skipped_loads`` and ``skipped_tokens``, and ``probe_loads`` (one load in 64
+of a skipped tier is taken anyway, so that a tier that got fast is measured again). Until a load
+and a pass have been measured, loads are taken. vLLM logs the workers' counters with its own
+("KV Transfer metrics"). On a GPU the forward pass is timed by the wall clock up to
+``wait_for_save``, which may end before the device does: the recompute then looks cheaper than
+it is, and loads that would have won may be skipped, never the other way round (not yet run on
+a GPU).
+
 Not done: asynchronous lookups and loads (``None``/``True`` answers), layer-wise pipelining,
 leases between lookup and load (a block evicted in between is reported through
-``get_block_ids_with_load_errors`` and recomputed, but not stored again), vLLM's connector
-statistics, MLA and hybrid (HMA) models.
+``get_block_ids_with_load_errors`` and recomputed, but not stored again), vLLM's Prometheus
+connector metrics, MLA and hybrid (HMA) models.
 """
 from __future__ import annotations
 
@@ -59,8 +74,11 @@ import torch
 from vllm.distributed.kv_transfer.kv_connector.v1.base import (KVConnectorBase_V1,
                                                                 KVConnectorMetadata,
                                                                 KVConnectorRole)
+from vllm.distributed.kv_transfer.kv_connector.v1.metrics import KVConnectorStats
 
 import kvtier
+from kvtier.integrations.load_cost import TIER_RANK as _TIER_RANK
+from kvtier.integrations.load_cost import LoadCostModel
 
 __all__ = ["KvtierConnector", "KvtierConnectorMetadata"]
 
@@ -90,16 +108,50 @@ for _name, _tag in (("float8_e4m3fn", "fp8_e4m3"), ("float8_e5m2", "fp8_e5m2")):
 
 @dataclasses.dataclass
 class Transfer:
-    """Blocks of one request to move: kvtier keys and the vLLM block ids they go to or come from."""
+    """Blocks of one request to move: kvtier keys and the vLLM block ids they go to or come from,
+    and for a load the tier code of each block as the lookup found it (for the load's timing)."""
     req_id: str
     keys: list[bytes]
     block_ids: list[int]
+    tiers: list[int] = dataclasses.field(default_factory=list)
 
 
 @dataclasses.dataclass
 class KvtierConnectorMetadata(KVConnectorMetadata):
     loads: list[Transfer] = dataclasses.field(default_factory=list)
     stores: list[Transfer] = dataclasses.field(default_factory=list)
+    # Tokens the forward pass of this step computes (the worker times it: the recompute price).
+    computed_tokens: int = 0
+
+
+class KvtierConnectorStats(KVConnectorStats):
+    """What the worker measured and counted since vLLM last collected it: the timings the
+    scheduler's load-or-recompute decision needs (vLLM carries these from the worker to the
+    scheduler, across processes, in its connector output) and the counters of loads and saves,
+    which vLLM logs with its own statistics. ``data``: ``loads`` [[tier, bytes, seconds], ...],
+    ``computes`` [[tokens, seconds], ...], and the counters of KvtierConnector.stats()."""
+
+    def reset(self) -> None:
+        self.data = {}
+
+    def aggregate(self, other: "KVConnectorStats") -> "KVConnectorStats":
+        for name, value in (other.data or {}).items():
+            if isinstance(value, list):
+                self.data.setdefault(name, []).extend(value)
+            else:
+                self.data[name] = self.data.get(name, 0) + value
+        return self
+
+    def reduce(self) -> dict[str, int | float]:
+        out = {k: v for k, v in self.data.items() if not isinstance(v, list)}
+        loads = self.data.get("loads", [])
+        if loads:
+            seconds = sum(x[2] for x in loads)
+            out["load_mib_per_s"] = sum(x[1] for x in loads) / max(seconds, 1e-9) / (1 << 20)
+        return out
+
+    def is_empty(self) -> bool:
+        return not self.data
 
 
 @dataclasses.dataclass
@@ -267,8 +319,17 @@ class KvtierConnector(KVConnectorBase_V1):
                            "\"recompute\" in --kv-transfer-config", policy)
         # Counters (stats()).
         self._counts = dict.fromkeys(
-            ("lookups", "lookup_errors", "hit_tokens", "loaded_blocks", "load_error_blocks",
-             "stored_blocks", "store_error_blocks"), 0)
+            ("lookups", "lookup_errors", "hit_tokens", "skipped_loads", "skipped_tokens",
+             "probe_loads", "loaded_blocks", "load_error_blocks", "stored_blocks",
+             "store_error_blocks"), 0)
+        # Scheduler: loads slower than the engine's recompute are skipped (load_cost.py), from the
+        # timings the worker reports through vLLM's connector stats.
+        self._skip_slow_loads = str(extra("skip_slow_loads", True)).lower() not in ("0", "false")
+        self._cost = LoadCostModel()
+        # Worker: what it measured since vLLM last collected its stats.
+        self._worker_stats: dict[str, Any] = {}
+        self._step_started: Optional[float] = None  # bind_connector_metadata of this step
+        self._step_load_s = 0.0  # of it, the time start_load_kv took
         # Scheduler state.
         self._tracked: dict[str, _Tracked] = {}
         self._loads: list[Transfer] = []
@@ -318,19 +379,41 @@ class KvtierConnector(KVConnectorBase_V1):
         if not keys:
             return 0, False
         self._counts["lookups"] += 1
+        started = time.perf_counter()
         found = self._try(lambda c, ns: c.lookup(ns, keys), "lookup")
         if found is None:
             self._counts["lookup_errors"] += 1
             return 0, False
+        self._cost.observe_round_trip(time.perf_counter() - started)
         if found.prefix == 0:
             return 0, False
+        offered = max(found.prefix * self._block_size - num_computed_tokens, 0)
+        first = num_computed_tokens // self._block_size
+        tiers = list(found.tiers)
         # Kept even when nothing is offered: the blocks found need no store.
-        self._offered[request.request_id] = (keys[:found.prefix], num_computed_tokens)
-        return max(found.prefix * self._block_size - num_computed_tokens, 0), False
+        self._offered[request.request_id] = (keys[:found.prefix], num_computed_tokens, tiers)
+        if offered > 0 and self._skip_slow_loads and not self._worth_loading(tiers[first:], offered):
+            return 0, False
+        return offered, False
+
+    def _worth_loading(self, tiers: list[str], tokens: int) -> bool:
+        """Whether loading these blocks (their tiers) beats computing `tokens` tokens, by the
+        measured times (load_cost.py). Called once per lookup: get_num_new_matched_tokens is
+        asked again for a request that could not be scheduled, and counts each ask."""
+        bytes_by_tier: dict[str, int] = {}
+        for tier in tiers:
+            bytes_by_tier[tier] = bytes_by_tier.get(tier, 0) + self._block_bytes
+        decision = self._cost.decide(bytes_by_tier, tokens)
+        if decision.reason == "probe":
+            self._counts["probe_loads"] += 1
+        if not decision.load:
+            self._counts["skipped_loads"] += 1
+            self._counts["skipped_tokens"] += tokens
+        return decision.load
 
     def update_state_after_alloc(self, request: Any, blocks: Any, num_external_tokens: int):
         block_ids = list(blocks.get_block_ids()[0])
-        keys, local_tokens = self._offered.pop(request.request_id, ([], 0))
+        keys, local_tokens, tiers = self._offered.pop(request.request_id, ([], 0, []))
         first = local_tokens // self._block_size
         tracked = self._tracked.setdefault(request.request_id, _Tracked(request, [], 0))
         # The blocks kvtierd holds (found at lookup) are not stored again, whether they are
@@ -339,10 +422,13 @@ class KvtierConnector(KVConnectorBase_V1):
         self._counts["hit_tokens"] += num_external_tokens
         if num_external_tokens > 0:
             last = first + num_external_tokens // self._block_size
-            self._loads.append(Transfer(request.request_id, keys[first:last], block_ids[first:last]))
+            self._loads.append(Transfer(request.request_id, keys[first:last], block_ids[first:last],
+                                        tiers[first:last]))
 
     def build_connector_meta(self, scheduler_output: Any) -> KVConnectorMetadata:
-        meta = KvtierConnectorMetadata(loads=self._loads)
+        meta = KvtierConnectorMetadata(
+            loads=self._loads,
+            computed_tokens=int(getattr(scheduler_output, "total_num_scheduled_tokens", 0) or 0))
         self._loads = []
         progress = []
         for new in scheduler_output.scheduled_new_reqs:
@@ -375,6 +461,20 @@ class KvtierConnector(KVConnectorBase_V1):
         meta.stores.append(Transfer(tracked.request.request_id, keys,
                                     tracked.block_ids[tracked.stored_blocks:full]))
         tracked.stored_blocks = full
+
+    def update_connector_output(self, connector_output: Any) -> None:
+        """The workers' output of a step: their timings feed the load-or-recompute decision."""
+        stats = getattr(connector_output, "kv_connector_stats", None)
+        data = getattr(stats, "data", None) or {}
+        for tier, nbytes, seconds in data.get("loads", []):
+            self._cost.observe_load({tier: nbytes}, seconds)
+        for tokens, seconds in data.get("computes", []):
+            self._cost.observe_compute(tokens, seconds)
+
+    def cost_estimates(self) -> dict[str, float]:
+        """The scheduler's current estimates of load bandwidth per tier, round trip and compute
+        time per token (load_cost.LoadCostModel.snapshot)."""
+        return self._cost.snapshot()
 
     def request_finished(self, request: Any, block_ids: list[int]) -> tuple[bool, Optional[dict]]:
         self._tracked.pop(request.request_id, None)
@@ -416,16 +516,40 @@ class KvtierConnector(KVConnectorBase_V1):
                                                    self._path))
         return len(t.keys)
 
+    def _note(self, name: str, value: Any) -> None:
+        """Adds to the stats vLLM collects next (get_kv_connector_stats)."""
+        if isinstance(value, list):
+            self._worker_stats.setdefault(name, []).append(value)
+        else:
+            self._worker_stats[name] = self._worker_stats.get(name, 0) + value
+
+    def bind_connector_metadata(self, connector_metadata: KVConnectorMetadata) -> None:
+        # vLLM binds the metadata before the forward pass and calls wait_for_save after it, but
+        # start_load_kv before it only in steps with loads (after it in the others): the pass's
+        # time is the step's, bind to save, less the loads'.
+        super().bind_connector_metadata(connector_metadata)
+        self._step_started, self._step_load_s = time.perf_counter(), 0.0
+
     def start_load_kv(self, forward_context: Any, **kwargs: Any) -> None:
         meta = self._get_connector_metadata()
+        loads_started = time.perf_counter()
         for t in meta.loads:
+            started = time.perf_counter()
             served = self._try(lambda c, ns: self._transfer(c, ns, t, load=True), "load") or 0
+            if served > 0 and t.tiers:
+                # Timed by the slowest tier it read from (load_cost.py prices a load the same way).
+                slowest = max(t.tiers[:served], key=lambda x: _TIER_RANK.get(x, len(_TIER_RANK)))
+                self._note("loads", [slowest, served * self._block_bytes,
+                                     time.perf_counter() - started])
+            self._note("loaded_blocks", served)
+            self._note("load_error_blocks", len(t.block_ids) - served)
             # Blocks not served (evicted since the lookup, kvtierd gone or failing) are
             # reported to vLLM, which recomputes them; a block half-written by a failed call is
             # among them.
             self._load_errors.update(t.block_ids[served:])
             self._counts["loaded_blocks"] += served
             self._counts["load_error_blocks"] += len(t.block_ids) - served
+        self._step_load_s += time.perf_counter() - loads_started
 
     def wait_for_layer_load(self, layer_name: str) -> None:
         return
@@ -436,12 +560,33 @@ class KvtierConnector(KVConnectorBase_V1):
 
     def wait_for_save(self):
         meta = self._get_connector_metadata()
+        if self._step_started is not None and meta.computed_tokens > 0:
+            # Its time per token is the price of a recompute. (On a GPU this is the time to
+            # launch the pass unless the step synchronises before saving: an underestimate, which
+            # skips loads that might have won, never takes one that loses.)
+            forward_s = time.perf_counter() - self._step_started - self._step_load_s
+            self._note("computes", [meta.computed_tokens, forward_s])
+        self._step_started = None
         for t in meta.stores:
             # A failed store (no room, kvtierd gone) leaves these blocks uncached; the request is
             # unaffected.
             stored = self._try(lambda c, ns: self._transfer(c, ns, t, load=False), "store")
             key = "stored_blocks" if stored is not None else "store_error_blocks"
             self._counts[key] += len(t.keys)
+            self._note(key, len(t.keys))
+
+    def get_kv_connector_stats(self) -> Optional[KVConnectorStats]:
+        """What this worker measured and counted since the last call (KvtierConnectorStats)."""
+        if not self._worker_stats:
+            return None
+        stats, self._worker_stats = KvtierConnectorStats(data=self._worker_stats), {}
+        return stats
+
+    @classmethod
+    def build_kv_connector_stats(cls, data: Optional[dict[str, Any]] = None
+                                 ) -> Optional[KVConnectorStats]:
+        """vLLM rebuilds the workers' stats from their data in the scheduler's process."""
+        return KvtierConnectorStats(data=data) if data is not None else KvtierConnectorStats()
 
     def get_block_ids_with_load_errors(self) -> set[int]:
         errors, self._load_errors = self._load_errors, set()
