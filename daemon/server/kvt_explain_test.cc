@@ -58,14 +58,7 @@ std::string PackTokens(const std::vector<uint32_t>& tokens) {
   return out;
 }
 
-// The value of `name` in a map reply (a RESP2 map is a flat array of names and values).
-const Reply& Get(const Reply& map, std::string_view name) {
-  static const Reply kMissing = Reply::Null();
-  for (size_t i = 0; i + 1 < map.elements.size(); i += 2) {
-    if (map.elements[i].str == name) return map.elements[i + 1];
-  }
-  return kMissing;
-}
+const Reply& Get(const Reply& map, std::string_view name) { return testing::MapValue(map, name); }
 
 class KvtExplainTest : public ::testing::Test {
  protected:

@@ -14,6 +14,7 @@ namespace {
 
 using resp::Reply;
 using testing::PackKeys;
+using testing::MapValue;
 using testing::ParseReply;
 using testing::TestClient;
 using testing::TestServer;
@@ -43,15 +44,6 @@ std::vector<BlockKey> PromptKeys(const NamespaceId& ns, uint32_t first_token, si
   std::vector<uint32_t> tokens(blocks * 2);
   for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = first_token + static_cast<uint32_t>(i);
   return hashing::ChainKeys(ns, tokens, 2).value();
-}
-
-// The value of `name` in a map reply (a RESP2 map is a flat array of names and values).
-const Reply& Field(const Reply& map, std::string_view name) {
-  static const Reply kMissing = Reply::Null();
-  for (size_t i = 0; i + 1 < map.elements.size(); i += 2) {
-    if (map.elements[i].str == name) return map.elements[i + 1];
-  }
-  return kMissing;
 }
 
 class KvtQuotaTest : public ::testing::Test {
@@ -84,19 +76,19 @@ TEST_F(KvtQuotaTest, AnAdminSetsAQuotaAndSeesWhatTheTenantHolds) {
   Put(acme, PromptKeys(acme, 100, 3));
   const Reply rules = ParseReply(admin_.Call({"KVT.QUOTA", "GET"}));
   ASSERT_EQ(rules.elements.size(), 1u) << rules.DebugString();
-  EXPECT_EQ(Field(rules.elements[0], "subject").str, "tenant acme");
-  EXPECT_EQ(Field(rules.elements[0], "tier").str, "host");
-  EXPECT_EQ(Field(rules.elements[0], "quota_bytes").integer, 1 << 20);
-  EXPECT_EQ(Field(rules.elements[0], "used_bytes").integer, 3 * static_cast<int64_t>(kBlockBytes));
+  EXPECT_EQ(MapValue(rules.elements[0], "subject").str, "tenant acme");
+  EXPECT_EQ(MapValue(rules.elements[0], "tier").str, "host");
+  EXPECT_EQ(MapValue(rules.elements[0], "quota_bytes").integer, 1 << 20);
+  EXPECT_EQ(MapValue(rules.elements[0], "used_bytes").integer, 3 * static_cast<int64_t>(kBlockBytes));
 
   // A namespace's own rule, set after its blocks were stored, takes them over from its tenant's.
   EXPECT_EQ(admin_.Call({"KVT.QUOTA", "set", "namespace", acme.ToHex(), "HOST", "4096"}),
             "+OK\r\n");
   const Reply both = ParseReply(admin_.Call({"KVT.QUOTA", "GET"}));
   ASSERT_EQ(both.elements.size(), 2u) << both.DebugString();
-  EXPECT_EQ(Field(both.elements[0], "used_bytes").integer, 0);
-  EXPECT_EQ(Field(both.elements[1], "subject").str, "namespace " + acme.ToHex());
-  EXPECT_EQ(Field(both.elements[1], "used_bytes").integer, 3 * static_cast<int64_t>(kBlockBytes));
+  EXPECT_EQ(MapValue(both.elements[0], "used_bytes").integer, 0);
+  EXPECT_EQ(MapValue(both.elements[1], "subject").str, "namespace " + acme.ToHex());
+  EXPECT_EQ(MapValue(both.elements[1], "used_bytes").integer, 3 * static_cast<int64_t>(kBlockBytes));
   // Cleared, a rule drops out of the listing.
   EXPECT_EQ(admin_.Call({"KVT.QUOTA", "SET", "TENANT", "acme", "host", "0"}), "+OK\r\n");
   EXPECT_EQ(ParseReply(admin_.Call({"KVT.QUOTA", "GET"})).elements.size(), 1u);

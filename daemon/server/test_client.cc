@@ -61,6 +61,14 @@ resp::Reply ParseReply(const std::string& raw) {
   return parser.has_reply() ? parser.TakeReply() : resp::Reply::Null();
 }
 
+const resp::Reply& MapValue(const resp::Reply& map, std::string_view name) {
+  static const resp::Reply kMissing = resp::Reply::Null();
+  for (size_t i = 0; i + 1 < map.elements.size(); i += 2) {
+    if (map.elements[i].str == name) return map.elements[i + 1];
+  }
+  return kMissing;
+}
+
 ::testing::AssertionResult SameReply(const std::string& got, const std::string& want) {
   if (got == want) return ::testing::AssertionSuccess();
   size_t at = 0;

@@ -46,6 +46,9 @@ std::string Value(size_t bytes, char seed);
 ::testing::AssertionResult SameReply(const std::string& got, const std::string& want);
 // The one reply in `raw` (a failed expectation, and a null reply, when there is none).
 resp::Reply ParseReply(const std::string& raw);
+// The value of `name` in a map reply (a RESP2 map is a flat array of names and values); a null
+// reply when it has none.
+const resp::Reply& MapValue(const resp::Reply& map, std::string_view name);
 
 // Block keys for tests: distinct, deterministic.
 BlockKey TestKey(uint64_t n);

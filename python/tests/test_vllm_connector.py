@@ -256,18 +256,6 @@ def forward_pass(worker, tokens, seconds):
     worker.clear_connector_metadata()
 
 
-def load_step(sched, worker, req_id, hashes, ids):
-    """Request req_id finds its whole prefix in kvtierd and loads it through `worker`."""
-    r = request(req_id, hashes, len(hashes) * BLOCK + 1)
-    matched, _ = sched.get_num_new_matched_tokens(r, 0)
-    sched.update_state_after_alloc(r, blocks(ids), matched)
-    meta = sched.build_connector_meta(output(
-        [SimpleNamespace(req_id=req_id, block_ids=(ids,), num_computed_tokens=matched)],
-        scheduled={req_id: len(hashes) * BLOCK + 1 - matched}))
-    step(worker, meta)
-    return matched, meta
-
-
 def test_a_load_slower_than_the_recompute_is_skipped(kvtierd):
     """A hit is never slower than a miss: the worker times its loads and the engine's forward
     passes, vLLM carries the timings to the scheduler, and a prefix whose load would take longer
@@ -288,7 +276,7 @@ def test_a_load_slower_than_the_recompute_is_skipped(kvtierd):
 
         # Nothing measured yet: B's load is taken, through the slow link, and timed.
         proxy.fault = "slow"
-        matched, meta = load_step(sched, slow, "B", hashes, [5, 6, 7, 8, 9])
+        matched, meta = store_request(sched, slow, "B", hashes, [5, 6, 7, 8, 9])
         assert matched == 4 * BLOCK
         assert [t.tiers for t in meta.loads] == [["host"] * 4]
         assert slow.stats()["loaded_blocks"] == 4 and proxy.spoiled >= 1
