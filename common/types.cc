@@ -16,4 +16,11 @@ std::string_view TierName(TierId tier) {
   return "unknown";
 }
 
+std::optional<TierId> TierFromName(std::string_view name) {
+  for (TierId tier : {TierId::kGpu, TierId::kHost, TierId::kNvme, TierId::kRemote}) {
+    if (TierName(tier) == name) return tier;
+  }
+  return std::nullopt;
+}
+
 }  // namespace kvtier

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string_view>
 
 namespace kvtier {
@@ -15,6 +16,8 @@ inline constexpr int kTierCount = 4;
 
 // "gpu", "host", "nvme", "remote".
 std::string_view TierName(TierId tier);
+// The tier TierName names `name` (exactly, lower case); nullopt for any other text.
+std::optional<TierId> TierFromName(std::string_view name);
 
 // A byte range inside one tier's address space (arena offset, file offset or device offset).
 struct Extent {

@@ -4,16 +4,6 @@
 #include "common/units.h"
 
 namespace kvtier::config {
-namespace {
-
-std::optional<TierId> QuotaTier(const std::string& name) {
-  for (TierId tier : {TierId::kGpu, TierId::kHost, TierId::kNvme}) {
-    if (TierName(tier) == name) return tier;
-  }
-  return std::nullopt;
-}
-
-}  // namespace
 
 Status ApplyQuotaNode(const YAML::Node& node, const std::string& source, DaemonConfig& config) {
   if (node.IsNull()) {
@@ -46,8 +36,8 @@ Status ApplyQuotaNode(const YAML::Node& node, const std::string& source, DaemonC
       }
       for (const auto& per_tier : subject.second) {
         const std::string tier_name = per_tier.first.as<std::string>();
-        const std::optional<TierId> tier = QuotaTier(tier_name);
-        if (!tier) {
+        const std::optional<TierId> tier = TierFromName(tier_name);
+        if (!tier || *tier == TierId::kRemote) {
           return InvalidArgument(source + ": " + key + "." + tier_name +
                                  ": unknown tier (expected gpu, host or nvme)");
         }

@@ -75,11 +75,13 @@ struct BlockIndex::LookupScratch {
 LookupResult BlockIndex::Lookup(std::span<const BlockKey> keys, bool touch,
                                 const std::optional<NamespaceId>& ns) {
   LookupResult result;
-  // The quota group of each block of the prefix: Touch finds a block in its group's order.
+  // The quota group of each block of the prefix, where groups have orders of their own: Touch
+  // finds a block in its group's order. Empty (not allocated) before the first quota.
   std::vector<uint8_t> groups;
+  const bool grouped = quota_groups_in_use_.load(std::memory_order_relaxed);
   if (keys.size() < kMinGroupedKeys) {
     result.tiers.reserve(keys.size());
-    groups.reserve(keys.size());
+    if (grouped) groups.reserve(keys.size());
     for (const BlockKey& key : keys) {
       Shard& shard = ShardFor(key);
       MutexLock lock(shard.mu);
@@ -87,11 +89,11 @@ LookupResult BlockIndex::Lookup(std::span<const BlockKey> keys, bool touch,
       if (it == shard.entries.end() || !Matches(it->second, ns)) break;
       if (touch && it->second.reads < UINT8_MAX) ++it->second.reads;
       result.tiers.push_back(it->second.tier);
-      groups.push_back(it->second.quota_group);
+      if (grouped) groups.push_back(it->second.quota_group);
     }
   } else {
     result.tiers.resize(keys.size());
-    groups.resize(keys.size());
+    if (grouped) groups.resize(keys.size());
     LookupScratch scratch;
     size_t begin = 0;
     for (size_t window = kMinGroupedKeys; begin < keys.size(); window *= 2) {
@@ -105,7 +107,7 @@ LookupResult BlockIndex::Lookup(std::span<const BlockKey> keys, bool touch,
       begin = end;
     }
     result.tiers.resize(begin);
-    groups.resize(begin);
+    if (grouped) groups.resize(begin);
   }
   result.ready_prefix = result.tiers.size();
   if (touch) TouchPrefix(keys, result.tiers, groups);
@@ -152,7 +154,7 @@ size_t BlockIndex::ScanWindow(std::span<const BlockKey> keys, size_t begin, size
       if (it == shard.entries.end() || !Matches(it->second, ns)) continue;
       BlockMeta& meta = it->second;
       tiers[begin + pos] = meta.tier;
-      groups[begin + pos] = meta.quota_group;
+      if (!groups.empty()) groups[begin + pos] = meta.quota_group;
       s.outcome[pos] = LookupScratch::kHit;
       if (touch && meta.reads < UINT8_MAX) {
         ++meta.reads;
@@ -190,7 +192,7 @@ void BlockIndex::TouchPrefix(std::span<const BlockKey> keys, const std::vector<T
     TierOrder& order = tiers_[t];
     MutexLock lock(order.mu);
     for (size_t i = tiers.size(); i-- > 0;) {
-      if (TierIndex(tiers[i]) == t) order.OrderOf(groups[i]).Touch(keys[i]);
+      if (TierIndex(tiers[i]) == t) order.OrderOf(groups.empty() ? 0 : groups[i]).Touch(keys[i]);
     }
   }
 }

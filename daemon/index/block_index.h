@@ -21,6 +21,7 @@
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -64,7 +65,7 @@ struct BlockMeta {
   uint8_t reads = 0;         // lookups and leases that found it, saturating (NVMe admission)
   uint8_t window_reads = 0;  // saturating
   // The quota group of the block's namespace (1 .. kMaxQuotaGroups - 1; 0: none), set by the
-  // store when the block is written and changed only by BlockIndex::AssignQuotaGroup.
+  // store when the block is written and changed only by BlockIndex::AssignQuotaGroups.
   uint8_t quota_group = 0;
   TierId tier = TierId::kHost;
   BlockState state = BlockState::kWriting;
@@ -165,9 +166,10 @@ class BlockIndex {
   // kInvalidArgument for group 0 or past kMaxQuotaGroups.
   Status SetGroupQuota(uint8_t group, TierId tier, uint64_t quota_bytes);
 
-  // Puts every block of `ns` into quota group `group` (0: none), with its bytes and its place in
-  // the eviction orders. A full scan.
-  void AssignQuotaGroup(const NamespaceId& ns, uint8_t group);
+  // Puts every block of each namespace in `groups` into the quota group it maps to (0: none),
+  // with its bytes and its place in the eviction orders. One full scan, however many namespaces.
+  using QuotaGroups = std::unordered_map<NamespaceId, uint8_t, Key128Hash>;
+  void AssignQuotaGroups(const QuotaGroups& groups);
 
   struct GroupUsage {
     uint64_t used_bytes = 0;   // ready blocks of the group in the tier
@@ -236,6 +238,8 @@ class BlockIndex {
   size_t ShardIndex(const BlockKey& key) const;
   Shard& ShardFor(const BlockKey& key) const;
   void GroupByShard(std::span<const BlockKey> window, LookupScratch& scratch) const;
+  // `groups`: each hit's quota group, alongside `tiers`; empty when groups are not collected
+  // (quota_groups_in_use_), and then every block is touched in its tier's common order.
   size_t ScanWindow(std::span<const BlockKey> keys, size_t begin, size_t end, bool touch,
                     const std::optional<NamespaceId>& ns, std::vector<TierId>& tiers,
                     std::vector<uint8_t>& groups, LookupScratch& scratch);
@@ -247,6 +251,9 @@ class BlockIndex {
 
   std::vector<std::unique_ptr<Shard>> shards_;
   std::array<TierOrder, kTierCount> tiers_;
+  // Set by the first quota (SetGroupQuota), never cleared. Until then every block is in its
+  // tier's common order, and Lookup does not collect the blocks' groups for TouchPrefix.
+  std::atomic<bool> quota_groups_in_use_{false};
 };
 
 }  // namespace kvtier::index

@@ -114,7 +114,7 @@ TEST_F(BlockIndexQuotaTest, ANamespaceJoinsAGroupWithTheBlocksItHolds) {
   ASSERT_TRUE(index_->SetGroupQuota(kQuiet, TierId::kHost, 4 * kBlock).ok());
   Insert(1, 0, ns);
   Insert(2, 0);
-  index_->AssignQuotaGroup(ns, kQuiet);
+  index_->AssignQuotaGroups({{ns, kQuiet}});
   EXPECT_EQ(index_->QuotaUsage(kQuiet, TierId::kHost).used_bytes, kBlock);
   EXPECT_EQ(index_->QuotaUsage(0, TierId::kHost).used_bytes, kBlock);
   EXPECT_EQ(Evict(0), 2u);
@@ -122,7 +122,7 @@ TEST_F(BlockIndexQuotaTest, ANamespaceJoinsAGroupWithTheBlocksItHolds) {
   // Touching the protected block finds it in its group's order (it stays tracked once).
   EXPECT_EQ(index_->Lookup(std::vector{Key(1)}, /*touch=*/true).ready_prefix, 1u);
   EXPECT_EQ(index_->TrackedBlocks(TierId::kHost), 1u);
-  index_->AssignQuotaGroup(ns, 0);
+  index_->AssignQuotaGroups({{ns, 0}});
   EXPECT_EQ(index_->QuotaUsage(kQuiet, TierId::kHost).used_bytes, 0u);
   EXPECT_EQ(Evict(0), 1u);
 }

@@ -88,6 +88,7 @@ Status BlockIndex::SetGroupQuota(uint8_t group, TierId tier, uint64_t quota_byte
                               MakeEvictionPolicy(order.policy_name, order.capacity_hint_blocks));
     }
     order.quota_bytes[group] = quota_bytes;
+    if (quota_bytes != 0) quota_groups_in_use_.store(true, std::memory_order_relaxed);
     if (had == (quota_bytes != 0)) return Status::Ok();  // same order, new bound
     order.groups_with_quota += quota_bytes != 0 ? 1 : -1;
     from = had ? order.group_policies[group].get() : order.policy.get();
@@ -118,11 +119,14 @@ void BlockIndex::MoveBetweenOrders(TierId tier, uint8_t group, EvictionPolicy* f
   }
 }
 
-void BlockIndex::AssignQuotaGroup(const NamespaceId& ns, uint8_t group) {
+void BlockIndex::AssignQuotaGroups(const QuotaGroups& groups) {
+  if (groups.empty()) return;
   for (const auto& shard : shards_) {
     MutexLock lock(shard->mu);
     for (auto& [key, meta] : shard->entries) {
-      if (meta.ns != ns || meta.quota_group == group) continue;
+      auto it = groups.find(meta.ns);
+      if (it == groups.end() || meta.quota_group == it->second) continue;
+      const uint8_t group = it->second;
       if (meta.state != BlockState::kReady) {
         meta.quota_group = group;  // joins its tier's orders as a member when it becomes ready
         continue;

@@ -26,7 +26,7 @@ namespace {
 using Fields = std::vector<std::pair<std::string, std::string>>;
 
 // The descriptor field never compared across namespaces (see the header comment).
-constexpr std::string_view kSaltField = "salt";
+constexpr std::string_view kSaltField = store::NamespaceInfo::kTenantSaltField;
 // Other namespaces one EXPLAIN re-hashes the prompt under: each costs a chain of hashes and an
 // index probe per block. Registered namespaces are few; this bounds a daemon that has many.
 constexpr size_t kMaxOtherNamespaces = 16;

@@ -6,10 +6,9 @@
 //
 // <size> is a byte count or a size ("8GiB"); 0 clears the quota in that tier. Admin only
 // (Session::admin): the answers name tenant salts, which the salt's owners keep from each other.
-#include <strings.h>
-
 #include <string>
 
+#include "common/resp/protocol.h"
 #include "common/units.h"
 #include "daemon/server/commands.h"
 #include "daemon/server/kvt_args.h"
@@ -19,15 +18,14 @@
 namespace kvtier::server {
 namespace {
 
-bool Is(std::string_view arg, const char* word) {
-  return arg.size() == std::strlen(word) && strncasecmp(arg.data(), word, arg.size()) == 0;
-}
+using resp::EqualsIgnoreCase;
 
+// gpu, host or nvme, in any case; nullopt otherwise (the remote tier takes no quota).
 std::optional<TierId> QuotaTier(std::string_view name) {
-  for (TierId tier : {TierId::kGpu, TierId::kHost, TierId::kNvme}) {
-    if (Is(name, std::string(TierName(tier)).c_str())) return tier;
-  }
-  return std::nullopt;
+  std::string lower(name);
+  for (char& c : lower) c = (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c;
+  const std::optional<TierId> tier = TierFromName(lower);
+  return tier == TierId::kRemote ? std::nullopt : tier;
 }
 
 void Set(CommandContext& ctx, const resp::Command& cmd) {
@@ -37,14 +35,14 @@ void Set(CommandContext& ctx, const resp::Command& cmd) {
     return;
   }
   store::QuotaSubject who;
-  if (Is(cmd.args[2], "TENANT")) {
+  if (EqualsIgnoreCase(cmd.args[2], "TENANT")) {
     who.kind = store::QuotaSubject::Kind::kTenant;
     who.tenant = std::string(cmd.args[3]);
     if (who.tenant.empty()) {
       ctx.reply.AppendError("ERR a tenant salt is not empty");
       return;
     }
-  } else if (Is(cmd.args[2], "NAMESPACE")) {
+  } else if (EqualsIgnoreCase(cmd.args[2], "NAMESPACE")) {
     std::optional<NamespaceId> ns = ParseNamespaceId(cmd.args[3]);
     if (!ns) {
       ctx.reply.AppendError("ERR a namespace id is 32 hex digits");
@@ -112,9 +110,9 @@ Progress KvtQuota(CommandContext& ctx, resp::Command& cmd) {
         "NOPERM KVT.QUOTA is for an admin: root or the daemon's user, on the Unix socket");
     return Progress::kDone;
   }
-  if (Is(cmd.args[1], "SET")) {
+  if (EqualsIgnoreCase(cmd.args[1], "SET")) {
     Set(ctx, cmd);
-  } else if (Is(cmd.args[1], "GET") && cmd.size() == 2) {
+  } else if (EqualsIgnoreCase(cmd.args[1], "GET") && cmd.size() == 2) {
     Get(ctx);
   } else {
     ctx.reply.AppendError("ERR KVT.QUOTA GET | SET TENANT|NAMESPACE <salt or id> <tier> <size>");

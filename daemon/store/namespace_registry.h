@@ -13,6 +13,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <unordered_set>
 #include <utility>
@@ -37,6 +38,15 @@ struct NamespaceInfo {
   std::vector<std::pair<std::string, std::string>> fields;
   // The quota group its blocks count in (quota_table.h; 0: none). Set by the store.
   uint8_t quota_group = 0;
+
+  // The tenant salt among `fields` ("" when none): the field that names a tenant.
+  std::string_view TenantSalt() const {
+    for (const auto& [field, value] : fields) {
+      if (field == kTenantSaltField) return value;
+    }
+    return {};
+  }
+  static constexpr std::string_view kTenantSaltField = "salt";
 };
 
 class NamespaceRegistry {

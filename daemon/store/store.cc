@@ -101,17 +101,13 @@ Status Store::RegisterNamespace(const NamespaceInfo& info) {
   // Blocks adopted from NVMe before their namespace registered (a restart) join its group: a
   // scan of the index, once per namespace with a quota and a daemon's life.
   if (!known && with_group.quota_group != 0) {
-    index_->AssignQuotaGroup(info.id, with_group.quota_group);
+    index_->AssignQuotaGroups({{info.id, with_group.quota_group}});
   }
   return Status::Ok();
 }
 
 uint8_t Store::QuotaGroupOf(const NamespaceInfo& info) const {
-  std::string_view tenant;
-  for (const auto& [field, value] : info.fields) {
-    if (field == "salt") tenant = value;
-  }
-  return quotas_.GroupOf(info.id, tenant);
+  return quotas_.GroupOf(info.id, info.TenantSalt());
 }
 
 Status Store::SetQuota(const QuotaSubject& who, TierId tier, uint64_t bytes) {
@@ -122,11 +118,13 @@ Status Store::SetQuota(const QuotaSubject& who, TierId tier, uint64_t bytes) {
   KVTIER_ASSIGN_OR_RETURN(const uint8_t group, quotas_.Set(who, tier, bytes));
   // Membership first (each namespace that now falls in a group, with its blocks), then the
   // group's order in the tier: either way round every block ends where it belongs.
+  index::BlockIndex::QuotaGroups regrouped;
   for (const NamespaceInfo& info : namespaces_.List()) {
     const uint8_t now = QuotaGroupOf(info);
     if (now == info.quota_group) continue;
-    if (namespaces_.SetQuotaGroup(info.id, now).ok()) index_->AssignQuotaGroup(info.id, now);
+    if (namespaces_.SetQuotaGroup(info.id, now).ok()) regrouped.emplace(info.id, now);
   }
+  index_->AssignQuotaGroups(regrouped);
   return index_->SetGroupQuota(group, tier, bytes);
 }
 

@@ -70,10 +70,12 @@ def test_the_configs_quota_keeps_a_quiet_tenant_whole_beside_a_noisy_one(daemon)
         assert got == [bytes([1]) * BLOCK_BYTES], "the quiet tenant's bytes came back changed"
         used = as_dict(c.call("KVT.QUOTA", "GET")[0])["used_bytes"]
         assert used == 8 * MIB
-        # Over its quota, the quiet tenant gives up its own blocks before the noisy one's.
-        more = chain(c, quiet, 100, 14)[len(working_set):]  # the same prompt, 6 blocks longer
+        # The same prompt, 6 blocks longer, into the full tier: up to its quota (10 blocks, and
+        # the one put that finds it exactly there) the room comes from the noisy tenant; past it,
+        # each put evicts one of the quiet tenant's own blocks. It ends one block over, not 14.
+        more = chain(c, quiet, 100, 14)[len(working_set):]
         put(c, quiet, more, 3)
-        assert as_dict(c.call("KVT.QUOTA", "GET")[0])["used_bytes"] <= 14 * MIB
+        assert as_dict(c.call("KVT.QUOTA", "GET")[0])["used_bytes"] == 11 * MIB
 
 
 def test_a_tcp_client_is_not_an_admin(daemon):

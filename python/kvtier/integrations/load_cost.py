@@ -19,16 +19,20 @@ The model has no engine types and no I/O; it is shared by the connectors of any 
 from __future__ import annotations
 
 import dataclasses
-from typing import Mapping, Optional
+from typing import Iterable, Mapping, Optional
 
 # The tiers as lookups name them (kvtier.LookupResult.tiers), hottest first: the slowest tier of a
 # load is the one of them ranked last. A name not listed ranks after them all.
 TIER_RANK = {"gpu": 0, "host": 1, "nvme": 2, "remote": 3}
 
 
+def slowest_tier(tiers: Iterable[str]) -> str:
+    """The coldest of these tier names (a load from them takes as long as its slowest part)."""
+    return max(tiers, key=lambda t: TIER_RANK.get(t, len(TIER_RANK)))
+
+
 def _slowest(bytes_by_tier: Mapping[str, int]) -> str:
-    return max((t for t, b in bytes_by_tier.items() if b > 0),
-               key=lambda t: TIER_RANK.get(t, len(TIER_RANK)))
+    return slowest_tier(t for t, b in bytes_by_tier.items() if b > 0)
 
 
 @dataclasses.dataclass

@@ -77,8 +77,7 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import (KVConnectorBase_V
 from vllm.distributed.kv_transfer.kv_connector.v1.metrics import KVConnectorStats
 
 import kvtier
-from kvtier.integrations.load_cost import TIER_RANK as _TIER_RANK
-from kvtier.integrations.load_cost import LoadCostModel
+from kvtier.integrations.load_cost import LoadCostModel, slowest_tier
 
 __all__ = ["KvtierConnector", "KvtierConnectorMetadata"]
 
@@ -538,8 +537,7 @@ class KvtierConnector(KVConnectorBase_V1):
             served = self._try(lambda c, ns: self._transfer(c, ns, t, load=True), "load") or 0
             if served > 0 and t.tiers:
                 # Timed by the slowest tier it read from (load_cost.py prices a load the same way).
-                slowest = max(t.tiers[:served], key=lambda x: _TIER_RANK.get(x, len(_TIER_RANK)))
-                self._note("loads", [slowest, served * self._block_bytes,
+                self._note("loads", [slowest_tier(t.tiers[:served]), served * self._block_bytes,
                                      time.perf_counter() - started])
             self._note("loaded_blocks", served)
             self._note("load_error_blocks", len(t.block_ids) - served)
