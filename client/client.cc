@@ -207,20 +207,35 @@ Result<size_t> Client::Drop(const NamespaceId& ns) {
 }
 
 Result<LookupResult> Client::Lookup(const NamespaceId& ns, std::span<const BlockKey> keys) {
-  if (keys.empty()) return LookupResult{};
+  KVTIER_ASSIGN_OR_RETURN(std::vector<LookupResult> results, LookupMany(ns, {&keys, 1}));
+  return std::move(results.front());
+}
+
+Result<std::vector<LookupResult>> Client::LookupMany(
+    const NamespaceId& ns, std::span<const std::span<const BlockKey>> chains) {
   RequestBuffer request;
-  AppendKeyCommands(request, "KVT.LOOKUP", ns, keys, kMaxKeysPerCommand);
-  KVTIER_ASSIGN_OR_RETURN(std::vector<resp::Reply> replies, RoundTrip(request));
-  // The chunks were sent together; the prefix runs on into chunk c+1 only when chunk c hit fully.
-  LookupResult result;
-  for (size_t c = 0; c < replies.size(); ++c) {
-    const size_t chunk = std::min(kMaxKeysPerCommand, keys.size() - c * kMaxKeysPerCommand);
-    KVTIER_ASSIGN_OR_RETURN(LookupResult part, DecodeLookup(replies[c], chunk));
-    result.prefix += part.prefix;
-    result.tiers.insert(result.tiers.end(), part.tiers.begin(), part.tiers.end());
-    if (part.prefix < chunk) break;
+  for (std::span<const BlockKey> keys : chains) {
+    if (!keys.empty()) AppendKeyCommands(request, "KVT.LOOKUP", ns, keys, kMaxKeysPerCommand);
   }
-  return result;
+  std::vector<LookupResult> results(chains.size());
+  if (request.commands() == 0) return results;
+  KVTIER_ASSIGN_OR_RETURN(std::vector<resp::Reply> replies, RoundTrip(request));
+  // Each chain's chunks were sent together; its prefix runs on into chunk c+1 only when chunk c
+  // hit fully, but every chunk's reply is read past.
+  size_t reply = 0;
+  for (size_t i = 0; i < chains.size(); ++i) {
+    const size_t count = chains[i].size();
+    bool open = true;
+    for (size_t done = 0; done < count; done += kMaxKeysPerCommand, ++reply) {
+      const size_t chunk = std::min(kMaxKeysPerCommand, count - done);
+      if (!open) continue;
+      KVTIER_ASSIGN_OR_RETURN(LookupResult part, DecodeLookup(replies[reply], chunk));
+      results[i].prefix += part.prefix;
+      results[i].tiers.insert(results[i].tiers.end(), part.tiers.begin(), part.tiers.end());
+      open = part.prefix == chunk;
+    }
+  }
+  return results;
 }
 
 Result<size_t> Client::Pin(const NamespaceId& ns, std::span<const BlockKey> keys,

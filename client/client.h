@@ -136,6 +136,10 @@ class Client {
   // The longest cached prefix of `keys` and the tier of each of its blocks. An unknown namespace
   // is a miss (prefix 0). Counts as a use: the prefix is kept warm.
   Result<LookupResult> Lookup(const NamespaceId& ns, std::span<const BlockKey> keys);
+  // Lookup of several chains of `ns` in one round trip (one scheduler step's new requests): one
+  // answer per chain, in order, each as Lookup would give it.
+  Result<std::vector<LookupResult>> LookupMany(
+      const NamespaceId& ns, std::span<const std::span<const BlockKey>> chains);
 
   // ---- Inline payloads (any URL) ----
 

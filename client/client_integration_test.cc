@@ -127,6 +127,30 @@ TEST_F(DaemonTest, LongKeyListsInOneRoundTrip) {
   EXPECT_EQ(client_->counters().round_trips, trips + 1);
 }
 
+// One step's lookups of several requests: one round trip, each chain answered as Lookup would,
+// a long chain's later chunks read past after its miss, an empty chain a miss.
+TEST_F(DaemonTest, LookupManyInOneRoundTrip) {
+  const std::vector<BlockKey> a = Keys(3, 7), d = Keys(2, 8);
+  std::vector<BlockKey> b(kMaxKeysPerCommand + 10);
+  for (size_t i = 0; i < b.size(); ++i) b[i] = BlockKey{{i + 1, ~i}};
+  std::vector<std::byte> p0 = Payload(7), p1 = Payload(8);
+  std::vector<std::span<const std::byte>> spans = {p0, p1};
+  ASSERT_TRUE(client_->PutInline(ns_.id, std::span(a).first(2), spans).ok());
+  ASSERT_TRUE(client_->PutInline(ns_.id, d, spans).ok());
+  const std::span<const BlockKey> chains[] = {a, b, {}, d};
+  const uint64_t trips = client_->counters().round_trips;
+  Result<std::vector<LookupResult>> found = client_->LookupMany(ns_.id, chains);
+  ASSERT_TRUE(found.ok()) << found.status().ToString();
+  EXPECT_EQ(client_->counters().round_trips, trips + 1);
+  ASSERT_EQ(found->size(), 4u);
+  EXPECT_EQ((*found)[0].prefix, 2u);
+  EXPECT_EQ((*found)[0].tiers.size(), 2u);
+  EXPECT_EQ((*found)[1].prefix, 0u);
+  EXPECT_EQ((*found)[2].prefix, 0u);
+  EXPECT_EQ((*found)[3].prefix, 2u);
+  EXPECT_EQ((*found)[3].tiers, (*client_->Lookup(ns_.id, d)).tiers);
+}
+
 TEST_F(DaemonTest, AsyncAndCAbi) {
   const std::vector<BlockKey> keys = Keys(1, 4);
   std::vector<std::byte> payload = Payload(7);

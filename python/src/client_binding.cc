@@ -12,8 +12,10 @@
 #include <chrono>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "buffers.h"
 #include "client/client.h"
@@ -164,6 +166,17 @@ serialised).
           },
           py::arg("ns"), py::arg("keys"),
           "The longest cached prefix of `keys` and the tier of each of its blocks.")
+      .def(
+          "lookup_many",
+          [](PyClient& self, const py::handle& ns, const py::iterable& chains) {
+            const NamespaceId id = NamespaceIdOf(ns);
+            std::vector<std::vector<BlockKey>> keys;
+            for (const py::handle& chain : chains) keys.push_back(KeysFromPython(chain));
+            const std::vector<std::span<const BlockKey>> spans(keys.begin(), keys.end());
+            return self.Run([&](Client& c) { return ValueOrThrow(c.LookupMany(id, spans)); });
+          },
+          py::arg("ns"), py::arg("chains"),
+          "lookup() of each key list in `chains`, all in one round trip; one answer per list.")
       .def("_put",
            [](PyClient& self, const NamespaceInfo& ns, const py::handle& keys,
               const py::handle& blocks, const std::string& path) {

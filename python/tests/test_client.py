@@ -56,6 +56,19 @@ def test_get_stops_at_the_first_miss(client, request):
     assert np.array_equal(out[:3], data[:3])
 
 
+def test_lookup_many_answers_each_chain_in_one_round_trip(client, request):
+    ns = register(client, "many-" + request.node.callspec.id)
+    a, b = keys_for(ns, 4, salt=1), keys_for(ns, 3, salt=2)
+    client.put(ns, a[:2], payload(2, seed=2))
+    client.put(ns, b, payload(3, seed=3))
+    trips = client.counters["round_trips"]
+    found = client.lookup_many(ns, [a, [], b])
+    assert client.counters["round_trips"] == trips + 1
+    assert [f.prefix for f in found] == [2, 0, 3]
+    assert found[2].tiers == ["host"] * 3
+    assert client.lookup_many(ns, []) == []
+
+
 def test_lists_of_buffers(client, request):
     ns = register(client, "lists-" + request.node.callspec.id)
     keys, data = keys_for(ns, 3), payload(3, seed=2)
