@@ -75,10 +75,31 @@ def blocks(ids):
     return SimpleNamespace(get_block_ids=lambda: (list(ids),))
 
 
+def match(sched, r, computed=0):
+    """vLLM's asks of a new request: the first is answered "not known yet" (its lookup joins the
+    step's), the step's build_connector_meta sends the lookups, the next step's ask answers."""
+    assert sched.get_num_new_matched_tokens(r, computed) == (None, False)
+    sched.build_connector_meta(output())
+    return sched.get_num_new_matched_tokens(r, computed)
+
+
+def finished_loads(worker, req_ids, timeout_s=10):
+    """get_finished every millisecond, as the engine's steps call it, until every request of
+    req_ids has been reported as loaded."""
+    waiting, deadline = set(req_ids), time.monotonic() + timeout_s
+    while waiting:
+        sending, done = worker.get_finished(set())
+        assert sending is None
+        waiting -= done or set()
+        assert time.monotonic() < deadline, f"loads of {waiting} never finished"
+        time.sleep(0.001)
+
+
 def step(worker, meta):
     worker.bind_connector_metadata(meta)
     worker.start_load_kv(None)
     worker.wait_for_save()
+    finished_loads(worker, {t.req_id for t in meta.loads})
     worker.clear_connector_metadata()
 
 
@@ -92,7 +113,7 @@ def test_store_then_load_across_requests(unix_url, layout):
 
     hashes_a = [os.urandom(32) for _ in range(5)]
     a = request("A", hashes_a, 5 * BLOCK + 3)
-    assert sched.get_num_new_matched_tokens(a, 0) == (0, False)
+    assert match(sched, a, 0) == (0, False)
     a_ids = [3, 7, 1, 9, 4, 12]
     sched.update_state_after_alloc(a, blocks(a_ids), 0)
     meta = sched.build_connector_meta(output(
@@ -104,7 +125,7 @@ def test_store_then_load_across_requests(unix_url, layout):
 
     # B shares A's first three blocks; vLLM's own prefix cache already holds the first one.
     b = request("B", hashes_a[:3] + [os.urandom(32)], 4 * BLOCK + 1)
-    assert sched.get_num_new_matched_tokens(b, BLOCK) == (2 * BLOCK, False)
+    assert match(sched, b, BLOCK) == (2 * BLOCK, True)
     b_ids = [20, 21, 22, 23, 24]
     sched.update_state_after_alloc(b, blocks(b_ids), 2 * BLOCK)
     meta = sched.build_connector_meta(output(
@@ -125,7 +146,7 @@ def test_store_then_load_across_requests(unix_url, layout):
     assert meta.stores == []  # 66 tokens: still four full blocks (B has only four hashes)
 
     again = request("B2", b.block_hashes, 4 * BLOCK + 1)
-    assert sched.get_num_new_matched_tokens(again, 0) == (4 * BLOCK, False)
+    assert match(sched, again, 0) == (4 * BLOCK, True)
     for conn in (sched, worker):
         conn.shutdown()
 
@@ -137,23 +158,23 @@ def test_other_configurations_never_match(unix_url):
     worker.register_kv_caches(caches("flashinfer"))
     hashes = [os.urandom(32) for _ in range(2)]
     r = request("R", hashes, 2 * BLOCK + 1)
-    sched.get_num_new_matched_tokens(r, 0)
+    match(sched, r, 0)
     sched.update_state_after_alloc(r, blocks([0, 1, 2]), 0)
     step(worker, sched.build_connector_meta(output(
         [SimpleNamespace(req_id="R", block_ids=([0, 1, 2],), num_computed_tokens=0)],
         scheduled={"R": 2 * BLOCK + 1})))
-    assert sched.get_num_new_matched_tokens(request("R2", hashes, 2 * BLOCK + 1), 0)[0] == 2 * BLOCK
+    assert match(sched, request("R2", hashes, 2 * BLOCK + 1), 0)[0] == 2 * BLOCK
     for variant in (configs(unix_url, "flashinfer", dtype=torch.bfloat16, salt="iso"),
                     configs(unix_url, "flash_attn", salt="iso"),
                     configs(unix_url, "flashinfer", salt="other")):
         other = KvtierConnector(*variant[:1], KVConnectorRole.SCHEDULER, variant[1])
-        assert other.get_num_new_matched_tokens(request("X", hashes, 2 * BLOCK + 1), 0) == (0, False)
+        assert match(other, request("X", hashes, 2 * BLOCK + 1), 0) == (0, False)
 
 
 def store_request(sched, worker, req_id, hashes, ids):
     """Request req_id of len(hashes) full blocks (and one more token) through one step."""
     r = request(req_id, hashes, len(hashes) * BLOCK + 1)
-    matched, _ = sched.get_num_new_matched_tokens(r, 0)
+    matched, _ = match(sched, r, 0)
     sched.update_state_after_alloc(r, blocks(ids), matched)
     meta = sched.build_connector_meta(output(
         [SimpleNamespace(req_id=req_id, block_ids=(ids,), num_computed_tokens=matched)],
@@ -173,7 +194,7 @@ def test_blocks_found_at_lookup_are_not_stored_again(unix_url):
     store_request(sched, worker, "A", hashes[:3], [0, 1, 2, 3])
     # B: vLLM's prefix cache holds A's three blocks (nothing to load), B adds a fourth.
     b = request("B", hashes, 4 * BLOCK + 1)
-    assert sched.get_num_new_matched_tokens(b, 3 * BLOCK) == (0, False)
+    assert match(sched, b, 3 * BLOCK) == (0, False)
     sched.update_state_after_alloc(b, blocks([0, 1, 2, 4, 5]), 0)
     meta = sched.build_connector_meta(output(
         [SimpleNamespace(req_id="B", block_ids=([0, 1, 2, 4, 5],), num_computed_tokens=3 * BLOCK)],
@@ -217,15 +238,15 @@ def test_kvtierd_restarted_between_calls_reconnects_at_once(tmp_path, caplog):
         hashes = [os.urandom(32) for _ in range(2)]
 
         def lookup(req_id):
-            return sched.get_num_new_matched_tokens(request(req_id, hashes, 2 * BLOCK + 1), 0)
+            return match(sched, request(req_id, hashes, 2 * BLOCK + 1), 0)
 
         store_request(sched, worker, "A", hashes, [0, 1, 2])
-        assert lookup("B") == (2 * BLOCK, False)
+        assert lookup("B") == (2 * BLOCK, True)
         assert daemon.stop() == 0
         daemon.start()
         assert lookup("C") == (0, False)  # the new process holds nothing: a miss, not an error
         store_request(sched, worker, "D", hashes, [0, 1, 2])
-        assert lookup("E") == (2 * BLOCK, False)
+        assert lookup("E") == (2 * BLOCK, True)
         s, w = sched.stats(), worker.stats()
         assert (s["lookup_errors"], s["outages"], s["connects"]) == (0, 0, 2)
         assert (w["store_error_blocks"], w["outages"], w["connects"]) == (0, 0, 2)
@@ -234,6 +255,118 @@ def test_kvtierd_restarted_between_calls_reconnects_at_once(tmp_path, caplog):
             conn.shutdown()
     finally:
         daemon.stop()
+
+
+def through_proxy(kvtierd, proxy, salt):
+    """A scheduler and a worker straight to kvtierd, and a second worker of the same namespace
+    through `proxy` (their caches not registered yet)."""
+    vllm_config, kv_cache_config = configs("unix://" + kvtierd.unix, "flashinfer", salt=salt)
+    slow_config, _ = configs(proxy.url, "flashinfer", salt=salt)
+    return (KvtierConnector(vllm_config, KVConnectorRole.SCHEDULER, kv_cache_config),
+            KvtierConnector(vllm_config, KVConnectorRole.WORKER, kv_cache_config),
+            KvtierConnector(slow_config, KVConnectorRole.WORKER, kv_cache_config))
+
+
+def test_one_lookup_round_trip_per_step_for_all_new_requests(unix_url):
+    """Three requests arrive in one step: each is answered "not known yet", the step sends their
+    lookups in one round trip, and their next asks are answered from it, again and again while
+    a request waits to be scheduled."""
+    vllm_config, kv_cache_config = configs(unix_url, "flashinfer", salt="batch")
+    sched = KvtierConnector(vllm_config, KVConnectorRole.SCHEDULER, kv_cache_config)
+    worker = KvtierConnector(vllm_config, KVConnectorRole.WORKER, kv_cache_config)
+    worker.register_kv_caches(caches("flashinfer"))
+    hashes = [os.urandom(32) for _ in range(3)]
+    store_request(sched, worker, "A", hashes, [0, 1, 2, 3])
+    new = [request("N0", hashes, 3 * BLOCK + 1),
+           request("N1", [os.urandom(32) for _ in range(3)], 3 * BLOCK + 1),
+           request("N2", hashes[:2] + [os.urandom(32)], 3 * BLOCK + 1)]
+    for r in new:
+        assert sched.get_num_new_matched_tokens(r, 0) == (None, False)
+    counters = sched._link._client.counters
+    sched.build_connector_meta(output())
+    assert sched._link._client.counters["round_trips"] == counters["round_trips"] + 1
+    answers = [(3 * BLOCK, True), (0, False), (2 * BLOCK, True)]
+    for _ in range(2):
+        assert [sched.get_num_new_matched_tokens(r, 0) for r in new] == answers
+    sched.build_connector_meta(output())
+    assert sched._link._client.counters["round_trips"] == counters["round_trips"] + 1
+    assert sched.stats()["lookups"] == 1 + 3
+    for conn in (sched, worker):
+        conn.shutdown()
+
+
+def test_loads_run_beside_the_forward_pass(kvtierd):
+    """A load through a link that holds kvtierd's answer for a second: start_load_kv returns at
+    once, get_finished does not report the request until its blocks are in, and then they are
+    the stored ones."""
+    proxy = FaultProxy(kvtierd.port)
+    try:
+        sched, fast, slow = through_proxy(kvtierd, proxy, "async")
+        kv_fast, kv_slow = caches("flashinfer"), {k: torch.zeros_like(v)
+                                                  for k, v in caches("flashinfer").items()}
+        fast.register_kv_caches(kv_fast)
+        slow.register_kv_caches(kv_slow)
+        hashes = [os.urandom(32) for _ in range(2)]
+        store_request(sched, fast, "A", hashes, [0, 1, 2])
+        b = request("B", hashes, 2 * BLOCK + 1)
+        assert match(sched, b, 0) == (2 * BLOCK, True)
+        sched.update_state_after_alloc(b, blocks([5, 6, 7]), 2 * BLOCK)
+        meta = sched.build_connector_meta(output())
+        assert [t.block_ids for t in meta.loads] == [[5, 6]]
+        proxy.fault, proxy.delay_s = "slow", 1.0
+        slow.bind_connector_metadata(meta)
+        slow.start_load_kv(None)
+        assert slow.get_finished(set()) == (None, None)  # the forward pass would run now
+        slow.wait_for_save()
+        finished_loads(slow, {"B"})
+        assert slow.get_block_ids_with_load_errors() == set()
+        slow.clear_connector_metadata()
+        for name in LAYERS:
+            assert torch.equal(kv_slow[name][5], kv_fast[name][0])
+            assert torch.equal(kv_slow[name][6], kv_fast[name][1])
+        assert slow.stats()["loaded_blocks"] == 2
+        for conn in (sched, fast, slow):
+            conn.shutdown()
+    finally:
+        proxy.close()
+
+
+def test_a_request_whose_load_failed_is_recomputed_not_reloaded(kvtierd):
+    """vLLM asks again for a request whose asynchronous load failed entirely: it is offered
+    nothing this time (loading again could fail for ever), and its recomputed blocks are stored
+    again (those the lookup found may be gone)."""
+    proxy = FaultProxy(kvtierd.port)
+    try:
+        sched, fast, spoiled = through_proxy(kvtierd, proxy, "failed")
+        for w in (fast, spoiled):
+            w.register_kv_caches(caches("flashinfer"))
+        hashes = [os.urandom(32) for _ in range(2)]
+        store_request(sched, fast, "A", hashes, [0, 1, 2])
+        b = request("B", hashes, 2 * BLOCK + 1)
+        assert match(sched, b, 0) == (2 * BLOCK, True)
+        sched.update_state_after_alloc(b, blocks([5, 6, 7]), 2 * BLOCK)
+        proxy.fault = "error"
+        meta = sched.build_connector_meta(output())
+        spoiled.bind_connector_metadata(meta)
+        spoiled.start_load_kv(None)
+        spoiled.wait_for_save()
+        finished_loads(spoiled, {"B"})
+        invalid = spoiled.get_block_ids_with_load_errors()
+        assert invalid == {5, 6}
+        sched.update_connector_output(SimpleNamespace(invalid_block_ids=invalid,
+                                                      finished_recving={"B"}))
+        lookups = sched.stats()["lookups"]
+        assert sched.get_num_new_matched_tokens(b, 0) == (0, False)
+        assert sched.stats()["lookups"] == lookups
+        sched.update_state_after_alloc(b, blocks([5, 6, 7]), 0)
+        meta = sched.build_connector_meta(output(
+            [SimpleNamespace(req_id="B", block_ids=([5, 6, 7],), num_computed_tokens=0)],
+            scheduled={"B": 2 * BLOCK + 1}))
+        assert meta.loads == [] and [t.block_ids for t in meta.stores] == [[5, 6]]
+        for conn in (sched, fast, spoiled):
+            conn.shutdown()
+    finally:
+        proxy.close()
 
 
 def test_fail_policy_is_warned_about_once(unix_url, caplog):
@@ -263,11 +396,7 @@ def test_a_load_slower_than_the_recompute_is_skipped(kvtierd):
     KVT.GET for half a second; the engine computes at ~0.1 ms per token (a stand-in pass)."""
     proxy = FaultProxy(kvtierd.port)
     try:
-        vllm_config, kv_cache_config = configs("unix://" + kvtierd.unix, "flashinfer", salt="slow")
-        slow_config, _ = configs(proxy.url, "flashinfer", salt="slow")  # the same namespace
-        sched = KvtierConnector(vllm_config, KVConnectorRole.SCHEDULER, kv_cache_config)
-        fast = KvtierConnector(vllm_config, KVConnectorRole.WORKER, kv_cache_config)
-        slow = KvtierConnector(slow_config, KVConnectorRole.WORKER, kv_cache_config)
+        sched, fast, slow = through_proxy(kvtierd, proxy, "slow")
         for w in (fast, slow):
             w.register_kv_caches(caches("flashinfer"))
         hashes = [os.urandom(32) for _ in range(4)]
@@ -290,7 +419,7 @@ def test_a_load_slower_than_the_recompute_is_skipped(kvtierd):
         # C asks for the same prefix: loading it (over half a second) loses to computing its 64
         # tokens (a few ms). Nothing is offered, and nothing is stored again either.
         r = request("C", hashes, 4 * BLOCK + 1)
-        assert sched.get_num_new_matched_tokens(r, 0) == (0, False)
+        assert match(sched, r, 0) == (0, False)
         s = sched.stats()
         assert (s["skipped_loads"], s["skipped_tokens"]) == (1, 4 * BLOCK)
         sched.update_state_after_alloc(r, blocks([10, 11, 12, 13, 14]), 0)
@@ -302,8 +431,7 @@ def test_a_load_slower_than_the_recompute_is_skipped(kvtierd):
         # The link is fast again and the loads the worker times say so: the prefix is offered.
         sched.update_connector_output(SimpleNamespace(kv_connector_stats=KvtierConnectorStats(
             data={"loads": [["host", 4 * sched._block_bytes, 1e-6]] * 30})))
-        assert sched.get_num_new_matched_tokens(request("D", hashes, 4 * BLOCK + 1), 0) == (
-            4 * BLOCK, False)
+        assert match(sched, request("D", hashes, 4 * BLOCK + 1), 0) == (4 * BLOCK, True)
         for conn in (sched, fast, slow):
             conn.shutdown()
     finally:
@@ -321,8 +449,7 @@ def test_skipping_slow_loads_can_be_turned_off(unix_url):
     # Loads measured as taking a second, a recompute as nearly free: offered all the same.
     sched.update_connector_output(SimpleNamespace(kv_connector_stats=KvtierConnectorStats(
         data={"loads": [["host", 1 << 20, 1.0]], "computes": [[1024, 1e-6]]})))
-    assert sched.get_num_new_matched_tokens(request("B", hashes, 2 * BLOCK + 1), 0) == (
-        2 * BLOCK, False)
+    assert match(sched, request("B", hashes, 2 * BLOCK + 1), 0) == (2 * BLOCK, True)
     assert sched.stats()["skipped_loads"] == 0
 
 

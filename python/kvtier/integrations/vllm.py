@@ -32,16 +32,21 @@ every attention layer: for each layer in ``kv_cache_config`` order, the bytes of
 they lie in memory (K and V pages separately when the backend keeps them apart); pages are moved
 as opaque bytes, never reinterpreted.
 
-* Scheduler: ``get_num_new_matched_tokens`` looks the request's block hashes up (one round trip,
-  synchronous) and offers the cached blocks beyond vLLM's own prefix cache, leaving the last prompt
-  token to be computed; ``update_state_after_alloc`` records the block ids to load into;
+* Scheduler: ``get_num_new_matched_tokens`` answers a new request "not known yet" (``None``) and
+  queues its block hashes; ``build_connector_meta`` sends the step's queued lookups together (one
+  round trip per step, however many requests arrived), and at the request's next step the cached
+  blocks beyond vLLM's own prefix cache are offered as an asynchronous load, leaving the last
+  prompt token to be computed; ``update_state_after_alloc`` records the block ids to load into;
   ``build_connector_meta`` emits the loads and, for every request, the blocks that become full in
   this step, to store.
-* Worker: ``register_kv_caches`` turns each layer's cache into per-block page views;
-  ``start_load_kv`` copies loads in before the forward pass; ``wait_for_save`` copies stores out
-  after it (so the blocks are saved before vLLM can free or reuse them, and ``request_finished``
-  needs no delay). CPU caches are copied straight into and out of kvtierd's arena; CUDA caches go
-  through a host staging copy (untested).
+* Worker: ``register_kv_caches`` turns each layer's cache into per-block page views and starts
+  the load thread; ``start_load_kv`` hands the step's loads to it, and they run beside the
+  forward pass (the requests loading wait, the others run); ``get_finished`` reports each request
+  whose loads are in, and ``get_block_ids_with_load_errors`` the blocks not served (vLLM
+  recomputes them). ``wait_for_save`` copies stores out after the forward pass (so the blocks are
+  saved before vLLM can free or reuse them, and ``request_finished`` needs no delay). CPU caches
+  are copied straight into and out of kvtierd's arena; CUDA caches go through a host staging
+  copy (untested).
 
 A hit is never slower than a miss. The worker times each load (bytes, seconds, the slowest tier
 its blocks came from) and each forward pass (tokens computed, seconds), and hands the timings to
@@ -57,15 +62,16 @@ and a pass have been measured, loads are taken. vLLM logs the workers' counters 
 it is, and loads that would have won may be skipped, never the other way round (not yet run on
 a GPU).
 
-Not done: asynchronous lookups and loads (``None``/``True`` answers), layer-wise pipelining,
-leases between lookup and load (a block evicted in between is reported through
-``get_block_ids_with_load_errors`` and recomputed, but not stored again), vLLM's Prometheus
-connector metrics, MLA and hybrid (HMA) models.
+Not done: asynchronous saves (a save delays the step that filled its blocks by its copy),
+layer-wise pipelining, leases between lookup and load (a block evicted in between is reported
+through ``get_block_ids_with_load_errors`` and recomputed, but not stored again), vLLM's
+Prometheus connector metrics, MLA and hybrid (HMA) models.
 """
 from __future__ import annotations
 
 import dataclasses
 import logging
+import queue
 import threading
 import time
 from typing import Any, Callable, Optional
@@ -181,6 +187,11 @@ class _Link:
         self.outages = 0   # times this link lost kvtierd (each logged once per process)
         self.connects = 0  # connections made, the first included
 
+    def twin(self) -> "_Link":
+        """A link of its own to the same daemon and namespace, for another thread."""
+        return _Link(self._url, self._timeout_s, self._retry_s, self._descriptor,
+                     self._block_bytes)
+
     def call(self, what: str, fn: Callable[[kvtier.Client, kvtier.Namespace], Any]) -> Any:
         """fn(client, namespace), or raises kvtier.KvtierError: the daemon's error, or
         DeviceError when there is no connection now (the caller carries on without the cache).
@@ -265,6 +276,48 @@ class _Link:
         self._drop()
 
 
+class _Loader:
+    """The worker's asynchronous loads: one thread of their own, on a connection of their own,
+    so that the forward pass runs while blocks arrive. `load(t)` copies Transfer t into vLLM's
+    pages and returns the count of leading blocks served (0 when kvtierd failed). Finished loads
+    are taken by the worker's thread (take), which keeps all the connector's state: this thread
+    touches nothing but the pages of the blocks it was given, which vLLM allocated to a request
+    waiting for them and lets nobody else use."""
+
+    def __init__(self, load: Callable[[Transfer], int]):
+        self._load = load
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._done: list[tuple[Transfer, int, float]] = []
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._run, name="kvtier-load", daemon=True)
+        self._thread.start()
+
+    def submit(self, t: Transfer) -> None:
+        self._queue.put(t)
+
+    def take(self) -> list[tuple[Transfer, int, float]]:
+        """The loads finished since the last call: (transfer, blocks served, seconds)."""
+        with self._lock:
+            done, self._done = self._done, []
+        return done
+
+    def _run(self) -> None:
+        while (t := self._queue.get()) is not None:
+            started = time.perf_counter()
+            try:
+                served = self._load(t)
+            except Exception:  # noqa: BLE001  a load that fails is recomputed, never fatal
+                logger.exception("kvtier: load of %d blocks failed", len(t.keys))
+                served = 0
+            with self._lock:
+                self._done.append((t, served, time.perf_counter() - started))
+
+    def close(self) -> None:
+        """Waits for the loads submitted so far, then ends the thread."""
+        self._queue.put(None)
+        self._thread.join()
+
+
 def _attention_layers(kv_cache_config: Any) -> tuple[list[str], Any]:
     groups = kv_cache_config.kv_cache_groups
     if len(groups) != 1:
@@ -328,14 +381,25 @@ class KvtierConnector(KVConnectorBase_V1):
         # Worker: what it measured since vLLM last collected its stats.
         self._worker_stats: dict[str, Any] = {}
         self._step_started: Optional[float] = None  # bind_connector_metadata of this step
-        self._step_load_s = 0.0  # of it, the time start_load_kv took
         # Scheduler state.
         self._tracked: dict[str, _Tracked] = {}
         self._loads: list[Transfer] = []
-        self._offered: dict[str, tuple[list[bytes], int]] = {}  # keys, locally computed tokens
+        # Lookups asked for in this step, sent together in build_connector_meta, and their
+        # answers (keys of the prefix found, tier of each) until the request is allocated.
+        self._pending_lookups: dict[str, list[bytes]] = {}
+        self._found: dict[str, tuple[list[bytes], list[str]]] = {}
+        self._offered: dict[str, tuple[list[bytes], int, list[str]]] = {}  # keys, local tokens, tiers
+        # Blocks each request is loading into, until the workers report it loaded; and the
+        # requests whose load failed. vLLM asks again for a request whose load failed entirely:
+        # it is recomputed, not loaded again (a load that fails for good would never end).
+        self._loading_blocks: dict[str, set[int]] = {}
+        self._failed_loads: set[str] = set()
         # Worker state.
         self._pages: list[torch.Tensor] = []
         self._load_errors: set[int] = set()
+        self._loading: dict[str, int] = {}  # request id -> its loads not finished yet
+        self._loader: Optional[_Loader] = None  # started by register_kv_caches
+        self._load_link: Optional[_Link] = None
         if role == KVConnectorRole.SCHEDULER:
             self._try(lambda c, ns: c.ping(), "connect")  # logs now if kvtierd is not there
 
@@ -373,32 +437,51 @@ class KvtierConnector(KVConnectorBase_V1):
 
     def get_num_new_matched_tokens(self, request: Any,
                                    num_computed_tokens: int) -> tuple[Optional[int], bool]:
+        """A request's first ask is answered "not known yet" (None): its lookup joins this step's,
+        sent together in build_connector_meta, and vLLM asks again at its next step. Then the
+        prefix found beyond vLLM's own cache is offered, loaded asynchronously (the request waits
+        for it while others run)."""
         usable = (request.num_prompt_tokens - 1) // self._block_size  # keep one token to compute
         keys = self._keys(request, usable)
-        if not keys:
+        if not keys or request.request_id in self._failed_loads:
             return 0, False
-        self._counts["lookups"] += 1
-        started = time.perf_counter()
-        found = self._try(lambda c, ns: c.lookup(ns, keys), "lookup")
+        found = self._found.get(request.request_id)
         if found is None:
-            self._counts["lookup_errors"] += 1
+            self._pending_lookups[request.request_id] = keys
+            return None, False
+        found_keys, tiers = found
+        if not found_keys:
             return 0, False
-        self._cost.observe_round_trip(time.perf_counter() - started)
-        if found.prefix == 0:
-            return 0, False
-        offered = max(found.prefix * self._block_size - num_computed_tokens, 0)
+        offered = max(len(found_keys) * self._block_size - num_computed_tokens, 0)
         first = num_computed_tokens // self._block_size
-        tiers = list(found.tiers)
         # Kept even when nothing is offered: the blocks found need no store.
-        self._offered[request.request_id] = (keys[:found.prefix], num_computed_tokens, tiers)
+        self._offered[request.request_id] = (found_keys, num_computed_tokens, tiers)
         if offered > 0 and self._skip_slow_loads and not self._worth_loading(tiers[first:], offered):
             return 0, False
-        return offered, False
+        return offered, offered > 0
+
+    def _send_lookups(self) -> None:
+        """This step's lookups, in one round trip (the step's only wait for kvtierd)."""
+        if not self._pending_lookups:
+            return
+        pending, self._pending_lookups = self._pending_lookups, {}
+        chains = list(pending.values())
+        self._counts["lookups"] += len(chains)
+        started = time.perf_counter()
+        answers = self._try(lambda c, ns: c.lookup_many(ns, chains), "lookup")
+        if answers is None:
+            self._counts["lookup_errors"] += len(chains)
+            answers = [None] * len(chains)
+        else:
+            self._cost.observe_round_trip(time.perf_counter() - started)
+        for (req_id, keys), found in zip(pending.items(), answers):
+            prefix = found.prefix if found is not None else 0
+            self._found[req_id] = (keys[:prefix], list(found.tiers) if found is not None else [])
 
     def _worth_loading(self, tiers: list[str], tokens: int) -> bool:
         """Whether loading these blocks (their tiers) beats computing `tokens` tokens, by the
-        measured times (load_cost.py). Called once per lookup: get_num_new_matched_tokens is
-        asked again for a request that could not be scheduled, and counts each ask."""
+        measured times (load_cost.py). get_num_new_matched_tokens is asked again for a request
+        that could not be scheduled, and counts each ask."""
         bytes_by_tier: dict[str, int] = {}
         for tier in tiers:
             bytes_by_tier[tier] = bytes_by_tier.get(tier, 0) + self._block_bytes
@@ -413,16 +496,21 @@ class KvtierConnector(KVConnectorBase_V1):
     def update_state_after_alloc(self, request: Any, blocks: Any, num_external_tokens: int):
         block_ids = list(blocks.get_block_ids()[0])
         keys, local_tokens, tiers = self._offered.pop(request.request_id, ([], 0, []))
+        self._found.pop(request.request_id, None)
         first = local_tokens // self._block_size
         tracked = self._tracked.setdefault(request.request_id, _Tracked(request, [], 0))
         # The blocks kvtierd holds (found at lookup) are not stored again, whether they are
-        # loaded now or were in vLLM's own prefix cache.
+        # loaded now or were in vLLM's own prefix cache; after a failed load they may be gone,
+        # and the recomputed blocks are all stored.
+        if request.request_id in self._failed_loads:
+            tracked.stored_blocks = 0
         tracked.stored_blocks = max(tracked.stored_blocks, len(keys))
         self._counts["hit_tokens"] += num_external_tokens
         if num_external_tokens > 0:
             last = first + num_external_tokens // self._block_size
             self._loads.append(Transfer(request.request_id, keys[first:last], block_ids[first:last],
                                         tiers[first:last]))
+            self._loading_blocks[request.request_id] = set(block_ids[first:last])
 
     def build_connector_meta(self, scheduler_output: Any) -> KVConnectorMetadata:
         meta = KvtierConnectorMetadata(
@@ -449,6 +537,7 @@ class KvtierConnector(KVConnectorBase_V1):
         for req_id, computed in progress:
             self._plan_store(meta, self._tracked[req_id],
                              computed + scheduler_output.num_scheduled_tokens.get(req_id, 0))
+        self._send_lookups()
         return meta
 
     def _plan_store(self, meta: KvtierConnectorMetadata, tracked: _Tracked, tokens: int) -> None:
@@ -462,7 +551,14 @@ class KvtierConnector(KVConnectorBase_V1):
         tracked.stored_blocks = full
 
     def update_connector_output(self, connector_output: Any) -> None:
-        """The workers' output of a step: their timings feed the load-or-recompute decision."""
+        """The workers' output of a step: loads that failed (their requests are recomputed if
+        vLLM asks again), and timings for the load-or-recompute decision."""
+        invalid = getattr(connector_output, "invalid_block_ids", None)
+        if invalid:
+            self._failed_loads.update(req_id for req_id, ids in self._loading_blocks.items()
+                                      if not ids.isdisjoint(invalid))
+        for req_id in getattr(connector_output, "finished_recving", None) or ():
+            self._loading_blocks.pop(req_id, None)
         stats = getattr(connector_output, "kv_connector_stats", None)
         data = getattr(stats, "data", None) or {}
         for tier, nbytes, seconds in data.get("loads", []):
@@ -476,8 +572,10 @@ class KvtierConnector(KVConnectorBase_V1):
         return self._cost.snapshot()
 
     def request_finished(self, request: Any, block_ids: list[int]) -> tuple[bool, Optional[dict]]:
-        self._tracked.pop(request.request_id, None)
-        self._offered.pop(request.request_id, None)
+        for state in (self._tracked, self._offered, self._found, self._pending_lookups,
+                      self._loading_blocks):
+            state.pop(request.request_id, None)
+        self._failed_loads.discard(request.request_id)
         return False, None  # stores finish in wait_for_save of the step that filled the blocks
 
     # ---- Worker side ----
@@ -489,6 +587,8 @@ class KvtierConnector(KVConnectorBase_V1):
         if page_bytes != self._block_bytes:
             raise ValueError(f"kvtier: pages of one block are {page_bytes} bytes, the spec says "
                              f"{self._block_bytes}")
+        self._load_link = self._link.twin()
+        self._loader = _Loader(self._load)
 
     def _transfer(self, client: kvtier.Client, ns: kvtier.Namespace, t: Transfer,
                   load: bool) -> int:
@@ -523,22 +623,38 @@ class KvtierConnector(KVConnectorBase_V1):
             self._worker_stats[name] = self._worker_stats.get(name, 0) + value
 
     def bind_connector_metadata(self, connector_metadata: KVConnectorMetadata) -> None:
-        # vLLM binds the metadata before the forward pass and calls wait_for_save after it, but
-        # start_load_kv before it only in steps with loads (after it in the others): the pass's
-        # time is the step's, bind to save, less the loads'.
+        # vLLM binds the metadata before the forward pass and calls wait_for_save after it: the
+        # pass's time (loads run beside it, on their own thread).
         super().bind_connector_metadata(connector_metadata)
-        self._step_started, self._step_load_s = time.perf_counter(), 0.0
+        self._step_started = time.perf_counter()
 
     def start_load_kv(self, forward_context: Any, **kwargs: Any) -> None:
-        meta = self._get_connector_metadata()
-        loads_started = time.perf_counter()
-        for t in meta.loads:
-            started = time.perf_counter()
-            served = self._try(lambda c, ns: self._transfer(c, ns, t, load=True), "load") or 0
+        """Hands this step's loads to the load thread; get_finished reports each request once
+        its blocks are in."""
+        for t in self._get_connector_metadata().loads:
+            self._loading[t.req_id] = self._loading.get(t.req_id, 0) + 1
+            self._loader.submit(t)
+
+    def _load(self, t: Transfer) -> int:
+        """On the load thread: t's blocks into vLLM's pages; the count of leading blocks served."""
+        try:
+            served = self._load_link.call("load", lambda c, ns: self._transfer(c, ns, t, load=True))
+        except kvtier.KvtierError:
+            return 0
+        if self._pages[0].device.type != "cpu":
+            torch.cuda.current_stream(self._pages[0].device).synchronize()  # the copies are in
+        return served
+
+    def get_finished(self, finished_req_ids: set[str]) -> tuple[Optional[set[str]],
+                                                                Optional[set[str]]]:
+        """The requests whose loads have all finished; their blocks not served are reported by
+        get_block_ids_with_load_errors, which vLLM calls next, in the same step."""
+        done: set[str] = set()
+        for t, served, seconds in (self._loader.take() if self._loader else ()):
             if served > 0 and t.tiers:
                 # Timed by the slowest tier it read from (load_cost.py prices a load the same way).
                 self._note("loads", [slowest_tier(t.tiers[:served]), served * self._block_bytes,
-                                     time.perf_counter() - started])
+                                     seconds])
             self._note("loaded_blocks", served)
             self._note("load_error_blocks", len(t.block_ids) - served)
             # Blocks not served (evicted since the lookup, kvtierd gone or failing) are
@@ -547,7 +663,11 @@ class KvtierConnector(KVConnectorBase_V1):
             self._load_errors.update(t.block_ids[served:])
             self._counts["loaded_blocks"] += served
             self._counts["load_error_blocks"] += len(t.block_ids) - served
-        self._step_load_s += time.perf_counter() - loads_started
+            self._loading[t.req_id] -= 1
+            if self._loading[t.req_id] == 0:
+                del self._loading[t.req_id]
+                done.add(t.req_id)
+        return None, done or None
 
     def wait_for_layer_load(self, layer_name: str) -> None:
         return
@@ -562,7 +682,7 @@ class KvtierConnector(KVConnectorBase_V1):
             # Its time per token is the price of a recompute. (On a GPU this is the time to
             # launch the pass unless the step synchronises before saving: an underestimate, which
             # skips loads that might have won, never takes one that loses.)
-            forward_s = time.perf_counter() - self._step_started - self._step_load_s
+            forward_s = time.perf_counter() - self._step_started
             self._note("computes", [meta.computed_tokens, forward_s])
         self._step_started = None
         for t in meta.stores:
@@ -591,4 +711,9 @@ class KvtierConnector(KVConnectorBase_V1):
         return errors
 
     def shutdown(self):
-        self._link.close()
+        if self._loader is not None:
+            self._loader.close()
+            self._loader = None
+        for link in (self._link, self._load_link):
+            if link is not None:
+                link.close()
