@@ -212,10 +212,14 @@ Result<LookupResult> Client::Lookup(const NamespaceId& ns, std::span<const Block
 }
 
 Result<std::vector<LookupResult>> Client::LookupMany(
-    const NamespaceId& ns, std::span<const std::span<const BlockKey>> chains) {
+    const NamespaceId& ns, std::span<const std::span<const BlockKey>> chains,
+    std::chrono::milliseconds hold) {
+  const std::string hold_args[] = {"HOLD", std::to_string(std::max<int64_t>(hold.count(), 0))};
+  const std::span<const std::string> tail =
+      hold.count() > 0 ? std::span<const std::string>(hold_args) : std::span<const std::string>();
   RequestBuffer request;
   for (std::span<const BlockKey> keys : chains) {
-    if (!keys.empty()) AppendKeyCommands(request, "KVT.LOOKUP", ns, keys, kMaxKeysPerCommand);
+    if (!keys.empty()) AppendKeyCommands(request, "KVT.LOOKUP", ns, keys, kMaxKeysPerCommand, tail);
   }
   std::vector<LookupResult> results(chains.size());
   if (request.commands() == 0) return results;

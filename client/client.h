@@ -137,9 +137,11 @@ class Client {
   // is a miss (prefix 0). Counts as a use: the prefix is kept warm.
   Result<LookupResult> Lookup(const NamespaceId& ns, std::span<const BlockKey> keys);
   // Lookup of several chains of `ns` in one round trip (one scheduler step's new requests): one
-  // answer per chain, in order, each as Lookup would give it.
-  Result<std::vector<LookupResult>> LookupMany(
-      const NamespaceId& ns, std::span<const std::span<const BlockKey>> chains);
+  // answer per chain, in order, each as Lookup would give it. A `hold` above 0 keeps each prefix
+  // found from eviction that long (KVT.LOOKUP ... HOLD): until the engine has loaded it.
+  Result<std::vector<LookupResult>> LookupMany(const NamespaceId& ns,
+                                               std::span<const std::span<const BlockKey>> chains,
+                                               std::chrono::milliseconds hold = {});
 
   // ---- Inline payloads (any URL) ----
 

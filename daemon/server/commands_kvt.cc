@@ -18,6 +18,10 @@ namespace {
 
 using resp::Command;
 
+// A lookup may hold the prefix it found for up to an hour: long enough for any engine to load it,
+// short enough that a client's mistake does not pin blocks for good.
+constexpr uint64_t kMaxLookupHoldMs = 3'600'000;
+
 // The tier codes of docs/protocol.md as the characters of LOOKUP's tier string.
 char TierCodeChar(TierId tier) { return static_cast<char>('0' + static_cast<int>(tier)); }
 
@@ -77,12 +81,28 @@ Progress FinishRemoteLookup(CommandContext& ctx) {
   return Progress::kDone;
 }
 
+// KVT.LOOKUP's optional `HOLD <ms>`: how long the prefix found is kept from eviction (0 without
+// it), or nullopt after replying with the error.
+std::optional<uint64_t> ParseLookupHold(CommandContext& ctx, const Command& cmd) {
+  if (cmd.size() == 3) return 0;
+  std::optional<uint64_t> ms;
+  if (cmd.size() == 5 && resp::EqualsIgnoreCase(cmd.args[3], "HOLD")) ms = ParseUint64(cmd.args[4]);
+  if (!ms || *ms > kMaxLookupHoldMs) {
+    ctx.reply.AppendError("ERR syntax error: KVT.LOOKUP <ns> <keys> [HOLD <ms>], ms at most " +
+                          std::to_string(kMaxLookupHoldMs));
+    return std::nullopt;
+  }
+  return ms;
+}
+
 Progress Lookup(CommandContext& ctx, Command& cmd) {
   if (ctx.resume_state) return FinishRemoteLookup(ctx);
   std::optional<KvtNamespace> ns = ParseKvtNamespace(ctx, cmd.args[1]);
   if (!ns) return Progress::kDone;
   std::optional<size_t> count = CheckPackedKeys(ctx, cmd.args[2]);
   if (!count) return Progress::kDone;
+  std::optional<uint64_t> hold_ms = ParseLookupHold(ctx, cmd);
+  if (!hold_ms) return Progress::kDone;
   // A client that attached the arena moves its blocks through shared memory.
   ctx.Time(metrics::RequestOp::kLookup, ctx.session.arena_attached()
                                             ? metrics::RequestPath::kShm
@@ -96,6 +116,9 @@ Progress Lookup(CommandContext& ctx, Command& cmd) {
   for (size_t i = 0; i < *count; ++i) keys[i] = PackedKey(cmd.args[2], i);
   result = ctx.server.store.Lookup(ns->id, keys);
   store::Store& store = ctx.server.store;
+  if (*hold_ms > 0) {
+    store.Hold(ns->id, std::span<const BlockKey>(keys).first(result.ready_prefix), *hold_ms * 1000);
+  }
   if (result.ready_prefix == *count || !store.HasRemoteTier()) {
     AppendLookup(ctx, result, 0);
     return Progress::kDone;
@@ -226,7 +249,7 @@ Progress Del(CommandContext& ctx, Command& cmd) {
 constexpr CommandSpec kCommands[] = {
     {"KVT.REGISTER", -3, false, KvtRegister},
     {"KVT.DROP", 2, false, Drop},
-    {"KVT.LOOKUP", 3, false, Lookup},
+    {"KVT.LOOKUP", -3, false, Lookup},
     {"KVT.PUT", -4, false, Put},
     {"KVT.GET", 3, false, Get},
     {"KVT.PIN", 4, false, Pin},

@@ -215,6 +215,19 @@ TEST_F(KvtCommandsTest, PinDelDrop) {
   EXPECT_EQ(c_.Call({"KVT.LOOKUP", ns_, PackKeys(Keys({1}))}), "*2\r\n:0\r\n$0\r\n\r\n");
 }
 
+TEST_F(KvtCommandsTest, LookupHoldAnswersAsLookup) {
+  PutChain(2);
+  const std::string keys = PackKeys(Keys({0, 1, 2}));
+  EXPECT_EQ(c_.Call({"KVT.LOOKUP", ns_, keys, "hold", "2000"}), "*2\r\n:2\r\n$2\r\n11\r\n");
+  EXPECT_EQ(c_.Call({"KVT.LOOKUP", ns_, keys, "HOLD", "0"}), "*2\r\n:2\r\n$2\r\n11\r\n");
+  const std::string syntax =
+      "-ERR syntax error: KVT.LOOKUP <ns> <keys> [HOLD <ms>], ms at most 3600000\r\n";
+  EXPECT_EQ(c_.Call({"KVT.LOOKUP", ns_, keys, "HOLD"}), syntax);
+  EXPECT_EQ(c_.Call({"KVT.LOOKUP", ns_, keys, "HOLD", "-1"}), syntax);
+  EXPECT_EQ(c_.Call({"KVT.LOOKUP", ns_, keys, "HOLD", "3600001"}), syntax);
+  EXPECT_EQ(c_.Call({"KVT.LOOKUP", ns_, keys, "KEEP", "10"}), syntax);
+}
+
 TEST_F(KvtCommandsTest, UnknownNamespaces) {
   const std::string other(32, 'f');
   const std::string keys = PackKeys(Keys({0, 1}));

@@ -287,6 +287,17 @@ Status Store::Pin(const NamespaceId& ns, const BlockKey& key, uint64_t ttl_us) {
   });
 }
 
+void Store::Hold(const NamespaceId& ns, std::span<const BlockKey> keys, uint64_t ttl_us) {
+  const uint64_t until = clock_.NowMicros() + ttl_us;
+  for (const BlockKey& key : keys) {
+    (void)index_->Update(key, [&](BlockMeta& meta) {
+      if (meta.ns != ns || meta.state != BlockState::kReady) return NotFound("block not cached");
+      meta.pinned_until_us = std::max(meta.pinned_until_us, until);
+      return Status::Ok();
+    });
+  }
+}
+
 Result<uint64_t> Store::DropNamespace(const NamespaceId& ns) {
   // Blocks of it that the daemon adopts from disk after this must not come back.
   KVTIER_RETURN_IF_ERROR(

@@ -207,6 +207,9 @@ class Store {
 
   // Keeps a ready block from eviction until now + ttl_us (0 unpins). kNotFound when absent.
   Status Pin(const NamespaceId& ns, const BlockKey& key, uint64_t ttl_us);
+  // Keeps the ready blocks among `keys` from eviction for at least ttl_us more (a pin that lasts
+  // longer is left alone): a lookup's hold on the prefix it found, until the engine loads it.
+  void Hold(const NamespaceId& ns, std::span<const BlockKey> keys, uint64_t ttl_us);
 
   // Removes every unleased block of `ns` and forgets the namespace; blocks still leased go when
   // their lease ends, reservations in flight are aborted at commit. Returns the blocks removed now.

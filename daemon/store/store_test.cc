@@ -218,6 +218,26 @@ TEST_F(StoreTest, PinnedBlocksSurviveUntilTheirTtl) {
   EXPECT_EQ(store_->Pin(kNs, Key(1), 1).code(), StatusCode::kNotFound);
 }
 
+// A lookup's hold keeps the prefix it found until the engine loads it, and never shortens a pin
+// that lasts longer.
+TEST_F(StoreTest, HeldBlocksSurviveEvictionAndLongerPinsStay) {
+  Build({2});
+  ASSERT_TRUE(PutBlock(1).ok());
+  ASSERT_TRUE(PutBlock(2).ok());
+  const BlockKey held[] = {Key(1), Key(9)};  // 9 is not cached: nothing to hold
+  store_->Hold(kNs, held, 1'000'000);
+  ASSERT_TRUE(PutBlock(3).ok());  // evicts 2, not the older but held 1
+  EXPECT_TRUE(Cached(1));
+  EXPECT_FALSE(Cached(2));
+  ASSERT_TRUE(store_->Pin(kNs, Key(3), 10'000'000).ok());
+  const BlockKey pinned[] = {Key(3)};
+  store_->Hold(kNs, pinned, 1'000'000);
+  clock_.AdvanceMicros(2'000'000);  // the holds are over; 3's pin is not
+  ASSERT_TRUE(PutBlock(4).ok());
+  EXPECT_FALSE(Cached(1));
+  EXPECT_TRUE(Cached(3));
+}
+
 TEST_F(StoreTest, VictimsAreDemotedToTheNextTierAndStillServed) {
   StoreOptions read_in_place;  // promotion on read is store_tier_moves_test's subject
   read_in_place.promote_on_read = false;

@@ -168,15 +168,17 @@ serialised).
           "The longest cached prefix of `keys` and the tier of each of its blocks.")
       .def(
           "lookup_many",
-          [](PyClient& self, const py::handle& ns, const py::iterable& chains) {
+          [](PyClient& self, const py::handle& ns, const py::iterable& chains, double hold_s) {
             const NamespaceId id = NamespaceIdOf(ns);
             std::vector<std::vector<BlockKey>> keys;
             for (const py::handle& chain : chains) keys.push_back(KeysFromPython(chain));
             const std::vector<std::span<const BlockKey>> spans(keys.begin(), keys.end());
-            return self.Run([&](Client& c) { return ValueOrThrow(c.LookupMany(id, spans)); });
+            const auto hold = std::chrono::milliseconds(static_cast<int64_t>(hold_s * 1000));
+            return self.Run([&](Client& c) { return ValueOrThrow(c.LookupMany(id, spans, hold)); });
           },
-          py::arg("ns"), py::arg("chains"),
-          "lookup() of each key list in `chains`, all in one round trip; one answer per list.")
+          py::arg("ns"), py::arg("chains"), py::arg("hold_s") = 0.0,
+          "lookup() of each key list in `chains`, all in one round trip; one answer per list. "
+          "hold_s > 0 keeps each prefix found from eviction that long (until it is loaded).")
       .def("_put",
            [](PyClient& self, const NamespaceInfo& ns, const py::handle& keys,
               const py::handle& blocks, const std::string& path) {
