@@ -5,7 +5,8 @@ down, to stand for a slow tier (test_vllm_connector.py).
 The client speaks RESP2 over TCP (the inline data path: payloads travel in the replies). Each
 connection has two threads: one forwards commands and remembers their names in order, the other
 forwards replies, matching each to its command (replies come in command order, pipelined or not).
-Faults, set with `fault` at any time, apply to KVT.GET only:
+Faults, set with `fault` at any time, apply to KVT.GET only (the "slow" fault: to the commands
+named in `slowed`, KVT.GET unless a test says otherwise):
   * "error":     the reply is an error, as from a daemon that fails the command;
   * "truncate":  the first block in the reply loses its last byte (a short read somewhere);
   * "namespace": the command goes out with another namespace id, as if the namespace had been
@@ -86,6 +87,7 @@ class FaultProxy:
         self.upstream = (upstream_host, upstream_port)
         self.fault = None
         self.delay_s = 0.5  # the "slow" fault's
+        self.slowed = {b"KVT.GET"}  # the commands whose replies it holds
         self.spoiled = 0  # KVT.GET replies or commands changed so far
         self._listener = socket.create_server(("127.0.0.1", 0))
         self.port = self._listener.getsockname()[1]
@@ -143,7 +145,7 @@ class FaultProxy:
     def _replies(self, client, upstream, names):
         def handle(buf, pos, end):
             name = names.popleft()
-            if name == b"KVT.GET" and self.fault == "slow":
+            if name in self.slowed and self.fault == "slow":
                 self.spoiled += 1
                 time.sleep(self.delay_s)
                 return bytes(buf[pos:end])

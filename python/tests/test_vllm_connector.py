@@ -10,6 +10,7 @@ import os
 import time
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -100,6 +101,7 @@ def step(worker, meta):
     worker.start_load_kv(None)
     worker.wait_for_save()
     finished_loads(worker, {t.req_id for t in meta.loads})
+    worker.wait_for_saves()
     worker.clear_connector_metadata()
 
 
@@ -121,7 +123,9 @@ def test_store_then_load_across_requests(unix_url, layout):
         scheduled={"A": 5 * BLOCK + 3}))
     assert meta.loads == [] and [t.block_ids for t in meta.stores] == [a_ids[:5]]
     step(worker, meta)
-    assert sched.request_finished(a, a_ids) == (False, None)
+    # A's blocks are freed once the worker reports its saves done (here they are).
+    assert sched.request_finished(a, a_ids) == (True, None)
+    assert worker.get_finished({"A"}) == ({"A"}, None)
 
     # B shares A's first three blocks; vLLM's own prefix cache already holds the first one.
     b = request("B", hashes_a[:3] + [os.urandom(32)], 4 * BLOCK + 1)
@@ -313,6 +317,7 @@ def test_loads_run_beside_the_forward_pass(kvtierd):
         sched.update_state_after_alloc(b, blocks([5, 6, 7]), 2 * BLOCK)
         meta = sched.build_connector_meta(output())
         assert [t.block_ids for t in meta.loads] == [[5, 6]]
+        meta.computed_tokens = 256  # a step that computes other requests meanwhile
         proxy.fault, proxy.delay_s = "slow", 1.0
         slow.bind_connector_metadata(meta)
         slow.start_load_kv(None)
@@ -326,6 +331,56 @@ def test_loads_run_beside_the_forward_pass(kvtierd):
             assert torch.equal(kv_slow[name][6], kv_fast[name][1])
         assert slow.stats()["loaded_blocks"] == 2
         for conn in (sched, fast, slow):
+            conn.shutdown()
+    finally:
+        proxy.close()
+
+
+def test_saves_run_after_the_step_and_keep_their_blocks_until_done(kvtierd):
+    """Saves through a link that holds kvtierd's answers to KVT.PUT for a second: the step ends
+    at once, the request's blocks stay allocated (request_finished delays their free) until
+    get_finished reports the request saved, and a preemption waits for its request's saves
+    before the forward pass that may reuse their blocks."""
+    proxy = FaultProxy(kvtierd.port)
+    try:
+        sched, _, slow = through_proxy(kvtierd, proxy, "save")
+        slow.register_kv_caches(caches("flashinfer"))
+        proxy.fault, proxy.delay_s, proxy.slowed = "slow", 1.0, {b"KVT.PUT"}
+        hashes = [os.urandom(32) for _ in range(2)]
+        a = request("A", hashes, 2 * BLOCK + 1)
+        assert match(sched, a, 0) == (0, False)
+        sched.update_state_after_alloc(a, blocks([0, 1, 2]), 0)
+        meta = sched.build_connector_meta(output(
+            [SimpleNamespace(req_id="A", block_ids=([0, 1, 2],), num_computed_tokens=0)],
+            scheduled={"A": 2 * BLOCK + 1}))
+        slow.bind_connector_metadata(meta)
+        slow.start_load_kv(None)
+        slow.wait_for_save()
+        slow.clear_connector_metadata()
+        assert slow.stats()["stored_blocks"] == 0  # still on its way
+        assert sched.request_finished(a, [0, 1, 2]) == (True, None)
+        assert slow.get_finished({"A"}) == (None, None)  # vLLM keeps A's blocks
+        deadline = time.monotonic() + 10
+        while (sent := slow.get_finished(set())[0]) is None:
+            assert time.monotonic() < deadline
+            time.sleep(0.001)
+        assert sent == {"A"} and slow.stats()["stored_blocks"] == 2
+        assert match(sched, request("B", hashes, 2 * BLOCK + 1), 0) == (2 * BLOCK, True)
+
+        others = [os.urandom(32) for _ in range(2)]
+        c = request("C", others, 2 * BLOCK + 1)
+        assert match(sched, c, 0) == (0, False)
+        sched.update_state_after_alloc(c, blocks([3, 4, 5]), 0)
+        meta = sched.build_connector_meta(output(
+            [SimpleNamespace(req_id="C", block_ids=([3, 4, 5],), num_computed_tokens=0)],
+            scheduled={"C": 2 * BLOCK + 1}))
+        slow.bind_connector_metadata(meta)
+        slow.wait_for_save()
+        slow.clear_connector_metadata()
+        assert slow.stats()["stored_blocks"] == 2
+        slow.handle_preemptions(KvtierConnectorMetadata(preempted={"C"}))
+        assert slow.stats()["stored_blocks"] == 4
+        for conn in (sched, slow):
             conn.shutdown()
     finally:
         proxy.close()
@@ -367,6 +422,43 @@ def test_a_request_whose_load_failed_is_recomputed_not_reloaded(kvtierd):
             conn.shutdown()
     finally:
         proxy.close()
+
+
+def test_a_lookups_hold_keeps_the_prefix_until_it_is_loaded(tmp_path):
+    """Between a request's lookup and its load, other puts fill kvtierd's host tier and evict
+    everything unpinned (another request's blocks, stored at the same time, are gone): the
+    prefix the lookup found was held, and loads in full."""
+    daemon = Daemon(tmp_path, host_bytes="16MiB", slab_bytes="8MiB")
+    daemon.start()
+    try:
+        vllm_config, kv_cache_config = configs("unix://" + daemon.unix, "flashinfer", salt="hold")
+        sched = KvtierConnector(vllm_config, KVConnectorRole.SCHEDULER, kv_cache_config)
+        worker = KvtierConnector(vllm_config, KVConnectorRole.WORKER, kv_cache_config)
+        worker.register_kv_caches(caches("flashinfer"))
+        held, control = ([os.urandom(32) for _ in range(2)] for _ in range(2))
+        store_request(sched, worker, "A", held, [0, 1, 2])
+        store_request(sched, worker, "C", control, [3, 4, 5])
+        b = request("B", held, 2 * BLOCK + 1)
+        assert match(sched, b, 0) == (2 * BLOCK, True)
+
+        with kvtier.connect("unix://" + daemon.unix) as flood:
+            ns = flood.register_namespace(kvtier.NamespaceDescriptor(
+                model_id="flood", kv_dtype="int8", num_layers=1, num_kv_heads=1, head_dim=1,
+                tokens_per_block=BLOCK, layout_tag="test"), sched._block_bytes)
+            for batch in range(12):  # 6,000 blocks of the same size class: 1.5x the tier
+                keys = kvtier.fold_foreign_keys(ns, [(batch * 500 + i).to_bytes(8, "little")
+                                                     for i in range(500)])
+                flood.put(ns, keys, np.zeros((500, sched._block_bytes), dtype=np.uint8))
+        assert match(sched, request("D", control, 2 * BLOCK + 1), 0) == (0, False)
+
+        sched.update_state_after_alloc(b, blocks([6, 7, 8]), 2 * BLOCK)
+        step(worker, sched.build_connector_meta(output()))
+        assert worker.stats()["loaded_blocks"] == 2
+        assert worker.get_block_ids_with_load_errors() == set()
+        for conn in (sched, worker):
+            conn.shutdown()
+    finally:
+        daemon.stop()
 
 
 def test_fail_policy_is_warned_about_once(unix_url, caplog):

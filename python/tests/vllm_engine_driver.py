@@ -53,6 +53,8 @@ def connector_stats(llm):
         return {}, {}
     scheduler = core.scheduler.get_kv_connector()
     worker = get_kv_transfer_group() if has_kv_transfer_group() else None
+    if worker is not None:
+        worker.wait_for_saves()  # the request's last saves may still be on their way
     return (scheduler.stats() if scheduler is not None else {},
             worker.stats() if worker is not None else {})
 
