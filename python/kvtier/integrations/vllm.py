@@ -36,8 +36,9 @@ as opaque bytes, never reinterpreted.
 * Scheduler: ``get_num_new_matched_tokens`` answers a new request "not known yet" (``None``) and
   queues its block hashes; ``build_connector_meta`` sends the step's queued lookups together (one
   round trip per step, however many requests arrived), and at the request's next step the cached
-  blocks beyond vLLM's own prefix cache are offered as an asynchronous load, leaving the last
-  prompt token to be computed; ``update_state_after_alloc`` records the block ids to load into;
+  blocks beyond vLLM's own prefix cache are offered, leaving the last prompt token to be
+  computed: as an asynchronous load while other requests run or load, as a synchronous one
+  (made before the step's forward pass, which then computes the request) when nothing else does; ``update_state_after_alloc`` records the block ids to load into;
   ``build_connector_meta`` emits the loads and, for every request, the blocks that become full in
   this step, to store.
 * Worker: ``register_kv_caches`` turns each layer's cache into per-block page views and starts
@@ -61,7 +62,8 @@ recompute time (``kvtier.integrations.load_cost``) and offers nothing when the l
 ``stats()`` counts ``skipped_loads`` and ``skipped_tokens``, and ``probe_loads`` (one load in 64
 of a skipped tier is taken anyway, so that a tier that got fast is measured again). Until a load
 and a pass have been measured, loads are taken. vLLM logs the workers' counters with its own
-("KV Transfer metrics"). On a GPU the forward pass is timed by the wall clock up to
+("KV Transfer metrics"), and its Prometheus /metrics shows the scheduler's and the workers'
+counters as ``vllm:kvtier_*`` (``KvtierPromMetrics``). On a GPU the forward pass is timed by the wall clock up to
 ``wait_for_save``, which may end before the device does: the recompute then looks cheaper than
 it is, and loads that would have won may be skipped, never the other way round (not yet run on
 a GPU).
@@ -71,8 +73,7 @@ is still there at load; a block evicted anyway is reported through
 ``get_block_ids_with_load_errors`` and recomputed, and stored again.
 
 Not done: layer-wise loading (``wait_for_layer_load``: loads are asynchronous, so a restored
-request computes once all its blocks are in, while the others run), vLLM's Prometheus connector
-metrics, MLA and hybrid (HMA) models.
+request computes once all its blocks are in, while the others run), MLA and hybrid (HMA) models.
 """
 from __future__ import annotations
 
@@ -87,16 +88,23 @@ import torch
 from vllm.distributed.kv_transfer.kv_connector.v1.base import (KVConnectorBase_V1,
                                                                 KVConnectorMetadata,
                                                                 KVConnectorRole)
-from vllm.distributed.kv_transfer.kv_connector.v1.metrics import KVConnectorStats
+from vllm.distributed.kv_transfer.kv_connector.v1.metrics import (KVConnectorPromMetrics,
+                                                                   KVConnectorStats)
 
 import kvtier
 from kvtier.integrations.load_cost import LoadCostModel, slowest_tier
 
-__all__ = ["KvtierConnector", "KvtierConnectorMetadata"]
+__all__ = ["KvtierConnector", "KvtierConnectorMetadata", "KvtierConnectorStats",
+           "KvtierPromMetrics"]
 
 # A child of vLLM's logger, so that these lines come out with vLLM's own, in its format and at
 # VLLM_LOGGING_LEVEL (a logger of our own would have no handler in an engine process).
 logger = logging.getLogger("vllm.kvtier")
+
+# The scheduler's counters that it reports through vLLM's connector stats (the workers report
+# theirs as they count them).
+_SCHEDULER_COUNTERS = ("lookups", "lookup_errors", "hit_tokens", "skipped_loads",
+                       "skipped_tokens")
 
 # URLs whose outage has been logged in this process. The scheduler's and the worker's connectors
 # (in one process when vLLM runs in-process) share it, so that an outage is logged once.
@@ -131,11 +139,13 @@ for _name, _tag in (("float8_e4m3fn", "fp8_e4m3"), ("float8_e5m2", "fp8_e5m2")):
 @dataclasses.dataclass
 class Transfer:
     """Blocks of one request to move: kvtier keys and the vLLM block ids they go to or come from,
-    and for a load the tier code of each block as the lookup found it (for the load's timing)."""
+    and for a load the tier code of each block as the lookup found it (for the load's timing) and
+    whether it is made before the step's forward pass (vLLM was told the load is synchronous)."""
     req_id: str
     keys: list[bytes]
     block_ids: list[int]
     tiers: list[int] = dataclasses.field(default_factory=list)
+    sync: bool = False
 
 
 @dataclasses.dataclass
@@ -176,6 +186,54 @@ class KvtierConnectorStats(KVConnectorStats):
 
     def is_empty(self) -> bool:
         return not self.data
+
+
+# The counters of KvtierConnectorStats that vLLM's /metrics shows, as vllm:kvtier_<name>_total:
+# the scheduler's (lookups and what they offered) and the workers' (blocks moved).
+_PROM_COUNTERS = {
+    "lookups": "Requests looked up in kvtierd.",
+    "lookup_errors": "Lookups that failed (kvtierd unreachable or answering errors).",
+    "hit_tokens": "Prompt tokens vLLM took from kvtierd instead of computing them.",
+    "skipped_loads": "Cached prefixes not loaded because recomputing them was faster.",
+    "skipped_tokens": "Tokens of the prefixes not loaded because recomputing them was faster.",
+    "loaded_blocks": "Blocks loaded from kvtierd into vLLM's KV cache.",
+    "load_error_blocks": "Blocks promised at lookup that could not be loaded (recomputed).",
+    "stored_blocks": "Blocks saved to kvtierd.",
+    "store_error_blocks": "Blocks that could not be saved (left uncached).",
+}
+
+
+class KvtierPromMetrics(KVConnectorPromMetrics):
+    """The connector's counters in vLLM's Prometheus /metrics (vLLM builds this through
+    KvtierConnector.build_prom_metrics and hands it each step's KvtierConnectorStats data):
+    vllm:kvtier_<counter>_total for each of _PROM_COUNTERS, vllm:kvtier_loaded_bytes_total, and
+    the histogram vllm:kvtier_load_seconds of each load, labelled by the slowest tier it read."""
+
+    def __init__(self, vllm_config: Any, metric_types: dict, labelnames: list[str],
+                 per_engine_labelvalues: dict[int, list[object]]):
+        super().__init__(vllm_config, metric_types, labelnames, per_engine_labelvalues)
+        self._counters = {
+            name: self._counter_cls(name=f"vllm:kvtier_{name}_total", documentation=doc,
+                                    labelnames=labelnames)
+            for name, doc in _PROM_COUNTERS.items()}
+        self._loaded_bytes = self._counter_cls(
+            name="vllm:kvtier_loaded_bytes_total",
+            documentation="Bytes loaded from kvtierd into vLLM's KV cache.", labelnames=labelnames)
+        self._load_seconds = self._histogram_cls(
+            name="vllm:kvtier_load_seconds",
+            documentation="Time of one request's load from kvtierd, by the slowest tier read.",
+            buckets=[1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 0.1, 0.3, 1.0, 3.0],
+            labelnames=labelnames + ["tier"])
+
+    def observe(self, transfer_stats_data: dict[str, Any], engine_idx: int = 0) -> None:
+        labels = self.per_engine_labelvalues[engine_idx]
+        for name, counter in self._counters.items():
+            value = transfer_stats_data.get(name, 0)
+            if value:
+                counter.labels(*labels).inc(value)
+        for tier, nbytes, seconds in transfer_stats_data.get("loads", []):
+            self._loaded_bytes.labels(*labels).inc(nbytes)
+            self._load_seconds.labels(*labels, tier).observe(seconds)
 
 
 @dataclasses.dataclass
@@ -421,8 +479,10 @@ class KvtierConnector(KVConnectorBase_V1):
         # still there when the worker loads it.
         self._hold_s = float(extra("hold_s", _DEFAULT_HOLD_S))
         self._cost = LoadCostModel()
-        # Worker: what it measured since vLLM last collected its stats.
+        # What this connector measured and counted since vLLM last collected its stats, and for
+        # the scheduler the counters' values then.
         self._worker_stats: dict[str, Any] = {}
+        self._reported: dict[str, int] = {}
         self._step_started: Optional[float] = None  # bind_connector_metadata of this step
         # Scheduler state.
         self._tracked: dict[str, _Tracked] = {}
@@ -437,6 +497,7 @@ class KvtierConnector(KVConnectorBase_V1):
         # it is recomputed, not loaded again (a load that fails for good would never end).
         self._loading_blocks: dict[str, set[int]] = {}
         self._failed_loads: set[str] = set()
+        self._async_offers: set[str] = set()  # requests last offered an asynchronous load
         # Requests some of whose blocks were planned to be stored: their blocks are freed only
         # once the workers report the saves done (request_finished delays the free).
         self._storing_requests: set[str] = set()
@@ -508,7 +569,15 @@ class KvtierConnector(KVConnectorBase_V1):
         self._offered[request.request_id] = (found_keys, num_computed_tokens, tiers)
         if offered > 0 and self._skip_slow_loads and not self._worth_loading(tiers[first:], offered):
             return 0, False
-        return offered, offered > 0
+        # With nothing else running or loading, the load is made before this step's forward pass
+        # (synchronous): nobody waits for it, and the request computes in this step rather than
+        # after the steps an asynchronous load is reported in.
+        load_async = offered > 0 and bool(self._tracked or self._loading_blocks)
+        if load_async:
+            self._async_offers.add(request.request_id)
+        else:
+            self._async_offers.discard(request.request_id)
+        return offered, load_async
 
     def _send_lookups(self) -> None:
         """This step's lookups, in one round trip (the step's only wait for kvtierd)."""
@@ -558,9 +627,12 @@ class KvtierConnector(KVConnectorBase_V1):
         self._counts["hit_tokens"] += num_external_tokens
         if num_external_tokens > 0:
             last = first + num_external_tokens // self._block_size
+            sync = request.request_id not in self._async_offers
             self._loads.append(Transfer(request.request_id, keys[first:last], block_ids[first:last],
-                                        tiers[first:last]))
-            self._loading_blocks[request.request_id] = set(block_ids[first:last])
+                                        tiers[first:last], sync))
+            if not sync:  # vLLM learns of its failures through get_finished's step
+                self._loading_blocks[request.request_id] = set(block_ids[first:last])
+        self._async_offers.discard(request.request_id)
 
     def build_connector_meta(self, scheduler_output: Any) -> KVConnectorMetadata:
         meta = KvtierConnectorMetadata(
@@ -628,6 +700,7 @@ class KvtierConnector(KVConnectorBase_V1):
                       self._loading_blocks):
             state.pop(request.request_id, None)
         self._failed_loads.discard(request.request_id)
+        self._async_offers.discard(request.request_id)
         # Saves run after their step: blocks some of which are being saved are freed once the
         # workers report the request (get_finished).
         storing = request.request_id in self._storing_requests
@@ -686,14 +759,20 @@ class KvtierConnector(KVConnectorBase_V1):
         self._step_started = time.perf_counter()
 
     def start_load_kv(self, forward_context: Any, **kwargs: Any) -> None:
-        """Hands this step's loads to the load thread; get_finished reports each request once
-        its blocks are in."""
+        """Makes this step's synchronous loads (the forward pass needs them), and hands the
+        others to the load thread; get_finished reports each of those requests once its blocks
+        are in."""
         for t in self._get_connector_metadata().loads:
+            if t.sync:
+                started = time.perf_counter()
+                self._loaded(t, self._load(t), time.perf_counter() - started)
+                continue
             self._loading[t.req_id] = self._loading.get(t.req_id, 0) + 1
             self._loader.submit(t)
 
     def _load(self, t: Transfer) -> int:
-        """On the load thread: t's blocks into vLLM's pages; the count of leading blocks served."""
+        """t's blocks into vLLM's pages (on the load thread, or the worker's for a synchronous
+        load); the count of leading blocks served."""
         try:
             served = self._load_link.call("load", lambda c, ns: self._transfer(c, ns, t, load=True))
         except kvtier.KvtierError:
@@ -720,24 +799,26 @@ class KvtierConnector(KVConnectorBase_V1):
         self._saved_requests -= sent
         done: set[str] = set()
         for t, served, seconds in (self._loader.take() if self._loader else ()):
-            served = served or 0
-            if served > 0 and t.tiers:
-                # Timed by the slowest tier it read from (load_cost.py prices a load the same way).
-                self._note("loads", [slowest_tier(t.tiers[:served]), served * self._block_bytes,
-                                     seconds])
-            self._note("loaded_blocks", served)
-            self._note("load_error_blocks", len(t.block_ids) - served)
-            # Blocks not served (evicted since the lookup, kvtierd gone or failing) are
-            # reported to vLLM, which recomputes them; a block half-written by a failed call is
-            # among them.
-            self._load_errors.update(t.block_ids[served:])
-            self._counts["loaded_blocks"] += served
-            self._counts["load_error_blocks"] += len(t.block_ids) - served
+            self._loaded(t, served or 0, seconds)
             self._loading[t.req_id] -= 1
             if self._loading[t.req_id] == 0:
                 del self._loading[t.req_id]
                 done.add(t.req_id)
         return sent or None, done or None
+
+    def _loaded(self, t: Transfer, served: int, seconds: float) -> None:
+        """Counts a finished load; its blocks not served go to get_block_ids_with_load_errors."""
+        if served > 0 and t.tiers:
+            # Timed by the slowest tier it read from (load_cost.py prices a load the same way).
+            self._note("loads", [slowest_tier(t.tiers[:served]), served * self._block_bytes,
+                                 seconds])
+        self._note("loaded_blocks", served)
+        self._note("load_error_blocks", len(t.block_ids) - served)
+        # Blocks not served (evicted since the lookup, kvtierd gone or failing) are reported to
+        # vLLM, which recomputes them; a block half-written by a failed call is among them.
+        self._load_errors.update(t.block_ids[served:])
+        self._counts["loaded_blocks"] += served
+        self._counts["load_error_blocks"] += len(t.block_ids) - served
 
     def _collect_saves(self) -> None:
         for job, stored, _ in (self._saver.take() if self._saver else ()):
@@ -799,11 +880,24 @@ class KvtierConnector(KVConnectorBase_V1):
         return self._try(lambda c, ns: self._transfer(c, ns, t, load=False), "store") is not None
 
     def get_kv_connector_stats(self) -> Optional[KVConnectorStats]:
-        """What this worker measured and counted since the last call (KvtierConnectorStats)."""
+        """What this connector measured and counted since the last call (KvtierConnectorStats):
+        a worker's loads, saves and timings; the scheduler's lookups and what they offered."""
+        if self._role == KVConnectorRole.SCHEDULER:
+            for name in _SCHEDULER_COUNTERS:
+                if self._counts[name] != self._reported.get(name, 0):
+                    self._note(name, self._counts[name] - self._reported.get(name, 0))
+                    self._reported[name] = self._counts[name]
         if not self._worker_stats:
             return None
         stats, self._worker_stats = KvtierConnectorStats(data=self._worker_stats), {}
         return stats
+
+    @classmethod
+    def build_prom_metrics(cls, vllm_config: Any, metric_types: dict, labelnames: list[str],
+                           per_engine_labelvalues: dict[int, list[object]]
+                           ) -> Optional[KVConnectorPromMetrics]:
+        """The connector's counters in vLLM's /metrics (KvtierPromMetrics)."""
+        return KvtierPromMetrics(vllm_config, metric_types, labelnames, per_engine_labelvalues)
 
     @classmethod
     def build_kv_connector_stats(cls, data: Optional[dict[str, Any]] = None
