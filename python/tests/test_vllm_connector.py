@@ -8,6 +8,7 @@ test_vllm_engine.py runs the connector on real engines.
 """
 import functools
 import os
+import threading
 import time
 from types import SimpleNamespace
 
@@ -78,11 +79,21 @@ def blocks(ids):
 
 
 def match(sched, r, computed=0):
-    """vLLM's asks of a new request: the first is answered "not known yet" (its lookup joins the
-    step's), the step's build_connector_meta sends the lookups, the next step's ask answers."""
-    assert sched.get_num_new_matched_tokens(r, computed) == (None, False)
-    sched.build_connector_meta(output())
-    return sched.get_num_new_matched_tokens(r, computed)
+    """vLLM's asks of a new request until one is answered: its lookup is sent as it arrives
+    (on_new_request); an ask while the answer is not in is "not known yet" (None), and vLLM asks
+    again at its next step."""
+    sched.on_new_request(r)
+    return ask_until_known(sched, r, computed)
+
+
+def ask_until_known(sched, r, computed=0):
+    """get_num_new_matched_tokens every millisecond, as the engine's steps ask it, until it
+    answers."""
+    deadline = time.monotonic() + 10
+    while (answer := sched.get_num_new_matched_tokens(r, computed))[0] is None:
+        assert time.monotonic() < deadline, f"the lookup of {r.request_id} never came back"
+        time.sleep(0.001)
+    return answer
 
 
 def finished_loads(worker, req_ids, timeout_s=10):
@@ -277,10 +288,11 @@ def through_proxy(kvtierd, proxy, salt, register=True):
     return sched, fast, slow
 
 
-def test_one_lookup_round_trip_per_step_for_all_new_requests(unix_url):
-    """Three requests arrive in one step: each is answered "not known yet", the step sends their
-    lookups in one round trip, and their next asks are answered from it, again and again while
-    a request waits to be scheduled."""
+def test_lookups_are_sent_as_requests_arrive_together_while_one_is_in_flight(unix_url):
+    """Requests are looked up as they arrive, on the lookup thread: those that arrive while a
+    round trip is in flight go together in the next one. An ask before the answer is in is
+    "not known yet"; the answer is then given at every ask until the request is allocated, and a
+    request that ends before its answer is in is forgotten."""
     vllm_config, kv_cache_config = configs(unix_url, "flashinfer", salt="batch")
     sched = KvtierConnector(vllm_config, KVConnectorRole.SCHEDULER, kv_cache_config)
     worker = KvtierConnector(vllm_config, KVConnectorRole.WORKER, kv_cache_config)
@@ -289,18 +301,39 @@ def test_one_lookup_round_trip_per_step_for_all_new_requests(unix_url):
     store_request(sched, worker, "A", hashes, [0, 1, 2, 3])
     new = [request("N0", hashes, 3 * BLOCK + 1),
            request("N1", [os.urandom(32) for _ in range(3)], 3 * BLOCK + 1),
-           request("N2", hashes[:2] + [os.urandom(32)], 3 * BLOCK + 1)]
+           request("N2", hashes[:2] + [os.urandom(32)], 3 * BLOCK + 1),
+           request("N3", hashes, 3 * BLOCK + 1)]
+    gate = threading.Event()
+    sched._lookups.run_later(gate.wait)  # the lookup thread is busy until the gate opens
+    counters = dict(sched._link._client.counters)
     for r in new:
-        assert sched.get_num_new_matched_tokens(r, 0) == (None, False)
-    counters = sched._link._client.counters
-    sched.build_connector_meta(output())
-    assert sched._link._client.counters["round_trips"] == counters["round_trips"] + 1
+        sched.on_new_request(r)
+    assert sched.get_num_new_matched_tokens(new[0], 0) == (None, False)
+    sched.request_finished(new[3], [])  # ends before its lookup is answered
+    gate.set()
     answers = [(3 * BLOCK, True), (0, False), (2 * BLOCK, True)]
-    for _ in range(2):
-        assert [sched.get_num_new_matched_tokens(r, 0) for r in new] == answers
-    sched.build_connector_meta(output())
+    assert [ask_until_known(sched, r, 0) for r in new[:3]] == answers
     assert sched._link._client.counters["round_trips"] == counters["round_trips"] + 1
+    for _ in range(2):
+        assert [sched.get_num_new_matched_tokens(r, 0) for r in new[:3]] == answers
+    assert not sched._lookups.submitted("N3")
     assert sched.stats()["lookups"] == 1 + 3
+    for conn in (sched, worker):
+        conn.shutdown()
+
+
+def test_a_request_not_announced_is_looked_up_when_first_asked_about(unix_url):
+    """A vLLM without on_new_request: the first ask sends the lookup, and with nothing else
+    running waits for it (a short wait, not an engine step)."""
+    vllm_config, kv_cache_config = configs(unix_url, "flashinfer", salt="late")
+    sched = KvtierConnector(vllm_config, KVConnectorRole.SCHEDULER, kv_cache_config)
+    worker = KvtierConnector(vllm_config, KVConnectorRole.WORKER, kv_cache_config)
+    worker.register_kv_caches(caches("flashinfer"))
+    hashes = [os.urandom(32) for _ in range(3)]
+    store_request(sched, worker, "A", hashes, [0, 1, 2, 3])
+    sched.request_finished(request("A", hashes, 3 * BLOCK + 1), [])  # nothing else runs now
+    assert ask_until_known(sched, request("B", hashes, 3 * BLOCK + 1)) == (3 * BLOCK, False)
+    assert sched.stats()["lookups"] == 2
     for conn in (sched, worker):
         conn.shutdown()
 

@@ -33,12 +33,15 @@ every attention layer: for each layer in ``kv_cache_config`` order, the bytes of
 they lie in memory (K and V pages separately when the backend keeps them apart); pages are moved
 as opaque bytes, never reinterpreted.
 
-* Scheduler: ``get_num_new_matched_tokens`` answers a new request "not known yet" (``None``) and
-  queues its block hashes; ``build_connector_meta`` sends the step's queued lookups together (one
-  round trip per step, however many requests arrived), and at the request's next step the cached
-  blocks beyond vLLM's own prefix cache are offered, leaving the last prompt token to be
-  computed: as an asynchronous load while other requests run or load, as a synchronous one
-  (made before the step's forward pass, which then computes the request) when nothing else does; ``update_state_after_alloc`` records the block ids to load into;
+* Scheduler: ``on_new_request`` hands a request's block hashes to the lookup thread as it
+  arrives (``prefix_lookups.py``: the lookups queued while one is in flight go together in the
+  next round trip, and the scheduler's thread never waits on kvtierd). When vLLM first considers
+  the request, ``get_num_new_matched_tokens`` offers the cached blocks beyond vLLM's own prefix
+  cache, leaving the last prompt token to be computed; if the answer is not in yet it says "not
+  known yet" (``None``) and vLLM asks again at its next step, or, with nothing else running,
+  waits for it up to 20 ms. The load is asynchronous while other requests run or load, and
+  synchronous (made before the step's forward pass, which then computes the request) when
+  nothing else does; ``update_state_after_alloc`` records the block ids to load into;
   ``build_connector_meta`` emits the loads and, for every request, the blocks that become full in
   this step, to store.
 * Worker: ``register_kv_caches`` turns each layer's cache into per-block page views and starts
@@ -93,6 +96,7 @@ from vllm.distributed.kv_transfer.kv_connector.v1.metrics import (KVConnectorPro
 
 import kvtier
 from kvtier.integrations.load_cost import LoadCostModel, slowest_tier
+from kvtier.integrations.prefix_lookups import PrefixLookups
 
 __all__ = ["KvtierConnector", "KvtierConnectorMetadata", "KvtierConnectorStats",
            "KvtierPromMetrics"]
@@ -128,6 +132,11 @@ _DEFAULT_HOLD_S = 5.0
 # The longest a step with nothing to compute waits for loads before it ends (get_finished): a
 # request that arrives meanwhile waits at most this long for its first step.
 _IDLE_STEP_LOAD_WAIT_S = 0.02
+
+# The longest the scheduler waits for a request's lookup (sent when it arrived) when nothing else
+# runs or loads: the alternative is an empty engine step, which costs the request as much and
+# keeps the GIL from the lookup thread. With other requests running it never waits.
+_IDLE_LOOKUP_WAIT_S = 0.02
 
 _DTYPES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16",
            torch.int8: "int8", torch.uint8: "int8"}
@@ -509,9 +518,10 @@ class KvtierConnector(KVConnectorBase_V1):
         # Scheduler state.
         self._tracked: dict[str, _Tracked] = {}
         self._loads: list[Transfer] = []
-        # Lookups asked for in this step, sent together in build_connector_meta, and their
-        # answers (keys of the prefix found, tier of each) until the request is allocated.
-        self._pending_lookups: dict[str, list[bytes]] = {}
+        # Lookups in flight on their own thread (sent as requests arrive, or when first asked
+        # about), and their answers (keys of the prefix found, tier of each) until the request
+        # is allocated.
+        self._lookups: Optional[PrefixLookups] = None
         self._found: dict[str, tuple[list[bytes], list[str]]] = {}
         self._offered: dict[str, _Offer] = {}
         # Blocks each request is loading into, until the workers report it loaded; and the
@@ -530,7 +540,10 @@ class KvtierConnector(KVConnectorBase_V1):
         self._saver: Optional[_Mover] = None
         self._load_link: Optional[_Link] = None
         if role == KVConnectorRole.SCHEDULER:
-            self._try(lambda c, ns: c.ping(), "connect")  # logs now if kvtierd is not there
+            # The lookup thread owns the scheduler's link: the scheduler never waits on kvtierd.
+            self._lookups = PrefixLookups(self._link.call, self._hold_s)
+            # Connects at once, and logs now if kvtierd is not there.
+            self._lookups.run_later(lambda: self._try(lambda c, ns: c.ping(), "connect"))
 
     def _descriptor(self, vllm_config: Any, spec: Any, salt: str) -> kvtier.NamespaceDescriptor:
         model = vllm_config.model_config
@@ -564,20 +577,33 @@ class KvtierConnector(KVConnectorBase_V1):
 
     # ---- Scheduler side ----
 
+    def _lookup_keys(self, request: Any) -> list[bytes]:
+        """The keys a request is looked up by: its full blocks but the one holding its last
+        prompt token, which the engine computes."""
+        return self._keys(request, (request.num_prompt_tokens - 1) // self._block_size)
+
+    def on_new_request(self, request: Any) -> None:
+        """A request has arrived: its lookup is sent now, so that the answer is in when the
+        scheduler first considers it (vLLM versions without this hook look it up then)."""
+        keys = self._lookup_keys(request)
+        if keys and self._lookups is not None:
+            self._lookups.submit(request.request_id, keys)
+
     def get_num_new_matched_tokens(self, request: Any,
                                    num_computed_tokens: int) -> tuple[Optional[int], bool]:
-        """A request's first ask is answered "not known yet" (None): its lookup joins this step's,
-        sent together in build_connector_meta, and vLLM asks again at its next step. Then the
-        prefix found beyond vLLM's own cache is offered, loaded asynchronously (the request waits
-        for it while others run)."""
-        usable = (request.num_prompt_tokens - 1) // self._block_size  # keep one token to compute
-        keys = self._keys(request, usable)
+        """The prefix found beyond vLLM's own cache, from the request's lookup (sent when it
+        arrived, or now). While the answer is not in, "not known yet" (None: vLLM asks again at
+        the next step); with nothing else running the scheduler waits for it a little instead.
+        Loaded asynchronously (the request waits for it while others run), or synchronously when
+        nothing else runs."""
+        keys = self._lookup_keys(request)
         if not keys or request.request_id in self._failed_loads:
             return 0, False
         found = self._found.get(request.request_id)
         if found is None:
-            self._pending_lookups[request.request_id] = keys
-            return None, False
+            found = self._take_lookup(request.request_id, keys)
+            if found is None:
+                return None, False
         found_keys, tiers = found
         if not found_keys:
             return 0, False
@@ -593,23 +619,26 @@ class KvtierConnector(KVConnectorBase_V1):
         offer.load_async = offered > 0 and bool(self._tracked or self._loading_blocks)
         return offered, offer.load_async
 
-    def _send_lookups(self) -> None:
-        """This step's lookups, in one round trip (the step's only wait for kvtierd)."""
-        if not self._pending_lookups:
-            return
-        pending, self._pending_lookups = self._pending_lookups, {}
-        chains = list(pending.values())
-        self._counts["lookups"] += len(chains)
-        started = time.perf_counter()
-        answers = self._try(lambda c, ns: c.lookup_many(ns, chains, self._hold_s), "lookup")
-        if answers is None:
-            self._counts["lookup_errors"] += len(chains)
-            answers = [None] * len(chains)
-        else:
-            self._cost.observe_round_trip(time.perf_counter() - started)
-        for (req_id, keys), found in zip(pending.items(), answers):
-            prefix = found.prefix if found is not None else 0
-            self._found[req_id] = (keys[:prefix], list(found.tiers) if found is not None else [])
+    def _take_lookup(self, req_id: str,
+                     keys: list[bytes]) -> Optional[tuple[list[bytes], list[str]]]:
+        """req_id's lookup answer (kept in _found until the request is allocated), or None while
+        it is not in; submits the lookup if it was not (a vLLM without on_new_request, a
+        request asked about again after its answer was used)."""
+        if not self._lookups.submitted(req_id):
+            self._lookups.submit(req_id, keys)
+        idle = not self._tracked and not self._loading_blocks
+        answer = self._lookups.take(req_id, _IDLE_LOOKUP_WAIT_S if idle else 0.0)
+        self._observe_round_trips()
+        if answer is None:
+            return None
+        self._counts["lookups"] += 1
+        self._counts["lookup_errors"] += int(answer.failed)
+        found = self._found[req_id] = (answer.keys, answer.tiers)
+        return found
+
+    def _observe_round_trips(self) -> None:
+        for seconds in self._lookups.round_trips():
+            self._cost.observe_round_trip(seconds)
 
     def _worth_loading(self, tiers: list[str], tokens: int) -> bool:
         """Whether loading these blocks (their tiers) beats computing `tokens` tokens, by the
@@ -674,7 +703,6 @@ class KvtierConnector(KVConnectorBase_V1):
         for req_id, computed in progress:
             self._plan_store(meta, self._tracked[req_id],
                              computed + scheduler_output.num_scheduled_tokens.get(req_id, 0))
-        self._send_lookups()
         return meta
 
     def _plan_store(self, meta: KvtierConnectorMetadata, tracked: _Tracked, tokens: int) -> None:
@@ -711,8 +739,10 @@ class KvtierConnector(KVConnectorBase_V1):
 
     def request_finished(self, request: Any, block_ids: list[int]) -> tuple[bool, Optional[dict]]:
         tracked = self._tracked.pop(request.request_id, None)
-        for state in (self._offered, self._found, self._pending_lookups, self._loading_blocks):
+        for state in (self._offered, self._found, self._loading_blocks):
             state.pop(request.request_id, None)
+        if self._lookups is not None:
+            self._lookups.forget(request.request_id)
         self._failed_loads.discard(request.request_id)
         # Saves run after their step: blocks some of which are being saved are freed once the
         # workers report the request (get_finished).
@@ -917,9 +947,10 @@ class KvtierConnector(KVConnectorBase_V1):
         return errors
 
     def shutdown(self):
-        for mover in (self._loader, self._saver):
+        for mover in (self._loader, self._saver, self._lookups):
             if mover is not None:
                 mover.close()
+        self._lookups = None
         self._collect_saves()
         self._loader = self._saver = None
         for link in (self._link, self._load_link):

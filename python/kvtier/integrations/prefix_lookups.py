@@ -1,0 +1,147 @@
+"""Prefix lookups made as requests arrive, on a thread of their own, for an engine's scheduler.
+
+A scheduler that looks a request up when it first considers it pays a round trip to kvtierd on
+its own thread, or, if it sends the lookups of a step together, one engine step of delay for
+every request (asked once "not known yet", answered at the next step). Looking the request up
+when it arrives (vLLM's ``on_new_request``) removes both: by the time the scheduler considers
+the request, the answer is usually there, and the scheduler never waits on kvtierd unless it
+chooses to (``take``'s ``wait_s``, when nothing else would run meanwhile).
+
+The lookups submitted while one round trip is in flight go together in the next one, so a burst
+of arrivals costs one round trip, not one per request. A lookup that fails (kvtierd unreachable
+or answering an error) is answered as a miss, marked ``failed``.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+import time
+from typing import Any, Callable, Optional
+
+import kvtier
+
+logger = logging.getLogger("vllm.kvtier")
+
+# call(what, fn) runs fn(client, namespace) on the caller's connection to kvtierd, or raises
+# kvtier.KvtierError (the connection's owner logs failures).
+Call = Callable[[str, Callable[[kvtier.Client, kvtier.Namespace], Any]], Any]
+
+
+@dataclasses.dataclass
+class Found:
+    """A request's lookup: the keys of the leading blocks kvtierd holds and the tier of each."""
+    keys: list[bytes]
+    tiers: list[str]
+    failed: bool = False  # the lookup failed: answered as a miss
+
+
+class PrefixLookups:
+    """Lookups of submitted chains on a thread that owns ``call``'s connection from now on."""
+
+    def __init__(self, call: Call, hold_s: float, name: str = "kvtier-lookup"):
+        self._call = call
+        self._hold_s = hold_s
+        self._cond = threading.Condition()
+        self._queued: dict[str, list[bytes]] = {}
+        self._in_flight: set[str] = set()
+        self._answers: dict[str, Found] = {}
+        self._jobs: list[Callable[[], Any]] = []
+        self._round_trips: list[float] = []
+        self._closed = False
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    def submit(self, req_id: str, keys: list[bytes]) -> None:
+        """Looks keys up (a request's chain) with the next round trip; a new submit of the same
+        request replaces its earlier one."""
+        with self._cond:
+            self._answers.pop(req_id, None)
+            self._queued[req_id] = keys
+            self._cond.notify_all()
+
+    def submitted(self, req_id: str) -> bool:
+        """Whether req_id was submitted and its answer not taken yet."""
+        with self._cond:
+            return self._known(req_id)
+
+    def take(self, req_id: str, wait_s: float = 0.0) -> Optional[Found]:
+        """req_id's answer, once (None while it is not in, after waiting up to wait_s for it)."""
+        with self._cond:
+            if wait_s > 0:
+                self._cond.wait_for(
+                    lambda: req_id in self._answers or not self._known(req_id), wait_s)
+            return self._answers.pop(req_id, None)
+
+    def forget(self, req_id: str) -> None:
+        """Drops req_id's lookup and answer (the request ended): an answer still in flight is
+        thrown away when it comes."""
+        with self._cond:
+            self._queued.pop(req_id, None)
+            self._in_flight.discard(req_id)
+            self._answers.pop(req_id, None)
+
+    def run_later(self, job: Callable[[], Any]) -> None:
+        """Runs job on the lookup thread, before the next round trip (it owns the connection)."""
+        with self._cond:
+            self._jobs.append(job)
+            self._cond.notify_all()
+
+    def round_trips(self) -> list[float]:
+        """The seconds of each successful round trip since the last call."""
+        with self._cond:
+            taken, self._round_trips = self._round_trips, []
+        return taken
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        self._thread.join()
+
+    def _known(self, req_id: str) -> bool:
+        return req_id in self._queued or req_id in self._in_flight or req_id in self._answers
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                self._cond.wait_for(lambda: self._queued or self._jobs or self._closed)
+                if self._closed:
+                    return
+                jobs, self._jobs = self._jobs, []
+                batch, self._queued = self._queued, {}
+                self._in_flight.update(batch)
+            for job in jobs:
+                self._guarded(job)
+            if batch:
+                self._look_up(batch)
+
+    def _look_up(self, batch: dict[str, list[bytes]]) -> None:
+        chains = list(batch.values())
+        started = time.perf_counter()
+        answers = self._guarded(lambda: self._call(
+            "lookup", lambda c, ns: c.lookup_many(ns, chains, self._hold_s)))
+        seconds = time.perf_counter() - started
+        with self._cond:
+            if answers is not None:
+                self._round_trips.append(seconds)
+            for (req_id, keys), found in zip(batch.items(), answers or [None] * len(chains)):
+                if req_id not in self._in_flight:
+                    continue  # forgotten meanwhile
+                self._in_flight.discard(req_id)
+                if req_id in self._queued:
+                    continue  # submitted again meanwhile: that lookup answers
+                self._answers[req_id] = (Found(keys[:found.prefix], list(found.tiers))
+                                         if found is not None else Found([], [], failed=True))
+            self._cond.notify_all()
+
+    @staticmethod
+    def _guarded(job: Callable[[], Any]) -> Any:
+        """job(), or None when it raised: a failed lookup is a miss, never the engine's error."""
+        try:
+            return job()
+        except kvtier.KvtierError:
+            return None  # logged by the connection's owner
+        except Exception:  # noqa: BLE001
+            logger.exception("kvtier: a lookup failed")
+            return None
