@@ -95,6 +95,7 @@ from vllm.distributed.kv_transfer.kv_connector.v1.metrics import (KVConnectorPro
                                                                    KVConnectorStats)
 
 import kvtier
+from kvtier.integrations.link import Engine, Link
 from kvtier.integrations.load_cost import LoadCostModel, slowest_tier
 from kvtier.integrations.prefix_lookups import PrefixLookups
 
@@ -110,24 +111,16 @@ logger = logging.getLogger("vllm.kvtier")
 _SCHEDULER_COUNTERS = ("lookups", "lookup_errors", "hit_tokens", "skipped_loads",
                        "skipped_tokens")
 
-# URLs whose outage has been logged in this process. The scheduler's and the worker's connectors
-# (in one process when vLLM runs in-process) share it, so that an outage is logged once.
-_down_urls: set[str] = set()
-_down_lock = threading.Lock()
-
-# Errors after which the connection is unusable: the daemon is gone, stopping or not answering.
-_CONNECTION_LOST = (kvtier.DeviceError, kvtier.TimeoutError, kvtier.ShuttingDownError,
-                    kvtier.NotFoundError)
-# Of those, the ones a new connection may cure at once: a connection broken by a restart of
-# kvtierd, a namespace the new process does not know yet. A timeout is not retried (it would
-# double the stall).
-_STALE = (kvtier.DeviceError, kvtier.NotFoundError)
-
 # How long a prefix found at lookup is held (kept from eviction) by default: a request is
 # allocated and loaded within a few steps of its lookup unless the engine is full, and then it
 # is looked up again when it is rescheduled. The hold expires on its own: a pin is not counted
 # per holder, so it cannot be handed back without ending someone else's.
 _DEFAULT_HOLD_S = 5.0
+
+_ENGINE = Engine(client_name="vllm", logger=logger,
+                 without_data="vLLM carries on without these blocks (computes them, or leaves "
+                              "them uncached)",
+                 without_daemon="requests run without it")
 
 # The longest a step with nothing to compute waits for loads before it ends (get_finished): a
 # request that arrives meanwhile waits at most this long for its first step.
@@ -274,116 +267,6 @@ def _count_down(counts: dict[str, int], key: str) -> bool:
     return True
 
 
-class _Link:
-    """The connection of one connector (scheduler or worker) to kvtierd, made again after a failure.
-
-    kvtierd is a cache: when it is absent, stopped or broken, requests must run as if it held
-    nothing. A failed call is logged once per outage (not per request), the connection dropped,
-    and a new one tried at most every ``retry_s`` when the connector next needs it; the first
-    success after an outage is logged too. Used from one thread (the scheduler's or the worker's).
-    """
-
-    def __init__(self, url: Optional[str], timeout_s: float, retry_s: float,
-                 descriptor: kvtier.NamespaceDescriptor, block_bytes: int):
-        self._url, self._timeout_s, self._retry_s = url, timeout_s, retry_s
-        self._descriptor, self._block_bytes = descriptor, block_bytes
-        self._client: Optional[kvtier.Client] = None
-        self._ns: Optional[kvtier.Namespace] = None
-        self._next_try = 0.0
-        self._down = False   # this link failed and has not connected since
-        self._warned: set[str] = set()  # error codes already logged (daemon answers, not outages)
-        self.outages = 0   # times this link lost kvtierd (each logged once per process)
-        self.connects = 0  # connections made, the first included
-
-    def twin(self) -> "_Link":
-        """A link of its own to the same daemon and namespace, for another thread."""
-        return _Link(self._url, self._timeout_s, self._retry_s, self._descriptor,
-                     self._block_bytes)
-
-    def call(self, what: str, fn: Callable[[kvtier.Client, kvtier.Namespace], Any]) -> Any:
-        """fn(client, namespace), or raises kvtier.KvtierError: the daemon's error, or
-        DeviceError when there is no connection now (the caller carries on without the cache).
-        fn must be safe to run twice: after a broken connection it runs once more on a new one."""
-        if self._client is None:
-            self._connect(what, wait=True)
-            return self._run(what, fn)
-        try:
-            return fn(self._client, self._ns)
-        except _STALE as e:
-            # kvtierd may have restarted since the last call: one new connection, one retry,
-            # without waiting for retry_s (if it is really gone, the connect fails at once).
-            self._drop()
-            self._connect(what, wait=False, error=e)
-            return self._run(what, fn)
-        except kvtier.KvtierError as e:
-            self._failed(what, e)
-            raise
-
-    def _run(self, what: str, fn: Callable[[kvtier.Client, kvtier.Namespace], Any]) -> Any:
-        try:
-            return fn(self._client, self._ns)
-        except kvtier.KvtierError as e:
-            self._failed(what, e)
-            raise
-
-    def _failed(self, what: str, error: kvtier.KvtierError) -> None:
-        if isinstance(error, _CONNECTION_LOST):
-            self._lost(what, error)
-        elif error.code not in self._warned:
-            self._warned.add(error.code)
-            logger.warning("kvtier: %s failed (%s); vLLM carries on without these blocks "
-                           "(computes them, or leaves them uncached); further %s errors are "
-                           "not logged", what, error, error.code)
-
-    def _connect(self, what: str, wait: bool, error: Optional[Exception] = None) -> None:
-        now = time.monotonic()
-        if wait and now < self._next_try:
-            raise kvtier.DeviceError(f"kvtierd unreachable; next try in "
-                                     f"{self._next_try - now:.1f} s") from error
-        self._next_try = now + self._retry_s
-        client = None
-        try:
-            client = kvtier.connect(self._url, timeout_s=self._timeout_s, client_name="vllm")
-            self._ns = client.register_namespace(self._descriptor, self._block_bytes)
-        except kvtier.KvtierError as e:
-            if client is not None:
-                client.close()
-            self._lost(what, e)
-            raise
-        self._client = client
-        self.connects += 1
-        if self._down:
-            self._down = False
-            with _down_lock:
-                logged = self._url in _down_urls
-                _down_urls.discard(self._url)
-            if logged:
-                logger.info("kvtier: connected to kvtierd at %s again", self._url or "(default)")
-
-    def _drop(self) -> None:
-        if self._client is not None:
-            self._client.close()
-            self._client, self._ns = None, None
-
-    def _lost(self, what: str, error: Exception) -> None:
-        self._drop()
-        self._next_try = max(self._next_try, time.monotonic() + self._retry_s)
-        if self._down:
-            return
-        self._down = True
-        self.outages += 1
-        with _down_lock:
-            first = self._url not in _down_urls
-            _down_urls.add(self._url)
-        if first:
-            logger.warning("kvtier: kvtierd at %s unreachable (%s: %s); requests run without it "
-                           "and a new connection is tried every %.1f s", self._url or "(default)",
-                           what, error, self._retry_s)
-
-    def close(self) -> None:
-        self._drop()
-
-
 class _Mover:
     """One kind of the worker's transfers (loads, or saves) on a thread of their own, so that the
     forward pass runs while blocks move. `run(job)` does one and returns its result (a load: the
@@ -490,8 +373,8 @@ class KvtierConnector(KVConnectorBase_V1):
         descriptor = self._descriptor(vllm_config, spec, extra("tenant_salt", ""))
         self._ns_id = descriptor.namespace_id()  # keys need no daemon
         self._block_bytes = spec.page_size_bytes * len(self._layers)
-        self._link = _Link(extra("url", None), float(extra("timeout_s", 5.0)),
-                           float(extra("retry_s", 1.0)), descriptor, self._block_bytes)
+        self._link = Link(extra("url", None), float(extra("timeout_s", 5.0)),
+                          float(extra("retry_s", 1.0)), descriptor, self._block_bytes, _ENGINE)
         policy = getattr(self._kv_transfer_config, "kv_load_failure_policy", "recompute")
         if role == KVConnectorRole.SCHEDULER and policy != "recompute":  # the scheduler applies it
             logger.warning("kvtier: kv_load_failure_policy is %r: a block that cannot be loaded "
@@ -538,7 +421,7 @@ class KvtierConnector(KVConnectorBase_V1):
         self._finished_saving: set[str] = set()  # of those, finished; reported once saved
         self._loader: Optional[_Mover] = None  # started by register_kv_caches
         self._saver: Optional[_Mover] = None
-        self._load_link: Optional[_Link] = None
+        self._load_link: Optional[Link] = None
         if role == KVConnectorRole.SCHEDULER:
             # The lookup thread owns the scheduler's link: the scheduler never waits on kvtierd.
             self._lookups = PrefixLookups(self._link.call, self._hold_s)
