@@ -153,6 +153,20 @@ class Client(_kvtier.Client):
         (the layout of put_pages()); returns how many blocks were served."""
         return self._get_pages(ns, keys, as_buffers(list(pages)), list(block_ids), path)
 
+    def get_pages_layered(self, ns: Namespace, keys: Any, pages: Sequence[Any],
+                          block_ids: Sequence[int], parts_per_layer: int,
+                          progress: "_kvtier.LoadProgress") -> int:
+        """get_pages() copying layer by layer: ``pages`` are ``parts_per_layer`` parts a layer, and
+        ``progress.wait(n)`` (from another thread) returns once layers [0, n) of every block are
+        in, or the load has ended; the count served, as get_pages (progress.served too). The
+        shared-memory path when attached, else inline (layers then land together at the end).
+        A call that raises ends the load too, with nothing served."""
+        try:
+            return self._get_pages_layered(ns, keys, as_buffers(list(pages)), list(block_ids),
+                                           parts_per_layer, progress)
+        finally:
+            progress.finish(0)  # nothing when the load ended: the first finish counts
+
     def stats(self) -> dict:
         """The daemon's statistics (KVT.STATS, the same JSON as HTTP /stats and ``kvtier stats``)."""
         return json.loads(self._stats())

@@ -20,6 +20,7 @@
 #include "buffers.h"
 #include "client/client.h"
 #include "client/default_url.h"
+#include "layered_load.h"
 #include "status_error.h"
 
 namespace kvtier::python {
@@ -110,6 +111,20 @@ std::unique_ptr<PyClient> Connect(const std::optional<std::string>& url,
 // One pybind11 class definition: a single chain of .def() calls, one short lambda per method, which
 // reads best kept together rather than split into helpers that each bind a few methods.
 void BindClient(py::module_& m) {
+  py::class_<LoadProgress>(m, "LoadProgress", R"doc(
+How far a layer-by-layer load (Client.get_pages_layered) has come: wait(layers) returns once that
+many layers of every block are in, or the load has ended (then `served` tells how many leading
+blocks it served whole).
+)doc")
+      .def(py::init<>())
+      .def("wait", &LoadProgress::WaitForLayers, py::arg("layers"), py::arg("timeout_s") = -1.0,
+           py::call_guard<py::gil_scoped_release>(),
+           "Waits until `layers` layers are in or the load ended; False when timeout_s ran out.")
+      .def("finish", &LoadProgress::Finish, py::arg("served"),
+           "Ends the load (the first call counts): every waiter returns.")
+      .def_property_readonly("finished", &LoadProgress::finished)
+      .def_property_readonly("served", &LoadProgress::served);
+
   py::class_<PyClient>(m, "Client", R"doc(
 A connection to one kvtierd (low level; use kvtier.connect()).
 
@@ -234,6 +249,28 @@ serialised).
              }
              const MutableBlockSet set = MutableBlockSet::Paged(pages, block_ids, ns.block_bytes);
              return Get(self, ns, k, set, path);
+           })
+      .def("_get_pages_layered",
+           [](PyClient& self, const NamespaceInfo& ns, const py::handle& keys,
+              const py::handle& pages, const std::vector<int64_t>& block_ids,
+              size_t parts_per_layer, LoadProgress& progress) {
+             const std::vector<BlockKey> k = KeysFromPython(keys);
+             if (k.size() != block_ids.size() || parts_per_layer == 0) {
+               throw StatusError(InvalidArgument(
+                   "get_pages_layered: " + std::to_string(k.size()) + " keys, " +
+                   std::to_string(block_ids.size()) + " block ids, " +
+                   std::to_string(parts_per_layer) + " parts a layer"));
+             }
+             const MutableBlockSet set = MutableBlockSet::Paged(pages, block_ids, ns.block_bytes);
+             // On an error the load has not ended for the caller, which may try again: it
+             // calls progress.finish itself (kvtier.Client.get_pages_layered does).
+             const size_t served = self.Run([&](Client& c) {
+               if (!c.attached()) return ValueOrThrow(c.GetInline(ns.id, k, set.blocks()));
+               LayeredCopier copier(set.blocks(), parts_per_layer, progress);
+               return ValueOrThrow(c.GetWith(ns.id, k, ns.block_bytes, copier));
+             });
+             progress.Finish(served);
+             return served;
            })
       .def(
           "get_bytes",

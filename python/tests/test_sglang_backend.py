@@ -39,6 +39,7 @@ from sglang.srt.mem_cache.utils import get_storage_hash_str  # noqa: E402
 
 import kvtier  # noqa: E402
 from kvtier.integrations.sglang import KvtierHiCacheStorage  # noqa: E402
+from flood import flood  # noqa: E402
 from kvtierd_process import Daemon  # noqa: E402  (conftest puts it on sys.path)
 
 PAGE = 4
@@ -229,14 +230,7 @@ def test_a_page_evicted_in_between_is_a_miss(tmp_path, salt):
         gone_hashes, *_ = backup(ctl, pool, gone)
         assert backend.batch_exists(held_hashes) == 3  # and holds them
 
-        with kvtier.connect(url) as other:
-            ns = other.register_namespace(kvtier.NamespaceDescriptor(
-                model_id="flood", kv_dtype="int8", num_layers=1, num_kv_heads=1, head_dim=1,
-                tokens_per_block=PAGE, layout_tag="test"), backend._block_bytes)
-            for batch in range(48):  # 24,000 pages of the same size class: 1.5x the tier
-                keys = kvtier.fold_foreign_keys(ns, [(batch * 500 + i).to_bytes(8, "little")
-                                                     for i in range(500)])
-                other.put(ns, keys, np.zeros((500, backend._block_bytes), dtype=np.uint8))
+        flood(url, backend._block_bytes, PAGE, 48)  # 24,000 pages of the same size class: 1.5x the tier
 
         assert backend.batch_exists(gone_hashes) == 0
         assert backend.batch_get_v1(gone_hashes, pool.alloc(3 * PAGE)) == [False] * 3

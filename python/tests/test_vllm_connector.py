@@ -12,7 +12,6 @@ import threading
 import time
 from types import SimpleNamespace
 
-import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -26,6 +25,7 @@ from vllm.v1.kv_cache_interface import (FullAttentionSpec, KVCacheConfig,  # noq
 import kvtier  # noqa: E402
 from kvtier.integrations.vllm import (KvtierConnector, KvtierConnectorMetadata,  # noqa: E402
                                       KvtierConnectorStats, Transfer)
+from flood import flood  # noqa: E402
 from kvtierd_process import Daemon  # noqa: E402  (conftest puts it on sys.path)
 from resp_fault_proxy import FaultProxy  # noqa: E402
 
@@ -165,6 +165,94 @@ def test_store_then_load_across_requests(unix_url, layout):
     again = request("B2", b.block_hashes, 4 * BLOCK + 1)
     # B runs: B2's load is asynchronous, beside B's steps.
     assert match(sched, again, 0) == (4 * BLOCK, True)
+    for conn in (sched, worker):
+        conn.shutdown()
+
+
+def sync_load_meta(sched, worker, salt_hashes, ids, b_ids):
+    """A's blocks `ids` stored and A finished; then B, the same prefix, offered as a synchronous
+    load (nothing else runs) into b_ids: the step's metadata."""
+    store_request(sched, worker, "A", salt_hashes, ids + [ids[-1] + 1])
+    sched.request_finished(request("A", salt_hashes, len(salt_hashes) * BLOCK + 1), [])
+    b = request("B", salt_hashes, len(salt_hashes) * BLOCK + 1)
+    assert match(sched, b, 0) == (len(salt_hashes) * BLOCK, False)
+    sched.update_state_after_alloc(b, blocks(b_ids + [b_ids[-1] + 1]), len(salt_hashes) * BLOCK)
+    meta = sched.build_connector_meta(output(
+        [SimpleNamespace(req_id="B", block_ids=(b_ids,), num_computed_tokens=len(b_ids) * BLOCK)],
+        scheduled={"B": 1}))
+    assert [(t.block_ids, t.sync) for t in meta.loads] == [(b_ids, True)]
+    return meta
+
+
+@pytest.mark.parametrize("layout", ["flash_attn", "flashinfer"])
+def test_a_synchronous_load_goes_layer_by_layer(unix_url, layout):
+    """A load made for this step's forward pass runs on the layer-load thread: each attention
+    layer's wait_for_layer_load returns once that layer's pages of every block are in (K and V
+    apart or together), before the later layers', and the load is counted after the pass."""
+    vllm_config, kv_cache_config = configs(unix_url, layout, salt="layers")
+    sched = KvtierConnector(vllm_config, KVConnectorRole.SCHEDULER, kv_cache_config)
+    worker = KvtierConnector(vllm_config, KVConnectorRole.WORKER, kv_cache_config)
+    kv = caches(layout)
+    worker.register_kv_caches(kv)
+    meta = sync_load_meta(sched, worker, [os.urandom(32) for _ in range(3)], [2, 5, 8],
+                          [20, 21, 22])
+    worker.bind_connector_metadata(meta)
+    worker.start_load_kv(None)
+    assert len(worker._layer_loads) == 1
+    for name in LAYERS:
+        worker.wait_for_layer_load(name)
+        for src, dst in zip([2, 5, 8], [20, 21, 22]):
+            assert torch.equal(page(kv[name], layout, dst), page(kv[name], layout, src)), name
+    worker.wait_for_save()
+    assert worker.get_block_ids_with_load_errors() == set()
+    assert worker.stats()["loaded_blocks"] == 3
+    worker.clear_connector_metadata()
+    for conn in (sched, worker):
+        conn.shutdown()
+
+
+def test_a_layered_load_whose_daemon_died_ends_and_is_recomputed(tmp_path):
+    """kvtierd killed between the lookup and the load: wait_for_layer_load does not hang, and
+    every block is reported to vLLM to recompute."""
+    daemon = Daemon(tmp_path, host_bytes="64MiB", slab_bytes="8MiB")
+    daemon.start()
+    try:
+        vllm_config, kv_cache_config = configs("unix://" + daemon.unix, "flashinfer", salt="kill")
+        sched = KvtierConnector(vllm_config, KVConnectorRole.SCHEDULER, kv_cache_config)
+        worker = KvtierConnector(vllm_config, KVConnectorRole.WORKER, kv_cache_config)
+        worker.register_kv_caches(caches("flashinfer"))
+        meta = sync_load_meta(sched, worker, [os.urandom(32) for _ in range(2)], [1, 2], [10, 11])
+        daemon.kill()
+        worker.bind_connector_metadata(meta)
+        worker.start_load_kv(None)
+        for name in LAYERS:
+            worker.wait_for_layer_load(name)
+        worker.wait_for_save()
+        assert worker.get_block_ids_with_load_errors() == {10, 11}
+        worker.clear_connector_metadata()
+        for conn in (sched, worker):
+            conn.shutdown()
+    finally:
+        if daemon.alive():
+            daemon.stop()
+
+
+def test_layerwise_off_loads_before_the_pass(unix_url):
+    """Extra config "layerwise": false: the synchronous load is made whole in start_load_kv."""
+    vllm_config, kv_cache_config = configs(unix_url, "flashinfer", salt="whole")
+    vllm_config.kv_transfer_config.kv_connector_extra_config["layerwise"] = False
+    sched = KvtierConnector(vllm_config, KVConnectorRole.SCHEDULER, kv_cache_config)
+    worker = KvtierConnector(vllm_config, KVConnectorRole.WORKER, kv_cache_config)
+    kv = caches("flashinfer")
+    worker.register_kv_caches(kv)
+    meta = sync_load_meta(sched, worker, [os.urandom(32) for _ in range(2)], [1, 2], [10, 11])
+    worker.bind_connector_metadata(meta)
+    worker.start_load_kv(None)
+    assert worker._layer_loads == [] and worker.stats()["loaded_blocks"] == 2
+    for name in LAYERS:
+        assert torch.equal(page(kv[name], "flashinfer", 10), page(kv[name], "flashinfer", 1))
+    worker.wait_for_save()
+    worker.clear_connector_metadata()
     for conn in (sched, worker):
         conn.shutdown()
 
@@ -473,14 +561,7 @@ def test_a_lookups_hold_keeps_the_prefix_until_it_is_loaded(tmp_path):
         b = request("B", held, 2 * BLOCK + 1)
         assert match(sched, b, 0) == (2 * BLOCK, True)
 
-        with kvtier.connect("unix://" + daemon.unix) as flood:
-            ns = flood.register_namespace(kvtier.NamespaceDescriptor(
-                model_id="flood", kv_dtype="int8", num_layers=1, num_kv_heads=1, head_dim=1,
-                tokens_per_block=BLOCK, layout_tag="test"), sched._block_bytes)
-            for batch in range(12):  # 6,000 blocks of the same size class: 1.5x the tier
-                keys = kvtier.fold_foreign_keys(ns, [(batch * 500 + i).to_bytes(8, "little")
-                                                     for i in range(500)])
-                flood.put(ns, keys, np.zeros((500, sched._block_bytes), dtype=np.uint8))
+        flood("unix://" + daemon.unix, sched._block_bytes, BLOCK, 12)  # 6,000 blocks of the same size class: 1.5x the tier
         assert match(sched, request("D", control, 2 * BLOCK + 1), 0) == (0, False)
 
         sched.update_state_after_alloc(b, blocks([6, 7, 8]), 2 * BLOCK)

@@ -45,8 +45,12 @@ as opaque bytes, never reinterpreted.
   ``build_connector_meta`` emits the loads and, for every request, the blocks that become full in
   this step, to store.
 * Worker: ``register_kv_caches`` turns each layer's cache into per-block page views and starts
-  the load thread; ``start_load_kv`` hands the step's loads to it, and they run beside the
-  forward pass (the requests loading wait, the others run); ``get_finished`` reports each request
+  the load threads; ``start_load_kv`` hands the step's asynchronous loads to one, and they run
+  beside the forward pass (the requests loading wait, the others run), and its synchronous loads
+  of CPU caches to the other, which copies them layer by layer out of kvtierd's arena while the
+  pass runs: each attention layer's ``wait_for_layer_load`` waits only for that layer's pages
+  (``kvtier.Client.get_pages_layered``; extra config ``"layerwise": false`` loads them whole
+  before the pass, as CUDA caches are); ``get_finished`` reports each request
   whose loads are in, and ``get_block_ids_with_load_errors`` the blocks not served (vLLM
   recomputes them). ``wait_for_save`` hands the step's stores to the save thread, which copies
   them out while the engine goes on; ``request_finished`` keeps a request's blocks from being
@@ -75,8 +79,9 @@ The scheduler's lookups hold the prefix they find (``KVT.LOOKUP ... HOLD``, ``ho
 is still there at load; a block evicted anyway is reported through
 ``get_block_ids_with_load_errors`` and recomputed, and stored again.
 
-Not done: layer-wise loading (``wait_for_layer_load``: loads are asynchronous, so a restored
-request computes once all its blocks are in, while the others run), MLA and hybrid (HMA) models.
+Not done: layer-wise loading of CUDA caches and of asynchronous loads (a request whose load is
+asynchronous computes once all its blocks are in, while the others run), MLA and hybrid (HMA)
+models.
 """
 from __future__ import annotations
 
@@ -95,6 +100,7 @@ from vllm.distributed.kv_transfer.kv_connector.v1.metrics import (KVConnectorPro
                                                                    KVConnectorStats)
 
 import kvtier
+from kvtier import _kvtier
 from kvtier.integrations.link import Engine, Link
 from kvtier.integrations.load_cost import LoadCostModel, slowest_tier
 from kvtier.integrations.prefix_lookups import PrefixLookups
@@ -323,6 +329,14 @@ class _Mover:
 
 
 @dataclasses.dataclass
+class _LayeredLoad:
+    """A synchronous load made layer by layer on the layer-load thread while the forward pass
+    runs: the pass waits in wait_for_layer_load for each layer's pages (progress)."""
+    transfer: Transfer
+    progress: Any  # kvtier._kvtier.LoadProgress
+
+
+@dataclasses.dataclass
 class _Save:
     """A store the save thread makes; `ready`, for a device cache: an event recorded on the
     engine's stream after the step that wrote the blocks, which the copy waits for."""
@@ -422,6 +436,14 @@ class KvtierConnector(KVConnectorBase_V1):
         self._loader: Optional[_Mover] = None  # started by register_kv_caches
         self._saver: Optional[_Mover] = None
         self._load_link: Optional[Link] = None
+        # Synchronous loads of CPU caches go layer by layer (wait_for_layer_load), on a thread and
+        # a link of their own; extra config "layerwise": false loads them whole before the pass.
+        self._layerwise = str(extra("layerwise", True)).lower() not in ("0", "false")
+        self._layer_loader: Optional[_Mover] = None
+        self._layer_link: Optional[Link] = None
+        self._layer_loads: list[_LayeredLoad] = []  # this step's
+        self._layer_of: dict[str, int] = {name: i for i, name in enumerate(self._layers)}
+        self._parts_per_layer = 1
         if role == KVConnectorRole.SCHEDULER:
             # The lookup thread owns the scheduler's link: the scheduler never waits on kvtierd.
             self._lookups = PrefixLookups(self._link.call, self._hold_s)
@@ -642,6 +664,10 @@ class KvtierConnector(KVConnectorBase_V1):
                              f"{self._block_bytes}")
         self._load_link = self._link.twin()
         self._loader = _Mover("kvtier-load", self._load)
+        self._parts_per_layer = len(self._pages) // len(self._layers)
+        if self._layerwise and self._pages[0].device.type == "cpu":
+            self._layer_link = self._link.twin()
+            self._layer_loader = _Mover("kvtier-load-layers", self._load_layers)
         self._saver = _Mover("kvtier-save", self._save)  # the only user of self._link from now
 
     def _transfer(self, client: kvtier.Client, ns: kvtier.Namespace, t: Transfer,
@@ -683,10 +709,15 @@ class KvtierConnector(KVConnectorBase_V1):
         self._step_started = time.perf_counter()
 
     def start_load_kv(self, forward_context: Any, **kwargs: Any) -> None:
-        """Makes this step's synchronous loads (the forward pass needs them), and hands the
-        others to the load thread; get_finished reports each of those requests once its blocks
-        are in."""
+        """Starts this step's synchronous loads (the forward pass needs them: layer by layer on
+        the layer-load thread for CPU caches, else made here), and hands the others to the load
+        thread; get_finished reports each of those requests once its blocks are in."""
         for t in self._get_connector_metadata().loads:
+            if t.sync and self._layer_loader is not None:
+                job = _LayeredLoad(t, _kvtier.LoadProgress())
+                self._layer_loads.append(job)
+                self._layer_loader.submit(job)
+                continue
             if t.sync:
                 started = time.perf_counter()
                 self._loaded(t, self._load(t), time.perf_counter() - started)
@@ -705,10 +736,36 @@ class KvtierConnector(KVConnectorBase_V1):
             torch.cuda.current_stream(self._pages[0].device).synchronize()  # the copies are in
         return served
 
+    def _load_layers(self, job: _LayeredLoad) -> int:
+        """On the layer-load thread: job's blocks into vLLM's pages, layer by layer; the count of
+        leading blocks served. A failed try ends the load (progress finished, the forward pass
+        goes on and the blocks are recomputed): the link's retry on a new connection then copies
+        nothing, for the pass may be reading those pages already."""
+        t = job.transfer
+        try:
+            return self._layer_link.call("load", lambda c, ns: 0 if job.progress.finished else
+                                         c.get_pages_layered(ns, t.keys, self._pages, t.block_ids,
+                                                             self._parts_per_layer, job.progress))
+        except kvtier.KvtierError:
+            return 0
+        finally:
+            job.progress.finish(0)  # nothing if the load ended: the first finish counts
+
+    def _finish_layer_loads(self) -> None:
+        """After the forward pass: this step's layered loads are counted, their blocks not served
+        reported to vLLM in this step (get_block_ids_with_load_errors), as a synchronous load's."""
+        if not self._layer_loads:
+            return
+        self._layer_loader.drain()
+        for job, served, seconds in self._layer_loader.take():
+            self._loaded(job.transfer, served or 0, seconds)
+        self._layer_loads = []
+
     def get_finished(self, finished_req_ids: set[str]) -> tuple[Optional[set[str]],
                                                                 Optional[set[str]]]:
         """The requests whose loads have all finished; their blocks not served are reported by
         get_block_ids_with_load_errors, which vLLM calls next, in the same step."""
+        self._finish_layer_loads()
         meta = self._get_connector_metadata() if self.has_connector_metadata() else None
         if self._loading and meta is not None and meta.computed_tokens == 0:
             # A step with nothing to compute, only loads to wait for: waiting here (the GIL
@@ -767,13 +824,18 @@ class KvtierConnector(KVConnectorBase_V1):
             self.wait_for_saves()
 
     def wait_for_layer_load(self, layer_name: str) -> None:
-        return
+        """Before an attention layer computes: waits (the GIL released) until that layer's pages
+        of this step's synchronous loads are in, or their loads have ended."""
+        layer = self._layer_of.get(layer_name)
+        for job in self._layer_loads:
+            job.progress.wait(len(self._layers) if layer is None else layer + 1)
 
     def save_kv_layer(self, layer_name: str, kv_layer: torch.Tensor, attn_metadata: Any,
                       **kwargs: Any) -> None:
         return  # whole blocks (all layers) are saved at the end of the step, in wait_for_save
 
     def wait_for_save(self):
+        self._finish_layer_loads()
         meta = self._get_connector_metadata()
         if self._step_started is not None and meta.computed_tokens > 0:
             # Its time per token is the price of a recompute. (On a GPU this is the time to
@@ -830,12 +892,12 @@ class KvtierConnector(KVConnectorBase_V1):
         return errors
 
     def shutdown(self):
-        for mover in (self._loader, self._saver, self._lookups):
+        for mover in (self._loader, self._layer_loader, self._saver, self._lookups):
             if mover is not None:
                 mover.close()
         self._lookups = None
         self._collect_saves()
-        self._loader = self._saver = None
-        for link in (self._link, self._load_link):
+        self._loader = self._layer_loader = self._saver = None
+        for link in (self._link, self._load_link, self._layer_link):
             if link is not None:
                 link.close()
