@@ -104,15 +104,22 @@ bool CommandContext::WaitsForMover(const Status& status) {
   return waits_for_mover_now;
 }
 
+Result<store::Lease> AcquireForReply(CommandContext& ctx, const NamespaceId& ns,
+                                     const BlockKey& key, store::Store::Reader reader) {
+  if (ctx.disk_read.Reads(key)) return ctx.disk_read.lease();
+  return ctx.server.store.Acquire(ns, key, reader);
+}
+
 Status AppendLeasedBulk(CommandContext& ctx, const store::Lease& lease, size_t skip_bytes,
                         const std::function<Status(std::span<const std::byte>)>& check) {
   store::Store& store = ctx.server.store;
   std::vector<std::byte> staged;
   const std::byte* block = lease.address;
   Status st;
-  if (block == nullptr) {  // not plain memory: stage the block once, verified by its tier
-    staged.resize(lease.extent.length);
-    st = store.ReadLeased(lease, staged);
+  if (block == nullptr) {  // not plain memory: staged by a disk-read thread, verified by its tier
+    if (!ctx.disk_read.Reads(lease.key)) ctx.disk_read = ctx.server.disk_reads.Start(lease);
+    if (!ctx.disk_read.done()) return Pending("the block is being read from disk");
+    st = ctx.disk_read.Take(staged);
     block = staged.data();
   }
   const std::span<const std::byte> bytes(block, lease.extent.length);

@@ -87,6 +87,10 @@ struct CommandContext {
   // call; the per-key answers continue from `cursor`.
   bool started = false;
   std::chrono::steady_clock::time_point mover_waiting_since{};
+  // A block being read from disk for this command's reply (AppendLeasedBulk): the command
+  // answers kPending until it is done, and its lease is reused when the command is called again
+  // (AcquireForReply).
+  DiskRead disk_read;
   // A handler's own state across kRetryLater calls (KVT.LOOKUP waiting for the remote tier).
   std::shared_ptr<void> resume_state;
   // Set by WaitsForMover when it answers true: the connection's wait for this kRetryLater is cut
@@ -173,7 +177,17 @@ const CommandSpec* PrepareCommand(CommandContext& ctx, const resp::Command& cmd)
 // copy the slot may have been reused: the bytes are taken back out of the reply and the lease's
 // error is returned, so the caller reports a miss (docs/protocol.md asks the same of every
 // client). On any error nothing is left in the reply and the lease has ended.
+//
+// A block on a tier without an address (NVMe, read in place) is read on a disk-read thread
+// (DiskReads): the first call starts the read, keeps the lease in ctx.disk_read and answers
+// kPending, appending nothing (the handler waits for it as for the mover: WaitsForMover), and a
+// later call with the same lease (AcquireForReply) appends the bytes.
 Status AppendLeasedBulk(CommandContext& ctx, const store::Lease& lease, size_t skip_bytes,
                         const std::function<Status(std::span<const std::byte>)>& check = {});
+
+// The lease of `key`'s block for a reply: the one ctx.disk_read holds for it (the command is
+// being called again once the read has ended), else Store::Acquire's.
+Result<store::Lease> AcquireForReply(CommandContext& ctx, const NamespaceId& ns,
+                                     const BlockKey& key, store::Store::Reader reader);
 
 }  // namespace kvtier::server

@@ -116,8 +116,8 @@ Status AppendValue(CommandContext& ctx, std::string_view key) {
   // answers BUSY for it), and a GET never sees the gap between a SET's remove and its commit.
   MutexLock lock(ctx.server.GenericWriteLock(block_key));
   // Read into the reply, from host memory: its reads never promote the value to the GPU pool.
-  Result<store::Lease> lease =
-      store.Acquire(ctx.server.generic_ns, block_key, store::Store::Reader::kHostMemory);
+  Result<store::Lease> lease = AcquireForReply(ctx, ctx.server.generic_ns, block_key,
+                                               store::Store::Reader::kHostMemory);
   ctx.FoundPending(lease.status());
   if (!lease.ok()) return lease.status();
   Status st =

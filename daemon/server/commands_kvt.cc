@@ -195,8 +195,8 @@ Progress Get(CommandContext& ctx, Command& cmd) {
     const bool waited = ctx.WaitedForMover();
     Result<store::Lease> lease =
         ctx.stopped ? Result<store::Lease>(NotFound("after a miss"))
-                    : ctx.server.store.Acquire(ns->id, PackedKey(cmd.args[2], ctx.cursor),
-                                               store::Store::Reader::kHostMemory);
+                    : AcquireForReply(ctx, ns->id, PackedKey(cmd.args[2], ctx.cursor),
+                                      store::Store::Reader::kHostMemory);
     // On NVMe: the mover reads it up while this connection waits (and the thread serves others).
     ctx.FoundPending(lease.status());
     if (ctx.WaitsForMover(lease.status())) {
@@ -205,6 +205,8 @@ Progress Get(CommandContext& ctx, Command& cmd) {
     }
     // A block is only useful with its whole prefix: after the first miss, nothing more is read.
     Status st = lease.ok() ? AppendLeasedBulk(ctx, *lease, 0) : lease.status();
+    // In place on NVMe: read on a disk-read thread while this connection waits.
+    if (ctx.WaitsForMover(st)) return Progress::kRetryLater;
     if (st.ok()) ctx.Found(lease->tier);
     if (!st.ok()) {
       ctx.stopped = true;

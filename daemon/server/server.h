@@ -76,6 +76,9 @@ struct ServerOptions {
   // background mover (the store answers kPending meanwhile; the connection serves others), then
   // answers BUSY (a put) or a miss (a read).
   uint64_t mover_wait_ms = 2'000;
+  // Threads that read blocks left on NVMe (nvme.promote_on_hit off) for the commands that send
+  // them, so that no network thread waits for the disk (DiskReads).
+  size_t disk_read_threads = 2;
   size_t max_clients = 10000;
   // Latency histograms of lookups, gets and puts (metrics::RequestLatency); metrics.histograms.
   bool latency_histograms = true;

@@ -16,6 +16,7 @@
 #include "common/keys.h"
 #include "common/thread_annotations.h"
 #include "daemon/metrics/request_latency.h"
+#include "daemon/server/disk_reads.h"
 #include "daemon/server/gpu_importers.h"
 #include "daemon/server/mover_waiters.h"
 #include "daemon/server/server.h"
@@ -76,6 +77,9 @@ struct ServerContext {
   std::atomic<bool> draining_gpu_importers{false};
   // How long lookups, gets and puts take (CommandContext::timed names what a command was).
   metrics::RequestLatency request_latency{options.latency_histograms};
+  // Reads of blocks on a tier without an address, off the network threads. Last, so that it is
+  // destroyed (its reads waited for) first.
+  DiskReads disk_reads{store, options.disk_read_threads, mover_waiters};
 
   Mutex& GenericWriteLock(const BlockKey& key) {
     return generic_write_locks[key.low % kGenericWriteStripes];

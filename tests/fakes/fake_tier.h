@@ -7,13 +7,17 @@
 // remembers what WriteBlock stored at each extent (identity and a hash of the bytes) and ReadBlock
 // answers kChecksumMismatch when either no longer matches, e.g. after FlipByte. It records the size
 // of every WriteBlocks/ReadBlocks batch, and can fail the blocks of one key only (FailBlocksOf), so
-// that a batch with one bad block can be tested.
+// that a batch with one bad block can be tested. HoldReads(true) makes ReadBlock wait until
+// HoldReads(false): a disk that has not answered yet, for tests of who waits for it.
 //
 // Thread safety: all methods may be called from any thread.
 #pragma once
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstring>
+#include <thread>
 #include <map>
 #include <string_view>
 #include <vector>
@@ -104,6 +108,8 @@ class FakeTier final : public tiers::Tier {
   Status ReadBlock(const Extent& e, const tiers::BlockIdentity& identity,
                    std::span<std::byte> dst) override {
     if (Fails(identity)) return DeviceError("injected read failure of one block");
+    reads_started_.fetch_add(1);
+    while (hold_reads_.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
     KVTIER_RETURN_IF_ERROR(Read(e, dst));
     MutexLock lock(mu_);
     auto it = written_.find(e.offset);
@@ -182,6 +188,9 @@ class FakeTier final : public tiers::Tier {
   }
 
   void set_fail_io(bool fail) { fail_io_ = fail; }
+  void HoldReads(bool hold) { hold_reads_ = hold; }
+  // ReadBlock calls so far, held ones included.
+  uint64_t reads_started() const { return reads_started_.load(); }
   uint64_t bad_frees() const {
     MutexLock lock(mu_);
     return bad_frees_;
@@ -207,6 +216,8 @@ class FakeTier final : public tiers::Tier {
   const bool addressable_;
   std::vector<std::byte> bytes_;
   std::atomic<bool> fail_io_{false};
+  std::atomic<bool> hold_reads_{false};
+  std::atomic<uint64_t> reads_started_{0};
   mutable Mutex mu_;
   std::map<uint64_t, uint64_t> free_ GUARDED_BY(mu_);       // offset -> length
   std::map<uint64_t, uint64_t> allocated_ GUARDED_BY(mu_);  // offset -> length
