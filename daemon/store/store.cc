@@ -278,6 +278,16 @@ Status Store::Remove(const NamespaceId& ns, const BlockKey& key) {
   return Status::Ok();
 }
 
+Store::RemoveAllResult Store::RemoveAll(const NamespaceId& ns) {
+  RemoveAllResult result;
+  for (const BlockKey& key : index_->KeysOfNamespace(ns)) {
+    const Status removed = Remove(ns, key);
+    if (removed.ok()) ++result.removed;
+    if (removed.code() == StatusCode::kBusy) ++result.leased;
+  }
+  return result;
+}
+
 Status Store::Pin(const NamespaceId& ns, const BlockKey& key, uint64_t ttl_us) {
   const uint64_t until = ttl_us == 0 ? 0 : clock_.NowMicros() + ttl_us;
   return index_->Update(key, [&](BlockMeta& meta) {

@@ -211,6 +211,15 @@ class Store {
   // longer is left alone): a lookup's hold on the prefix it found, until the engine loads it.
   void Hold(const NamespaceId& ns, std::span<const BlockKey> keys, uint64_t ttl_us);
 
+  // Removes every ready, unleased block of `ns`; the namespace stays. Returns the blocks removed
+  // and those left because a reader leases them (remove them again once it has released them).
+  // Walks the whole index: for a FLUSHDB, not for a request path.
+  struct RemoveAllResult {
+    uint64_t removed = 0;
+    uint64_t leased = 0;
+  };
+  RemoveAllResult RemoveAll(const NamespaceId& ns);
+
   // Removes every unleased block of `ns` and forgets the namespace; blocks still leased go when
   // their lease ends, reservations in flight are aborted at commit. Returns the blocks removed now.
   Result<uint64_t> DropNamespace(const NamespaceId& ns);
@@ -338,6 +347,7 @@ class Store {
   void SetPendingAdoptions(uint64_t blocks) {
     pending_adoptions_.store(blocks, std::memory_order_relaxed);
   }
+  uint64_t pending_adoptions() const { return pending_adoptions_.load(std::memory_order_relaxed); }
 
   // For each of `keys`, whether it is here in namespace `ns` (and in which tier) or, when absent,
   // its newest departure in the departure log (options.departure_log_entries). Touches nothing
