@@ -107,6 +107,7 @@ struct DaemonConfig {
   uint64_t max_inline_bytes = 64u << 10;
   uint64_t max_key_bytes = 64u << 10;
   uint64_t max_lookup_keys = 65'536;
+  uint64_t max_keys_reply = 100'000;  // KEYS refuses a larger key space (use SCAN)
   uint64_t max_inflight_bytes_per_client = 1ull << 30;
   uint64_t idle_timeout_ms = 0;
   uint64_t reader_wait_ms = 10'000;

@@ -15,8 +15,8 @@ using Table = std::unordered_map<std::string_view, const CommandSpec*>;
 const Table& CommandTable() {
   static const Table table = [] {
     Table t;
-    for (auto family : {ConnectionCommands(), GenericCommands(), KvtCommands(), KvtShmCommands(),
-                        KvtGpuCommands()}) {
+    for (auto family : {ConnectionCommands(), GenericCommands(), KeyspaceCommands(), KvtCommands(),
+                        KvtShmCommands(), KvtGpuCommands()}) {
       for (const CommandSpec& spec : family) t.emplace(spec.name, &spec);
     }
     return t;

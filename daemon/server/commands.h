@@ -160,6 +160,7 @@ struct CommandSpec {
 // The families' tables, joined by FindCommand.
 std::span<const CommandSpec> ConnectionCommands();
 std::span<const CommandSpec> GenericCommands();
+std::span<const CommandSpec> KeyspaceCommands();
 std::span<const CommandSpec> KvtCommands();
 std::span<const CommandSpec> KvtShmCommands();
 std::span<const CommandSpec> KvtGpuCommands();

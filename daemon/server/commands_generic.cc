@@ -1,11 +1,14 @@
-// Generic commands: SET, GET, MSET, MGET, EXISTS, DEL, DBSIZE on the generic key space
-// (generic_keyspace.h). INFO lives in info.cc.
+// Generic commands on the values of the generic key space (generic_keyspace.h): SET (with its
+// NX, XX, GET and expiry options), GET, MSET, MGET, EXISTS, DEL, UNLINK, DBSIZE. The key-space
+// commands (SCAN, TTL, EXPIRE, FLUSHDB, ...) are in commands_keyspace.cc, INFO in info.cc.
 #include <cstring>
+#include <limits>
 #include <vector>
 
 #include "common/stream_copy.h"
 #include "daemon/server/commands.h"
 #include "daemon/server/generic_keyspace.h"
+#include "daemon/server/generic_values.h"
 #include "daemon/server/info.h"
 #include "daemon/server/wire.h"
 #include "daemon/store/store.h"
@@ -15,15 +18,9 @@ namespace {
 
 using resp::Command;
 
-// SET removes the old value and puts the new one under the key's write lock, so no other generic
+// SET removes the old value and puts the new one under the key's stripe lock, so no other generic
 // writer comes in between; the retry only covers a block put there by other means.
 constexpr int kSetAttempts = 4;
-
-bool KeyTooLong(CommandContext& ctx, std::string_view key) {
-  if (key.size() <= ctx.server.options.max_key_bytes) return false;
-  ctx.reply.AppendError("ERR key too long");
-  return true;
-}
 
 // True (after writing the error) when any of args[first], args[first + step], ... is too long.
 bool AnyKeyTooLong(CommandContext& ctx, const Command& cmd, size_t first, size_t step) {
@@ -46,32 +43,36 @@ Status WriteReservation(store::Store& store, const store::Reservation& r, std::s
   return store.tier(r.tier)->Write(r.extent, block);
 }
 
-// Replaces the value of `key` under the key's write lock: removes the old block, then
+// Replaces the value of `key`, whose stripe lock the caller holds: removes the old block, then
 // `publish(block_key)` stores the new one (kAlreadyExists: a block came back in between; it is
-// removed again). false (nothing changed): the old value is leased by a reader, most likely a GET
-// still sending it; the caller waits and tries again.
+// removed again), and enters the key with `expires_at_ms`. false (nothing changed): the old value
+// is leased by a reader, most likely a GET still sending it; the caller waits and tries again.
 template <typename Publish>
-Result<bool> ReplaceValue(CommandContext& ctx, std::string_view key, Publish&& publish) {
+Result<bool> ReplaceValue(CommandContext& ctx, const GenericKeyRef& key, uint64_t expires_at_ms,
+                          Publish&& publish) REQUIRES(key.stripe.lock) {
   store::Store& store = ctx.server.store;
-  const NamespaceId& ns = ctx.server.generic_ns;
-  const BlockKey block_key = GenericKey(ns, key);
-  MutexLock lock(ctx.server.GenericWriteLock(block_key));
   for (int attempt = 0; attempt < kSetAttempts; ++attempt) {
-    Status removed = store.Remove(ns, block_key);
+    Status removed = store.Remove(ctx.server.generic_ns, key.block);
     if (removed.code() == StatusCode::kBusy) return false;
     if (!removed.ok() && removed.code() != StatusCode::kNotFound) return removed;
-    Status published = publish(block_key);
+    Status published = publish(key.block);
     if (published.code() == StatusCode::kAlreadyExists) continue;
-    if (!published.ok()) return published;
+    if (!published.ok()) {
+      // The old value is gone whatever happened to the new one.
+      ctx.server.generic_keys.Forget(key.stripe, key.block);
+      return published;
+    }
+    ctx.server.generic_keys.Record(key.stripe, key.block, key.name, expires_at_ms);
     return true;
   }
   return Busy("the key is being replaced concurrently");
 }
 
 // Stores `value` under `key`, replacing the old value; results as ReplaceValue.
-Result<bool> StoreValue(CommandContext& ctx, std::string_view key, std::string_view value) {
+Result<bool> StoreValue(CommandContext& ctx, const GenericKeyRef& key, std::string_view value,
+                        uint64_t expires_at_ms) REQUIRES(key.stripe.lock) {
   store::Store& store = ctx.server.store;
-  return ReplaceValue(ctx, key, [&](const BlockKey& block_key) -> Status {
+  return ReplaceValue(ctx, key, expires_at_ms, [&](const BlockKey& block_key) -> Status {
     KVTIER_ASSIGN_OR_RETURN(
         const store::Reservation r,
         store.BeginPut(ctx.server.generic_ns, block_key, kGenericValueHeaderBytes + value.size()));
@@ -90,8 +91,9 @@ Result<bool> StoreValue(CommandContext& ctx, std::string_view key, std::string_v
 // replacing the old value; results as ReplaceValue. The reservation is left to the caller when
 // the answer is "wait for readers" or the key is another namespace's; otherwise it is used up
 // (published, or gone with the error).
-Result<bool> PublishStagedValue(CommandContext& ctx, std::string_view key, uint64_t reservation) {
-  return ReplaceValue(ctx, key, [&](const BlockKey& block_key) {
+Result<bool> PublishStagedValue(CommandContext& ctx, const GenericKeyRef& key, uint64_t reservation)
+    REQUIRES(key.stripe.lock) {
+  return ReplaceValue(ctx, key, 0, [&](const BlockKey& block_key) {
     Status published = ctx.server.store.CommitPutAs(reservation, block_key);
     // A staged value's slot was reserved where puts land (staged_value.h).
     if (published.ok()) {
@@ -107,17 +109,17 @@ Result<bool> PublishStagedValue(CommandContext& ctx, std::string_view key, uint6
   });
 }
 
-// Appends the value of `key` as a bulk string. kNotFound (nothing appended) on a miss; another
-// error (nothing appended) when the stored block is not a generic value.
-Status AppendValue(CommandContext& ctx, std::string_view key) {
-  store::Store& store = ctx.server.store;
-  const BlockKey block_key = GenericKey(ctx.server.generic_ns, key);
-  // Readers take the key's stripe too: a SET then never finds the old value leased (and never
-  // answers BUSY for it), and a GET never sees the gap between a SET's remove and its commit.
-  MutexLock lock(ctx.server.GenericWriteLock(block_key));
+// Appends the value of `key`, whose stripe lock the caller holds (so a SET never finds the old
+// value leased by a reader that has not started, and a GET never sees the gap between a SET's
+// remove and its commit), as a bulk string. kNotFound (nothing appended) on a miss, an expired
+// value included; another error (nothing appended) when the stored block is not a generic value.
+Status AppendValue(CommandContext& ctx, const GenericKeyRef& key) REQUIRES(key.stripe.lock) {
+  if (!ctx.disk_read.Reads(key.block) && LiveEntry(ctx.server, key, UnixNowMs()) == nullptr) {
+    return NotFound("no such key");
+  }
   // Read into the reply, from host memory: its reads never promote the value to the GPU pool.
-  Result<store::Lease> lease = AcquireForReply(ctx, ctx.server.generic_ns, block_key,
-                                               store::Store::Reader::kHostMemory);
+  Result<store::Lease> lease =
+      AcquireForReply(ctx, ctx.server.generic_ns, key.block, store::Store::Reader::kHostMemory);
   ctx.FoundPending(lease.status());
   if (!lease.ok()) return lease.status();
   Status st =
@@ -131,24 +133,114 @@ Status AppendValue(CommandContext& ctx, std::string_view key) {
   return st;
 }
 
+// A value that failed verification is gone (dropped): a miss, like any other; so is one still on
+// NVMe when the wait ran out.
+bool ReadsAsMiss(const Status& st) {
+  return st.code() == StatusCode::kNotFound || st.code() == StatusCode::kChecksumMismatch ||
+         st.code() == StatusCode::kPending;
+}
+
 Status ReadersDidNotFinish() { return Busy("the old value is still being read by another client"); }
 
-Progress Set(CommandContext& ctx, Command& cmd) {
-  if (cmd.size() > 3) {
-    ctx.reply.AppendError("ERR SET options are not supported");
-    return Progress::kDone;
+// SET's options, as Redis 7 takes them.
+struct SetOptions {
+  bool if_absent = false;                 // NX
+  bool if_present = false;                // XX
+  bool get = false;                       // GET: answer the old value
+  bool keep_ttl = false;                  // KEEPTTL
+  std::optional<uint64_t> expires_at_ms;  // EX, PX, EXAT, PXAT: Unix milliseconds
+};
+
+// Parses SET's options after the value, as Redis 7 does (an option given twice is taken again,
+// the last one winning; NX with XX, or two kinds of expiry, is a syntax error); nullopt after
+// writing Redis' error.
+std::optional<SetOptions> ParseSetOptions(CommandContext& ctx, const Command& cmd) {
+  SetOptions o;
+  std::string_view expiry_kind;  // EX, PX, EXAT or PXAT, once one was given
+  for (size_t i = 3; i < cmd.size(); ++i) {
+    const std::string_view arg = cmd.args[i];
+    const bool is_expiry = resp::EqualsIgnoreCase(arg, "EX") || resp::EqualsIgnoreCase(arg, "PX") ||
+                           resp::EqualsIgnoreCase(arg, "EXAT") ||
+                           resp::EqualsIgnoreCase(arg, "PXAT");
+    if (resp::EqualsIgnoreCase(arg, "NX") && !o.if_present) {
+      o.if_absent = true;
+    } else if (resp::EqualsIgnoreCase(arg, "XX") && !o.if_absent) {
+      o.if_present = true;
+    } else if (resp::EqualsIgnoreCase(arg, "GET")) {
+      o.get = true;
+    } else if (resp::EqualsIgnoreCase(arg, "KEEPTTL") && expiry_kind.empty()) {
+      o.keep_ttl = true;
+    } else if (is_expiry && i + 1 < cmd.size() && !o.keep_ttl &&
+               (expiry_kind.empty() || resp::EqualsIgnoreCase(arg, expiry_kind))) {
+      expiry_kind = arg;
+      const std::optional<int64_t> n = resp::ParseInt64(cmd.args[++i]);
+      if (!n) {
+        ctx.reply.AppendError("ERR value is not an integer or out of range");
+        return std::nullopt;
+      }
+      const bool seconds = (arg[0] | 0x20) == 'e';  // EX, EXAT; PX, PXAT are milliseconds
+      const bool absolute = arg.size() == 4;
+      const std::optional<int64_t> at =
+          *n > 0 ? ExpiryTime(*n, seconds, absolute, UnixNowMs()) : std::nullopt;
+      if (!at) {
+        ctx.reply.AppendError("ERR invalid expire time in 'set' command");
+        return std::nullopt;
+      }
+      o.expires_at_ms = static_cast<uint64_t>(*at);
+    } else {
+      ctx.reply.AppendError("ERR syntax error");
+      return std::nullopt;
+    }
   }
+  return o;
+}
+
+// One call of SET (it may be called again after kRetryLater): under the key's lock, answers the
+// old value for GET, honours NX/XX, and replaces the value.
+Progress Set(CommandContext& ctx, Command& cmd) {
+  const std::optional<SetOptions> o = ParseSetOptions(ctx, cmd);
+  if (!o) return Progress::kDone;
   if (KeyTooLong(ctx, cmd.args[1])) return Progress::kDone;
   ctx.Time(metrics::RequestOp::kPut, metrics::RequestPath::kGeneric);
+  const GenericKeyRef key = RefOf(ctx.server, cmd.args[1]);
+  MutexLock lock(key.stripe.lock);
+  const size_t reply_mark = ctx.reply.buffer()->size();
+  // Either `retry`, with the reply taken back to where this call found it, or kDone.
+  auto retry = [&] {
+    ctx.reply.buffer()->resize(reply_mark);
+    return Progress::kRetryLater;
+  };
+  const GenericKeys::Entry* entry = LiveEntry(ctx.server, key, UnixNowMs());
+  bool exists = entry != nullptr;
+  const uint64_t old_expiry = exists ? entry->expires_at_ms : 0;
+  if (o->get && exists) {
+    // Copied into the reply (never sent from its slot): the value is replaced right after.
+    LeasedOutput* leased = std::exchange(ctx.leased, nullptr);
+    const Status st = AppendValue(ctx, key);
+    ctx.leased = leased;
+    if (ctx.WaitsForMover(st)) return retry();
+    if (!st.ok() && !ReadsAsMiss(st)) {
+      AppendStatusError(ctx.reply, st);
+      return Progress::kDone;
+    }
+    exists = st.ok();
+  }
+  if (o->get && !exists) ctx.reply.AppendNull();
+  if ((o->if_absent && exists) || (o->if_present && !exists)) {
+    if (!o->get) ctx.reply.AppendNull();
+    return Progress::kDone;
+  }
+  const uint64_t expires_at_ms = o->keep_ttl ? old_expiry : o->expires_at_ms.value_or(0);
   // A large value may have been received into its slot already (staged_value.h); the
   // connection aborts that slot if this ends without publishing it.
-  Result<bool> stored = ctx.staged_value ? PublishStagedValue(ctx, cmd.args[1], *ctx.staged_value)
-                                         : StoreValue(ctx, cmd.args[1], cmd.args[2]);
-  if (stored.ok() && !*stored && ctx.KeepWaitingForReaders()) return Progress::kRetryLater;
-  if (ctx.WaitsForMover(stored.status())) return Progress::kRetryLater;
+  Result<bool> stored = ctx.staged_value ? PublishStagedValue(ctx, key, *ctx.staged_value)
+                                         : StoreValue(ctx, key, cmd.args[2], expires_at_ms);
+  if (stored.ok() && !*stored && ctx.KeepWaitingForReaders()) return retry();
+  if (ctx.WaitsForMover(stored.status())) return retry();
   if (stored.ok() && *stored) {
-    ctx.reply.AppendSimpleString("OK");
+    if (!o->get) ctx.reply.AppendSimpleString("OK");
   } else {
+    ctx.reply.buffer()->resize(reply_mark);
     AppendStatusError(ctx.reply, stored.ok() ? ReadersDidNotFinish() : stored.status());
   }
   return Progress::kDone;
@@ -157,13 +249,12 @@ Progress Set(CommandContext& ctx, Command& cmd) {
 Progress Get(CommandContext& ctx, Command& cmd) {
   if (KeyTooLong(ctx, cmd.args[1])) return Progress::kDone;
   ctx.Time(metrics::RequestOp::kGet, metrics::RequestPath::kGeneric);
-  Status st = AppendValue(ctx, cmd.args[1]);
+  const GenericKeyRef key = RefOf(ctx.server, cmd.args[1]);
+  MutexLock lock(key.stripe.lock);
+  Status st = AppendValue(ctx, key);
   // On NVMe: the mover reads it up while this connection waits (and the thread serves others).
   if (ctx.WaitsForMover(st)) return Progress::kRetryLater;
-  // A value whose stored bytes failed verification is gone (dropped): a miss, like any other; so
-  // is one still on NVMe when the wait ran out.
-  if (st.code() == StatusCode::kNotFound || st.code() == StatusCode::kChecksumMismatch ||
-      st.code() == StatusCode::kPending) {
+  if (ReadsAsMiss(st)) {
     ctx.reply.AppendNull();
   } else if (!st.ok()) {
     AppendStatusError(ctx.reply, st);
@@ -183,7 +274,9 @@ Progress MSet(CommandContext& ctx, Command& cmd) {
   ctx.Time(metrics::RequestOp::kPut, metrics::RequestPath::kGeneric);
   // Resumable: a pair whose old value is being read is retried later, from that pair on.
   for (; ctx.cursor < cmd.size(); ctx.cursor += 2) {
-    Result<bool> stored = StoreValue(ctx, cmd.args[ctx.cursor], cmd.args[ctx.cursor + 1]);
+    const GenericKeyRef key = RefOf(ctx.server, cmd.args[ctx.cursor]);
+    MutexLock lock(key.stripe.lock);
+    Result<bool> stored = StoreValue(ctx, key, cmd.args[ctx.cursor + 1], 0);
     if (stored.ok() && !*stored && ctx.KeepWaitingForReaders()) return Progress::kRetryLater;
     if (ctx.WaitsForMover(stored.status())) return Progress::kRetryLater;
     Status st = !stored.ok() ? stored.status() : *stored ? Status::Ok() : ReadersDidNotFinish();
@@ -207,39 +300,48 @@ Progress MGet(CommandContext& ctx, Command& cmd) {
   ctx.Time(metrics::RequestOp::kGet, metrics::RequestPath::kGeneric);
   for (; ctx.cursor < cmd.size(); ++ctx.cursor) {
     if (ctx.OutputFull()) return Progress::kMore;
-    const Status st = AppendValue(ctx, cmd.args[ctx.cursor]);
+    const GenericKeyRef key = RefOf(ctx.server, cmd.args[ctx.cursor]);
+    MutexLock lock(key.stripe.lock);
+    const Status st = AppendValue(ctx, key);
     if (ctx.WaitsForMover(st)) return Progress::kRetryLater;
     if (!st.ok()) ctx.reply.AppendNull();
   }
   return Progress::kDone;
 }
 
+// Counts the keys named that exist now (a key named twice counts twice), as Redis does; touches
+// no value's recency.
 Progress Exists(CommandContext& ctx, Command& cmd) {
   if (AnyKeyTooLong(ctx, cmd, 1, 1)) return Progress::kDone;
   ctx.Time(metrics::RequestOp::kLookup, metrics::RequestPath::kGeneric);
+  const uint64_t now_ms = UnixNowMs();
   int64_t found = 0;
   for (size_t i = 1; i < cmd.size(); ++i) {
-    const BlockKey key = GenericKey(ctx.server.generic_ns, cmd.args[i]);
-    const index::LookupResult result =
-        ctx.server.store.Lookup(ctx.server.generic_ns, std::span(&key, 1));
-    for (TierId tier : result.tiers) ctx.Found(tier);
-    found += static_cast<int64_t>(result.ready_prefix);
+    const GenericKeyRef key = RefOf(ctx.server, cmd.args[i]);
+    MutexLock lock(key.stripe.lock);
+    TierId tier = TierId::kHost;
+    if (LiveEntry(ctx.server, key, now_ms, &tier) == nullptr) continue;
+    ++found;
+    ctx.Found(tier);
   }
   ctx.reply.AppendInteger(found);
   return Progress::kDone;
 }
 
-// Resumable like MSET: a key whose value is being read is retried later; one still read after
-// reader_wait_ms stays and is not counted.
+// DEL and UNLINK. Resumable like MSET: a key whose value is being read is retried later; one still
+// read after reader_wait_ms stays and is not counted.
 Progress Del(CommandContext& ctx, Command& cmd) {
   if (ctx.cursor == 0) {
     if (AnyKeyTooLong(ctx, cmd, 1, 1)) return Progress::kDone;
     ctx.cursor = 1;
   }
+  const uint64_t now_ms = UnixNowMs();
   for (; ctx.cursor < cmd.size(); ++ctx.cursor) {
-    const BlockKey key = GenericKey(ctx.server.generic_ns, cmd.args[ctx.cursor]);
-    MutexLock lock(ctx.server.GenericWriteLock(key));
-    Status removed = ctx.server.store.Remove(ctx.server.generic_ns, key);
+    const GenericKeyRef key = RefOf(ctx.server, cmd.args[ctx.cursor]);
+    MutexLock lock(key.stripe.lock);
+    // An expired key is removed on the way and not counted, as in Redis.
+    if (LiveEntry(ctx.server, key, now_ms) == nullptr) continue;
+    Status removed = RemoveValue(ctx.server, key);
     if (removed.code() == StatusCode::kBusy && ctx.KeepWaitingForReaders()) {
       return Progress::kRetryLater;
     }
@@ -255,9 +357,9 @@ Progress DbSize(CommandContext& ctx, Command&) {
 }
 
 constexpr CommandSpec kCommands[] = {
-    {"SET", -3, false, Set},      {"GET", 2, false, Get},        {"MSET", -3, false, MSet},
-    {"MGET", -2, false, MGet},    {"EXISTS", -2, false, Exists}, {"DEL", -2, false, Del},
-    {"DBSIZE", 1, false, DbSize}, {"INFO", -1, false, Info},
+    {"SET", -3, false, Set},    {"GET", 2, false, Get},        {"MSET", -3, false, MSet},
+    {"MGET", -2, false, MGet},  {"EXISTS", -2, false, Exists}, {"DEL", -2, false, Del},
+    {"UNLINK", -2, false, Del}, {"DBSIZE", 1, false, DbSize},  {"INFO", -1, false, Info},
 };
 
 }  // namespace

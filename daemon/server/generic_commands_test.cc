@@ -45,8 +45,17 @@ TEST_F(GenericCommandsTest, ValuesAreBinarySafeAndMayBeEmpty) {
   EXPECT_EQ(c_.Call({"EXISTS", "empty"}), ":1\r\n");
 }
 
-TEST_F(GenericCommandsTest, RefusesSetOptionsAndLongKeys) {
-  EXPECT_EQ(c_.Call({"SET", "k", "v", "EX", "10"}), "-ERR SET options are not supported\r\n");
+TEST_F(GenericCommandsTest, RefusesBadSetOptionsAndLongKeys) {
+  EXPECT_EQ(c_.Call({"SET", "k", "v", "NX", "XX"}), "-ERR syntax error\r\n");
+  EXPECT_EQ(c_.Call({"SET", "k", "v", "EX", "10", "PX", "5"}), "-ERR syntax error\r\n");
+  EXPECT_EQ(c_.Call({"SET", "k", "v", "EX"}), "-ERR syntax error\r\n");
+  EXPECT_EQ(c_.Call({"SET", "k", "v", "EX", "1.5"}),
+            "-ERR value is not an integer or out of range\r\n");
+  EXPECT_EQ(c_.Call({"SET", "k", "v", "EX", "0"}), "-ERR invalid expire time in 'set' command\r\n");
+  EXPECT_EQ(c_.Call({"SET", "k", "v", "EX", "9223372036854775807"}),
+            "-ERR invalid expire time in 'set' command\r\n");
+  EXPECT_EQ(c_.Call({"SET", "k", "v", "KEEPTTL", "PX", "5"}), "-ERR syntax error\r\n");
+  EXPECT_EQ(c_.Call({"EXISTS", "k"}), ":0\r\n");  // nothing of a refused SET was stored
   const std::string long_key(17, 'k');
   EXPECT_EQ(c_.Call({"SET", long_key, "v"}), "-ERR key too long\r\n");
   EXPECT_EQ(c_.Call({"GET", long_key}), "-ERR key too long\r\n");

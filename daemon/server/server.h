@@ -63,7 +63,10 @@ struct ServerOptions {
   size_t max_command_bytes = size_t{1} << 30;
   // Command limits.
   size_t max_key_bytes = size_t{64} << 10;  // generic keys
-  size_t max_lookup_keys = 65536;           // packed keys per KVT.* call
+  // KEYS answers an error instead of walking a key space with more keys than this (SCAN walks
+  // it in steps); 0: KEYS is refused.
+  size_t max_keys_reply = 100'000;
+  size_t max_lookup_keys = 65536;  // packed keys per KVT.* call
   // Reply bytes a client may have pending before the server stops reading from it.
   size_t max_inflight_bytes_per_client = size_t{1} << 30;
   // A connection that completes no command and accepts no reply bytes for this long is closed;

@@ -17,6 +17,7 @@
 #include "common/thread_annotations.h"
 #include "daemon/metrics/request_latency.h"
 #include "daemon/server/disk_reads.h"
+#include "daemon/server/generic_keys.h"
 #include "daemon/server/gpu_importers.h"
 #include "daemon/server/mover_waiters.h"
 #include "daemon/server/server.h"
@@ -41,13 +42,13 @@ struct ServerCounters {
 inline constexpr size_t kPreAuthBulkBytes = 4 << 10;
 inline constexpr size_t kPreAuthArgs = 16;
 
-// Generic SETs, GETs and DELs of one key take turns under one of these locks (chosen by the key's
-// hash), so that a writer never meets another's reservation, and a reader never sees the moment
-// between a SET's remove and its commit: a Redis user expects the last SET to win and a GET to see
-// a value. A GET of a large value keeps its lease after the lock is released, until the bytes are
-// sent; a SET that meets it waits on a timer (Progress::kRetryLater). Different keys rarely share a
-// lock, and a lock is held only for one value's copy.
-inline constexpr size_t kGenericWriteStripes = 64;
+// Generic SETs, GETs and DELs of one key take turns under its stripe lock in `generic_keys`
+// (chosen by the key's hash), so that a writer never meets another's reservation, a reader never
+// sees the moment between a SET's remove and its commit, and the key's name and expiry change
+// with its value: a Redis user expects the last SET to win and a GET to see a value. A GET of a
+// large value keeps its lease after the lock is released, until the bytes are sent; a SET that
+// meets it waits on a timer (Progress::kRetryLater). Different keys rarely share a lock, and a
+// lock is held only for one value's copy.
 
 // The host arena as clients map it (KVT.ATTACH): reservation and lease extents of `tier` are
 // offsets into the memfd.
@@ -67,7 +68,7 @@ struct ServerContext {
   uint16_t tcp_port = 0;       // the bound port, set by Start before any connection exists
   std::atomic<uint64_t> next_staging_key{1};  // placeholder keys of staged SET values
   ServerCounters counters;
-  std::array<Mutex, kGenericWriteStripes> generic_write_locks;
+  GenericKeys generic_keys;
   // Shared with the store's move listener, which may run on a mover thread while the server is
   // being destroyed.
   std::shared_ptr<MoverWaiters> mover_waiters = std::make_shared<MoverWaiters>();
@@ -81,9 +82,7 @@ struct ServerContext {
   // destroyed (its reads waited for) first.
   DiskReads disk_reads{store, options.disk_read_threads, mover_waiters};
 
-  Mutex& GenericWriteLock(const BlockKey& key) {
-    return generic_write_locks[key.low % kGenericWriteStripes];
-  }
+  GenericKeys::Stripe& GenericStripe(const BlockKey& key) { return generic_keys.StripeOf(key); }
 };
 
 }  // namespace kvtier::server

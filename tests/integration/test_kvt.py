@@ -159,3 +159,20 @@ def test_metrics_series_unique_across_tenants(kvtierd, r):
               if line and not line.startswith("#")]
     duplicates = sorted({s for s in series if series.count(s) > 1})
     assert duplicates == []
+
+
+def test_flushdb_empties_the_generic_key_space_only(r):
+    """FLUSHDB and FLUSHALL are the Redis tools' commands: they remove the generic values, never
+    the blocks an engine stored under its own namespace."""
+    protocol = r.get_connection_kwargs()["protocol"]
+    ns, block_bytes = register(r, f"kvt/flush-{protocol}")
+    keys = pack_keys(range(2), salt=0xF100 + protocol)
+    blocks = [os.urandom(block_bytes) for _ in range(2)]
+    assert words(r.execute_command("KVT.PUT", ns, keys, *blocks)) == ["OK"] * 2
+    r.set("flush:generic", b"v", ex=100)
+    for flush in (r.flushdb, r.flushall):
+        assert flush() is True
+        assert r.get("flush:generic") is None
+        assert r.execute_command("KVT.LOOKUP", ns, keys) == [2, b"11"]
+        r.set("flush:generic", b"v")
+    assert r.execute_command("KVT.GET", ns, keys) == blocks

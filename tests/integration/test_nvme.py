@@ -601,3 +601,22 @@ def test_without_nvme_tier_stats_say_why_and_all_works(tmp_path):
         assert all(v in (None, payload(1, n, BLOCK_BYTES)) for n, v in enumerate(got))
         assert got[-1] == payload(1, BLOCKS - 1, BLOCK_BYTES)
     assert not d.nvme_dir.exists() or not any(d.nvme_dir.rglob("*.data"))
+
+
+def test_generic_key_names_after_a_restart(tmp_path):
+    """Key names and expiry times live in memory (docs/protocol.md, "Key space: names and expiry"):
+    after a restart the values come back and GET serves them; a key is listed again once a command
+    names it, without the expiry it had; FLUSHDB removes the values no command has named yet."""
+    d = nvme_daemon(tmp_path)
+    with running(d) as c:
+        assert c.call("SET", "named", b"v1", "EX", "1000") == b"OK"
+        assert c.call("SET", "unnamed", b"v2") == b"OK"
+        assert c.call("TTL", "named") in (999, 1000)
+        assert sorted(c.call("KEYS", "*")) == [b"named", b"unnamed"]
+    with running(d) as c:
+        assert wait_for(lambda: c.call("GET", "named") == b"v1", timeout_s=10), d.log()
+        assert c.call("KEYS", "*") == [b"named"]
+        assert c.call("TTL", "named") == -1
+        assert c.call("FLUSHDB") == b"OK"
+        assert c.call("GET", "unnamed") is None
+        assert c.call("GET", "named") is None

@@ -1,0 +1,63 @@
+// How the generic commands find, read and remove one key's value: the store's block together with
+// the key's entry in GenericKeys (name and expiry). Shared by the value commands
+// (commands_generic.cc: SET, GET, DEL, ...) and the key-space commands (commands_keyspace.cc:
+// SCAN, TTL, EXPIRE, FLUSHDB, ...).
+//
+// Every function here runs under the key's stripe lock (ServerContext::GenericStripe), which the
+// caller holds: that is what keeps a key's entry and its block in step. Handler threads only.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string_view>
+
+#include "common/keys.h"
+#include "common/status.h"
+#include "daemon/server/commands.h"
+#include "daemon/server/generic_keys.h"
+
+namespace kvtier::server {
+
+// One generic key as the commands handle it: its name, its block key and its stripe.
+struct GenericKeyRef {
+  std::string_view name;
+  BlockKey block;
+  GenericKeys::Stripe& stripe;
+};
+
+GenericKeyRef RefOf(ServerContext& server, std::string_view name);
+
+// The entry of a live key (its value present, its time not up), or nullptr when the key does not
+// exist now. On the way it settles what it finds: an expired value is removed (or, while a reader
+// still leases it, left as an expired entry for the sweep to remove), an entry whose block the
+// store evicted is dropped, and a value present without an entry (one from before a restart) is
+// entered, without an expiry. Does not touch the block's recency. `tier`, when given, is set to
+// the tier a live key's value is in.
+GenericKeys::Entry* LiveEntry(ServerContext& server, const GenericKeyRef& key, uint64_t now_ms,
+                              TierId* tier = nullptr) REQUIRES(key.stripe.lock);
+
+// Removes the key's value and its entry. kBusy (both kept) while a reader leases the value;
+// kNotFound when there was no value (the entry, if any, is dropped).
+Status RemoveValue(ServerContext& server, const GenericKeyRef& key) REQUIRES(key.stripe.lock);
+
+// What a walk over the table does with an entry it visits (GenericKeys::Walk): an expired value
+// is removed and a stale entry dropped (false: drop it), a live one kept (true), and `live` set
+// for the caller to list it or not.
+bool SettleVisited(ServerContext& server, const BlockKey& block, const GenericKeys::Entry& entry,
+                   uint64_t now_ms, bool& live);
+
+// The Unix time in milliseconds that an expiry argument names: `n` seconds or milliseconds, from
+// `now_ms` or since the epoch (EXAT, PXAT, EXPIREAT). May lie in the past; a result of 0 or less
+// is taken as "already past". nullopt when it does not fit in 64 bits (Redis: "invalid expire
+// time").
+std::optional<int64_t> ExpiryTime(int64_t n, bool seconds, bool absolute, uint64_t now_ms);
+
+// The expiry sweep: settles about `budget` entries from `cursor` (expired values removed, stale
+// entries dropped) and returns the cursor to go on from (0: the walk came round to the start).
+// The server calls it on a timer, so that expired values free their space without being read.
+uint64_t SweepGenericKeys(ServerContext& server, uint64_t cursor, size_t budget);
+
+// True (after writing the error) when the key is longer than the server's max_key_bytes.
+bool KeyTooLong(CommandContext& ctx, std::string_view key);
+
+}  // namespace kvtier::server

@@ -1,0 +1,241 @@
+// SET's options and the key-space commands (SCAN, KEYS, TYPE, TTL, EXPIRE, PERSIST, FLUSHDB), byte
+// for byte, as Redis 7 answers them. tests/integration/test_redis_compat.py runs the same calls
+// against a real redis-server and compares.
+#include <gtest/gtest.h>
+
+#include <set>
+#include <string>
+#include <vector>
+
+#include "daemon/server/test_client.h"
+
+namespace kvtier::server {
+namespace {
+
+using testing::Bulk;
+using testing::ParseReply;
+using testing::TestClient;
+using testing::TestServer;
+using testing::WaitFor;
+
+constexpr const char* kNull = "$-1\r\n";
+
+class KeyspaceCommandsTest : public ::testing::Test {
+ protected:
+  static ServerOptions Options() {
+    ServerOptions o;
+    o.max_keys_reply = 50;
+    return o;
+  }
+  void SetUp() override {
+    ASSERT_TRUE(ts_.status().ok()) << ts_.status().ToString();
+    c_ = ts_.ConnectUnix();
+    ASSERT_TRUE(c_.connected());
+  }
+  int64_t Integer(std::initializer_list<std::string_view> args) {
+    const resp::Reply r = ParseReply(c_.Call(args));
+    EXPECT_EQ(r.type, resp::ReplyType::kInteger) << r.str;
+    return r.integer;
+  }
+  // Every name a full SCAN iteration returns, each call asking for `count` entries.
+  std::multiset<std::string> ScanAll(const std::vector<std::string>& options, int* calls) {
+    std::multiset<std::string> names;
+    std::string cursor = "0";
+    *calls = 0;
+    do {
+      std::vector<std::string> cmd = {"SCAN", cursor};
+      cmd.insert(cmd.end(), options.begin(), options.end());
+      const resp::Reply r = ParseReply(c_.Call(cmd));
+      EXPECT_EQ(r.elements.size(), 2u);
+      if (r.elements.size() != 2) break;
+      cursor = r.elements[0].str;
+      for (const resp::Reply& name : r.elements[1].elements) names.insert(name.str);
+    } while (cursor != "0" && ++*calls < 100'000);
+    return names;
+  }
+  TestServer ts_{Options()};
+  TestClient c_;
+};
+
+TEST_F(KeyspaceCommandsTest, SetNxXxAndGet) {
+  EXPECT_EQ(c_.Call({"SET", "k", "1", "XX"}), kNull);
+  EXPECT_EQ(c_.Call({"EXISTS", "k"}), ":0\r\n");
+  EXPECT_EQ(c_.Call({"SET", "k", "1", "NX"}), "+OK\r\n");
+  EXPECT_EQ(c_.Call({"SET", "k", "2", "NX"}), kNull);
+  EXPECT_EQ(c_.Call({"GET", "k"}), Bulk("1"));
+  EXPECT_EQ(c_.Call({"SET", "k", "3", "XX", "GET"}), Bulk("1"));
+  EXPECT_EQ(c_.Call({"SET", "k", "4", "NX", "GET"}), Bulk("3"));  // kept, old value answered
+  EXPECT_EQ(c_.Call({"GET", "k"}), Bulk("3"));
+  EXPECT_EQ(c_.Call({"SET", "new", "v", "GET"}), kNull);
+  EXPECT_EQ(c_.Call({"GET", "new"}), Bulk("v"));
+  EXPECT_EQ(c_.Call({"SET", "k", "5", "xx", "get", "nx"}), "-ERR syntax error\r\n");
+}
+
+TEST_F(KeyspaceCommandsTest, SetExpiryOptionsAndKeepTtl) {
+  EXPECT_EQ(c_.Call({"SET", "k", "v", "EX", "100"}), "+OK\r\n");
+  EXPECT_EQ(Integer({"TTL", "k"}), 100);
+  EXPECT_EQ(c_.Call({"SET", "k", "v", "EX", "10", "EX", "20"}), "+OK\r\n");  // the last wins
+  EXPECT_EQ(Integer({"TTL", "k"}), 20);
+  const int64_t pttl = Integer({"PTTL", "k"});
+  EXPECT_GT(pttl, 19'000);
+  EXPECT_LE(pttl, 20'000);
+  EXPECT_EQ(c_.Call({"SET", "k", "w", "KEEPTTL"}), "+OK\r\n");
+  EXPECT_EQ(Integer({"TTL", "k"}), 20);
+  EXPECT_EQ(c_.Call({"SET", "k", "x"}), "+OK\r\n");  // a plain SET drops the expiry
+  EXPECT_EQ(Integer({"TTL", "k"}), -1);
+  EXPECT_EQ(c_.Call({"SET", "k", "y", "PXAT", "1"}), "+OK\r\n");  // already past: gone
+  EXPECT_EQ(c_.Call({"GET", "k"}), kNull);
+  EXPECT_EQ(Integer({"TTL", "k"}), -2);
+}
+
+TEST_F(KeyspaceCommandsTest, ExpireTtlPersist) {
+  EXPECT_EQ(Integer({"EXPIRE", "nope", "10"}), 0);
+  EXPECT_EQ(Integer({"TTL", "nope"}), -2);
+  EXPECT_EQ(Integer({"PTTL", "nope"}), -2);
+  ASSERT_EQ(c_.Call({"SET", "k", "v"}), "+OK\r\n");
+  EXPECT_EQ(Integer({"TTL", "k"}), -1);
+  EXPECT_EQ(Integer({"PERSIST", "k"}), 0);
+  EXPECT_EQ(Integer({"EXPIRE", "k", "100", "XX"}), 0);
+  EXPECT_EQ(Integer({"EXPIRE", "k", "100", "GT"}), 0);  // no expiry counts as later
+  EXPECT_EQ(Integer({"EXPIRE", "k", "100", "NX"}), 1);
+  EXPECT_EQ(Integer({"EXPIRE", "k", "200", "NX"}), 0);
+  EXPECT_EQ(Integer({"EXPIRE", "k", "50", "GT"}), 0);
+  EXPECT_EQ(Integer({"EXPIRE", "k", "50", "LT"}), 1);
+  EXPECT_EQ(Integer({"TTL", "k"}), 50);
+  EXPECT_EQ(Integer({"PEXPIRE", "k", "300000"}), 1);
+  EXPECT_EQ(Integer({"TTL", "k"}), 300);
+  EXPECT_EQ(c_.Call({"EXPIRE", "k", "10", "NX", "XX"}),
+            "-ERR NX and XX, GT or LT options at the same time are not compatible\r\n");
+  EXPECT_EQ(c_.Call({"EXPIRE", "k", "10", "GT", "LT"}),
+            "-ERR GT and LT options at the same time are not compatible\r\n");
+  EXPECT_EQ(c_.Call({"EXPIRE", "k", "soon"}), "-ERR value is not an integer or out of range\r\n");
+  EXPECT_EQ(Integer({"TTL", "k"}), 300);  // a refused EXPIRE changes nothing
+  EXPECT_EQ(Integer({"PERSIST", "k"}), 1);
+  EXPECT_EQ(Integer({"TTL", "k"}), -1);
+  EXPECT_EQ(Integer({"EXPIRE", "k", "-5"}), 1);  // a past time deletes the key
+  EXPECT_EQ(c_.Call({"GET", "k"}), kNull);
+  EXPECT_EQ(Integer({"EXPIRE", "k", "10"}), 0);
+  ASSERT_EQ(c_.Call({"SET", "k", "v"}), "+OK\r\n");
+  EXPECT_EQ(Integer({"PEXPIREAT", "k", "1"}), 1);
+  EXPECT_EQ(Integer({"EXISTS", "k"}), 0);
+}
+
+// An expired value is a miss at once, and the expiry sweep gives its space back without anyone
+// reading it.
+TEST_F(KeyspaceCommandsTest, ExpiredValuesAreMissesAndTheSweepFreesThem) {
+  const std::string value = testing::Value(256 << 10, 'e');
+  ASSERT_EQ(c_.Call({"SET", "read", value, "PX", "1"}), "+OK\r\n");
+  ASSERT_EQ(c_.Call({"SET", "unread", value, "PX", "1"}), "+OK\r\n");
+  ASSERT_EQ(c_.Call({"SET", "kept", "v"}), "+OK\r\n");
+  ASSERT_TRUE(WaitFor([&] { return c_.Call({"GET", "read"}) == kNull; }));
+  EXPECT_EQ(Integer({"EXISTS", "read"}), 0);
+  EXPECT_EQ(c_.Call({"TYPE", "read"}), "+none\r\n");
+  // "unread" is never named again: only the sweep can remove it.
+  EXPECT_TRUE(WaitFor([&] { return c_.Call({"DBSIZE"}) == ":1\r\n"; }));
+  EXPECT_LT(ts_.tier().Stats().used_bytes, value.size());  // both values' space is free again
+  EXPECT_EQ(c_.Call({"TYPE", "kept"}), "+string\r\n");
+  EXPECT_EQ(c_.Call({"SET", "read", "again", "NX"}), "+OK\r\n");  // an expired key is absent
+}
+
+TEST_F(KeyspaceCommandsTest, ScanListsEveryLiveKeyOnceWithMatchCountAndType) {
+  std::multiset<std::string> all;
+  for (int i = 0; i < 200; ++i) {
+    const std::string key = (i % 2 == 0 ? "even:" : "odd:") + std::to_string(i);
+    ASSERT_EQ(c_.Call({"SET", key, "v"}), "+OK\r\n");
+    all.insert(key);
+  }
+  ASSERT_EQ(Integer({"DEL", "even:0", "odd:1"}), 2);
+  all.erase("even:0");
+  all.erase("odd:1");
+  int calls = 0;
+  EXPECT_EQ(ScanAll({"COUNT", "7"}, &calls), all);
+  EXPECT_GE(calls, 198 / 7);
+  std::multiset<std::string> odd;
+  for (const std::string& k : all) {
+    if (k.starts_with("odd:")) odd.insert(k);
+  }
+  EXPECT_EQ(ScanAll({"MATCH", "odd:*", "COUNT", "1000"}, &calls), odd);
+  EXPECT_EQ(calls, 0);  // one call took the whole key space
+  EXPECT_EQ(ScanAll({"MATCH", "o?d:1[0-9]", "TYPE", "STRING"}, &calls).size(), 5u);
+  EXPECT_TRUE(ScanAll({"TYPE", "hash"}, &calls).empty());
+  EXPECT_EQ(c_.Call({"SCAN", "x"}), "-ERR invalid cursor\r\n");
+  EXPECT_EQ(c_.Call({"SCAN", "0", "COUNT", "0"}), "-ERR syntax error\r\n");
+  EXPECT_EQ(c_.Call({"SCAN", "0", "MATCH"}), "-ERR syntax error\r\n");
+  EXPECT_EQ(c_.Call({"SCAN", "0", "SORT", "x"}), "-ERR syntax error\r\n");
+}
+
+// Redis' guarantee: a key present from the start to the end of an iteration is returned, however
+// the key space changes meanwhile.
+TEST_F(KeyspaceCommandsTest, ScanReturnsKeysPresentThroughoutWhileOthersComeAndGo) {
+  std::set<std::string> stable;
+  for (int i = 0; i < 100; ++i) {
+    const std::string key = "stable:" + std::to_string(i);
+    ASSERT_EQ(c_.Call({"SET", key, "v"}), "+OK\r\n");
+    stable.insert(key);
+  }
+  std::set<std::string> seen;
+  std::string cursor = "0";
+  int round = 0;
+  do {
+    const resp::Reply r = ParseReply(c_.Call({"SCAN", cursor, "COUNT", "5"}));
+    ASSERT_EQ(r.elements.size(), 2u);
+    cursor = r.elements[0].str;
+    for (const resp::Reply& name : r.elements[1].elements) seen.insert(name.str);
+    // Churn: keys added and removed between the calls.
+    const std::string churn = "churn:" + std::to_string(round++);
+    ASSERT_EQ(c_.Call({"SET", churn, "v"}), "+OK\r\n");
+    if (round % 2 == 0) ASSERT_EQ(Integer({"DEL", "churn:" + std::to_string(round - 2)}), 1);
+  } while (cursor != "0" && round < 10'000);
+  for (const std::string& key : stable) EXPECT_TRUE(seen.contains(key)) << key;
+}
+
+TEST_F(KeyspaceCommandsTest, KeysListsMatchesAndIsRefusedAboveTheLimit) {
+  for (const char* key : {"hello", "hallo", "hxllo", "other"}) {
+    ASSERT_EQ(c_.Call({"SET", key, "v"}), "+OK\r\n");
+  }
+  const resp::Reply r = ParseReply(c_.Call({"KEYS", "h[ae]llo"}));
+  std::set<std::string> names;
+  for (const resp::Reply& name : r.elements) names.insert(name.str);
+  EXPECT_EQ(names, (std::set<std::string>{"hello", "hallo"}));
+  for (int i = 0; i < 60; ++i) ASSERT_EQ(c_.Call({"SET", "k" + std::to_string(i), "v"}), "+OK\r\n");
+  EXPECT_EQ(c_.Call({"KEYS", "*"}),
+            "-ERR KEYS refused: the key space holds 64 keys, more than limits.max_keys_reply "
+            "(50); use SCAN\r\n");
+}
+
+TEST_F(KeyspaceCommandsTest, TypeUnlinkAndFlush) {
+  ASSERT_EQ(c_.Call({"MSET", "a", "1", "b", "2", "c", "3"}), "+OK\r\n");
+  EXPECT_EQ(c_.Call({"TYPE", "a"}), "+string\r\n");
+  EXPECT_EQ(c_.Call({"TYPE", "nope"}), "+none\r\n");
+  EXPECT_EQ(Integer({"UNLINK", "a", "a", "nope"}), 1);
+  EXPECT_EQ(c_.Call({"FLUSHDB", "NOW"}), "-ERR syntax error\r\n");
+  EXPECT_EQ(c_.Call({"FLUSHALL", "ASYNC", "SYNC"}), "-ERR syntax error\r\n");
+  EXPECT_EQ(Integer({"DBSIZE"}), 2);
+  EXPECT_EQ(c_.Call({"FLUSHDB", "ASYNC"}), "+OK\r\n");
+  EXPECT_EQ(Integer({"DBSIZE"}), 0);
+  EXPECT_EQ(c_.Call({"GET", "b"}), kNull);
+  EXPECT_EQ(c_.Call({"KEYS", "*"}), "*0\r\n");
+  ASSERT_EQ(c_.Call({"SET", "d", "4"}), "+OK\r\n");
+  EXPECT_EQ(c_.Call({"FLUSHALL"}), "+OK\r\n");
+  EXPECT_EQ(Integer({"EXISTS", "d"}), 0);
+}
+
+// A value the store evicted for room is not listed, and its entry goes.
+TEST_F(KeyspaceCommandsTest, EvictedValuesAreNotListed) {
+  const std::string value = testing::Value(4 << 20, 'v');  // the test tier holds 64 MiB
+  std::multiset<std::string> present;
+  for (int i = 0; i < 24; ++i) {
+    ASSERT_EQ(c_.Call({"SET", "big:" + std::to_string(i), value}), "+OK\r\n");
+  }
+  for (int i = 0; i < 24; ++i) {
+    const std::string key = "big:" + std::to_string(i);
+    if (Integer({"EXISTS", key}) == 1) present.insert(key);
+  }
+  ASSERT_LT(present.size(), 24u);
+  ASSERT_GT(present.size(), 0u);
+  int calls = 0;
+  EXPECT_EQ(ScanAll({"COUNT", "3"}, &calls), present);
+}
+
+}  // namespace
+}  // namespace kvtier::server
