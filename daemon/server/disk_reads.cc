@@ -10,6 +10,9 @@
 namespace kvtier::server {
 
 struct DiskRead::State {
+  // A constructor, not aggregate initialisation through make_shared: clang 14 (the sanitizer
+  // builds) does not take parenthesised aggregate initialisation.
+  State(store::Store& s, const store::Lease& l) : store(s), lease(l) {}
   store::Store& store;
   store::Lease lease;
   std::vector<std::byte> bytes;
