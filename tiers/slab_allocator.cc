@@ -1,6 +1,7 @@
 #include "tiers/slab_allocator.h"
 
 #include <algorithm>
+#include <bit>
 #include <string>
 #include <utility>
 
@@ -40,11 +41,15 @@ Result<SlabAllocator> SlabAllocator::Create(const Options& options) {
   if ((usable + slab_bytes - 1) / slab_bytes >= kNone) {
     return InvalidArgument("capacity_bytes / slab_bytes must be below 2^32 slabs");
   }
-  return SlabAllocator(usable, slab_bytes, alignment);
+  return SlabAllocator(usable, slab_bytes, alignment, options.small_slot_max_bytes);
 }
 
-SlabAllocator::SlabAllocator(uint64_t capacity_bytes, uint64_t slab_bytes, uint64_t alignment)
-    : capacity_bytes_(capacity_bytes), slab_bytes_(slab_bytes), alignment_(alignment) {
+SlabAllocator::SlabAllocator(uint64_t capacity_bytes, uint64_t slab_bytes, uint64_t alignment,
+                             uint64_t small_slot_max_bytes)
+    : capacity_bytes_(capacity_bytes),
+      slab_bytes_(slab_bytes),
+      alignment_(alignment),
+      small_slot_max_bytes_(small_slot_max_bytes) {
   const uint64_t count = (capacity_bytes + slab_bytes - 1) / slab_bytes;
   slabs_.resize(count);
   // Pushed from the top so that slab 0 is the head: low offsets are used first, which keeps the
@@ -62,7 +67,92 @@ Result<Extent> SlabAllocator::Allocate(uint64_t bytes) {
     return Rejected("block of " + std::to_string(bytes) + " bytes exceeds the capacity of " +
                     std::to_string(capacity_bytes_));
   }
+  if (const uint64_t slot_bytes = SmallSlotBytes(bytes); slot_bytes != 0) {
+    return AllocateSmall(bytes, slot_bytes);
+  }
   return bytes <= slab_bytes_ ? AllocateSlot(bytes) : AllocateRun(bytes);
+}
+
+uint64_t SlabAllocator::SmallSlotBytes(uint64_t bytes) const {
+  if (bytes > small_slot_max_bytes_) return 0;
+  // At most 64 slots a page, so that one 64-bit mask says which are free.
+  const uint64_t least = std::max(kSmallSlotMinBytes, alignment_ / 64);
+  const uint64_t slot_bytes = std::bit_ceil(std::max(bytes, least));
+  return slot_bytes < alignment_ ? slot_bytes : 0;
+}
+
+Result<Extent> SlabAllocator::AllocateSmall(uint64_t bytes, uint64_t slot_bytes) {
+  std::vector<uint64_t>& partial = small_partial_[slot_bytes];
+  if (partial.empty()) {
+    // A new page: an ordinary slot, counted as the small slots cut from it, not as a block.
+    KVTIER_ASSIGN_OR_RETURN(const Extent page, AllocateSlot(alignment_));
+    used_bytes_ -= page.length;
+    --block_count_;
+    const auto slots = static_cast<uint32_t>(alignment_ / slot_bytes);
+    SmallPage& p = small_pages_[page.offset];
+    p.slot_bytes = slot_bytes;
+    p.free_mask = slots == 64 ? ~uint64_t{0} : (uint64_t{1} << slots) - 1;
+    p.slot_length.assign(slots, 0);
+    AddPartial(page.offset, p);
+  }
+  const uint64_t page_offset = partial.back();
+  SmallPage& p = small_pages_.at(page_offset);
+  const int slot = std::countr_zero(p.free_mask);
+  p.free_mask &= p.free_mask - 1;
+  p.slot_length[slot] = static_cast<uint16_t>(bytes);
+  if (p.free_mask == 0) RemovePartial(p);
+  used_bytes_ += bytes;
+  ++block_count_;
+  return Extent{page_offset + static_cast<uint64_t>(slot) * slot_bytes, bytes};
+}
+
+Status SlabAllocator::FreeSmall(const Extent& extent) {
+  const uint64_t page_offset = extent.offset & ~(alignment_ - 1);
+  auto it = small_pages_.find(page_offset);
+  if (it == small_pages_.end()) {
+    return Internal("free of " + Describe(extent) + " that is not allocated (double free?)");
+  }
+  SmallPage& p = it->second;
+  const uint64_t within = extent.offset - page_offset;
+  const uint64_t slot = within / p.slot_bytes;
+  if (within % p.slot_bytes != 0 || p.slot_length[slot] == 0) {
+    return Internal("free of " + Describe(extent) + " that is not allocated (double free?)");
+  }
+  if (p.slot_length[slot] != extent.length) {
+    return Internal("free of " + Describe(extent) + " but the block has length " +
+                    std::to_string(p.slot_length[slot]));
+  }
+  const bool was_full = p.free_mask == 0;
+  p.slot_length[slot] = 0;
+  p.free_mask |= uint64_t{1} << slot;
+  used_bytes_ -= extent.length;
+  --block_count_;
+  if (std::popcount(p.free_mask) == static_cast<int>(p.slot_length.size())) {
+    // Empty: the page goes back as the ordinary slot it was.
+    if (!was_full) RemovePartial(p);
+    small_pages_.erase(it);
+    used_bytes_ += alignment_;
+    ++block_count_;
+    return Free(Extent{page_offset, alignment_});
+  }
+  if (was_full) AddPartial(page_offset, p);
+  return Status::Ok();
+}
+
+void SlabAllocator::AddPartial(uint64_t page_offset, SmallPage& page) {
+  std::vector<uint64_t>& partial = small_partial_[page.slot_bytes];
+  page.partial_at = partial.size();
+  partial.push_back(page_offset);
+}
+
+// Swaps the last page of the list into the page's place: O(1) whatever the number of pages.
+void SlabAllocator::RemovePartial(SmallPage& page) {
+  std::vector<uint64_t>& partial = small_partial_[page.slot_bytes];
+  const uint64_t last = partial.back();
+  partial[page.partial_at] = last;
+  small_pages_.at(last).partial_at = page.partial_at;
+  partial.pop_back();
+  page.partial_at = SIZE_MAX;
 }
 
 Result<Extent> SlabAllocator::AllocateSlot(uint64_t bytes) {
@@ -134,6 +224,7 @@ Status SlabAllocator::Free(const Extent& extent) {
       extent.length > capacity_bytes_ - extent.offset) {
     return Internal("free of " + Describe(extent) + " outside the allocator's range");
   }
+  if (SmallSlotBytes(extent.length) != 0) return FreeSmall(extent);
   const auto slab_index = static_cast<uint32_t>(extent.offset / slab_bytes_);
   switch (slabs_[slab_index].kind) {
     case SlabKind::kSlots:
@@ -261,8 +352,7 @@ Extent SlabAllocator::ReclaimUnit(const Extent& extent) const {
   if (slabs_.empty()) return extent;
   const uint64_t first = std::min<uint64_t>(extent.offset / slab_bytes_, slabs_.size() - 1);
   const uint64_t end_byte = extent.offset + std::max<uint64_t>(extent.length, 1);
-  const uint64_t last =
-      std::min<uint64_t>((end_byte - 1) / slab_bytes_, slabs_.size() - 1);
+  const uint64_t last = std::min<uint64_t>((end_byte - 1) / slab_bytes_, slabs_.size() - 1);
   const uint64_t start = SlabOffset(static_cast<uint32_t>(first));
   const uint64_t end = SlabOffset(static_cast<uint32_t>(last)) + slabs_[last].bytes;
   return Extent{start, end - start};

@@ -16,6 +16,15 @@
 // slab may be shorter than `slab_bytes` when the capacity is not a multiple of it; only the tail
 // below `alignment` is never handed out.
 //
+// Small slots: with `small_slot_max_bytes` set, a request of at most that many bytes gets a slot
+// of its size rounded up to a power of two (64 bytes at least, and at least alignment / 64), cut
+// from a page: an `alignment`-sized slot of the ordinary kind, shared by the small slots of one
+// size. A 28-byte value (an LMCache metadata record) then takes 64 bytes, not 4 KiB, and a size
+// of small values holds at most one partly used page, not a slab of its own. A small slot is
+// aligned to its size only: for memory the CPU copies to and from (the host arena); a tier that
+// moves it to O_DIRECT storage bounces it through an aligned buffer. Pages cost about 200 bytes
+// of bookkeeping each (5% of a 4 KiB page), only while they hold small slots.
+//
 // Thread safety: none. The allocator is a plain data structure; its owner (a Tier) serialises every
 // call, including the const ones, under its own mutex.
 #pragma once
@@ -40,12 +49,14 @@ class SlabAllocator {
     uint64_t capacity_bytes = 0;
     uint64_t slab_bytes = uint64_t{64} << 20;  // one 512-token Llama-8B block; see DESIGN.md
     uint64_t alignment = 4096;                 // the O_DIRECT and page granularity
+    uint64_t small_slot_max_bytes = 0;         // small slots (above); 0: off
   };
+  static constexpr uint64_t kSmallSlotMinBytes = 64;  // a cache line: no two writers share one
 
   // Validates `options` and builds the allocator. Errors (kInvalidArgument, naming the bad key):
   // alignment not a power of two; slab_bytes zero, above kMaxSlabBytes or not a multiple of
-  // alignment; capacity_bytes smaller than alignment. A capacity below slab_bytes gives one slab of
-  // the whole capacity rounded down to alignment.
+  // alignment; capacity_bytes smaller than alignment.
+  // A capacity below slab_bytes gives one slab of the whole capacity rounded down to alignment.
   static Result<SlabAllocator> Create(const Options& options);
 
   SlabAllocator(SlabAllocator&&) = default;
@@ -115,7 +126,23 @@ class SlabAllocator {
     SlabList partial;  // slabs of this class with at least one used and one free slot
   };
 
-  SlabAllocator(uint64_t capacity_bytes, uint64_t slab_bytes, uint64_t alignment);
+  SlabAllocator(uint64_t capacity_bytes, uint64_t slab_bytes, uint64_t alignment,
+                uint64_t small_slot_max_bytes);
+  // Small slots (see the header): the slot size of a small request, or 0 for one that is not
+  // small. Allocate/Free of those go through pages.
+  uint64_t SmallSlotBytes(uint64_t bytes) const;
+  Result<Extent> AllocateSmall(uint64_t bytes, uint64_t slot_bytes);
+  Status FreeSmall(const Extent& extent);
+
+  // A page of small slots of one size: which are free, and each one's requested length.
+  struct SmallPage {
+    uint64_t slot_bytes = 0;
+    uint64_t free_mask = 0;             // bit i: slot i free (at most 64 slots a page)
+    std::vector<uint16_t> slot_length;  // 0 when free
+    size_t partial_at = SIZE_MAX;       // its place in small_partial_, while it has a free slot
+  };
+  void AddPartial(uint64_t page_offset, SmallPage& page);
+  void RemovePartial(SmallPage& page);
 
   Result<Extent> AllocateSlot(uint64_t bytes);
   Result<Extent> AllocateRun(uint64_t bytes);
@@ -136,6 +163,10 @@ class SlabAllocator {
   uint64_t capacity_bytes_;
   uint64_t slab_bytes_;
   uint64_t alignment_;
+  uint64_t small_slot_max_bytes_;
+  std::unordered_map<uint64_t, SmallPage> small_pages_;  // by page offset
+  // Per slot size, the pages with a free slot (the page offsets).
+  std::unordered_map<uint64_t, std::vector<uint64_t>> small_partial_;
   std::vector<Slab> slabs_;
   std::vector<SizeClass> classes_;
   std::unordered_map<uint64_t, uint32_t> class_by_slot_bytes_;

@@ -374,6 +374,57 @@ void RunRandomised(uint32_t seed, uint64_t capacity, uint64_t slab) {
   model.CheckStats(allocator.Stats());
 }
 
+// A 28-byte value (an LMCache metadata record) takes a 64-byte slot, not a 4 KiB one: 64 of them
+// share one 4 KiB unit, each at an offset of its own slot size.
+TEST(SlabAllocatorTest, SmallSlotsPackSmallValues) {
+  SlabAllocator allocator =
+      SlabAllocator::Create(
+          {.capacity_bytes = 2 * kMiB, .slab_bytes = 128 * kKiB, .small_slot_max_bytes = 2 * kKiB})
+          .value();
+  std::vector<Extent> tiny;
+  for (int i = 0; i < 64; ++i) tiny.push_back(allocator.Allocate(28).value());
+  for (size_t i = 0; i < tiny.size(); ++i) {
+    EXPECT_EQ(tiny[i].offset % 64, 0u);
+    EXPECT_EQ(tiny[i].length, 28u);
+    if (i > 0) EXPECT_EQ(tiny[i].offset, tiny[i - 1].offset + 64);
+  }
+  EXPECT_EQ(allocator.Stats().used_bytes, 64u * 28);
+  EXPECT_EQ(allocator.free_slab_count(), allocator.slab_count() - 1);  // one slab holds them all
+  // Classes by power of two; above the small limit, by alignment as before.
+  EXPECT_EQ(allocator.Allocate(65).value().offset % 128, 0u);
+  const Extent medium = allocator.Allocate(2 * kKiB + 1).value();
+  EXPECT_EQ(medium.offset % (4 * kKiB), 0u);
+  for (const Extent& e : tiny) ASSERT_TRUE(allocator.Free(e).ok());
+  // Without the option a small value still takes a whole aligned slot.
+  SlabAllocator plain = MakeAllocator(2 * kMiB, 128 * kKiB);
+  const Extent a = plain.Allocate(28).value();
+  const Extent b = plain.Allocate(28).value();
+  EXPECT_EQ(b.offset - a.offset, 4 * kKiB);
+}
+
+// Small slots of every size come out of pages of one ordinary class, so a single slab serves
+// them all (no slab per size of small value), and an emptied page is an ordinary free slot again.
+TEST(SlabAllocatorTest, SmallSlotsOfEverySizeShareOneSlabAndPagesComeBack) {
+  SlabAllocator allocator = SlabAllocator::Create({.capacity_bytes = 128 * kKiB,
+                                                   .slab_bytes = 128 * kKiB,
+                                                   .small_slot_max_bytes = 2 * kKiB})
+                                .value();
+  std::vector<Extent> small;
+  for (uint64_t bytes : {1u, 28u, 64u, 65u, 200u, 700u, 1500u, 2048u}) {
+    small.push_back(allocator.Allocate(bytes).value());
+  }
+  const Extent ordinary = allocator.Allocate(4 * kKiB).value();
+  EXPECT_EQ(allocator.free_slab_count(), 0u);
+  EXPECT_EQ(allocator.Stats().block_count, 9u);
+  EXPECT_EQ(allocator.Free(Extent{small[1].offset, 29}).code(), StatusCode::kInternal);
+  for (const Extent& e : small) ASSERT_TRUE(allocator.Free(e).ok());
+  EXPECT_EQ(allocator.Free(small[0]).code(), StatusCode::kInternal);  // a double free
+  EXPECT_EQ(allocator.Stats().used_bytes, 4 * kKiB);
+  ASSERT_TRUE(allocator.Free(ordinary).ok());
+  EXPECT_EQ(allocator.free_slab_count(), 1u);  // every page went back, and with them the slab
+  EXPECT_EQ(allocator.Stats().block_count, 0u);
+}
+
 TEST(SlabAllocatorTest, RandomisedAgainstReferenceModel) {
   for (uint32_t seed = 1; seed <= 4; ++seed) {
     RunRandomised(seed, 2 * kMiB, 128 * kKiB);

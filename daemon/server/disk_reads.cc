@@ -1,8 +1,7 @@
 #include "daemon/server/disk_reads.h"
 
-#include <boost/asio/post.hpp>
-
 #include <atomic>
+#include <boost/asio/post.hpp>
 #include <utility>
 
 #include "common/thread_annotations.h"

@@ -9,10 +9,12 @@ namespace kvtier::tiers {
 
 Result<std::unique_ptr<HostTier>> HostTier::Create(const Options& options, TierId id) {
   // The allocator first: it validates the options cheaply before any memory is mapped.
-  KVTIER_ASSIGN_OR_RETURN(SlabAllocator allocator,
-                          SlabAllocator::Create({.capacity_bytes = options.capacity_bytes,
-                                                 .slab_bytes = options.slab_bytes,
-                                                 .alignment = options.alignment}));
+  KVTIER_ASSIGN_OR_RETURN(
+      SlabAllocator allocator,
+      SlabAllocator::Create({.capacity_bytes = options.capacity_bytes,
+                             .slab_bytes = options.slab_bytes,
+                             .alignment = options.alignment,
+                             .small_slot_max_bytes = options.small_slot_max_bytes}));
   HostArena::Options arena_options;
   arena_options.capacity_bytes = options.capacity_bytes;
   arena_options.name = options.name.empty() ? "kvtier-" + std::string(TierName(id)) : options.name;

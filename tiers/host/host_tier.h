@@ -32,6 +32,9 @@ class HostTier final : public Tier {
     uint64_t capacity_bytes = 0;
     uint64_t slab_bytes = SlabAllocator::Options{}.slab_bytes;
     uint64_t alignment = SlabAllocator::Options{}.alignment;
+    // Small values (generic metadata records, tiny blocks) share slabs in slots of their own size
+    // rounded up to a power of two, instead of a 4 KiB slot each (SlabAllocator, small slots).
+    uint64_t small_slot_max_bytes = 2048;
     bool try_huge_pages = true;
     bool try_mlock = true;
     std::string name;  // memfd name; empty: "kvtier-<tier name>"
@@ -44,7 +47,8 @@ class HostTier final : public Tier {
                                                   TierId id = TierId::kHost);
 
   TierId id() const override { return id_; }
-  // See Tier::Allocate; offsets are multiples of options.alignment within the arena.
+  // See Tier::Allocate; offsets are multiples of options.alignment within the arena, except those
+  // of small slots (options.small_slot_max_bytes), which are multiples of their slot size.
   Result<Extent> Allocate(uint64_t bytes) override;
   // An invalid free (double, unknown or wrong length) changes nothing and is counted in
   // invalid_free_count(): the caller has a bug, but the tier stays consistent.
