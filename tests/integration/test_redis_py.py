@@ -225,3 +225,30 @@ def test_pre_auth_frame_limits(kvtierd_auth):
         r.execute_command("PING", "x" * 10000)
     r.close()
     assert connect(kvtierd_auth, password=PASSWORD).ping()
+
+
+def rss_anon_bytes(daemon):
+    """The daemon's private resident memory: its heap and stacks, not the arena (a memfd)."""
+    with open(f"/proc/{daemon.proc.pid}/status") as f:
+        for line in f:
+            if line.startswith("RssAnon:"):
+                return int(line.split()[1]) * 1024
+    raise AssertionError("no RssAnon in /proc/PID/status")
+
+
+@pytest.mark.parametrize("unix", [False, True], ids=["tcp", "unix"])
+def test_values_of_64_mib_without_a_copy_held_in_the_daemon(kvtierd, unix):
+    """An LMCache chunk of 256 tokens of an 8B model is 32 MiB: values of 64 MiB are stored and
+    served over both transports, and the daemon holds no more than one value's worth of memory
+    beyond its arena meanwhile (large values go into their slot as they arrive, and out of it)."""
+    r = connect(kvtierd, 3, unix)
+    value = os.urandom(1 << 20) * 64
+    before = rss_anon_bytes(kvtierd)
+    for i in range(3):
+        key = f"big64:{unix}:{i}"
+        assert r.set(key, value) is True
+        assert r.get(key) == value
+        assert r.delete(key) == 1
+    grown = rss_anon_bytes(kvtierd) - before
+    assert grown <= len(value), f"kvtierd's private memory grew by {grown >> 20} MiB"
+    r.close()

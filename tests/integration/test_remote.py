@@ -16,8 +16,8 @@ import pytest
 from helpers import (RawClient, RespError, as_dict, http_get, pack_keys, parse_metrics,
                      register_args, wait_for)
 from kvtierd_process import Daemon
+from redis_server import REDIS_SERVER, start_redis
 
-REDIS_SERVER = shutil.which("redis-server")
 REDIS_CLI = shutil.which("redis-cli")
 pytestmark = pytest.mark.skipif(not REDIS_SERVER or not REDIS_CLI,
                                 reason="needs redis-server and redis-cli (scripts/install-deps.sh)")
@@ -49,15 +49,6 @@ def free_cluster_port():
             return port
         except OSError:
             continue
-
-
-def start_redis(port, node_dir, *extra_args):
-    """One redis-server on 127.0.0.1:port, persistence off, logging to node_dir/redis.log."""
-    return subprocess.Popen(
-        [REDIS_SERVER, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(node_dir),
-         "--save", "", "--appendonly", "no", "--logfile", str(node_dir / "redis.log"),
-         *extra_args],
-        stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
 
 
 def payload(n):
