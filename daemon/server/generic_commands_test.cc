@@ -112,6 +112,28 @@ TEST_F(GenericCommandsTest, AValueLargerThanTheTierIsRejected) {
   EXPECT_EQ(c_.Call({"GET", "huge"}), "$-1\r\n");
 }
 
+// LMCache stores a 28-byte metadata record beside every chunk: such values share 4 KiB pages
+// (64-byte slots) instead of taking a 4 KiB slot each. 20,000 of them fit in the test's 64 MiB
+// host tier, which holds 16,384 values of one 4 KiB slot each.
+TEST_F(GenericCommandsTest, TinyValuesArePackedNotGivenA4KiBSlotEach) {
+  constexpr int kValues = 20'000;
+  constexpr int kBatch = 1'000;
+  const std::string record(28, 'm');
+  for (int first = 0; first < kValues; first += kBatch) {
+    std::vector<std::string> mset = {"MSET"};
+    for (int i = first; i < first + kBatch; ++i) {
+      mset.push_back("m" + std::to_string(i));
+      mset.push_back(record);
+    }
+    ASSERT_EQ(c_.Call(mset), "+OK\r\n");
+  }
+  EXPECT_EQ(c_.Call({"DBSIZE"}), ":" + std::to_string(kValues) + "\r\n");
+  EXPECT_EQ(ts_.store().Stats().evicted_blocks, 0u);
+  EXPECT_EQ(c_.Call({"GET", "m0"}), Bulk(record));
+  EXPECT_EQ(c_.Call({"GET", "m19999"}), Bulk(record));
+  EXPECT_EQ(ts_.tier().Stats().used_bytes, uint64_t{kValues} * (record.size() + 1));
+}
+
 TEST_F(GenericCommandsTest, InfoSections) {
   const std::string all = c_.Call({"INFO"});
   ASSERT_EQ(all.substr(0, 1), "$");
