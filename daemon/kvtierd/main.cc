@@ -234,6 +234,16 @@ int Run(const config::DaemonConfig& c) {
     spdlog::error("{}", server.status().ToString());
     return 1;
   }
+  // The generic keys' names and expiry times of the previous run's clean stop: with an NVMe tier
+  // their values come back, and so must these (generic_keys_file.h). The file is read once.
+  const std::string key_names_path = c.data_dir + "/generic-keys";
+  if (tiers.nvme && !c.cold_start) {
+    Result<size_t> loaded = (*server)->LoadKeyNames(key_names_path);
+    if (loaded.ok() && *loaded > 0) spdlog::info("{} generic key names read back", *loaded);
+    if (!loaded.ok()) spdlog::warn("{}", loaded.status().ToString());
+  } else {
+    std::remove(key_names_path.c_str());
+  }
   if (Status st = (*server)->Start(); !st.ok()) {
     spdlog::error("{}", st.ToString());
     return 1;
@@ -319,6 +329,10 @@ int Run(const config::DaemonConfig& c) {
   if (tiers.nvme) {
     FlushMemoryToNvme(s, c);
     if (Status st = tiers.nvme->Sync(); !st.ok()) spdlog::warn("NVMe sync: {}", st.ToString());
+    // After the values: a name whose value did not fit is dropped at the next start.
+    Result<size_t> saved = (*server)->SaveKeyNames(key_names_path);
+    if (saved.ok()) spdlog::info("{} generic key names kept for the restart", *saved);
+    if (!saved.ok()) spdlog::warn("generic key names not kept: {}", saved.status().ToString());
   }
   store::StoreStats final_stats = (*store)->Stats();
   spdlog::info("stopped with {} blocks cached, {} leases left", final_stats.blocks_present,

@@ -6,9 +6,10 @@
 // milliseconds, 0 for none). The values stay in the store; an entry whose block was evicted is
 // found stale and dropped when next visited (a lookup, a SCAN, the expiry sweep).
 //
-// Entries live in memory only. After a restart the values that come back from NVMe are served as
-// before (GET hashes the name) and a key is entered again, without an expiry, when a command names
-// it; until then SCAN and KEYS do not list it (docs/protocol.md, "Key space").
+// Entries live in memory; a clean stop writes them to a file that the next start reads back
+// (generic_keys_file.h). After a crash the values that come back from NVMe are served as before
+// (GET hashes the name) and a key is entered again, without an expiry, when a command names it;
+// until then SCAN and KEYS do not list it (docs/protocol.md, "Key space").
 //
 // The table is cut into kStripes stripes by the top bits of the block key, and each stripe's mutex
 // is also the key's write lock: a generic SET, GET or DEL holds it while it reads or replaces the

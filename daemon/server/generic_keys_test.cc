@@ -1,10 +1,15 @@
 #include "daemon/server/generic_keys.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <filesystem>
+#include <fstream>
 #include <set>
 #include <string>
 #include <vector>
+
+#include "daemon/server/generic_keys_file.h"
 
 namespace kvtier::server {
 namespace {
@@ -111,6 +116,61 @@ TEST(GenericKeysWalkTest, AVisitorDropsEntries) {
   EXPECT_EQ(keys.size(), 5u);
   size_t calls = 0;
   EXPECT_EQ(WalkAll(keys, 100, &calls).size(), 5u);
+}
+
+class GenericKeysFileTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() /
+           ("kvtier-keys-" + std::to_string(::getpid()) + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::create_directories(dir_);
+    path_ = (dir_ / "generic-keys").string();
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  std::filesystem::path dir_;
+  std::string path_;
+};
+
+TEST_F(GenericKeysFileTest, NamesAndExpiryComeBackAndTheFileIsReadOnce) {
+  GenericKeys saved;
+  {
+    GenericKeys::Stripe& a = saved.StripeOf(KeyAt(1, 2));
+    MutexLock lock(a.lock);
+    saved.Record(a, KeyAt(1, 2), std::string("bin\0ary", 7), 1234);
+  }
+  Put(saved, KeyAt(7ULL << 58, 9), "plain");
+  ASSERT_EQ(SaveGenericKeys(saved, path_).value(), 2u);
+
+  GenericKeys loaded;
+  ASSERT_EQ(LoadGenericKeys(loaded, path_).value(), 2u);
+  EXPECT_FALSE(std::filesystem::exists(path_));
+  EXPECT_EQ(loaded.size(), 2u);
+  GenericKeys::Stripe& a = loaded.StripeOf(KeyAt(1, 2));
+  MutexLock lock(a.lock);
+  const GenericKeys::Entry* e = loaded.Find(a, KeyAt(1, 2));
+  ASSERT_NE(e, nullptr);
+  EXPECT_EQ(e->name, std::string("bin\0ary", 7));
+  EXPECT_EQ(e->expires_at_ms, 1234u);
+  EXPECT_EQ(LoadGenericKeys(loaded, path_).value(), 0u);  // no file: nothing, no error
+}
+
+TEST_F(GenericKeysFileTest, ADamagedFileIsRefusedWholeAndRemoved) {
+  GenericKeys saved;
+  for (uint64_t i = 0; i < 10; ++i) Put(saved, KeyAt(i << 58), "k" + std::to_string(i));
+  ASSERT_TRUE(SaveGenericKeys(saved, path_).ok());
+  {
+    std::fstream f(path_, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(40);
+    f.put('X');
+  }
+  GenericKeys loaded;
+  const Result<size_t> r = LoadGenericKeys(loaded, path_);
+  EXPECT_EQ(r.status().code(), StatusCode::kCorruption) << r.status().ToString();
+  EXPECT_EQ(loaded.size(), 0u);
+  EXPECT_FALSE(std::filesystem::exists(path_));
+  std::ofstream(path_) << "not a key-names file";
+  EXPECT_EQ(LoadGenericKeys(loaded, path_).status().code(), StatusCode::kCorruption);
 }
 
 }  // namespace

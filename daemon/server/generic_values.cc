@@ -18,6 +18,10 @@ std::optional<TierId> Where(ServerContext& server, const BlockKey& block) {
   return server.store.Where(server.generic_ns, std::span(&block, 1))[0];
 }
 
+// While the blocks found on NVMe at a restart join the index, an entry whose block is not there
+// yet (loaded from the key-names file) is kept: its block may still come.
+bool Adopting(ServerContext& server) { return server.store.pending_adoptions() > 0; }
+
 }  // namespace
 
 GenericKeys::Entry* LiveEntry(ServerContext& server, const GenericKeyRef& key, uint64_t now_ms,
@@ -30,7 +34,7 @@ GenericKeys::Entry* LiveEntry(ServerContext& server, const GenericKeyRef& key, u
   }
   const std::optional<TierId> where = Where(server, key.block);
   if (!where) {
-    if (entry != nullptr) keys.Forget(key.stripe, key.block);
+    if (entry != nullptr && !Adopting(server)) keys.Forget(key.stripe, key.block);
     return nullptr;
   }
   if (tier != nullptr) *tier = *where;
@@ -54,7 +58,7 @@ bool SettleVisited(ServerContext& server, const BlockKey& block, const GenericKe
     return server.store.Remove(server.generic_ns, block).code() == StatusCode::kBusy;
   }
   live = Where(server, block).has_value();
-  return live;
+  return live || Adopting(server);
 }
 
 std::optional<int64_t> ExpiryTime(int64_t n, bool seconds, bool absolute, uint64_t now_ms) {

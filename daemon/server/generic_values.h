@@ -30,8 +30,9 @@ GenericKeyRef RefOf(ServerContext& server, std::string_view name);
 // The entry of a live key (its value present, its time not up), or nullptr when the key does not
 // exist now. On the way it settles what it finds: an expired value is removed (or, while a reader
 // still leases it, left as an expired entry for the sweep to remove), an entry whose block the
-// store evicted is dropped, and a value present without an entry (one from before a restart) is
-// entered, without an expiry. Does not touch the block's recency. `tier`, when given, is set to
+// store evicted is dropped (unless the blocks found at a restart are still joining the index), and
+// a value present without an entry (one from before a restart the key-names file did not cover)
+// is entered, without an expiry. Does not touch the block's recency. `tier`, when given, is set to
 // the tier a live key's value is in.
 GenericKeys::Entry* LiveEntry(ServerContext& server, const GenericKeyRef& key, uint64_t now_ms,
                               TierId* tier = nullptr) REQUIRES(key.stripe.lock);

@@ -13,6 +13,7 @@
 #include "common/thread_annotations.h"
 #include "daemon/server/asio.h"
 #include "daemon/server/connection.h"
+#include "daemon/server/generic_keys_file.h"
 #include "daemon/server/generic_keyspace.h"
 #include "daemon/server/generic_values.h"
 #include "daemon/server/info.h"
@@ -325,6 +326,14 @@ void Server::Stop() {
   for (std::thread& t : impl.threads) t.join();
   impl.threads.clear();
   if (impl.unix_acceptor) unlink(impl.context.options.unix_path.c_str());
+}
+
+Result<size_t> Server::LoadKeyNames(const std::string& path) {
+  return LoadGenericKeys(impl_->context.generic_keys, path);
+}
+
+Result<size_t> Server::SaveKeyNames(const std::string& path) {
+  return SaveGenericKeys(impl_->context.generic_keys, path);
 }
 
 uint16_t Server::tcp_port() const { return impl_->context.tcp_port; }

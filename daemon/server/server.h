@@ -136,6 +136,12 @@ class Server {
   // released), joins the I/O threads and removes the Unix socket file. Idempotent.
   void Stop();
 
+  // The generic key space's names and expiry times across a clean restart (generic_keys_file.h):
+  // LoadKeyNames before Start (the file is removed once read), SaveKeyNames after Stop. Return
+  // the entries read or written; errors as LoadGenericKeys / SaveGenericKeys.
+  Result<size_t> LoadKeyNames(const std::string& path);
+  Result<size_t> SaveKeyNames(const std::string& path);
+
   // The bound TCP port (the kernel's choice for tcp_ephemeral); 0 when TCP is off or not started.
   uint16_t tcp_port() const;
   const std::string& unix_path() const;
