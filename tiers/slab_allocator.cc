@@ -30,6 +30,10 @@ Result<SlabAllocator> SlabAllocator::Create(const Options& options) {
                            std::to_string(alignment) + ") of at most 2 GiB, got " +
                            std::to_string(options.slab_bytes));
   }
+  if (options.small_slot_max_bytes > UINT16_MAX) {
+    return InvalidArgument("small_slot_max_bytes must be at most 65535, got " +
+                           std::to_string(options.small_slot_max_bytes));
+  }
   if (options.capacity_bytes < alignment) {
     return InvalidArgument("capacity_bytes must be at least alignment (" +
                            std::to_string(alignment) + "), got " +

@@ -55,7 +55,7 @@ class SlabAllocator {
 
   // Validates `options` and builds the allocator. Errors (kInvalidArgument, naming the bad key):
   // alignment not a power of two; slab_bytes zero, above kMaxSlabBytes or not a multiple of
-  // alignment; capacity_bytes smaller than alignment.
+  // alignment; capacity_bytes smaller than alignment; small_slot_max_bytes above 65535.
   // A capacity below slab_bytes gives one slab of the whole capacity rounded down to alignment.
   static Result<SlabAllocator> Create(const Options& options);
 
@@ -64,7 +64,8 @@ class SlabAllocator {
   SlabAllocator(const SlabAllocator&) = delete;
   SlabAllocator& operator=(const SlabAllocator&) = delete;
 
-  // Returns Extent{offset, length = bytes} with offset a multiple of alignment(). Errors:
+  // Returns Extent{offset, length = bytes} with offset a multiple of alignment(), or for a small
+  // slot (small_slot_max_bytes) a multiple of its slot size. Errors:
   // kInvalidArgument for 0 bytes; kRejected when bytes > capacity_bytes() (it can never fit);
   // kBusy when no slot or run of slabs is free now: free something and retry. O(1) amortised for
   // blocks up to slab_bytes(); a multi-slab block scans the slab table (first fit).

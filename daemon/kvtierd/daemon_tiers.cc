@@ -146,10 +146,10 @@ Result<std::unique_ptr<tiers::remote::RedisClusterClient>> OpenRemote(
   return client;
 }
 
-size_t AdoptRecoveredBlocks(DaemonTiers& tiers, store::Store& store, std::stop_token stop) {
+size_t AdoptRecoveredBlocks(DaemonTiers& tiers, store::Store& store,
+                            std::vector<tiers::nvme::RecoveredBlock> found, std::stop_token stop) {
   if (!tiers.nvme) return 0;
   const auto started = std::chrono::steady_clock::now();
-  std::vector<tiers::nvme::RecoveredBlock> found = tiers.nvme->TakeRecovered();
   size_t adopted = 0;
   size_t handed = 0;
   store.SetPendingAdoptions(found.size());

@@ -53,12 +53,15 @@ Result<DaemonTiers> OpenTiers(const config::DaemonConfig& config);
 Result<std::unique_ptr<tiers::remote::RedisClusterClient>> OpenRemote(
     const config::DaemonConfig& config);
 
-// Hands the blocks the NVMe tier found at open to the store, oldest first so that the LRU order
-// survives the restart. Returns how many the store took; those it refuses (a key taken twice, or
-// stored by a client since the start) are freed. The daemon runs it on a thread of its own while
-// it serves (a block not adopted yet is a miss): `stop` ends it early, and the blocks not handed
-// over yet stay on disk, recorded, for the next start.
-size_t AdoptRecoveredBlocks(DaemonTiers& tiers, store::Store& store, std::stop_token stop = {});
+// Hands the blocks the NVMe tier found at open (`found`, its TakeRecovered(), which the caller
+// counted in Store::SetPendingAdoptions before serving) to the store, oldest first so that the
+// LRU order survives the restart. Returns how many the store took; those it refuses (a key taken
+// twice, or stored by a client since the start) are freed. The daemon runs it on a thread of its
+// own while it serves (a block not adopted yet is a miss): `stop` ends it early, and the blocks not
+// handed over yet stay on disk, recorded, for the next start.
+size_t AdoptRecoveredBlocks(DaemonTiers& tiers, store::Store& store,
+                            std::vector<tiers::nvme::RecoveredBlock> found,
+                            std::stop_token stop = {});
 
 // The options the store runs with; `remote` is the remote tier's client, or nullptr.
 store::StoreOptions StoreOptionsFrom(const config::DaemonConfig& config,

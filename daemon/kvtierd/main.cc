@@ -244,16 +244,22 @@ int Run(const config::DaemonConfig& c) {
   } else {
     std::remove(key_names_path.c_str());
   }
+  // Counted before the first command: until the blocks found on NVMe have joined the index, the
+  // generic key names read back above must not be taken for names of evicted values.
+  std::vector<tiers::nvme::RecoveredBlock> recovered;
+  if (tiers.nvme) recovered = tiers.nvme->TakeRecovered();
+  (*store)->SetPendingAdoptions(recovered.size());
   if (Status st = (*server)->Start(); !st.ok()) {
     spdlog::error("{}", st.ToString());
     return 1;
   }
   // The NVMe blocks of the previous run join the index while the daemon serves: until a block is
   // adopted it is a miss, and a restart does not wait for a million index inserts.
-  std::jthread recovery([&tiers, &s = **store](std::stop_token stop) {
-    pthread_setname_np(pthread_self(), "kvtier-recovery");
-    daemon::AdoptRecoveredBlocks(tiers, s, stop);
-  });
+  std::jthread recovery(
+      [&tiers, &s = **store, found = std::move(recovered)](std::stop_token stop) mutable {
+        pthread_setname_np(pthread_self(), "kvtier-recovery");
+        daemon::AdoptRecoveredBlocks(tiers, s, std::move(found), stop);
+      });
   if (!c.unix_path.empty()) spdlog::info("listening on unix://{}", c.unix_path);
   if (c.tcp_port != 0) spdlog::info("listening on tcp://{}:{}", c.tcp_host, (*server)->tcp_port());
 

@@ -212,7 +212,7 @@ Progress Set(CommandContext& ctx, Command& cmd) {
   };
   const GenericKeys::Entry* entry = LiveEntry(ctx.server, key, UnixNowMs());
   bool exists = entry != nullptr;
-  const uint64_t old_expiry = exists ? entry->expires_at_ms : 0;
+  uint64_t old_expiry = exists ? entry->expires_at_ms : 0;
   if (o->get && exists) {
     // Copied into the reply (never sent from its slot): the value is replaced right after.
     LeasedOutput* leased = std::exchange(ctx.leased, nullptr);
@@ -224,6 +224,7 @@ Progress Set(CommandContext& ctx, Command& cmd) {
       return Progress::kDone;
     }
     exists = st.ok();
+    if (!exists) old_expiry = 0;  // the old value turned out gone: KEEPTTL keeps nothing
   }
   if (o->get && !exists) ctx.reply.AppendNull();
   if ((o->if_absent && exists) || (o->if_present && !exists)) {

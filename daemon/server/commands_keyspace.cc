@@ -4,6 +4,7 @@
 //
 // FLUSHDB and FLUSHALL empty the generic key space only: the blocks that engines store under
 // their own namespaces (KVT.*) are a cache the Redis commands never list, and stay.
+#include <cctype>
 #include <charconv>
 #include <string>
 #include <vector>
@@ -27,20 +28,13 @@ struct KeyFilter {
   bool strings = true;  // false: TYPE named another type, which no generic key has
 };
 
-// Walks the key space from `cursor` for about `budget` entries, settling each one it visits
-// (SettleVisited) and appending the names that pass `filter` to `names`. Returns the next cursor.
+// Walks the key space from `cursor` for about `budget` entries (SettleKeys), appending the live
+// names that pass `filter` to `names`. Returns the next cursor.
 uint64_t ListKeys(ServerContext& server, uint64_t cursor, size_t budget, const KeyFilter& filter,
                   std::vector<std::string>& names) {
-  const uint64_t now_ms = UnixNowMs();
-  return server.generic_keys.Walk(
-      cursor, budget, [&](GenericKeys::Stripe&, const BlockKey& block, GenericKeys::Entry& entry) {
-        bool live = false;
-        const bool keep = SettleVisited(server, block, entry, now_ms, live);
-        if (live && filter.strings && GlobMatches(filter.pattern, entry.name)) {
-          names.push_back(entry.name);
-        }
-        return keep;
-      });
+  return SettleKeys(server, cursor, budget, [&](const GenericKeys::Entry& entry) {
+    if (filter.strings && GlobMatches(filter.pattern, entry.name)) names.push_back(entry.name);
+  });
 }
 
 void AppendNames(resp::ReplyWriter& reply, const std::vector<std::string>& names) {
@@ -192,7 +186,9 @@ Progress SetExpiry(CommandContext& ctx, Command& cmd, bool seconds, bool absolut
   const uint64_t now_ms = UnixNowMs();
   const std::optional<int64_t> at = ExpiryTime(*n, seconds, absolute, now_ms);
   if (!at) {
-    ctx.reply.AppendError("ERR invalid expire time in '" + cmd.UpperName() + "' command");
+    std::string name(cmd.name());
+    for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    ctx.reply.AppendError("ERR invalid expire time in '" + name + "' command");
     return Progress::kDone;
   }
   const GenericKeyRef key = RefOf(ctx.server, cmd.args[1]);
@@ -243,14 +239,9 @@ Progress Flush(CommandContext& ctx, Command& cmd) {
     return Progress::kDone;
   }
   ServerContext& server = ctx.server;
-  uint64_t leased = 0;
-  (void)server.generic_keys.Walk(
-      0, SIZE_MAX, [&](GenericKeys::Stripe&, const BlockKey& block, GenericKeys::Entry&) {
-        const bool busy = server.store.Remove(server.generic_ns, block).code() == StatusCode::kBusy;
-        leased += busy ? 1 : 0;
-        return busy;
-      });
-  leased += server.store.RemoveAll(server.generic_ns).leased;
+  // Every value, named or not (from before a restart), then the entries of those gone.
+  const uint64_t leased = server.store.RemoveAll(server.generic_ns).leased;
+  (void)SettleKeys(server, 0, SIZE_MAX);
   // Values from before a restart still joining the index would come back after the flush.
   const uint64_t loading = server.store.pending_adoptions();
   if ((leased > 0 || loading > 0) && ctx.KeepWaitingForReaders()) return Progress::kRetryLater;
@@ -284,14 +275,5 @@ constexpr CommandSpec kCommands[] = {
 }  // namespace
 
 std::span<const CommandSpec> KeyspaceCommands() { return kCommands; }
-
-uint64_t SweepGenericKeys(ServerContext& server, uint64_t cursor, size_t budget) {
-  const uint64_t now_ms = UnixNowMs();
-  return server.generic_keys.Walk(
-      cursor, budget, [&](GenericKeys::Stripe&, const BlockKey& block, GenericKeys::Entry& entry) {
-        bool live = false;
-        return SettleVisited(server, block, entry, now_ms, live);
-      });
-}
 
 }  // namespace kvtier::server

@@ -5,6 +5,7 @@
 #include <xxhash.h>
 
 #include <cerrno>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -53,6 +54,18 @@ Status Errno(const std::string& what, const std::string& path) {
   return DeviceError(what + " " + path + ": " + std::strerror(errno));
 }
 
+// Makes a rename or removal in the file's directory durable: without it a power cut may bring
+// back the old directory entry.
+Status SyncDirectoryOf(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  const std::string dir = slash == std::string::npos ? "." : path.substr(0, slash + 1);
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return Errno("open", dir);
+  const int synced = ::fsync(fd);
+  ::close(fd);
+  return synced == 0 ? Status::Ok() : Errno("fsync", dir);
+}
+
 }  // namespace
 
 Result<size_t> SaveGenericKeys(GenericKeys& keys, const std::string& path) {
@@ -92,6 +105,7 @@ Result<size_t> SaveGenericKeys(GenericKeys& keys, const std::string& path) {
   }
   ::close(fd);
   if (::rename(tmp.c_str(), path.c_str()) != 0) return Errno("rename to", path);
+  KVTIER_RETURN_IF_ERROR(SyncDirectoryOf(path));
   return count;
 }
 
@@ -105,6 +119,7 @@ Result<size_t> LoadGenericKeys(GenericKeys& keys, const std::string& path) {
   if (file.bad()) return Errno("read", path);
   // Read once: whatever happens next, an older run's names never come back after this one.
   std::remove(path.c_str());
+  KVTIER_RETURN_IF_ERROR(SyncDirectoryOf(path));
   auto corrupt = [&](std::string_view why) {
     return Corruption("generic key names " + path + ": " + std::string(why) + "; not used");
   };
@@ -126,10 +141,11 @@ Result<size_t> LoadGenericKeys(GenericKeys& keys, const std::string& path) {
     e.key.high = r.Take(8);
     e.key.low = r.Take(8);
     e.expires_at_ms = r.Take(8);
+    if (e.expires_at_ms > static_cast<uint64_t>(INT64_MAX)) r.ok = false;
     e.name = r.Bytes(r.Take(4));
     entries.push_back(e);
   }
-  if (!r.ok || !r.in.empty()) return corrupt("entries do not match the count");
+  if (!r.ok || !r.in.empty()) return corrupt("entries do not match the count, or hold bad times");
   for (const Loaded& e : entries) {
     GenericKeys::Stripe& stripe = keys.StripeOf(e.key);
     MutexLock lock(stripe.lock);

@@ -22,26 +22,43 @@ std::optional<TierId> Where(ServerContext& server, const BlockKey& block) {
 // yet (loaded from the key-names file) is kept: its block may still come.
 bool Adopting(ServerContext& server) { return server.store.pending_adoptions() > 0; }
 
+// What a key's entry and block say together, under the key's lock. An expired value is removed;
+// an entry is kept (`keep`) while its key lives, while an expired value is still leased by a
+// reader (the sweep removes it later), and, while the blocks found at a restart join the index,
+// when its block is not there yet: an expired one may still come and must go then, a live one may
+// still come and must keep its name and expiry.
+struct Settled {
+  bool live = false;
+  bool keep = false;
+  TierId tier = TierId::kHost;
+};
+
+Settled Settle(ServerContext& server, const BlockKey& block, const GenericKeys::Entry* entry,
+               uint64_t now_ms) {
+  if (entry != nullptr && entry->ExpiredAt(now_ms)) {
+    const StatusCode removed = server.store.Remove(server.generic_ns, block).code();
+    return {.keep = removed == StatusCode::kBusy ||
+                    (removed == StatusCode::kNotFound && Adopting(server))};
+  }
+  const std::optional<TierId> where = Where(server, block);
+  if (!where) return {.keep = entry != nullptr && Adopting(server)};
+  return {.live = true, .keep = true, .tier = *where};
+}
+
 }  // namespace
 
 GenericKeys::Entry* LiveEntry(ServerContext& server, const GenericKeyRef& key, uint64_t now_ms,
                               TierId* tier) {
   GenericKeys& keys = server.generic_keys;
   GenericKeys::Entry* entry = keys.Find(key.stripe, key.block);
-  if (entry != nullptr && entry->ExpiredAt(now_ms)) {
-    (void)RemoveValue(server, key);  // kBusy: the expired entry stays, and the key is gone anyway
-    return nullptr;
-  }
-  const std::optional<TierId> where = Where(server, key.block);
-  if (!where) {
-    if (entry != nullptr && !Adopting(server)) keys.Forget(key.stripe, key.block);
-    return nullptr;
-  }
-  if (tier != nullptr) *tier = *where;
+  const Settled s = Settle(server, key.block, entry, now_ms);
+  if (entry != nullptr && !s.keep) keys.Forget(key.stripe, key.block);
+  if (!s.live) return nullptr;
   if (entry == nullptr) {
     keys.Record(key.stripe, key.block, key.name, 0);
     entry = keys.Find(key.stripe, key.block);
   }
+  if (tier != nullptr) *tier = s.tier;
   return entry;
 }
 
@@ -51,14 +68,15 @@ Status RemoveValue(ServerContext& server, const GenericKeyRef& key) {
   return removed;
 }
 
-bool SettleVisited(ServerContext& server, const BlockKey& block, const GenericKeys::Entry& entry,
-                   uint64_t now_ms, bool& live) {
-  live = false;
-  if (entry.ExpiredAt(now_ms)) {
-    return server.store.Remove(server.generic_ns, block).code() == StatusCode::kBusy;
-  }
-  live = Where(server, block).has_value();
-  return live || Adopting(server);
+uint64_t SettleKeys(ServerContext& server, uint64_t cursor, size_t budget,
+                    const std::function<void(const GenericKeys::Entry&)>& on_live) {
+  const uint64_t now_ms = UnixNowMs();
+  return server.generic_keys.Walk(
+      cursor, budget, [&](GenericKeys::Stripe&, const BlockKey& block, GenericKeys::Entry& entry) {
+        const Settled s = Settle(server, block, &entry, now_ms);
+        if (s.live && on_live) on_live(entry);
+        return s.keep;
+      });
 }
 
 std::optional<int64_t> ExpiryTime(int64_t n, bool seconds, bool absolute, uint64_t now_ms) {

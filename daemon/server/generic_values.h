@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string_view>
 
@@ -41,22 +42,18 @@ GenericKeys::Entry* LiveEntry(ServerContext& server, const GenericKeyRef& key, u
 // kNotFound when there was no value (the entry, if any, is dropped).
 Status RemoveValue(ServerContext& server, const GenericKeyRef& key) REQUIRES(key.stripe.lock);
 
-// What a walk over the table does with an entry it visits (GenericKeys::Walk): an expired value
-// is removed and a stale entry dropped (false: drop it), a live one kept (true), and `live` set
-// for the caller to list it or not.
-bool SettleVisited(ServerContext& server, const BlockKey& block, const GenericKeys::Entry& entry,
-                   uint64_t now_ms, bool& live);
+// Walks about `budget` entries from `cursor` (GenericKeys::Walk), settling each as LiveEntry
+// does (expired values removed, stale entries dropped) and showing `on_live`, when given, each
+// live one. Returns the cursor to go on from (0: the end). SCAN and KEYS list with it; the server
+// sweeps with it on a timer, so that expired values free their space without being read.
+uint64_t SettleKeys(ServerContext& server, uint64_t cursor, size_t budget,
+                    const std::function<void(const GenericKeys::Entry&)>& on_live = {});
 
 // The Unix time in milliseconds that an expiry argument names: `n` seconds or milliseconds, from
 // `now_ms` or since the epoch (EXAT, PXAT, EXPIREAT). May lie in the past; a result of 0 or less
 // is taken as "already past". nullopt when it does not fit in 64 bits (Redis: "invalid expire
 // time").
 std::optional<int64_t> ExpiryTime(int64_t n, bool seconds, bool absolute, uint64_t now_ms);
-
-// The expiry sweep: settles about `budget` entries from `cursor` (expired values removed, stale
-// entries dropped) and returns the cursor to go on from (0: the walk came round to the start).
-// The server calls it on a timer, so that expired values free their space without being read.
-uint64_t SweepGenericKeys(ServerContext& server, uint64_t cursor, size_t budget);
 
 // True (after writing the error) when the key is longer than the server's max_key_bytes.
 bool KeyTooLong(CommandContext& ctx, std::string_view key);

@@ -31,7 +31,7 @@ constexpr int kMaxIoThreads = 256;
 // After a failed accept (EMFILE: out of descriptors) the loop waits this long before the next
 // try, instead of spinning on an error that only a closing client can clear.
 constexpr auto kAcceptRetryDelay = std::chrono::milliseconds(50);
-// The expiry sweep settles this many generic keys every interval (SweepGenericKeys): 40,000 keys
+// The expiry sweep settles this many generic keys every interval (SettleKeys): 40,000 keys
 // a second, a full pass over a million keys in under half a minute, for about a millisecond of
 // one thread per interval.
 constexpr auto kSweepInterval = std::chrono::milliseconds(100);
@@ -195,7 +195,7 @@ asio::awaitable<void> Server::Impl::SweepLoop() {
     error_code ec;
     co_await sweep_timer.async_wait(asio::redirect_error(asio::use_awaitable, ec));
     if (ec || sweep_stopped) co_return;
-    cursor = SweepGenericKeys(context, cursor, kSweepKeys);
+    cursor = SettleKeys(context, cursor, kSweepKeys);
   }
 }
 

@@ -64,7 +64,7 @@ struct ServerOptions {
   // Command limits.
   size_t max_key_bytes = size_t{64} << 10;  // generic keys
   // KEYS answers an error instead of walking a key space with more keys than this (SCAN walks
-  // it in steps); 0: KEYS is refused.
+  // it in steps); 0: KEYS is refused unless the key space is empty.
   size_t max_keys_reply = 100'000;
   size_t max_lookup_keys = 65536;  // packed keys per KVT.* call
   // Reply bytes a client may have pending before the server stops reading from it.

@@ -42,14 +42,6 @@ struct ServerCounters {
 inline constexpr size_t kPreAuthBulkBytes = 4 << 10;
 inline constexpr size_t kPreAuthArgs = 16;
 
-// Generic SETs, GETs and DELs of one key take turns under its stripe lock in `generic_keys`
-// (chosen by the key's hash), so that a writer never meets another's reservation, a reader never
-// sees the moment between a SET's remove and its commit, and the key's name and expiry change
-// with its value: a Redis user expects the last SET to win and a GET to see a value. A GET of a
-// large value keeps its lease after the lock is released, until the bytes are sent; a SET that
-// meets it waits on a timer (Progress::kRetryLater). Different keys rarely share a lock, and a
-// lock is held only for one value's copy.
-
 // The host arena as clients map it (KVT.ATTACH): reservation and lease extents of `tier` are
 // offsets into the memfd.
 struct SharedArena {
@@ -68,6 +60,13 @@ struct ServerContext {
   uint16_t tcp_port = 0;       // the bound port, set by Start before any connection exists
   std::atomic<uint64_t> next_staging_key{1};  // placeholder keys of staged SET values
   ServerCounters counters;
+  // The generic keys' names and expiry times. Generic SETs, GETs and DELs of one key take turns
+  // under its stripe lock (chosen by the key's hash), so that a writer never meets another's
+  // reservation, a reader never sees the moment between a SET's remove and its commit, and the
+  // key's name and expiry change with its value: a Redis user expects the last SET to win and a
+  // GET to see a value. A GET of a large value keeps its lease after the lock is released, until
+  // the bytes are sent; a SET that meets it waits on a timer (Progress::kRetryLater). A lock is
+  // held for one value's copy, or while SCAN, KEYS, FLUSHDB or the expiry sweep walk its stripe.
   GenericKeys generic_keys;
   // Shared with the store's move listener, which may run on a mover thread while the server is
   // being destroyed.

@@ -159,7 +159,10 @@ def exchange(address, requests):
             data = b""
             # A reply is whole once it ends in CRLF and, for a bulk string, holds its length.
             while True:
-                data += s.recv(1 << 16)
+                more = s.recv(1 << 16)
+                if not more:
+                    raise AssertionError(f"the server closed the connection after {data!r}")
+                data += more
                 if data.startswith(b"$") and not data.startswith(b"$-1"):
                     head, _, rest = data.partition(b"\r\n")
                     if len(rest) >= int(head[1:]) + 2:

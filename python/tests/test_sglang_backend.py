@@ -230,7 +230,9 @@ def test_a_page_evicted_in_between_is_a_miss(tmp_path, salt):
         gone_hashes, *_ = backup(ctl, pool, gone)
         assert backend.batch_exists(held_hashes) == 3  # and holds them
 
-        flood(url, backend._block_bytes, PAGE, 48)  # 24,000 pages of the same size class: 1.5x the tier
+        # 48,000 pages of 512 bytes, packed 8 to a 4 KiB page of small slots: 1.5x the tier.
+        assert backend._block_bytes == 512
+        flood(url, backend._block_bytes, PAGE, 96)
 
         assert backend.batch_exists(gone_hashes) == 0
         assert backend.batch_get_v1(gone_hashes, pool.alloc(3 * PAGE)) == [False] * 3
