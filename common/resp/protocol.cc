@@ -63,6 +63,14 @@ std::string ToUpperAscii(std::string_view text) {
   return out;
 }
 
+std::string ToLowerAscii(std::string_view text) {
+  std::string out(text);
+  for (char& c : out) {
+    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
+  }
+  return out;
+}
+
 std::string DescribeByte(char byte) {
   auto u = static_cast<unsigned char>(byte);
   if (u >= 0x20 && u < 0x7f) return std::string(1, byte);

@@ -43,8 +43,9 @@ size_t ReadPayloadCrlf(std::string_view input, size_t& crlf_seen);
 // ASCII case-insensitive equality; command names are ASCII, so no locale is consulted.
 bool EqualsIgnoreCase(std::string_view a, std::string_view b);
 
-// `text` with a-z mapped to A-Z and every other byte unchanged.
+// `text` with a-z mapped to A-Z (ToLowerAscii: A-Z to a-z) and every other byte unchanged.
 std::string ToUpperAscii(std::string_view text);
+std::string ToLowerAscii(std::string_view text);
 
 // A byte as it appears in a protocol error message: the character itself when printable ASCII,
 // otherwise "\xHH", so that an error never carries raw control bytes back to a terminal.

@@ -29,6 +29,7 @@ TEST(CaseTest, ComparesAndUppercasesAsciiOnly) {
   EXPECT_FALSE(EqualsIgnoreCase("GET", "GETX"));
   EXPECT_FALSE(EqualsIgnoreCase("GET", "SET"));
   EXPECT_EQ(ToUpperAscii("client setname\xc3\xa9"), "CLIENT SETNAME\xc3\xa9");
+  EXPECT_EQ(ToLowerAscii("KVT.Lookup\xc3\x89"), "kvt.lookup\xc3\x89");
 }
 
 TEST(DescribeByteTest, EscapesNonPrintableBytes) {

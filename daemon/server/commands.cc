@@ -24,14 +24,6 @@ const Table& CommandTable() {
   return table;
 }
 
-std::string Lower(std::string_view name) {
-  std::string out(name);
-  for (char& c : out) {
-    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
-  }
-  return out;
-}
-
 // Redis 7's wording, which client libraries and tests match on:
 // "ERR unknown command 'foo', with args beginning with: 'a' 'b' ".
 void AppendUnknownCommand(resp::ReplyWriter& reply, const resp::Command& cmd) {
@@ -83,7 +75,8 @@ const CommandSpec* PrepareCommand(CommandContext& ctx, const resp::Command& cmd)
     return nullptr;
   }
   if (!ArityMatches(spec->arity, cmd.size())) {
-    ctx.reply.AppendError("ERR wrong number of arguments for '" + Lower(spec->name) + "' command");
+    ctx.reply.AppendError("ERR wrong number of arguments for '" + resp::ToLowerAscii(spec->name) +
+                          "' command");
     return nullptr;
   }
   return spec;

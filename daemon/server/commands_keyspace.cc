@@ -4,7 +4,6 @@
 //
 // FLUSHDB and FLUSHALL empty the generic key space only: the blocks that engines store under
 // their own namespaces (KVT.*) are a cache the Redis commands never list, and stay.
-#include <cctype>
 #include <charconv>
 #include <string>
 #include <vector>
@@ -186,9 +185,8 @@ Progress SetExpiry(CommandContext& ctx, Command& cmd, bool seconds, bool absolut
   const uint64_t now_ms = UnixNowMs();
   const std::optional<int64_t> at = ExpiryTime(*n, seconds, absolute, now_ms);
   if (!at) {
-    std::string name(cmd.name());
-    for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    ctx.reply.AppendError("ERR invalid expire time in '" + name + "' command");
+    ctx.reply.AppendError("ERR invalid expire time in '" + resp::ToLowerAscii(cmd.name()) +
+                          "' command");
     return Progress::kDone;
   }
   const GenericKeyRef key = RefOf(ctx.server, cmd.args[1]);

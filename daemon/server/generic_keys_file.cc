@@ -69,20 +69,21 @@ Status SyncDirectoryOf(const std::string& path) {
 }  // namespace
 
 Result<size_t> SaveGenericKeys(GenericKeys& keys, const std::string& path) {
-  std::string out(kMagic);
-  PutU64(out, 0);  // the count, filled in below
+  std::string entries;
   size_t count = 0;
   (void)keys.Walk(0, SIZE_MAX,
                   [&](GenericKeys::Stripe&, const BlockKey& key, GenericKeys::Entry& entry) {
-                    PutU64(out, key.high);
-                    PutU64(out, key.low);
-                    PutU64(out, entry.expires_at_ms);
-                    PutU32(out, static_cast<uint32_t>(entry.name.size()));
-                    out.append(entry.name);
+                    PutU64(entries, key.high);
+                    PutU64(entries, key.low);
+                    PutU64(entries, entry.expires_at_ms);
+                    PutU32(entries, static_cast<uint32_t>(entry.name.size()));
+                    entries.append(entry.name);
                     ++count;
                     return true;
                   });
-  for (int i = 0; i < 8; ++i) out[kMagic.size() + i] = static_cast<char>((count >> (8 * i)) & 0xff);
+  std::string out(kMagic);
+  PutU64(out, count);
+  out.append(entries);
   PutU64(out, XXH3_64bits(out.data(), out.size()));
 
   const std::string tmp = path + ".tmp";
