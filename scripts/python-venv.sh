@@ -9,7 +9,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 venv=build/venv-py
-pip=("$venv/bin/python" -m pip install -q --disable-pip-version-check)
+# No pip cache: PyPI's torch brings about 3.5 GiB of CUDA wheels, which a cache would hold a second
+# time on the disk the build trees need.
+pip=("$venv/bin/python" -m pip install -q --disable-pip-version-check --no-cache-dir)
 [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
 "${pip[@]}" -r python/requirements-test.txt
 "${pip[@]}" --no-deps -r python/requirements-engine.txt

@@ -8,6 +8,13 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
 
+# A full run fills about 15 GiB here (the build trees, and the Python package's venv with PyPI's
+# CUDA build of torch). Say so at the start rather than fail mid-way on a full disk.
+need_gib=16
+free_gib=$(($(df --output=avail -k . | tail -1) >> 20))
+echo "disk: ${free_gib} GiB free here; a full run from a fresh clone needs about ${need_gib} GiB"
+[ "$free_gib" -ge "$need_gib" ] || echo "warning: less free disk than a full run needs" >&2
+
 jobs="$(nproc)"
 run_ctest() {
   local preset="$1"
