@@ -41,18 +41,24 @@ struct Phase {
   double wall_s = 0;
 };
 
-hashing::NamespaceDescriptor BenchDescriptor() {
+// The bench namespace: `salt` names it (so that runs against two daemons address the same blocks),
+// or a random salt does (so that a run never collides with an earlier one).
+hashing::NamespaceDescriptor BenchDescriptor(const std::string& salt) {
   hashing::NamespaceDescriptor d;
   d.model_id = "kvtier-bench";
   d.kv_dtype = "int8";
   d.num_layers = d.num_kv_heads = d.head_dim = 1;
   d.tokens_per_block = 16;
   d.layout_tag = "bench";
-  char salt[32];
+  if (!salt.empty()) {
+    d.tenant_salt = salt;
+    return d;
+  }
+  char random_salt[32];
   std::snprintf(
-      salt, sizeof(salt), "%016llx",
+      random_salt, sizeof(random_salt), "%016llx",
       static_cast<unsigned long long>(std::random_device{}()) << 32 ^ std::random_device{}());
-  d.tenant_salt = salt;
+  d.tenant_salt = random_salt;
   return d;
 }
 
@@ -145,6 +151,7 @@ void PrintTable(const BenchFlags& flags, size_t block_bytes, const Phase& put, c
                 "failed", "GiB/s", "blocks/s", "p50 us", "p99 us", "max us");
   out << line;
   for (const auto& [name, phase] : {std::pair{"put", &put}, std::pair{"get", &get}}) {
+    if (!flags.only.empty() && flags.only != name) continue;
     const nlohmann::ordered_json j = PhaseJson(*phase, block_bytes);
     const LatencyRecorder::Summary s = phase->total.latency.Summarize();
     std::snprintf(line, sizeof(line), "%-4s %10llu %8llu %9.2f %11.0f %10.1f %10.1f %10.1f\n", name,
@@ -163,7 +170,7 @@ Status Prepare(const BenchFlags& flags, size_t block_bytes, std::vector<Worker>&
     KVTIER_ASSIGN_OR_RETURN(client::Client c, ConnectWithFlags(flags.client));
     if (flags.path == "shm") KVTIER_RETURN_IF_ERROR(c.Attach().status());
     if (t == 0) {
-      KVTIER_ASSIGN_OR_RETURN(*ns, c.RegisterNamespace(BenchDescriptor(), block_bytes));
+      KVTIER_ASSIGN_OR_RETURN(*ns, c.RegisterNamespace(BenchDescriptor(flags.salt), block_bytes));
     }
     workers.push_back(Worker{std::move(c), {}, {}, {}, {}});
   }
@@ -213,13 +220,18 @@ int RunBench(const BenchFlags& flags, std::ostream& out, std::ostream& err) {
     err << "kvtier bench: " << s.ToString() << "\n";
     return 1;
   }
-  if (Status s = WarmUp(workers, flags, ns.id, *block_bytes); !s.ok()) {
+  const bool run_put = flags.only != "get";
+  const bool run_get = flags.only != "put";
+  // Warm-up rounds put, get and delete: only a run of both phases has blocks of its own to do so.
+  if (Status s = run_put && run_get ? WarmUp(workers, flags, ns.id, *block_bytes) : Status::Ok();
+      !s.ok()) {
     err << "kvtier bench: warm-up: " << s.ToString() << "\n";
     return 1;
   }
-  const Phase put = RunPhase(workers, flags, ns.id, *block_bytes, /*put=*/true);
-  const Phase get =
-      put.total.error.ok() ? RunPhase(workers, flags, ns.id, *block_bytes, false) : Phase{};
+  const Phase put = run_put ? RunPhase(workers, flags, ns.id, *block_bytes, /*put=*/true) : Phase{};
+  const Phase get = run_get && put.total.error.ok()
+                        ? RunPhase(workers, flags, ns.id, *block_bytes, /*put=*/false)
+                        : Phase{};
   if (!flags.keep && workers.front().client.usable()) (void)workers.front().client.Drop(ns.id);
   for (const Status& s : {put.total.error, get.total.error}) {
     if (!s.ok()) {
@@ -235,8 +247,8 @@ int RunBench(const BenchFlags& flags, std::ostream& out, std::ostream& err) {
     j["concurrency"] = flags.concurrency;
     j["count"] = flags.count;
     j["batch"] = flags.batch;
-    j["put"] = PhaseJson(put, *block_bytes);
-    j["get"] = PhaseJson(get, *block_bytes);
+    if (run_put) j["put"] = PhaseJson(put, *block_bytes);
+    if (run_get) j["get"] = PhaseJson(get, *block_bytes);
     out << j.dump() << "\n";
   } else {
     PrintTable(flags, *block_bytes, put, get, out);
@@ -265,6 +277,11 @@ Command AddBenchCommand(CLI::App& app) {
   sub->add_option("--warmup", flags->warmup, "Untimed put/get/delete rounds before measuring")
       ->check(CLI::Range(size_t{0}, size_t{100}))
       ->capture_default_str();
+  sub->add_option("--salt", flags->salt,
+                  "Tenant salt of the bench namespace: the same salt, the same blocks on any daemon "
+                  "(default: random)");
+  sub->add_option("--only", flags->only, "Run one phase: put, or get (of blocks put before)")
+      ->check(CLI::IsMember({"put", "get"}));
   sub->add_flag("--json", flags->json, "Print one JSON object instead of a table");
   sub->add_flag("--keep", flags->keep, "Keep the blocks (do not drop the bench namespace)");
   sub->callback([flags] {});

@@ -1,7 +1,8 @@
 // `kvtier bench`: put and get throughput and latency against a running daemon.
 //
 //   kvtier bench [--block-bytes 1MiB] [--concurrency 1] [--path shm|inline] [--count 256]
-//                [--batch 1] [--warmup 1] [--json] [--keep] [--url URL]
+//                [--batch 1] [--warmup 1] [--salt S] [--only put|get] [--json] [--keep]
+//                [--url URL]
 //
 // Each of --concurrency threads opens its own Client (a Client is not thread-safe) and first puts
 // --count blocks of --block-bytes, --batch blocks per call, then gets them back the same way;
@@ -11,7 +12,9 @@
 // through the shared-memory arena (--path shm, Unix socket only) or inline in the RESP stream
 // (--path inline). The run registers a fresh namespace (a random tenant salt), so it never collides
 // with earlier runs, and drops it at the end unless
-// --keep. Blocks the daemon refused (no room) or no longer has (evicted) are counted as failed,
+// --keep. --salt names the namespace instead, so that `--only put --keep` against one daemon and
+// `--only get` against another (sharing a remote tier) read the same blocks; a run of one phase
+// has no warm-up. Blocks the daemon refused (no room) or no longer has (evicted) are counted as failed,
 // not treated as errors: they are what a too-small daemon does.
 //
 // Exit codes: 0 when the run completed; 1 when the daemon could not be reached or a call failed
@@ -35,6 +38,8 @@ struct BenchFlags {
   size_t count = 256;
   size_t batch = 1;
   size_t warmup = 1;
+  std::string salt;  // empty: a random one
+  std::string only;  // "put", "get", or empty: both
   bool json = false;
   bool keep = false;
 };

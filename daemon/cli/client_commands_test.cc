@@ -98,6 +98,42 @@ TEST(BenchCommandTest, WarmUpRoundsAreNotCounted) {
   }
 }
 
+// What a bench of two daemons sharing a remote tier does: one run puts and keeps, another with the
+// same salt only gets, and finds the same blocks; a get of a salt nobody put finds none.
+TEST(BenchCommandTest, OnePhaseRunsWithTheSameSaltAddressTheSameBlocks) {
+  InProcessDaemon server;
+  BenchFlags flags;
+  flags.client = Flags(server);
+  flags.block_bytes = "4KiB";
+  flags.concurrency = 2;
+  flags.count = 6;
+  flags.salt = "shared-salt";
+  flags.json = true;
+  flags.keep = true;
+  flags.only = "put";
+  std::ostringstream put_out, err;
+  ASSERT_EQ(RunBench(flags, put_out, err), 0) << err.str();
+  const nlohmann::json put = nlohmann::json::parse(put_out.str());
+  EXPECT_EQ(put["put"]["blocks_ok"], 12);
+  EXPECT_FALSE(put.contains("get"));
+  EXPECT_EQ(server.block_count(), 12u);
+
+  flags.only = "get";
+  std::ostringstream get_out;
+  ASSERT_EQ(RunBench(flags, get_out, err), 0) << err.str();
+  const nlohmann::json get = nlohmann::json::parse(get_out.str());
+  EXPECT_FALSE(get.contains("put"));
+  EXPECT_EQ(get["get"]["blocks_ok"], 12);
+  EXPECT_EQ(server.block_count(), 12u);  // no warm-up rounds deleted them
+
+  flags.salt = "another-salt";
+  std::ostringstream miss_out;
+  ASSERT_EQ(RunBench(flags, miss_out, err), 0) << err.str();
+  const nlohmann::json miss = nlohmann::json::parse(miss_out.str());
+  EXPECT_EQ(miss["get"]["blocks_ok"], 0);
+  EXPECT_EQ(miss["get"]["blocks_failed"], 12);
+}
+
 TEST(BenchCommandTest, BadBlockSizeFails) {
   InProcessDaemon server;
   BenchFlags flags;
