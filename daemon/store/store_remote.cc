@@ -10,6 +10,8 @@
 // placement.when_disk_lags: drop) loses the block as it would without a remote tier.
 #include <algorithm>
 #include <array>
+#include <chrono>
+#include <thread>
 #include <vector>
 
 #include "daemon/store/store.h"
@@ -31,6 +33,9 @@ constexpr size_t kPublishBatch = 8;
 // Blocks one reader's prefix may ask the remote tier for ahead of reading them: with 2 MiB
 // blocks, 128 MiB in the host tier for a prefix the reader may abandon at its first miss.
 constexpr size_t kMaxRemotePrefetch = 64;
+// How often a fetch that found the host tier full looks again while other mover threads publish
+// the victims that make its room.
+constexpr std::chrono::milliseconds kRoomPoll{1};
 
 // One block being published: pinned, with its record header and where its payload is.
 struct Outgoing {
@@ -230,7 +235,16 @@ Status Store::StoreFetched(const NamespaceId& ns, const BlockKey& key,
                            std::span<const std::byte> payload, uint64_t checksum) {
   Result<Reservation> r = BeginPut(ns, key, payload.size());
   // The host tier is full: this is the mover, which makes room itself rather than wait for itself.
-  if (r.status().code() == StatusCode::kPending && MakeRoom(payload.size())) {
+  // When other mover threads are publishing victims, the room is on its way: wait for it, up to
+  // the remote tier's own timeout (the reader that asked waits without holding a thread), rather
+  // than lose a block that a lookup has just promised.
+  const auto deadline = std::chrono::steady_clock::now() + options_.remote.timeout;
+  const std::atomic<uint64_t>& evicting = evicting_bytes_[static_cast<size_t>(tiers_[put_level_]->id())];
+  while (r.status().code() == StatusCode::kPending && std::chrono::steady_clock::now() < deadline) {
+    if (!MakeRoom(payload.size())) {
+      if (evicting.load(std::memory_order_relaxed) == 0) break;
+      std::this_thread::sleep_for(kRoomPoll);
+    }
     r = BeginPut(ns, key, payload.size());
   }
   if (!r.ok()) return r.status();

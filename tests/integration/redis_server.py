@@ -1,12 +1,15 @@
 """Debian's redis-server, started by the tests and benchmarks that compare kvtierd with it or use
-it as a remote store: one process on a loopback port, persistence off, logging to its directory.
+it as a remote store: one process on a loopback port, persistence off, logging to its directory;
+or a Redis Cluster of such processes (RedisCluster), joined by redis-cli.
 
 Without redis-server the tests that need it skip, except under CI (the CI environment variable
 set, as scripts/test.sh sets it), where its absence fails: scripts/install-deps.sh installs it.
 """
 import contextlib
 import os
+import random
 import shutil
+import signal
 import socket
 import subprocess
 import time
@@ -14,6 +17,7 @@ import time
 import pytest
 
 REDIS_SERVER = shutil.which("redis-server")
+REDIS_CLI = shutil.which("redis-cli")
 NO_REDIS = "needs Debian's redis-server, which scripts/install-deps.sh installs"
 
 
@@ -60,3 +64,108 @@ def redis_server(workdir, port, *extra_args, timeout_s=10.0):
     finally:
         proc.kill()
         proc.wait()
+
+
+def free_cluster_port():
+    """A free port whose cluster bus port (port + 10000, Redis' rule) is free and valid too."""
+    while True:
+        port = random.randint(20000, 50000)
+        try:
+            for p in (port, port + 10000):
+                with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+                    s.bind(("127.0.0.1", p))
+            return port
+        except OSError:
+            continue
+
+
+def _wait(predicate, timeout_s):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+class RedisCluster:
+    """masters x (1 + replicas) redis-server processes in cluster mode on loopback, joined by
+    redis-cli --cluster create; a node that misses 2 s of heartbeats counts as failed (its replica
+    is promoted). `extra_args` go to every redis-server (maxmemory, say)."""
+
+    def __init__(self, workdir, masters=3, replicas=1, extra_args=()):
+        self.workdir = workdir
+        self.ports = []
+        self.procs = {}
+        for _ in range(masters * (1 + replicas)):
+            port = free_cluster_port()
+            node_dir = workdir / str(port)
+            node_dir.mkdir(parents=True)
+            self.procs[port] = start_redis(
+                port, node_dir, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+                "--cluster-node-timeout", "2000",
+                # A replica takes over however long ago it last heard from its master (the tests
+                # kill masters at any moment), and a new replica is sent its data at once.
+                "--cluster-replica-validity-factor", "0", "--repl-diskless-sync-delay", "0",
+                *extra_args)
+            self.ports.append(port)
+        for port in self.ports:
+            if not _wait(lambda: self.cli(port, "PING") == "PONG", timeout_s=10):
+                raise RuntimeError(f"redis-server on port {port} did not start")
+        subprocess.run([REDIS_CLI, "--cluster", "create",
+                        *[f"127.0.0.1:{p}" for p in self.ports],
+                        "--cluster-replicas", str(replicas), "--cluster-yes"],
+                       check=True, capture_output=True, timeout=30)
+        if not self.wait_ok(timeout_s=15):
+            raise RuntimeError("the cluster did not reach cluster_state:ok")
+        # A replica that never synchronised with its master cannot replace it.
+        if replicas and not _wait(lambda: self._replicas_online() == masters * replicas, 20):
+            raise RuntimeError("the replicas did not synchronise with their masters")
+
+    def _replicas_online(self):
+        """Replicas that masters report synchronised (INFO replication: slaveN ... state=online)."""
+        return sum(self.cli(p, "INFO", "replication").count("state=online") for p in self.ports)
+
+    def cli(self, port, *args):
+        """One redis-cli command in cluster mode (-c follows MOVED); its output, stripped."""
+        try:
+            done = subprocess.run([REDIS_CLI, "-c", "-p", str(port), *args],
+                                  capture_output=True, timeout=10)
+        except subprocess.TimeoutExpired:
+            return ""  # a stopped node
+        return done.stdout.decode(errors="replace").strip()
+
+    def holds(self, port, key):
+        """Whether the node on `port` holds `key` itself (no redirection followed)."""
+        done = subprocess.run([REDIS_CLI, "-p", str(port), "EXISTS", key], capture_output=True,
+                              timeout=10)
+        return done.stdout.strip() == b"1"
+
+    def wait_ok(self, timeout_s, ports=None):
+        """True once every node of `ports` (default: all) says cluster_state:ok."""
+        return all(_wait(lambda: "cluster_state:ok" in self.cli(p, "CLUSTER", "INFO"), timeout_s)
+                   for p in (ports or self.ports))
+
+    def masters(self):
+        """Ports of the nodes that are masters now, by their own INFO replication."""
+        return [p for p in self.ports
+                if self.procs[p].poll() is None and "role:master" in self.cli(p, "INFO",
+                                                                             "replication")]
+
+    @property
+    def url(self):
+        return "redis://" + ",".join(f"127.0.0.1:{p}" for p in self.ports[:2])
+
+    def signal(self, port, sig):
+        self.procs[port].send_signal(sig)
+
+    def signal_all(self, sig):
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                proc.send_signal(sig)
+
+    def close(self):
+        self.signal_all(signal.SIGCONT)
+        for proc in self.procs.values():
+            proc.kill()
+            proc.wait()

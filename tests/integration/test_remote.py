@@ -1,13 +1,12 @@
 """Two kvtierd nodes sharing a remote tier on a real Redis Cluster (3 masters, 3 replicas, Debian's
 redis-server on loopback ports): blocks pushed out of node 1 by pressure are published, and served
-through node 2 byte for byte; a record corrupted in the cluster is a miss and a counter; with the
-cluster stopped, both nodes keep serving their local tiers; a node started while its remote store
-is down serves its local tiers and reaches the store once it answers (docs/scale-out.md)."""
+through node 2 byte for byte; a record corrupted in the cluster is a miss and a counter; with one
+master stopped, then the whole cluster, both nodes keep serving their local tiers, and the remote
+tier serves again once the cluster is back; a node started while its remote store is down serves
+its local tiers and reaches the store once it answers; `kvtier replay` on both nodes while a master
+is killed finishes with no wrong and no lost block (docs/scale-out.md)."""
 import json
-import random
-import shutil
 import signal
-import socket
 import subprocess
 import time
 
@@ -15,10 +14,10 @@ import pytest
 
 from helpers import (RawClient, RespError, as_dict, http_get, pack_keys, parse_metrics,
                      register_args, wait_for)
-from kvtierd_process import Daemon
-from redis_server import REDIS_SERVER, start_redis
+from kvtierd_process import BIN_DIR, REPO, Daemon
+from redis_server import (REDIS_CLI, REDIS_SERVER, RedisCluster, free_cluster_port,
+                          start_redis)
 
-REDIS_CLI = shutil.which("redis-cli")
 pytestmark = pytest.mark.skipif(not REDIS_SERVER or not REDIS_CLI,
                                 reason="needs redis-server and redis-cli (scripts/install-deps.sh)")
 
@@ -38,67 +37,8 @@ limits:
 """
 
 
-def free_cluster_port():
-    """A free port whose cluster bus port (port + 10000, Redis' rule) is free and valid too."""
-    while True:
-        port = random.randint(20000, 50000)
-        try:
-            for p in (port, port + 10000):
-                with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-                    s.bind(("127.0.0.1", p))
-            return port
-        except OSError:
-            continue
-
-
 def payload(n):
     return bytes([(n * 37 + i) % 251 for i in range(256)]) * (BLOCK // 256)
-
-
-class RedisCluster:
-    """Six redis-server processes in cluster mode, joined by redis-cli --cluster create."""
-
-    def __init__(self, workdir, masters=3, replicas=1):
-        self.workdir = workdir
-        self.ports = []
-        self.procs = []
-        for _ in range(masters * (1 + replicas)):
-            port = free_cluster_port()
-            node_dir = workdir / str(port)
-            node_dir.mkdir()
-            self.procs.append(start_redis(
-                port, node_dir, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
-                "--cluster-node-timeout", "2000"))
-            self.ports.append(port)
-        for port in self.ports:
-            assert wait_for(lambda: self.cli(port, "PING") == "PONG", timeout_s=10), port
-        subprocess.run([REDIS_CLI, "--cluster", "create",
-                        *[f"127.0.0.1:{p}" for p in self.ports],
-                        "--cluster-replicas", str(replicas), "--cluster-yes"],
-                       check=True, capture_output=True, timeout=30)
-        for port in self.ports:
-            assert wait_for(lambda: "cluster_state:ok" in self.cli(port, "CLUSTER", "INFO"),
-                            timeout_s=15), port
-
-    def cli(self, port, *args):
-        """One redis-cli command in cluster mode (-c follows MOVED); its output, stripped."""
-        done = subprocess.run([REDIS_CLI, "-c", "-p", str(port), *args], capture_output=True,
-                              timeout=10)
-        return done.stdout.decode(errors="replace").strip()
-
-    @property
-    def url(self):
-        return "redis://" + ",".join(f"127.0.0.1:{p}" for p in self.ports[:2])
-
-    def signal_all(self, sig):
-        for proc in self.procs:
-            proc.send_signal(sig)
-
-    def close(self):
-        self.signal_all(signal.SIGCONT)
-        for proc in self.procs:
-            proc.kill()
-            proc.wait()
 
 
 @pytest.fixture(scope="module")
@@ -189,12 +129,34 @@ def test_a_record_corrupted_in_the_cluster_is_a_miss_and_a_counter(cluster, node
     assert totals(node2)["remote_fetch_corrupt"] == before + 1
 
 
-def test_with_the_cluster_stopped_both_nodes_serve_their_local_tiers(cluster, nodes, published):
+def test_a_stopped_master_then_the_whole_cluster_cost_hits_until_the_cluster_is_back(
+        cluster, nodes, published):
     ns = published
     node1, node2 = nodes
     recent = BLOCKS - 1  # still in node 1's host tier
-    cluster.signal_all(signal.SIGSTOP)
+    # Published by node 1, never read by node 2: which of them the slow master holds.
+    unread = range(16, 32)
+    slow = cluster.masters()[0]
+    on_slow = {n for n in unread if cluster.holds(slow, remote_key(ns, n))}
+    assert 0 < len(on_slow) < len(unread), on_slow
+    cluster.signal(slow, signal.SIGSTOP)
     try:
+        # A slow master: its blocks are misses once remote.timeout_ms (500) passed or its
+        # breaker opened; the other masters' blocks are served, byte for byte.
+        with client(node2) as c:
+            for n in unread:
+                started = time.monotonic()
+                got = c.call("KVT.GET", ns, pack_keys([n]))
+                assert time.monotonic() - started < 3, n
+                if n in on_slow:
+                    assert got in ([None], [payload(n)]), n  # a miss, or its promoted replica's
+                else:
+                    assert got == [payload(n)], n
+        client_stats = json.loads(http_get(node2, "/stats"))["remote_client"]
+        assert client_stats["errors_timeout"] + client_stats["errors_breaker"] > 0, client_stats
+
+        # Then the whole cluster.
+        cluster.signal_all(signal.SIGSTOP)
         with client(node1) as c:
             started = time.monotonic()
             assert c.call("KVT.GET", ns, pack_keys([recent])) == [payload(recent)]
@@ -218,6 +180,19 @@ def test_with_the_cluster_stopped_both_nodes_serve_their_local_tiers(cluster, no
             assert c.call("KVT.GET", ns, pack_keys([0])) == [payload(0)]  # fetched before
     finally:
         cluster.signal_all(signal.SIGCONT)
+    assert cluster.wait_ok(timeout_s=30)
+
+    # The cluster is back: the blocks the slow master held are served again (once the breaker
+    # lets a call through), and node 1 publishes again.
+    def served_again():
+        with client(node2) as c:
+            return all(c.call("KVT.GET", ns, pack_keys([n])) == [payload(n)] for n in on_slow)
+    assert wait_for(served_again, timeout_s=30)
+    published_before = totals(node1)["remote_publishes"]
+    with client(node1) as c:
+        for n in range(BLOCKS + 40, BLOCKS + 80):
+            assert c.call("KVT.PUT", ns, pack_keys([n]), payload(n)) == [b"OK"], n
+    assert wait_for(lambda: totals(node1)["remote_publishes"] > published_before, timeout_s=10)
 
 
 def test_with_write_through_a_block_is_a_hit_on_another_node_at_once(cluster, nodes,
@@ -311,3 +286,73 @@ def test_the_remote_password_comes_from_the_environment_and_is_never_logged(
         # A clear error at start: the key to fix and the server's own words.
         assert "remote.url" in d.log() and "WRONGPASS" in d.log(), d.log()
     assert password not in d.log()
+
+
+TRACE = REPO / "tests" / "data" / "mooncake_conversation_trace.jsonl"
+
+
+def start_replay(node, trace, salt):
+    """`kvtier replay` of `trace` through `node`, in the background; its JSON summary on stdout."""
+    return subprocess.Popen(
+        [str(BIN_DIR / "kvtier"), "replay", str(trace), "--url", f"unix://{node.unix}",
+         "--block-bytes", "16KiB", "--salt", salt, "--json"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def test_a_master_killed_during_replays_on_both_nodes_loses_no_block(tmp_path):
+    """The trace's first 3,000 requests, the even ones replayed through node 1 and the odd ones
+    through node 2 at the same time, with write-through so each finds the other's blocks; a master
+    is killed with SIGKILL once the replays are under way and its replica takes over."""
+    cluster = RedisCluster(tmp_path / "cluster")
+    nodes = []
+    try:
+        lines = TRACE.read_text().splitlines()[:3000]
+        halves, longest = [], []
+        for half in (0, 1):
+            trace = tmp_path / f"half{half}.jsonl"
+            trace.write_text("\n".join(lines[half::2]) + "\n")
+            halves.append(trace)
+            longest.append(max(len(json.loads(line)["hash_ids"]) for line in lines[half::2]))
+        config = EXTRA_CONFIG.replace("remote:\n", "remote:\n  write_through: true\n")
+        for name in ("node1", "node2"):
+            (tmp_path / name).mkdir()
+            node = Daemon(tmp_path / name, host_bytes="4MiB", slab_bytes="1MiB",
+                          extra_config=config)
+            node.start(extra_args=["--remote", cluster.url])
+            nodes.append(node)
+        replays = [start_replay(node, trace, "failover-test") for node, trace in zip(nodes, halves)]
+        assert wait_for(lambda: totals(nodes[0])["remote_publishes"] > 200, timeout_s=60), \
+            json.dumps(totals(nodes[0]))
+        victim = cluster.masters()[0]
+        cluster.signal(victim, signal.SIGKILL)
+        killed_at = time.monotonic()
+        assert all(replay.poll() is None for replay in replays), "the replays ended too soon"
+        summaries = []
+        for replay in replays:
+            out, err = replay.communicate(timeout=300)
+            assert replay.returncode == 0, err.decode()
+            summaries.append(json.loads(out))
+        for summary, most in zip(summaries, longest):
+            assert summary["corrupt_blocks"] == 0, summary
+            # A block that a lookup found on the victim just before it died cannot be read until
+            # its replica takes over (kvtier reads masters only): only the request in flight at
+            # the kill can lose blocks that its lookup promised.
+            assert summary["lost_blocks"] <= most, summary
+            assert summary["failed_puts"] == 0, summary
+            # A lookup waits on the cluster for at most remote.lookup_timeout_ms (200), a fetch
+            # for remote.timeout_ms (500): no request comes near 3 s.
+            assert summary["latency_us"]["request"]["max"] < 3_000_000, summary["latency_us"]
+        # Each node served blocks that the other computed.
+        assert all(s["hit_ratio_by_tier"]["remote"] > 0 for s in summaries), summaries
+        print(f"replays ended {time.monotonic() - killed_at:.1f} s after the kill:",
+              [(s["lost_blocks"], s["block_hit_ratio"]) for s in summaries])
+        # The victim's replica took over: three masters again, the cluster whole.
+        assert wait_for(lambda: len(cluster.masters()) == 3, timeout_s=20)
+        assert cluster.wait_ok(timeout_s=20, ports=[p for p in cluster.ports if p != victim])
+        errors = json.loads(http_get(nodes[0], "/stats"))["remote_client"]
+        assert errors["errors_unavailable"] + errors["errors_timeout"] + \
+            errors["errors_breaker"] > 0, errors
+    finally:
+        for node in nodes:
+            assert node.stop() == 0, node.log()
+        cluster.close()
