@@ -277,9 +277,10 @@ Command AddBenchCommand(CLI::App& app) {
   sub->add_option("--warmup", flags->warmup, "Untimed put/get/delete rounds before measuring")
       ->check(CLI::Range(size_t{0}, size_t{100}))
       ->capture_default_str();
-  sub->add_option("--salt", flags->salt,
-                  "Tenant salt of the bench namespace: the same salt, the same blocks on any daemon "
-                  "(default: random)");
+  sub->add_option(
+      "--salt", flags->salt,
+      "Tenant salt of the bench namespace: the same salt, the same blocks on any daemon "
+      "(default: random)");
   sub->add_option("--only", flags->only, "Run one phase: put, or get (of blocks put before)")
       ->check(CLI::IsMember({"put", "get"}));
   sub->add_flag("--json", flags->json, "Print one JSON object instead of a table");

@@ -14,8 +14,8 @@
 // with earlier runs, and drops it at the end unless
 // --keep. --salt names the namespace instead, so that `--only put --keep` against one daemon and
 // `--only get` against another (sharing a remote tier) read the same blocks; a run of one phase
-// has no warm-up. Blocks the daemon refused (no room) or no longer has (evicted) are counted as failed,
-// not treated as errors: they are what a too-small daemon does.
+// has no warm-up. Blocks the daemon refused (no room) or no longer has (evicted) are counted as
+// failed, not treated as errors: they are what a too-small daemon does.
 //
 // Exit codes: 0 when the run completed; 1 when the daemon could not be reached or a call failed
 // outright (the message says which); CLI11's codes for bad flags.

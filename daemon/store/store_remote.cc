@@ -239,7 +239,8 @@ Status Store::StoreFetched(const NamespaceId& ns, const BlockKey& key,
   // the remote tier's own timeout (the reader that asked waits without holding a thread), rather
   // than lose a block that a lookup has just promised.
   const auto deadline = std::chrono::steady_clock::now() + options_.remote.timeout;
-  const std::atomic<uint64_t>& evicting = evicting_bytes_[static_cast<size_t>(tiers_[put_level_]->id())];
+  const std::atomic<uint64_t>& evicting =
+      evicting_bytes_[static_cast<size_t>(tiers_[put_level_]->id())];
   while (r.status().code() == StatusCode::kPending && std::chrono::steady_clock::now() < deadline) {
     if (!MakeRoom(payload.size())) {
       if (evicting.load(std::memory_order_relaxed) == 0) break;
