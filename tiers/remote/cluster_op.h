@@ -16,7 +16,10 @@ namespace kvtier::tiers::remote {
 
 struct RedisClusterClient::Route {
   std::optional<HostPort> ask_target;  // set by ASK: the next round goes there, after ASKING
-  int redirects = 0;                   // MOVED and ASK followed so far
+  // Set when the master failed a read: the next round asks this replica of it instead; once.
+  std::optional<HostPort> replica_target;
+  bool tried_replica = false;
+  int redirects = 0;  // MOVED and ASK followed so far
 };
 
 struct RedisClusterClient::Op {

@@ -53,6 +53,11 @@ Awaitable<void> RedisClusterClient::RunOp(std::shared_ptr<Op> op) {
         rounds[*op->routes[i].ask_target].push_back(i);
         continue;
       }
+      if (op->routes[i].replica_target) {
+        rounds[*op->routes[i].replica_target].push_back(i);
+        op->routes[i].replica_target.reset();
+        continue;
+      }
       const int slot = KeySlot(op->keys[i]);
       const HostPort* node = slot_map_.NodeOf(slot);
       if (node == nullptr) {
@@ -86,9 +91,15 @@ Awaitable<void> RedisClusterClient::RunNodeRound(std::shared_ptr<Op> op, HostPor
   Result<std::vector<resp::Reply>> replies = co_await NodeAt(node).Execute(batch, op->deadline);
   if (!replies.ok()) {
     FailKeys(*op, keys, replies.status());
-    // A node that cannot be reached may have been replaced (failover): read the map again.
+    // A node that cannot be reached, or that its breaker skips, may have been replaced
+    // (failover): read the map again (at most every min_refresh_interval), so that calls go to
+    // the promoted replica as soon as the cluster has elected it, not at the breaker's next probe.
     const StatusCode code = replies.status().code();
-    if (code == StatusCode::kTimeout || code == StatusCode::kDeviceError) RequestRefresh();
+    if (code == StatusCode::kTimeout || code == StatusCode::kDeviceError ||
+        code == StatusCode::kBusy) {
+      RequestRefresh();
+    }
+    ReadFromReplicas(*op, keys, node, code);
     co_return;
   }
   size_t next = 0;
@@ -97,6 +108,27 @@ Awaitable<void> RedisClusterClient::RunNodeRound(std::shared_ptr<Op> op, HostPor
     if (op->routes[i].ask_target) ++next;
     op->routes[i].ask_target.reset();
     Interpret(*op, i, std::move((*replies)[next++]), node);
+  }
+}
+
+void RedisClusterClient::ReadFromReplicas(Op& op, const std::vector<size_t>& keys,
+                                          const HostPort& failed, StatusCode code) {
+  // Only reads, and only when the master is down or skipped (a refused connection, a breaker
+  // open): a timeout has used the call's time already. Blocks are immutable and checksummed, so a
+  // replica's copy is the block or nothing; one that replication has not reached yet is a miss.
+  if (op.kind != OpKind::kGet && op.kind != OpKind::kExists) return;
+  if (code != StatusCode::kDeviceError && code != StatusCode::kBusy) return;
+  for (const size_t i : keys) {
+    Route& route = op.routes[i];
+    if (route.tried_replica) continue;
+    for (const HostPort& replica : slot_map_.ReplicasOf(KeySlot(op.keys[i]))) {
+      if (replica == failed || NodeAt(replica).breaker_open()) continue;
+      route.tried_replica = true;
+      route.replica_target = replica;
+      op.redirected.push_back(i);
+      Add(counters_.replica_reads);
+      break;
+    }
   }
 }
 

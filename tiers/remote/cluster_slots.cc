@@ -56,20 +56,39 @@ std::optional<HostPort> NodeAddress(std::string_view host, int64_t port,
   return HostPort{host.empty() ? answered_by.host : std::string(host), static_cast<uint16_t>(port)};
 }
 
+// The address of one node of a CLUSTER SHARDS shard.
+std::optional<HostPort> ShardNodeAddress(const Reply& node, const HostPort& answered_by) {
+  const Reply* port = Field(node, "port");
+  std::string_view host = TextOf(Field(node, "endpoint"));
+  if (host.empty() || host == "?") host = TextOf(Field(node, "ip"));
+  return NodeAddress(host, port != nullptr ? port->integer : 0, answered_by);
+}
+
 // The master of one CLUSTER SHARDS shard, or nullopt when it lists none usable.
 std::optional<HostPort> ShardMaster(const Reply& nodes, const HostPort& answered_by) {
   std::optional<HostPort> best;
   for (const Reply& node : nodes.elements) {
     if (TextOf(Field(node, "role")) != "master") continue;
-    const Reply* port = Field(node, "port");
-    std::string_view host = TextOf(Field(node, "endpoint"));
-    if (host.empty() || host == "?") host = TextOf(Field(node, "ip"));
-    const auto addr = NodeAddress(host, port != nullptr ? port->integer : 0, answered_by);
+    const auto addr = ShardNodeAddress(node, answered_by);
     if (!addr) continue;
     if (TextOf(Field(node, "health")) == "online") return addr;
     if (!best) best = addr;
   }
   return best;
+}
+
+// The replicas of one CLUSTER SHARDS shard that have not failed. "loading" is kept: Redis 7.0
+// says it of every replica whose replication offset the answering node last heard as 0, which
+// lags behind the replica itself (a replica still loading answers LOADING: a miss).
+std::vector<HostPort> ShardReplicas(const Reply& nodes, const HostPort& answered_by) {
+  std::vector<HostPort> replicas;
+  for (const Reply& node : nodes.elements) {
+    if (TextOf(Field(node, "role")) != "replica" || TextOf(Field(node, "health")) == "failed") {
+      continue;
+    }
+    if (const auto addr = ShardNodeAddress(node, answered_by)) replicas.push_back(*addr);
+  }
+  return replicas;
 }
 
 }  // namespace
@@ -106,10 +125,24 @@ const HostPort* SlotMap::NodeOf(int slot) const {
   return &nodes_[slots_[slot]];
 }
 
+std::vector<HostPort> SlotMap::ReplicasOf(int slot) const {
+  std::vector<HostPort> out;
+  if (slot < 0 || slot >= kSlotCount || slots_[slot] == kNoNode) return out;
+  for (const uint16_t index : replicas_[slots_[slot]]) out.push_back(nodes_[index]);
+  return out;
+}
+
+void SlotMap::SetReplicas(const HostPort& master, const std::vector<HostPort>& replicas) {
+  std::vector<uint16_t> indexes;
+  for (const HostPort& replica : replicas) indexes.push_back(IndexOf(replica));
+  replicas_[IndexOf(master)] = std::move(indexes);
+}
+
 uint16_t SlotMap::IndexOf(const HostPort& node) {
   const auto it = std::find(nodes_.begin(), nodes_.end(), node);
   if (it != nodes_.end()) return static_cast<uint16_t>(it - nodes_.begin());
   nodes_.push_back(node);
+  replicas_.emplace_back();
   return static_cast<uint16_t>(nodes_.size() - 1);
 }
 
@@ -185,6 +218,7 @@ Result<SlotMap> ParseClusterShards(const Reply& reply, const HostPort& answered_
       map.Assign(static_cast<int>(slots->elements[i].integer),
                  static_cast<int>(slots->elements[i + 1].integer), *master);
     }
+    map.SetReplicas(*master, ShardReplicas(*nodes, answered_by));
   }
   return map;
 }
@@ -202,6 +236,17 @@ Result<SlotMap> ParseClusterSlots(const Reply& reply, const HostPort& answered_b
     if (!addr) continue;
     map.Assign(static_cast<int>(range.elements[0].integer),
                static_cast<int>(range.elements[1].integer), *addr);
+    // Then its replicas, each [host, port, id...]. CLUSTER SLOTS leaves out failed ones.
+    std::vector<HostPort> replicas;
+    for (size_t r = 3; r < range.elements.size(); ++r) {
+      const Reply& replica = range.elements[r];
+      if (replica.elements.size() < 2) continue;
+      if (const auto raddr =
+              NodeAddress(TextOf(&replica.elements[0]), replica.elements[1].integer, answered_by)) {
+        replicas.push_back(*raddr);
+      }
+    }
+    map.SetReplicas(*addr, replicas);
   }
   return map;
 }

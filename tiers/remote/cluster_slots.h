@@ -30,7 +30,8 @@ uint16_t Crc16(std::string_view bytes);
 // The hash slot of `key`, hash tags honoured.
 int KeySlot(std::string_view key);
 
-// Which master serves each slot.
+// Which master serves each slot, and the replicas of each master that were online when the map
+// was read (reads go there while their master cannot answer).
 class SlotMap {
  public:
   static constexpr uint16_t kNoNode = 0xFFFF;
@@ -42,6 +43,10 @@ class SlotMap {
   const HostPort* NodeOf(int slot) const;
   // Serves [first, last] from `node`. Out-of-range slots are ignored.
   void Assign(int first, int last, const HostPort& node);
+  // The replicas of the master of `slot` (none when unknown, or when no node serves it).
+  std::vector<HostPort> ReplicasOf(int slot) const;
+  // Records `replicas` as those of `master`, replacing what was known of it.
+  void SetReplicas(const HostPort& master, const std::vector<HostPort>& replicas);
   // Masters that serve at least one slot, each once.
   std::vector<HostPort> Masters() const;
   int covered_slots() const;
@@ -50,7 +55,8 @@ class SlotMap {
  private:
   uint16_t IndexOf(const HostPort& node);
 
-  std::vector<HostPort> nodes_;  // never shrinks; indexed by slots_
+  std::vector<HostPort> nodes_;                  // never shrinks; indexed by slots_
+  std::vector<std::vector<uint16_t>> replicas_;  // indexed like nodes_: each master's replicas
   // On the heap, not a 32 KiB std::array: maps are moved through Results and coroutine frames.
   std::vector<uint16_t> slots_ = std::vector<uint16_t>(kSlotCount, kNoNode);
 };
@@ -69,9 +75,10 @@ struct Redirect {
 std::optional<Redirect> ParseRedirect(std::string_view error);
 
 // The map in a CLUSTER SHARDS reply (Redis 7+; RESP2 or RESP3), one master per shard: the node
-// whose role is "master", the one with health "online" first. A node's address is its "endpoint"
-// (its "ip" when that is empty or "?"), or `answered_by`'s host when both are empty.
-// kDeviceError when the reply does not have the documented shape.
+// whose role is "master", the one with health "online" first; its replicas are the shard's nodes
+// of role "replica" whose health is not "failed". A node's address is its "endpoint" (its "ip" when
+// that is empty or "?"), or `answered_by`'s host when both are empty. kDeviceError when the reply
+// does not have the documented shape.
 Result<SlotMap> ParseClusterShards(const resp::Reply& reply, const HostPort& answered_by);
 
 // The same from a CLUSTER SLOTS reply (Redis 3+): [first, last, [host, port, id...], replicas...].

@@ -78,6 +78,7 @@ TEST(ClusterSlots, ParsesClusterShardsPickingTheOnlineMaster) {
       ReplyType::kArray,
       {Shard({Reply::Integer(0), Reply::Integer(99), Reply::Integer(200), Reply::Integer(16383)},
              {Node("10.0.0.1", 7001, "replica", "online", "10.0.0.1"),
+              Node("10.0.0.6", 7006, "replica", "failed", "10.0.0.6"),
               Node("10.0.0.2", 7002, "master", "failed", "10.0.0.2"),
               Node("10.0.0.3", 7003, "master", "online", "")}),
        Shard({Reply::Integer(100), Reply::Integer(199)}, {Node("", 7004, "master", "online", "?")}),
@@ -88,7 +89,22 @@ TEST(ClusterSlots, ParsesClusterShardsPickingTheOnlineMaster) {
   EXPECT_EQ(map->NodeOf(16383)->ToString(), "10.0.0.3:7003");
   EXPECT_EQ(map->NodeOf(150)->ToString(), "10.0.0.9:7004");  // no ip either: who answered
   EXPECT_EQ(map->covered_slots(), kSlotCount);
-  EXPECT_EQ(map->Masters().size(), 2u);
+  EXPECT_EQ(map->Masters().size(), 2u);  // replicas are not masters
+  // The online replica of the first shard; none for the second.
+  ASSERT_EQ(map->ReplicasOf(16383).size(), 1u);
+  EXPECT_EQ(map->ReplicasOf(16383)[0].ToString(), "10.0.0.1:7001");
+  EXPECT_TRUE(map->ReplicasOf(150).empty());
+}
+
+TEST(ClusterSlots, AMovedSlotForgetsTheReplicasOfItsOldMaster) {
+  SlotMap map;
+  map.Assign(0, 99, {"m", 1});
+  map.SetReplicas({"m", 1}, {{"r", 2}, {"r", 3}});
+  EXPECT_EQ(map.ReplicasOf(50).size(), 2u);
+  map.Assign(50, 50, {"n", 4});
+  EXPECT_TRUE(map.ReplicasOf(50).empty());
+  EXPECT_EQ(map.ReplicasOf(49).size(), 2u);
+  EXPECT_TRUE(map.ReplicasOf(100).empty());  // served by no node
 }
 
 TEST(ClusterSlots, ParsesClusterSlots) {
@@ -99,11 +115,17 @@ TEST(ClusterSlots, ParsesClusterSlots) {
         {Reply::Integer(a), Reply::Integer(b),
          Reply::Aggregate(ReplyType::kArray, {Text(std::move(host)), Reply::Integer(port)})});
   };
+  Reply with_replica = range(0, 8191, "a", 1);
+  with_replica.elements.push_back(
+      Reply::Aggregate(ReplyType::kArray, {Text("b"), Reply::Integer(3), Text("id")}));
   const Reply reply =
-      Reply::Aggregate(ReplyType::kArray, {range(0, 8191, "a", 1), range(8192, 16000, "", 2)});
+      Reply::Aggregate(ReplyType::kArray, {with_replica, range(8192, 16000, "", 2)});
   const Result<SlotMap> map = ParseClusterSlots(reply, from);
   ASSERT_TRUE(map.ok());
   EXPECT_EQ(map->NodeOf(8191)->ToString(), "a:1");
+  ASSERT_EQ(map->ReplicasOf(8191).size(), 1u);
+  EXPECT_EQ(map->ReplicasOf(8191)[0].ToString(), "b:3");
+  EXPECT_TRUE(map->ReplicasOf(8192).empty());
   EXPECT_EQ(map->NodeOf(8192)->ToString(), "h:2");
   EXPECT_EQ(map->NodeOf(16001), nullptr);
   EXPECT_EQ(map->covered_slots(), 16001);

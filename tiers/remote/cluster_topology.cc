@@ -171,6 +171,16 @@ Awaitable<void> RedisClusterClient::RefreshLoop() {
   } while (refresh_again_ && !stopping_);
 }
 
+Awaitable<void> RedisClusterClient::PeriodicRefresh() {
+  while (!stopping_) {
+    periodic_timer_.expires_after(options_.refresh_interval);
+    boost::system::error_code ignored;
+    co_await periodic_timer_.async_wait(redirect_error(use_awaitable, ignored));
+    if (stopping_) break;
+    RequestRefresh();  // a no-op until a seed answered, and for a single server
+  }
+}
+
 Awaitable<void> RedisClusterClient::ReachLoop() {
   std::chrono::milliseconds backoff = options_.breaker.initial_backoff;
   while (!stopping_ && !mode_known_) {

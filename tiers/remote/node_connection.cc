@@ -65,9 +65,21 @@ Status NodeConnection::Fail(const error_code& ec, std::string_view what) {
 
 Awaitable<Status> NodeConnection::Open(Deadline deadline) {
   Status connected = co_await Connect(deadline);
-  if (!connected.ok() || options_.password.empty()) co_return connected;
-  Status authenticated = co_await Authenticate(deadline);
-  co_return authenticated;
+  if (!connected.ok()) co_return connected;
+  if (!options_.password.empty()) {
+    Status authenticated = co_await Authenticate(deadline);
+    if (!authenticated.ok()) co_return authenticated;
+  }
+  if (!options_.read_only) co_return Status::Ok();
+  CommandBatch read_only;
+  read_only.Command({"READONLY"});
+  Result<std::vector<resp::Reply>> replies = co_await Exchange(read_only, deadline);
+  if (!replies.ok()) co_return replies.status();
+  if (replies->front().is_error()) {
+    Close();
+    co_return DeviceError(node_.ToString() + " refused READONLY: " + replies->front().str);
+  }
+  co_return Status::Ok();
 }
 
 Awaitable<Status> NodeConnection::Connect(Deadline deadline) {

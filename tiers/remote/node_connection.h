@@ -1,6 +1,7 @@
 // NodeConnection: one TCP connection to one Redis node, for pipelined batches of commands.
 //
-// Open() connects and authenticates; Exchange() writes a whole CommandBatch and reads its replies,
+// Open() connects, authenticates and, for a cluster node, asks for replica reads (READONLY);
+// Exchange() writes a whole CommandBatch and reads its replies,
 // one per command, in order. One exchange at a time (the pool in ClusterNode hands a connection to
 // one caller). Every operation has a deadline: when it passes, the socket is closed, which ends the
 // pending read or write, and the operation answers kTimeout. After any error the position in the
@@ -33,6 +34,9 @@ namespace kvtier::tiers::remote {
 struct ConnectionOptions {
   std::string user;      // empty: AUTH <password> (the default user)
   std::string password;  // empty: no AUTH
+  // Cluster nodes only: READONLY after AUTH, so that a replica answers reads of its master's slots
+  // instead of redirecting them (a master ignores it).
+  bool read_only = false;
   resp::ReplyParser::Options parser;
 };
 

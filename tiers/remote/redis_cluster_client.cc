@@ -15,8 +15,9 @@
 namespace kvtier::tiers::remote {
 namespace {
 
-NodeOptions MakeNodeOptions(const RedisClusterOptions& o) {
+NodeOptions MakeNodeOptions(const RedisClusterOptions& o, bool read_only) {
   NodeOptions n;
+  n.connection.read_only = read_only;
   n.connection.user = o.user;
   n.connection.password = o.password;
   n.connection.parser.max_bulk_bytes = o.max_value_bytes;
@@ -49,6 +50,9 @@ Result<std::unique_ptr<RedisClusterClient>> RedisClusterClient::Open(RedisCluste
   KVTIER_RETURN_IF_ERROR(ValidateOptions(options));
   std::unique_ptr<RedisClusterClient> client(new RedisClusterClient(std::move(options)));
   const Status reached = client->RefreshTopology();
+  if (client->options_.refresh_interval.count() > 0) {
+    asio::co_spawn(client->io_, client->PeriodicRefresh(), asio::detached);
+  }
   if (!reached.ok()) {
     if (!client->options_.open_unreachable || reached.code() != StatusCode::kDeviceError) {
       return reached;
@@ -66,7 +70,8 @@ Result<std::unique_ptr<RedisClusterClient>> RedisClusterClient::Open(RedisCluste
 
 RedisClusterClient::RedisClusterClient(RedisClusterOptions options)
     : options_(std::move(options)),
-      node_options_(MakeNodeOptions(options_)),
+      node_options_(MakeNodeOptions(options_, /*read_only=*/false)),
+      cluster_node_options_(MakeNodeOptions(options_, /*read_only=*/true)),
       work_(io_.get_executor()) {
   thread_ = std::thread([this] {
     pthread_setname_np(pthread_self(), options_.thread_name.substr(0, 15).c_str());
@@ -95,6 +100,7 @@ void RedisClusterClient::ShutdownOnIoThread() {
   for (const auto& conn : topology_conns_) conn->Close();
   refresh_timer_.cancel();
   reach_timer_.cancel();
+  periodic_timer_.cancel();
 }
 
 bool RedisClusterClient::OnCallbackThread() const {
@@ -103,7 +109,11 @@ bool RedisClusterClient::OnCallbackThread() const {
 
 ClusterNode& RedisClusterClient::NodeAt(const HostPort& address) {
   std::unique_ptr<ClusterNode>& node = nodes_[address];
-  if (!node) node = std::make_unique<ClusterNode>(io_, address, node_options_, counters_);
+  // Data calls start once the mode is known (until then they fail at once).
+  if (!node) {
+    node = std::make_unique<ClusterNode>(
+        io_, address, cluster_mode_ ? cluster_node_options_ : node_options_, counters_);
+  }
   return *node;
 }
 

@@ -13,7 +13,10 @@
 // in a row is skipped by its circuit breaker (cluster_node.h) and probed again after a backoff; a
 // lost connection, a timeout or an unserved slot also schedules a re-read of the slot map (at most
 // every `min_refresh_interval`), which is how a failover is followed: the promoted replica appears
-// in the map once the cluster has elected it. Nothing here retries a failed key on its own: a
+// in the map once the cluster has elected it. Until then, a read (GET, EXISTS) whose master refused
+// the connection or is skipped by its breaker goes once to a replica of that master, within the
+// same deadline (every cluster connection sends READONLY, so replicas answer reads): a block a
+// lookup has just seen stays readable while its master is down. Nothing else is retried: a
 // failure costs a hit, and the caller decides.
 //
 // Threads: the client runs one I/O thread ("kvtier-remote") of its own, which owns every
@@ -50,6 +53,9 @@ struct RedisClusterOptions {
   CircuitBreaker::Options breaker;
   int max_redirects = 5;  // per key and call
   std::chrono::milliseconds min_refresh_interval{100};
+  // The slot map is also read this often while every call succeeds (0: only after failures), so
+  // that replicas that joined later are known before their master fails, for replica reads.
+  std::chrono::milliseconds refresh_interval{30'000};
   size_t max_value_bytes = size_t{512} << 20;  // a longer reply is a protocol error
   std::string thread_name = "kvtier-remote";
   // true: Open succeeds when no seed answers (a refused password or bad options still fail), so
@@ -111,6 +117,10 @@ class RedisClusterClient final : public RemoteStore {
   Awaitable<void> RunOp(std::shared_ptr<Op> op);
   Awaitable<void> RunNodeRound(std::shared_ptr<Op> op, HostPort node, std::vector<size_t> keys,
                                std::shared_ptr<class WaitGroup> done);
+  // After `failed` could not answer `keys` (code): reads of them go next to a replica of their
+  // master, where the map knows one.
+  void ReadFromReplicas(Op& op, const std::vector<size_t>& keys, const HostPort& failed,
+                        StatusCode code);
   void AddCommand(const Op& op, size_t i, CommandBatch& batch) const;
   void Interpret(Op& op, size_t i, resp::Reply reply, const HostPort& node);
   bool FollowRedirect(Op& op, size_t i, const std::string& error, const HostPort& node);
@@ -125,6 +135,8 @@ class RedisClusterClient final : public RemoteStore {
   // Schedules a re-read of the slot map, rate-limited; a no-op for a single server.
   void RequestRefresh();
   Awaitable<void> RefreshLoop();
+  // Asks for a refresh every `refresh_interval`, until the client stops.
+  Awaitable<void> PeriodicRefresh();
   // Asks the seeds again, with backoff, until one answers (open_unreachable).
   Awaitable<void> ReachLoop();
   void InstallMap(SlotMap map);
@@ -132,6 +144,8 @@ class RedisClusterClient final : public RemoteStore {
 
   const RedisClusterOptions options_;
   const NodeOptions node_options_;
+  // The same for the nodes of a cluster, whose connections send READONLY (replica reads).
+  const NodeOptions cluster_node_options_;
   RemoteCounters counters_;
   asio::io_context io_{1};
   asio::executor_work_guard<asio::io_context::executor_type> work_;
@@ -147,6 +161,7 @@ class RedisClusterClient final : public RemoteStore {
   std::vector<std::shared_ptr<NodeConnection>> topology_conns_;  // slot-map queries under way
   asio::steady_timer refresh_timer_{io_};
   asio::steady_timer reach_timer_{io_};
+  asio::steady_timer periodic_timer_{io_};
   Deadline last_refresh_{};
   bool refreshing_ = false;
   bool refresh_again_ = false;

@@ -1,6 +1,7 @@
 // RedisClusterClient against a real Redis Cluster (3 masters, 3 replicas of Debian's redis-server
-// on loopback ports): every slot, resharding (MOVED), migration (ASK), failover after SIGKILL, a
-// hung master (SIGSTOP: timeouts, then the breaker), and the whole cluster gone.
+// on loopback ports): every slot, resharding (MOVED), migration (ASK), failover after SIGKILL,
+// reads from a replica while its master is dead, a hung master (SIGSTOP: timeouts, then the
+// breaker), and the whole cluster gone.
 #include "tiers/remote/redis_cluster_client.h"
 
 #include <gtest/gtest.h>
@@ -198,6 +199,45 @@ TEST(RedisClusterClient, FollowsFailoverAfterAMasterIsKilled) {
   EXPECT_LT(slowest, timeout + milliseconds(500));
   ExpectBlocks(*client, blocks, 256);  // every block survived: the replica had them all
   EXPECT_GE(client->stats().topology_refreshes, 2u);
+}
+
+TEST(RedisClusterClient, AKilledMastersBlocksAreReadFromItsReplicaBeforeAnyFailover) {
+  // A long node timeout: nothing is failed over during the test; the replica stays a replica.
+  auto cluster = StartCluster({.node_timeout = milliseconds(60000)});
+  ASSERT_TRUE(cluster);
+  auto client = OpenClient(cluster->Seeds());
+  ASSERT_TRUE(client);
+  std::vector<uint64_t> blocks;
+  for (uint64_t i = 0; i < 300; ++i) blocks.push_back(i);
+  PutBlocks(*client, blocks, 256);
+  ASSERT_TRUE(cluster->WaitReplicated(milliseconds(10000)));
+  // The map read at Open may predate the replicas' joining (the periodic refresh would find them):
+  // once every node's view of the shards names the three replicas, read it again.
+  ASSERT_TRUE(testing::PollUntil(milliseconds(10000), [&] {
+    for (size_t n = 0; n < cluster->nodes().size(); ++n) {
+      const Result<std::string> shards = cluster->Cli(n, {"CLUSTER", "SHARDS"});
+      size_t replicas = 0;
+      for (size_t at = 0;
+           shards.ok() && (at = shards->find("\nreplica\n", at)) != std::string::npos; ++at) {
+        ++replicas;
+      }
+      if (replicas != 3) return false;
+    }
+    return true;
+  }));
+  ASSERT_TRUE(client->RefreshTopology().ok());
+
+  const int victim = cluster->MasterOfSlot(KeySlot(TestKey(0)));
+  cluster->node(static_cast<size_t>(victim)).Kill();
+  // Every block is still read, the victim's from its replica, within one call's time.
+  ExpectBlocks(*client, blocks, 256);
+  EXPECT_EQ(client->Exists({TestKey(0)}, kCallTimeout)[0], Status::Ok());
+  EXPECT_GT(client->stats().replica_reads, 0u);
+  // Writes are not redirected to a replica: they fail until a failover.
+  std::string record = testing::TestRecord(0, 256);
+  const std::vector<Status> put =
+      client->Set({RemoteWrite{TestKey(0), {record}}}, kTtl, milliseconds(500));
+  EXPECT_FALSE(put[0].ok());
 }
 
 TEST(RedisClusterClient, HungMasterTimesOutThenIsSkippedThenComesBack) {

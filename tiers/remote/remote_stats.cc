@@ -18,6 +18,7 @@ void ForEachField(Fn&& fn, Stats&... s) {
   fn("errors_auth", s.errors_auth...);
   fn("moved_redirects", s.moved_redirects...);
   fn("ask_redirects", s.ask_redirects...);
+  fn("replica_reads", s.replica_reads...);
   fn("topology_refreshes", s.topology_refreshes...);
   fn("topology_refresh_failures", s.topology_refresh_failures...);
   fn("breaker_openings", s.breaker_openings...);
