@@ -213,8 +213,10 @@ Status ReplyParser::OnBulkHeader(size_t bytes_available) {
   bulk_.type = type_ == '$'   ? ReplyType::kBulkString
                : type_ == '!' ? ReplyType::kError
                               : ReplyType::kVerbatim;
-  // Reserve what is already buffered (often the whole payload), never the declared length.
-  bulk_.str.reserve(std::min(declared, bytes_available));
+  // Reserve what is already buffered (often the whole payload), or the declared length up to
+  // the option's bound.
+  bulk_.str.reserve(
+      std::min(declared, std::max(bytes_available, options_.reserve_declared_up_to)));
   bulk_declared_ = declared;
   bulk_left_ = declared;
   crlf_seen_ = 0;

@@ -36,6 +36,11 @@ class ReplyParser {
     size_t max_depth = 32;
     // Most wire bytes of one reply: an MGET of many 64 MiB blocks fits, a runaway stream does not.
     size_t max_reply_bytes = size_t{4} << 30;
+    // A bulk payload's buffer is allocated at its declared length up to this many bytes when its
+    // header arrives, instead of growing with the bytes received: no copy per doubling for large
+    // values from a trusted peer. 0 (the default) allocates only what has arrived, so that a
+    // peer cannot make the parser allocate what it never sends.
+    size_t reserve_declared_up_to = 0;
   };
 
   ReplyParser() : ReplyParser(Options{}) {}

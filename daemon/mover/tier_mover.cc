@@ -71,14 +71,21 @@ bool TierMover::Round(size_t index) {
   return worked;
 }
 
+namespace {
+// One 2 MiB block per batch; 128 blocks of 16 KiB (within `batch`).
+constexpr uint64_t kRemoteFetchBatchBytes = 2 << 20;
+}  // namespace
+
 bool TierMover::ServeFetches() {
   // Taken together and read as one batch: a reader's prefix usually asks for many blocks at once
   // (Store::PrefetchForRead), and waits for the slowest of them.
   const std::vector<BlockKey> keys = store_.TakeFetchRequests(options_.batch);
   if (!keys.empty()) store_.Fetch(keys);
-  // Blocks no local tier holds, from the remote tier: one GET batch, also up to `batch`.
+  // Blocks no local tier holds, from the remote tier: one GET batch, also up to `batch`, and up
+  // to kRemoteFetchBatchBytes: the fetches of large blocks go over several threads, each stored
+  // (and its reader served) as it arrives, while the next ones are still on the network.
   const std::vector<std::pair<NamespaceId, BlockKey>> remote =
-      store_.TakeRemoteFetchRequests(options_.batch);
+      store_.TakeRemoteFetchRequests(options_.batch, kRemoteFetchBatchBytes);
   if (!remote.empty()) store_.FetchRemote(remote);
   return !keys.empty() || !remote.empty();
 }

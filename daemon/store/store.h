@@ -292,9 +292,10 @@ class Store {
   // remote_fetch_corrupt, never bytes) and stores it in the host tier as a ready block, making
   // room there as the mover does; a block it could not bring is remembered, so the reader's next
   // call misses instead of asking again.
-  std::vector<std::pair<NamespaceId, BlockKey>> TakeRemoteFetchRequests(size_t max) {
-    return move_requests_.TakeRemoteFetches(max);
-  }
+  // At most `max_bytes` of blocks are taken (the first always), so that large blocks spread over
+  // the mover's threads and are stored as each arrives rather than after a whole batch.
+  std::vector<std::pair<NamespaceId, BlockKey>> TakeRemoteFetchRequests(
+      size_t max, uint64_t max_bytes = UINT64_MAX);
   void FetchRemote(std::span<const std::pair<NamespaceId, BlockKey>> blocks);
   // Asks the remote tier which of `keys` (of namespace `ns`) it holds, without waiting: `done(n)`
   // runs once, on the remote store's own thread, with the number of leading keys it holds (0 on

@@ -174,6 +174,20 @@ bool Store::MakeRoomByPublishing(uint64_t bytes) {
   return true;
 }
 
+std::vector<std::pair<NamespaceId, BlockKey>> Store::TakeRemoteFetchRequests(size_t max,
+                                                                             uint64_t max_bytes) {
+  std::vector<std::pair<NamespaceId, BlockKey>> taken = move_requests_.TakeRemoteFetches(1);
+  if (taken.empty() || max <= 1) return taken;
+  // The blocks of one batch are usually of one namespace: its block size sets the count.
+  std::optional<NamespaceRegistry::Entry> entry = namespaces_.Find(taken.front().first);
+  const uint64_t block_bytes = entry && entry->block_bytes > 0 ? entry->block_bytes : 1;
+  const size_t more = std::min<uint64_t>(max, std::max<uint64_t>(1, max_bytes / block_bytes)) - 1;
+  if (more > 0) {
+    for (auto& request : move_requests_.TakeRemoteFetches(more)) taken.push_back(request);
+  }
+  return taken;
+}
+
 Status Store::FetchRemoteForRead(const NamespaceId& ns, const BlockKey& key) {
   if (options_.remote.store == nullptr || !options_.background_disk_moves) return Status::Ok();
   if (namespaces_.Counters(ns) == nullptr) return Status::Ok();  // not registered: a plain miss
