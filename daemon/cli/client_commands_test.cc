@@ -169,6 +169,24 @@ TEST(ReplayCommandTest, ReplaysTheTraceAndReportsHits) {
   EXPECT_NE(table.str().find("1 requests"), std::string::npos) << table.str();
 }
 
+// --speed sends each request at its timestamp divided by the speed: 0, 1 and 2 ms at 0.02 are
+// 0, 50 and 100 ms after the start, so the run lasts at least 100 ms.
+TEST(ReplayCommandTest, SpeedSendsRequestsAtTheirTraceTimes) {
+  InProcessDaemon server;
+  ReplayFlags flags;
+  flags.client = Flags(server);
+  flags.trace_path = std::string(KVTIER_CLI_TESTDATA) + "/three_requests.jsonl";
+  flags.block_bytes = "8KiB";
+  flags.json = true;
+  flags.speed = 0.02;
+  std::ostringstream out, err;
+  ASSERT_EQ(RunReplay(flags, out, err), 0) << err.str();
+  const nlohmann::json j = nlohmann::json::parse(out.str());
+  EXPECT_EQ(j["requests"], 3);
+  EXPECT_EQ(j["served_blocks"], 5);
+  EXPECT_GE(j["wall_s"].get<double>(), 0.1);
+}
+
 TEST(ReplayCommandTest, UnreadableTraceFails) {
   InProcessDaemon server;
   ReplayFlags flags;

@@ -6,6 +6,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <thread>
 
 #include "common/units.h"
 #include "daemon/cli/replayer.h"
@@ -158,6 +159,13 @@ int RunReplay(const ReplayFlags& flags, std::ostream& out, std::ostream& err) {
   const auto start = Clock::now();
   auto last_progress = start;
   for (const TraceRequest& request : *trace) {
+    if (flags.speed > 0) {
+      const double offset_ms = (static_cast<double>(request.timestamp_ms) -
+                                static_cast<double>(trace->front().timestamp_ms)) /
+                               flags.speed;
+      std::this_thread::sleep_until(
+          start + std::chrono::microseconds(static_cast<int64_t>(offset_ms * 1000)));
+    }
     if (Status s = replayer.Replay(request); !s.ok()) {
       err << "kvtier replay: request " << replayer.totals().requests + 1 << ": " << s.ToString()
           << "\n";
@@ -206,6 +214,11 @@ Command AddReplayCommand(CLI::App& app) {
       ->check(CLI::Range(uint64_t{1}, uint64_t{65536}))
       ->capture_default_str();
   sub->add_option("--salt", flags->salt, "Tenant salt of the replay namespace (default: random)");
+  sub->add_option("--speed", flags->speed,
+                  "Send each request at its trace timestamp divided by this (0: as fast as "
+                  "possible)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   sub->add_flag("--json", flags->json, "Print one JSON object instead of a table");
   sub->callback([flags] {});
   return Command{sub, [flags] { return RunReplay(*flags, std::cout, std::cerr); }};

@@ -2,14 +2,17 @@
 // trace (daemon/cli/replayer.h) and reports what it saw.
 //
 //   kvtier replay TRACE --block-bytes 1MiB [--limit N] [--path shm|inline] [--block-tokens 512]
-//                 [--salt S] [--json] [--url URL]
+//                 [--salt S] [--speed X] [--json] [--url URL]
 //
 // Reports block and token hit ratios (the served prefix, by the tier Lookup named), blocks lost
 // between Lookup and Get, corrupt blocks (served with the wrong bytes), puts, throughput
 // (requests/s, get and put GiB/s) and latency percentiles per request and per phase. Progress
 // goes to stderr every two seconds. The namespace's tenant salt is random unless --salt is given,
 // so a run starts on a cold cache; pass the same --salt to replay against a warm one. The blocks
-// stay in the daemon afterwards (see `kvtier stats`).
+// stay in the daemon afterwards (see `kvtier stats`). Requests go as fast as the daemon answers,
+// or, with --speed X, each at its trace timestamp divided by X (from the first request's), never
+// before the previous one has finished: what several replays of parts of one trace need to
+// interleave as the trace's clients did.
 //
 // Exit codes: 0; 1 when the trace cannot be read, the daemon cannot be reached, a call fails, or
 // any block came back with the wrong bytes; CLI11's codes for bad flags.
@@ -33,6 +36,7 @@ struct ReplayFlags {
   std::string path = "shm";
   uint64_t block_tokens = 512;
   std::string salt;
+  double speed = 0;  // 0: as fast as possible; X: the trace's arrival times, X times faster
   bool json = false;
   double progress_interval_s = 2.0;
 };
