@@ -215,8 +215,7 @@ Status ReplyParser::OnBulkHeader(size_t bytes_available) {
                               : ReplyType::kVerbatim;
   // Reserve what is already buffered (often the whole payload), or the declared length up to
   // the option's bound.
-  bulk_.str.reserve(
-      std::min(declared, std::max(bytes_available, options_.reserve_declared_up_to)));
+  bulk_.str.reserve(std::min(declared, std::max(bytes_available, options_.reserve_declared_up_to)));
   bulk_declared_ = declared;
   bulk_left_ = declared;
   crlf_seen_ = 0;

@@ -62,6 +62,9 @@ struct BlockMeta {
   // and serves NVMe admission.
   uint64_t window_start_us = 0;
   uint32_t lease_count = 0;  // readers copying out; not evictable while > 0
+  // When this block was last written through to the remote tier, in seconds of the store's clock
+  // plus one (0: never): a drop soon after needs no second copy (Store::PublishToRemote).
+  uint32_t remote_copy_s = 0;
   uint8_t reads = 0;         // lookups and leases that found it, saturating (NVMe admission)
   uint8_t window_reads = 0;  // saturating
   // The quota group of the block's namespace (1 .. kMaxQuotaGroups - 1; 0: none), set by the

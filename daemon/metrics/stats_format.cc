@@ -172,6 +172,10 @@ const TotalField kTotalFields[] = {
      "Committed blocks not copied to the remote tier because too many copies were waiting for "
      "it (remote.write_through).",
      &store::StoreStats::remote_write_through_skips},
+    {"remote_publishes_saved", "kvtier_remote_publishes_saved_total", "counter",
+     "Blocks the last local tier dropped without writing them to the remote tier again: written "
+     "through less than half of remote.ttl_seconds before.",
+     &store::StoreStats::remote_publishes_saved},
     {"remote_fetches", "kvtier_remote_fetches_total", "counter",
      "Blocks fetched from the remote tier into host memory for a reader.",
      &store::StoreStats::remote_fetches},

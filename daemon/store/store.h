@@ -496,6 +496,10 @@ class Store {
   // store_remote.cc. Whether the victims of tiers_[level] are published to the remote tier before
   // they are dropped: it is the last local tier and there is a remote tier.
   bool PublishesDrops(size_t level) const;
+  // The clock of BlockMeta::remote_copy_s, and whether a block's write-through copy is younger
+  // than half of remote.ttl (its drop needs no second copy).
+  uint32_t RemoteClockSeconds() const;
+  bool RemoteCopyIsFresh(const index::BlockMeta& meta) const;
   // How PublishToRemote pins a block while it reads and sends its bytes: alone (a victim about to
   // be dropped: PinForMove), or beside its readers (a write-through copy: the block stays).
   enum class RemotePin : uint8_t { kExclusive, kShared };

@@ -58,6 +58,19 @@ bool Store::PublishesDrops(size_t level) const {
   return options_.remote.store != nullptr && level + 1 == tiers_.size();
 }
 
+uint32_t Store::RemoteClockSeconds() const {
+  return static_cast<uint32_t>(clock_.NowMicros() / 1'000'000) + 1;
+}
+
+bool Store::RemoteCopyIsFresh(const BlockMeta& meta) const {
+  if (meta.remote_copy_s == 0) return false;
+  const auto half_ttl_s =
+      static_cast<uint64_t>(
+          std::chrono::duration_cast<std::chrono::seconds>(options_.remote.ttl).count()) /
+      2;
+  return RemoteClockSeconds() - meta.remote_copy_s < half_ttl_s;
+}
+
 void Store::PublishToRemote(size_t level, std::span<const std::pair<BlockKey, BlockMeta>> blocks,
                             RemotePin pin) {
   tiers::Tier& t = *tiers_[level];
@@ -65,6 +78,12 @@ void Store::PublishToRemote(size_t level, std::span<const std::pair<BlockKey, Bl
   out.reserve(blocks.size());  // no reallocation: the writes below borrow the headers
   std::vector<tiers::BlockRead> reads;
   for (const auto& [key, meta] : blocks) {
+    // A victim written through recently is in the remote tier for at least another half TTL:
+    // dropping it needs no second copy. (Later, the copy renews its TTL.)
+    if (pin == RemotePin::kExclusive && RemoteCopyIsFresh(meta)) {
+      counters_.remote_publishes_saved.fetch_add(1);
+      continue;
+    }
     // Pinned while its bytes are read and sent: nobody frees or reuses the extent meanwhile. A
     // victim leased or changed is not dropped either; a write-through's block that changed is
     // not the one committed.
@@ -103,7 +122,15 @@ void Store::PublishToRemote(size_t level, std::span<const std::pair<BlockKey, Bl
         options_.remote.store->Set(std::move(writes), options_.remote.ttl, options_.remote.timeout);
     for (size_t j = 0; j < sent.size(); ++j) out[sent[j]].status = written[j];
   }
+  const uint32_t now_s = RemoteClockSeconds();
   for (const Outgoing& o : out) {
+    if (pin == RemotePin::kShared && o.status.ok()) {
+      // Before the reader's pin goes: the block is still this incarnation.
+      (void)index_->Update(o.key, [&](BlockMeta& m) {
+        if (m.generation == o.meta.generation) m.remote_copy_s = now_s;
+        return Status::Ok();
+      });
+    }
     UnpinAfterMove(o.key);
     if (o.status.ok()) {
       counters_.remote_publishes.fetch_add(1);

@@ -130,6 +130,28 @@ TEST_F(StoreRemoteTest, WriteThroughCopiesCommittedBlocksAndKeepsThemLocal) {
   EXPECT_TRUE(store_->TakeRemoteWriteThroughRequests(8).empty());
 }
 
+// The remote tier holds a written-through block for remote.ttl: dropping it within half of that
+// sends nothing again; later, the drop's copy renews it.
+TEST_F(StoreRemoteTest, ADropSoonAfterAWriteThroughIsNotSentAgain) {
+  StoreOptions options = WithRemote(/*background=*/true);
+  options.remote.write_through = true;
+  Build({4}, true, options);
+  for (uint64_t n = 0; n < 4; ++n) ASSERT_TRUE(PutBlock(n).ok());
+  store_->WriteThroughToRemote(store_->TakeRemoteWriteThroughRequests(8));
+  ASSERT_EQ(store_->Stats().remote_publishes, 4u);
+  const int sets = remote_.sets();
+  EXPECT_EQ(store_->EvictToTarget(TierId::kHost, 3 * kBlock, 8), 1u);  // block 0, 0 s later
+  EXPECT_EQ(remote_.sets(), sets);
+  EXPECT_EQ(store_->Stats().remote_publishes_saved, 1u);
+  EXPECT_EQ(Published(0), Payload(0));                                 // the write-through's copy
+  clock_.AdvanceMicros(31'000'000);                                    // past half of the 60 s TTL
+  EXPECT_EQ(store_->EvictToTarget(TierId::kHost, 2 * kBlock, 8), 1u);  // block 1
+  EXPECT_EQ(remote_.sets(), sets + 1);
+  const StoreStats s = store_->Stats();
+  EXPECT_EQ(s.remote_publishes, 5u);
+  EXPECT_EQ(s.remote_publishes_saved, 1u);
+}
+
 TEST_F(StoreRemoteTest, WriteThroughSkipsABlockReplacedOrRemovedBeforeTheMoverCame) {
   StoreOptions options = WithRemote(/*background=*/true);
   options.remote.write_through = true;

@@ -100,6 +100,7 @@ StoreStats Store::Stats() const {
   s.remote_publish_bytes = counters_.remote_publish_bytes.load();
   s.remote_publish_errors = counters_.remote_publish_errors.load();
   s.remote_write_through_skips = counters_.remote_write_through_skips.load();
+  s.remote_publishes_saved = counters_.remote_publishes_saved.load();
   s.remote_fetches = counters_.remote_fetches.load();
   s.remote_fetch_bytes = counters_.remote_fetch_bytes.load();
   s.remote_fetch_misses = counters_.remote_fetch_misses.load();

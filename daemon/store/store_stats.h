@@ -68,6 +68,7 @@ struct StoreCounters {
   Counter remote_publish_bytes{0};   // their payload bytes
   Counter remote_publish_errors{0};  // blocks that could not be read or that the remote refused
   Counter remote_write_through_skips{0};  // committed blocks not copied: the queue was full
+  Counter remote_publishes_saved{0};      // drops not sent: written through less than ttl/2 ago
   Counter remote_fetches{0};              // blocks fetched from the remote tier into host memory
   Counter remote_fetch_bytes{0};          // their payload bytes
   Counter remote_fetch_misses{0};         // fetches the remote tier had no block for
@@ -138,6 +139,7 @@ struct StoreStats {
   uint64_t remote_publish_bytes = 0;
   uint64_t remote_publish_errors = 0;
   uint64_t remote_write_through_skips = 0;
+  uint64_t remote_publishes_saved = 0;
   uint64_t remote_fetches = 0;
   uint64_t remote_fetch_bytes = 0;
   uint64_t remote_fetch_misses = 0;
