@@ -110,26 +110,24 @@ TEST(BenchCommandTest, OnePhaseRunsWithTheSameSaltAddressTheSameBlocks) {
   flags.salt = "shared-salt";
   flags.json = true;
   flags.keep = true;
-  flags.only = "put";
-  std::ostringstream put_out, err;
-  ASSERT_EQ(RunBench(flags, put_out, err), 0) << err.str();
-  const nlohmann::json put = nlohmann::json::parse(put_out.str());
+  auto run = [&](const std::string& only) {
+    flags.only = only;
+    std::ostringstream out, err;
+    EXPECT_EQ(RunBench(flags, out, err), 0) << err.str();
+    return nlohmann::json::parse(out.str());
+  };
+  const nlohmann::json put = run("put");
   EXPECT_EQ(put["put"]["blocks_ok"], 12);
   EXPECT_FALSE(put.contains("get"));
   EXPECT_EQ(server.block_count(), 12u);
 
-  flags.only = "get";
-  std::ostringstream get_out;
-  ASSERT_EQ(RunBench(flags, get_out, err), 0) << err.str();
-  const nlohmann::json get = nlohmann::json::parse(get_out.str());
+  const nlohmann::json get = run("get");
   EXPECT_FALSE(get.contains("put"));
   EXPECT_EQ(get["get"]["blocks_ok"], 12);
   EXPECT_EQ(server.block_count(), 12u);  // no warm-up rounds deleted them
 
   flags.salt = "another-salt";
-  std::ostringstream miss_out;
-  ASSERT_EQ(RunBench(flags, miss_out, err), 0) << err.str();
-  const nlohmann::json miss = nlohmann::json::parse(miss_out.str());
+  const nlohmann::json miss = run("get");
   EXPECT_EQ(miss["get"]["blocks_ok"], 0);
   EXPECT_EQ(miss["get"]["blocks_failed"], 12);
 }
