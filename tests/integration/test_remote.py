@@ -129,8 +129,34 @@ def test_a_record_corrupted_in_the_cluster_is_a_miss_and_a_counter(cluster, node
     assert totals(node2)["remote_fetch_corrupt"] == before + 1
 
 
+def test_with_write_through_a_block_is_a_hit_on_another_node_at_once(cluster, nodes,
+                                                                       tmp_path):
+    node2 = nodes[1]
+    node_dir = tmp_path / "writer"
+    node_dir.mkdir()
+    writer = Daemon(node_dir, host_bytes=HOST_BYTES, slab_bytes="1MiB",
+                    extra_config=EXTRA_CONFIG.replace("remote:\n", "remote:\n  write_through: true\n"))
+    writer.start(extra_args=["--remote", cluster.url])
+    try:
+        n = 5000  # one block, far from filling the writer's host tier
+        with client(writer) as c:
+            ns = register(c)
+            assert c.call("KVT.PUT", ns, pack_keys([n]), payload(n)) == [b"OK"]
+        assert wait_for(lambda: totals(writer)["remote_publishes"] == 1, timeout_s=10), \
+            json.dumps(totals(writer))
+        with client(writer) as c:
+            assert c.call("KVT.LOOKUP", ns, pack_keys([n])) == [1, b"1"]  # still local too
+        with client(node2) as c:
+            assert register(c) == ns
+            assert c.call("KVT.GET", ns, pack_keys([n])) == [payload(n)]
+    finally:
+        assert writer.stop() == 0, writer.log()
+
+
 def test_a_stopped_master_then_the_whole_cluster_cost_hits_until_the_cluster_is_back(
         cluster, nodes, published):
+    # The last test on the module's cluster: the stopped master may be failed over to its replica
+    # after the SIGCONT, seconds later, while a test after this one would be using the cluster.
     ns = published
     node1, node2 = nodes
     recent = BLOCKS - 1  # still in node 1's host tier
@@ -199,30 +225,6 @@ def test_a_stopped_master_then_the_whole_cluster_cost_hits_until_the_cluster_is_
             assert c.call("KVT.PUT", ns, pack_keys([n]), payload(n)) == [b"OK"], n
         return totals(node1)["remote_publishes"] > published_before
     assert wait_for(publishes_again, timeout_s=30, interval_s=0.1)
-
-
-def test_with_write_through_a_block_is_a_hit_on_another_node_at_once(cluster, nodes,
-                                                                       tmp_path):
-    node2 = nodes[1]
-    node_dir = tmp_path / "writer"
-    node_dir.mkdir()
-    writer = Daemon(node_dir, host_bytes=HOST_BYTES, slab_bytes="1MiB",
-                    extra_config=EXTRA_CONFIG.replace("remote:\n", "remote:\n  write_through: true\n"))
-    writer.start(extra_args=["--remote", cluster.url])
-    try:
-        n = 5000  # one block, far from filling the writer's host tier
-        with client(writer) as c:
-            ns = register(c)
-            assert c.call("KVT.PUT", ns, pack_keys([n]), payload(n)) == [b"OK"]
-        assert wait_for(lambda: totals(writer)["remote_publishes"] == 1, timeout_s=10), \
-            json.dumps(totals(writer))
-        with client(writer) as c:
-            assert c.call("KVT.LOOKUP", ns, pack_keys([n])) == [1, b"1"]  # still local too
-        with client(node2) as c:
-            assert register(c) == ns
-            assert c.call("KVT.GET", ns, pack_keys([n])) == [payload(n)]
-    finally:
-        assert writer.stop() == 0, writer.log()
 
 
 def test_a_node_started_while_its_remote_store_is_down_reaches_it_later(tmp_path):
