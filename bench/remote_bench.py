@@ -26,7 +26,7 @@ on the daemon's defaults for memory (the host tier locked and touched at start),
 Sharing: both configurations write every block through to the cluster as it is put
 (remote.write_through), so that a block one node computed is there for the other; a host tier of
 HOST_BYTES, 16 KiB per trace block, the first 2,000 requests (500 with --quick), sent at their
-trace times SPEED times faster (`kvtier replay --speed`), so that the two halves interleave as the
+trace times 20 times faster (`--speed`, passed to `kvtier replay --speed`), so that the two halves interleave as the
 trace's clients did. `kvtier replay` checks every byte it reads: a wrong block stops the bench.
 
 Starts its own cluster and kvtierd nodes (binaries from KVTIER_BIN_DIR, default build/bin) in a
@@ -56,8 +56,9 @@ BLOCK = "2MiB"
 CLIENTS = 4
 BLOCKS_PER_CLIENT = 32
 HOST_BYTES = "64MiB"
-# The trace's requests at their arrival times, this many times faster (2,000 requests in 33 s).
-SPEED = 20
+# The trace's requests at their arrival times, this many times faster (2,000 requests in 33 s);
+# --speed changes it (0: each replay as fast as its node answers).
+DEFAULT_SPEED = 20
 REMOTE_CONFIG = """\
 remote:
   write_through: {write_through}
@@ -153,10 +154,10 @@ def fetch_figures(tmp: pathlib.Path, rounds: int) -> None:
         cluster.close()
 
 
-def replay(node: Daemon, trace: pathlib.Path, salt: str) -> subprocess.Popen:
+def replay(node: Daemon, trace: pathlib.Path, salt: str, speed: float) -> subprocess.Popen:
     return subprocess.Popen(
         [str(BIN_DIR / "kvtier"), "replay", str(trace), "--url", f"unix://{node.unix}",
-         "--block-bytes", "16KiB", "--salt", salt, "--speed", str(SPEED), "--json"],
+         "--block-bytes", "16KiB", "--salt", salt, "--speed", str(speed), "--json"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
@@ -167,7 +168,7 @@ def finish(proc: subprocess.Popen) -> dict:
     return json.loads(out)
 
 
-def sharing_figures(tmp: pathlib.Path, requests: int) -> None:
+def sharing_figures(tmp: pathlib.Path, requests: int, speed: float = DEFAULT_SPEED) -> None:
     lines = TRACE.read_text().splitlines()[:requests]
     traces = {}
     for name, part in (("whole", lines), ("even", lines[0::2]), ("odd", lines[1::2])):
@@ -177,13 +178,13 @@ def sharing_figures(tmp: pathlib.Path, requests: int) -> None:
     try:
         one = start_node(tmp / "one", cluster, HOST_BYTES, write_through=True)
         try:
-            alone = finish(replay(one, traces["whole"], "one-node"))
+            alone = finish(replay(one, traces["whole"], "one-node", speed))
         finally:
             one.stop()
         pair = [start_node(tmp / name, cluster, HOST_BYTES, write_through=True)
                 for name in ("first", "second")]
         try:
-            procs = [replay(node, traces[half], "two-nodes")
+            procs = [replay(node, traces[half], "two-nodes", speed)
                      for node, half in zip(pair, ("even", "odd"))]
             halves = [finish(p) for p in procs]
         finally:
@@ -201,10 +202,14 @@ def sharing_figures(tmp: pathlib.Path, requests: int) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer rounds and requests")
+    parser.add_argument("--speed", type=float, default=DEFAULT_SPEED,
+                        help="replay the trace this many times faster than its arrival times "
+                             "(0: as fast as the nodes answer)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="kvtier-remote-bench-") as tmp:
         fetch_figures(pathlib.Path(tmp), rounds=2 if args.quick else 4)
-        sharing_figures(pathlib.Path(tmp), requests=500 if args.quick else 2000)
+        sharing_figures(pathlib.Path(tmp), requests=500 if args.quick else 2000,
+                        speed=args.speed)
 
 
 if __name__ == "__main__":
