@@ -217,6 +217,8 @@ const std::map<std::string, Setter>& Setters() {
       {"remote.connect_timeout_ms",
        Uint(&DaemonConfig::remote_connect_timeout_ms, 600'000, "remote.connect_timeout_ms")},
       {"remote.write_through", Bool(&DaemonConfig::remote_write_through, "remote.write_through")},
+      {"remote.lookups_on_replicas",
+       Bool(&DaemonConfig::remote_lookups_on_replicas, "remote.lookups_on_replicas")},
       {"server.io_threads", Uint(&DaemonConfig::io_threads, 256, "server.io_threads")},
       {"server.log_level", Text(&DaemonConfig::log_level)},
   };

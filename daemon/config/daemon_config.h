@@ -138,7 +138,9 @@ struct DaemonConfig {
   uint64_t remote_lookup_timeout_ms = 20;  // how long a KVT.LOOKUP waits for the cluster
   uint64_t remote_timeout_ms = 1'000;      // one publish or fetch batch of the mover
   uint64_t remote_connect_timeout_ms = 1'000;
-  bool remote_write_through = false;  // publish on first put too (not supported yet)
+  bool remote_write_through = false;  // publish on first put too (best effort, not awaited)
+  // Lookups ask a replica first: a block found there survives its master's failover.
+  bool remote_lookups_on_replicas = true;
 
   // quotas: byte quotas per tier, for a tenant (every namespace registered with its salt) or
   // for one namespace (its id, 32 hex digits). A tenant within its quota in a tier is not evicted

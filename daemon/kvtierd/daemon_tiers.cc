@@ -130,6 +130,7 @@ Result<std::unique_ptr<tiers::remote::RedisClusterClient>> OpenRemote(
   // A store that is down at start must not keep the node's local tiers from serving: the client
   // asks again in the background. A refused password still stops the start.
   options.open_unreachable = true;
+  options.lookups_on_replicas = c.remote_lookups_on_replicas;
   auto client = tiers::remote::RedisClusterClient::Open(std::move(options));
   if (!client.ok()) {
     return Status(client.status().code(), "remote.url: " + client.status().message());
@@ -215,8 +216,8 @@ store::StoreOptions StoreOptionsFrom(const config::DaemonConfig& c,
 Status ApplyQuotas(const config::DaemonConfig& config, store::Store& store) {
   for (const config::DaemonConfig::Quota& q : config.quotas) {
     store::QuotaSubject who;
-    who.kind = q.is_namespace ? store::QuotaSubject::Kind::kNamespace
-                              : store::QuotaSubject::Kind::kTenant;
+    who.kind =
+        q.is_namespace ? store::QuotaSubject::Kind::kNamespace : store::QuotaSubject::Kind::kTenant;
     if (q.is_namespace) {
       who.ns = NamespaceId{*Key128::FromHex(q.subject)};  // checked when the config was parsed
     } else {

@@ -90,8 +90,8 @@ def _wait(predicate, timeout_s):
 
 class RedisCluster:
     """masters x (1 + replicas) redis-server processes in cluster mode on loopback, joined by
-    redis-cli --cluster create; a node that misses 2 s of heartbeats counts as failed (its replica
-    is promoted). `extra_args` go to every redis-server (maxmemory, say)."""
+    redis-cli --cluster create, configured as deploy/redis/redis-cluster.conf advises; a node that
+    misses 2 s of heartbeats counts as failed (its replica is promoted). `extra_args` go to every redis-server (maxmemory, say)."""
 
     def __init__(self, workdir, masters=3, replicas=1, extra_args=()):
         self.workdir = workdir
@@ -107,6 +107,9 @@ class RedisCluster:
                 # A replica takes over however long ago it last heard from its master (the tests
                 # kill masters at any moment), and a new replica is sent its data at once.
                 "--cluster-replica-validity-factor", "0", "--repl-diskless-sync-delay", "0",
+                # As deploy/redis/redis-cluster.conf advises: the slots of a dead master do not
+                # stop the others, and its replica serves reads until it has taken over.
+                "--cluster-require-full-coverage", "no", "--cluster-allow-reads-when-down", "yes",
                 *extra_args)
             self.ports.append(port)
         for port in self.ports:

@@ -315,12 +315,11 @@ def test_a_master_killed_during_replays_on_both_nodes_loses_no_block(tmp_path):
     nodes = []
     try:
         lines = TRACE.read_text().splitlines()[:3000]
-        halves, longest = [], []
+        halves = []
         for half in (0, 1):
             trace = tmp_path / f"half{half}.jsonl"
             trace.write_text("\n".join(lines[half::2]) + "\n")
             halves.append(trace)
-            longest.append(max(len(json.loads(line)["hash_ids"]) for line in lines[half::2]))
         config = EXTRA_CONFIG.replace("remote:\n", "remote:\n  write_through: true\n")
         for name in ("node1", "node2"):
             (tmp_path / name).mkdir()
@@ -340,12 +339,13 @@ def test_a_master_killed_during_replays_on_both_nodes_loses_no_block(tmp_path):
             out, err = replay.communicate(timeout=300)
             assert replay.returncode == 0, err.decode()
             summaries.append(json.loads(out))
-        for summary, most in zip(summaries, longest):
+        for summary in summaries:
             assert summary["corrupt_blocks"] == 0, summary
-            # A block that a lookup found on the victim just before it died cannot be read until
-            # its replica takes over (kvtier reads masters only): only the request in flight at
-            # the kill can lose blocks that its lookup promised.
-            assert summary["lost_blocks"] <= most, summary
+            # A block a lookup found stays readable: from the victim's replica while the victim
+            # is dead (the cluster serves reads while it is down, as deploy/redis/redis-cluster.conf
+            # advises), then from the replica promoted, which has it since lookups ask the
+            # replicas (remote.lookups_on_replicas).
+            assert summary["lost_blocks"] == 0, summary
             assert summary["failed_puts"] == 0, summary
             # A lookup waits on the cluster for at most remote.lookup_timeout_ms (200), a fetch
             # for remote.timeout_ms (500): no request comes near 3 s.

@@ -67,6 +67,16 @@ Awaitable<void> RedisClusterClient::RunOp(std::shared_ptr<Op> op) {
         RequestRefresh();
         continue;
       }
+      if (op->kind == OpKind::kExists && options_.lookups_on_replicas &&
+          !op->routes[i].tried_replica) {
+        if (const std::optional<HostPort> replica = LookupReplica(slot, *node)) {
+          op->routes[i].tried_replica = true;
+          op->routes[i].at_replica = true;
+          Add(counters_.replica_lookups);
+          rounds[*replica].push_back(i);
+          continue;
+        }
+      }
       rounds[*node].push_back(i);
     }
     op->redirected.clear();
@@ -90,6 +100,7 @@ Awaitable<void> RedisClusterClient::RunNodeRound(std::shared_ptr<Op> op, HostPor
   }
   Result<std::vector<resp::Reply>> replies = co_await NodeAt(node).Execute(batch, op->deadline);
   if (!replies.ok()) {
+    keys = BackToMaster(*op, std::move(keys));
     FailKeys(*op, keys, replies.status());
     // A node that cannot be reached, or that its breaker skips, may have been replaced
     // (failover): read the map again (at most every min_refresh_interval), so that calls go to
@@ -107,8 +118,37 @@ Awaitable<void> RedisClusterClient::RunNodeRound(std::shared_ptr<Op> op, HostPor
     // ASKING's own answer (+OK) comes first; the command's answer says whether it worked.
     if (op->routes[i].ask_target) ++next;
     op->routes[i].ask_target.reset();
-    Interpret(*op, i, std::move((*replies)[next++]), node);
+    resp::Reply& reply = (*replies)[next++];
+    // A replica that cannot serve a lookup (LOADING, MASTERDOWN, a slot it no longer replicates):
+    // its master answers instead. MOVED is followed as from any node.
+    if (op->routes[i].at_replica && reply.is_error() && !ParseRedirect(reply.str)) {
+      BackToMaster(*op, {i});
+      continue;
+    }
+    op->routes[i].at_replica = false;
+    Interpret(*op, i, std::move(reply), node);
   }
+}
+
+std::optional<HostPort> RedisClusterClient::LookupReplica(int slot, const HostPort& master) {
+  for (const HostPort& replica : slot_map_.ReplicasOf(slot)) {
+    if (replica != master && !NodeAt(replica).breaker_open()) return replica;
+  }
+  return std::nullopt;
+}
+
+std::vector<size_t> RedisClusterClient::BackToMaster(Op& op, std::vector<size_t> keys) {
+  std::vector<size_t> others;
+  for (const size_t i : keys) {
+    if (!op.routes[i].at_replica) {
+      others.push_back(i);
+      continue;
+    }
+    // tried_replica stays set: the master's own failure does not send the key back.
+    op.routes[i].at_replica = false;
+    op.redirected.push_back(i);
+  }
+  return others;
 }
 
 void RedisClusterClient::ReadFromReplicas(Op& op, const std::vector<size_t>& keys,

@@ -16,8 +16,9 @@
 // in the map once the cluster has elected it. Until then, a read (GET, EXISTS) whose master refused
 // the connection or is skipped by its breaker goes once to a replica of that master, within the
 // same deadline (every cluster connection sends READONLY, so replicas answer reads): a block a
-// lookup has just seen stays readable while its master is down. Nothing else is retried: a
-// failure costs a hit, and the caller decides.
+// lookup has just seen stays readable while its master is down. Lookups (EXISTS) go to a replica
+// first (lookups_on_replicas), so that a block they find is one that survives its master's
+// failover. Nothing else is retried: a failure costs a hit, and the caller decides.
 //
 // Threads: the client runs one I/O thread ("kvtier-remote") of its own, which owns every
 // connection, the slot map and the nodes; Start* calls from any thread post to it and their
@@ -29,6 +30,7 @@
 #include <chrono>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -63,6 +65,12 @@ struct RedisClusterOptions {
   // call fails at once with kDeviceError, and the client asks the seeds again in the background,
   // backing off as the breaker does (breaker.initial_backoff doubling to breaker.max_backoff).
   bool open_unreachable = false;
+  // true: a lookup (EXISTS) asks a replica of the key's master first, where the map knows one
+  // whose breaker is closed, and the master only if that replica cannot answer. A block a replica
+  // holds survives its master's failover (the replica promoted has it), so what a lookup found
+  // stays fetchable through a master's crash; replication is asynchronous, and a block written a
+  // moment before may not be there yet: a miss. It also spreads lookups over the replicas.
+  bool lookups_on_replicas = true;
 };
 
 class RedisClusterClient final : public RemoteStore {
@@ -121,6 +129,11 @@ class RedisClusterClient final : public RemoteStore {
   // master, where the map knows one.
   void ReadFromReplicas(Op& op, const std::vector<size_t>& keys, const HostPort& failed,
                         StatusCode code);
+  // A replica of `slot`'s master whose breaker is closed, for a lookup (lookups_on_replicas).
+  std::optional<HostPort> LookupReplica(int slot, const HostPort& master);
+  // Keys of `keys` that a replica was asked first and could not answer go to their master in the
+  // next round; returns the others.
+  std::vector<size_t> BackToMaster(Op& op, std::vector<size_t> keys);
   void AddCommand(const Op& op, size_t i, CommandBatch& batch) const;
   void Interpret(Op& op, size_t i, resp::Reply reply, const HostPort& node);
   bool FollowRedirect(Op& op, size_t i, const std::string& error, const HostPort& node);

@@ -82,6 +82,36 @@ std::vector<uint64_t> PutReplicatedBlocks(RedisCluster& cluster, RemoteStore& st
   return blocks;
 }
 
+// How many EXISTS node `n` has served (INFO commandstats).
+uint64_t ExistsCallsAt(RedisCluster& cluster, size_t n) {
+  const Result<std::string> info = cluster.Cli(n, {"INFO", "commandstats"});
+  if (!info.ok()) {
+    ADD_FAILURE() << info.status().ToString();
+    return 0;
+  }
+  const std::string field = "cmdstat_exists:calls=";
+  const size_t at = info->find(field);
+  return at == std::string::npos ? 0 : std::stoull(info->substr(at + field.size()));
+}
+
+// The map read at Open may predate the replicas' joining (the periodic refresh would find them):
+// once every node's view of the shards names the three replicas, reads it again.
+void RefreshOnceReplicasAreKnown(RedisCluster& cluster, RedisClusterClient& client) {
+  ASSERT_TRUE(testing::PollUntil(milliseconds(10000), [&] {
+    for (size_t n = 0; n < cluster.nodes().size(); ++n) {
+      const Result<std::string> shards = cluster.Cli(n, {"CLUSTER", "SHARDS"});
+      size_t replicas = 0;
+      for (size_t at = 0;
+           shards.ok() && (at = shards->find("\nreplica\n", at)) != std::string::npos; ++at) {
+        ++replicas;
+      }
+      if (replicas != 3) return false;
+    }
+    return true;
+  }));
+  ASSERT_TRUE(client.RefreshTopology().ok());
+}
+
 TEST(RedisClusterClient, RoundTripOverEverySlotFromOneSeed) {
   auto cluster = StartCluster();
   ASSERT_TRUE(cluster);
@@ -215,21 +245,7 @@ TEST(RedisClusterClient, AKilledMastersBlocksAreReadFromItsReplicaBeforeAnyFailo
   auto client = OpenClient(cluster->Seeds());
   ASSERT_TRUE(client);
   const std::vector<uint64_t> blocks = PutReplicatedBlocks(*cluster, *client);
-  // The map read at Open may predate the replicas' joining (the periodic refresh would find them):
-  // once every node's view of the shards names the three replicas, read it again.
-  ASSERT_TRUE(testing::PollUntil(milliseconds(10000), [&] {
-    for (size_t n = 0; n < cluster->nodes().size(); ++n) {
-      const Result<std::string> shards = cluster->Cli(n, {"CLUSTER", "SHARDS"});
-      size_t replicas = 0;
-      for (size_t at = 0;
-           shards.ok() && (at = shards->find("\nreplica\n", at)) != std::string::npos; ++at) {
-        ++replicas;
-      }
-      if (replicas != 3) return false;
-    }
-    return true;
-  }));
-  ASSERT_TRUE(client->RefreshTopology().ok());
+  RefreshOnceReplicasAreKnown(*cluster, *client);
 
   const int victim = cluster->MasterOfSlot(KeySlot(TestKey(0)));
   cluster->node(static_cast<size_t>(victim)).Kill();
@@ -242,6 +258,106 @@ TEST(RedisClusterClient, AKilledMastersBlocksAreReadFromItsReplicaBeforeAnyFailo
   const std::vector<Status> put =
       client->Set({RemoteWrite{TestKey(0), {record}}}, kTtl, milliseconds(500));
   EXPECT_FALSE(put[0].ok());
+}
+
+TEST(RedisClusterClient, LookupsAskAReplicaFirstAndTheMasterWhenTheReplicaIsDown) {
+  // A long node timeout: the killed replica is not replaced during the test.
+  auto cluster = StartCluster({.node_timeout = milliseconds(60000)});
+  ASSERT_TRUE(cluster);
+  auto client = OpenClient(cluster->Seeds());
+  ASSERT_TRUE(client);
+  const std::vector<uint64_t> blocks = PutReplicatedBlocks(*cluster, *client);
+  RefreshOnceReplicasAreKnown(*cluster, *client);
+  std::vector<std::string> keys;
+  for (const uint64_t i : blocks) keys.push_back(TestKey(i));
+  keys.push_back(TestKey(100'000));  // never written: a miss at the replica is a miss
+
+  std::vector<Status> found = client->Exists(keys, kCallTimeout);
+  for (size_t n = 0; n < blocks.size(); ++n) ASSERT_TRUE(found[n].ok()) << found[n].ToString();
+  EXPECT_EQ(found.back().code(), StatusCode::kNotFound);
+  EXPECT_EQ(client->stats().replica_lookups, keys.size());
+  // The replicas answered every key; the masters were asked nothing.
+  uint64_t at_masters = 0, at_replicas = 0;
+  for (size_t n = 0; n < cluster->nodes().size(); ++n) {
+    const Result<std::string> role = cluster->Cli(n, {"ROLE"});
+    ASSERT_TRUE(role.ok()) << role.status().ToString();
+    (role->rfind("master", 0) == 0 ? at_masters : at_replicas) += ExistsCallsAt(*cluster, n);
+  }
+  EXPECT_EQ(at_masters, 0u);
+  EXPECT_EQ(at_replicas, keys.size());
+  // Only lookups: reads still go to the masters.
+  ExpectBlocks(*client, blocks, 256);
+  EXPECT_EQ(client->stats().replica_lookups, keys.size());
+
+  // The replica of block 0's master killed: its lookups go to the master instead, in the same
+  // call, and every block is still found.
+  const int master = cluster->MasterOfSlot(KeySlot(TestKey(0)));
+  const int replica = cluster->ReplicaOf(static_cast<size_t>(master));
+  ASSERT_GE(replica, 0);
+  cluster->node(static_cast<size_t>(replica)).Kill();
+  found = client->Exists(keys, kCallTimeout);
+  for (size_t n = 0; n < blocks.size(); ++n) ASSERT_TRUE(found[n].ok()) << found[n].ToString();
+  EXPECT_EQ(found.back().code(), StatusCode::kNotFound);
+
+  // Off: lookups ask the masters only.
+  RedisClusterOptions masters_only;
+  masters_only.lookups_on_replicas = false;
+  auto plain = OpenClient(cluster->Seeds(), masters_only);
+  ASSERT_TRUE(plain);
+  found = plain->Exists(keys, kCallTimeout);
+  for (size_t n = 0; n < blocks.size(); ++n) ASSERT_TRUE(found[n].ok()) << found[n].ToString();
+  EXPECT_EQ(plain->stats().replica_lookups, 0u);
+}
+
+TEST(RedisClusterClient, ABlockALookupFoundSurvivesAFailoverThatLosesUnreplicatedWrites) {
+  // Failovers are forced below; nothing is failed over on its own.
+  auto cluster = StartCluster({.node_timeout = milliseconds(60000)});
+  ASSERT_TRUE(cluster);
+  auto replicas_first = OpenClient(cluster->Seeds());
+  ASSERT_TRUE(replicas_first);
+  RedisClusterOptions masters_only_options;
+  masters_only_options.lookups_on_replicas = false;
+  auto masters_only = OpenClient(cluster->Seeds(), masters_only_options);
+  ASSERT_TRUE(masters_only);
+  const std::vector<uint64_t> blocks = PutReplicatedBlocks(*cluster, *replicas_first);
+  RefreshOnceReplicasAreKnown(*cluster, *replicas_first);
+
+  // Block 0's master acknowledges a write its replica never receives: the replica is stopped and
+  // its replication link cut before the write, and the master dies before the link is back. This
+  // is the window of asynchronous replication, held open.
+  const int slot = KeySlot(TestKey(0));
+  const auto master = static_cast<size_t>(cluster->MasterOfSlot(slot));
+  const int replica = cluster->ReplicaOf(master);
+  ASSERT_GE(replica, 0);
+  cluster->node(static_cast<size_t>(replica)).Stop();
+  ASSERT_TRUE(cluster->Cli(master, {"CLIENT", "KILL", "TYPE", "replica"}).ok());
+  uint64_t fresh = 1'000'000;
+  while (KeySlot(TestKey(fresh)) != slot) ++fresh;
+  PutBlocks(*masters_only, {fresh}, 256);
+
+  const milliseconds lookup_timeout{300};
+  // A lookup at the master finds it; one that asks the replica does not (the replica does not
+  // answer in time: a miss).
+  EXPECT_EQ(masters_only->Exists({TestKey(fresh)}, lookup_timeout)[0], Status::Ok());
+  EXPECT_FALSE(replicas_first->Exists({TestKey(fresh)}, lookup_timeout)[0].ok());
+
+  cluster->node(master).Kill();
+  cluster->node(static_cast<size_t>(replica)).Continue();
+  ASSERT_TRUE(cluster->Cli(static_cast<size_t>(replica), {"CLUSTER", "FAILOVER", "TAKEOVER"}).ok());
+  ASSERT_TRUE(cluster->WaitConverged(milliseconds(15000), slot, replica));
+  ASSERT_TRUE(replicas_first->RefreshTopology().ok());
+  ASSERT_TRUE(masters_only->RefreshTopology().ok());
+
+  // The block the master-only lookup promised is gone with the master: a lost hit. Every block
+  // the replica had is still there.
+  EXPECT_EQ(masters_only->Get({TestKey(fresh)}, kCallTimeout)[0].status().code(),
+            StatusCode::kNotFound);
+  ExpectBlocks(*replicas_first, blocks, 256);
+  std::vector<std::string> keys;
+  for (const uint64_t i : blocks) keys.push_back(TestKey(i));
+  for (const Status& found : replicas_first->Exists(keys, kCallTimeout)) {
+    EXPECT_TRUE(found.ok()) << found.ToString();
+  }
 }
 
 TEST(RedisClusterClient, HungMasterTimesOutThenIsSkippedThenComesBack) {

@@ -19,6 +19,7 @@ void ForEachField(Fn&& fn, Stats&... s) {
   fn("moved_redirects", s.moved_redirects...);
   fn("ask_redirects", s.ask_redirects...);
   fn("replica_reads", s.replica_reads...);
+  fn("replica_lookups", s.replica_lookups...);
   fn("topology_refreshes", s.topology_refreshes...);
   fn("topology_refresh_failures", s.topology_refresh_failures...);
   fn("breaker_openings", s.breaker_openings...);
