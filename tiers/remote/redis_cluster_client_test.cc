@@ -136,6 +136,8 @@ TEST(RedisClusterClient, RoundTripOverEverySlotFromOneSeed) {
     EXPECT_EQ(st.code(), StatusCode::kNotFound);
   const auto after = client->Get(some, kCallTimeout);
   EXPECT_EQ(after[0].status().code(), StatusCode::kNotFound);
+  // Lookups ask the replicas, which serve what they had until their first sync has ended.
+  ASSERT_TRUE(cluster->WaitReplicated(milliseconds(10000)));
   EXPECT_EQ(client->Exists({TestKey(blocks[1])}, kCallTimeout)[0], Status::Ok());
 
   const RemoteStats stats = client->stats();
