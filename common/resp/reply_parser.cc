@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cstring>
 #include <system_error>
 #include <utility>
 
@@ -225,12 +226,41 @@ Status ReplyParser::OnBulkHeader(size_t bytes_available) {
 
 Status ReplyParser::StepBulkBody(std::string_view& input) {
   const size_t n = std::min(bulk_left_, input.size());
-  ReservePayload(bulk_.str, n, bulk_declared_);
-  bulk_.str.append(input.data(), n);
+  const size_t filled = bulk_declared_ - bulk_left_;
+  if (bulk_.str.size() == filled) {
+    ReservePayload(bulk_.str, n, bulk_declared_);
+    bulk_.str.append(input.data(), n);
+  } else {
+    // Room made by BeginInPlace and not all filled: the bytes go there.
+    if (bulk_.str.size() < filled + n) bulk_.str.resize(filled + n);
+    std::memcpy(bulk_.str.data() + filled, input.data(), n);
+  }
   Consume(input, n);
   bulk_left_ -= n;
   if (bulk_left_ == 0) state_ = State::kBulkCrlf;
   return Status::Ok();
+}
+
+std::span<char> ReplyParser::BeginInPlace(size_t max) {
+  if (state_ != State::kBulkBody) return {};
+  const size_t k = std::min(max, bulk_left_);
+  const size_t filled = bulk_declared_ - bulk_left_;
+  // The string never grows past the declared length (k <= bulk_left_), and bytes sized but not
+  // filled by an earlier call are reused, not zeroed again.
+  if (bulk_.str.size() < filled + k) {
+    ReservePayload(bulk_.str, filled + k - bulk_.str.size(), bulk_declared_);
+    bulk_.str.resize(filled + k);
+  }
+  return {bulk_.str.data() + filled, k};
+}
+
+void ReplyParser::CommitInPlace(size_t n) {
+  if (state_ != State::kBulkBody || n == 0) return;
+  n = std::min(n, bulk_left_);
+  consumed_bytes_ += n;
+  reply_bytes_ += n;
+  bulk_left_ -= n;
+  if (bulk_left_ == 0) state_ = State::kBulkCrlf;
 }
 
 Status ReplyParser::StepBulkCrlf(std::string_view& input) {

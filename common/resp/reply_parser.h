@@ -14,6 +14,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -51,6 +52,17 @@ class ReplyParser {
   // not been taken. Errors: kInvalidArgument ("Protocol error: ...") for bytes that are not RESP or
   // exceed a limit; final, later calls return it again. The caller should close the connection.
   Result<size_t> Feed(std::string_view input);
+
+  // Reading a large value in place, for a caller that reads from a socket: while a bulk payload
+  // is being received, bulk_bytes_left() says how many bytes of it are still expected (0 at any
+  // other time). BeginInPlace(max) returns room for the next min(max, bulk_bytes_left()) of them
+  // at their place in the value (the buffer grows to cover it), the caller reads into its front
+  // and calls CommitInPlace(n) with the n bytes it wrote; then Feed goes on as before. The
+  // payload is then copied once, by the kernel, instead of through the caller's buffer. The
+  // room is allocated before the bytes arrive: `max` bounds it.
+  size_t bulk_bytes_left() const { return state_ == State::kBulkBody ? bulk_left_ : 0; }
+  std::span<char> BeginInPlace(size_t max);
+  void CommitInPlace(size_t n);
 
   bool has_reply() const { return state_ == State::kReady; }
   // Precondition: has_reply().
@@ -104,7 +116,9 @@ class ReplyParser {
   char type_ = 0;     // type byte of the value being read
   std::string line_;  // its header line, CRLF excluded
   bool saw_cr_ = false;
-  Reply bulk_;  // the bulk value being received
+  // The bulk value being received: its payload so far is bulk_.str's first
+  // bulk_declared_ - bulk_left_ bytes (BeginInPlace may have sized the string past them).
+  Reply bulk_;
   size_t bulk_left_ = 0;
   size_t bulk_declared_ = 0;
   size_t crlf_seen_ = 0;

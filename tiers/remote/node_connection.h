@@ -72,6 +72,11 @@ class NodeConnection : public std::enable_shared_from_this<NodeConnection> {
   Status Drain(std::vector<resp::Reply>& replies, size_t wanted);
 
   static constexpr size_t kReadBufferBytes = 64 << 10;
+  // A value with at least this much left to arrive is read in place (ReplyParser::BeginInPlace),
+  // in reads of up to kInPlaceRoomBytes: the room is zeroed before the kernel fills it, so it is
+  // kept to about what one read of a loopback or LAN socket returns.
+  static constexpr size_t kInPlaceReadBytes = 16 << 10;
+  static constexpr size_t kInPlaceRoomBytes = 1 << 20;
 
   HostPort node_;
   const ConnectionOptions& options_;
