@@ -46,6 +46,19 @@ std::unique_ptr<RedisClusterClient> OpenClient(std::vector<HostPort> seeds,
   return std::move(client).value();
 }
 
+// A client whose lookups ask the masters only (lookups_on_replicas off).
+std::unique_ptr<RedisClusterClient> OpenMastersOnlyClient(std::vector<HostPort> seeds) {
+  RedisClusterOptions options;
+  options.lookups_on_replicas = false;
+  return OpenClient(std::move(seeds), options);
+}
+
+// The first `n` answers of an Exists call found their key.
+void ExpectFound(const std::vector<Status>& found, size_t n) {
+  ASSERT_GE(found.size(), n);
+  for (size_t i = 0; i < n; ++i) ASSERT_TRUE(found[i].ok()) << i << ": " << found[i].ToString();
+}
+
 // Writes the records of `blocks` (payloads of `bytes`) in one call; every key must succeed.
 void PutBlocks(RemoteStore& store, const std::vector<uint64_t>& blocks, size_t bytes) {
   std::vector<std::string> values;  // borrowed by the writes until Set returns
@@ -275,7 +288,7 @@ TEST(RedisClusterClient, LookupsAskAReplicaFirstAndTheMasterWhenTheReplicaIsDown
   keys.push_back(TestKey(100'000));  // never written: a miss at the replica is a miss
 
   std::vector<Status> found = client->Exists(keys, kCallTimeout);
-  for (size_t n = 0; n < blocks.size(); ++n) ASSERT_TRUE(found[n].ok()) << found[n].ToString();
+  ExpectFound(found, blocks.size());
   EXPECT_EQ(found.back().code(), StatusCode::kNotFound);
   EXPECT_EQ(client->stats().replica_lookups, keys.size());
   // The replicas answered every key; the masters were asked nothing.
@@ -298,16 +311,13 @@ TEST(RedisClusterClient, LookupsAskAReplicaFirstAndTheMasterWhenTheReplicaIsDown
   ASSERT_GE(replica, 0);
   cluster->node(static_cast<size_t>(replica)).Kill();
   found = client->Exists(keys, kCallTimeout);
-  for (size_t n = 0; n < blocks.size(); ++n) ASSERT_TRUE(found[n].ok()) << found[n].ToString();
+  ExpectFound(found, blocks.size());
   EXPECT_EQ(found.back().code(), StatusCode::kNotFound);
 
   // Off: lookups ask the masters only.
-  RedisClusterOptions masters_only;
-  masters_only.lookups_on_replicas = false;
-  auto plain = OpenClient(cluster->Seeds(), masters_only);
+  auto plain = OpenMastersOnlyClient(cluster->Seeds());
   ASSERT_TRUE(plain);
-  found = plain->Exists(keys, kCallTimeout);
-  for (size_t n = 0; n < blocks.size(); ++n) ASSERT_TRUE(found[n].ok()) << found[n].ToString();
+  ExpectFound(plain->Exists(keys, kCallTimeout), blocks.size());
   EXPECT_EQ(plain->stats().replica_lookups, 0u);
 }
 
@@ -317,9 +327,7 @@ TEST(RedisClusterClient, ABlockALookupFoundSurvivesAFailoverThatLosesUnreplicate
   ASSERT_TRUE(cluster);
   auto replicas_first = OpenClient(cluster->Seeds());
   ASSERT_TRUE(replicas_first);
-  RedisClusterOptions masters_only_options;
-  masters_only_options.lookups_on_replicas = false;
-  auto masters_only = OpenClient(cluster->Seeds(), masters_only_options);
+  auto masters_only = OpenMastersOnlyClient(cluster->Seeds());
   ASSERT_TRUE(masters_only);
   const std::vector<uint64_t> blocks = PutReplicatedBlocks(*cluster, *replicas_first);
   RefreshOnceReplicasAreKnown(*cluster, *replicas_first);
@@ -357,9 +365,7 @@ TEST(RedisClusterClient, ABlockALookupFoundSurvivesAFailoverThatLosesUnreplicate
   ExpectBlocks(*replicas_first, blocks, 256);
   std::vector<std::string> keys;
   for (const uint64_t i : blocks) keys.push_back(TestKey(i));
-  for (const Status& found : replicas_first->Exists(keys, kCallTimeout)) {
-    EXPECT_TRUE(found.ok()) << found.ToString();
-  }
+  ExpectFound(replicas_first->Exists(keys, kCallTimeout), blocks.size());
 }
 
 TEST(RedisClusterClient, HungMasterTimesOutThenIsSkippedThenComesBack) {
