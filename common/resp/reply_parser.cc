@@ -256,7 +256,8 @@ std::span<char> ReplyParser::BeginInPlace(size_t max) {
 
 void ReplyParser::CommitInPlace(size_t n) {
   if (state_ != State::kBulkBody || n == 0) return;
-  n = std::min(n, bulk_left_);
+  // Never past the room BeginInPlace made: the bytes beyond it were not written by the caller.
+  n = std::min(n, bulk_.str.size() - (bulk_declared_ - bulk_left_));
   consumed_bytes_ += n;
   reply_bytes_ += n;
   bulk_left_ -= n;

@@ -57,7 +57,8 @@ class ReplyParser {
   // is being received, bulk_bytes_left() says how many bytes of it are still expected (0 at any
   // other time). BeginInPlace(max) returns room for the next min(max, bulk_bytes_left()) of them
   // at their place in the value (the buffer grows to cover it), the caller reads into its front
-  // and calls CommitInPlace(n) with the n bytes it wrote; then Feed goes on as before. The
+  // and calls CommitInPlace(n) with the n bytes it wrote (at most the room's size: more is
+  // ignored); then Feed goes on as before. The
   // payload is then copied once, by the kernel, instead of through the caller's buffer. The
   // room is allocated before the bytes arrive: `max` bounds it.
   size_t bulk_bytes_left() const { return state_ == State::kBulkBody ? bulk_left_ : 0; }

@@ -279,6 +279,22 @@ TEST(ReplyParserTest, ABulkValueReadPartlyInPlaceIsTheSameValue) {
   }
 }
 
+TEST(ReplyParserTest, AnInPlaceCommitCountsNoByteBeyondItsRoom) {
+  ReplyParser parser;
+  ASSERT_EQ(*parser.Feed("$10\r\nab"), 7u);
+  EXPECT_EQ(parser.bulk_bytes_left(), 8u);
+  parser.CommitInPlace(5);  // no room was made: nothing is counted
+  EXPECT_EQ(parser.bulk_bytes_left(), 8u);
+  const std::span<char> room = parser.BeginInPlace(3);
+  ASSERT_EQ(room.size(), 3u);
+  std::memcpy(room.data(), "cde", 3);
+  parser.CommitInPlace(100);  // more than the room: only the room's bytes count
+  EXPECT_EQ(parser.bulk_bytes_left(), 5u);
+  ASSERT_EQ(*parser.Feed("fghij\r\n"), 7u);
+  ASSERT_TRUE(parser.has_reply());
+  EXPECT_EQ(parser.TakeReply().str, "abcdefghij");
+}
+
 TEST(ReplyParserTest, OversizedRepliesAreRefusedAtTheHeader) {
   ReplyParser::Options options;
   options.max_reply_bytes = 90;

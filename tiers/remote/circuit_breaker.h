@@ -43,6 +43,12 @@ class CircuitBreaker {
 
   State state() const { return state_; }
   bool open() const { return state_ != State::kClosed; }
+  // Whether Allow(now) would refuse a call: open within its backoff, or half-open with its probe
+  // out. An open breaker past its backoff does not refuse: the next call is its probe, and a
+  // caller that picks among nodes must send it one, or the breaker never closes.
+  bool Refuses(Clock::time_point now) const {
+    return state_ == State::kHalfOpen || (state_ == State::kOpen && now < retry_at_);
+  }
   int consecutive_failures() const { return failures_; }
   // When the next probe may go (meaningful while open).
   Clock::time_point retry_at() const { return retry_at_; }

@@ -40,6 +40,22 @@ TEST(CircuitBreaker, OneProbeAfterBackoffAndItsAnswerDecides) {
   EXPECT_TRUE(b.Allow(t + milliseconds(101)));
 }
 
+TEST(CircuitBreaker, RefusesExactlyWhenAllowWould) {
+  CircuitBreaker b = Make();
+  const auto t = Clock::time_point() + milliseconds(1000);
+  EXPECT_FALSE(b.Refuses(t));
+  for (int i = 0; i < 3; ++i) (void)b.RecordFailure(t);
+  EXPECT_TRUE(b.Refuses(t + milliseconds(99)));
+  // Past its backoff an open breaker lets the next call through as its probe: a caller choosing
+  // a node by Refuses sends it one.
+  EXPECT_FALSE(b.Refuses(t + milliseconds(100)));
+  EXPECT_TRUE(b.open());
+  EXPECT_TRUE(b.Allow(t + milliseconds(100)));
+  EXPECT_TRUE(b.Refuses(t + milliseconds(100)));  // the probe is out
+  EXPECT_TRUE(b.RecordSuccess());
+  EXPECT_FALSE(b.Refuses(t + milliseconds(100)));
+}
+
 TEST(CircuitBreaker, FailedProbesDoubleTheBackoffUpToTheMaximum) {
   CircuitBreaker b = Make();
   auto t = Clock::time_point() + milliseconds(1000);

@@ -58,6 +58,8 @@ class ClusterNode {
 
   const HostPort& address() const { return address_; }
   bool breaker_open() const { return breaker_.open(); }
+  // Whether a call now would be refused by the breaker (CircuitBreaker::Refuses).
+  bool skipped_now() const { return breaker_.Refuses(CircuitBreaker::Clock::now()); }
 
  private:
   // A caller waiting for a connection. Lives in the waiting coroutine's frame.

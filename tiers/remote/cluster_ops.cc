@@ -1,6 +1,7 @@
 // RedisClusterClient: one call, as rounds. Each round groups the keys still unanswered by the node
 // they go to, sends one pipelined batch per node, all in parallel, and reads the answers; keys
 // answered MOVED or ASK go again in the next round.
+#include <algorithm>
 #include <map>
 #include <string_view>
 #include <utility>
@@ -98,7 +99,14 @@ Awaitable<void> RedisClusterClient::RunNodeRound(std::shared_ptr<Op> op, HostPor
     if (op->routes[i].ask_target) batch.Command({"ASKING"});
     AddCommand(*op, i, batch);
   }
-  Result<std::vector<resp::Reply>> replies = co_await NodeAt(node).Execute(batch, op->deadline);
+  // Lookups sent to a replica first leave half of the call's time to their master, should the
+  // replica not answer (hung, or gone without closing its connections).
+  Deadline deadline = op->deadline;
+  if (std::all_of(keys.begin(), keys.end(), [&](size_t i) { return op->routes[i].at_replica; })) {
+    const Deadline now = Deadline::clock::now();
+    if (now < deadline) deadline = now + (deadline - now) / 2;
+  }
+  Result<std::vector<resp::Reply>> replies = co_await NodeAt(node).Execute(batch, deadline);
   if (!replies.ok()) {
     keys = BackToMaster(*op, std::move(keys));
     FailKeys(*op, keys, replies.status());
@@ -119,8 +127,9 @@ Awaitable<void> RedisClusterClient::RunNodeRound(std::shared_ptr<Op> op, HostPor
     if (op->routes[i].ask_target) ++next;
     op->routes[i].ask_target.reset();
     resp::Reply& reply = (*replies)[next++];
-    // A replica that cannot serve a lookup (LOADING, MASTERDOWN, a slot it no longer replicates):
-    // its master answers instead. MOVED is followed as from any node.
+    // A replica that cannot serve a lookup (LOADING, MASTERDOWN, any other error): its master
+    // answers instead. A redirection (MOVED, for a slot it no longer replicates) is followed as
+    // from any node.
     if (op->routes[i].at_replica && reply.is_error() && !ParseRedirect(reply.str)) {
       BackToMaster(*op, {i});
       continue;
@@ -132,7 +141,7 @@ Awaitable<void> RedisClusterClient::RunNodeRound(std::shared_ptr<Op> op, HostPor
 
 std::optional<HostPort> RedisClusterClient::LookupReplica(int slot, const HostPort& master) {
   for (const HostPort& replica : slot_map_.ReplicasOf(slot)) {
-    if (replica != master && !NodeAt(replica).breaker_open()) return replica;
+    if (replica != master && !NodeAt(replica).skipped_now()) return replica;
   }
   return std::nullopt;
 }
@@ -147,6 +156,7 @@ std::vector<size_t> RedisClusterClient::BackToMaster(Op& op, std::vector<size_t>
     // tried_replica stays set: the master's own failure does not send the key back.
     op.routes[i].at_replica = false;
     op.redirected.push_back(i);
+    Add(counters_.replica_lookup_fallbacks);
   }
   return others;
 }
@@ -162,7 +172,7 @@ void RedisClusterClient::ReadFromReplicas(Op& op, const std::vector<size_t>& key
     Route& route = op.routes[i];
     if (route.tried_replica) continue;
     for (const HostPort& replica : slot_map_.ReplicasOf(KeySlot(op.keys[i]))) {
-      if (replica == failed || NodeAt(replica).breaker_open()) continue;
+      if (replica == failed || NodeAt(replica).skipped_now()) continue;
       route.tried_replica = true;
       route.replica_target = replica;
       op.redirected.push_back(i);

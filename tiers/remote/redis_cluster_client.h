@@ -13,12 +13,14 @@
 // in a row is skipped by its circuit breaker (cluster_node.h) and probed again after a backoff; a
 // lost connection, a timeout or an unserved slot also schedules a re-read of the slot map (at most
 // every `min_refresh_interval`), which is how a failover is followed: the promoted replica appears
-// in the map once the cluster has elected it. Until then, a read (GET, EXISTS) whose master refused
-// the connection or is skipped by its breaker goes once to a replica of that master, within the
-// same deadline (every cluster connection sends READONLY, so replicas answer reads): a block a
-// lookup has just seen stays readable while its master is down. Lookups (EXISTS) go to a replica
-// first (lookups_on_replicas), so that a block they find is one that survives its master's
-// failover. Nothing else is retried: a failure costs a hit, and the caller decides.
+// in the map once the cluster has elected it. Until then, a GET whose master refused the
+// connection or is skipped by its breaker goes once to a replica of that master, within the same
+// deadline (every cluster connection sends READONLY, so replicas answer reads): a block a lookup
+// has just seen stays readable while its master is down. Lookups (EXISTS) go to a replica first
+// (lookups_on_replicas), so that a block they find is one that survives its master's failover,
+// and to the master when that replica does not answer; an EXISTS not sent to a replica first
+// is read from one as a GET is. Nothing else is retried: a failure costs a hit, and the caller
+// decides.
 //
 // Threads: the client runs one I/O thread ("kvtier-remote") of its own, which owns every
 // connection, the slot map and the nodes; Start* calls from any thread post to it and their
@@ -66,10 +68,12 @@ struct RedisClusterOptions {
   // backing off as the breaker does (breaker.initial_backoff doubling to breaker.max_backoff).
   bool open_unreachable = false;
   // true: a lookup (EXISTS) asks a replica of the key's master first, where the map knows one
-  // whose breaker is closed, and the master only if that replica cannot answer. A block a replica
-  // holds survives its master's failover (the replica promoted has it), so what a lookup found
-  // stays fetchable through a master's crash; replication is asynchronous, and a block written a
-  // moment before may not be there yet: a miss. It also spreads lookups over the replicas.
+  // that its breaker does not skip, within half of the call's time, and the master if that
+  // replica does not answer (an error, a refused or lost connection, a timeout). A block a
+  // replica holds survives its master's failover (when the master has one replica, that replica
+  // is the one promoted), so what a lookup found there stays fetchable through a master's crash;
+  // replication is asynchronous, and a block written a moment before may not be there yet: a
+  // miss. It also takes the lookups off the masters.
   bool lookups_on_replicas = true;
 };
 
@@ -129,7 +133,8 @@ class RedisClusterClient final : public RemoteStore {
   // master, where the map knows one.
   void ReadFromReplicas(Op& op, const std::vector<size_t>& keys, const HostPort& failed,
                         StatusCode code);
-  // A replica of `slot`'s master whose breaker is closed, for a lookup (lookups_on_replicas).
+  // A replica of `slot`'s master that its breaker does not skip now, for a lookup
+  // (lookups_on_replicas).
   std::optional<HostPort> LookupReplica(int slot, const HostPort& master);
   // Keys of `keys` that a replica was asked first and could not answer go to their master in the
   // next round; returns the others.

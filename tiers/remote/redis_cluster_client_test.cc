@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "tiers/remote/remote_record.h"
@@ -321,6 +322,52 @@ TEST(RedisClusterClient, LookupsAskAReplicaFirstAndTheMasterWhenTheReplicaIsDown
   EXPECT_EQ(plain->stats().replica_lookups, 0u);
 }
 
+TEST(RedisClusterClient, AHungReplicasLookupsGoToItsMasterThenBackToItOnceItAnswers) {
+  // A long node timeout: the stopped replica is not failed.
+  auto cluster = StartCluster({.node_timeout = milliseconds(60000)});
+  ASSERT_TRUE(cluster);
+  RedisClusterOptions options;
+  options.breaker = {.failure_threshold = 2,
+                     .initial_backoff = milliseconds(300),
+                     .max_backoff = milliseconds(300)};
+  auto client = OpenClient(cluster->Seeds(), options);
+  ASSERT_TRUE(client);
+  const std::vector<uint64_t> blocks = PutReplicatedBlocks(*cluster, *client);
+  RefreshOnceReplicasAreKnown(*cluster, *client);
+  const int master = cluster->MasterOfSlot(KeySlot(TestKey(0)));
+  const int replica = cluster->ReplicaOf(static_cast<size_t>(master));
+  ASSERT_GE(replica, 0);
+
+  cluster->node(static_cast<size_t>(replica)).Stop();
+  const milliseconds timeout{400};
+  // The replica has half of each call's time; then its master answers, within the call's time.
+  for (int call = 0; call < 2; ++call) {
+    const auto start = Clock::now();
+    EXPECT_EQ(client->Exists({TestKey(0)}, timeout)[0], Status::Ok()) << call;
+    EXPECT_GE(Clock::now() - start, timeout / 2 - milliseconds(5));
+    EXPECT_LT(Clock::now() - start, timeout + milliseconds(500));
+  }
+  EXPECT_EQ(client->stats().replica_lookup_fallbacks, 2u);
+  // Its breaker is open: lookups go straight to the master.
+  const uint64_t asked = client->stats().replica_lookups;
+  EXPECT_EQ(client->Exists({TestKey(0)}, timeout)[0], Status::Ok());
+  EXPECT_EQ(client->stats().replica_lookups, asked);
+  EXPECT_EQ(client->stats().replica_lookup_fallbacks, 2u);
+
+  // Once it answers again, a lookup past the breaker's backoff probes it and the lookups are
+  // its own again, without falling back.
+  cluster->node(static_cast<size_t>(replica)).Continue();
+  ASSERT_TRUE(testing::PollUntil(milliseconds(5000), [&] {
+    const RemoteStats before = client->stats();
+    const bool found = client->Exists({TestKey(0)}, timeout)[0].ok();
+    const RemoteStats after = client->stats();
+    return found && after.replica_lookups == before.replica_lookups + 1 &&
+           after.replica_lookup_fallbacks == before.replica_lookup_fallbacks;
+  }));
+  EXPECT_EQ(client->stats().open_breakers, 0u);
+  EXPECT_EQ(blocks.size(), 300u);
+}
+
 TEST(RedisClusterClient, ABlockALookupFoundSurvivesAFailoverThatLosesUnreplicatedWrites) {
   // Failovers are forced below; nothing is failed over on its own.
   auto cluster = StartCluster({.node_timeout = milliseconds(60000)});
@@ -332,28 +379,37 @@ TEST(RedisClusterClient, ABlockALookupFoundSurvivesAFailoverThatLosesUnreplicate
   const std::vector<uint64_t> blocks = PutReplicatedBlocks(*cluster, *replicas_first);
   RefreshOnceReplicasAreKnown(*cluster, *replicas_first);
 
-  // Block 0's master acknowledges a write its replica never receives: the replica is stopped and
-  // its replication link cut before the write, and the master dies before the link is back. This
-  // is the window of asynchronous replication, held open.
+  // Block 0's master acknowledges a write its replica never receives: the replica's link is cut
+  // and it cannot sync again (it now offers its master a password the master does not have), and
+  // the master dies with the write. This is the window of asynchronous replication, held open.
   const int slot = KeySlot(TestKey(0));
   const auto master = static_cast<size_t>(cluster->MasterOfSlot(slot));
   const int replica = cluster->ReplicaOf(master);
   ASSERT_GE(replica, 0);
-  cluster->node(static_cast<size_t>(replica)).Stop();
+  const auto r = static_cast<size_t>(replica);
+  ASSERT_TRUE(cluster->Cli(r, {"CONFIG", "SET", "masterauth", "not-the-masters"}).ok());
   ASSERT_TRUE(cluster->Cli(master, {"CLIENT", "KILL", "TYPE", "replica"}).ok());
+  ASSERT_TRUE(testing::PollUntil(milliseconds(5000), [&] {
+    const Result<std::string> info = cluster->Cli(r, {"INFO", "replication"});
+    return info.ok() && info->find("master_link_status:down") != std::string::npos;
+  }));
   uint64_t fresh = 1'000'000;
   while (KeySlot(TestKey(fresh)) != slot) ++fresh;
   PutBlocks(*masters_only, {fresh}, 256);
+  // Past the replica's next attempt to sync (once a second), which its password makes fail.
+  std::this_thread::sleep_for(milliseconds(1500));
+  const Result<std::string> link = cluster->Cli(r, {"INFO", "replication"});
+  ASSERT_TRUE(link.ok() && link->find("master_link_status:down") != std::string::npos);
 
-  const milliseconds lookup_timeout{300};
-  // A lookup at the master finds it; one that asks the replica does not (the replica does not
-  // answer in time: a miss).
-  EXPECT_EQ(masters_only->Exists({TestKey(fresh)}, lookup_timeout)[0], Status::Ok());
-  EXPECT_FALSE(replicas_first->Exists({TestKey(fresh)}, lookup_timeout)[0].ok());
+  // A lookup at the master finds it; one that asks the replica does not (the replica answers from
+  // what it has: a miss, not a fallback to the master).
+  EXPECT_EQ(masters_only->Exists({TestKey(fresh)}, kCallTimeout)[0], Status::Ok());
+  EXPECT_EQ(replicas_first->Exists({TestKey(fresh)}, kCallTimeout)[0].code(),
+            StatusCode::kNotFound);
+  EXPECT_EQ(replicas_first->stats().replica_lookup_fallbacks, 0u);
 
   cluster->node(master).Kill();
-  cluster->node(static_cast<size_t>(replica)).Continue();
-  ASSERT_TRUE(cluster->Cli(static_cast<size_t>(replica), {"CLUSTER", "FAILOVER", "TAKEOVER"}).ok());
+  ASSERT_TRUE(cluster->Cli(r, {"CLUSTER", "FAILOVER", "TAKEOVER"}).ok());
   ASSERT_TRUE(cluster->WaitConverged(milliseconds(15000), slot, replica));
   ASSERT_TRUE(replicas_first->RefreshTopology().ok());
   ASSERT_TRUE(masters_only->RefreshTopology().ok());

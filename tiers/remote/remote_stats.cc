@@ -20,6 +20,7 @@ void ForEachField(Fn&& fn, Stats&... s) {
   fn("ask_redirects", s.ask_redirects...);
   fn("replica_reads", s.replica_reads...);
   fn("replica_lookups", s.replica_lookups...);
+  fn("replica_lookup_fallbacks", s.replica_lookup_fallbacks...);
   fn("topology_refreshes", s.topology_refreshes...);
   fn("topology_refresh_failures", s.topology_refresh_failures...);
   fn("breaker_openings", s.breaker_openings...);

@@ -27,7 +27,8 @@ struct RemoteStats {
   uint64_t ask_redirects = 0;       // ASK answers followed
   uint64_t replica_reads = 0;       // keys read again from a replica when their master failed
   uint64_t replica_lookups = 0;     // keys looked up at a replica first (lookups_on_replicas)
-  uint64_t topology_refreshes = 0;  // slot maps read
+  uint64_t replica_lookup_fallbacks = 0;   // of those, asked at their master after all
+  uint64_t topology_refreshes = 0;         // slot maps read
   uint64_t topology_refresh_failures = 0;  // refreshes where no node answered
   uint64_t breaker_openings = 0;    // episodes: a node's breaker opened after failures in a row
   uint64_t connections_opened = 0;  // TCP connections made (reconnects included)
@@ -52,6 +53,7 @@ struct RemoteCounters {
   std::atomic<uint64_t> ask_redirects{0};
   std::atomic<uint64_t> replica_reads{0};
   std::atomic<uint64_t> replica_lookups{0};
+  std::atomic<uint64_t> replica_lookup_fallbacks{0};
   std::atomic<uint64_t> topology_refreshes{0};
   std::atomic<uint64_t> topology_refresh_failures{0};
   std::atomic<uint64_t> breaker_openings{0};
