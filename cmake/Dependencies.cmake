@@ -18,3 +18,5 @@ endif()
 if(KVTIER_BUILD_BENCH)
   find_package(benchmark REQUIRED)
 endif()
+# TLS for the remote tier's connections (Boost.Asio's ssl over OpenSSL).
+find_package(OpenSSL REQUIRED)

@@ -7,6 +7,8 @@ packages=(
   build-essential cmake ninja-build pkg-config git ccache
   clang libclang-rt-14-dev
   liburing-dev librocksdb-dev libxxhash-dev libboost-dev
+  # TLS to the remote tier's Redis (rediss://); openssl makes the tests' certificates.
+  libssl-dev openssl
   libgtest-dev libgmock-dev libbenchmark-dev
   libspdlog-dev libfmt-dev libcli11-dev nlohmann-json3-dev libyaml-cpp-dev
   redis-server redis-tools fio python3 python3-venv python3-dev curl

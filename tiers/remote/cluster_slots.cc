@@ -57,19 +57,21 @@ std::optional<HostPort> NodeAddress(std::string_view host, int64_t port,
 }
 
 // The address of one node of a CLUSTER SHARDS shard.
-std::optional<HostPort> ShardNodeAddress(const Reply& node, const HostPort& answered_by) {
-  const Reply* port = Field(node, "port");
+// A TLS client (`tls`) takes the node's "tls-port", where the cluster has one.
+std::optional<HostPort> ShardNodeAddress(const Reply& node, const HostPort& answered_by, bool tls) {
+  const Reply* port = tls ? Field(node, "tls-port") : nullptr;
+  if (port == nullptr) port = Field(node, "port");
   std::string_view host = TextOf(Field(node, "endpoint"));
   if (host.empty() || host == "?") host = TextOf(Field(node, "ip"));
   return NodeAddress(host, port != nullptr ? port->integer : 0, answered_by);
 }
 
 // The master of one CLUSTER SHARDS shard, or nullopt when it lists none usable.
-std::optional<HostPort> ShardMaster(const Reply& nodes, const HostPort& answered_by) {
+std::optional<HostPort> ShardMaster(const Reply& nodes, const HostPort& answered_by, bool tls) {
   std::optional<HostPort> best;
   for (const Reply& node : nodes.elements) {
     if (TextOf(Field(node, "role")) != "master") continue;
-    const auto addr = ShardNodeAddress(node, answered_by);
+    const auto addr = ShardNodeAddress(node, answered_by, tls);
     if (!addr) continue;
     if (TextOf(Field(node, "health")) == "online") return addr;
     if (!best) best = addr;
@@ -80,13 +82,13 @@ std::optional<HostPort> ShardMaster(const Reply& nodes, const HostPort& answered
 // The replicas of one CLUSTER SHARDS shard that have not failed. "loading" is kept: Redis 7.0
 // says it of every replica whose replication offset the answering node last heard as 0, which
 // lags behind the replica itself (a replica still loading answers LOADING: a miss).
-std::vector<HostPort> ShardReplicas(const Reply& nodes, const HostPort& answered_by) {
+std::vector<HostPort> ShardReplicas(const Reply& nodes, const HostPort& answered_by, bool tls) {
   std::vector<HostPort> replicas;
   for (const Reply& node : nodes.elements) {
     if (TextOf(Field(node, "role")) != "replica" || TextOf(Field(node, "health")) == "failed") {
       continue;
     }
-    if (const auto addr = ShardNodeAddress(node, answered_by)) replicas.push_back(*addr);
+    if (const auto addr = ShardNodeAddress(node, answered_by, tls)) replicas.push_back(*addr);
   }
   return replicas;
 }
@@ -202,7 +204,7 @@ std::optional<Redirect> ParseRedirect(std::string_view error) {
   return r;
 }
 
-Result<SlotMap> ParseClusterShards(const Reply& reply, const HostPort& answered_by) {
+Result<SlotMap> ParseClusterShards(const Reply& reply, const HostPort& answered_by, bool tls) {
   if (reply.type != ReplyType::kArray) return BadShape("CLUSTER SHARDS", answered_by);
   SlotMap map;
   for (const Reply& shard : reply.elements) {
@@ -212,13 +214,13 @@ Result<SlotMap> ParseClusterShards(const Reply& reply, const HostPort& answered_
       return BadShape("CLUSTER SHARDS", answered_by);
     }
     if (slots->elements.empty()) continue;  // a master that lost its slots (failed over)
-    const std::optional<HostPort> master = ShardMaster(*nodes, answered_by);
+    const std::optional<HostPort> master = ShardMaster(*nodes, answered_by, tls);
     if (!master) continue;  // no known master: its slots stay unserved until the next refresh
     for (size_t i = 0; i < slots->elements.size(); i += 2) {
       map.Assign(static_cast<int>(slots->elements[i].integer),
                  static_cast<int>(slots->elements[i + 1].integer), *master);
     }
-    map.SetReplicas(*master, ShardReplicas(*nodes, answered_by));
+    map.SetReplicas(*master, ShardReplicas(*nodes, answered_by, tls));
   }
   return map;
 }

@@ -79,7 +79,10 @@ std::optional<Redirect> ParseRedirect(std::string_view error);
 // of role "replica" whose health is not "failed". A node's address is its "endpoint" (its "ip" when
 // that is empty or "?"), or `answered_by`'s host when both are empty. kDeviceError when the reply
 // does not have the documented shape.
-Result<SlotMap> ParseClusterShards(const resp::Reply& reply, const HostPort& answered_by);
+// `tls`: the client connects over TLS, and takes each node's "tls-port" where it has one (CLUSTER
+// SLOTS and redirections already name the TLS ports to a TLS client of a tls-cluster).
+Result<SlotMap> ParseClusterShards(const resp::Reply& reply, const HostPort& answered_by,
+                                   bool tls = false);
 
 // The same from a CLUSTER SLOTS reply (Redis 3+): [first, last, [host, port, id...], replicas...].
 Result<SlotMap> ParseClusterSlots(const resp::Reply& reply, const HostPort& answered_by);

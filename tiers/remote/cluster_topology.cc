@@ -115,7 +115,7 @@ Awaitable<Result<SlotMap>> RedisClusterClient::AskTopology(NodeConnection& conn,
   const resp::Reply& topology = replies->back();
   if (!topology.is_error()) {
     co_return use_cluster_slots_ ? ParseClusterSlots(topology, node)
-                                 : ParseClusterShards(topology, node);
+                                 : ParseClusterShards(topology, node, options_.tls.enabled);
   }
   if (use_cluster_slots_) co_return DeviceError(node.ToString() + " answered: " + topology.str);
   // A server older than Redis 7 has no CLUSTER SHARDS: use CLUSTER SLOTS from now on.

@@ -1,5 +1,8 @@
 #include "tiers/remote/node_connection.h"
 
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+
 #include <span>
 #include <utility>
 
@@ -21,7 +24,9 @@ NodeConnection::NodeConnection(asio::io_context& io, HostPort node,
       resolver_(io),
       socket_(io),
       timer_(io),
-      parser_(options.parser) {}
+      parser_(options.parser) {
+  if (options.tls) tls_ = std::make_unique<asio::ssl::stream<tcp::socket>>(io, *options.tls);
+}
 
 NodeConnection::~NodeConnection() = default;
 
@@ -29,7 +34,7 @@ void NodeConnection::Close() {
   broken_ = true;
   error_code ignored;
   resolver_.cancel();
-  socket_.close(ignored);
+  Socket().close(ignored);
   timer_.cancel();
 }
 
@@ -97,13 +102,65 @@ Awaitable<Status> NodeConnection::Connect(Deadline deadline) {
     if (ec || results.empty()) co_return Fail(ec, "resolve");
     endpoint = *results.begin();
   }
-  co_await socket_.async_connect(endpoint, redirect_error(use_awaitable, ec));
+  co_await Socket().async_connect(endpoint, redirect_error(use_awaitable, ec));
   if (ec) co_return Fail(ec, "connect");
+  Socket().set_option(tcp::no_delay(true), ec);
+  if (tls_) {
+    Status handshake = co_await Handshake();
+    if (!handshake.ok()) co_return handshake;
+  }
   Disarm();
-  socket_.set_option(tcp::no_delay(true), ec);
   connected_ = true;
   Add(counters_.connections_opened);
   co_return Status::Ok();
+}
+
+Awaitable<Status> NodeConnection::Handshake() {
+  // The name the certificate must carry: the operator's, or the host this node is reached at.
+  const std::string& name =
+      options_.tls_server_name.empty() ? node_.host : options_.tls_server_name;
+  error_code ec;
+  asio::ip::make_address(name, ec);
+  if (ec) {
+    // A DNS name goes in SNI too (an IP address may not).
+    SSL_set_tlsext_host_name(tls_->native_handle(), name.c_str());
+  }
+  tls_->set_verify_callback(asio::ssl::host_name_verification(name), ec);
+  ec.clear();
+  co_await tls_->async_handshake(asio::ssl::stream_base::client, redirect_error(use_awaitable, ec));
+  if (!ec) co_return Status::Ok();
+  // A certificate that does not verify is the operator's configuration (the CA, the name), not a
+  // node that is down: refused as a wrong password is, so that a node does not start on it.
+  if (ec.category() == asio::error::get_ssl_category() &&
+      ERR_GET_REASON(static_cast<unsigned long>(ec.value())) == SSL_R_CERTIFICATE_VERIFY_FAILED) {
+    Disarm();
+    Close();
+    co_return PermissionDenied(node_.ToString() + ": the TLS handshake refused the node's " +
+                               "certificate (checked against the CA and the name '" + name +
+                               "'): " + ec.message());
+  }
+  co_return Fail(ec, "the TLS handshake (certificate checked for '" + name + "')");
+}
+
+Awaitable<size_t> NodeConnection::ReadSome(asio::mutable_buffer buffer, error_code& ec) {
+  size_t n = 0;
+  if (tls_) {
+    n = co_await tls_->async_read_some(buffer, redirect_error(use_awaitable, ec));
+  } else {
+    n = co_await socket_.async_read_some(buffer, redirect_error(use_awaitable, ec));
+  }
+  co_return n;
+}
+
+Awaitable<size_t> NodeConnection::WriteAll(const std::vector<asio::const_buffer>& buffers,
+                                           error_code& ec) {
+  size_t n = 0;
+  if (tls_) {
+    n = co_await asio::async_write(*tls_, buffers, redirect_error(use_awaitable, ec));
+  } else {
+    n = co_await asio::async_write(socket_, buffers, redirect_error(use_awaitable, ec));
+  }
+  co_return n;
 }
 
 Awaitable<Status> NodeConnection::Authenticate(Deadline deadline) {
@@ -136,8 +193,7 @@ Awaitable<Result<std::vector<resp::Reply>>> NodeConnection::Exchange(const Comma
     buffers.emplace_back(piece.data(), piece.size());
   }
   error_code ec;
-  const size_t written =
-      co_await asio::async_write(socket_, buffers, redirect_error(use_awaitable, ec));
+  const size_t written = co_await WriteAll(buffers, ec);
   Add(counters_.bytes_out, written);
   Add(counters_.requests, batch.commands());
   if (ec) co_return Fail(ec, "a request");
@@ -153,15 +209,13 @@ Awaitable<Result<std::vector<resp::Reply>>> NodeConnection::Exchange(const Comma
     // the time spent per block.
     if (parser_.bulk_bytes_left() >= kInPlaceReadBytes) {
       const std::span<char> room = parser_.BeginInPlace(kInPlaceRoomBytes);
-      const size_t n = co_await socket_.async_read_some(asio::buffer(room.data(), room.size()),
-                                                        redirect_error(use_awaitable, ec));
+      const size_t n = co_await ReadSome(asio::buffer(room.data(), room.size()), ec);
       Add(counters_.bytes_in, n);
       if (ec) co_return Fail(ec, "a reply");
       parser_.CommitInPlace(n);
       continue;
     }
-    const size_t n = co_await socket_.async_read_some(
-        asio::buffer(read_buf_->data(), read_buf_->size()), redirect_error(use_awaitable, ec));
+    const size_t n = co_await ReadSome(asio::buffer(read_buf_->data(), read_buf_->size()), ec);
     Add(counters_.bytes_in, n);
     if (ec) co_return Fail(ec, "a reply");
     buffered_ = std::string_view(read_buf_->data(), n);

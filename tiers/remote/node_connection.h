@@ -1,6 +1,7 @@
 // NodeConnection: one TCP connection to one Redis node, for pipelined batches of commands.
 //
-// Open() connects, authenticates and, for a cluster node, asks for replica reads (READONLY);
+// Open() connects (with TLS: and completes the handshake, verifying the node's certificate),
+// authenticates and, for a cluster node, asks for replica reads (READONLY);
 // Exchange() writes a whole CommandBatch and reads its replies,
 // one per command, in order. One exchange at a time (the pool in ClusterNode hands a connection to
 // one caller). Every operation has a deadline: when it passes, the socket is closed, which ends the
@@ -38,6 +39,10 @@ struct ConnectionOptions {
   // instead of redirecting them (a master ignores it).
   bool read_only = false;
   resp::ReplyParser::Options parser;
+  // rediss://: TLS over the TCP connection with this context (tls_context.h), each node's
+  // certificate checked against tls_server_name, or the node's host when that is empty.
+  std::shared_ptr<asio::ssl::context> tls;
+  std::string tls_server_name;
 };
 
 class NodeConnection : public std::enable_shared_from_this<NodeConnection> {
@@ -67,6 +72,13 @@ class NodeConnection : public std::enable_shared_from_this<NodeConnection> {
   void Disarm();
   Status Fail(const boost::system::error_code& ec, std::string_view what);
   Awaitable<Status> Connect(Deadline deadline);
+  Awaitable<Status> Handshake();
+  // The TCP socket, under TLS or not.
+  asio::ip::tcp::socket& Socket() { return tls_ ? tls_->next_layer() : socket_; }
+  // One read or one whole write, through TLS when it is on.
+  Awaitable<size_t> ReadSome(asio::mutable_buffer buffer, boost::system::error_code& ec);
+  Awaitable<size_t> WriteAll(const std::vector<asio::const_buffer>& buffers,
+                             boost::system::error_code& ec);
   Awaitable<Status> Authenticate(Deadline deadline);
   // Parses buffered bytes into `replies` until `wanted` are there or the bytes run out.
   Status Drain(std::vector<resp::Reply>& replies, size_t wanted);
@@ -82,7 +94,8 @@ class NodeConnection : public std::enable_shared_from_this<NodeConnection> {
   const ConnectionOptions& options_;
   RemoteCounters& counters_;
   asio::ip::tcp::resolver resolver_;
-  asio::ip::tcp::socket socket_;
+  asio::ip::tcp::socket socket_;                                   // without TLS
+  std::unique_ptr<asio::ssl::stream<asio::ip::tcp::socket>> tls_;  // with TLS: owns its socket
   asio::steady_timer timer_;
   resp::ReplyParser parser_;
   std::unique_ptr<std::array<char, kReadBufferBytes>> read_buf_;

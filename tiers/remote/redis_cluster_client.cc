@@ -15,9 +15,12 @@
 namespace kvtier::tiers::remote {
 namespace {
 
-NodeOptions MakeNodeOptions(const RedisClusterOptions& o, bool read_only) {
+NodeOptions MakeNodeOptions(const RedisClusterOptions& o, bool read_only,
+                            std::shared_ptr<asio::ssl::context> tls) {
   NodeOptions n;
   n.connection.read_only = read_only;
+  n.connection.tls = std::move(tls);
+  n.connection.tls_server_name = o.tls.server_name;
   n.connection.user = o.user;
   n.connection.password = o.password;
   n.connection.parser.max_bulk_bytes = o.max_value_bytes;
@@ -51,7 +54,12 @@ Status ValidateOptions(const RedisClusterOptions& o) {
 
 Result<std::unique_ptr<RedisClusterClient>> RedisClusterClient::Open(RedisClusterOptions options) {
   KVTIER_RETURN_IF_ERROR(ValidateOptions(options));
-  std::unique_ptr<RedisClusterClient> client(new RedisClusterClient(std::move(options)));
+  std::shared_ptr<asio::ssl::context> tls;
+  if (options.tls.enabled) {
+    KVTIER_ASSIGN_OR_RETURN(tls, MakeTlsContext(options.tls));
+  }
+  std::unique_ptr<RedisClusterClient> client(
+      new RedisClusterClient(std::move(options), std::move(tls)));
   const Status reached = client->RefreshTopology();
   if (client->options_.refresh_interval.count() > 0) {
     asio::co_spawn(client->io_, client->PeriodicRefresh(), asio::detached);
@@ -71,10 +79,11 @@ Result<std::unique_ptr<RedisClusterClient>> RedisClusterClient::Open(RedisCluste
   return client;
 }
 
-RedisClusterClient::RedisClusterClient(RedisClusterOptions options)
+RedisClusterClient::RedisClusterClient(RedisClusterOptions options,
+                                       std::shared_ptr<asio::ssl::context> tls)
     : options_(std::move(options)),
-      node_options_(MakeNodeOptions(options_, /*read_only=*/false)),
-      cluster_node_options_(MakeNodeOptions(options_, /*read_only=*/true)),
+      node_options_(MakeNodeOptions(options_, /*read_only=*/false, tls)),
+      cluster_node_options_(MakeNodeOptions(options_, /*read_only=*/true, tls)),
       work_(io_.get_executor()) {
   thread_ = std::thread([this] {
     pthread_setname_np(pthread_self(), options_.thread_name.substr(0, 15).c_str());

@@ -44,6 +44,7 @@
 #include "tiers/remote/redis_endpoint.h"
 #include "tiers/remote/remote_stats.h"
 #include "tiers/remote/remote_store.h"
+#include "tiers/remote/tls_context.h"
 
 namespace kvtier::tiers::remote {
 
@@ -75,6 +76,8 @@ struct RedisClusterOptions {
   // replication is asynchronous, and a block written a moment before may not be there yet: a
   // miss. It also takes the lookups off the masters.
   bool lookups_on_replicas = true;
+  // rediss://: every connection is TLS (tls_context.h).
+  TlsOptions tls;
 };
 
 class RedisClusterClient final : public RemoteStore {
@@ -82,6 +85,8 @@ class RedisClusterClient final : public RemoteStore {
   // Starts the I/O thread and reads the topology from the first seed that answers, within
   // connect_timeout per seed. Errors: kInvalidArgument (options: no seed, a zero timeout or pool),
   // kPermissionDenied (a seed refused the credentials: the node's words, never the password),
+  // kInvalidArgument also for TLS files that cannot be loaded, kDeviceError for a failed TLS
+  // handshake (a certificate that does not verify: OpenSSL's reason),
   // kDeviceError (no seed answered; each seed's error is named), unless open_unreachable.
   static Result<std::unique_ptr<RedisClusterClient>> Open(RedisClusterOptions options);
 
@@ -122,7 +127,7 @@ class RedisClusterClient final : public RemoteStore {
   struct Op;
   struct Route;
 
-  explicit RedisClusterClient(RedisClusterOptions options);
+  RedisClusterClient(RedisClusterOptions options, std::shared_ptr<asio::ssl::context> tls);
 
   void Start(std::shared_ptr<Op> op);
   // cluster_ops.cc: one call, round after round.

@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <string>
 #include <thread>
@@ -13,6 +14,7 @@
 
 #include "tiers/remote/remote_record.h"
 #include "tiers/remote/testing/redis_cluster.h"
+#include "tiers/remote/testing/test_tls.h"
 #include "tiers/remote/testing/test_values.h"
 
 namespace kvtier::tiers::remote {
@@ -160,6 +162,39 @@ TEST(RedisClusterClient, RoundTripOverEverySlotFromOneSeed) {
   EXPECT_EQ(stats.moved_redirects, 0u);
   EXPECT_EQ(stats.masters, 3u);
   EXPECT_GT(stats.bytes_out, blocks.size() * 64);
+}
+
+TEST(RedisClusterClient, ATlsClusterIsReachedOnItsTlsPortsFromOneSeed) {
+  testing::TempDir certificates_dir;
+  const auto certificates = testing::MakeTestCertificates(certificates_dir.path());
+  ASSERT_TRUE(certificates.ok()) << certificates.status().ToString();
+  auto cluster = StartCluster({.tls = &*certificates});
+  ASSERT_TRUE(cluster);
+  RedisClusterOptions options;
+  options.tls.enabled = true;
+  options.tls.ca_file = certificates->ca_file;
+  // One TLS seed: the slot map names every node by its "tls-port".
+  auto client = OpenClient({cluster->TlsSeeds()[0]}, options);
+  ASSERT_TRUE(client);
+  EXPECT_TRUE(client->cluster_mode());
+  std::vector<std::string> masters;
+  for (size_t m = 0; m < 3; ++m) masters.push_back(cluster->TlsSeeds()[m].ToString());
+  std::sort(masters.begin(), masters.end());
+  EXPECT_EQ(client->Masters(), masters);
+
+  const std::vector<uint64_t> blocks = testing::BlocksCoveringEverySlot();
+  PutBlocks(*client, blocks, 64);
+  ExpectBlocks(*client, blocks, 64);
+  PutBlocks(*client, {1, 2}, 2 << 20);  // large values, read in place through TLS
+  ExpectBlocks(*client, {1, 2}, 2 << 20);
+  // Lookups at the replicas, over TLS too.
+  ASSERT_TRUE(cluster->WaitReplicated(milliseconds(10000)));
+  RefreshOnceReplicasAreKnown(*cluster, *client);
+  std::vector<std::string> keys;
+  for (size_t n = 0; n < 100; ++n) keys.push_back(TestKey(blocks[n]));
+  ExpectFound(client->Exists(keys, kCallTimeout), keys.size());
+  EXPECT_EQ(client->stats().replica_lookups, keys.size());
+  EXPECT_EQ(client->stats().replica_lookup_fallbacks, 0u);
 }
 
 TEST(RedisClusterClient, LargeValuesRoundTrip) {

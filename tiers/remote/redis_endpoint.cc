@@ -6,6 +6,7 @@ namespace kvtier::tiers::remote {
 namespace {
 
 constexpr std::string_view kScheme = "redis://";
+constexpr std::string_view kTlsScheme = "rediss://";
 
 Status BadEntry(std::string_view text, std::string_view why) {
   return InvalidArgument("remote seed '" + std::string(text) + "': " + std::string(why));
@@ -51,11 +52,13 @@ Result<RemoteUrl> ParseRemoteUrl(std::string_view url) {
   RemoteUrl out;
   const size_t scheme_end = url.find("://");
   if (scheme_end != std::string_view::npos) {
-    if (url.substr(0, scheme_end + 3) != kScheme) {
-      return InvalidArgument("remote URL: only redis:// is supported (got '" +
-                             std::string(url.substr(0, scheme_end + 3)) + "')");
+    const std::string_view scheme = url.substr(0, scheme_end + 3);
+    if (scheme != kScheme && scheme != kTlsScheme) {
+      return InvalidArgument("remote URL: only redis:// and rediss:// (TLS) are supported (got '" +
+                             std::string(scheme) + "')");
     }
-    url.remove_prefix(kScheme.size());
+    out.tls = scheme == kTlsScheme;
+    url.remove_prefix(scheme.size());
   }
   // A user, if any, ends at the last '@' (an entry never contains one).
   if (const size_t at = url.rfind('@'); at != std::string_view::npos) {

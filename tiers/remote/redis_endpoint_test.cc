@@ -43,8 +43,19 @@ TEST(RedisEndpoint, RefusesPasswordInUrlWithoutRepeatingIt) {
   EXPECT_NE(st.message().find("KVTIER_REMOTE_PASSWORD"), std::string::npos);
 }
 
+TEST(RedisEndpoint, RedissAsksForTls) {
+  const auto tls = ParseRemoteUrl("rediss://kv@a:1,b:2");
+  ASSERT_TRUE(tls.ok()) << tls.status().ToString();
+  EXPECT_TRUE(tls->tls);
+  EXPECT_EQ(tls->user, "kv");
+  EXPECT_EQ(tls->seeds.size(), 2u);
+  EXPECT_FALSE(ParseRemoteUrl("redis://a:1")->tls);
+  EXPECT_FALSE(ParseRemoteUrl("a:1")->tls);
+}
+
 TEST(RedisEndpoint, RefusesOtherSchemesAndEmptyLists) {
-  EXPECT_FALSE(ParseRemoteUrl("rediss://a:1").ok());
+  EXPECT_FALSE(ParseRemoteUrl("http://a:1").ok());
+  EXPECT_FALSE(ParseRemoteUrl("redis+tls://a:1").ok());
   EXPECT_FALSE(ParseRemoteUrl("redis://").ok());
   EXPECT_FALSE(ParseRemoteUrl("a:1,").ok());
   EXPECT_FALSE(ParseRemoteUrl("@a:1").ok());

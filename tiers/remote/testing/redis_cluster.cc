@@ -31,12 +31,19 @@ Result<std::unique_ptr<RedisCluster>> RedisCluster::Start(Options options) {
   }
   std::unique_ptr<RedisCluster> cluster(new RedisCluster(options));
   const int total = options.masters * (1 + options.replicas_per_master);
+  std::vector<std::string> args = {
+      "--cluster-enabled",      "yes",
+      "--cluster-config-file",  "nodes.conf",
+      "--cluster-node-timeout", std::to_string(options.node_timeout.count())};
+  if (options.tls != nullptr) {
+    args.insert(args.end(),
+                {"--tls-port", std::string(RedisProcess::kTlsPortPlaceholder), "--tls-cluster",
+                 "yes", "--tls-replication", "yes", "--tls-cert-file",
+                 options.tls->server_cert_file, "--tls-key-file", options.tls->server_key_file,
+                 "--tls-ca-cert-file", options.tls->ca_file, "--tls-auth-clients", "no"});
+  }
   for (int i = 0; i < total; ++i) {
-    KVTIER_ASSIGN_OR_RETURN(
-        auto node, RedisProcess::Start(
-                       cluster->dir_.path(),
-                       {"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
-                        "--cluster-node-timeout", std::to_string(options.node_timeout.count())}));
+    KVTIER_ASSIGN_OR_RETURN(auto node, RedisProcess::Start(cluster->dir_.path(), args));
     cluster->nodes_.push_back(std::move(node));
   }
   KVTIER_RETURN_IF_ERROR(cluster->Create());
@@ -56,6 +63,12 @@ Status RedisCluster::Create() {
 std::vector<HostPort> RedisCluster::Seeds() const {
   std::vector<HostPort> out;
   for (const auto& n : nodes_) out.push_back(n->address());
+  return out;
+}
+
+std::vector<HostPort> RedisCluster::TlsSeeds() const {
+  std::vector<HostPort> out;
+  for (const auto& n : nodes_) out.push_back({"127.0.0.1", n->tls_port()});
   return out;
 }
 
@@ -136,10 +149,12 @@ bool RedisCluster::WaitReplicated(milliseconds timeout) const {
       if (InfoField(*info, "role") != "slave") continue;
       if (InfoField(*info, "master_link_status") != "up") return false;
       const int master_port = std::stoi("0" + InfoField(*info, "master_port"));
-      const auto m = std::find_if(nodes_.begin(), nodes_.end(),
-                                  [&](const auto& p) { return p->port() == master_port; });
+      // A replica of a TLS cluster names its master's TLS port.
+      const auto m = std::find_if(nodes_.begin(), nodes_.end(), [&](const auto& p) {
+        return p->port() == master_port || p->tls_port() == master_port;
+      });
       if (m == nodes_.end()) return false;
-      const Result<std::string> minfo = testing::Cli(master_port, {"INFO", "replication"});
+      const Result<std::string> minfo = testing::Cli((*m)->port(), {"INFO", "replication"});
       if (!minfo.ok() ||
           InfoField(*minfo, "master_repl_offset") != InfoField(*info, "slave_repl_offset")) {
         return false;

@@ -14,6 +14,7 @@
 #include "common/status.h"
 #include "tiers/remote/redis_endpoint.h"
 #include "tiers/remote/testing/redis_process.h"
+#include "tiers/remote/testing/test_tls.h"
 
 namespace kvtier::tiers::remote::testing {
 
@@ -25,6 +26,9 @@ class RedisCluster {
     // How long a silent node is considered alive: small for the failover test, large where a
     // stopped node must not be failed over.
     std::chrono::milliseconds node_timeout{2000};
+    // Set: every node also serves TLS (its tls_port(); the cluster bus and replication are TLS
+    // too) with these certificates, beside the plain port the helpers' redis-cli uses.
+    const TestCertificates* tls = nullptr;
   };
 
   static Result<std::unique_ptr<RedisCluster>> Start(Options options);
@@ -33,6 +37,8 @@ class RedisCluster {
   const std::vector<std::unique_ptr<RedisProcess>>& nodes() const { return nodes_; }
   RedisProcess& node(size_t i) { return *nodes_[i]; }
   std::vector<HostPort> Seeds() const;
+  // The nodes' TLS ports (Options::tls).
+  std::vector<HostPort> TlsSeeds() const;
 
   // redis-cli against node `i`.
   Result<std::string> Cli(size_t i, const std::vector<std::string>& args) const;

@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <filesystem>
@@ -38,13 +39,23 @@ bool PortFree(uint16_t port) { return OnLoopback(port, ::bind); }
 bool Accepts(uint16_t port) { return OnLoopback(port, ::connect); }
 
 // A port whose cluster bus port (port + 10000) is free too, from a random start, so that test
-// processes running side by side rarely try the same one.
-uint16_t PickPort() {
+// processes running side by side rarely try the same one. With `tls_port`, the TLS port
+// (port + kTlsPortOffset) and its bus port must be free too: with tls-cluster the bus listens at
+// the TLS port + 10000.
+uint16_t PickPort(bool tls_port) {
   static std::mt19937 rng(std::random_device{}() ^ static_cast<unsigned>(::getpid()));
-  std::uniform_int_distribution<int> start(20000, 50000);
+  // Every port below Linux's ephemeral ones (32768 and up): an outgoing connection (a probe of
+  // Accepts, a client's) leaves its local port in TIME_WAIT, where a listener cannot bind, and a
+  // server that finds its bus port taken exits after its other listeners opened.
+  std::uniform_int_distribution<int> start(10000, 17000);
+  const auto free = [](int port) { return PortFree(static_cast<uint16_t>(port)); };
+  const int tls = RedisProcess::kTlsPortOffset;
   for (int tries = 0; tries < 1000; ++tries) {
-    const auto port = static_cast<uint16_t>(start(rng));
-    if (PortFree(port) && PortFree(static_cast<uint16_t>(port + 10000))) return port;
+    const int port = start(rng);
+    if (free(port) && free(port + 10000) &&
+        (!tls_port || (free(port + tls) && free(port + tls + 10000)))) {
+      return static_cast<uint16_t>(port);
+    }
   }
   return 0;
 }
@@ -122,8 +133,10 @@ bool PollUntil(milliseconds timeout, const std::function<bool()>& condition) {
 
 Result<std::unique_ptr<RedisProcess>> RedisProcess::Start(
     const std::string& parent_dir, const std::vector<std::string>& extra_args) {
+  const bool tls_port =
+      std::find(extra_args.begin(), extra_args.end(), kTlsPortPlaceholder) != extra_args.end();
   for (int attempt = 0; attempt < 5; ++attempt) {
-    const uint16_t port = PickPort();
+    const uint16_t port = PickPort(tls_port);
     if (port == 0) return Busy("no free loopback port pair for redis-server");
     const std::string dir = parent_dir + "/" + std::to_string(port);
     std::filesystem::create_directories(dir);
@@ -142,14 +155,25 @@ Result<std::unique_ptr<RedisProcess>> RedisProcess::Start(
                                      "no",
                                      "--daemonize",
                                      "no"};
-    args.insert(args.end(), extra_args.begin(), extra_args.end());
+    for (const std::string& arg : extra_args) {
+      if (arg == kPortPlaceholder) {
+        args.push_back(std::to_string(port));
+      } else if (arg == kTlsPortPlaceholder) {
+        args.push_back(std::to_string(port + kTlsPortOffset));
+      } else {
+        args.push_back(arg);
+      }
+    }
     const pid_t pid = Launch(args, -1);
     if (pid < 0) return ErrnoStatus(errno, "fork");
     std::unique_ptr<RedisProcess> process(new RedisProcess(pid, port));
+    if (tls_port) process->tls_port_ = static_cast<uint16_t>(port + kTlsPortOffset);
     bool exited = false;
+    // Both listeners: a server whose second port was taken meanwhile exits after opening the
+    // first, and is started again on other ports.
     const bool up = PollUntil(milliseconds(5000), [&] {
       exited = ::waitpid(pid, nullptr, WNOHANG) == pid;
-      return exited || Accepts(port);
+      return exited || (Accepts(port) && (process->tls_port_ == 0 || Accepts(process->tls_port_)));
     });
     if (up && !exited) return process;
     if (exited) process->pid_ = -1;  // reaped; most likely the port was taken: try another

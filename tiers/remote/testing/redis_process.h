@@ -18,6 +18,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/status.h"
@@ -57,10 +58,16 @@ bool PollUntil(std::chrono::milliseconds timeout, const std::function<bool()>& c
 
 class RedisProcess {
  public:
+  static constexpr std::string_view kPortPlaceholder = "{port}";
+  // "{tls-port}": a second port, the chosen one + kTlsPortOffset (a server with both; with
+  // tls-cluster its bus port is this one + 10000, also checked free).
+  static constexpr std::string_view kTlsPortPlaceholder = "{tls-port}";
+  static constexpr uint16_t kTlsPortOffset = 5000;
   // Starts redis-server on a free loopback port (and, for a cluster node, a free bus port at
   // port + 10000) in a new folder under `parent_dir`, with `extra_args` ("--cluster-enabled",
   // "yes", ...), and waits until it accepts connections. Retries with other ports when another
-  // process took the chosen one first.
+  // process took the chosen one first. An extra argument "{port}" is replaced by the chosen port
+  // ("--port", "0", "--tls-port", "{port}": a server that speaks TLS only).
   static Result<std::unique_ptr<RedisProcess>> Start(const std::string& parent_dir,
                                                      const std::vector<std::string>& extra_args);
   ~RedisProcess();  // SIGKILL, then waits
@@ -69,6 +76,8 @@ class RedisProcess {
 
   uint16_t port() const { return port_; }
   HostPort address() const { return {"127.0.0.1", port_}; }
+  // The TLS port given as "{tls-port}"; 0 without one.
+  uint16_t tls_port() const { return tls_port_; }
   // Started, not killed and not stopped: redis-cli against it returns.
   bool answering() const { return pid_ > 0 && !stopped_; }
 
@@ -81,6 +90,7 @@ class RedisProcess {
 
   pid_t pid_;
   uint16_t port_;
+  uint16_t tls_port_ = 0;
   bool stopped_ = false;
 };
 
