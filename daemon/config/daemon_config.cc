@@ -219,6 +219,10 @@ const std::map<std::string, Setter>& Setters() {
       {"remote.write_through", Bool(&DaemonConfig::remote_write_through, "remote.write_through")},
       {"remote.lookups_on_replicas",
        Bool(&DaemonConfig::remote_lookups_on_replicas, "remote.lookups_on_replicas")},
+      {"remote.tls_ca_file", Text(&DaemonConfig::remote_tls_ca_file)},
+      {"remote.tls_cert_file", Text(&DaemonConfig::remote_tls_cert_file)},
+      {"remote.tls_key_file", Text(&DaemonConfig::remote_tls_key_file)},
+      {"remote.tls_server_name", Text(&DaemonConfig::remote_tls_server_name)},
       {"server.io_threads", Uint(&DaemonConfig::io_threads, 256, "server.io_threads")},
       {"server.log_level", Text(&DaemonConfig::log_level)},
   };
@@ -542,7 +546,8 @@ Result<ParseOutcome> ParseCommandLine(int argc, const char* const* argv) {
   app.add_option("--password", password, "Password clients must AUTH with");
   app.add_option("--remote", remote_url,
                  "Remote tier: redis://[user@]host:port[,host:port...] (a Redis Cluster or "
-                 "server; the password goes in remote.password or $KVTIER_REMOTE_PASSWORD)");
+                 "server; rediss:// for TLS, see remote.tls_*; the password goes in "
+                 "remote.password or $KVTIER_REMOTE_PASSWORD)");
   app.add_option("--policy", policy,
                  "Eviction policy of every tier without its own store.*_eviction_policy: lru, "
                  "arc, s3fifo or tinylfu");

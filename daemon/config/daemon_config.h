@@ -141,6 +141,13 @@ struct DaemonConfig {
   bool remote_write_through = false;  // publish on first put too (best effort, not awaited)
   // Lookups ask a replica first: a block found there survives its master's failover.
   bool remote_lookups_on_replicas = true;
+  // TLS, for a rediss:// URL (tiers/remote/tls_context.h): the CA the nodes' certificates must
+  // chain to ("" : the system's), a client certificate and key for servers that ask for one, and
+  // the name the certificates must carry ("": each node's host).
+  std::string remote_tls_ca_file;
+  std::string remote_tls_cert_file;
+  std::string remote_tls_key_file;
+  std::string remote_tls_server_name;
 
   // quotas: byte quotas per tier, for a tenant (every namespace registered with its salt) or
   // for one namespace (its id, 32 hex digits). A tenant within its quota in a tier is not evicted

@@ -362,6 +362,19 @@ TEST(DaemonConfigTest, RemoteFlagAndKeys) {
   EXPECT_TRUE(c.remote_write_through);
 }
 
+TEST(DaemonConfigTest, RemoteTlsKeys) {
+  const std::string file = WriteConfig("remote_tls.yaml",
+                                       "remote:\n  tls_ca_file: /etc/ca.crt\n"
+                                       "  tls_cert_file: /etc/c.crt\n  tls_key_file: /etc/c.key\n"
+                                       "  tls_server_name: redis.internal\n");
+  auto r = Parse({"--config", file.c_str(), "--remote", "rediss://10.0.0.1:6380"});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->config.remote_tls_ca_file, "/etc/ca.crt");
+  EXPECT_EQ(r->config.remote_tls_cert_file, "/etc/c.crt");
+  EXPECT_EQ(r->config.remote_tls_key_file, "/etc/c.key");
+  EXPECT_EQ(r->config.remote_tls_server_name, "redis.internal");
+}
+
 TEST(DaemonConfigTest, RemotePasswordFromTheEnvironmentOverridesTheFile) {
   const std::string file = WriteConfig("remote_env.yaml", "remote:\n  password: from-file\n");
   ASSERT_EQ(setenv(kRemotePasswordEnv, "from-env", 1), 0);
@@ -394,6 +407,8 @@ TEST(DaemonConfigTest, BadRemoteSettingsNameTheirKey) {
   expect_error("remote: {url: 'h:1', ttl_seconds: 0}", "remote.ttl_seconds");
   expect_error("remote: {url: 'h:1', lookup_timeout_ms: 0}", "remote.lookup_timeout_ms");
   expect_error("remote: {url: 'h:1', timeout_ms: 0}", "remote.timeout_ms");
+  expect_error("remote: {url: 'redis://h:1', tls_ca_file: ca.crt}", "rediss://");
+  expect_error("remote: {url: 'rediss://h:1', tls_cert_file: c.crt}", "remote.tls_key_file");
   DaemonConfig c;
   EXPECT_FALSE(ApplyYaml("remote: {ttl_seconds: soon}", "test.yaml", c).ok());
 }
@@ -406,7 +421,8 @@ TEST(DaemonConfigTest, QuotasPerTenantAndNamespace) {
                         "  tenants:\n"
                         "    acme.corp: {host: 8GiB, nvme: 100GiB}\n"
                         "  namespaces:\n"
-                        "    " + ns + ": {gpu: 512MiB}\n",
+                        "    " +
+                            ns + ": {gpu: 512MiB}\n",
                         "test.yaml", c)
                   .ok());
   ASSERT_EQ(c.quotas.size(), 3u);
@@ -439,10 +455,11 @@ TEST(DaemonConfigTest, HelpListsEveryConfigKey) {
   auto r = Parse({"--help"});
   ASSERT_TRUE(r.ok());
   ASSERT_TRUE(r->help_requested);
-  for (const char* text : {"--gpu-bytes",
-                           "gpu: bytes, copy_lanes, detach_timeout_ms, device, fake, "
-                           "promote_after_reads, promote_window_ms, promotion",
-                           "nvme:", "allowed_uids", "quotas: tenants.<salt>.<tier>, namespaces.<id>.<tier>"}) {
+  for (const char* text :
+       {"--gpu-bytes",
+        "gpu: bytes, copy_lanes, detach_timeout_ms, device, fake, "
+        "promote_after_reads, promote_window_ms, promotion",
+        "nvme:", "allowed_uids", "quotas: tenants.<salt>.<tier>, namespaces.<id>.<tier>"}) {
     EXPECT_NE(r->help_text.find(text), std::string::npos) << text << " in\n" << r->help_text;
   }
 }

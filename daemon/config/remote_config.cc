@@ -1,4 +1,4 @@
-// Validation of the remote.* keys: the remote tier's seed list, credentials and timeouts.
+// Validation of the remote.* keys: the remote tier's seed list, credentials, TLS and timeouts.
 #include "daemon/config/daemon_config.h"
 #include "tiers/remote/redis_endpoint.h"
 
@@ -21,6 +21,19 @@ Status FinalizeRemote(DaemonConfig& config) {
                            url->user + "'; give the user once");
   }
   if (config.remote_user.empty()) config.remote_user = url->user;
+  // TLS files for a plain URL: the operator believes the traffic is encrypted; it would not be.
+  const bool tls_keys =
+      !config.remote_tls_ca_file.empty() || !config.remote_tls_cert_file.empty() ||
+      !config.remote_tls_key_file.empty() || !config.remote_tls_server_name.empty();
+  if (tls_keys && !url->tls) {
+    return InvalidArgument(
+        "remote.url: remote.tls_* is set but the URL is not rediss:// (TLS would be off)");
+  }
+  if (config.remote_tls_cert_file.empty() != config.remote_tls_key_file.empty()) {
+    return InvalidArgument(
+        "remote.tls_cert_file: a client certificate needs remote.tls_key_file, and a key its "
+        "certificate");
+  }
   if (config.remote_ttl_seconds == 0)
     return InvalidArgument("remote.ttl_seconds: must be positive");
   if (config.remote_lookup_timeout_ms == 0) {

@@ -131,6 +131,11 @@ Result<std::unique_ptr<tiers::remote::RedisClusterClient>> OpenRemote(
   // asks again in the background. A refused password still stops the start.
   options.open_unreachable = true;
   options.lookups_on_replicas = c.remote_lookups_on_replicas;
+  options.tls = {.enabled = url->tls,
+                 .ca_file = c.remote_tls_ca_file,
+                 .cert_file = c.remote_tls_cert_file,
+                 .key_file = c.remote_tls_key_file,
+                 .server_name = c.remote_tls_server_name};
   auto client = tiers::remote::RedisClusterClient::Open(std::move(options));
   if (!client.ok()) {
     return Status(client.status().code(), "remote.url: " + client.status().message());
@@ -138,12 +143,13 @@ Result<std::unique_ptr<tiers::remote::RedisClusterClient>> OpenRemote(
   std::string seeds;
   for (const auto& seed : url->seeds) seeds += (seeds.empty() ? "" : ",") + seed.ToString();
   // Never the password: only whether there is one.
-  spdlog::info("remote tier: {} at {} ({} masters; user {}, {})",
+  spdlog::info("remote tier: {} at {} ({} masters; user {}, {}, {})",
                !(*client)->reached()       ? "not answering yet"
                : (*client)->cluster_mode() ? "Redis Cluster"
                                            : "a single server",
                seeds, (*client)->stats().masters, c.remote_user.empty() ? "default" : c.remote_user,
-               c.remote_password.empty() ? "no password" : "password set");
+               c.remote_password.empty() ? "no password" : "password set",
+               url->tls ? "TLS" : "no TLS");
   return client;
 }
 

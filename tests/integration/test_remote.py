@@ -14,9 +14,9 @@ import pytest
 
 from helpers import (RawClient, RespError, as_dict, http_get, pack_keys, parse_metrics,
                      register_args, wait_for)
-from kvtierd_process import BIN_DIR, REPO, Daemon
+from kvtierd_process import BIN_DIR, REPO, Daemon, free_port
 from redis_server import (REDIS_CLI, REDIS_SERVER, RedisCluster, free_cluster_port,
-                          start_redis)
+                          redis_server, start_redis)
 
 pytestmark = pytest.mark.skipif(not REDIS_SERVER or not REDIS_CLI,
                                 reason="needs redis-server and redis-cli (scripts/install-deps.sh)")
@@ -364,3 +364,74 @@ def test_a_master_killed_during_replays_on_both_nodes_loses_no_block(tmp_path):
         for node in nodes:
             assert node.stop() == 0, node.log()
         cluster.close()
+
+
+def make_certificates(directory):
+    """A throwaway CA and a certificate for 127.0.0.1 signed by it, and a second CA that signed
+    nothing; made with the openssl command (scripts/install-deps.sh installs it)."""
+    def openssl(*args):
+        subprocess.run(["openssl", *args], check=True, capture_output=True, timeout=60)
+
+    for ca in ("ca", "other-ca"):
+        openssl("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+                "-nodes", "-keyout", str(directory / f"{ca}.key"), "-out",
+                str(directory / f"{ca}.crt"), "-days", "2", "-subj", f"/CN=kvtier test {ca}")
+    openssl("req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+            "-keyout", str(directory / "server.key"), "-out", str(directory / "server.csr"),
+            "-subj", "/CN=redis.test")
+    (directory / "server.ext").write_text("subjectAltName=IP:127.0.0.1,DNS:redis.test\n")
+    openssl("x509", "-req", "-in", str(directory / "server.csr"), "-CA", str(directory / "ca.crt"),
+            "-CAkey", str(directory / "ca.key"), "-CAcreateserial", "-out",
+            str(directory / "server.crt"), "-days", "2", "-extfile", str(directory / "server.ext"))
+
+
+def test_over_tls_a_block_written_through_one_node_is_read_by_another(tmp_path):
+    """rediss:// to a redis-server that speaks TLS on its tls-port: node 1 writes a block through,
+    node 2 reads it; a node given another CA refuses to start, naming the handshake's reason."""
+    make_certificates(tmp_path)
+    plain, tls_port = free_port(), free_port()
+    server_dir = tmp_path / "redis"
+    server_dir.mkdir()
+    with redis_server(server_dir, plain, "--tls-port", str(tls_port), "--tls-cert-file",
+                      str(tmp_path / "server.crt"), "--tls-key-file",
+                      str(tmp_path / "server.key"), "--tls-ca-cert-file", str(tmp_path / "ca.crt"),
+                      "--tls-auth-clients", "no"):
+        url = f"rediss://127.0.0.1:{tls_port}"
+        nodes = []
+        try:
+            for name, write_through in (("node1", "true"), ("node2", "false")):
+                (tmp_path / name).mkdir()
+                config = EXTRA_CONFIG.replace(
+                    "remote:\n", f"remote:\n  write_through: {write_through}\n"
+                                 f"  tls_ca_file: {tmp_path / 'ca.crt'}\n")
+                node = Daemon(tmp_path / name, host_bytes=HOST_BYTES, slab_bytes="1MiB",
+                              extra_config=config)
+                node.start(extra_args=["--remote", url])
+                nodes.append(node)
+            assert "TLS" in nodes[0].log()
+            n = 7000
+            with client(nodes[0]) as c:
+                ns = register(c)
+                assert c.call("KVT.PUT", ns, pack_keys([n]), payload(n)) == [b"OK"]
+            assert wait_for(lambda: totals(nodes[0])["remote_publishes"] == 1, timeout_s=10), \
+                json.dumps(totals(nodes[0]))
+            with client(nodes[1]) as c:
+                assert register(c) == ns
+                assert c.call("KVT.LOOKUP", ns, pack_keys([n])) == [1, b"3"]
+                assert c.call("KVT.GET", ns, pack_keys([n])) == [payload(n)]
+            # The record went over TLS: the plain port holds it too (one server).
+            assert REDIS_CLI and subprocess.run(
+                [REDIS_CLI, "-p", str(plain), "EXISTS", remote_key(ns, n)],
+                capture_output=True, text=True).stdout.strip() == "1"
+        finally:
+            for node in nodes:
+                assert node.stop() == 0, node.log()
+
+        (tmp_path / "untrusting").mkdir()
+        untrusting = Daemon(tmp_path / "untrusting", host_bytes=HOST_BYTES, slab_bytes="1MiB",
+                            extra_config=EXTRA_CONFIG.replace(
+                                "remote:\n", f"remote:\n  tls_ca_file: {tmp_path / 'other-ca.crt'}\n"))
+        untrusting.start(extra_args=["--remote", url], wait=False)
+        assert untrusting.proc.wait(timeout=15) != 0
+        assert "remote.url" in untrusting.log() and "certificate" in untrusting.log(), \
+            untrusting.log()
