@@ -139,8 +139,9 @@ struct DaemonConfig {
   uint64_t remote_timeout_ms = 1'000;      // one publish or fetch batch of the mover
   uint64_t remote_connect_timeout_ms = 1'000;
   bool remote_write_through = false;  // publish on first put too (best effort, not awaited)
-  // Lookups ask a replica first: a block found there survives its master's failover.
-  bool remote_lookups_on_replicas = true;
+  // Lookups ask a replica first: a block found there survives its master's failover, but a
+  // block the replica has not received yet is a miss.
+  bool remote_lookups_on_replicas = false;
   // TLS, for a rediss:// URL (tiers/remote/tls_context.h): the CA the nodes' certificates must
   // chain to ("" : the system's), a client certificate and key for servers that ask for one, and
   // the name the certificates must carry ("": each node's host).

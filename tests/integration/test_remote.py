@@ -320,7 +320,9 @@ def test_a_master_killed_during_replays_on_both_nodes_loses_no_block(tmp_path):
             trace = tmp_path / f"half{half}.jsonl"
             trace.write_text("\n".join(lines[half::2]) + "\n")
             halves.append(trace)
-        config = EXTRA_CONFIG.replace("remote:\n", "remote:\n  write_through: true\n")
+        # Lookups at the replicas: a block a lookup found survives the failover.
+        config = EXTRA_CONFIG.replace(
+            "remote:\n", "remote:\n  write_through: true\n  lookups_on_replicas: true\n")
         for name in ("node1", "node2"):
             (tmp_path / name).mkdir()
             node = Daemon(tmp_path / name, host_bytes="4MiB", slab_bytes="1MiB",

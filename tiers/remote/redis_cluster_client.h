@@ -16,11 +16,11 @@
 // in the map once the cluster has elected it. Until then, a GET whose master refused the
 // connection or is skipped by its breaker goes once to a replica of that master, within the same
 // deadline (every cluster connection sends READONLY, so replicas answer reads): a block a lookup
-// has just seen stays readable while its master is down. Lookups (EXISTS) go to a replica first
-// (lookups_on_replicas), so that a block they find is one that survives its master's failover,
-// and to the master when that replica does not answer; an EXISTS not sent to a replica first
-// is read from one as a GET is. Nothing else is retried: a failure costs a hit, and the caller
-// decides.
+// has just seen stays readable while its master is down. With lookups_on_replicas, lookups
+// (EXISTS) go to a replica first, so that a block they find is one that survives its master's
+// failover, and to the master when that replica does not answer; an EXISTS not sent to a replica
+// first is read from one as a GET is. Nothing else is retried: a failure costs a hit, and the
+// caller decides.
 //
 // Threads: the client runs one I/O thread ("kvtier-remote") of its own, which owns every
 // connection, the slot map and the nodes; Start* calls from any thread post to it and their
@@ -74,8 +74,9 @@ struct RedisClusterOptions {
   // replica holds survives its master's failover (when the master has one replica, that replica
   // is the one promoted), so what a lookup found there stays fetchable through a master's crash;
   // replication is asynchronous, and a block written a moment before may not be there yet: a
-  // miss. It also takes the lookups off the masters.
-  bool lookups_on_replicas = true;
+  // miss, and a replica that lags under a burst of writes misses every block it has not received
+  // yet. It also takes the lookups off the masters. Off by default: hits first.
+  bool lookups_on_replicas = false;
   // rediss://: every connection is TLS (tls_context.h).
   TlsOptions tls;
 };

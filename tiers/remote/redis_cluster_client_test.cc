@@ -49,11 +49,10 @@ std::unique_ptr<RedisClusterClient> OpenClient(std::vector<HostPort> seeds,
   return std::move(client).value();
 }
 
-// A client whose lookups ask the masters only (lookups_on_replicas off).
-std::unique_ptr<RedisClusterClient> OpenMastersOnlyClient(std::vector<HostPort> seeds) {
-  RedisClusterOptions options;
-  options.lookups_on_replicas = false;
-  return OpenClient(std::move(seeds), options);
+// Options whose lookups ask a replica first (lookups_on_replicas; off by default).
+RedisClusterOptions ReplicasFirst(RedisClusterOptions options = {}) {
+  options.lookups_on_replicas = true;
+  return options;
 }
 
 // The first `n` answers of an Exists call found their key.
@@ -152,8 +151,6 @@ TEST(RedisClusterClient, RoundTripOverEverySlotFromOneSeed) {
     EXPECT_EQ(st.code(), StatusCode::kNotFound);
   const auto after = client->Get(some, kCallTimeout);
   EXPECT_EQ(after[0].status().code(), StatusCode::kNotFound);
-  // Lookups ask the replicas, which serve what they had until their first sync has ended.
-  ASSERT_TRUE(cluster->WaitReplicated(milliseconds(10000)));
   EXPECT_EQ(client->Exists({TestKey(blocks[1])}, kCallTimeout)[0], Status::Ok());
 
   const RemoteStats stats = client->stats();
@@ -170,7 +167,7 @@ TEST(RedisClusterClient, ATlsClusterIsReachedOnItsTlsPortsFromOneSeed) {
   ASSERT_TRUE(certificates.ok()) << certificates.status().ToString();
   auto cluster = StartCluster({.tls = &*certificates});
   ASSERT_TRUE(cluster);
-  RedisClusterOptions options;
+  RedisClusterOptions options = ReplicasFirst();
   options.tls.enabled = true;
   options.tls.ca_file = certificates->ca_file;
   // One TLS seed: the slot map names every node by its "tls-port".
@@ -315,7 +312,7 @@ TEST(RedisClusterClient, LookupsAskAReplicaFirstAndTheMasterWhenTheReplicaIsDown
   // A long node timeout: the killed replica is not replaced during the test.
   auto cluster = StartCluster({.node_timeout = milliseconds(60000)});
   ASSERT_TRUE(cluster);
-  auto client = OpenClient(cluster->Seeds());
+  auto client = OpenClient(cluster->Seeds(), ReplicasFirst());
   ASSERT_TRUE(client);
   const std::vector<uint64_t> blocks = PutReplicatedBlocks(*cluster, *client);
   RefreshOnceReplicasAreKnown(*cluster, *client);
@@ -350,8 +347,8 @@ TEST(RedisClusterClient, LookupsAskAReplicaFirstAndTheMasterWhenTheReplicaIsDown
   ExpectFound(found, blocks.size());
   EXPECT_EQ(found.back().code(), StatusCode::kNotFound);
 
-  // Off: lookups ask the masters only.
-  auto plain = OpenMastersOnlyClient(cluster->Seeds());
+  // Off (the default): lookups ask the masters only.
+  auto plain = OpenClient(cluster->Seeds());
   ASSERT_TRUE(plain);
   ExpectFound(plain->Exists(keys, kCallTimeout), blocks.size());
   EXPECT_EQ(plain->stats().replica_lookups, 0u);
@@ -361,7 +358,7 @@ TEST(RedisClusterClient, AHungReplicasLookupsGoToItsMasterThenBackToItOnceItAnsw
   // A long node timeout: the stopped replica is not failed.
   auto cluster = StartCluster({.node_timeout = milliseconds(60000)});
   ASSERT_TRUE(cluster);
-  RedisClusterOptions options;
+  RedisClusterOptions options = ReplicasFirst();
   options.breaker = {.failure_threshold = 2,
                      .initial_backoff = milliseconds(300),
                      .max_backoff = milliseconds(300)};
@@ -407,9 +404,9 @@ TEST(RedisClusterClient, ABlockALookupFoundSurvivesAFailoverThatLosesUnreplicate
   // Failovers are forced below; nothing is failed over on its own.
   auto cluster = StartCluster({.node_timeout = milliseconds(60000)});
   ASSERT_TRUE(cluster);
-  auto replicas_first = OpenClient(cluster->Seeds());
+  auto replicas_first = OpenClient(cluster->Seeds(), ReplicasFirst());
   ASSERT_TRUE(replicas_first);
-  auto masters_only = OpenMastersOnlyClient(cluster->Seeds());
+  auto masters_only = OpenClient(cluster->Seeds());
   ASSERT_TRUE(masters_only);
   const std::vector<uint64_t> blocks = PutReplicatedBlocks(*cluster, *replicas_first);
   RefreshOnceReplicasAreKnown(*cluster, *replicas_first);
