@@ -30,7 +30,7 @@ trace times 20 times faster (`--speed`, passed to `kvtier replay --speed`), so t
 trace's clients did. `kvtier replay` checks every byte it reads: a wrong block stops the bench.
 
 Starts its own cluster and kvtierd nodes (binaries from KVTIER_BIN_DIR, default build/bin) in a
-temporary directory. --quick: fewer rounds and requests.
+temporary directory. --quick: fewer rounds and requests; --fetch-only: the fetch figures alone.
 """
 from __future__ import annotations
 
@@ -202,14 +202,17 @@ def sharing_figures(tmp: pathlib.Path, requests: int, speed: float = DEFAULT_SPE
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer rounds and requests")
+    parser.add_argument("--fetch-only", action="store_true",
+                        help="only the fetch figures (remote_get_*), not the sharing ones")
     parser.add_argument("--speed", type=float, default=DEFAULT_SPEED,
                         help="replay the trace this many times faster than its arrival times "
                              "(0: as fast as the nodes answer)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="kvtier-remote-bench-") as tmp:
         fetch_figures(pathlib.Path(tmp), rounds=2 if args.quick else 4)
-        sharing_figures(pathlib.Path(tmp), requests=500 if args.quick else 2000,
-                        speed=args.speed)
+        if not args.fetch_only:
+            sharing_figures(pathlib.Path(tmp), requests=500 if args.quick else 2000,
+                            speed=args.speed)
 
 
 if __name__ == "__main__":

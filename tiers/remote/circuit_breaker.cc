@@ -5,17 +5,10 @@
 namespace kvtier::tiers::remote {
 
 bool CircuitBreaker::Allow(Clock::time_point now) {
-  switch (state_) {
-    case State::kClosed:
-      return true;
-    case State::kHalfOpen:
-      return false;  // a probe is out; its answer decides
-    case State::kOpen:
-      if (now < retry_at_) return false;
-      state_ = State::kHalfOpen;
-      return true;
-  }
-  return false;
+  // Refused while a probe is out (its answer decides) or within the backoff.
+  if (Refuses(now)) return false;
+  if (state_ == State::kOpen) state_ = State::kHalfOpen;  // this call is the probe
+  return true;
 }
 
 bool CircuitBreaker::RecordSuccess() {

@@ -207,18 +207,17 @@ Awaitable<Result<std::vector<resp::Reply>>> NodeConnection::Exchange(const Comma
     // The rest of a large value is read straight into it (the kernel's copy is the only one),
     // not through read_buf_: on the I/O thread that every fetch shares, that copy was most of
     // the time spent per block.
-    if (parser_.bulk_bytes_left() >= kInPlaceReadBytes) {
-      const std::span<char> room = parser_.BeginInPlace(kInPlaceRoomBytes);
-      const size_t n = co_await ReadSome(asio::buffer(room.data(), room.size()), ec);
-      Add(counters_.bytes_in, n);
-      if (ec) co_return Fail(ec, "a reply");
-      parser_.CommitInPlace(n);
-      continue;
-    }
-    const size_t n = co_await ReadSome(asio::buffer(read_buf_->data(), read_buf_->size()), ec);
+    const bool in_place = parser_.bulk_bytes_left() >= kInPlaceReadBytes;
+    const std::span<char> into = in_place ? parser_.BeginInPlace(kInPlaceRoomBytes)
+                                          : std::span<char>(read_buf_->data(), read_buf_->size());
+    const size_t n = co_await ReadSome(asio::buffer(into.data(), into.size()), ec);
     Add(counters_.bytes_in, n);
     if (ec) co_return Fail(ec, "a reply");
-    buffered_ = std::string_view(read_buf_->data(), n);
+    if (in_place) {
+      parser_.CommitInPlace(n);
+    } else {
+      buffered_ = std::string_view(into.data(), n);
+    }
   }
   Disarm();
   co_return replies;

@@ -364,7 +364,7 @@ TEST(RedisClusterClient, AHungReplicasLookupsGoToItsMasterThenBackToItOnceItAnsw
                      .max_backoff = milliseconds(300)};
   auto client = OpenClient(cluster->Seeds(), options);
   ASSERT_TRUE(client);
-  const std::vector<uint64_t> blocks = PutReplicatedBlocks(*cluster, *client);
+  PutReplicatedBlocks(*cluster, *client);
   RefreshOnceReplicasAreKnown(*cluster, *client);
   const int master = cluster->MasterOfSlot(KeySlot(TestKey(0)));
   const int replica = cluster->ReplicaOf(static_cast<size_t>(master));
@@ -397,7 +397,6 @@ TEST(RedisClusterClient, AHungReplicasLookupsGoToItsMasterThenBackToItOnceItAnsw
            after.replica_lookup_fallbacks == before.replica_lookup_fallbacks;
   }));
   EXPECT_EQ(client->stats().open_breakers, 0u);
-  EXPECT_EQ(blocks.size(), 300u);
 }
 
 TEST(RedisClusterClient, ABlockALookupFoundSurvivesAFailoverThatLosesUnreplicatedWrites) {
