@@ -63,6 +63,7 @@ void PrintJson(const SimulateFlags& flags, const Run& run, Metric metric, std::o
   j["saved_prefill_cost"] = r.saved_prefill_cost;
   j["saved_prefill_ratio"] = r.saved_prefill_ratio();
   j["inserted_blocks"] = r.inserted_blocks;
+  j["not_admitted_blocks"] = r.not_admitted_blocks;
   j["evictions"] = r.evictions;
   if (r.upper_bound_hit_blocks) {
     j["upper_bound_hit_blocks"] = *r.upper_bound_hit_blocks;
@@ -93,6 +94,7 @@ void PrintTable(const SimulateFlags& flags, const Run& run, Metric metric, std::
   row("input tokens", r.input_tokens, r.hit_tokens, r.token_hit_ratio());
   row("prefill cost", r.prefill_cost, r.saved_prefill_cost, r.saved_prefill_ratio());
   out << "inserted blocks  " << r.inserted_blocks << "\n";
+  if (r.not_admitted_blocks != 0) out << "not admitted     " << r.not_admitted_blocks << "\n";
   out << "evictions        " << r.evictions << "\n";
   if (r.upper_bound_hit_blocks) {
     out << "optimum          "

@@ -97,9 +97,11 @@ Result<PolicySimulator> PolicySimulator::Create(const SimulationOptions& options
   if (options.policy == kBeladyPolicy) {
     return InvalidArgument("belady needs the whole trace: use Simulate");
   }
+  auto now_ms = std::make_shared<uint64_t>(0);
   KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<index::EvictionPolicy> policy,
-                          index::MakeEvictionPolicy(options.policy, options.capacity_blocks));
-  return PolicySimulator(options, std::move(policy));
+                          index::MakeEvictionPolicy(options.policy, options.capacity_blocks,
+                                                    [now_ms] { return *now_ms; }));
+  return PolicySimulator(options, std::move(policy), std::move(now_ms));
 }
 
 // The header's three steps, on the policy alone: Contains is presence, Insert and Touch are what
@@ -108,17 +110,29 @@ Result<PolicySimulator> PolicySimulator::Create(const SimulationOptions& options
 void PolicySimulator::Add(const TraceRequest& request) {
   keys_.clear();
   for (uint64_t id : request.hash_ids) keys_.push_back(KeyOfTraceId(id));
+  *now_ms_ = std::max(*now_ms_, request.timestamp_ms);
   uint64_t hits = 0;
   while (hits < keys_.size() && policy_->Contains(keys_[hits])) ++hits;
   // The leading `hits` keys are known present (nothing is evicted before the request is done),
   // which spares them a second probe of the policy's table.
+  inserted_.clear();
   for (size_t i = keys_.size(); i-- > 0;) {
     if (i < hits || policy_->Contains(keys_[i])) {
       policy_->Touch(keys_[i]);
     } else {
       policy_->Insert(keys_[i]);
+      inserted_.push_back(i);  // deepest first
       ++result_.inserted_blocks;
     }
+  }
+  // A policy that refuses new blocks while the cache thrashes gives up this request's deepest new
+  // blocks instead of older residents, as a refused put does in the daemon.
+  for (size_t i : inserted_) {
+    if (policy_->size() <= options_.capacity_blocks || policy_->AdmitsNew()) break;
+    policy_->Erase(keys_[i]);
+    policy_->NotAdmitted(keys_[i]);
+    --result_.inserted_blocks;
+    ++result_.not_admitted_blocks;
   }
   while (policy_->size() > options_.capacity_blocks && policy_->PopVictim()) {
     ++result_.evictions;

@@ -7,6 +7,11 @@
 //   2. every block of the request is inserted, or touched when present, from the last block to
 //      the first, so the prefix's head ends up the most recent (the order the store uses);
 //   3. while the cache holds more than `capacity_blocks`, the policy's victim is evicted.
+// Before step 3, a policy that may refuse new blocks (EvictionPolicy::AdmitsNew; "sticky") is asked
+// while the cache is over capacity; while it refuses, the request's deepest new blocks are taken
+// out again (Erase, then NotAdmitted) instead of older residents: what happens in the daemon when
+// a put is refused and the client stops putting that request's tail. The policy's clock is the
+// trace's timestamps.
 // Evicting only after the whole request keeps a request from evicting its own prefix while it is
 // being inserted; a request longer than the capacity keeps its head and loses its tail.
 //
@@ -71,9 +76,10 @@ struct SimulationOptions {
 
 struct SimulationResult {
   uint64_t requests = 0;
-  uint64_t total_blocks = 0;     // block references, summed over requests
-  uint64_t hit_blocks = 0;       // leading blocks present on arrival, summed over requests
-  uint64_t inserted_blocks = 0;  // block references that were absent and got inserted
+  uint64_t total_blocks = 0;         // block references, summed over requests
+  uint64_t hit_blocks = 0;           // leading blocks present on arrival, summed over requests
+  uint64_t inserted_blocks = 0;      // block references that were absent and got inserted
+  uint64_t not_admitted_blocks = 0;  // absent ones the policy refused (AdmitsNew; "sticky")
   uint64_t evictions = 0;
   uint64_t input_tokens = 0;
   // Per request min(hits * block_tokens, input_tokens): the last block may be partial.
@@ -105,12 +111,15 @@ class PolicySimulator {
   const SimulationResult& result() const { return result_; }
 
  private:
-  PolicySimulator(const SimulationOptions& options, std::unique_ptr<index::EvictionPolicy> policy)
-      : options_(options), policy_(std::move(policy)) {}
+  PolicySimulator(const SimulationOptions& options, std::unique_ptr<index::EvictionPolicy> policy,
+                  std::shared_ptr<uint64_t> now_ms)
+      : options_(options), policy_(std::move(policy)), now_ms_(std::move(now_ms)) {}
 
   SimulationOptions options_;
   std::unique_ptr<index::EvictionPolicy> policy_;
-  std::vector<BlockKey> keys_;  // the current request's keys, reused
+  std::shared_ptr<uint64_t> now_ms_;  // the current request's timestamp: the policy's clock
+  std::vector<BlockKey> keys_;        // the current request's keys, reused
+  std::vector<size_t> inserted_;      // positions of the keys it inserted, deepest first
   SimulationResult result_;
 };
 

@@ -68,6 +68,28 @@ TEST(SimulateTest, RequestLongerThanTheCapacityKeepsItsHead) {
   EXPECT_EQ(r.hit_blocks, 2u);
 }
 
+// 32 prefixes of 64 blocks read in a loop, one request a second, through a cache of half of them:
+// LRU evicts each prefix just before it comes back and never hits after the first round; sticky
+// refuses the new tails (not_admitted_blocks) and keeps hitting the prefixes it holds.
+TEST(SimulateTest, StickyKeepsPartOfALoopLargerThanTheCache) {
+  std::vector<TraceRequest> trace;
+  for (uint64_t round = 0; round < 40; ++round) {
+    for (uint64_t chain = 0; chain < 32; ++chain) {
+      std::vector<uint64_t> ids;
+      for (uint64_t b = 0; b < 64; ++b) ids.push_back(chain * 64 + b);
+      TraceRequest request = Request(ids);
+      request.timestamp_ms = (round * 32 + chain) * 1000;
+      trace.push_back(request);
+    }
+  }
+  const SimulationResult lru = SimulateOrFail(trace, 1024, "lru");
+  const SimulationResult sticky = SimulateOrFail(trace, 1024, "sticky");
+  EXPECT_EQ(lru.hit_blocks, 0u);
+  EXPECT_EQ(lru.not_admitted_blocks, 0u);
+  EXPECT_GT(sticky.not_admitted_blocks, 0u);
+  EXPECT_GT(sticky.block_hit_ratio(), 0.3);
+}
+
 TEST(SimulateTest, RepeatedIdInOneRequestIsInsertedOnce) {
   SimulationResult r = SimulateOrFail({Request({1, 1, 2})}, 10);
   EXPECT_EQ(r.inserted_blocks, 2u);

@@ -33,12 +33,14 @@ Result<std::unique_ptr<BlockIndex>> BlockIndex::Create(const Options& options) {
   for (size_t t = 0; t < index->tiers_.size(); ++t) {
     const std::string& name =
         options.tier_policies[t].empty() ? options.policy : options.tier_policies[t];
-    KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<EvictionPolicy> policy,
-                            MakeEvictionPolicy(name, options.capacity_hint_blocks));
+    KVTIER_ASSIGN_OR_RETURN(
+        std::unique_ptr<EvictionPolicy> policy,
+        MakeEvictionPolicy(name, options.capacity_hint_blocks, options.policy_clock));
     TierOrder& order = index->tiers_[t];
     MutexLock lock(order.mu);
     order.policy = std::move(policy);
     order.policy_name = name;
+    order.policy_clock = options.policy_clock;
     order.capacity_hint_blocks = options.capacity_hint_blocks;
   }
   return index;
@@ -418,6 +420,18 @@ size_t BlockIndex::TrackedBlocks(TierId tier) const {
   const TierOrder& order = tiers_[TierIndex(tier)];
   MutexLock lock(order.mu);
   return order.TrackedBlocks();
+}
+
+bool BlockIndex::AdmitsNew(TierId tier, uint8_t group) {
+  TierOrder& order = tiers_[TierIndex(tier)];
+  MutexLock lock(order.mu);
+  return order.OrderOf(group).AdmitsNew();
+}
+
+void BlockIndex::NotAdmitted(TierId tier, uint8_t group, const BlockKey& key) {
+  TierOrder& order = tiers_[TierIndex(tier)];
+  MutexLock lock(order.mu);
+  order.OrderOf(group).NotAdmitted(key);
 }
 
 std::string_view BlockIndex::policy_name(TierId tier) const {

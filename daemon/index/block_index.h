@@ -96,6 +96,7 @@ class BlockIndex {
     size_t capacity_hint_blocks = 0;  // passed to the policy (ghost history size)
     // Per tier (indexed by TierId), a policy other than `policy`; empty: `policy`.
     std::array<std::string, kTierCount> tier_policies{};
+    PolicyClock policy_clock;  // the time of policies that learn from it; empty: steady clock
   };
 
   // kInvalidArgument for a zero shard count or an unknown policy name (of any tier).
@@ -197,6 +198,11 @@ class BlockIndex {
 
   size_t size() const;                      // entries in any state
   size_t TrackedBlocks(TierId tier) const;  // blocks in `tier`'s policy
+
+  // Whether a new block of quota `group` may push a resident of full `tier` out now
+  // (EvictionPolicy::AdmitsNew); when not, the caller does not store it and calls NotAdmitted.
+  bool AdmitsNew(TierId tier, uint8_t group);
+  void NotAdmitted(TierId tier, uint8_t group, const BlockKey& key);
   std::string_view policy_name(TierId tier) const;
 
  private:
@@ -215,7 +221,8 @@ class BlockIndex {
     // Bytes of ready blocks per group in this tier ([0]: blocks of no group).
     std::array<uint64_t, kMaxQuotaGroups> used_bytes GUARDED_BY(mu){};
     size_t groups_with_quota GUARDED_BY(mu) = 0;
-    std::string policy_name;  // set once at Create, for the groups' own orders
+    std::string policy_name;   // set once at Create, for the groups' own orders
+    PolicyClock policy_clock;  // likewise
     size_t capacity_hint_blocks = 0;
 
     // The order a block of `group` belongs to in this tier now.

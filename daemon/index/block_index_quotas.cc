@@ -84,8 +84,9 @@ Status BlockIndex::SetGroupQuota(uint8_t group, TierId tier, uint64_t quota_byte
     MutexLock lock(order.mu);
     const bool had = order.quota_bytes[group] != 0;
     if (quota_bytes != 0 && !order.group_policies[group]) {
-      KVTIER_ASSIGN_OR_RETURN(order.group_policies[group],
-                              MakeEvictionPolicy(order.policy_name, order.capacity_hint_blocks));
+      KVTIER_ASSIGN_OR_RETURN(
+          order.group_policies[group],
+          MakeEvictionPolicy(order.policy_name, order.capacity_hint_blocks, order.policy_clock));
     }
     order.quota_bytes[group] = quota_bytes;
     if (quota_bytes != 0) quota_groups_in_use_.store(true, std::memory_order_relaxed);

@@ -9,6 +9,8 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -43,14 +45,27 @@ class EvictionPolicy {
 
   virtual bool Contains(const BlockKey& key) const = 0;
   virtual size_t size() const = 0;
+
+  // Asked when the tier is full and a new block would push out the next victim: whether that
+  // trade is worth making now. When false the caller does not store the new block and calls
+  // NotAdmitted instead of Insert. Every policy but "sticky" always admits.
+  virtual bool AdmitsNew() { return true; }
+  // `key` was used but not stored because AdmitsNew said no; a policy that learns from uses counts
+  // it, and may remember the key. Not called for a key the policy tracks.
+  virtual void NotAdmitted(const BlockKey& key) { (void)key; }
 };
+
+// Milliseconds, never decreasing: what policies that learn from time read. Empty: the steady clock.
+using PolicyClock = std::function<uint64_t()>;
 
 // Names accepted by MakeEvictionPolicy, the default first.
 std::vector<std::string> EvictionPolicyNames();
 
 // Builds a policy by name. `capacity_hint_blocks` sizes policies that keep history (ghost queues)
-// and may be 0 when unknown. kInvalidArgument for an unknown name, listing the known ones.
+// and may be 0 when unknown; `clock` is the time of policies that learn from it (the simulator
+// passes the trace's). kInvalidArgument for an unknown name, listing the known ones.
 Result<std::unique_ptr<EvictionPolicy>> MakeEvictionPolicy(std::string_view name,
-                                                           size_t capacity_hint_blocks = 0);
+                                                           size_t capacity_hint_blocks = 0,
+                                                           PolicyClock clock = {});
 
 }  // namespace kvtier::index

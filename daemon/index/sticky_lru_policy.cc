@@ -1,0 +1,177 @@
+#include "daemon/index/sticky_lru_policy.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+
+namespace kvtier::index {
+namespace {
+
+constexpr uint64_t kSampleOneIn = 16;    // keys whose gaps are measured and shadows replay
+constexpr size_t kGapWindow = 4096;      // the last gaps G is estimated from
+constexpr size_t kGapsPerEstimate = 64;  // re-estimate G after this many new gaps
+constexpr double kGapQuantile = 0.75;    // G: most reuses come back before this
+constexpr double kScoreWindowGaps = 16;  // how long the duel remembers, in reuse gaps
+
+}  // namespace
+
+uint64_t StickyLruPolicy::SteadyMillis() {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                   std::chrono::steady_clock::now().time_since_epoch())
+                                   .count());
+}
+
+StickyLruPolicy::StickyLruPolicy(size_t capacity_hint_blocks, Clock now_ms)
+    : now_ms_(std::move(now_ms)), capacity_hint_(capacity_hint_blocks) {
+  sticky_shadow_.sticky = true;
+}
+
+bool StickyLruPolicy::Sampled(const BlockKey& key) {
+  // Keys are uniform hashes; the high half's top bits are independent of the index's shard choice.
+  return (key.high >> 60) % kSampleOneIn == 0;
+}
+
+size_t StickyLruPolicy::Capacity() const { return std::max(capacity_hint_, peak_size_); }
+
+void StickyLruPolicy::Stamp(Lists::Node node, uint64_t now) {
+  if (node >= stamps_.size()) stamps_.resize(node + 1);
+  stamps_[node] = now;
+}
+
+bool StickyLruPolicy::Contains(const BlockKey& key) const {
+  const Lists::Node node = lists_.Find(key);
+  return node != Lists::kNone && lists_.SegmentOf(node) == kResident;
+}
+
+std::optional<uint64_t> StickyLruPolicy::reuse_gap_ms() const {
+  if (gap_estimate_ == UINT64_MAX) return std::nullopt;
+  return gap_estimate_;
+}
+
+void StickyLruPolicy::RecordGap(uint64_t gap_ms) {
+  const auto gap = static_cast<uint32_t>(std::min<uint64_t>(gap_ms, UINT32_MAX));
+  if (gaps_.size() < kGapWindow) {
+    gaps_.push_back(gap);
+  } else {
+    gaps_[next_gap_] = gap;
+    next_gap_ = (next_gap_ + 1) % kGapWindow;
+  }
+  if (++gaps_since_estimate_ < kGapsPerEstimate) return;
+  gaps_since_estimate_ = 0;
+  std::vector<uint32_t> sorted = gaps_;
+  const auto at = sorted.begin() + static_cast<ptrdiff_t>(sorted.size() * kGapQuantile);
+  std::nth_element(sorted.begin(), at, sorted.end());
+  gap_estimate_ = *at;
+}
+
+void StickyLruPolicy::RememberInGhost(const BlockKey& key, uint64_t stamp) {
+  if (!Sampled(key)) return;
+  Lists::Node node = lists_.Find(key);
+  if (node == Lists::kNone) node = lists_.Add(key, kGhost);
+  lists_.MoveToHead(node, kGhost);
+  Stamp(node, stamp);
+  const size_t ghost_limit = std::max<size_t>(16, Capacity() / kSampleOneIn);
+  while (lists_.Size(kGhost) > ghost_limit) lists_.Remove(lists_.Tail(kGhost));
+}
+
+void StickyLruPolicy::Observe(const BlockKey& key, uint64_t now) {
+  if (!Sampled(key)) return;
+  const Lists::Node node = lists_.Find(key);
+  if (node != Lists::kNone) RecordGap(now - std::min(now, stamps_[node]));
+  Replay(lru_shadow_, key, now);
+  Replay(sticky_shadow_, key, now);
+}
+
+void StickyLruPolicy::Replay(Shadow& shadow, const BlockKey& key, uint64_t now) {
+  using ShadowLists = SegmentedLists<1>;
+  // Hits count less the older they are: by e^-1 every kScoreWindowGaps reuse gaps (G), so the
+  // duel follows the workload at its own pace, whatever its request rate.
+  if (gap_estimate_ != UINT64_MAX) {
+    const auto elapsed = static_cast<double>(now - std::min(now, shadow.last_replay));
+    const double window =
+        kScoreWindowGaps * static_cast<double>(std::max<uint64_t>(1, gap_estimate_));
+    shadow.score *= std::exp(-elapsed / window);
+  }
+  shadow.last_replay = now;
+  const auto stamp = [&](ShadowLists::Node node) {
+    if (node >= shadow.stamps.size()) shadow.stamps.resize(node + 1);
+    shadow.stamps[node] = now;
+  };
+  if (const ShadowLists::Node node = shadow.keys.Find(key); node != ShadowLists::kNone) {
+    // A second use in the same millisecond is the same use (a refused put after its insert).
+    if (shadow.stamps[node] == now) return;
+    shadow.score += 1;
+    shadow.keys.MoveToHead(node, 0);
+    stamp(node);
+    return;
+  }
+  const size_t capacity = std::max<size_t>(1, Capacity() / kSampleOneIn);
+  if (shadow.keys.Size(0) >= capacity) {
+    const ShadowLists::Node tail = shadow.keys.Tail(0);
+    if (shadow.sticky && now - std::min(now, shadow.stamps[tail]) < gap_estimate_) return;
+    shadow.keys.Remove(tail);
+  }
+  stamp(shadow.keys.Add(key, 0));
+}
+
+void StickyLruPolicy::Insert(const BlockKey& key) {
+  const uint64_t now = now_ms_();
+  const bool put_back = last_victim_ && *last_victim_ == key;
+  last_victim_.reset();
+  Lists::Node node = lists_.Find(key);
+  if (node != Lists::kNone && lists_.SegmentOf(node) == kResident) {  // broken contract: a touch
+    lists_.MoveToHead(node, kResident);
+    Stamp(node, now);
+    return;
+  }
+  // A victim the store could not evict comes back as it was, not as a reuse.
+  if (!put_back) Observe(key, now);
+  if (node == Lists::kNone) {
+    node = lists_.Add(key, kResident);
+  } else {
+    lists_.MoveToHead(node, kResident);
+  }
+  Stamp(node, now);
+  peak_size_ = std::max(peak_size_, lists_.Size(kResident));
+}
+
+void StickyLruPolicy::Touch(const BlockKey& key) {
+  const Lists::Node node = lists_.Find(key);
+  if (node == Lists::kNone || lists_.SegmentOf(node) != kResident) return;
+  const uint64_t now = now_ms_();
+  Observe(key, now);
+  lists_.MoveToHead(node, kResident);
+  Stamp(node, now);
+}
+
+void StickyLruPolicy::Erase(const BlockKey& key) {
+  if (const Lists::Node node = lists_.Find(key); node != Lists::kNone) lists_.Remove(node);
+}
+
+std::optional<BlockKey> StickyLruPolicy::PopVictim() {
+  const Lists::Node tail = lists_.Tail(kResident);
+  if (tail == Lists::kNone) return std::nullopt;
+  const BlockKey victim = lists_.KeyOf(tail);
+  const uint64_t stamp = stamps_[tail];
+  lists_.Remove(tail);
+  RememberInGhost(victim, stamp);
+  last_victim_ = victim;
+  return victim;
+}
+
+bool StickyLruPolicy::AdmitsNew() {
+  if (!protecting()) return true;
+  const Lists::Node tail = lists_.Tail(kResident);
+  if (tail == Lists::kNone) return true;
+  const uint64_t now = now_ms_();
+  return now - std::min(now, stamps_[tail]) >= gap_estimate_;
+}
+
+void StickyLruPolicy::NotAdmitted(const BlockKey& key) {
+  if (Contains(key)) return;
+  const uint64_t now = now_ms_();
+  Observe(key, now);
+  RememberInGhost(key, now);
+}
+
+}  // namespace kvtier::index

@@ -1,0 +1,106 @@
+// StickyLruPolicy: LRU that keeps what it holds while the tier thrashes.
+//
+// LRU gives every new block a full trip through the cache. When the blocks it evicts are still
+// young (younger than the time in which most reused blocks come back), the cache is too small for
+// the working set it sees: each new prefix pushes out one that was about to be read again, and a
+// loop of prefixes a little larger than the cache (coding agents re-reading their whole context
+// every turn) misses every time. Then it is better to keep the residents and not store the newest
+// request's uncached tail. This policy evicts in LRU order and adds one answer, AdmitsNew(): false
+// while both of these hold:
+//
+//  - the LRU victim is younger than G, the 75th percentile of the reuse gaps the policy observes
+//    (the time between two uses of a block, measured on a 1-in-16 sample of keys, resident ones and
+//    a ghost list of sampled keys that were evicted or not admitted, so that reuses LRU never saw
+//    count too; without the ghost only short gaps would be seen and G would stay below every
+//    victim's age);
+//  - keeping pays: two shadow caches, a plain LRU and a sticky one, each of 1/16 of the capacity,
+//    replay the sampled keys, and the sticky one has had more hits recently (decayed counts). This
+//    set duelling is what keeps the policy at LRU's hit ratio where LRU is right (a cache large
+//    enough that young victims are rarely reused).
+//
+// The caller then does not store the new block (a put answers REJECTED: the client stops
+// putting that request, which leaves its stored head) and calls NotAdmitted, which remembers the
+// key in the ghost list. `kvtier simulate` does the same after each request, deepest block first
+// (daemon/cli/simulator.h). Figures and the reasoning: docs/simulate.md.
+//
+// Parameters (the 75th percentile, the 1-in-16 sample, a ghost of capacity/16 keys, 4,096 gaps,
+// the duel's decay) were chosen once for both traces in docs/simulate.md and are not per trace;
+// that page shows how the hit ratios move when each is changed.
+//
+// Time comes from `now_ms` (steady clock milliseconds in the daemon, the trace's timestamps in the
+// simulator). Memory per resident block: LRU's node and slot plus an 8-byte time stamp; the ghost
+// and the shadows add about 1/16 x 3 nodes per block of capacity. Thread safety: none (see
+// EvictionPolicy).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <vector>
+
+#include "daemon/index/eviction_policy.h"
+#include "daemon/index/segmented_lists.h"
+
+namespace kvtier::index {
+
+class StickyLruPolicy final : public EvictionPolicy {
+ public:
+  using Clock = std::function<uint64_t()>;  // milliseconds, never decreasing
+
+  // `capacity_hint_blocks` sizes the ghost and the shadows; when 0 (or smaller than what the
+  // policy has held) the largest size seen stands in for it.
+  explicit StickyLruPolicy(size_t capacity_hint_blocks, Clock now_ms = SteadyMillis);
+
+  std::string_view name() const override { return "sticky"; }
+  void Insert(const BlockKey& key) override;
+  void Touch(const BlockKey& key) override;
+  void Erase(const BlockKey& key) override;
+  std::optional<BlockKey> PopVictim() override;
+  bool Contains(const BlockKey& key) const override;
+  size_t size() const override { return lists_.Size(kResident); }
+  bool AdmitsNew() override;
+  void NotAdmitted(const BlockKey& key) override;
+
+  // For tests and `kvtier simulate`.
+  bool protecting() const { return sticky_shadow_.score > lru_shadow_.score; }
+  std::optional<uint64_t> reuse_gap_ms() const;  // G; nullopt until enough gaps were seen
+  size_t ghost_size() const { return lists_.Size(kGhost); }
+
+  static uint64_t SteadyMillis();
+
+ private:
+  enum Segment : uint8_t { kResident = 0, kGhost = 1 };
+  using Lists = SegmentedLists<2>;
+
+  // An LRU over the sampled keys at 1/16 of the capacity, scoring its hits.
+  struct Shadow {
+    SegmentedLists<1> keys;
+    std::vector<uint64_t> stamps;  // by node
+    double score = 0;
+    uint64_t last_replay = 0;
+    bool sticky = false;
+  };
+
+  static bool Sampled(const BlockKey& key);
+  size_t Capacity() const;
+  void Stamp(Lists::Node node, uint64_t now);
+  void RecordGap(uint64_t gap_ms);
+  void RememberInGhost(const BlockKey& key, uint64_t stamp);
+  // A sampled key was used (`ghost_or_resident_stamp` when it had been seen before).
+  void Observe(const BlockKey& key, uint64_t now);
+  void Replay(Shadow& shadow, const BlockKey& key, uint64_t now);
+
+  Clock now_ms_;
+  size_t capacity_hint_;
+  size_t peak_size_ = 0;
+  Lists lists_;                   // residents (LRU order) and ghost keys (FIFO)
+  std::vector<uint64_t> stamps_;  // by node: last use (resident), when it left (ghost)
+  std::vector<uint32_t> gaps_;    // ring of observed reuse gaps, ms
+  size_t next_gap_ = 0;
+  size_t gaps_since_estimate_ = 0;
+  uint64_t gap_estimate_ = UINT64_MAX;
+  Shadow lru_shadow_, sticky_shadow_;
+  std::optional<BlockKey> last_victim_;  // to tell a put-back Insert from a new one
+};
+
+}  // namespace kvtier::index
