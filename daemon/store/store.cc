@@ -43,8 +43,13 @@ Result<std::unique_ptr<Store>> Store::Create(const StoreOptions& options,
   if (options.max_evictions_per_allocation < 1) {
     return InvalidArgument("max_evictions_per_allocation must be at least 1");
   }
+  index::BlockIndex::Options index_options = options.index;
+  // Policies that learn from time (sticky) read the store's clock, a fake one in tests.
+  if (!index_options.policy_clock) {
+    index_options.policy_clock = [&clock] { return clock.NowMicros() / 1000; };
+  }
   KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<index::BlockIndex> index,
-                          index::BlockIndex::Create(options.index));
+                          index::BlockIndex::Create(index_options));
   KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<placement::AdmissionPolicy> admission,
                           placement::MakeAdmissionPolicy(options.nvme_admission));
   KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<placement::GpuPromotionPolicy> gpu_promotion,

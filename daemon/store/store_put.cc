@@ -30,10 +30,22 @@ Result<Reservation> Store::BeginPut(const NamespaceId& ns, const BlockKey& key, 
   if (reservations_.Full()) {
     return Busy("too many puts in flight (" + std::to_string(reservations_.max()) + ")");
   }
-  Result<Extent> extent = DiskMovesInBackground(put_level_)
-                              ? AllocateOrAskForRoom(bytes, entry->quota_group)
-                              : AllocateWithEviction(put_level_, bytes, EvictionMode::kDemote,
-                                                     entry->quota_group);
+  const TierId put_tier = tiers_[put_level_]->id();
+  Result<Extent> extent = tiers_[put_level_]->Allocate(bytes);
+  if (!extent.ok() && extent.status().code() == StatusCode::kBusy) {
+    // Full: the policy may judge that the blocks it would push out are worth more than this one
+    // (sticky, while the tier thrashes). The client then stops putting this request's tail.
+    if (!index_->AdmitsNew(put_tier, entry->quota_group)) {
+      index_->NotAdmitted(put_tier, entry->quota_group, key);
+      return Rejected(std::string(TierName(put_tier)) +
+                      " tier is full and its eviction policy keeps its blocks: they are more "
+                      "likely to be read again soon than this one (store.eviction_policy)");
+    }
+    extent =
+        DiskMovesInBackground(put_level_)
+            ? AllocateOrAskForRoom(bytes, entry->quota_group)
+            : AllocateWithEviction(put_level_, bytes, EvictionMode::kDemote, entry->quota_group);
+  }
   if (!extent.ok()) {
     if (extent.status().code() == StatusCode::kBusy) counters_.busy_puts.fetch_add(1);
     return extent.status();

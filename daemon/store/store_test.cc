@@ -332,6 +332,47 @@ TEST_F(StoreTest, RejectsBadTierLists) {
 namespace kvtier::store {
 namespace {
 
+// store.eviction_policy "sticky": a loop of blocks twice the host tier, each read every 65 s. LRU
+// evicts every block before its next read and never hits; sticky learns that its victims are
+// younger than the blocks' reuse gap, refuses new puts with REJECTED, and keeps half of the loop,
+// whose reads then hit with the bytes that were put.
+TEST_F(StoreTest, StickyPolicyRefusesPutsWhileALoopLargerThanTheTierThrashesIt) {
+  constexpr uint64_t kCapacity = 512;
+  for (const std::string policy : {"lru", "sticky"}) {
+    SCOPED_TRACE(policy);
+    StoreOptions options;
+    options.index.policy = policy;
+    Build({kCapacity}, true, options);
+    uint64_t late_hits = 0, rejected = 0;
+    for (uint64_t round = 0; round < 20; ++round) {
+      for (uint64_t n = 0; n < 2 * kCapacity; ++n) {
+        clock_.AdvanceMicros(64'000);
+        const std::vector<BlockKey> keys{Key(n)};
+        if (store_->Lookup(kNs, keys).ready_prefix == 1) {
+          std::vector<std::byte> out;
+          ASSERT_TRUE(store_->Get(kNs, Key(n), out).ok());
+          ASSERT_EQ(out, Payload(n));
+          late_hits += round >= 10;
+          continue;
+        }
+        const Status put = PutBlock(n);
+        if (put.code() == StatusCode::kRejected) {
+          ++rejected;
+          continue;
+        }
+        ASSERT_TRUE(put.ok()) << put.ToString();
+      }
+    }
+    if (policy == "lru") {
+      EXPECT_EQ(late_hits, 0u);
+      EXPECT_EQ(rejected, 0u);
+    } else {
+      EXPECT_GT(rejected, 0u);
+      EXPECT_GT(late_hits, 10 * kCapacity * 8 / 10);
+    }
+  }
+}
+
 // Regression: a host arena full of slabs of one block size refused every block of another size
 // with BUSY, because evicting least-recently-used blocks one at a time frees slots scattered over
 // many slabs and never a whole slab (slab calcification). The store now empties the slab around
