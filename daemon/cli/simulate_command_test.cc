@@ -35,7 +35,8 @@ TEST(SimulateCommandTest, JsonHasTheDocumentedFields) {
   EXPECT_EQ(j["evictions"], 2);
   EXPECT_DOUBLE_EQ(j["block_hit_ratio"].get<double>(), 4.0 / 9.0);
   EXPECT_DOUBLE_EQ(j["token_hit_ratio"].get<double>(), 2048.0 / 4136.0);
-  EXPECT_EQ(j["policy"], "lru");
+  EXPECT_EQ(j["policy"], "sticky");  // the default
+  EXPECT_EQ(j["not_admitted_blocks"], 0);
 }
 
 TEST(SimulateCommandTest, JsonLeadsWithTheChosenMetricAndReportsTheRate) {

@@ -67,8 +67,8 @@ std::vector<std::string> SimulationPolicyNames();
 inline constexpr std::string_view kBeladyPolicy = "belady";
 
 struct SimulationOptions {
-  size_t capacity_blocks = 0;  // must be at least 1
-  std::string policy = "lru";  // see SimulationPolicyNames()
+  size_t capacity_blocks = 0;                         // must be at least 1
+  std::string policy{index::kDefaultEvictionPolicy};  // see SimulationPolicyNames()
   // Tokens per trace block: converts block hits into token hits (the Mooncake traces use 512).
   uint64_t block_tokens = 512;
   PrefillCostModel cost;

@@ -549,8 +549,8 @@ Result<ParseOutcome> ParseCommandLine(int argc, const char* const* argv) {
                  "server; rediss:// for TLS, see remote.tls_*; the password goes in "
                  "remote.password or $KVTIER_REMOTE_PASSWORD)");
   app.add_option("--policy", policy,
-                 "Eviction policy of every tier without its own store.*_eviction_policy: lru, "
-                 "arc, s3fifo, tinylfu or sticky");
+                 "Eviction policy of every tier without its own store.*_eviction_policy: sticky "
+                 "(default), lru, arc, s3fifo or tinylfu");
   app.add_option("--io-threads", io_threads,
                  "Network threads (0: half the cores, at least 1, at most 8)");
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error or off");

@@ -18,6 +18,7 @@
 
 #include "common/status.h"
 #include "common/types.h"
+#include "daemon/index/eviction_policy.h"
 
 namespace kvtier::config {
 
@@ -92,7 +93,7 @@ struct DaemonConfig {
   uint64_t shutdown_flush_seconds = 0;
 
   // store
-  std::string eviction_policy = "lru";
+  std::string eviction_policy{index::kDefaultEvictionPolicy};
   // Per tier, a policy other than eviction_policy; empty: eviction_policy. The NVMe tier, large
   // and fed by the host tier's victims, may want another order than the memory tiers.
   std::string gpu_eviction_policy;

@@ -92,8 +92,8 @@ class BlockIndex {
  public:
   struct Options {
     size_t shard_count = 64;
-    std::string policy = "lru";       // see EvictionPolicyNames()
-    size_t capacity_hint_blocks = 0;  // passed to the policy (ghost history size)
+    std::string policy{kDefaultEvictionPolicy};  // see EvictionPolicyNames()
+    size_t capacity_hint_blocks = 0;             // passed to the policy (ghost history size)
     // Per tier (indexed by TierId), a policy other than `policy`; empty: `policy`.
     std::array<std::string, kTierCount> tier_policies{};
     PolicyClock policy_clock;  // the time of policies that learn from it; empty: steady clock

@@ -9,7 +9,7 @@
 namespace kvtier::index {
 
 std::vector<std::string> EvictionPolicyNames() {
-  return {"lru", "arc", "s3fifo", "tinylfu", "sticky"};
+  return {std::string(kDefaultEvictionPolicy), "lru", "arc", "s3fifo", "tinylfu"};
 }
 
 Result<std::unique_ptr<EvictionPolicy>> MakeEvictionPolicy(std::string_view name,

@@ -151,7 +151,10 @@ INSTANTIATE_TEST_SUITE_P(AllPolicies, EvictionPolicyContractTest,
                          ::testing::ValuesIn(EvictionPolicyNames()),
                          [](const auto& info) { return info.param; });
 
-TEST(MakeEvictionPolicyTest, DefaultIsLru) { EXPECT_EQ(EvictionPolicyNames().front(), "lru"); }
+TEST(MakeEvictionPolicyTest, DefaultIsSticky) {
+  EXPECT_EQ(EvictionPolicyNames().front(), "sticky");
+  EXPECT_EQ(EvictionPolicyNames().front(), kDefaultEvictionPolicy);
+}
 
 TEST(MakeEvictionPolicyTest, UnknownNameListsTheKnownOnes) {
   auto policy = MakeEvictionPolicy("mru", 10);

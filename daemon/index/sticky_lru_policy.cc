@@ -12,6 +12,7 @@ constexpr size_t kGapWindow = 4096;      // the last gaps G is estimated from
 constexpr size_t kGapsPerEstimate = 64;  // re-estimate G after this many new gaps
 constexpr double kGapQuantile = 0.75;    // G: most reuses come back before this
 constexpr double kScoreWindowGaps = 16;  // how long the duel remembers, in reuse gaps
+constexpr double kDuelMarginSigmas = 2;  // by how much the sticky shadow must win
 
 }  // namespace
 
@@ -41,6 +42,12 @@ void StickyLruPolicy::Stamp(Lists::Node node, uint64_t now) {
 bool StickyLruPolicy::Contains(const BlockKey& key) const {
   const Lists::Node node = lists_.Find(key);
   return node != Lists::kNone && lists_.SegmentOf(node) == kResident;
+}
+
+bool StickyLruPolicy::protecting() const {
+  // Won by more than chance: hits are counts, so two standard deviations of their sum's noise.
+  const double margin = kDuelMarginSigmas * std::sqrt(sticky_shadow_.score + lru_shadow_.score);
+  return sticky_shadow_.score > lru_shadow_.score + margin;
 }
 
 std::optional<uint64_t> StickyLruPolicy::reuse_gap_ms() const {
@@ -108,7 +115,7 @@ void StickyLruPolicy::Replay(Shadow& shadow, const BlockKey& key, uint64_t now) 
   const size_t capacity = std::max<size_t>(1, Capacity() / kSampleOneIn);
   if (shadow.keys.Size(0) >= capacity) {
     const ShadowLists::Node tail = shadow.keys.Tail(0);
-    if (shadow.sticky && now - std::min(now, shadow.stamps[tail]) < gap_estimate_) return;
+    if (shadow.sticky && Young(shadow.stamps[tail], now)) return;
     shadow.keys.Remove(tail);
   }
   stamp(shadow.keys.Add(key, 0));
@@ -145,7 +152,19 @@ void StickyLruPolicy::Touch(const BlockKey& key) {
 }
 
 void StickyLruPolicy::Erase(const BlockKey& key) {
-  if (const Lists::Node node = lists_.Find(key); node != Lists::kNone) lists_.Remove(node);
+  // A ghost key stays: the store erases each victim after PopVictim made it one.
+  const Lists::Node node = lists_.Find(key);
+  if (node == Lists::kNone || lists_.SegmentOf(node) != kResident) return;
+  lists_.Remove(node);
+  // A resident taken out (moved to another tier, or removed): the shadows forget it too, or its
+  // return (a block read up and later demoted again) would count as a hit in them that no cache
+  // had.
+  if (!Sampled(key)) return;
+  for (Shadow* shadow : {&lru_shadow_, &sticky_shadow_}) {
+    if (const auto shadow_node = shadow->keys.Find(key); shadow_node != SegmentedLists<1>::kNone) {
+      shadow->keys.Remove(shadow_node);
+    }
+  }
 }
 
 std::optional<BlockKey> StickyLruPolicy::PopVictim() {
@@ -163,8 +182,12 @@ bool StickyLruPolicy::AdmitsNew() {
   if (!protecting()) return true;
   const Lists::Node tail = lists_.Tail(kResident);
   if (tail == Lists::kNone) return true;
-  const uint64_t now = now_ms_();
-  return now - std::min(now, stamps_[tail]) >= gap_estimate_;
+  return !Young(stamps_[tail], now_ms_());
+}
+
+bool StickyLruPolicy::Young(uint64_t last_use, uint64_t now) const {
+  // Until enough gaps were measured nothing counts as young: the policy is LRU then.
+  return gap_estimate_ != UINT64_MAX && now - std::min(now, last_use) < gap_estimate_;
 }
 
 void StickyLruPolicy::NotAdmitted(const BlockKey& key) {

@@ -11,25 +11,22 @@
 //  - the LRU victim is younger than G, the 75th percentile of the reuse gaps the policy observes
 //    (the time between two uses of a block, measured on a 1-in-16 sample of keys, resident ones and
 //    a ghost list of sampled keys that were evicted or not admitted, so that reuses LRU never saw
-//    count too; without the ghost only short gaps would be seen and G would stay below every
-//    victim's age);
+//    count too; without the ghost only short gaps would be seen). Until 64 gaps were measured
+//    nothing is young: the policy is LRU;
 //  - keeping pays: two shadow caches, a plain LRU and a sticky one, each of 1/16 of the capacity,
-//    replay the sampled keys, and the sticky one has had more hits recently (decayed counts). This
-//    set duelling is what keeps the policy at LRU's hit ratio where LRU is right (a cache large
-//    enough that young victims are rarely reused).
+//    replay the sampled keys, and the sticky one has had more hits recently (counts fading by e^-1
+//    every 16 G) by more than two standard deviations of their noise. This set duelling, and its
+//    margin, keep the policy at LRU's hit ratio where LRU is right.
 //
-// The caller then does not store the new block (a put answers REJECTED: the client stops
-// putting that request, which leaves its stored head) and calls NotAdmitted, which remembers the
-// key in the ghost list. `kvtier simulate` does the same after each request, deepest block first
-// (daemon/cli/simulator.h). Figures and the reasoning: docs/simulate.md.
+// The caller then does not store the new block and calls NotAdmitted, which remembers the key in
+// the ghost list: the store answers the put REJECTED (the client stops putting that request, which
+// leaves its stored head), or drops a victim a full NVMe tier would not take (store_eviction.cc).
+// `kvtier simulate` takes the request's deepest new blocks back out (daemon/cli/simulator.h).
+// Figures, and how the parameters were chosen (once, for both traces): docs/simulate.md.
 //
-// Parameters (the 75th percentile, the 1-in-16 sample, a ghost of capacity/16 keys, 4,096 gaps,
-// the duel's decay) were chosen once for both traces in docs/simulate.md and are not per trace;
-// that page shows how the hit ratios move when each is changed.
-//
-// Time comes from `now_ms` (steady clock milliseconds in the daemon, the trace's timestamps in the
+// Time comes from `now_ms` (the store's clock in the daemon, the trace's timestamps in the
 // simulator). Memory per resident block: LRU's node and slot plus an 8-byte time stamp; the ghost
-// and the shadows add about 1/16 x 3 nodes per block of capacity. Thread safety: none (see
+// and the shadows add about 3/16 of a node per block of capacity. Thread safety: none (see
 // EvictionPolicy).
 #pragma once
 
@@ -62,7 +59,7 @@ class StickyLruPolicy final : public EvictionPolicy {
   void NotAdmitted(const BlockKey& key) override;
 
   // For tests and `kvtier simulate`.
-  bool protecting() const { return sticky_shadow_.score > lru_shadow_.score; }
+  bool protecting() const;
   std::optional<uint64_t> reuse_gap_ms() const;  // G; nullopt until enough gaps were seen
   size_t ghost_size() const { return lists_.Size(kGhost); }
 
@@ -83,6 +80,7 @@ class StickyLruPolicy final : public EvictionPolicy {
 
   static bool Sampled(const BlockKey& key);
   size_t Capacity() const;
+  bool Young(uint64_t last_use, uint64_t now) const;
   void Stamp(Lists::Node node, uint64_t now);
   void RecordGap(uint64_t gap_ms);
   void RememberInGhost(const BlockKey& key, uint64_t stamp);

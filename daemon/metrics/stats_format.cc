@@ -127,6 +127,10 @@ const TotalField kTotalFields[] = {
      &store::StoreStats::aborted_puts},
     {"busy_puts", "kvtier_busy_puts_total", "counter", "Puts refused for lack of room.",
      &store::StoreStats::busy_puts},
+    {"not_admitted_blocks", "kvtier_not_admitted_blocks_total", "counter",
+     "Blocks a full last tier's eviction policy did not take while it thrashed (sticky): puts "
+     "answered REJECTED, demotions dropped.",
+     &store::StoreStats::not_admitted_blocks},
     {"removed_blocks", "kvtier_removed_blocks_total", "counter",
      "Blocks removed (DEL, namespace drops, corrupt blocks).", &store::StoreStats::removed_blocks},
     {"evicted_blocks", "kvtier_evicted_blocks_total", "counter",

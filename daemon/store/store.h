@@ -411,7 +411,8 @@ class Store {
     bool may_demote = false;
   };
   // Asks the admission policy once: an eviction plans once and settles with that plan.
-  EvictionPlan PlanEviction(size_t level, const index::BlockMeta& meta, EvictionMode mode) const;
+  EvictionPlan PlanEviction(size_t level, const BlockKey& key, const index::BlockMeta& meta,
+                            EvictionMode mode);
   // Whether a victim of tiers_[level] already has its bytes in the tier below (a write-through
   // copy on NVMe), so that moving it down is an index change with no copy.
   bool HasCopyBelow(size_t level, const index::BlockMeta& meta) const;
@@ -468,8 +469,12 @@ class Store {
   // its extent while its bytes are copied. false: it changed since it was picked or is leased.
   bool PinForMove(const BlockKey& key, const index::BlockMeta& meta);
   void UnpinAfterMove(const BlockKey& key);
-  // Whether a victim of tiers_[level] may be written to tiers_[level + 1] (NVMe admission).
-  bool AdmitBelow(size_t level, const index::BlockMeta& meta) const;
+  // Whether a victim of tiers_[level] may be written to tiers_[level + 1] (NVMe admission, and a
+  // full last tier's eviction policy: EvictionPolicy::AdmitsNew).
+  bool AdmitBelow(size_t level, const BlockKey& key, const index::BlockMeta& meta);
+  // Whether making room in tiers_[level] drops blocks (the last tier, with no remote tier to
+  // publish them to) rather than moving them down.
+  bool EvictionDrops(size_t level) const;
   enum class PromoteOutcome { kMoved, kNotMoved, kCorrupt };
   // Moves a ready block from tiers_[level] up to tiers_[to_level]. kNotMoved: it changed, is
   // leased, there is no room, or the copy failed (counted); it stays where it is. kCorrupt: its

@@ -62,11 +62,11 @@ bool Store::EvictReclaimUnit(size_t level, EvictionMode mode, uint8_t requester)
   return any;
 }
 
-Store::EvictionPlan Store::PlanEviction(size_t level, const BlockMeta& meta,
-                                        EvictionMode mode) const {
+Store::EvictionPlan Store::PlanEviction(size_t level, const BlockKey& key, const BlockMeta& meta,
+                                        EvictionMode mode) {
   EvictionPlan plan;
   plan.below = level + 1 < tiers_.size();
-  plan.admitted = plan.below && AdmitBelow(level, meta);
+  plan.admitted = plan.below && AdmitBelow(level, key, meta);
   // kDropOnly waits for no copy: only a move into a write-through copy, an index change, is made.
   plan.may_demote = plan.admitted && (mode == EvictionMode::kDemote || HasCopyBelow(level, meta));
   return plan;
@@ -74,7 +74,7 @@ Store::EvictionPlan Store::PlanEviction(size_t level, const BlockMeta& meta,
 
 bool Store::DemoteOrDrop(size_t level, const BlockKey& key, const BlockMeta& meta,
                          EvictionMode mode) {
-  const EvictionPlan plan = PlanEviction(level, meta, mode);
+  const EvictionPlan plan = PlanEviction(level, key, meta, mode);
   std::optional<DemoteOutcome> outcome;
   if (plan.may_demote) outcome = Demote(level, key, meta);
   return SettleEviction(key, meta, plan, outcome);
@@ -162,9 +162,28 @@ void Store::FreeExtent(const BlockMeta& meta) {
   }
 }
 
-bool Store::AdmitBelow(size_t level, const BlockMeta& meta) const {
+bool Store::AdmitBelow(size_t level, const BlockKey& key, const BlockMeta& meta) {
   // Admission guards the SSD's write budget; moves between memory tiers are free to happen.
-  return tiers_[level + 1]->id() != TierId::kNvme || admission_->Admit(meta);
+  if (tiers_[level + 1]->id() != TierId::kNvme) return true;
+  if (!admission_->Admit(meta)) return false;
+  // A full last tier whose policy keeps its blocks (sticky, while it thrashes) does not take the
+  // victim: writing it would only push out a block more likely to be read again.
+  // A write-through block's copy is already there, and durable: never dropped for this.
+  tiers::Tier& below = *tiers_[level + 1];
+  if (!EvictionDrops(level + 1) || HasCopyBelow(level, meta)) return true;
+  const tiers::TierStats stats = below.Stats();
+  if (stats.capacity_bytes - std::min(stats.capacity_bytes, stats.reserved_bytes) >=
+      meta.extent.length) {
+    return true;
+  }
+  if (index_->AdmitsNew(below.id(), meta.quota_group)) return true;
+  index_->NotAdmitted(below.id(), meta.quota_group, key);
+  counters_.not_admitted_blocks.fetch_add(1);
+  return false;
+}
+
+bool Store::EvictionDrops(size_t level) const {
+  return level + 1 == tiers_.size() && !PublishesDrops(level);
 }
 
 Store::DemoteOutcome Store::DemoteIntoShadow(size_t level, const BlockKey& key,
@@ -228,7 +247,7 @@ void Store::DemoteVictims(size_t level, std::span<const std::pair<BlockKey, Bloc
   // first, the whole round as one batch.
   if (PublishesDrops(level)) PublishToRemote(level, victims);
   for (const auto& [key, meta] : victims) {
-    const EvictionPlan plan = PlanEviction(level, meta, EvictionMode::kDemote);
+    const EvictionPlan plan = PlanEviction(level, key, meta, EvictionMode::kDemote);
     if (!plan.may_demote || HasCopyBelow(level, meta)) {  // a drop, or an index change
       std::optional<DemoteOutcome> outcome;
       if (plan.may_demote) outcome = DemoteIntoShadow(level, key, meta);

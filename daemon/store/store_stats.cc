@@ -84,6 +84,7 @@ StoreStats Store::Stats() const {
   s.committed_puts = counters_.committed_puts.load();
   s.aborted_puts = counters_.aborted_puts.load();
   s.busy_puts = counters_.busy_puts.load();
+  s.not_admitted_blocks = counters_.not_admitted_blocks.load();
   s.removed_blocks = counters_.removed_blocks.load();
   s.evicted_blocks = counters_.evicted_blocks.load();
   s.adopted_blocks = counters_.adopted_blocks.load();

@@ -54,6 +54,7 @@ struct StoreCounters {
   Counter committed_puts{0};
   Counter aborted_puts{0};
   Counter busy_puts{0};               // BeginPut answered kBusy for lack of room
+  Counter not_admitted_blocks{0};     // refused by a full last tier's policy (AdmitsNew)
   Counter removed_blocks{0};          // Remove and DropNamespace
   Counter evicted_blocks{0};          // dropped from the last tier
   Counter adopted_blocks{0};          // found on a durable tier at start-up (AdoptBlock)
@@ -123,6 +124,7 @@ struct StoreStats {
   uint64_t committed_puts = 0;
   uint64_t aborted_puts = 0;
   uint64_t busy_puts = 0;
+  uint64_t not_admitted_blocks = 0;
   uint64_t removed_blocks = 0;
   uint64_t evicted_blocks = 0;
   uint64_t adopted_blocks = 0;

@@ -123,7 +123,9 @@ void Worker(Store& store, FakeClock& clock, Tally& tally, uint64_t ops, uint32_t
       if (!r.ok()) {
         StatusCode c = r.status().code();
         if (c == StatusCode::kBusy) tally.busy.fetch_add(1);
-        if (c != StatusCode::kAlreadyExists && c != StatusCode::kBusy && !Pending(tally, c)) {
+        // kRejected: a full tier's policy kept its blocks (sticky, while the tier thrashes).
+        if (c != StatusCode::kAlreadyExists && c != StatusCode::kBusy &&
+            c != StatusCode::kRejected && !Pending(tally, c)) {
           Violation(tally, "BeginPut: " + r.status().ToString());
         }
         continue;
