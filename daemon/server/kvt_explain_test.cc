@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "daemon/index/eviction_policy.h"
 #include "daemon/server/test_client.h"
 #include "hashing/block_hasher.h"
 #include "hashing/namespace_descriptor.h"
@@ -129,7 +130,7 @@ TEST_F(KvtExplainTest, PresentBlocksNameTheirTierAndUnknownOnesWereNeverStored) 
     EXPECT_TRUE(Get(blocks[i], "elsewhere").is_null());
   }
   EXPECT_EQ(Get(reply_, "registered").integer, 1);
-  EXPECT_EQ(Get(reply_, "policy").str, "lru");
+  EXPECT_EQ(Get(reply_, "policy").str, index::kDefaultEvictionPolicy);
   EXPECT_EQ(Get(reply_, "log_entries").integer, 65536);
   EXPECT_EQ(Get(reply_, "log_recorded").integer, 0);
 }
@@ -148,7 +149,7 @@ TEST_F(KvtExplainTest, AnEvictedBlockNamesItsTierPolicyCauseAndPressure) {
   EXPECT_EQ(Get(b, "reason").str, "evicted");
   EXPECT_EQ(Get(b, "tier").str, "nvme");
   EXPECT_EQ(Get(b, "age_us").integer, 2'000'000);
-  EXPECT_EQ(Get(b, "policy").str, "lru");
+  EXPECT_EQ(Get(b, "policy").str, index::kDefaultEvictionPolicy);
   EXPECT_EQ(Get(b, "cause").str, "last_tier");
   EXPECT_EQ(Get(b, "tier_used_bytes").integer, static_cast<int64_t>(kNvmeBlocks * kBlockBytes));
   EXPECT_EQ(Get(b, "tier_capacity_bytes").integer, static_cast<int64_t>(kNvmeBlocks * kBlockBytes));

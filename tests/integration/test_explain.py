@@ -83,7 +83,7 @@ def test_evicted_blocks_and_a_namespace_with_another_layout(small, c):
     assert [b["state"] for b in blocks] == [b"missing"] * 4
     for b in blocks:
         assert b["reason"] == b"evicted", b
-        assert b["tier"] == b"host" and b["policy"] == b"lru" and b["cause"] == b"last_tier", b
+        assert b["tier"] == b"host" and b["policy"] == b"sticky" and b["cause"] == b"last_tier", b
         assert 0 < b["tier_used_bytes"] <= b["tier_capacity_bytes"] == 32 * MIB, b
 
     out = run_cli(small, *cli_flags(), *map(str, prompt), "--json")
@@ -96,7 +96,7 @@ def test_evicted_blocks_and_a_namespace_with_another_layout(small, c):
 
     table = run_cli(small, *cli_flags(), *map(str, prompt))
     assert table.returncode == 0, table.stderr
-    assert "evicted" in table.stdout and "by lru, last tier" in table.stdout, table.stdout
+    assert "evicted" in table.stdout and "by sticky, last tier" in table.stdout, table.stdout
     assert "held where layout=hnd" in table.stdout, table.stdout
     assert "tenant-b" not in table.stdout
 
