@@ -7,9 +7,6 @@
 #                                         the default policy's block hit ratio over LRU's
 #   policy_share_of_belady_5k_{conversation,agentic}
 #                                         the default policy's block hit ratio over Belady's
-#   sticky_gain_over_lru_5k_{conversation,agentic}, sticky_share_of_belady_5k_{...}
-#                                         the same for `sticky`, which is not the default
-#                                         (docs/simulate.md says why)
 # The default policy is what `kvtier simulate` runs without --policy. Expects build/bin/kvtier
 # (bench/run.sh builds it). A trace that is absent is skipped with a note on stderr.
 set -euo pipefail
@@ -46,10 +43,7 @@ for pair in conversation:mooncake_conversation_trace.jsonl:512 agentic:agentic_c
   default=$(field "$trace" "$block_tokens" block_hit_ratio)
   lru=$(field "$trace" "$block_tokens" block_hit_ratio --policy lru)
   belady=$(field "$trace" "$block_tokens" block_hit_ratio --policy belady)
-  sticky=$(field "$trace" "$block_tokens" block_hit_ratio --policy sticky)
-  awk -v n="$name" -v d="$default" -v l="$lru" -v b="$belady" -v s="$sticky" 'BEGIN {
+  awk -v n="$name" -v d="$default" -v l="$lru" -v b="$belady" 'BEGIN {
     printf "policy_gain_over_lru_5k_%s %.3f ratio\n", n, d / l
-    printf "policy_share_of_belady_5k_%s %.3f ratio\n", n, d / b
-    printf "sticky_gain_over_lru_5k_%s %.3f ratio\n", n, s / l
-    printf "sticky_share_of_belady_5k_%s %.3f ratio\n", n, s / b }'
+    printf "policy_share_of_belady_5k_%s %.3f ratio\n", n, d / b }'
 done
