@@ -48,6 +48,7 @@ void PrintJson(const SimulateFlags& flags, const Run& run, Metric metric, std::o
   j["policy"] = o.policy;
   j["capacity_blocks"] = o.capacity_blocks;
   j["block_tokens"] = o.block_tokens;
+  j["put_order"] = o.key_order_puts ? "key" : "last-first";
   j["metric"] = flags.metric;
   j["metric_ratio"] = r.ratio(metric);
   j["requests"] = r.requests;
@@ -166,6 +167,9 @@ Command AddSimulateCommand(CLI::App& app) {
       ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 20))
       ->capture_default_str();
   AddMetricOptions(*sub, *flags);
+  sub->add_flag("--key-order-puts", flags->options.key_order_puts,
+                "Order a request's blocks as kvtierd sees a client that looks up, then puts in key "
+                "order (new blocks end up more recent than the hit prefix); see docs/simulate.md");
   sub->add_flag("--json", flags->json, "Print one JSON object instead of a table");
   // The options write into *flags during parsing, so the subcommand, which `app` owns, holds a
   // reference too: a caller that drops the returned Command must not leave them writing into

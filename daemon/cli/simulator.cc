@@ -116,14 +116,21 @@ void PolicySimulator::Add(const TraceRequest& request) {
   // The leading `hits` keys are known present (nothing is evicted before the request is done),
   // which spares them a second probe of the policy's table.
   inserted_.clear();
-  for (size_t i = keys_.size(); i-- > 0;) {
+  const auto touch_or_insert = [&](size_t i) {
     if (i < hits || policy_->Contains(keys_[i])) {
       policy_->Touch(keys_[i]);
     } else {
       policy_->Insert(keys_[i]);
-      inserted_.push_back(i);  // deepest first
+      inserted_.push_back(i);
       ++result_.inserted_blocks;
     }
+  };
+  if (options_.key_order_puts) {
+    for (size_t i = hits; i-- > 0;) policy_->Touch(keys_[i]);
+    for (size_t i = hits; i < keys_.size(); ++i) touch_or_insert(i);
+    std::reverse(inserted_.begin(), inserted_.end());  // deepest first
+  } else {
+    for (size_t i = keys_.size(); i-- > 0;) touch_or_insert(i);  // deepest first
   }
   // A policy that refuses new blocks while the cache thrashes gives up this request's deepest new
   // blocks instead of older residents, as a refused put does in the daemon.

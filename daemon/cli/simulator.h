@@ -72,6 +72,12 @@ struct SimulationOptions {
   // Tokens per trace block: converts block hits into token hits (the Mooncake traces use 512).
   uint64_t block_tokens = 512;
   PrefillCostModel cost;
+  // false: step 2 below, every block last-first (the head of a prefix ends up the most recent).
+  // true: as kvtierd sees a client that looks a prompt up and then puts what was missing in key
+  // order: the hit prefix is touched last-first, then the other blocks are touched or inserted
+  // first to last, so a request's new blocks end up more recent than its hit prefix. Online
+  // policies only (Belady does not order by recency).
+  bool key_order_puts = false;
 };
 
 struct SimulationResult {

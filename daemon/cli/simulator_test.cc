@@ -90,6 +90,17 @@ TEST(SimulateTest, StickyKeepsPartOfALoopLargerThanTheCache) {
   EXPECT_GT(sticky.block_hit_ratio(), 0.3);
 }
 
+// [1 2] then [1 2 3]: last-first leaves 1 the most recent and 3 the least, key order leaves 3 the
+// most recent and 2 the least. [5] then evicts 3 or 2, and [1 2 3] hits 2 or 1.
+TEST(SimulateTest, KeyOrderPutsLeaveNewBlocksMoreRecentThanTheHitPrefix) {
+  const std::vector<TraceRequest> trace{Request({1, 2}), Request({1, 2, 3}), Request({5}),
+                                        Request({1, 2, 3})};
+  SimulationOptions options{3, "lru", 512};
+  EXPECT_EQ(Simulate(trace, options)->hit_blocks, 2u + 2u);
+  options.key_order_puts = true;
+  EXPECT_EQ(Simulate(trace, options)->hit_blocks, 2u + 1u);
+}
+
 TEST(SimulateTest, RepeatedIdInOneRequestIsInsertedOnce) {
   SimulationResult r = SimulateOrFail({Request({1, 1, 2})}, 10);
   EXPECT_EQ(r.inserted_blocks, 2u);
