@@ -4,6 +4,8 @@
 // forward deterministically (FakeClock) instead of sleeping. Both are safe from any thread.
 #pragma once
 
+#include <time.h>
+
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -15,6 +17,9 @@ class Clock {
   virtual ~Clock() = default;
   // Microseconds on a monotonic clock with an arbitrary origin.
   virtual uint64_t NowMicros() const = 0;
+  // Milliseconds on the same clock, read as cheaply as the platform allows (a few milliseconds
+  // coarse): for stamps taken on every block touched (eviction policies), not for deadlines.
+  virtual uint64_t NowMillisCoarse() const { return NowMicros() / 1000; }
 };
 
 class SteadyClock final : public Clock {
@@ -23,6 +28,12 @@ class SteadyClock final : public Clock {
     return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
                                      std::chrono::steady_clock::now().time_since_epoch())
                                      .count());
+  }
+  // CLOCK_MONOTONIC_COARSE: the same origin as steady_clock on Linux, without reading the TSC.
+  uint64_t NowMillisCoarse() const override {
+    timespec ts{};
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+    return static_cast<uint64_t>(ts.tv_sec) * 1000 + static_cast<uint64_t>(ts.tv_nsec) / 1'000'000;
   }
   // A process-wide instance for production code.
   static SteadyClock& Instance() {

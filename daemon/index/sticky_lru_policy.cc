@@ -1,8 +1,9 @@
 #include "daemon/index/sticky_lru_policy.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
+
+#include "common/clock.h"
 
 namespace kvtier::index {
 namespace {
@@ -16,11 +17,7 @@ constexpr double kDuelMarginSigmas = 2;  // by how much the sticky shadow must w
 
 }  // namespace
 
-uint64_t StickyLruPolicy::SteadyMillis() {
-  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
-                                   std::chrono::steady_clock::now().time_since_epoch())
-                                   .count());
-}
+uint64_t StickyLruPolicy::SteadyMillis() { return SteadyClock::Instance().NowMillisCoarse(); }
 
 StickyLruPolicy::StickyLruPolicy(size_t capacity_hint_blocks, Clock now_ms)
     : now_ms_(std::move(now_ms)), capacity_hint_(capacity_hint_blocks) {

@@ -46,7 +46,7 @@ Result<std::unique_ptr<Store>> Store::Create(const StoreOptions& options,
   index::BlockIndex::Options index_options = options.index;
   // Policies that learn from time (sticky) read the store's clock, a fake one in tests.
   if (!index_options.policy_clock) {
-    index_options.policy_clock = [&clock] { return clock.NowMicros() / 1000; };
+    index_options.policy_clock = [&clock] { return clock.NowMillisCoarse(); };
   }
   KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<index::BlockIndex> index,
                           index::BlockIndex::Create(index_options));
