@@ -42,7 +42,7 @@ namespace kvtier::index {
 
 class StickyLruPolicy final : public EvictionPolicy {
  public:
-  using Clock = std::function<uint64_t()>;  // milliseconds, never decreasing
+  using Clock = PolicyClock;
 
   // `capacity_hint_blocks` sizes the ghost and the shadows; when 0 (or smaller than what the
   // policy has held) the largest size seen stands in for it.

@@ -475,6 +475,10 @@ class Store {
   // Whether making room in tiers_[level] drops blocks (the last tier, with no remote tier to
   // publish them to) rather than moving them down.
   bool EvictionDrops(size_t level) const;
+  // For a new block that full tiers_[level] would make room for by dropping blocks: whether its
+  // eviction policy takes it (EvictionPolicy::AdmitsNew). When not, tells the policy and counts it
+  // in not_admitted_blocks. Always true where eviction moves blocks down instead.
+  bool LastTierAdmits(size_t level, const BlockKey& key, uint8_t group);
   enum class PromoteOutcome { kMoved, kNotMoved, kCorrupt };
   // Moves a ready block from tiers_[level] up to tiers_[to_level]. kNotMoved: it changed, is
   // leased, there is no room, or the copy failed (counted); it stays where it is. kCorrupt: its

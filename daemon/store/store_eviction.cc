@@ -176,8 +176,14 @@ bool Store::AdmitBelow(size_t level, const BlockKey& key, const BlockMeta& meta)
       meta.extent.length) {
     return true;
   }
-  if (index_->AdmitsNew(below.id(), meta.quota_group)) return true;
-  index_->NotAdmitted(below.id(), meta.quota_group, key);
+  return LastTierAdmits(level + 1, key, meta.quota_group);
+}
+
+bool Store::LastTierAdmits(size_t level, const BlockKey& key, uint8_t group) {
+  if (!EvictionDrops(level)) return true;
+  const TierId tier = tiers_[level]->id();
+  if (index_->AdmitsNew(tier, group)) return true;
+  index_->NotAdmitted(tier, group, key);
   counters_.not_admitted_blocks.fetch_add(1);
   return false;
 }

@@ -36,9 +36,7 @@ Result<Reservation> Store::BeginPut(const NamespaceId& ns, const BlockKey& key, 
     // Full, and room would be made by dropping blocks: the policy may judge that those are worth
     // more than this one (sticky, while the tier thrashes). The client then stops putting this
     // request's tail. Where victims move down a tier instead, the tier below decides (AdmitBelow).
-    if (EvictionDrops(put_level_) && !index_->AdmitsNew(put_tier, entry->quota_group)) {
-      index_->NotAdmitted(put_tier, entry->quota_group, key);
-      counters_.not_admitted_blocks.fetch_add(1);
+    if (!LastTierAdmits(put_level_, key, entry->quota_group)) {
       return Rejected(std::string(TierName(put_tier)) +
                       " tier is full and its eviction policy keeps its blocks: they are more "
                       "likely to be read again soon than this one (store.eviction_policy)");
