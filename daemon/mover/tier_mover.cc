@@ -80,7 +80,15 @@ bool TierMover::ServeFetches() {
   // Taken together and read as one batch: a reader's prefix usually asks for many blocks at once
   // (Store::PrefetchForRead), and waits for the slowest of them.
   const std::vector<BlockKey> keys = store_.TakeFetchRequests(options_.batch);
-  if (!keys.empty()) store_.Fetch(keys);
+  if (!keys.empty()) {
+    reading_.fetch_add(1, std::memory_order_acq_rel);
+    store_.Fetch(keys);
+    // The last reader out lets the demotions held back for it go on now, not at the next tick.
+    if (reading_.fetch_sub(1, std::memory_order_acq_rel) == 1 &&
+        held_back_.exchange(false, std::memory_order_acq_rel)) {
+      Wake();
+    }
+  }
   // Blocks no local tier holds, from the remote tier: one GET batch, also up to `batch`, and up
   // to kRemoteFetchBatchBytes: the fetches of large blocks go over several threads, each stored
   // (and its reader served) as it arrives, while the next ones are still on the network.
@@ -97,9 +105,26 @@ bool TierMover::ServeWriteThroughs() {
   return !requests.empty();
 }
 
+bool TierMover::ReadersWaiting() const {
+  return reading_.load(std::memory_order_acquire) > 0 || store_.FetchRequestsWaiting();
+}
+
 bool TierMover::KeepHostRoom() {
   tiers::Tier* host = store_.tier(TierId::kHost);
   if (host == nullptr || !store_.HostHasTierBelow()) return false;
+  // Reads first (see the header): while a reader waits, one demoting thread, one block a batch.
+  const size_t others = demoting_.fetch_add(1, std::memory_order_acq_rel);
+  struct Leave {
+    std::atomic<size_t>& count;
+    ~Leave() { count.fetch_sub(1, std::memory_order_acq_rel); }
+  } leave{demoting_};
+  const bool reading = ReadersWaiting();
+  if (reading && others > 0) {
+    held_back_.store(true, std::memory_order_release);
+    // Read again: a read that ended between the two looks found no flag to wake anyone by.
+    if (ReadersWaiting()) return false;
+  }
+  const size_t batch = reading ? 1 : options_.batch;
   bool worked = false;
   if (const uint64_t bytes = store_.TakeRoomRequest(); bytes != 0) {
     if (!store_.MakeRoom(bytes)) {
@@ -109,13 +134,18 @@ bool TierMover::KeepHostRoom() {
   }
   const tiers::TierStats s = host->Stats();
   const auto cap = static_cast<double>(s.capacity_bytes);
-  if (s.used_bytes <= static_cast<uint64_t>(cap * options_.high_watermark)) return worked;
   const auto low = static_cast<uint64_t>(cap * options_.low_watermark);
+  // Past the high watermark the tier is brought down to the low one, over as many rounds as that
+  // takes (one block a round while a reader waits).
+  if (s.used_bytes > static_cast<uint64_t>(cap * options_.high_watermark)) {
+    draining_.store(true, std::memory_order_relaxed);
+  }
+  if (s.used_bytes <= low) draining_.store(false, std::memory_order_relaxed);
+  if (!draining_.load(std::memory_order_relaxed)) return worked;
   // Each thread demotes a batch of its own: the threads together keep that many NVMe writes in
   // flight. A thread that found nothing to evict (all leased or pinned) reports no work, so the
   // loop waits for the next tick instead of spinning.
-  return store_.EvictToTarget(TierId::kHost, low, options_.batch, options_.batch_bytes) > 0 ||
-         worked;
+  return store_.EvictToTarget(TierId::kHost, low, batch, options_.batch_bytes) > 0 || worked;
 }
 
 }  // namespace kvtier::mover

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <functional>
 #include <memory>
@@ -226,6 +227,79 @@ TEST_F(TierMoverTest, TheWatermarksKeepRoomAheadOfThePuts) {
     ASSERT_TRUE(store_->Release(lease->id).ok());
   }
 }
+
+// Reads first: a read queued behind a deep queue of demotion writes waits for all of them. While
+// a reader waits, the watermark work goes on one block at a time; when the read is done, in
+// batches again.
+TEST_F(TierMoverTest, WhileAReaderWaitsTheMoverDemotesOneBlockAtATime) {
+  BuildTwoTiers(24, 64);
+  for (uint64_t n = 1; n <= 4; ++n) ASSERT_TRUE(PutBlock(n).ok());
+  // Blocks 1-4 down to NVMe, by hand: no mover runs yet.
+  ASSERT_EQ(store_->EvictToTarget(TierId::kHost, 0, 4, 4 * kBlock), 4u);
+  ASSERT_EQ(TierOf(1), TierId::kNvme);
+  for (uint64_t n = 5; n <= 24; ++n) ASSERT_TRUE(PutBlock(n).ok());  // 20 of 24: above 0.75
+  nvme().HoldReads(true);
+  // The read asks the mover for block 1 before the mover starts: its first round takes the
+  // fetch, and the read is held there while the other threads look at the watermarks.
+  EXPECT_EQ(store_->Acquire(kNs, Key(1), store::Store::Reader::kHostMemory).status().code(),
+            StatusCode::kPending);
+  StartMoverWithWatermarks(0.75, 0.25, /*threads=*/4);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (nvme().reads_started() == 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ASSERT_EQ(nvme().reads_started(), 1u);
+  // The tier goes down to the low watermark (6 blocks, with block 1's room taken) while the
+  // read is held, one block per batch.
+  WaitUntilHostHoldsAtMost(6 * kBlock);
+  EXPECT_LE(store_->tier(TierId::kHost)->Stats().used_bytes, 6 * kBlock);
+  const std::vector<size_t> while_reading = nvme().write_batches();
+  ASSERT_GT(while_reading.size(), 1u);  // the one demotion by hand, then the mover's
+  for (size_t i = 1; i < while_reading.size(); ++i) EXPECT_EQ(while_reading[i], 1u) << i;
+  nvme().HoldReads(false);
+  Result<Lease> lease = AcquireWhenReady(1);
+  ASSERT_TRUE(lease.ok()) << lease.status().ToString();
+  EXPECT_EQ(std::vector<std::byte>(lease->address, lease->address + kBlock), Payload(1));
+  ASSERT_TRUE(store_->Release(lease->id).ok());
+  // No reader now: the next demotions go in batches again.
+  for (uint64_t n = 25; n <= 40; ++n) {
+    ASSERT_TRUE(UntilNotPending([&] { return PutBlock(n); }).ok());
+  }
+  WaitUntilHostHoldsAtMost(6 * kBlock);
+  mover_.reset();
+  const std::vector<size_t> after = nvme().write_batches();
+  size_t largest = 0;
+  for (size_t i = while_reading.size(); i < after.size(); ++i) largest = std::max(largest, after[i]);
+  EXPECT_GT(largest, 1u);
+}
+
+// With drop_when_disk_lags, room for a block read up is made as a put's room is: the coldest host
+// block is dropped, so the read does not wait for that block's write first. With `wait` it is
+// demoted, as before.
+class FetchRoomTest : public TierMoverTest, public ::testing::WithParamInterface<bool> {};
+
+TEST_P(FetchRoomTest, AFetchIntoAFullHostTierDropsTheColdestBlockOnlyWhenDiskLagsIsDrop) {
+  const bool drop = GetParam();
+  BuildTwoTiers(2, 16, drop);
+  ASSERT_TRUE(PutBlock(1).ok());
+  ASSERT_EQ(store_->EvictToTarget(TierId::kHost, 0, 1, kBlock), 1u);
+  ASSERT_TRUE(PutBlock(2).ok());
+  ASSERT_TRUE(PutBlock(3).ok());  // the host tier is full; block 2 is its coldest
+  const uint64_t writes = nvme().block_writes();
+  // No mover runs here: the test takes the fetch and makes it, as the mover would.
+  EXPECT_EQ(store_->Acquire(kNs, Key(1), store::Store::Reader::kHostMemory).status().code(),
+            StatusCode::kPending);
+  store_->Fetch(store_->TakeFetchRequests(8));
+  EXPECT_EQ(TierOf(1), TierId::kHost);
+  EXPECT_EQ(nvme().block_writes(), drop ? writes : writes + 1);
+  EXPECT_EQ(Cached(2), !drop);
+  EXPECT_EQ(store_->Stats().tiers[0].lag_drops, drop ? 1u : 0u);
+}
+
+INSTANTIATE_TEST_SUITE_P(WhenDiskLags, FetchRoomTest, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& p) {
+                           return p.param ? "Drop" : "Wait";
+                         });
 
 // Without NVMe, a remote tier below host: the watermarks publish the coldest host blocks and drop
 // them, and a read of one of them waits for the mover to fetch it back.

@@ -40,6 +40,11 @@ std::vector<BlockKey> MoveRequests::TakeFetches(size_t max) {
   return TakeUpTo(fetches_, max);
 }
 
+bool MoveRequests::HasFetches() const {
+  MutexLock lock(mu_);
+  return !fetches_.empty();
+}
+
 bool MoveRequests::AskForRemoteFetch(const NamespaceId& ns, const BlockKey& key) {
   MutexLock lock(mu_);
   if (!queued_.insert(key).second) return false;

@@ -47,6 +47,8 @@ class MoveRequests {
   // reader polling meanwhile does not queue a second fetch, which would find the block pinned by
   // the first and fail.
   std::vector<BlockKey> TakeFetches(size_t max);
+  // Whether a fetch from NVMe is asked for and not taken yet.
+  bool HasFetches() const;
   // The same for a block that no local tier holds, to be fetched from the remote tier into host
   // memory: the namespace comes with it (the remote key and the block's size depend on it).
   // Fetches of both kinds share the "asked for" and "failed" memories (FinishFetch,

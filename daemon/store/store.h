@@ -256,7 +256,7 @@ class Store {
   // with no store lock held). TakeRoomRequest: the largest block size a put found no room for
   // since the last call (0: none). MakeRoom: evicts host blocks (demoting them to NVMe) until a
   // block of `bytes` fits; false when nothing more could go. TakeFetchRequests: up to `max` blocks
-  // readers asked to have brought up, oldest first. Fetch: brings such blocks up into the host
+  // readers asked to have brought up, oldest first (FetchRequestsWaiting: whether any is). Fetch: brings such blocks up into the host
   // tier, reading them from NVMe as one batch, or remembers for each that it could not.
   // MoveWorkPending: whether any of these is waiting.
   void SetMoverWakeup(std::function<void()> wake) { wake_mover_ = std::move(wake); }
@@ -268,6 +268,7 @@ class Store {
   uint64_t TakeRoomRequest() { return move_requests_.TakeRoomRequest(); }
   bool MakeRoom(uint64_t bytes);
   std::vector<BlockKey> TakeFetchRequests(size_t max) { return move_requests_.TakeFetches(max); }
+  bool FetchRequestsWaiting() const { return move_requests_.HasFetches(); }
   void Fetch(std::span<const BlockKey> keys);
   // Write-throughs committed puts asked for (TakeWriteThroughRequests), and the mover's call that
   // writes them to NVMe as one batch, each as the block's shadow, and ends their wait.
@@ -449,8 +450,8 @@ class Store {
   // Pins a block and allocates its room in tiers_[to_level] (evicting there if needed). kNotFound
   // when it changed since it was picked or is leased; the allocation's error otherwise. Nothing is
   // held on error.
-  Result<PinnedMove> PrepareMove(size_t to_level, const BlockKey& key,
-                                 const index::BlockMeta& meta);
+  Result<PinnedMove> PrepareMove(size_t to_level, const BlockKey& key, const index::BlockMeta& meta,
+                                 EvictionMode mode = EvictionMode::kDemote);
   // MovePinned for many blocks: their copies go to a device together (CopyBatch), then each is
   // finished as MovePinned finishes one; each move's status is MovePinned's answer for it.
   void MovePinnedBatch(size_t level, size_t to_level, std::span<PinnedMove> moves);

@@ -66,6 +66,10 @@ void Store::Fetch(std::span<const BlockKey> keys) {
   // can only be NVMe (tier ids are unique and a GPU tier comes first), so the batch lies there.
   const size_t host = LevelOf(TierId::kHost);
   const size_t nvme = LevelOf(TierId::kNvme);
+  // Room for a block read up is made as a put's is: with drop_when_disk_lags the coldest host
+  // blocks are dropped rather than written first, so that the reader does not wait for a write.
+  const EvictionMode room =
+      options_.drop_when_disk_lags ? EvictionMode::kDropOnly : EvictionMode::kDemote;
   std::vector<PinnedMove> batch;
   for (const BlockKey& key : keys) {
     std::optional<BlockMeta> meta = index_->Get(key);
@@ -75,7 +79,7 @@ void Store::Fetch(std::span<const BlockKey> keys) {
       move_requests_.FinishFetch(key, true);
       continue;
     }
-    Result<PinnedMove> move = PrepareMove(host, key, *meta);
+    Result<PinnedMove> move = PrepareMove(host, key, *meta, room);
     if (!move.ok()) {
       move_requests_.FinishFetch(key, false);  // leased, changed, or no room: a miss
       continue;

@@ -36,12 +36,12 @@ void Store::UnpinAfterMove(const BlockKey& key) {
 }
 
 Result<Store::PinnedMove> Store::PrepareMove(size_t to_level, const BlockKey& key,
-                                             const BlockMeta& meta) {
+                                             const BlockMeta& meta, EvictionMode mode) {
   if (!PinForMove(key, meta)) return NotFound("block changed since it was picked");
   // Room below is made under the moved block's own quota group: a tenant's demotions evict its
   // own blocks there first when it is over its quota, and never another's within theirs.
   Result<Extent> dst =
-      AllocateWithEviction(to_level, meta.extent.length, EvictionMode::kDemote, meta.quota_group);
+      AllocateWithEviction(to_level, meta.extent.length, mode, meta.quota_group);
   if (!dst.ok()) {
     UnpinAfterMove(key);
     return dst.status();
