@@ -49,6 +49,7 @@ void PrintJson(const SimulateFlags& flags, const Run& run, Metric metric, std::o
   j["capacity_blocks"] = o.capacity_blocks;
   j["block_tokens"] = o.block_tokens;
   j["put_order"] = o.key_order_puts ? "key" : "last-first";
+  if (!o.policy_params.empty()) j["policy_params"] = o.policy_params;
   j["metric"] = flags.metric;
   j["metric_ratio"] = r.ratio(metric);
   j["requests"] = r.requests;
@@ -84,7 +85,9 @@ void PrintTable(const SimulateFlags& flags, const Run& run, Metric metric, std::
     out << line;
   };
   out << "trace            " << flags.trace_path << "\n";
-  out << "policy           " << flags.options.policy << ", capacity "
+  out << "policy           " << flags.options.policy
+      << (flags.options.policy_params.empty() ? "" : " (" + flags.options.policy_params + ")")
+      << ", capacity "
       << flags.options.capacity_blocks << " blocks of " << flags.options.block_tokens
       << " tokens\n";
   std::snprintf(line, sizeof(line), "metric           %s: %.2f%%\n", flags.metric.c_str(),
@@ -170,6 +173,9 @@ Command AddSimulateCommand(CLI::App& app) {
   sub->add_flag("--key-order-puts", flags->options.key_order_puts,
                 "Order a request's blocks as kvtierd sees a client that looks up, then puts in key "
                 "order (new blocks end up more recent than the hit prefix); see docs/simulate.md");
+  sub->add_option("--policy-params", flags->options.policy_params,
+                  "sticky only: NAME=VALUE,... over sample, window, quantile, memory, margin, "
+                  "ghost (daemon/index/sticky_lru_policy.h), to measure their effect");
   sub->add_flag("--json", flags->json, "Print one JSON object instead of a table");
   // The options write into *flags during parsing, so the subcommand, which `app` owns, holds a
   // reference too: a caller that drops the returned Command must not leave them writing into

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "daemon/cli/belady.h"
+#include "daemon/index/sticky_lru_policy.h"
 
 namespace kvtier::cli {
 namespace {
@@ -89,6 +90,12 @@ Status ValidateSimulationOptions(const SimulationOptions& options) {
   if (!(options.cost.linear >= 0) || !(options.cost.quadratic >= 0)) {
     return InvalidArgument("prefill cost terms must be non-negative numbers");
   }
+  if (!options.policy_params.empty()) {
+    if (options.policy != "sticky") {
+      return InvalidArgument("policy parameters are for the sticky policy, not " + options.policy);
+    }
+    KVTIER_RETURN_IF_ERROR(index::StickyLruPolicy::ParseParams(options.policy_params).status());
+  }
   return Status::Ok();
 }
 
@@ -98,9 +105,17 @@ Result<PolicySimulator> PolicySimulator::Create(const SimulationOptions& options
     return InvalidArgument("belady needs the whole trace: use Simulate");
   }
   auto now_ms = std::make_shared<uint64_t>(0);
+  const index::PolicyClock clock = [now_ms] { return *now_ms; };
+  if (!options.policy_params.empty()) {  // sticky (validated above)
+    KVTIER_ASSIGN_OR_RETURN(const index::StickyLruPolicy::Params params,
+                            index::StickyLruPolicy::ParseParams(options.policy_params));
+    return PolicySimulator(
+        options,
+        std::make_unique<index::StickyLruPolicy>(options.capacity_blocks, clock, params),
+        std::move(now_ms));
+  }
   KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<index::EvictionPolicy> policy,
-                          index::MakeEvictionPolicy(options.policy, options.capacity_blocks,
-                                                    [now_ms] { return *now_ms; }));
+                          index::MakeEvictionPolicy(options.policy, options.capacity_blocks, clock));
   return PolicySimulator(options, std::move(policy), std::move(now_ms));
 }
 

@@ -78,6 +78,9 @@ struct SimulationOptions {
   // first to last, so a request's new blocks end up more recent than its hit prefix. Online
   // policies only (Belady does not order by recency).
   bool key_order_puts = false;
+  // "sticky" only: its parameters, as StickyLruPolicy::ParseParams reads them ("quantile=0.8,...");
+  // empty: the defaults kvtierd runs.
+  std::string policy_params;
 };
 
 struct SimulationResult {

@@ -90,6 +90,39 @@ TEST(SimulateTest, StickyKeepsPartOfALoopLargerThanTheCache) {
   EXPECT_GT(sticky.block_hit_ratio(), 0.3);
 }
 
+// The same loop with a margin no duel can win: sticky never protects, and is LRU.
+TEST(SimulateTest, PolicyParamsReachTheStickyPolicy) {
+  std::vector<TraceRequest> trace;
+  for (uint64_t round = 0; round < 40; ++round) {
+    for (uint64_t chain = 0; chain < 32; ++chain) {
+      std::vector<uint64_t> ids;
+      for (uint64_t b = 0; b < 64; ++b) ids.push_back(chain * 64 + b);
+      TraceRequest request = Request(ids);
+      request.timestamp_ms = (round * 32 + chain) * 1000;
+      trace.push_back(request);
+    }
+  }
+  SimulationOptions options{1024, "sticky", 512};
+  options.policy_params = "margin=1000000";
+  Result<SimulationResult> r = Simulate(trace, options);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->hit_blocks, 0u);
+  EXPECT_EQ(r->not_admitted_blocks, 0u);
+  options.policy_params = "margin=2";  // the default: as StickyKeepsPartOfALoopLargerThanTheCache
+  EXPECT_GT(Simulate(trace, options)->block_hit_ratio(), 0.3);
+}
+
+TEST(SimulateTest, RejectsPolicyParamsOfOtherPoliciesAndBadOnes) {
+  const std::vector<TraceRequest> trace = {Request({1})};
+  SimulationOptions options{10, "lru", 512};
+  options.policy_params = "margin=1";
+  EXPECT_EQ(Simulate(trace, options).status().code(), StatusCode::kInvalidArgument);
+  options.policy = "sticky";
+  options.policy_params = "margin=-1";
+  EXPECT_EQ(Simulate(trace, options).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(PolicySimulator::Create(options).status().code(), StatusCode::kInvalidArgument);
+}
+
 // [1 2] then [1 2 3]: last-first leaves 1 the most recent and 3 the least, key order leaves 3 the
 // most recent and 2 the least. [5] then evicts 3 or 2, and [1 2 3] hits 2 or 1.
 TEST(SimulateTest, KeyOrderPutsLeaveNewBlocksMoreRecentThanTheHitPrefix) {

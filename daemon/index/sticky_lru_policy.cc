@@ -1,6 +1,9 @@
 #include "daemon/index/sticky_lru_policy.h"
 
 #include <algorithm>
+#include <bit>
+#include <cstdlib>
+#include <string>
 #include <cmath>
 
 #include "common/clock.h"
@@ -8,25 +11,73 @@
 namespace kvtier::index {
 namespace {
 
-constexpr uint64_t kSampleOneIn = 16;    // keys whose gaps are measured and shadows replay
-constexpr size_t kGapWindow = 4096;      // the last gaps G is estimated from
 constexpr size_t kGapsPerEstimate = 64;  // re-estimate G after this many new gaps
-constexpr double kGapQuantile = 0.75;    // G: most reuses come back before this
-constexpr double kScoreWindowGaps = 16;  // how long the duel remembers, in reuse gaps
-constexpr double kDuelMarginSigmas = 2;  // by how much the sticky shadow must win
 
 }  // namespace
 
 uint64_t StickyLruPolicy::SteadyMillis() { return SteadyClock::Instance().NowMillisCoarse(); }
 
+Result<StickyLruPolicy::Params> StickyLruPolicy::ParseParams(std::string_view spec) {
+  Params p;
+  while (!spec.empty()) {
+    const size_t comma = spec.find(',');
+    const std::string_view item = spec.substr(0, comma);
+    spec = comma == std::string_view::npos ? std::string_view() : spec.substr(comma + 1);
+    const size_t eq = item.find('=');
+    const std::string name(item.substr(0, eq));
+    const std::string text(eq == std::string_view::npos ? "" : item.substr(eq + 1));
+    char* end = nullptr;
+    const double value = std::strtod(text.c_str(), &end);
+    if (text.empty() || end != text.c_str() + text.size() || !std::isfinite(value)) {
+      return InvalidArgument("sticky parameter '" + std::string(item) +
+                             "': expected name=number");
+    }
+    const auto bad = [&](const char* why) {
+      return InvalidArgument("sticky parameter '" + std::string(item) + "': " + why);
+    };
+    if (name == "sample") {
+      const auto n = static_cast<uint64_t>(value);
+      if (value < 1 || value > 1024 || static_cast<double>(n) != value || (n & (n - 1)) != 0) {
+        return bad("a power of 2 from 1 to 1024");
+      }
+      p.sample_one_in = n;
+    } else if (name == "window") {
+      if (value < 1 || value > 1 << 20 || value != std::floor(value)) {
+        return bad("a whole number from 1 to 1048576");
+      }
+      p.gap_window = static_cast<size_t>(value);
+    } else if (name == "quantile") {
+      if (value < 0 || value >= 1) return bad("in [0, 1)");
+      p.gap_quantile = value;
+    } else if (name == "memory") {
+      if (value <= 0) return bad("above 0");
+      p.duel_memory_gaps = value;
+    } else if (name == "margin") {
+      if (value < 0) return bad("at least 0");
+      p.duel_margin_sigmas = value;
+    } else if (name == "ghost") {
+      if (value < 0) return bad("at least 0");
+      p.ghost_factor = value;
+    } else {
+      return InvalidArgument("unknown sticky parameter '" + name +
+                             "' (known: sample, window, quantile, memory, margin, ghost)");
+    }
+  }
+  return p;
+}
+
 StickyLruPolicy::StickyLruPolicy(size_t capacity_hint_blocks, Clock now_ms)
-    : now_ms_(std::move(now_ms)), capacity_hint_(capacity_hint_blocks) {
+    : StickyLruPolicy(capacity_hint_blocks, std::move(now_ms), Params{}) {}
+
+StickyLruPolicy::StickyLruPolicy(size_t capacity_hint_blocks, Clock now_ms, const Params& params)
+    : now_ms_(std::move(now_ms)), params_(params), capacity_hint_(capacity_hint_blocks) {
   sticky_shadow_.sticky = true;
 }
 
-bool StickyLruPolicy::Sampled(const BlockKey& key) {
+bool StickyLruPolicy::Sampled(const BlockKey& key) const {
   // Keys are uniform hashes; the high half's top bits are independent of the index's shard choice.
-  return (key.high >> 60) % kSampleOneIn == 0;
+  // Rotated to the bottom, so that 1 in 16 is the top four bits being zero.
+  return std::rotl(key.high, 4) % params_.sample_one_in == 0;
 }
 
 size_t StickyLruPolicy::Capacity() const { return std::max(capacity_hint_, peak_size_); }
@@ -43,7 +94,7 @@ bool StickyLruPolicy::Contains(const BlockKey& key) const {
 
 bool StickyLruPolicy::protecting() const {
   // Won by more than chance: hits are counts, so two standard deviations of their sum's noise.
-  const double margin = kDuelMarginSigmas * std::sqrt(sticky_shadow_.score + lru_shadow_.score);
+  const double margin = params_.duel_margin_sigmas * std::sqrt(sticky_shadow_.score + lru_shadow_.score);
   return sticky_shadow_.score > lru_shadow_.score + margin;
 }
 
@@ -54,16 +105,16 @@ std::optional<uint64_t> StickyLruPolicy::reuse_gap_ms() const {
 
 void StickyLruPolicy::RecordGap(uint64_t gap_ms) {
   const auto gap = static_cast<uint32_t>(std::min<uint64_t>(gap_ms, UINT32_MAX));
-  if (gaps_.size() < kGapWindow) {
+  if (gaps_.size() < params_.gap_window) {
     gaps_.push_back(gap);
   } else {
     gaps_[next_gap_] = gap;
-    next_gap_ = (next_gap_ + 1) % kGapWindow;
+    next_gap_ = (next_gap_ + 1) % params_.gap_window;
   }
   if (++gaps_since_estimate_ < kGapsPerEstimate) return;
   gaps_since_estimate_ = 0;
   std::vector<uint32_t> sorted = gaps_;
-  const auto at = sorted.begin() + static_cast<ptrdiff_t>(sorted.size() * kGapQuantile);
+  const auto at = sorted.begin() + static_cast<ptrdiff_t>(sorted.size() * params_.gap_quantile);
   std::nth_element(sorted.begin(), at, sorted.end());
   gap_estimate_ = *at;
 }
@@ -74,7 +125,9 @@ void StickyLruPolicy::RememberInGhost(const BlockKey& key, uint64_t stamp) {
   if (node == Lists::kNone) node = lists_.Add(key, kGhost);
   lists_.MoveToHead(node, kGhost);
   Stamp(node, stamp);
-  const size_t ghost_limit = std::max<size_t>(16, Capacity() / kSampleOneIn);
+  const auto ghost_limit = std::max<size_t>(
+      16, static_cast<size_t>(params_.ghost_factor *
+                              static_cast<double>(Capacity() / params_.sample_one_in)));
   while (lists_.Size(kGhost) > ghost_limit) lists_.Remove(lists_.Tail(kGhost));
 }
 
@@ -88,12 +141,12 @@ void StickyLruPolicy::Observe(const BlockKey& key, uint64_t now) {
 
 void StickyLruPolicy::Replay(Shadow& shadow, const BlockKey& key, uint64_t now) {
   using ShadowLists = SegmentedLists<1>;
-  // Hits count less the older they are: by e^-1 every kScoreWindowGaps reuse gaps (G), so the
+  // Hits count less the older they are: by e^-1 every params_.duel_memory_gaps reuse gaps (G), so the
   // duel follows the workload at its own pace, whatever its request rate.
   if (gap_estimate_ != UINT64_MAX) {
     const auto elapsed = static_cast<double>(now - std::min(now, shadow.last_replay));
     const double window =
-        kScoreWindowGaps * static_cast<double>(std::max<uint64_t>(1, gap_estimate_));
+        params_.duel_memory_gaps * static_cast<double>(std::max<uint64_t>(1, gap_estimate_));
     shadow.score *= std::exp(-elapsed / window);
   }
   shadow.last_replay = now;
@@ -109,7 +162,7 @@ void StickyLruPolicy::Replay(Shadow& shadow, const BlockKey& key, uint64_t now) 
     stamp(node);
     return;
   }
-  const size_t capacity = std::max<size_t>(1, Capacity() / kSampleOneIn);
+  const size_t capacity = std::max<size_t>(1, Capacity() / params_.sample_one_in);
   if (shadow.keys.Size(0) >= capacity) {
     const ShadowLists::Node tail = shadow.keys.Tail(0);
     if (shadow.sticky && Young(shadow.stamps[tail], now)) return;

@@ -33,8 +33,10 @@
 #include <cstdint>
 #include <functional>
 #include <optional>
+#include <string_view>
 #include <vector>
 
+#include "common/status.h"
 #include "daemon/index/eviction_policy.h"
 #include "daemon/index/segmented_lists.h"
 
@@ -44,9 +46,24 @@ class StickyLruPolicy final : public EvictionPolicy {
  public:
   using Clock = PolicyClock;
 
+  // The constants above. The defaults are what kvtierd runs; `kvtier simulate --policy-params`
+  // changes them to measure how much each one matters (docs/simulate.md).
+  struct Params {
+    uint64_t sample_one_in = 16;     // keys whose gaps are measured and shadows replay (power of 2)
+    size_t gap_window = 4096;        // the last gaps G is estimated from
+    double gap_quantile = 0.75;      // G: most reuses come back before this
+    double duel_memory_gaps = 16;    // hits fade by e^-1 every this many G
+    double duel_margin_sigmas = 2;   // by how much the sticky shadow must win
+    double ghost_factor = 1;         // ghost keys: this times capacity / sample_one_in
+  };
+  // "name=value,name=value" over the fields above, named sample, window, quantile, memory,
+  // margin, ghost; the rest keep their defaults. kInvalidArgument naming the bad part.
+  static Result<Params> ParseParams(std::string_view spec);
+
   // `capacity_hint_blocks` sizes the ghost and the shadows; when 0 (or smaller than what the
   // policy has held) the largest size seen stands in for it.
   explicit StickyLruPolicy(size_t capacity_hint_blocks, Clock now_ms = SteadyMillis);
+  StickyLruPolicy(size_t capacity_hint_blocks, Clock now_ms, const Params& params);
 
   std::string_view name() const override { return "sticky"; }
   void Insert(const BlockKey& key) override;
@@ -78,7 +95,7 @@ class StickyLruPolicy final : public EvictionPolicy {
     bool sticky = false;
   };
 
-  static bool Sampled(const BlockKey& key);
+  bool Sampled(const BlockKey& key) const;
   size_t Capacity() const;
   bool Young(uint64_t last_use, uint64_t now) const;
   void Stamp(Lists::Node node, uint64_t now);
@@ -89,6 +106,7 @@ class StickyLruPolicy final : public EvictionPolicy {
   void Replay(Shadow& shadow, const BlockKey& key, uint64_t now);
 
   Clock now_ms_;
+  const Params params_;
   size_t capacity_hint_;
   size_t peak_size_ = 0;
   Lists lists_;                   // residents (LRU order) and ghost keys (FIFO)

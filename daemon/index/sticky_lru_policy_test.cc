@@ -163,5 +163,43 @@ TEST_F(StickyLruPolicyTest, WithoutMeasuredGapsItAdmitsLikeLru) {
   EXPECT_FALSE(policy.reuse_gap_ms().has_value());
 }
 
+TEST(StickyLruPolicyParamsTest, ParsesNamedValuesAndKeepsTheRestAtTheirDefaults) {
+  Result<StickyLruPolicy::Params> p = StickyLruPolicy::ParseParams("quantile=0.6,sample=32,ghost=4");
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_EQ(p->gap_quantile, 0.6);
+  EXPECT_EQ(p->sample_one_in, 32u);
+  EXPECT_EQ(p->ghost_factor, 4.0);
+  EXPECT_EQ(p->gap_window, StickyLruPolicy::Params{}.gap_window);
+  EXPECT_EQ(p->duel_margin_sigmas, StickyLruPolicy::Params{}.duel_margin_sigmas);
+  ASSERT_TRUE(StickyLruPolicy::ParseParams("").ok());
+  p = StickyLruPolicy::ParseParams("window=1024,memory=8,margin=0");
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_EQ(p->gap_window, 1024u);
+  EXPECT_EQ(p->duel_memory_gaps, 8.0);
+  EXPECT_EQ(p->duel_margin_sigmas, 0.0);
+}
+
+TEST(StickyLruPolicyParamsTest, RejectsUnknownNamesAndValuesOutOfRange) {
+  for (const char* bad : {"nope=1", "quantile", "quantile=", "quantile=1", "quantile=-0.1",
+                          "quantile=0.5x", "sample=3", "sample=0", "sample=2048", "window=0",
+                          "window=1.5", "memory=0", "margin=-1", "ghost=-1", "margin=nan",
+                          "quantile=0.5,,"}) {
+    const Result<StickyLruPolicy::Params> p = StickyLruPolicy::ParseParams(bad);
+    EXPECT_EQ(p.status().code(), StatusCode::kInvalidArgument) << bad;
+  }
+}
+
+TEST(StickyLruPolicyParamsTest, SampleOneInOneMeasuresEveryKey) {
+  auto now = std::make_shared<uint64_t>(1'000);
+  StickyLruPolicy::Params params;
+  params.sample_one_in = 1;
+  StickyLruPolicy policy(1'000, [now] { return *now; }, params);
+  for (uint64_t i = 0; i < 64; ++i) policy.Insert(UnsampledKey(i));
+  *now += 3'000;
+  for (uint64_t i = 0; i < 64; ++i) policy.Touch(UnsampledKey(i));
+  ASSERT_TRUE(policy.reuse_gap_ms().has_value());
+  EXPECT_EQ(*policy.reuse_gap_ms(), 3'000u);
+}
+
 }  // namespace
 }  // namespace kvtier::index
