@@ -242,6 +242,31 @@ Result<std::vector<LookupResult>> Client::LookupMany(
   return results;
 }
 
+Result<size_t> Client::Refresh(const NamespaceId& ns, std::span<const BlockKey> keys) {
+  if (keys.empty()) return size_t{0};
+  // The daemon refreshes each command's keys tail first; the chunks go last chunk first, so that
+  // the head chunk, refreshed last, ends up the most recent, as one command would leave it.
+  const size_t chunks = (keys.size() + kMaxKeysPerCommand - 1) / kMaxKeysPerCommand;
+  const auto chunk_of = [&](size_t c) {
+    const size_t start = c * kMaxKeysPerCommand;
+    return keys.subspan(start, std::min(kMaxKeysPerCommand, keys.size() - start));
+  };
+  RequestBuffer request;
+  for (size_t c = chunks; c-- > 0;) {
+    AppendKeyCommands(request, "KVT.REFRESH", ns, chunk_of(c), kMaxKeysPerCommand);
+  }
+  KVTIER_ASSIGN_OR_RETURN(std::vector<resp::Reply> replies, RoundTrip(request));
+  size_t prefix = 0;
+  bool open = true;
+  for (size_t c = 0; c < chunks; ++c) {  // every reply is decoded: an error in any is an error
+    KVTIER_ASSIGN_OR_RETURN(int64_t n, DecodeInteger(replies[chunks - 1 - c], "KVT.REFRESH"));
+    if (!open) continue;
+    prefix += static_cast<size_t>(std::max<int64_t>(n, 0));
+    open = static_cast<size_t>(n) == chunk_of(c).size();
+  }
+  return prefix;
+}
+
 Result<size_t> Client::Pin(const NamespaceId& ns, std::span<const BlockKey> keys,
                            std::chrono::milliseconds ttl) {
   if (keys.empty()) return size_t{0};

@@ -136,6 +136,11 @@ class Client {
   // The longest cached prefix of `keys` and the tier of each of its blocks. An unknown namespace
   // is a miss (prefix 0). Counts as a use: the prefix is kept warm.
   Result<LookupResult> Lookup(const NamespaceId& ns, std::span<const BlockKey> keys);
+  // Puts the cached prefix of `keys` back in the order Lookup leaves it (its head the most
+  // recent), without counting as a lookup or a use (KVT.REFRESH); returns the prefix's length.
+  // For a client that put a request's new blocks after looking the request up: the puts left them
+  // more recent than the prefix they extend, and under pressure that prefix would go first.
+  Result<size_t> Refresh(const NamespaceId& ns, std::span<const BlockKey> keys);
   // Lookup of several chains of `ns` in one round trip (one scheduler step's new requests): one
   // answer per chain, in order, each as Lookup would give it. A `hold` above 0 keeps each prefix
   // found from eviction that long (KVT.LOOKUP ... HOLD): until the engine has loaded it.

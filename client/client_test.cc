@@ -188,6 +188,26 @@ TEST_F(ClientTest, PipelineExecutesInOrder) {
   EXPECT_EQ((*replies)[3].str, "PONG");
 }
 
+TEST_F(ClientTest, RefreshAnswersTheCachedPrefix) {
+  const std::vector<BlockKey> keys = Keys(3);
+  std::vector<std::byte> p0 = Payload(0), p1 = Payload(1);
+  std::vector<std::span<const std::byte>> spans = {p0, p1};
+  ASSERT_TRUE(client_->PutInline(ns_.id, std::span(keys).first(2), spans).ok());
+  Result<size_t> prefix = client_->Refresh(ns_.id, keys);
+  ASSERT_TRUE(prefix.ok()) << prefix.status().ToString();
+  EXPECT_EQ(*prefix, 2u);
+  EXPECT_EQ(*client_->Refresh(ns_.id, {}), 0u);
+  // More keys than one command takes: the chunks go in one round trip, and the prefix stops in
+  // the first one.
+  std::vector<BlockKey> many(kMaxKeysPerCommand + 10, keys[2]);
+  std::copy(keys.begin(), keys.begin() + 2, many.begin());
+  const uint64_t trips = client_->counters().round_trips;
+  prefix = client_->Refresh(ns_.id, many);
+  ASSERT_TRUE(prefix.ok()) << prefix.status().ToString();
+  EXPECT_EQ(*prefix, 2u);
+  EXPECT_EQ(client_->counters().round_trips, trips + 1);
+}
+
 TEST_F(ClientTest, PinDelDropStats) {
   const std::vector<BlockKey> keys = Keys(2);
   std::vector<std::byte> p0 = Payload(0), p1 = Payload(1);

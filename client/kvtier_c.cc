@@ -170,6 +170,20 @@ int kvtier_lookup(kvtier_client* client, const kvtier_key* ns, const kvtier_key*
   });
 }
 
+int kvtier_refresh(kvtier_client* client, const kvtier_key* ns, const kvtier_key* keys,
+                   size_t n_keys, size_t* prefix_out) {
+  return Guard([&] {
+    if (client == nullptr || ns == nullptr || prefix_out == nullptr ||
+        (keys == nullptr && n_keys > 0)) {
+      return FailInvalid("kvtier_refresh: NULL pointer");
+    }
+    auto prefix = client->client.Refresh(NamespaceId{ToKey(*ns)}, ToKeys(keys, n_keys));
+    if (!prefix.ok()) return Fail(prefix.status());
+    *prefix_out = *prefix;
+    return int{KVTIER_OK};
+  });
+}
+
 int kvtier_put(kvtier_client* client, const kvtier_key* ns, const kvtier_key* keys, size_t n_keys,
                const void* const* blocks, size_t block_bytes, int* statuses_out,
                size_t* stored_out) {

@@ -110,6 +110,12 @@ int kvtier_hash_tokens(const kvtier_key* ns, const uint32_t* tokens, size_t n_to
 int kvtier_lookup(kvtier_client* client, const kvtier_key* ns, const kvtier_key* keys,
                   size_t n_keys, size_t* prefix_out, uint8_t* tiers_out);
 
+/* Puts the cached prefix of `keys` back in the order kvtier_lookup leaves it (head most recent)
+ * without counting as a lookup or a use (KVT.REFRESH): call it after putting a request's missing
+ * blocks, which left them more recent than their prefix. *prefix_out: the prefix's length. */
+int kvtier_refresh(kvtier_client* client, const kvtier_key* ns, const kvtier_key* keys,
+                   size_t n_keys, size_t* prefix_out);
+
 /* Stores n_keys blocks of block_bytes each; blocks[i] points at block i. `statuses_out`, when
  * non-NULL, holds n_keys ints and receives each key's code (KVTIER_OK stored, KVTIER_EEXISTS
  * already there, KVTIER_EBUSY, ...). *stored_out (if non-NULL) is the number stored or already

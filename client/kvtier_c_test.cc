@@ -103,6 +103,10 @@ void RoundTrip(bool attach) {
   ASSERT_EQ(kvtier_lookup(client, &ns, keys, 3, &prefix, tiers), KVTIER_OK);
   EXPECT_EQ(prefix, 2u);
   EXPECT_EQ(tiers[0], KVTIER_TIER_HOST);
+  prefix = 0;
+  ASSERT_EQ(kvtier_refresh(client, &ns, keys, 3, &prefix), KVTIER_OK) << kvtier_last_error();
+  EXPECT_EQ(prefix, 2u);
+  EXPECT_EQ(kvtier_refresh(client, &ns, nullptr, 1, &prefix), KVTIER_EINVAL);
 
   std::vector<std::vector<uint8_t>> out(3, std::vector<uint8_t>(block_bytes));
   void* dst[] = {out[0].data(), out[1].data(), out[2].data()};

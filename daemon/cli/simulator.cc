@@ -115,7 +115,8 @@ Result<PolicySimulator> PolicySimulator::Create(const SimulationOptions& options
         std::move(now_ms));
   }
   KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<index::EvictionPolicy> policy,
-                          index::MakeEvictionPolicy(options.policy, options.capacity_blocks, clock));
+                          index::MakeEvictionPolicy(options.policy, options.capacity_blocks,
+                                                    clock));
   return PolicySimulator(options, std::move(policy), std::move(now_ms));
 }
 

@@ -76,10 +76,25 @@ struct BlockIndex::LookupScratch {
 
 LookupResult BlockIndex::Lookup(std::span<const BlockKey> keys, bool touch,
                                 const std::optional<NamespaceId>& ns) {
-  LookupResult result;
   // The quota group of each block of the prefix, where groups have orders of their own: Touch
   // finds a block in its group's order. Empty (not allocated) before the first quota.
   std::vector<uint8_t> groups;
+  LookupResult result = FindPrefix(keys, touch, ns, groups);
+  if (touch) TouchPrefix(keys, result.tiers, groups, PrefixUse::kTouch);
+  return result;
+}
+
+size_t BlockIndex::Refresh(std::span<const BlockKey> keys, const std::optional<NamespaceId>& ns) {
+  std::vector<uint8_t> groups;
+  const LookupResult result = FindPrefix(keys, /*count_reads=*/false, ns, groups);
+  TouchPrefix(keys, result.tiers, groups, PrefixUse::kRefresh);
+  return result.ready_prefix;
+}
+
+LookupResult BlockIndex::FindPrefix(std::span<const BlockKey> keys, bool count_reads,
+                                    const std::optional<NamespaceId>& ns,
+                                    std::vector<uint8_t>& groups) {
+  LookupResult result;
   const bool grouped = quota_groups_in_use_.load(std::memory_order_relaxed);
   if (keys.size() < kMinGroupedKeys) {
     result.tiers.reserve(keys.size());
@@ -89,7 +104,7 @@ LookupResult BlockIndex::Lookup(std::span<const BlockKey> keys, bool touch,
       MutexLock lock(shard.mu);
       auto it = shard.entries.find(key);
       if (it == shard.entries.end() || !Matches(it->second, ns)) break;
-      if (touch && it->second.reads < UINT8_MAX) ++it->second.reads;
+      if (count_reads && it->second.reads < UINT8_MAX) ++it->second.reads;
       result.tiers.push_back(it->second.tier);
       if (grouped) groups.push_back(it->second.quota_group);
     }
@@ -100,9 +115,10 @@ LookupResult BlockIndex::Lookup(std::span<const BlockKey> keys, bool touch,
     size_t begin = 0;
     for (size_t window = kMinGroupedKeys; begin < keys.size(); window *= 2) {
       const size_t end = std::min(keys.size(), begin + window);
-      const size_t miss = ScanWindow(keys, begin, end, touch, ns, result.tiers, groups, scratch);
+      const size_t miss =
+          ScanWindow(keys, begin, end, count_reads, ns, result.tiers, groups, scratch);
       if (miss < end) {
-        if (touch) UndoReads(keys, begin, miss + 1, end, scratch);
+        if (count_reads) UndoReads(keys, begin, miss + 1, end, scratch);
         begin = miss;
         break;
       }
@@ -112,7 +128,6 @@ LookupResult BlockIndex::Lookup(std::span<const BlockKey> keys, bool touch,
     if (grouped) groups.resize(begin);
   }
   result.ready_prefix = result.tiers.size();
-  if (touch) TouchPrefix(keys, result.tiers, groups);
   return result;
 }
 
@@ -137,8 +152,8 @@ void BlockIndex::GroupByShard(std::span<const BlockKey> window, LookupScratch& s
 // fence that keeps the CPU from overlapping one key's cache misses with the next key's; grouped,
 // the misses of a shard's keys overlap. Keys are visited out of order, so reads is bumped on
 // every hit and taken back by UndoReads past the first miss. Returns the first miss, or `end`.
-size_t BlockIndex::ScanWindow(std::span<const BlockKey> keys, size_t begin, size_t end, bool touch,
-                              const std::optional<NamespaceId>& ns, std::vector<TierId>& tiers,
+size_t BlockIndex::ScanWindow(std::span<const BlockKey> keys, size_t begin, size_t end,
+                              bool count_reads, const std::optional<NamespaceId>& ns, std::vector<TierId>& tiers,
                               std::vector<uint8_t>& groups, LookupScratch& s) {
   const size_t n = end - begin;
   GroupByShard(keys.subspan(begin, n), s);
@@ -158,7 +173,7 @@ size_t BlockIndex::ScanWindow(std::span<const BlockKey> keys, size_t begin, size
       tiers[begin + pos] = meta.tier;
       if (!groups.empty()) groups[begin + pos] = meta.quota_group;
       s.outcome[pos] = LookupScratch::kHit;
-      if (touch && meta.reads < UINT8_MAX) {
+      if (count_reads && meta.reads < UINT8_MAX) {
         ++meta.reads;
         s.outcome[pos] = LookupScratch::kHitReadsBumped;
         s.generation[pos] = meta.generation;
@@ -188,13 +203,19 @@ void BlockIndex::UndoReads(std::span<const BlockKey> keys, size_t begin, size_t 
 // prefix loses its tail before its head and never keeps a child whose parent is gone. A key that
 // was evicted since the scan is ignored by Touch.
 void BlockIndex::TouchPrefix(std::span<const BlockKey> keys, const std::vector<TierId>& tiers,
-                             const std::vector<uint8_t>& groups) {
+                             const std::vector<uint8_t>& groups, PrefixUse use) {
   for (size_t t = 0; t < kTierCount; ++t) {
     if (std::find(tiers.begin(), tiers.end(), static_cast<TierId>(t)) == tiers.end()) continue;
     TierOrder& order = tiers_[t];
     MutexLock lock(order.mu);
     for (size_t i = tiers.size(); i-- > 0;) {
-      if (TierIndex(tiers[i]) == t) order.OrderOf(groups.empty() ? 0 : groups[i]).Touch(keys[i]);
+      if (TierIndex(tiers[i]) != t) continue;
+      EvictionPolicy& policy = order.OrderOf(groups.empty() ? 0 : groups[i]);
+      if (use == PrefixUse::kTouch) {
+        policy.Touch(keys[i]);
+      } else {
+        policy.Refresh(keys[i]);
+      }
     }
   }
 }

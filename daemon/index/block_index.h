@@ -109,6 +109,10 @@ class BlockIndex {
   // window; the keys of one window are not seen at one instant, as they were not one by one.
   LookupResult Lookup(std::span<const BlockKey> keys, bool touch,
                       const std::optional<NamespaceId>& ns = std::nullopt);
+  // Puts the ready prefix of `keys` back in the order a touching Lookup leaves it (head most
+  // recent), through EvictionPolicy::Refresh: not a use, so no read is counted and no policy
+  // learns from it. Returns the prefix's length.
+  size_t Refresh(std::span<const BlockKey> keys, const std::optional<NamespaceId>& ns);
 
   // Adds `key` in state kWriting with `meta` (whose state is ignored). Errors: kRejected when the
   // key is held by another namespace; kAlreadyExists when the key is ready; kBusy when another
@@ -250,13 +254,19 @@ class BlockIndex {
   void GroupByShard(std::span<const BlockKey> window, LookupScratch& scratch) const;
   // `groups`: each hit's quota group, alongside `tiers`; empty when groups are not collected
   // (quota_groups_in_use_), and then every block is touched in its tier's common order.
-  size_t ScanWindow(std::span<const BlockKey> keys, size_t begin, size_t end, bool touch,
+  size_t ScanWindow(std::span<const BlockKey> keys, size_t begin, size_t end, bool count_reads,
                     const std::optional<NamespaceId>& ns, std::vector<TierId>& tiers,
                     std::vector<uint8_t>& groups, LookupScratch& scratch);
   void UndoReads(std::span<const BlockKey> keys, size_t begin, size_t from, size_t end,
                  const LookupScratch& scratch);
+  // The ready prefix of `keys` (Lookup's scan), each hit's quota group in `groups` when groups
+  // are in use. With `count_reads`, each hit's reads are counted.
+  LookupResult FindPrefix(std::span<const BlockKey> keys, bool count_reads,
+                          const std::optional<NamespaceId>& ns, std::vector<uint8_t>& groups);
+  // Tail first, head last, through each block's order: Touch (a use) or Refresh (not one).
+  enum class PrefixUse : uint8_t { kTouch, kRefresh };
   void TouchPrefix(std::span<const BlockKey> keys, const std::vector<TierId>& tiers,
-                   const std::vector<uint8_t>& groups);
+                   const std::vector<uint8_t>& groups, PrefixUse use);
   void MoveBetweenOrders(TierId tier, uint8_t group, EvictionPolicy* from, EvictionPolicy* to);
 
   std::vector<std::unique_ptr<Shard>> shards_;

@@ -58,6 +58,41 @@ TEST(BlockIndexTest, TouchedPrefixLosesItsTailFirst) {
   EXPECT_FALSE(index->PickVictim(TierId::kHost, 0).has_value());
 }
 
+// A client looks [1 2] up (hit), then puts 3 and 4 in key order: they are more recent than the
+// prefix they extend, so 2 would go first and strand them. Refresh of the chain puts it back in a
+// lookup's order, tail first, and counts no read.
+TEST(BlockIndexTest, RefreshPutsAChainExtendedAfterItsLookupBackInOrder) {
+  for (const char* policy : {"lru", "sticky"}) {
+    SCOPED_TRACE(policy);
+    auto made = BlockIndex::Create({.shard_count = 4, .policy = policy});
+    ASSERT_TRUE(made.ok());
+    BlockIndex& index = **made;
+    const std::vector<BlockKey> chain{Key(1), Key(2), Key(3), Key(4)};
+    for (uint64_t k : {1, 2}) ASSERT_TRUE(index.InsertReady(Key(k), Meta()).ok());
+    EXPECT_EQ(index.Lookup(chain, /*touch=*/true).ready_prefix, 2u);
+    for (uint64_t k : {3, 4}) ASSERT_TRUE(index.InsertReady(Key(k), Meta()).ok());
+    const uint8_t reads = index.Get(Key(1))->reads;
+    EXPECT_EQ(index.Refresh(chain, std::nullopt), 4u);
+    EXPECT_EQ(index.Get(Key(1))->reads, reads);
+    for (uint64_t expected : {4, 3, 2, 1}) {
+      auto victim = index.PickVictim(TierId::kHost, 0);
+      ASSERT_TRUE(victim.has_value());
+      EXPECT_EQ(victim->first, Key(expected));
+      ASSERT_TRUE(index.Erase(victim->first).has_value());
+    }
+  }
+}
+
+TEST(BlockIndexTest, RefreshStopsAtTheFirstMissAndAtAnotherNamespace) {
+  auto index = MakeIndex();
+  const NamespaceId mine{{1, 1}};
+  BlockMeta meta = Meta();
+  meta.ns = mine;
+  for (uint64_t k : {1, 2, 4}) ASSERT_TRUE(index->InsertReady(Key(k), meta).ok());
+  EXPECT_EQ(index->Refresh(std::vector{Key(1), Key(2), Key(3), Key(4)}, mine), 2u);
+  EXPECT_EQ(index->Refresh(std::vector{Key(1)}, NamespaceId{{2, 2}}), 0u);
+}
+
 TEST(BlockIndexTest, LeasedAndPinnedBlocksAreSkippedAndKept) {
   auto index = MakeIndex();
   for (uint64_t k : {1, 2, 3}) ASSERT_TRUE(index->InsertReady(Key(k), Meta()).ok());

@@ -36,6 +36,13 @@ class EvictionPolicy {
   // thread between a lookup and its touch).
   virtual void Touch(const BlockKey& key) = 0;
 
+  // Puts `key` back where a use would put it without it counting as a use: a policy that learns
+  // from uses (gaps, frequencies, ghost hits) learns nothing. A client's KVT.REFRESH after it put
+  // a request's new blocks (which left them more recent than the prefix they extend) gives the
+  // chain back the order a lookup gives it. Only policies whose order is recency alone ("lru",
+  // "sticky") do it; for the others, whose order counts uses, it is a no-op.
+  virtual void Refresh(const BlockKey& key) { (void)key; }
+
   // Stops tracking `key` (removed or moved to another tier). A no-op when absent.
   virtual void Erase(const BlockKey& key) = 0;
 

@@ -18,6 +18,7 @@ class LruPolicy final : public EvictionPolicy {
   std::string_view name() const override { return "lru"; }
   void Insert(const BlockKey& key) override;
   void Touch(const BlockKey& key) override;
+  void Refresh(const BlockKey& key) override { Touch(key); }  // LRU learns nothing from a use
   void Erase(const BlockKey& key) override;
   std::optional<BlockKey> PopVictim() override;
   bool Contains(const BlockKey& key) const override { return lists_.Find(key) != Lists::kNone; }

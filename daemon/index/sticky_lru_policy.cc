@@ -94,7 +94,8 @@ bool StickyLruPolicy::Contains(const BlockKey& key) const {
 
 bool StickyLruPolicy::protecting() const {
   // Won by more than chance: hits are counts, so two standard deviations of their sum's noise.
-  const double margin = params_.duel_margin_sigmas * std::sqrt(sticky_shadow_.score + lru_shadow_.score);
+  const double margin =
+      params_.duel_margin_sigmas * std::sqrt(sticky_shadow_.score + lru_shadow_.score);
   return sticky_shadow_.score > lru_shadow_.score + margin;
 }
 
@@ -141,7 +142,7 @@ void StickyLruPolicy::Observe(const BlockKey& key, uint64_t now) {
 
 void StickyLruPolicy::Replay(Shadow& shadow, const BlockKey& key, uint64_t now) {
   using ShadowLists = SegmentedLists<1>;
-  // Hits count less the older they are: by e^-1 every params_.duel_memory_gaps reuse gaps (G), so the
+  // Hits count less the older they are: by e^-1 every duel_memory_gaps reuse gaps (G), so the
   // duel follows the workload at its own pace, whatever its request rate.
   if (gap_estimate_ != UINT64_MAX) {
     const auto elapsed = static_cast<double>(now - std::min(now, shadow.last_replay));
@@ -199,6 +200,12 @@ void StickyLruPolicy::Touch(const BlockKey& key) {
   Observe(key, now);
   lists_.MoveToHead(node, kResident);
   Stamp(node, now);
+}
+
+void StickyLruPolicy::Refresh(const BlockKey& key) {
+  const Lists::Node node = lists_.Find(key);
+  if (node == Lists::kNone || lists_.SegmentOf(node) != kResident) return;
+  lists_.MoveToHead(node, kResident);
 }
 
 void StickyLruPolicy::Erase(const BlockKey& key) {

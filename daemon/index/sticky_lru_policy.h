@@ -68,6 +68,9 @@ class StickyLruPolicy final : public EvictionPolicy {
   std::string_view name() const override { return "sticky"; }
   void Insert(const BlockKey& key) override;
   void Touch(const BlockKey& key) override;
+  // Moves a resident to the head without measuring a gap, replaying it in the shadows or changing
+  // its time stamp (the last use, which Young compares).
+  void Refresh(const BlockKey& key) override;
   void Erase(const BlockKey& key) override;
   std::optional<BlockKey> PopVictim() override;
   bool Contains(const BlockKey& key) const override;

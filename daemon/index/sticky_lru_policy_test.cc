@@ -163,8 +163,24 @@ TEST_F(StickyLruPolicyTest, WithoutMeasuredGapsItAdmitsLikeLru) {
   EXPECT_FALSE(policy.reuse_gap_ms().has_value());
 }
 
+TEST_F(StickyLruPolicyTest, ARefreshReordersWithoutMeasuringAGap) {
+  StickyLruPolicy policy = Make(1'000);
+  for (uint64_t i = 0; i < 64; ++i) policy.Insert(SampledKey(i));
+  *now_ += 5'000;
+  for (uint64_t i = 64; i-- > 0;) policy.Refresh(SampledKey(i));
+  EXPECT_FALSE(policy.reuse_gap_ms().has_value()) << "a refresh is not a reuse";
+  for (uint64_t i = 0; i < 64; ++i) policy.Touch(SampledKey(i));
+  ASSERT_TRUE(policy.reuse_gap_ms().has_value());
+  EXPECT_EQ(*policy.reuse_gap_ms(), 5'000u) << "measured from the insert, not the refresh";
+  // Touched 0..63: 0 is the least recent.
+  EXPECT_EQ(policy.PopVictim(), SampledKey(0));
+  policy.Refresh(SampledKey(1));
+  EXPECT_EQ(policy.PopVictim(), SampledKey(2)) << "1 was moved to the head";
+}
+
 TEST(StickyLruPolicyParamsTest, ParsesNamedValuesAndKeepsTheRestAtTheirDefaults) {
-  Result<StickyLruPolicy::Params> p = StickyLruPolicy::ParseParams("quantile=0.6,sample=32,ghost=4");
+  Result<StickyLruPolicy::Params> p =
+      StickyLruPolicy::ParseParams("quantile=0.6,sample=32,ghost=4");
   ASSERT_TRUE(p.ok()) << p.status().ToString();
   EXPECT_EQ(p->gap_quantile, 0.6);
   EXPECT_EQ(p->sample_one_in, 32u);

@@ -269,7 +269,9 @@ TEST_F(TierMoverTest, WhileAReaderWaitsTheMoverDemotesOneBlockAtATime) {
   mover_.reset();
   const std::vector<size_t> after = nvme().write_batches();
   size_t largest = 0;
-  for (size_t i = while_reading.size(); i < after.size(); ++i) largest = std::max(largest, after[i]);
+  for (size_t i = while_reading.size(); i < after.size(); ++i) {
+    largest = std::max(largest, after[i]);
+  }
   EXPECT_GT(largest, 1u);
 }
 

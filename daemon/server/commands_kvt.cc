@@ -1,6 +1,6 @@
 // KV-cache commands with inline payloads: KVT.REGISTER (kvt_register.cc), KVT.DROP, KVT.LOOKUP,
-// KVT.PUT, KVT.GET, KVT.PIN, KVT.DEL, KVT.STATS (info.cc), KVT.EXPLAIN (kvt_explain.cc) and
-// KVT.QUOTA (kvt_quota.cc).
+// KVT.REFRESH, KVT.PUT, KVT.GET, KVT.PIN, KVT.DEL, KVT.STATS (info.cc), KVT.EXPLAIN
+// (kvt_explain.cc) and KVT.QUOTA (kvt_quota.cc).
 #include <algorithm>
 #include <atomic>
 #include <memory>
@@ -235,6 +235,23 @@ Progress Pin(CommandContext& ctx, Command& cmd) {
   return Progress::kDone;
 }
 
+// KVT.REFRESH <ns> <keys>: the chain's cached prefix back in a lookup's order, not counted as a
+// lookup or a use (Store::Refresh). Reply: the prefix's length.
+Progress Refresh(CommandContext& ctx, Command& cmd) {
+  std::optional<KvtNamespace> ns = ParseKvtNamespace(ctx, cmd.args[1]);
+  if (!ns) return Progress::kDone;
+  std::optional<size_t> count = CheckPackedKeys(ctx, cmd.args[2]);
+  if (!count) return Progress::kDone;
+  size_t prefix = 0;
+  if (ns->known) {
+    std::vector<BlockKey> keys(*count);
+    for (size_t i = 0; i < *count; ++i) keys[i] = PackedKey(cmd.args[2], i);
+    prefix = ctx.server.store.Refresh(ns->id, keys);
+  }
+  ctx.reply.AppendInteger(static_cast<int64_t>(prefix));
+  return Progress::kDone;
+}
+
 Progress Del(CommandContext& ctx, Command& cmd) {
   std::optional<KvtNamespace> ns = ParseKvtNamespace(ctx, cmd.args[1]);
   if (!ns) return Progress::kDone;
@@ -252,6 +269,7 @@ constexpr CommandSpec kCommands[] = {
     {"KVT.REGISTER", -3, false, KvtRegister},
     {"KVT.DROP", 2, false, Drop},
     {"KVT.LOOKUP", -3, false, Lookup},
+    {"KVT.REFRESH", 3, false, Refresh},
     {"KVT.PUT", -4, false, Put},
     {"KVT.GET", 3, false, Get},
     {"KVT.PIN", 4, false, Pin},

@@ -215,6 +215,24 @@ TEST_F(KvtCommandsTest, PinDelDrop) {
   EXPECT_EQ(c_.Call({"KVT.LOOKUP", ns_, PackKeys(Keys({1}))}), "*2\r\n:0\r\n$0\r\n\r\n");
 }
 
+TEST_F(KvtCommandsTest, RefreshAnswersThePrefixAndIsNotALookup) {
+  PutChain(2);
+  const std::string keys = PackKeys(Keys({0, 1, 2}));
+  const std::string before = c_.Call({"KVT.STATS"});
+  EXPECT_EQ(c_.Call({"KVT.REFRESH", ns_, keys}), ":2\r\n");
+  EXPECT_EQ(c_.Call({"KVT.REFRESH", ns_, PackKeys(Keys({1}))}), ":1\r\n");
+  EXPECT_EQ(c_.Call({"KVT.REFRESH", std::string(32, 'f'), keys}), ":0\r\n");
+  EXPECT_EQ(c_.Call({"KVT.REFRESH", ns_, "short"}).substr(0, 5), "-ERR ");
+  EXPECT_EQ(c_.Call({"KVT.REFRESH", ns_}),
+            "-ERR wrong number of arguments for 'kvt.refresh' command\r\n");
+  // The namespace's lookup counters did not move.
+  const auto lookups = [](const std::string& stats) {
+    const size_t at = stats.find("\"lookups\":");
+    return stats.substr(at, stats.find(',', at) - at);
+  };
+  EXPECT_EQ(lookups(c_.Call({"KVT.STATS"})), lookups(before));
+}
+
 TEST_F(KvtCommandsTest, LookupHoldAnswersAsLookup) {
   PutChain(2);
   const std::string keys = PackKeys(Keys({0, 1, 2}));

@@ -266,6 +266,11 @@ index::LookupResult Store::Lookup(const NamespaceId& ns, std::span<const BlockKe
   return result;
 }
 
+size_t Store::Refresh(const NamespaceId& ns, std::span<const BlockKey> keys) {
+  if (!namespaces_.Find(ns)) return 0;
+  return index_->Refresh(keys, ns);
+}
+
 Status Store::Remove(const NamespaceId& ns, const BlockKey& key) {
   std::optional<BlockMeta> gone = index_->EraseIf(key, [&](const BlockMeta& m) {
     return m.ns == ns && m.state == BlockState::kReady && m.lease_count == 0;

@@ -201,6 +201,11 @@ class Store {
   // touches that prefix (tail first) and counts the lookup in the namespace's statistics. An
   // unregistered namespace is a miss, not an error.
   index::LookupResult Lookup(const NamespaceId& ns, std::span<const BlockKey> keys);
+  // Puts the ready prefix of `keys` in `ns` back in the order Lookup leaves it (head most recent),
+  // without counting a lookup, a read or a use (BlockIndex::Refresh): for a client that put a
+  // request's new blocks after looking the request up. Returns the prefix's length; 0 for an
+  // unregistered namespace.
+  size_t Refresh(const NamespaceId& ns, std::span<const BlockKey> keys);
 
   // Removes a ready block. kNotFound when absent; kBusy while it is leased (retry after release).
   Status Remove(const NamespaceId& ns, const BlockKey& key);
@@ -256,8 +261,9 @@ class Store {
   // with no store lock held). TakeRoomRequest: the largest block size a put found no room for
   // since the last call (0: none). MakeRoom: evicts host blocks (demoting them to NVMe) until a
   // block of `bytes` fits; false when nothing more could go. TakeFetchRequests: up to `max` blocks
-  // readers asked to have brought up, oldest first (FetchRequestsWaiting: whether any is). Fetch: brings such blocks up into the host
-  // tier, reading them from NVMe as one batch, or remembers for each that it could not.
+  // readers asked to have brought up, oldest first (FetchRequestsWaiting: whether any is).
+  // Fetch: brings such blocks up into the host tier, reading them from NVMe as one batch, or
+  // remembers for each that it could not.
   // MoveWorkPending: whether any of these is waiting.
   void SetMoverWakeup(std::function<void()> wake) { wake_mover_ = std::move(wake); }
   // Who is told, on the mover's threads, when a fetch ended or room was made: requests that got
