@@ -182,6 +182,17 @@ serialised).
           py::arg("ns"), py::arg("keys"),
           "The longest cached prefix of `keys` and the tier of each of its blocks.")
       .def(
+          "refresh",
+          [](PyClient& self, const py::handle& ns, const py::handle& keys) {
+            const NamespaceId id = NamespaceIdOf(ns);
+            const std::vector<BlockKey> k = KeysFromPython(keys);
+            return self.Run([&](Client& c) { return ValueOrThrow(c.Refresh(id, k)); });
+          },
+          py::arg("ns"), py::arg("keys"),
+          "Put the cached prefix of `keys` back in the order lookup() leaves it (its head the most "
+          "recent), without counting as a lookup or a use; returns its length. Call it after "
+          "putting a request's new blocks, which left them more recent than their prefix.")
+      .def(
           "lookup_many",
           [](PyClient& self, const py::handle& ns, const py::iterable& chains, double hold_s) {
             const NamespaceId id = NamespaceIdOf(ns);

@@ -158,3 +158,19 @@ def test_short_and_partial_prompts(model, client):
     assert kv.restore(ids[: 2 * TOKENS_PER_BLOCK]).num_tokens == TOKENS_PER_BLOCK
     assert kv.restore(ids).num_tokens == 2 * TOKENS_PER_BLOCK
     assert kv.restore(ids[:TOKENS_PER_BLOCK]).cache is None
+
+
+def test_save_refreshes_the_whole_chain(model, client, monkeypatch):
+    """After its puts, save sends KVT.REFRESH of every key it saved, from the chain's head (the
+    puts left the deepest blocks the most recent; docs/protocol.md)."""
+    refreshed = []
+    base = kvtier.Client.refresh
+    monkeypatch.setattr(kvtier.Client, "refresh",
+                        lambda c, ns, keys: refreshed.append(base(c, ns, keys)) or refreshed[-1])
+    kv = KVTierCache.for_model(client, model, TOKENS_PER_BLOCK, tenant_salt=b"refresh")
+    ids = torch.arange(3 * TOKENS_PER_BLOCK + 5)
+    _, cache = forward(model, ids)
+    assert kv.save(ids, cache).cached_blocks == 3
+    assert refreshed == [3]
+    assert kv.save(ids, cache, skip_cached=True).written_blocks == 0  # all found: nothing to put
+    assert refreshed == [3]

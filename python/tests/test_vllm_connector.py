@@ -544,6 +544,57 @@ def test_a_request_whose_load_failed_is_recomputed_not_reloaded(kvtierd):
         proxy.close()
 
 
+def test_a_finished_requests_chain_is_refreshed_once_its_saves_are_done(unix_url, monkeypatch):
+    """B extends A's two blocks with two of its own: its lookup touched A's blocks, then its
+    saves put the new ones after them. Once the workers report B's saves done, the scheduler
+    sends KVT.REFRESH of B's whole chain (head most recent again), not before, and only for
+    requests that saved."""
+    refreshed = []
+    base = kvtier.Client.refresh
+
+    def recording(client, ns, keys):
+        prefix = base(client, ns, keys)
+        refreshed.append((list(keys), prefix))
+        return prefix
+
+    monkeypatch.setattr(kvtier.Client, "refresh", recording)
+    vllm_config, kv_cache_config = configs(unix_url, "flashinfer", salt="refresh")
+    sched = KvtierConnector(vllm_config, KVConnectorRole.SCHEDULER, kv_cache_config)
+    worker = KvtierConnector(vllm_config, KVConnectorRole.WORKER, kv_cache_config)
+    worker.register_kv_caches(caches("flashinfer"))
+    hashes = [os.urandom(32) for _ in range(4)]
+
+    def finish(r, ids):
+        assert sched.request_finished(r, ids) == (True, None)
+        time.sleep(0.05)
+        assert refreshed == []  # saves not reported done yet
+        assert worker.get_finished({r.request_id}) == ({r.request_id}, None)
+        sched.update_connector_output(SimpleNamespace(finished_sending={r.request_id}))
+        deadline = time.monotonic() + 10
+        while not refreshed:
+            assert time.monotonic() < deadline, "no KVT.REFRESH"
+            time.sleep(0.001)
+        return refreshed.pop()
+
+    store_request(sched, worker, "A", hashes[:2], [0, 1, 2])
+    a = request("A", hashes[:2], 2 * BLOCK + 1)
+    assert finish(a, [0, 1, 2]) == (sched._keys(a, 2), 2)
+    matched, meta = store_request(sched, worker, "B", hashes, [3, 4, 5, 6, 7])
+    assert matched == 2 * BLOCK and [len(t.keys) for t in meta.stores] == [2]
+    b = request("B", hashes, 4 * BLOCK + 1)
+    keys, prefix = finish(b, [3, 4, 5, 6, 7])
+    assert keys == sched._keys(b, 4) and prefix == 4
+    # A request that stored nothing (all of it found) has nothing to refresh.
+    c = request("C", hashes, 4 * BLOCK + 1)
+    assert match(sched, c, 0)[0] == 4 * BLOCK
+    assert sched.request_finished(c, []) == (False, None)
+    sched.update_connector_output(SimpleNamespace(finished_sending={"C"}))
+    time.sleep(0.05)
+    assert refreshed == []
+    for conn in (sched, worker):
+        conn.shutdown()
+
+
 def test_a_lookups_hold_keeps_the_prefix_until_it_is_loaded(tmp_path):
     """Between a request's lookup and its load, other puts fill kvtierd's host tier and evict
     everything unpinned (another request's blocks, stored at the same time, are gone): the

@@ -220,6 +220,9 @@ class KVTierCache:
             return SaveResult(start, 0, [])
         statuses = self.client.put_kv(self.namespace, keys[start:], self._parts(cache, batch_index),
                                       start_token=start * tpb, path=self.path)
+        # The puts left the chain's deepest blocks the most recent: back in a lookup's order, so
+        # that under pressure it loses its tail first (KVT.REFRESH, not counted as a lookup).
+        self.client.refresh(self.namespace, keys)
         failures = [s for s in statuses if not s.stored]
         leading = next((i for i, s in enumerate(statuses) if not s.stored), len(statuses))
         return SaveResult(start + leading, sum(s.ok for s in statuses), failures)

@@ -426,6 +426,9 @@ class KvtierConnector(KVConnectorBase_V1):
         # it is recomputed, not loaded again (a load that fails for good would never end).
         self._loading_blocks: dict[str, set[int]] = {}
         self._failed_loads: set[str] = set()
+        # The chain of each finished request whose saves are still running, refreshed in kvtierd
+        # once the workers report them done (update_connector_output).
+        self._refresh_when_saved: dict[str, list[bytes]] = {}
         # Worker state.
         self._pages: list[torch.Tensor] = []
         self._load_errors: set[int] = set()
@@ -630,12 +633,24 @@ class KvtierConnector(KVConnectorBase_V1):
                                       if not ids.isdisjoint(invalid))
         for req_id in getattr(connector_output, "finished_recving", None) or ():
             self._loading_blocks.pop(req_id, None)
+        for req_id in getattr(connector_output, "finished_sending", None) or ():
+            self._refresh(self._refresh_when_saved.pop(req_id, None))
         stats = getattr(connector_output, "kv_connector_stats", None)
         data = getattr(stats, "data", None) or {}
         for tier, nbytes, seconds in data.get("loads", []):
             self._cost.observe_load({tier: nbytes}, seconds)
         for tokens, seconds in data.get("computes", []):
             self._cost.observe_compute(tokens, seconds)
+
+    def _refresh(self, keys: Optional[list[bytes]]) -> None:
+        """Gives a request's chain back the order a lookup leaves it in kvtierd, once its saves
+        are done, on the lookup thread. Its lookup touched the prefix it found; its saves then put
+        the new blocks after it, more recent than that prefix: under pressure the prefix would
+        leave first and strand them (docs/simulate.md, "The order kvtierd sees"). KVT.REFRESH
+        makes the head the most recent and the tail the least, without counting a lookup."""
+        if keys and self._lookups is not None:
+            self._lookups.run_later(
+                lambda: self._try(lambda c, ns: c.refresh(ns, keys), "refresh"))
 
     def cost_estimates(self) -> dict[str, float]:
         """The scheduler's current estimates of load bandwidth per tier, round trip and compute
@@ -650,8 +665,12 @@ class KvtierConnector(KVConnectorBase_V1):
             self._lookups.forget(request.request_id)
         self._failed_loads.discard(request.request_id)
         # Saves run after their step: blocks some of which are being saved are freed once the
-        # workers report the request (get_finished).
-        return tracked is not None and tracked.stores_planned, None
+        # workers report the request (get_finished), and then its chain is refreshed.
+        saving = tracked is not None and tracked.stores_planned
+        if saving:
+            self._refresh_when_saved[request.request_id] = self._keys(request,
+                                                                       tracked.stored_blocks)
+        return saving, None
 
     # ---- Worker side ----
 
