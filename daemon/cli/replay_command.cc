@@ -54,6 +54,7 @@ void PrintJson(const ReplayFlags& flags, uint64_t block_bytes, const ReplayTotal
   j["url"] = flags.client.url;
   j["path"] = flags.path;
   j["block_bytes"] = block_bytes;
+  j["refresh"] = !flags.no_refresh;
   j["requests"] = t.requests;
   j["blocks"] = t.blocks;
   j["served_blocks"] = t.served_blocks;
@@ -155,7 +156,8 @@ int RunReplay(const ReplayFlags& flags, std::ostream& out, std::ostream& err) {
   }
 
   Replayer replayer(&*client, ns.id,
-                    ReplayOptions{*block_bytes, flags.path == "shm", flags.block_tokens});
+                    ReplayOptions{*block_bytes, flags.path == "shm", flags.block_tokens,
+                                  !flags.no_refresh});
   const auto start = Clock::now();
   auto last_progress = start;
   for (const TraceRequest& request : *trace) {
@@ -219,6 +221,9 @@ Command AddReplayCommand(CLI::App& app) {
                   "possible)")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
+  sub->add_flag("--no-refresh", flags->no_refresh,
+                "Do not send KVT.REFRESH after a request's puts (as a client that leaves its new "
+                "blocks more recent than their prefix; docs/simulate.md)");
   sub->add_flag("--json", flags->json, "Print one JSON object instead of a table");
   sub->callback([flags] {});
   return Command{sub, [flags] { return RunReplay(*flags, std::cout, std::cerr); }};

@@ -37,6 +37,7 @@ struct ReplayFlags {
   uint64_t block_tokens = 512;
   std::string salt;
   double speed = 0;  // 0: as fast as possible; X: the trace's arrival times, X times faster
+  bool no_refresh = false;  // ReplayOptions::refresh off
   bool json = false;
   double progress_interval_s = 2.0;
 };

@@ -155,6 +155,7 @@ Status Replayer::Replay(const TraceRequest& request) {
   if (served < keys.size()) {
     KVTIER_RETURN_IF_ERROR(
         StoreRest(std::span(keys).subspan(served), std::span(request.hash_ids).subspan(served)));
+    if (options_.refresh) KVTIER_RETURN_IF_ERROR(client_->Refresh(ns_, keys).status());
     totals_.put_latency.Add(Clock::now() - fetched);
   }
   totals_.request_latency.Add(Clock::now() - start);

@@ -43,6 +43,9 @@ struct ReplayOptions {
   uint64_t block_bytes = 0;
   bool shm = true;              // Put/Get through the arena; the client must be attached
   uint64_t block_tokens = 512;  // tokens per trace block, for the token hit ratio
+  // After a request's puts, KVT.REFRESH of its chain, as the vLLM connector does: the puts left
+  // its new blocks more recent than the prefix its lookup touched.
+  bool refresh = true;
 };
 
 struct ReplayTotals {
