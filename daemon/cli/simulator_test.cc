@@ -68,10 +68,8 @@ TEST(SimulateTest, RequestLongerThanTheCapacityKeepsItsHead) {
   EXPECT_EQ(r.hit_blocks, 2u);
 }
 
-// 32 prefixes of 64 blocks read in a loop, one request a second, through a cache of half of them:
-// LRU evicts each prefix just before it comes back and never hits after the first round; sticky
-// refuses the new tails (not_admitted_blocks) and keeps hitting the prefixes it holds.
-TEST(SimulateTest, StickyKeepsPartOfALoopLargerThanTheCache) {
+// 32 chains of 64 blocks, read in turn 40 times, a request a second: a loop of 2,048 blocks.
+std::vector<TraceRequest> LoopTrace() {
   std::vector<TraceRequest> trace;
   for (uint64_t round = 0; round < 40; ++round) {
     for (uint64_t chain = 0; chain < 32; ++chain) {
@@ -82,6 +80,14 @@ TEST(SimulateTest, StickyKeepsPartOfALoopLargerThanTheCache) {
       trace.push_back(request);
     }
   }
+  return trace;
+}
+
+// The loop through a cache of half of it: LRU evicts each prefix just before it comes back and
+// never hits after the first round; sticky refuses the new tails (not_admitted_blocks) and keeps
+// hitting the prefixes it holds.
+TEST(SimulateTest, StickyKeepsPartOfALoopLargerThanTheCache) {
+  const std::vector<TraceRequest> trace = LoopTrace();
   const SimulationResult lru = SimulateOrFail(trace, 1024, "lru");
   const SimulationResult sticky = SimulateOrFail(trace, 1024, "sticky");
   EXPECT_EQ(lru.hit_blocks, 0u);
@@ -92,16 +98,7 @@ TEST(SimulateTest, StickyKeepsPartOfALoopLargerThanTheCache) {
 
 // The same loop with a margin no duel can win: sticky never protects, and is LRU.
 TEST(SimulateTest, PolicyParamsReachTheStickyPolicy) {
-  std::vector<TraceRequest> trace;
-  for (uint64_t round = 0; round < 40; ++round) {
-    for (uint64_t chain = 0; chain < 32; ++chain) {
-      std::vector<uint64_t> ids;
-      for (uint64_t b = 0; b < 64; ++b) ids.push_back(chain * 64 + b);
-      TraceRequest request = Request(ids);
-      request.timestamp_ms = (round * 32 + chain) * 1000;
-      trace.push_back(request);
-    }
-  }
+  const std::vector<TraceRequest> trace = LoopTrace();
   SimulationOptions options{1024, "sticky", 512};
   options.policy_params = "margin=1000000";
   Result<SimulationResult> r = Simulate(trace, options);
