@@ -112,8 +112,7 @@ Progress Lookup(CommandContext& ctx, Command& cmd) {
     AppendLookup(ctx, result, 0);
     return Progress::kDone;
   }
-  std::vector<BlockKey> keys(*count);
-  for (size_t i = 0; i < *count; ++i) keys[i] = PackedKey(cmd.args[2], i);
+  std::vector<BlockKey> keys = PackedKeys(cmd.args[2], 0, *count);
   result = ctx.server.store.Lookup(ns->id, keys);
   store::Store& store = ctx.server.store;
   if (*hold_ms > 0) {
@@ -242,12 +241,8 @@ Progress Refresh(CommandContext& ctx, Command& cmd) {
   if (!ns) return Progress::kDone;
   std::optional<size_t> count = CheckPackedKeys(ctx, cmd.args[2]);
   if (!count) return Progress::kDone;
-  size_t prefix = 0;
-  if (ns->known) {
-    std::vector<BlockKey> keys(*count);
-    for (size_t i = 0; i < *count; ++i) keys[i] = PackedKey(cmd.args[2], i);
-    prefix = ctx.server.store.Refresh(ns->id, keys);
-  }
+  const size_t prefix =
+      ns->known ? ctx.server.store.Refresh(ns->id, PackedKeys(cmd.args[2], 0, *count)) : 0;
   ctx.reply.AppendInteger(static_cast<int64_t>(prefix));
   return Progress::kDone;
 }

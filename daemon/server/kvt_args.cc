@@ -40,13 +40,17 @@ BlockKey PackedKey(std::string_view packed, size_t i) {
   return key;
 }
 
+std::vector<BlockKey> PackedKeys(std::string_view packed, size_t from, size_t count) {
+  std::vector<BlockKey> keys;
+  keys.reserve(count > from ? count - from : 0);
+  for (size_t i = from; i < count; ++i) keys.push_back(PackedKey(packed, i));
+  return keys;
+}
+
 void PrefetchRestOfPrefix(CommandContext& ctx, const NamespaceId& ns, std::string_view packed,
                           size_t from, size_t count) {
   if (from >= count) return;
-  std::vector<BlockKey> keys;
-  keys.reserve(count - from);
-  for (size_t i = from; i < count; ++i) keys.push_back(PackedKey(packed, i));
-  ctx.server.store.PrefetchForRead(ns, keys);
+  ctx.server.store.PrefetchForRead(ns, PackedKeys(packed, from, count));
 }
 
 void AppendUnknownNamespace(CommandContext& ctx, const NamespaceId& ns) {

@@ -46,6 +46,8 @@ void PrefetchRestOfPrefix(CommandContext& ctx, const NamespaceId& ns, std::strin
 
 // Key `i` of a packed-key argument that passed CheckPackedKeys.
 BlockKey PackedKey(std::string_view packed, size_t i);
+// Keys [from, count) of such an argument, as a list.
+std::vector<BlockKey> PackedKeys(std::string_view packed, size_t from, size_t count);
 
 // `-NOTFOUND namespace <hex> is not registered`.
 void AppendUnknownNamespace(CommandContext& ctx, const NamespaceId& ns);

@@ -59,7 +59,7 @@ bool ParseKeys(CommandContext& ctx, const resp::Command& cmd, ExplainRequest& re
   }
   std::optional<size_t> count = CheckPackedKeys(ctx, cmd.args[3]);
   if (!count) return false;
-  for (size_t i = 0; i < *count; ++i) req.keys.push_back(PackedKey(cmd.args[3], i));
+  req.keys = PackedKeys(cmd.args[3], 0, *count);
   return true;
 }
 
