@@ -163,6 +163,8 @@ const std::map<std::string, Setter>& Setters() {
        Fraction(&DaemonConfig::low_watermark, "placement.low_watermark")},
       {"placement.mover_threads",
        Uint(&DaemonConfig::mover_threads, 64, "placement.mover_threads")},
+      {"placement.write_depth_bytes",
+       Size(&DaemonConfig::write_depth_bytes, "placement.write_depth_bytes", false)},
       {"placement.when_disk_lags", Text(&DaemonConfig::when_disk_lags)},
       {"shutdown.flush", Bool(&DaemonConfig::shutdown_flush, "shutdown.flush")},
       {"shutdown.flush_seconds",

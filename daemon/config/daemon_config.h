@@ -79,8 +79,11 @@ struct DaemonConfig {
   // placement: the background mover keeps the host tier between these fractions of its size
   double high_watermark = 0.95;
   double low_watermark = 0.90;
-  // Threads of the tier mover: NVMe moves in flight at once (each is one block's I/O).
+  // Threads of the tier mover: NVMe moves in flight at once.
   uint32_t mover_threads = 4;
+  // Bytes of demotion writes the mover keeps in flight, over all its threads (at least one block
+  // each): enough for the disk's write bandwidth; reads wait behind deeper queues.
+  uint64_t write_depth_bytes = 2 << 20;
   // When puts arrive faster than the mover writes host blocks to NVMe: "wait" for it (puts run at
   // the disk's pace, and every block reaches NVMe), or "drop" the coldest host blocks it has not
   // reached (puts run at memory speed; the cache keeps what the disk could take).

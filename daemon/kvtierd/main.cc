@@ -108,6 +108,7 @@ mover::TierMover::Options MoverOptionsFrom(const config::DaemonConfig& c, bool b
                                            bool gpu) {
   mover::TierMover::Options o;
   o.threads = below_host ? c.mover_threads : 1;
+  o.write_depth_bytes = c.write_depth_bytes;
   o.high_watermark = c.high_watermark;
   o.low_watermark = c.low_watermark;
   o.gpu_promotion = gpu && c.gpu_promotion != "off";

@@ -16,9 +16,9 @@
 //      the remote tier, which nobody waits for (the last thread only).
 // It wakes when a request asks (Wake, which the store calls through SetMoverWakeup) and every
 // tick otherwise. Several threads run the same loop. Each round moves up to `batch` blocks as
-// one NVMe submission (Tier::WriteBlocks / ReadBlocks), so `threads` × `batch` blocks can be in
-// flight at once, up to the io_uring queue depth: what reaches a device's bandwidth (one block at
-// a time does not).
+// one NVMe submission (Tier::WriteBlocks / ReadBlocks); the demotions of all the threads together
+// keep about `write_depth_bytes` in flight: what reaches a device's write bandwidth (one block at
+// a time does not), and no deeper, since reads queue behind the writes.
 //
 // Reads first: while a reader waits for NVMe blocks (a fetch asked for or being read), only one
 // thread demotes, one block at a time; the others wait. A read queued behind a deep queue of
@@ -56,11 +56,16 @@ class TierMover {
     // Blocks one thread demotes or promotes as one batch before it looks at the requests again:
     // bounds how long a waiting reader or put is kept behind the watermark work.
     size_t batch = 8;
-    // And at most this many bytes of demotions per batch (the first block always goes): room for
-    // waiting puts arrives as each batch completes, so a batch of large blocks is kept short.
-    // 8 MiB is four 2 MiB blocks per thread; with 4 threads, 16 in flight, the depth fio needs
-    // to reach a device's write bandwidth (bench/spill_bench.sh).
-    uint64_t batch_bytes = 8 << 20;
+    // Bytes of demotion writes in flight at once, shared by the threads: each batch takes at
+    // most write_depth_bytes / threads (its first block always goes, so a thread has at least
+    // one block in flight). Enough to reach the disk's write bandwidth and no more: a read waits
+    // behind every write queued before it, and room for waiting puts arrives as each batch ends.
+    // On the disk of bench/README.md (fio, O_DIRECT, io_uring) sequential 256 KiB writes reach
+    // 2.7 GB/s at 1 MiB in flight and no more at 8 MiB, and 2 MiB writes 2.8 GB/s at one in
+    // flight; 2 MiB here against the earlier 8 MiB a thread halved the NVMe reads' wait in
+    // bench/replay_bench.sh and spill_bench.sh's longest put stall. A deeper device (several
+    // NVMe drives striped) may want more: placement.write_depth_bytes.
+    uint64_t write_depth_bytes = 2 << 20;
     bool gpu_promotion = false;  // copy GPU promotion candidates up (a GPU tier is there)
   };
 

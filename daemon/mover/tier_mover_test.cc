@@ -275,6 +275,27 @@ TEST_F(TierMoverTest, WhileAReaderWaitsTheMoverDemotesOneBlockAtATime) {
   EXPECT_GT(largest, 1u);
 }
 
+// The write depth is shared: with room for four blocks in flight and two threads, no batch of
+// demotions is larger than two blocks (each thread's share), however far the tier is to go.
+TEST_F(TierMoverTest, TheThreadsShareTheWriteDepth) {
+  BuildTwoTiers(32, 64);
+  for (uint64_t n = 1; n <= 32; ++n) ASSERT_TRUE(PutBlock(n).ok());
+  TierMover::Options o;
+  o.high_watermark = 0.5;
+  o.low_watermark = 0.1;
+  o.write_depth_bytes = 4 * kBlock;
+  StartMover(o, /*threads=*/2);
+  WaitUntilHostHoldsAtMost(3 * kBlock);
+  mover_.reset();
+  const std::vector<size_t> batches = nvme().write_batches();
+  ASSERT_FALSE(batches.empty());
+  EXPECT_EQ(*std::max_element(batches.begin(), batches.end()), 2u);
+  // Each block went down once, and nothing was lost.
+  size_t written = 0;
+  for (size_t b : batches) written += b;
+  EXPECT_EQ(written, 32u - store_->tier(TierId::kHost)->Stats().used_bytes / kBlock);
+}
+
 // With drop_when_disk_lags, room for a block read up is made as a put's room is: the coldest host
 // block is dropped, so the read does not wait for that block's write first. With `wait` it is
 // demoted, as before.
