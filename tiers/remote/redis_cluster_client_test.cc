@@ -281,7 +281,10 @@ TEST(RedisClusterClient, FollowsFailoverAfterAMasterIsKilled) {
     return got[0].ok();
   });
   ASSERT_TRUE(served);
-  EXPECT_LT(slowest, timeout + milliseconds(500));
+  // No call hangs: at most two attempts (the dead master, then the new one), each bounded by the
+  // timeout. The slack is for a loaded test machine (CI runs the redis tests beside others); the
+  // bound only has to tell "bounded" from "waits for the dead node's TCP timeout".
+  EXPECT_LT(slowest, 2 * timeout + milliseconds(2000)) << slowest.count() << " ms";
   ExpectBlocks(*client, blocks, 256);  // every block survived: the replica had them all
   EXPECT_GE(client->stats().topology_refreshes, 2u);
 }
