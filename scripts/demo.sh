@@ -50,9 +50,16 @@ redis-cli -p 6380 SET greeting "hello from kvtier"
 redis-cli -p 6380 GET greeting
 
 echo
-echo "== kvtier simulate: hit ratio against cache size, offline, with the daemon's own eviction policies =="
+echo "== kvtier simulate: block hit ratio against cache size, offline, with the daemon's own eviction"
+echo "   policies (sticky is the default) and the offline optimum (belady) =="
+printf '%-17s %8s %8s %8s %8s\n' "capacity (blocks)" lru arc sticky belady
 for capacity in 2000 10000 50000; do
-  for policy in lru arc; do
-    $bin/kvtier simulate "$trace" --capacity-blocks "$capacity" --policy "$policy" --json
+  row=$(printf '%-17s' "$capacity")
+  for policy in lru arc sticky belady; do
+    ratio=$($bin/kvtier simulate "$trace" --capacity-blocks "$capacity" --policy "$policy" --json |
+      python3 -c 'import json, sys; print("%.2f%%" % (100 * json.load(sys.stdin)["block_hit_ratio"]))')
+    row+=$(printf ' %8s' "$ratio")
   done
+  echo "$row"
 done
+echo "(docs/simulate.md: the same on the full traces, and what each policy does)"
