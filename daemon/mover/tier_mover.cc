@@ -78,16 +78,18 @@ constexpr uint64_t kRemoteFetchBatchBytes = 2 << 20;
 
 bool TierMover::ServeFetches() {
   // Taken together and read as one batch: a reader's prefix usually asks for many blocks at once
-  // (Store::PrefetchForRead), and waits for the slowest of them.
-  const std::vector<BlockKey> keys = store_.TakeFetchRequests(options_.batch);
-  if (!keys.empty()) {
-    reading_.fetch_add(1, std::memory_order_acq_rel);
-    store_.Fetch(keys);
+  // (Store::PrefetchForRead), and waits for the slowest of them. Counted as a reader before the
+  // requests leave their queue: in between, a demoting thread would see neither and send a whole
+  // batch of writes ahead of the read.
+  std::vector<BlockKey> keys;
+  if (store_.FetchRequestsWaiting()) {
+    reading_.fetch_add(1);
+    keys = store_.TakeFetchRequests(options_.batch);
+    if (!keys.empty()) store_.Fetch(keys);
     // The last reader out lets the demotions held back for it go on now, not at the next tick.
-    if (reading_.fetch_sub(1, std::memory_order_acq_rel) == 1 &&
-        held_back_.exchange(false, std::memory_order_acq_rel)) {
-      Wake();
-    }
+    // Sequentially consistent, with the hold-back in KeepHostRoom: either this sees its flag or
+    // that thread sees no reader.
+    if (reading_.fetch_sub(1) == 1 && held_back_.exchange(false)) Wake();
   }
   // Blocks no local tier holds, from the remote tier: one GET batch, also up to `batch`, and up
   // to kRemoteFetchBatchBytes: the fetches of large blocks go over several threads, each stored
@@ -106,24 +108,32 @@ bool TierMover::ServeWriteThroughs() {
 }
 
 bool TierMover::ReadersWaiting() const {
-  return reading_.load(std::memory_order_acquire) > 0 || store_.FetchRequestsWaiting();
+  return reading_.load() > 0 || store_.FetchRequestsWaiting();
 }
 
 bool TierMover::KeepHostRoom() {
   tiers::Tier* host = store_.tier(TierId::kHost);
   if (host == nullptr || !store_.HostHasTierBelow()) return false;
-  // Reads first (see the header): while a reader waits, one demoting thread, one block a batch.
-  const size_t others = demoting_.fetch_add(1, std::memory_order_acq_rel);
-  struct Leave {
-    std::atomic<size_t>& count;
-    ~Leave() { count.fetch_sub(1, std::memory_order_acq_rel); }
-  } leave{demoting_};
+  // Reads first (see the header): while a reader waits, one demoting thread (whichever takes the
+  // flag first), one block a batch; the others wait for the last read to end.
   const bool reading = ReadersWaiting();
-  if (reading && others > 0) {
-    held_back_.store(true, std::memory_order_release);
-    // Read again: a read that ended between the two looks found no flag to wake anyone by.
-    if (ReadersWaiting()) return false;
+  bool lone = false;
+  if (reading) {
+    bool taken = false;
+    lone = lone_demoter_.compare_exchange_strong(taken, true);
+    if (!lone) {
+      held_back_.store(true);
+      // Read again: a read that ended between the two looks found no flag to wake anyone by.
+      if (ReadersWaiting()) return false;
+    }
   }
+  struct Leave {
+    std::atomic<bool>& flag;
+    bool lone;
+    ~Leave() {
+      if (lone) flag.store(false);
+    }
+  } leave{lone_demoter_, lone};
   const size_t batch = reading ? 1 : options_.batch;
   bool worked = false;
   if (const uint64_t bytes = store_.TakeRoomRequest(); bytes != 0) {

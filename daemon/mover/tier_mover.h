@@ -56,15 +56,15 @@ class TierMover {
     // Blocks one thread demotes or promotes as one batch before it looks at the requests again:
     // bounds how long a waiting reader or put is kept behind the watermark work.
     size_t batch = 8;
-    // Bytes of demotion writes in flight at once, shared by the threads: each batch takes at
+    // Bytes of watermark demotions in flight at once, shared by the threads: each batch takes at
     // most write_depth_bytes / threads (its first block always goes, so a thread has at least
     // one block in flight). Enough to reach the disk's write bandwidth and no more: a read waits
     // behind every write queued before it, and room for waiting puts arrives as each batch ends.
     // On the disk of bench/README.md (fio, O_DIRECT, io_uring) sequential 256 KiB writes reach
     // 2.7 GB/s at 1 MiB in flight and no more at 8 MiB, and 2 MiB writes 2.8 GB/s at one in
-    // flight; 2 MiB here against the earlier 8 MiB a thread halved the NVMe reads' wait in
-    // bench/replay_bench.sh and spill_bench.sh's longest put stall. A deeper device (several
-    // NVMe drives striped) may want more: placement.write_depth_bytes.
+    // flight; 2 MiB here against the earlier 8 MiB a thread cut the NVMe reads' wait in
+    // bench/replay_bench.sh by a third and halved spill_bench.sh's longest put stall. A deeper
+    // device (several NVMe drives striped) may want more: placement.write_depth_bytes.
     uint64_t write_depth_bytes = 2 << 20;
     bool gpu_promotion = false;  // copy GPU promotion candidates up (a GPU tier is there)
   };
@@ -91,8 +91,9 @@ class TierMover {
   const Options options_;
   // Fixed before the threads start: a thread reads it while the constructor starts the others.
   const size_t thread_count_;
-  std::atomic<size_t> reading_{0};   // threads reading fetched blocks up from NVMe now
-  std::atomic<size_t> demoting_{0};  // threads in KeepHostRoom now
+  std::atomic<size_t> reading_{0};  // threads taking or reading fetched blocks up from NVMe now
+  // While a reader waits: a thread demotes one block at a time (the others hold back).
+  std::atomic<bool> lone_demoter_{false};
   // A thread held its demotions back for a reader: the last read to end wakes the threads.
   std::atomic<bool> held_back_{false};
   // The host tier went past the high watermark and has not been brought down to the low one yet.
