@@ -2,9 +2,9 @@
 
 #include <algorithm>
 #include <bit>
+#include <cmath>
 #include <cstdlib>
 #include <string>
-#include <cmath>
 
 #include "common/clock.h"
 
@@ -29,17 +29,18 @@ Result<StickyLruPolicy::Params> StickyLruPolicy::ParseParams(std::string_view sp
     char* end = nullptr;
     const double value = std::strtod(text.c_str(), &end);
     if (text.empty() || end != text.c_str() + text.size() || !std::isfinite(value)) {
-      return InvalidArgument("sticky parameter '" + std::string(item) +
-                             "': expected name=number");
+      return InvalidArgument("sticky parameter '" + std::string(item) + "': expected name=number");
     }
     const auto bad = [&](const char* why) {
       return InvalidArgument("sticky parameter '" + std::string(item) + "': " + why);
     };
     if (name == "sample") {
-      const auto n = static_cast<uint64_t>(value);
-      if (value < 1 || value > 1024 || static_cast<double>(n) != value || (n & (n - 1)) != 0) {
+      // In range before the cast: a double outside uint64_t's range does not convert.
+      if (value < 1 || value > 1024 || value != std::floor(value)) {
         return bad("a power of 2 from 1 to 1024");
       }
+      const auto n = static_cast<uint64_t>(value);
+      if ((n & (n - 1)) != 0) return bad("a power of 2 from 1 to 1024");
       p.sample_one_in = n;
     } else if (name == "window") {
       if (value < 1 || value > 1 << 20 || value != std::floor(value)) {

@@ -196,10 +196,10 @@ TEST(StickyLruPolicyParamsTest, ParsesNamedValuesAndKeepsTheRestAtTheirDefaults)
 }
 
 TEST(StickyLruPolicyParamsTest, RejectsUnknownNamesAndValuesOutOfRange) {
-  for (const char* bad : {"nope=1", "quantile", "quantile=", "quantile=1", "quantile=-0.1",
-                          "quantile=0.5x", "sample=3", "sample=0", "sample=2048", "window=0",
-                          "window=1.5", "memory=0", "margin=-1", "ghost=-1", "margin=nan",
-                          "quantile=0.5,,"}) {
+  for (const char* bad :
+       {"nope=1", "quantile", "quantile=", "quantile=1", "quantile=-0.1", "quantile=0.5x",
+        "sample=3", "sample=0", "sample=2048", "sample=-1", "sample=1e30", "sample=2.5", "window=0",
+        "window=1.5", "memory=0", "margin=-1", "ghost=-1", "margin=nan", "quantile=0.5,,"}) {
     const Result<StickyLruPolicy::Params> p = StickyLruPolicy::ParseParams(bad);
     EXPECT_EQ(p.status().code(), StatusCode::kInvalidArgument) << bad;
   }
@@ -209,7 +209,8 @@ TEST(StickyLruPolicyParamsTest, SampleOneInOneMeasuresEveryKey) {
   auto now = std::make_shared<uint64_t>(1'000);
   StickyLruPolicy::Params params;
   params.sample_one_in = 1;
-  StickyLruPolicy policy(1'000, [now] { return *now; }, params);
+  StickyLruPolicy policy(
+      1'000, [now] { return *now; }, params);
   for (uint64_t i = 0; i < 64; ++i) policy.Insert(UnsampledKey(i));
   *now += 3'000;
   for (uint64_t i = 0; i < 64; ++i) policy.Touch(UnsampledKey(i));

@@ -153,8 +153,9 @@ bool TierMover::KeepHostRoom() {
   if (s.used_bytes <= low) draining_.store(false, std::memory_order_relaxed);
   if (!draining_.load(std::memory_order_relaxed)) return worked;
   // Each thread demotes a batch of its own, up to its share of the write depth: the threads
-  // together keep about write_depth_bytes of NVMe writes in flight. A thread that found nothing to evict (all leased or pinned) reports no work, so the
-  // loop waits for the next tick instead of spinning.
+  // together keep about write_depth_bytes of NVMe writes in flight. A thread that found nothing to
+  // evict (all leased or pinned) reports no work, so the loop waits for the next tick instead of
+  // spinning.
   return store_.EvictToTarget(TierId::kHost, low, batch,
                               options_.write_depth_bytes / thread_count_) > 0 ||
          worked;
