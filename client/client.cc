@@ -88,9 +88,9 @@ Result<std::vector<resp::Reply>> Client::RoundTrip(const RequestBuffer& request)
   return replies;
 }
 
-void Client::AppendKeyCommands(RequestBuffer& request, std::string_view name,
-                               const NamespaceId& ns, std::span<const BlockKey> keys,
-                               size_t chunk_keys, std::span<const std::string> tail_args) {
+void Client::AppendKeyCommands(RequestBuffer& request, std::string_view name, const NamespaceId& ns,
+                               std::span<const BlockKey> keys, size_t chunk_keys,
+                               std::span<const std::string> tail_args) {
   const std::string ns_hex = ns.ToHex();
   size_t start = 0;
   do {
@@ -164,18 +164,30 @@ Result<NamespaceInfo> Client::RegisterNamespace(const hashing::NamespaceDescript
   KVTIER_ASSIGN_OR_RETURN(NamespaceId local_id, hashing::ComputeNamespaceId(desc));
   std::vector<std::string> args = {
       "KVT.REGISTER",
-      "model", desc.model_id,
-      "revision", desc.model_revision,
-      "dtype", desc.kv_dtype,
-      "layers", std::to_string(desc.num_layers),
-      "kv_heads", std::to_string(desc.num_kv_heads),
-      "head_dim", std::to_string(desc.head_dim),
-      "block_tokens", std::to_string(desc.tokens_per_block),
-      "layout", desc.layout_tag,
-      "tp_rank", std::to_string(desc.tp_rank),
-      "tp_size", std::to_string(desc.tp_size),
-      "scheme", std::to_string(desc.hash_scheme_version),
-      "salt", desc.tenant_salt,
+      "model",
+      desc.model_id,
+      "revision",
+      desc.model_revision,
+      "dtype",
+      desc.kv_dtype,
+      "layers",
+      std::to_string(desc.num_layers),
+      "kv_heads",
+      std::to_string(desc.num_kv_heads),
+      "head_dim",
+      std::to_string(desc.head_dim),
+      "block_tokens",
+      std::to_string(desc.tokens_per_block),
+      "layout",
+      desc.layout_tag,
+      "tp_rank",
+      std::to_string(desc.tp_rank),
+      "tp_size",
+      std::to_string(desc.tp_size),
+      "scheme",
+      std::to_string(desc.hash_scheme_version),
+      "salt",
+      desc.tenant_salt,
   };
   if (block_bytes != 0) {
     args.push_back("block_bytes");
@@ -244,25 +256,49 @@ Result<std::vector<LookupResult>> Client::LookupMany(
 
 Result<size_t> Client::Refresh(const NamespaceId& ns, std::span<const BlockKey> keys) {
   if (keys.empty()) return size_t{0};
-  // The daemon refreshes each command's keys tail first; the chunks go last chunk first, so that
-  // the head chunk, refreshed last, ends up the most recent, as one command would leave it.
   const size_t chunks = (keys.size() + kMaxKeysPerCommand - 1) / kMaxKeysPerCommand;
   const auto chunk_of = [&](size_t c) {
     const size_t start = c * kMaxKeysPerCommand;
     return keys.subspan(start, std::min(kMaxKeysPerCommand, keys.size() - start));
   };
-  RequestBuffer request;
-  for (size_t c = chunks; c-- > 0;) {
-    AppendKeyCommands(request, "KVT.REFRESH", ns, chunk_of(c), kMaxKeysPerCommand);
+  // Refreshes chunks [0, n) in one round trip, last first: the daemon refreshes each command's
+  // keys tail first, so the head chunk, refreshed last, ends up the most recent, as one command
+  // would leave it. Answers each chunk's own prefix, in chunk order.
+  const auto refresh_last_first = [&](size_t n) -> Result<std::vector<size_t>> {
+    RequestBuffer request;
+    for (size_t c = n; c-- > 0;) {
+      AppendKeyCommands(request, "KVT.REFRESH", ns, chunk_of(c), kMaxKeysPerCommand);
+    }
+    KVTIER_ASSIGN_OR_RETURN(std::vector<resp::Reply> replies, RoundTrip(request));
+    std::vector<size_t> found(n);
+    for (size_t c = 0; c < n; ++c) {  // every reply is decoded: an error in any is an error
+      KVTIER_ASSIGN_OR_RETURN(int64_t got, DecodeInteger(replies[n - 1 - c], "KVT.REFRESH"));
+      found[c] = static_cast<size_t>(std::max<int64_t>(got, 0));
+    }
+    return found;
+  };
+  if (chunks == 1) {
+    KVTIER_ASSIGN_OR_RETURN(std::vector<size_t> found, refresh_last_first(1));
+    return found[0];
   }
-  KVTIER_ASSIGN_OR_RETURN(std::vector<resp::Reply> replies, RoundTrip(request));
+  // A chain longer than one command: the daemon sees each chunk on its own, and a chunk past a
+  // hole must not move (its blocks are unreachable, and would push out reachable ones). So the
+  // chunks go one at a time, head first, until one is not whole; then the whole ones again, last
+  // first, so that the order is the one a single command would leave.
   size_t prefix = 0;
-  bool open = true;
-  for (size_t c = 0; c < chunks; ++c) {  // every reply is decoded: an error in any is an error
-    KVTIER_ASSIGN_OR_RETURN(int64_t n, DecodeInteger(replies[chunks - 1 - c], "KVT.REFRESH"));
-    if (!open) continue;
-    prefix += static_cast<size_t>(std::max<int64_t>(n, 0));
-    open = static_cast<size_t>(n) == chunk_of(c).size();
+  size_t whole = 0;
+  while (whole < chunks) {
+    RequestBuffer request;
+    AppendKeyCommands(request, "KVT.REFRESH", ns, chunk_of(whole), kMaxKeysPerCommand);
+    KVTIER_ASSIGN_OR_RETURN(std::vector<resp::Reply> replies, RoundTrip(request));
+    KVTIER_ASSIGN_OR_RETURN(int64_t got, DecodeInteger(replies[0], "KVT.REFRESH"));
+    const auto n = static_cast<size_t>(std::max<int64_t>(got, 0));
+    prefix += n;
+    if (n != chunk_of(whole).size()) break;
+    ++whole;
+  }
+  if (whole > 0) {
+    KVTIER_RETURN_IF_ERROR(refresh_last_first(whole).status());
   }
   return prefix;
 }

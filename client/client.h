@@ -140,6 +140,8 @@ class Client {
   // recent), without counting as a lookup or a use (KVT.REFRESH); returns the prefix's length.
   // For a client that put a request's new blocks after looking the request up: the puts left them
   // more recent than the prefix they extend, and under pressure that prefix would go first.
+  // One round trip; a chain longer than one command (kMaxKeysPerCommand) takes one per whole
+  // chunk and one more, so that nothing past a hole moves.
   Result<size_t> Refresh(const NamespaceId& ns, std::span<const BlockKey> keys);
   // Lookup of several chains of `ns` in one round trip (one scheduler step's new requests): one
   // answer per chain, in order, each as Lookup would give it. A `hold` above 0 keeps each prefix

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -197,15 +198,22 @@ TEST_F(ClientTest, RefreshAnswersTheCachedPrefix) {
   ASSERT_TRUE(prefix.ok()) << prefix.status().ToString();
   EXPECT_EQ(*prefix, 2u);
   EXPECT_EQ(*client_->Refresh(ns_.id, {}), 0u);
-  // More keys than one command takes: the chunks go in one round trip, and the prefix stops in
-  // the first one.
+  // More keys than one command takes, with the hole in the first chunk: the second chunk is not
+  // sent (its blocks, past the hole, must keep their place), and the prefix stops in the first.
   std::vector<BlockKey> many(kMaxKeysPerCommand + 10, keys[2]);
   std::copy(keys.begin(), keys.begin() + 2, many.begin());
+  many.back() = keys[0];  // a present block in the second chunk, which the daemon would refresh
   const uint64_t trips = client_->counters().round_trips;
+  const auto refreshes = [&] {
+    const std::vector<std::string> names = server_.commands();
+    return std::count(names.begin(), names.end(), "KVT.REFRESH");
+  };
+  const auto before = refreshes();
   prefix = client_->Refresh(ns_.id, many);
   ASSERT_TRUE(prefix.ok()) << prefix.status().ToString();
   EXPECT_EQ(*prefix, 2u);
   EXPECT_EQ(client_->counters().round_trips, trips + 1);
+  EXPECT_EQ(refreshes(), before + 1);
 }
 
 TEST_F(ClientTest, PinDelDropStats) {
