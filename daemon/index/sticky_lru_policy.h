@@ -69,7 +69,9 @@ class StickyLruPolicy final : public EvictionPolicy {
   void Insert(const BlockKey& key) override;
   void Touch(const BlockKey& key) override;
   // Moves a resident to the head without measuring a gap, replaying it in the shadows or changing
-  // its time stamp (the last use, which Young compares).
+  // its time stamp (the last use, which Young compares). So after refreshes the LRU tail need not
+  // carry the oldest stamp, and the shadows keep the order of uses, not the cache's: Young and the
+  // duel judge how long since a block was used, which is what the gaps measure.
   void Refresh(const BlockKey& key) override;
   void Erase(const BlockKey& key) override;
   std::optional<BlockKey> PopVictim() override;

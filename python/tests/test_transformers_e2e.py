@@ -174,3 +174,19 @@ def test_save_refreshes_the_whole_chain(model, client, monkeypatch):
     assert refreshed == [3]
     assert kv.save(ids, cache, skip_cached=True).written_blocks == 0  # all found: nothing to put
     assert refreshed == [3]
+
+
+def test_a_refused_refresh_loses_the_save_nothing(model, client, monkeypatch, caplog):
+    """A daemon that refuses KVT.REFRESH (an older one, or BUSY) costs the chain its order, not
+    the save: save answers what it stored, and says so once in the log."""
+    def refuse(c, ns, keys):
+        raise kvtier.BusyError("BUSY: refused for the test")
+    monkeypatch.setattr(kvtier.Client, "refresh", refuse)
+    kv = KVTierCache.for_model(client, model, TOKENS_PER_BLOCK, tenant_salt=b"refused-refresh")
+    ids = torch.arange(2 * TOKENS_PER_BLOCK + 3)
+    _, cache = forward(model, ids)
+    with caplog.at_level("WARNING", logger="kvtier.transformers"):
+        assert kv.save(ids, cache).cached_blocks == 2
+        assert kv.save(ids, cache).cached_blocks == 2
+    assert len([r for r in caplog.records if "did not refresh" in r.getMessage()]) == 1
+    assert kv.restore(ids).num_tokens == 2 * TOKENS_PER_BLOCK

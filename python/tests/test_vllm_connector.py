@@ -564,9 +564,15 @@ def test_a_finished_requests_chain_is_refreshed_once_its_saves_are_done(unix_url
     worker.register_kv_caches(caches("flashinfer"))
     hashes = [os.urandom(32) for _ in range(4)]
 
+    def caught_up():
+        """Waits until the lookup thread has run every job queued so far (a refresh included)."""
+        done = threading.Event()
+        sched._lookups.run_later(done.set)
+        assert done.wait(10)
+
     def finish(r, ids):
         assert sched.request_finished(r, ids) == (True, None)
-        time.sleep(0.05)
+        caught_up()
         assert refreshed == []  # saves not reported done yet
         assert worker.get_finished({r.request_id}) == ({r.request_id}, None)
         sched.update_connector_output(SimpleNamespace(finished_sending={r.request_id}))
@@ -589,7 +595,7 @@ def test_a_finished_requests_chain_is_refreshed_once_its_saves_are_done(unix_url
     assert match(sched, c, 0)[0] == 4 * BLOCK
     assert sched.request_finished(c, []) == (False, None)
     sched.update_connector_output(SimpleNamespace(finished_sending={"C"}))
-    time.sleep(0.05)
+    caught_up()
     assert refreshed == []
     for conn in (sched, worker):
         conn.shutdown()

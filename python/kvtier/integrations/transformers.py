@@ -33,6 +33,7 @@ import dataclasses
 import hashlib
 import inspect
 import json
+import logging
 from typing import Any, Optional
 
 import torch
@@ -45,6 +46,8 @@ __all__ = ["KVTierCache", "RestoreResult", "SaveResult", "descriptor_for", "forw
            "greedy_decode", "layer_kv"]
 
 LAYOUT_TAG = "hf_bhsd"
+
+_logger = logging.getLogger("kvtier.transformers")
 
 _KV_DTYPES = {
     torch.float32: "fp32",
@@ -168,6 +171,7 @@ class KVTierCache:
         self.path = path
         self.namespace: Namespace = client.register_namespace(desc)
         self.tokens_per_block = desc.tokens_per_block
+        self._refresh_refused = False  # logged once: a refused refresh costs an order, not data
 
     @classmethod
     def for_model(cls, client: Client, model: Any, tokens_per_block: int = 16, *,
@@ -221,8 +225,14 @@ class KVTierCache:
         statuses = self.client.put_kv(self.namespace, keys[start:], self._parts(cache, batch_index),
                                       start_token=start * tpb, path=self.path)
         # The puts left the chain's deepest blocks the most recent: back in a lookup's order, so
-        # that under pressure it loses its tail first (KVT.REFRESH, not counted as a lookup).
-        self.client.refresh(self.namespace, keys)
+        # that under pressure it loses its tail first (KVT.REFRESH, not counted as a lookup). Only
+        # an order: a daemon that refuses it (an older one, or BUSY) loses the save nothing.
+        try:
+            self.client.refresh(self.namespace, keys)
+        except errors.KvtierError as e:
+            if not self._refresh_refused:
+                _logger.warning("kvtierd did not refresh a saved chain (%s); saves go on", e)
+                self._refresh_refused = True
         failures = [s for s in statuses if not s.stored]
         leading = next((i for i, s in enumerate(statuses) if not s.stored), len(statuses))
         return SaveResult(start + leading, sum(s.ok for s in statuses), failures)
