@@ -88,9 +88,9 @@ Result<std::vector<resp::Reply>> Client::RoundTrip(const RequestBuffer& request)
   return replies;
 }
 
-void Client::AppendKeyCommands(RequestBuffer& request, std::string_view name, const NamespaceId& ns,
-                               std::span<const BlockKey> keys, size_t chunk_keys,
-                               std::span<const std::string> tail_args) {
+void Client::AppendKeyCommands(RequestBuffer& request, std::string_view name,
+                               const NamespaceId& ns, std::span<const BlockKey> keys,
+                               size_t chunk_keys, std::span<const std::string> tail_args) {
   const std::string ns_hex = ns.ToHex();
   size_t start = 0;
   do {
@@ -164,30 +164,18 @@ Result<NamespaceInfo> Client::RegisterNamespace(const hashing::NamespaceDescript
   KVTIER_ASSIGN_OR_RETURN(NamespaceId local_id, hashing::ComputeNamespaceId(desc));
   std::vector<std::string> args = {
       "KVT.REGISTER",
-      "model",
-      desc.model_id,
-      "revision",
-      desc.model_revision,
-      "dtype",
-      desc.kv_dtype,
-      "layers",
-      std::to_string(desc.num_layers),
-      "kv_heads",
-      std::to_string(desc.num_kv_heads),
-      "head_dim",
-      std::to_string(desc.head_dim),
-      "block_tokens",
-      std::to_string(desc.tokens_per_block),
-      "layout",
-      desc.layout_tag,
-      "tp_rank",
-      std::to_string(desc.tp_rank),
-      "tp_size",
-      std::to_string(desc.tp_size),
-      "scheme",
-      std::to_string(desc.hash_scheme_version),
-      "salt",
-      desc.tenant_salt,
+      "model", desc.model_id,
+      "revision", desc.model_revision,
+      "dtype", desc.kv_dtype,
+      "layers", std::to_string(desc.num_layers),
+      "kv_heads", std::to_string(desc.num_kv_heads),
+      "head_dim", std::to_string(desc.head_dim),
+      "block_tokens", std::to_string(desc.tokens_per_block),
+      "layout", desc.layout_tag,
+      "tp_rank", std::to_string(desc.tp_rank),
+      "tp_size", std::to_string(desc.tp_size),
+      "scheme", std::to_string(desc.hash_scheme_version),
+      "salt", desc.tenant_salt,
   };
   if (block_bytes != 0) {
     args.push_back("block_bytes");

@@ -209,8 +209,7 @@ TEST(StickyLruPolicyParamsTest, SampleOneInOneMeasuresEveryKey) {
   auto now = std::make_shared<uint64_t>(1'000);
   StickyLruPolicy::Params params;
   params.sample_one_in = 1;
-  StickyLruPolicy policy(
-      1'000, [now] { return *now; }, params);
+  StickyLruPolicy policy(1'000, [now] { return *now; }, params);
   for (uint64_t i = 0; i < 64; ++i) policy.Insert(UnsampledKey(i));
   *now += 3'000;
   for (uint64_t i = 0; i < 64; ++i) policy.Touch(UnsampledKey(i));
