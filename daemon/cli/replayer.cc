@@ -155,7 +155,13 @@ Status Replayer::Replay(const TraceRequest& request) {
   if (served < keys.size()) {
     KVTIER_RETURN_IF_ERROR(
         StoreRest(std::span(keys).subspan(served), std::span(request.hash_ids).subspan(served)));
-    if (options_.refresh) KVTIER_RETURN_IF_ERROR(client_->Refresh(ns_, keys).status());
+    if (options_.refresh) {
+      if (Status st = client_->Refresh(ns_, keys).status(); !st.ok()) {
+        // A daemon older than KVT.REFRESH answers "unknown command": say what to do about it.
+        return Status(st.code(), "KVT.REFRESH after the puts: " + st.message() +
+                                     " (a kvtierd without KVT.REFRESH: pass --no-refresh)");
+      }
+    }
     totals_.put_latency.Add(Clock::now() - fetched);
   }
   totals_.request_latency.Add(Clock::now() - start);

@@ -112,6 +112,16 @@ TEST_P(ReplayerTest, WrongBytesAreCorruptNotHits) {
   EXPECT_EQ(t.lost_blocks, 1u);  // block 11 was reported but is past the corrupt one
 }
 
+// A kvtierd older than KVT.REFRESH answers "unknown command": the replay stops with an error
+// that names the command and the flag that leaves it out.
+TEST_P(ReplayerTest, ADaemonWithoutRefreshIsToldAboutNoRefresh) {
+  server_.faults().SetRawReply("KVT.REFRESH", "-ERR unknown command 'KVT.REFRESH'\r\n");
+  const Status st = replayer_->Replay(Request({20, 21}, 1024));
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("KVT.REFRESH"), std::string::npos) << st.ToString();
+  EXPECT_NE(st.message().find("--no-refresh"), std::string::npos) << st.ToString();
+}
+
 INSTANTIATE_TEST_SUITE_P(Paths, ReplayerTest, ::testing::Values(true, false),
                          [](const auto& info) { return info.param ? "Shm" : "Inline"; });
 
