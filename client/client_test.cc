@@ -216,6 +216,40 @@ TEST_F(ClientTest, RefreshAnswersTheCachedPrefix) {
   EXPECT_EQ(refreshes(), before + 1);
 }
 
+// A chain longer than one command, all of it cached: the refresh goes chunk by chunk and ends in
+// the order one command would leave, the head the most recent and the deepest block the least.
+TEST(ClientRefreshTest, AChainLongerThanOneCommandEndsWithItsDeepestBlockLeastRecent) {
+  constexpr uint64_t kSmallBlock = 512;  // 65,539 blocks in 32 MiB
+  InProcessDaemon server(InProcessDaemon::Options{.arena_bytes = uint64_t{64} << 20});
+  Result<Client> connected = Client::Connect(server.url());
+  ASSERT_TRUE(connected.ok()) << connected.status().ToString();
+  Client& client = *connected;
+  Result<NamespaceInfo> ns = client.RegisterNamespace(TestDescriptor(), kSmallBlock);
+  ASSERT_TRUE(ns.ok()) << ns.status().ToString();
+  std::vector<uint32_t> tokens((kMaxKeysPerCommand + 3) * ns->tokens_per_block);
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<uint32_t>(i);
+  Result<std::vector<BlockKey>> keys = Client::HashTokens(*ns, tokens);
+  ASSERT_TRUE(keys.ok());
+  const std::vector<std::byte> payload = Payload(0, kSmallBlock);
+  const std::vector<std::span<const std::byte>> blocks(keys->size(), payload);
+  Result<std::vector<Status>> put = client.PutInline(ns->id, *keys, blocks);
+  ASSERT_TRUE(put.ok()) << put.status().ToString();
+  for (const Status& st : *put) ASSERT_TRUE(st.ok()) << st.ToString();
+
+  Result<size_t> prefix = client.Refresh(ns->id, *keys);
+  ASSERT_TRUE(prefix.ok()) << prefix.status().ToString();
+  EXPECT_EQ(*prefix, keys->size());
+  // One block out, the least recent: the deepest, so the prefix loses only its last block. (The
+  // first chunk refreshed after the second would leave the first chunk's last block the least
+  // recent, and a hole at 65,535.)
+  store::Store& store = server.server().store();
+  const uint64_t used = store.tier(TierId::kHost)->Stats().used_bytes;
+  ASSERT_EQ(store.EvictToTarget(TierId::kHost, used - 1, 1), 1u);
+  Result<LookupResult> found = client.Lookup(ns->id, *keys);
+  ASSERT_TRUE(found.ok()) << found.status().ToString();
+  EXPECT_EQ(found->prefix, keys->size() - 1);
+}
+
 TEST_F(ClientTest, PinDelDropStats) {
   const std::vector<BlockKey> keys = Keys(2);
   std::vector<std::byte> p0 = Payload(0), p1 = Payload(1);
