@@ -249,26 +249,22 @@ Result<size_t> Client::Refresh(const NamespaceId& ns, std::span<const BlockKey> 
     const size_t start = c * kMaxKeysPerCommand;
     return keys.subspan(start, std::min(kMaxKeysPerCommand, keys.size() - start));
   };
-  // Refreshes chunks [0, n) in one round trip, last first: the daemon refreshes each command's
-  // keys tail first, so the head chunk, refreshed last, ends up the most recent, as one command
-  // would leave it. Answers each chunk's own prefix, in chunk order.
-  const auto refresh_last_first = [&](size_t n) -> Result<std::vector<size_t>> {
+  // Refreshes chunks [first, last) in one round trip, last first: the daemon refreshes each
+  // command's keys tail first, so the first chunk, refreshed last, ends up the most recent, as
+  // one command would leave it. Answers the prefix found in chunk `first` alone.
+  const auto refresh = [&](size_t first, size_t last) -> Result<size_t> {
     RequestBuffer request;
-    for (size_t c = n; c-- > 0;) {
+    for (size_t c = last; c-- > first;) {
       AppendKeyCommands(request, "KVT.REFRESH", ns, chunk_of(c), kMaxKeysPerCommand);
     }
     KVTIER_ASSIGN_OR_RETURN(std::vector<resp::Reply> replies, RoundTrip(request));
-    std::vector<size_t> found(n);
-    for (size_t c = 0; c < n; ++c) {  // every reply is decoded: an error in any is an error
-      KVTIER_ASSIGN_OR_RETURN(int64_t got, DecodeInteger(replies[n - 1 - c], "KVT.REFRESH"));
-      found[c] = static_cast<size_t>(std::max<int64_t>(got, 0));
+    int64_t found = 0;
+    for (const resp::Reply& reply : replies) {  // every reply is decoded: an error in any is one
+      KVTIER_ASSIGN_OR_RETURN(found, DecodeInteger(reply, "KVT.REFRESH"));
     }
-    return found;
+    return static_cast<size_t>(std::max<int64_t>(found, 0));  // the last reply: chunk `first`
   };
-  if (chunks == 1) {
-    KVTIER_ASSIGN_OR_RETURN(std::vector<size_t> found, refresh_last_first(1));
-    return found[0];
-  }
+  if (chunks == 1) return refresh(0, 1);
   // A chain longer than one command: the daemon sees each chunk on its own, and a chunk past a
   // hole must not move (its blocks are unreachable, and would push out reachable ones). So the
   // chunks go one at a time, head first, until one is not whole; then the whole ones again, last
@@ -276,18 +272,12 @@ Result<size_t> Client::Refresh(const NamespaceId& ns, std::span<const BlockKey> 
   size_t prefix = 0;
   size_t whole = 0;
   while (whole < chunks) {
-    RequestBuffer request;
-    AppendKeyCommands(request, "KVT.REFRESH", ns, chunk_of(whole), kMaxKeysPerCommand);
-    KVTIER_ASSIGN_OR_RETURN(std::vector<resp::Reply> replies, RoundTrip(request));
-    KVTIER_ASSIGN_OR_RETURN(int64_t got, DecodeInteger(replies[0], "KVT.REFRESH"));
-    const auto n = static_cast<size_t>(std::max<int64_t>(got, 0));
+    KVTIER_ASSIGN_OR_RETURN(size_t n, refresh(whole, whole + 1));
     prefix += n;
     if (n != chunk_of(whole).size()) break;
     ++whole;
   }
-  if (whole > 0) {
-    KVTIER_RETURN_IF_ERROR(refresh_last_first(whole).status());
-  }
+  if (whole > 0) KVTIER_RETURN_IF_ERROR(refresh(0, whole).status());
   return prefix;
 }
 

@@ -153,8 +153,9 @@ void BlockIndex::GroupByShard(std::span<const BlockKey> window, LookupScratch& s
 // the misses of a shard's keys overlap. Keys are visited out of order, so reads is bumped on
 // every hit and taken back by UndoReads past the first miss. Returns the first miss, or `end`.
 size_t BlockIndex::ScanWindow(std::span<const BlockKey> keys, size_t begin, size_t end,
-                              bool count_reads, const std::optional<NamespaceId>& ns, std::vector<TierId>& tiers,
-                              std::vector<uint8_t>& groups, LookupScratch& s) {
+                              bool count_reads, const std::optional<NamespaceId>& ns,
+                              std::vector<TierId>& tiers, std::vector<uint8_t>& groups,
+                              LookupScratch& s) {
   const size_t n = end - begin;
   GroupByShard(keys.subspan(begin, n), s);
   s.outcome.assign(n, LookupScratch::kMiss);
