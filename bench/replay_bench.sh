@@ -8,8 +8,11 @@
 #   replay_nvme_drop_ratio_to_host_only   the same with placement.when_disk_lags: drop
 #   replay_*_block_hit_ratio              what each configuration served
 #   replay_nvme_drop_lag_drop_fraction    host victims dropped because the disk lagged (drop)
+#   replay_*_nvme_get_s, replay_*_put_s   seconds the daemon's gets of NVMe blocks and its puts
+#                                         took in all (its per-request statistics)
 # The NVMe directory is $KVTIER_NVME_BENCH_DIR, else $TMPDIR, else /tmp; removed on exit, with
-# the daemon stopped. --quick: the first 500 requests instead of 2,000.
+# the daemon stopped. --quick: the first 500 requests instead of 2,000. KVTIER_REPLAY_WRITE_DEPTH
+# sets placement.write_depth_bytes (default 2MiB, kvtierd's own).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=${KVTIER_BIN_DIR:-build/bin}
@@ -17,6 +20,8 @@ trace=tests/data/mooncake_conversation_trace.jsonl
 . bench/kvtierd_lib.sh
 
 limit=2000
+# The mover's write depth (placement.write_depth_bytes); 32MiB gives the earlier 8 MiB a thread.
+write_depth=${KVTIER_REPLAY_WRITE_DEPTH:-2MiB}
 if bench_quick "$@"; then limit=500; fi
 bench_tmpdir replay-bench
 
@@ -25,7 +30,8 @@ bench_tmpdir replay-bench
 replay() {
   local name=$1 nvme=$2 lags=$3
   local sock="$tmp/$name.sock"
-  printf 'placement:\n  when_disk_lags: %s\n' "$lags" >"$tmp/$name.yaml"
+  printf 'placement:\n  when_disk_lags: %s\n  write_depth_bytes: %s\n' "$lags" "$write_depth" \
+    >"$tmp/$name.yaml"
   start_kvtierd "$sock" --config "$tmp/$name.yaml" --host-bytes 256MiB --nvme-bytes "$nvme" \
     --data-dir "$tmp/$name.data"
   "$bin/kvtier" replay "$trace" --url "unix://$sock" --block-bytes 256KiB --limit "$limit" \
@@ -53,6 +59,11 @@ for name in ("host_only", "nvme", "nvme_drop"):
     runs[name] = (summary, stats)
     print(f"replay_{name}_requests_per_s {summary['requests_per_s']:.4g} req/s")
     print(f"replay_{name}_block_hit_ratio {summary['block_hit_ratio']:.4g} ratio")
+    if name != "host_only":
+        took = lambda op, tier=None: sum(r["sum_us"] for r in stats["requests"]
+                                         if r["op"] == op and tier in (None, r["tier"])) / 1e6
+        print(f"replay_{name}_nvme_get_s {took('get', 'nvme'):.3g} s")
+        print(f"replay_{name}_put_s {took('put'):.3g} s")
 host_rate = runs["host_only"][0]["requests_per_s"]
 for name in ("nvme", "nvme_drop"):
     print(f"replay_{name}_ratio_to_host_only {runs[name][0]['requests_per_s'] / host_rate:.4g} ratio")
