@@ -109,6 +109,7 @@ Awaitable<void> RedisClusterClient::RunNodeRound(std::shared_ptr<Op> op, HostPor
   Result<std::vector<resp::Reply>> replies = co_await NodeAt(node).Execute(batch, deadline);
   if (!replies.ok()) {
     keys = BackToMaster(*op, std::move(keys));
+    keys = ToNewOwners(*op, std::move(keys), node);
     FailKeys(*op, keys, replies.status());
     // A node that cannot be reached, or that its breaker skips, may have been replaced
     // (failover): read the map again (at most every min_refresh_interval), so that calls go to
@@ -157,6 +158,28 @@ std::vector<size_t> RedisClusterClient::BackToMaster(Op& op, std::vector<size_t>
     op.routes[i].at_replica = false;
     op.redirected.push_back(i);
     Add(counters_.replica_lookup_fallbacks);
+  }
+  return others;
+}
+
+std::vector<size_t> RedisClusterClient::ToNewOwners(Op& op, std::vector<size_t> keys,
+                                                    const HostPort& failed) {
+  // A refresh may have installed a new map while the round was out (another call met the same
+  // dead master): a key whose slot the map now gives to another node goes there next instead of
+  // failing, or of being read from a replica of a master the cluster has replaced. Not a key sent
+  // to an ASK target or to a replica (its master, which the map may still name, failed it
+  // already), and not past the redirections a key may follow.
+  std::vector<size_t> others;
+  for (const size_t i : keys) {
+    const Route& route = op.routes[i];
+    const HostPort* owner = slot_map_.NodeOf(KeySlot(op.keys[i]));
+    if (route.ask_target || route.tried_replica || owner == nullptr || *owner == failed ||
+        route.redirects >= options_.max_redirects) {
+      others.push_back(i);
+      continue;
+    }
+    ++op.routes[i].redirects;
+    op.redirected.push_back(i);
   }
   return others;
 }

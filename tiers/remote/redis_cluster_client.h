@@ -135,6 +135,9 @@ class RedisClusterClient final : public RemoteStore {
   Awaitable<void> RunOp(std::shared_ptr<Op> op);
   Awaitable<void> RunNodeRound(std::shared_ptr<Op> op, HostPort node, std::vector<size_t> keys,
                                std::shared_ptr<class WaitGroup> done);
+  // Keys of `keys` that `failed` could not answer and whose slot the map now gives to another
+  // node go there in the next round; returns the others.
+  std::vector<size_t> ToNewOwners(Op& op, std::vector<size_t> keys, const HostPort& failed);
   // After `failed` could not answer `keys` (code): reads of them go next to a replica of their
   // master, where the map knows one.
   void ReadFromReplicas(Op& op, const std::vector<size_t>& keys, const HostPort& failed,

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "tiers/remote/remote_record.h"
+#include "tiers/remote/testing/held_port.h"
 #include "tiers/remote/testing/redis_cluster.h"
 #include "tiers/remote/testing/test_tls.h"
 #include "tiers/remote/testing/test_values.h"
@@ -287,6 +288,41 @@ TEST(RedisClusterClient, FollowsFailoverAfterAMasterIsKilled) {
   EXPECT_LT(slowest, 2 * timeout + milliseconds(2000)) << slowest.count() << " ms";
   ExpectBlocks(*client, blocks, 256);  // every block survived: the replica had them all
   EXPECT_GE(client->stats().topology_refreshes, 2u);
+}
+
+TEST(RedisClusterClient, ACallOutWhenTheMapMovesItsSlotGoesToTheNewMaster) {
+  // A call sent to a dead master by the old map fails there after another call's refresh has
+  // installed the new one: the key goes to the promoted replica, now the slot's master, instead
+  // of failing (the old map's replica of the dead master is the new map's master).
+  auto cluster = StartCluster({.node_timeout = milliseconds(1000)});
+  ASSERT_TRUE(cluster);
+  auto client = OpenClient(cluster->Seeds());
+  ASSERT_TRUE(client);
+  PutReplicatedBlocks(*cluster, *client);
+  const int slot = KeySlot(TestKey(0));
+  const int victim = cluster->MasterOfSlot(slot);
+  const int replica = cluster->ReplicaOf(static_cast<size_t>(victim));
+  ASSERT_GE(replica, 0);
+  cluster->node(static_cast<size_t>(victim)).Kill();
+  auto held = testing::HeldPort::Open(cluster->node(static_cast<size_t>(victim)).port());
+  ASSERT_TRUE(held.ok()) << held.status().ToString();
+  // A client that read the map before the failover, and has no connection to the dead master.
+  auto stale = OpenClient(cluster->Seeds());
+  ASSERT_TRUE(stale);
+  ASSERT_TRUE(cluster->Cli(static_cast<size_t>(replica), {"CLUSTER", "FAILOVER", "FORCE"}).ok());
+  ASSERT_TRUE(cluster->WaitConverged(milliseconds(15000), slot, replica));
+
+  Result<std::string> got = DeviceError("not read");
+  std::thread call([&] { got = stale->Get({TestKey(0)}, kCallTimeout)[0]; });
+  const bool out = (*held)->WaitForGet(milliseconds(5000));
+  // The map changes while the call is out at the old master's port; then that port closes it.
+  const Status refreshed = stale->RefreshTopology();
+  (*held)->Release();
+  call.join();
+  ASSERT_TRUE(out) << "the call never reached the dead master's port";
+  ASSERT_TRUE(refreshed.ok()) << refreshed.ToString();
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_EQ(*got, testing::TestRecord(0, 256));
 }
 
 TEST(RedisClusterClient, AKilledMastersBlocksAreReadFromItsReplicaBeforeAnyFailover) {
