@@ -19,6 +19,7 @@ struct RedisClusterClient::Route {
   // Set when the master failed a read: the next round asks this replica of it instead; once.
   std::optional<HostPort> replica_target;
   bool tried_replica = false;
+  bool to_replica = false;  // this round sends the key to replica_target (a read)
   // Set when this round sends a lookup (EXISTS) to a replica first (lookups_on_replicas): if the
   // replica cannot answer, the next round asks the master.
   bool at_replica = false;

@@ -54,6 +54,7 @@ Awaitable<void> RedisClusterClient::RunOp(std::shared_ptr<Op> op) {
         rounds[*op->routes[i].ask_target].push_back(i);
         continue;
       }
+      op->routes[i].to_replica = op->routes[i].replica_target.has_value();
       if (op->routes[i].replica_target) {
         rounds[*op->routes[i].replica_target].push_back(i);
         op->routes[i].replica_target.reset();
@@ -167,19 +168,23 @@ std::vector<size_t> RedisClusterClient::ToNewOwners(Op& op, std::vector<size_t> 
   // A refresh may have installed a new map while the round was out (another call met the same
   // dead master): a key whose slot the map now gives to another node goes there next instead of
   // failing, or of being read from a replica of a master the cluster has replaced. Not a key sent
-  // to an ASK target or to a replica (its master, which the map may still name, failed it
-  // already), and not past the redirections a key may follow.
+  // to an ASK target or to a replica this round (its master, which the map may still name, failed
+  // it already), not past the redirections a key may follow, and not after the deadline (the
+  // node's own error says more than the call's timeout). Not a DEL either: the dead node may have
+  // run it before its answer was lost, and the new master would then answer "not found".
+  if (op.kind == OpKind::kDelete || Deadline::clock::now() >= op.deadline) return keys;
   std::vector<size_t> others;
   for (const size_t i : keys) {
-    const Route& route = op.routes[i];
+    Route& route = op.routes[i];
     const HostPort* owner = slot_map_.NodeOf(KeySlot(op.keys[i]));
-    if (route.ask_target || route.tried_replica || owner == nullptr || *owner == failed ||
+    if (route.ask_target || route.to_replica || owner == nullptr || *owner == failed ||
         route.redirects >= options_.max_redirects) {
       others.push_back(i);
       continue;
     }
-    ++op.routes[i].redirects;
+    ++route.redirects;
     op.redirected.push_back(i);
+    Add(counters_.new_owner_resends);
   }
   return others;
 }

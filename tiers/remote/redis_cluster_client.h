@@ -19,8 +19,10 @@
 // has just seen stays readable while its master is down. With lookups_on_replicas, lookups
 // (EXISTS) go to a replica first, so that a block they find is one that survives its master's
 // failover, and to the master when that replica does not answer; an EXISTS not sent to a replica
-// first is read from one as a GET is. Nothing else is retried: a failure costs a hit, and the
-// caller decides.
+// first is read from one as a GET is. A key whose node failed while a refresh moved its slot to
+// another node (the map changed during the round) goes to that node, within the same deadline
+// (not a DEL, which the dead node may have run). Nothing else is retried: a failure costs a hit,
+// and the caller decides.
 //
 // Threads: the client runs one I/O thread ("kvtier-remote") of its own, which owns every
 // connection, the slot map and the nodes; Start* calls from any thread post to it and their

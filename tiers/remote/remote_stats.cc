@@ -19,6 +19,7 @@ void ForEachField(Fn&& fn, Stats&... s) {
   fn("moved_redirects", s.moved_redirects...);
   fn("ask_redirects", s.ask_redirects...);
   fn("replica_reads", s.replica_reads...);
+  fn("new_owner_resends", s.new_owner_resends...);
   fn("replica_lookups", s.replica_lookups...);
   fn("replica_lookup_fallbacks", s.replica_lookup_fallbacks...);
   fn("topology_refreshes", s.topology_refreshes...);

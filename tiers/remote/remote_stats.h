@@ -26,6 +26,7 @@ struct RemoteStats {
   uint64_t moved_redirects = 0;     // MOVED answers followed
   uint64_t ask_redirects = 0;       // ASK answers followed
   uint64_t replica_reads = 0;       // keys read again from a replica when their master failed
+  uint64_t new_owner_resends = 0;   // keys sent again to their slot's new master after a failover
   uint64_t replica_lookups = 0;     // keys looked up at a replica first (lookups_on_replicas)
   uint64_t replica_lookup_fallbacks = 0;   // of those, asked at their master after all
   uint64_t topology_refreshes = 0;         // slot maps read
@@ -52,6 +53,7 @@ struct RemoteCounters {
   std::atomic<uint64_t> moved_redirects{0};
   std::atomic<uint64_t> ask_redirects{0};
   std::atomic<uint64_t> replica_reads{0};
+  std::atomic<uint64_t> new_owner_resends{0};
   std::atomic<uint64_t> replica_lookups{0};
   std::atomic<uint64_t> replica_lookup_fallbacks{0};
   std::atomic<uint64_t> topology_refreshes{0};
