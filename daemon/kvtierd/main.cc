@@ -211,6 +211,12 @@ int Run(const config::DaemonConfig& c) {
     spdlog::error("store: {}", store.status().ToString());
     return 1;
   }
+  // On every way out, the remote tier's client ends before the store: its destructor ends the
+  // calls in flight, whose callbacks reach into the store.
+  struct RemoteEndsFirst {
+    decltype(daemon::DaemonTiers::remote)& remote;
+    ~RemoteEndsFirst() { remote.reset(); }
+  } remote_ends_first{tiers.remote};
   if (Status st = daemon::ApplyQuotas(c, **store); !st.ok()) {
     spdlog::error("{}", st.ToString());
     return 1;
@@ -330,9 +336,10 @@ int Run(const config::DaemonConfig& c) {
   recovery.request_stop();
   recovery.join();
   housekeeping.clear();
-  // No request is left to wake it; the flush below moves blocks itself.
-  s.SetMoverWakeup({});
+  // No request is left to wake it; the flush below moves blocks itself. Cleared once its threads
+  // are joined: they call the wake-up themselves (a put of a fetched block, a publish).
   mover.reset();
+  s.SetMoverWakeup({});
   if (tiers.nvme) {
     FlushMemoryToNvme(s, c);
     if (Status st = tiers.nvme->Sync(); !st.ok()) spdlog::warn("NVMe sync: {}", st.ToString());

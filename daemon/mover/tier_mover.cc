@@ -67,8 +67,20 @@ bool TierMover::Round(size_t index) {
         store_.TakeRemoteWriteThroughRequests(options_.batch);
     if (!remote.empty()) store_.WriteThroughToRemote(remote);
     worked |= !remote.empty();
+    worked |= KeepLastTierRoom();
   }
   return worked;
+}
+
+bool TierMover::KeepLastTierRoom() {
+  if (!store_.PublishesDropsOf(TierId::kNvme)) return false;
+  const tiers::TierStats s = store_.tier(TierId::kNvme)->Stats();
+  const auto cap = static_cast<double>(s.capacity_bytes);
+  const auto low = static_cast<uint64_t>(cap * options_.low_watermark);
+  if (s.used_bytes > static_cast<uint64_t>(cap * options_.high_watermark)) draining_last_ = true;
+  if (s.used_bytes <= low) draining_last_ = false;
+  if (!draining_last_) return false;
+  return store_.EvictToTarget(TierId::kNvme, low, options_.batch) > 0;
 }
 
 namespace {

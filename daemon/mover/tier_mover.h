@@ -13,7 +13,12 @@
 //      published to the remote store and dropped: Store::EvictToTarget);
 //   4. GPU promotion candidates, copied up into the GPU tier (thread 0 only; with a GPU tier);
 //   5. remote write-throughs (Store::TakeRemoteWriteThroughRequests): committed blocks copied to
-//      the remote tier, which nobody waits for (the last thread only).
+//      the remote tier, which nobody waits for (the last thread only);
+//   6. with NVMe above a remote tier, room in NVMe: while it is fuller than the high watermark,
+//      its least recently used blocks are published to the remote store and dropped until it is
+//      below the low one (the last thread only). A demotion into a full NVMe tier makes the room
+//      it needs the same way (Store::DemoteVictims): an allocation's own eviction would drop
+//      blocks unpublished.
 // It wakes when a request asks (Wake, which the store calls through SetMoverWakeup) and every
 // tick otherwise. Several threads run the same loop. Each round moves up to `batch` blocks as
 // one NVMe submission (Tier::WriteBlocks / ReadBlocks); the demotions of all the threads together
@@ -84,6 +89,7 @@ class TierMover {
   bool ServeFetches();
   bool ServeWriteThroughs();
   bool KeepHostRoom();
+  bool KeepLastTierRoom();
   // Whether a reader waits for an NVMe block: a fetch asked for and not taken, or being read.
   bool ReadersWaiting() const;
 
@@ -98,6 +104,8 @@ class TierMover {
   std::atomic<bool> held_back_{false};
   // The host tier went past the high watermark and has not been brought down to the low one yet.
   std::atomic<bool> draining_{false};
+  // The same for the NVMe tier above a remote tier; the last thread's own.
+  bool draining_last_ = false;
   std::mutex mu_;
   std::condition_variable cv_;
   uint64_t wakeups_ = 0;              // guarded by mu_: bumped by Wake, so no wake-up is missed

@@ -349,5 +349,30 @@ TEST_F(TierMoverTest, WithARemoteTierTheWatermarksPublishAndReadsFetchBack) {
   EXPECT_EQ(store_->Stats().remote_fetches, 1u);
 }
 
+// NVMe above a remote tier: a block that leaves NVMe is published first, whether the watermarks
+// take it ahead of demand or a demotion into a full NVMe tier needs its room. Every block put
+// comes back, byte for byte, from wherever it went.
+TEST_F(TierMoverTest, WithNvmeAboveARemoteTierEveryBlockThatLeavesNvmeIsPublished) {
+  StoreOptions options;
+  options.background_disk_moves = true;
+  options.remote.store = &remote_;
+  Build({4, 8}, /*last_addressable=*/false, options);
+  StartMoverWithWatermarks(0.75, 0.5, /*threads=*/1);
+  constexpr uint64_t kBlocks = 24;  // twice what host and NVMe hold together
+  for (uint64_t n = 1; n <= kBlocks; ++n) {
+    ASSERT_TRUE(UntilNotPending([&] { return PutBlock(n); }).ok()) << n;
+  }
+  const uint64_t left_nvme = store_->Stats().tiers[1].evictions;
+  EXPECT_GT(left_nvme, 0u);
+  EXPECT_GE(store_->Stats().remote_publishes, left_nvme);
+  for (uint64_t n = 1; n <= kBlocks; ++n) {
+    Result<Lease> lease = AcquireWhenReady(n);
+    ASSERT_TRUE(lease.ok()) << "block " << n << ": " << lease.status().ToString();
+    ASSERT_EQ(lease->tier, TierId::kHost);
+    EXPECT_EQ(std::vector<std::byte>(lease->address, lease->address + kBlock), Payload(n)) << n;
+    ASSERT_TRUE(store_->Release(lease->id).ok());
+  }
+}
+
 }  // namespace
 }  // namespace kvtier::mover

@@ -243,6 +243,11 @@ class Store {
   size_t EvictToTarget(TierId tier, uint64_t target_used_bytes, size_t max_victims,
                        uint64_t max_bytes = UINT64_MAX);
 
+  // Whether `tier` is the last local tier, with a remote tier below it that its drops are
+  // published to: the mover then keeps room in it with EvictToTarget, which publishes (an
+  // allocation's own eviction drops unpublished).
+  bool PublishesDropsOf(TierId tier) const;
+
   // Moves up to `max_blocks` promotion candidates from the host tier into the GPU tier, making
   // room there by demoting its least recently used blocks to host. For the GPU mover thread only:
   // it copies bytes and waits for the device. A candidate that is leased now goes back into the
@@ -538,6 +543,15 @@ class Store {
   // block. OK or kAlreadyExists: the reader will find it; otherwise BeginPut's error.
   Status StoreFetched(const NamespaceId& ns, const BlockKey& key,
                       std::span<const std::byte> payload, uint64_t checksum);
+  // Victims of tiers_[level] an allocation's eviction is about to drop, published first when the
+  // level is below the put tier and publishes its drops (NVMe above a remote tier).
+  void PublishBeforeDrop(size_t level,
+                         std::span<const std::pair<BlockKey, index::BlockMeta>> victims);
+  // Before victims of tiers_[level] are demoted into the last tier when it publishes its drops:
+  // room there for them, made by publishing that tier's coldest blocks (EvictToTarget), so that
+  // the demotions' allocations do not drop blocks unpublished to make it.
+  void MakeRoomBelowByPublishing(size_t level,
+                                 std::span<const std::pair<BlockKey, index::BlockMeta>> victims);
   // MakeRoom when the put level publishes its drops: evicts through EvictToTarget (which
   // publishes) until a block of `bytes` fits; false when that could not make room.
   bool MakeRoomByPublishing(uint64_t bytes);

@@ -44,8 +44,18 @@ bool Store::EvictOne(size_t level, EvictionMode mode, uint8_t requester) {
   if (!victim) return false;
   // A victim that cannot leave right now (leased since it was picked) was handed back to the
   // policy; that still counts as an attempt, so the caller's bound keeps the loop finite.
+  PublishBeforeDrop(level, {&*victim, 1});
   DemoteOrDrop(level, victim->first, victim->second, mode);
   return true;
+}
+
+void Store::PublishBeforeDrop(size_t level,
+                              std::span<const std::pair<BlockKey, BlockMeta>> victims) {
+  // Only below the put tier: there only moves allocate (a demotion, a write-through copy), and
+  // with a remote tier every move runs on the mover's threads, which may wait for the network. A
+  // put's own room in the put tier is made by MakeRoomByPublishing, or dropped unpublished when
+  // the disk lags (a request thread never waits for the network).
+  if (level > put_level_ && PublishesDrops(level)) PublishToRemote(level, victims);
 }
 
 bool Store::EvictReclaimUnit(size_t level, EvictionMode mode, uint8_t requester) {
@@ -56,9 +66,10 @@ bool Store::EvictReclaimUnit(size_t level, EvictionMode mode, uint8_t requester)
   index_->Unpick(victim->first);
   const Extent unit = t.ReclaimUnit(victim->second.extent);
   bool any = false;
-  for (const auto& [key, meta] : index_->EvictableInRange(t.id(), unit, now)) {
-    any |= DemoteOrDrop(level, key, meta, mode);
-  }
+  const std::vector<std::pair<BlockKey, BlockMeta>> victims =
+      index_->EvictableInRange(t.id(), unit, now);
+  PublishBeforeDrop(level, victims);
+  for (const auto& [key, meta] : victims) any |= DemoteOrDrop(level, key, meta, mode);
   return any;
 }
 
@@ -165,12 +176,14 @@ void Store::FreeExtent(const BlockMeta& meta) {
 bool Store::AdmitBelow(size_t level, const BlockKey& key, const BlockMeta& meta) {
   // Admission guards the SSD's write budget; moves between memory tiers are free to happen.
   if (tiers_[level + 1]->id() != TierId::kNvme) return true;
+  // A write-through block's copy is already there, and durable: its move below writes nothing,
+  // so neither admission nor a full tier refuses it (a refusal would drop the copy too).
+  if (HasCopyBelow(level, meta)) return true;
   if (!admission_->Admit(meta)) return false;
   // A full last tier whose policy keeps its blocks (sticky, while it thrashes) does not take the
   // victim: writing it would only push out a block more likely to be read again.
-  // A write-through block's copy is already there, and durable: never dropped for this.
   tiers::Tier& below = *tiers_[level + 1];
-  if (!EvictionDrops(level + 1) || HasCopyBelow(level, meta)) return true;
+  if (!EvictionDrops(level + 1)) return true;
   const tiers::TierStats stats = below.Stats();
   if (stats.capacity_bytes - std::min(stats.capacity_bytes, stats.reserved_bytes) >=
       meta.extent.length) {
@@ -252,6 +265,9 @@ void Store::DemoteVictims(size_t level, std::span<const std::pair<BlockKey, Bloc
   // From the last local tier, every victim is a drop: with a remote tier below, it goes there
   // first, the whole round as one batch.
   if (PublishesDrops(level)) PublishToRemote(level, victims);
+  if (level + 1 < tiers_.size() && PublishesDrops(level + 1)) {
+    MakeRoomBelowByPublishing(level, victims);
+  }
   for (const auto& [key, meta] : victims) {
     const EvictionPlan plan = PlanEviction(level, key, meta, EvictionMode::kDemote);
     if (!plan.may_demote || HasCopyBelow(level, meta)) {  // a drop, or an index change

@@ -172,6 +172,26 @@ void Store::WriteThroughToRemote(std::span<const WriteThroughRequest> requests) 
   if (!blocks.empty()) PublishToRemote(host, blocks, RemotePin::kShared);
 }
 
+bool Store::PublishesDropsOf(TierId id) const {
+  const size_t level = LevelOf(id);
+  return level < tiers_.size() && PublishesDrops(level);
+}
+
+void Store::MakeRoomBelowByPublishing(size_t level,
+                                      std::span<const std::pair<BlockKey, BlockMeta>> victims) {
+  uint64_t needed = 0;
+  for (const auto& [key, meta] : victims) {
+    if (!HasCopyBelow(level, meta)) needed += meta.extent.length;
+  }
+  tiers::Tier& below = *tiers_[level + 1];
+  const tiers::TierStats stats = below.Stats();
+  const uint64_t free =
+      stats.capacity_bytes - std::min(stats.capacity_bytes, stats.reserved_bytes);
+  if (needed <= free) return;
+  const uint64_t target = stats.used_bytes - std::min(stats.used_bytes, needed - free);
+  (void)EvictToTarget(below.id(), target, std::max<size_t>(victims.size(), kPublishBatch));
+}
+
 bool Store::MakeRoomByPublishing(uint64_t bytes) {
   tiers::Tier& t = *tiers_[put_level_];
   for (int round = 0; round < kPublishRounds; ++round) {

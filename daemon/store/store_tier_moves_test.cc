@@ -202,6 +202,23 @@ TEST_F(StorePlacementTest, WriteThroughPutsAreOnNvmeAtOnceAndDemoteWithoutAWrite
   EXPECT_EQ(nvme().Stats().block_count, before - 1);
 }
 
+// Admission guards the disk's writes; a write-through block's eviction writes nothing (its copy
+// is there), so an admission that refuses blocks never read does not drop it, copy and all
+// (regression: the copy was freed and the acknowledged block lost).
+TEST_F(StorePlacementTest, AdmissionDoesNotDropAWriteThroughBlocksCopy) {
+  StoreOptions options;
+  options.nvme_write_through = true;
+  options.nvme_admission = "reused";
+  BuildTwoTiers(2, 8, options);
+  for (uint64_t n = 1; n <= 3; ++n) ASSERT_TRUE(PutBlock(n).ok());  // 3 evicts 1, never read
+  EXPECT_EQ(TierOf(1), TierId::kNvme);
+  EXPECT_EQ(nvme().Stats().block_count, 3u);
+  EXPECT_EQ(TierStatsOf(store_->Stats(), TierId::kHost).admission_drops, 0u);
+  std::vector<std::byte> out;
+  ASSERT_TRUE(store_->Get(kNs, Key(1), out).ok());
+  EXPECT_EQ(out, Payload(1));
+}
+
 // A write-through put was acknowledged as durable: reading it back up from NVMe must not take it
 // off the disk, or the next crash loses it (regression: the read moved it into host memory).
 TEST_F(StorePlacementTest, AWriteThroughBlockReadUpFromNvmeKeepsItsNvmeCopy) {

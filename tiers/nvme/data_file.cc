@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <random>
@@ -66,7 +67,13 @@ Result<std::unique_ptr<DataFile>> DataFile::Open(const Options& options) {
     KVTIER_RETURN_IF_ERROR(file->Format(capacity));
     return file;
   }
-  KVTIER_RETURN_IF_ERROR(file->ReadSuperblock());
+  if (Status read = file->ReadSuperblock(); !read.ok()) {
+    if (read.code() != StatusCode::kCorruption || !file->SuperblockNeverWritten()) return read;
+    spdlog::warn("nvme: {} has no superblock yet (its formatting was cut short); formatting it",
+                 options.path);
+    KVTIER_RETURN_IF_ERROR(file->Format(capacity));
+    return file;
+  }
   if (file->superblock_.capacity_bytes != capacity) {
     spdlog::warn(
         "nvme: {} was formatted for {} bytes, configured for {}; reformatting (the cold "
@@ -114,8 +121,8 @@ DataFile::DataFile(int fd, std::string path, bool direct_io)
 DataFile::~DataFile() { ::close(fd_); }
 
 // Writes a fresh superblock after allocating the whole file. The superblock goes last and is
-// synced, so a crash while formatting leaves a file that fails to open cleanly and is formatted
-// again, never one that looks valid with the wrong size.
+// synced, so a crash while formatting leaves a file without one (zeros where it goes), which Open
+// formats again, never one that looks valid with the wrong size.
 Status DataFile::Format(uint64_t capacity_bytes) {
   Superblock sb;
   sb.capacity_bytes = capacity_bytes;
@@ -136,6 +143,15 @@ Status DataFile::Format(uint64_t capacity_bytes) {
   superblock_ = sb;
   formatted_ = true;
   return Status::Ok();
+}
+
+bool DataFile::SuperblockNeverWritten() const {
+  AlignedBuffer buf(kSuperblockBytes);  // aligned: the file may be open with O_DIRECT
+  if (buf.data() == nullptr) return false;
+  const ssize_t n = ::pread(fd_, buf.data(), kSuperblockBytes, 0);
+  if (n < 0) return false;
+  const std::span<const std::byte> read = buf.span().first(static_cast<size_t>(n));
+  return std::all_of(read.begin(), read.end(), [](std::byte b) { return b == std::byte{0}; });
 }
 
 Status DataFile::ReadSuperblock() {

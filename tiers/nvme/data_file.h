@@ -37,7 +37,8 @@ class DataFile {
   // a kvtier superblock, and kInvalidArgument if it carries one of another capacity or is too
   // small). An existing file of this format keeps its
   // superblock (file_id included) so the catalog's records stay valid; one formatted with another
-  // capacity is reformatted with a fresh file_id (a warning: the cold cache is lost). Errors:
+  // capacity is reformatted with a fresh file_id (a warning: the cold cache is lost), and so is a
+  // file whose first 4 KiB were never written (a format cut short by a crash). Errors:
   // kInvalidArgument for a capacity below two alignment units; kCorruption naming the file when it
   // is not a kvtier data file, has another format version (both named) or a damaged superblock:
   // the caller refuses to start, or wipes when told to; the translated errno of open, fallocate,
@@ -66,6 +67,9 @@ class DataFile {
   Status OpenDevice(uint64_t capacity, bool reformat);
   Status Format(uint64_t capacity_bytes);
   Status ReadSuperblock();
+  // Whether the superblock's place holds only zeros (or less than a superblock, all zeros): a
+  // Format that preallocated the file and stopped before its superblock went out.
+  bool SuperblockNeverWritten() const;
 
   const int fd_;
   const std::string path_;

@@ -86,6 +86,26 @@ TEST(DataFileTest, AForeignFileIsRefused) {
   EXPECT_NE(st.message().find(path), std::string::npos);
 }
 
+// A crash while formatting leaves the file preallocated (whole, or in part where the file system
+// lacks fallocate and the C library writes it out) with zeros where the superblock goes: the next
+// start formats it again instead of refusing a "foreign" file for good.
+TEST(DataFileTest, AFileWhoseFormattingWasCutShortIsFormattedAgain) {
+  for (const off_t size : {off_t{100}, off_t{kCapacity / 2}, off_t{kCapacity + kSuperblockBytes}}) {
+    testing::TempDir dir;
+    std::string path = dir.file("d");
+    int fd = ::open(path.c_str(), O_RDWR | O_CREAT, 0600);
+    ASSERT_EQ(::ftruncate(fd, size), 0);
+    ::close(fd);
+    auto f = DataFile::Open({.path = path, .capacity_bytes = kCapacity});
+    ASSERT_TRUE(f.ok()) << size << ": " << f.status().ToString();
+    EXPECT_TRUE((*f)->formatted());
+    auto again = DataFile::Open({.path = path, .capacity_bytes = kCapacity});
+    ASSERT_TRUE(again.ok());
+    EXPECT_FALSE((*again)->formatted());
+    EXPECT_EQ((*again)->superblock().file_id, (*f)->superblock().file_id);
+  }
+}
+
 TEST(DataFileTest, TinyCapacityIsRejectedByName) {
   testing::TempDir dir;
   Status st = DataFile::Open({.path = dir.file("d"), .capacity_bytes = 4096}).status();
