@@ -284,6 +284,7 @@ Result<std::unique_ptr<Server>> Server::Create(const ServerOptions& options, sto
   store::NamespaceInfo generic;
   generic.id = impl->context.generic_ns;
   generic.label = "generic";
+  generic.node_local = true;  // names any client chose: never shared with other nodes
   KVTIER_RETURN_IF_ERROR(store.RegisterNamespace(generic));
   impl->context.start_time_us = SteadyClock::Instance().NowMicros();
   store.SetMoveListener([waiters = impl->context.mover_waiters] { waiters->Notify(); });

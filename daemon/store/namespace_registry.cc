@@ -12,7 +12,13 @@ Status NamespaceRegistry::Register(const NamespaceInfo& info) {
   }
   std::unique_ptr<NamespaceCounters>& counters = counters_[info.id];
   if (!counters) counters = std::make_unique<NamespaceCounters>();
+  if (info.node_local) node_local_.insert(info.id);
   return Status::Ok();
+}
+
+bool NamespaceRegistry::NodeLocal(const NamespaceId& ns) const {
+  MutexLock lock(mu_);
+  return node_local_.contains(ns);
 }
 
 std::optional<NamespaceRegistry::Entry> NamespaceRegistry::Find(const NamespaceId& ns) const {

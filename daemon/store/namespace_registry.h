@@ -38,6 +38,10 @@ struct NamespaceInfo {
   std::vector<std::pair<std::string, std::string>> fields;
   // The quota group its blocks count in (quota_table.h; 0: none). Set by the store.
   uint8_t quota_group = 0;
+  // Its blocks stay on this node: never published to the remote tier nor fetched from it. The
+  // generic (Redis-style) key space is: its names are whatever this node's clients chose, and
+  // its id is the same on every node, so a fleet would share (and serve) each other's values.
+  bool node_local = false;
 
   // The tenant salt among `fields` ("" when none): the field that names a tenant.
   std::string_view TenantSalt() const {
@@ -77,6 +81,8 @@ class NamespaceRegistry {
   // refused (AdoptionRefused). kNotFound when not registered.
   Status Drop(const NamespaceId& ns, bool refuse_adoption);
   bool AdoptionRefused(const NamespaceId& ns) const;
+  // Whether `ns` was ever registered as node_local (kept after a drop).
+  bool NodeLocal(const NamespaceId& ns) const;
   // Calls `visit` for every namespace ever registered, with its info when registered now.
   void ForEach(const std::function<void(const NamespaceId&, const NamespaceInfo*,
                                         const NamespaceCounters&)>& visit) const;
@@ -88,6 +94,7 @@ class NamespaceRegistry {
       GUARDED_BY(mu_);
   // Few: drops are rare, and adoption is short.
   std::unordered_set<NamespaceId, Key128Hash> refused_adoption_ GUARDED_BY(mu_);
+  std::unordered_set<NamespaceId, Key128Hash> node_local_ GUARDED_BY(mu_);
 };
 
 }  // namespace kvtier::store

@@ -168,7 +168,7 @@ Status Store::Publish(const ReservationRecord& record, std::optional<uint64_t> c
     }
   }
   if (options_.remote.write_through && options_.remote.store != nullptr &&
-      options_.background_disk_moves) {
+      options_.background_disk_moves && !namespaces_.NodeLocal(record.ns)) {
     if (move_requests_.AskForRemoteWriteThrough(record.key, record.generation)) {
       if (wake_mover_) wake_mover_();
     } else {

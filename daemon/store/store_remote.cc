@@ -84,6 +84,7 @@ void Store::PublishToRemote(size_t level, std::span<const std::pair<BlockKey, Bl
       counters_.remote_publishes_saved.fetch_add(1);
       continue;
     }
+    if (namespaces_.NodeLocal(meta.ns)) continue;  // dropped unpublished: it stays on the node
     // Pinned while its bytes are read and sent: nobody frees or reuses the extent meanwhile. A
     // victim leased or changed is not dropped either; a write-through's block that changed is
     // not the one committed.
@@ -237,7 +238,8 @@ std::vector<std::pair<NamespaceId, BlockKey>> Store::TakeRemoteFetchRequests(siz
 
 Status Store::FetchRemoteForRead(const NamespaceId& ns, const BlockKey& key) {
   if (options_.remote.store == nullptr || !options_.background_disk_moves) return Status::Ok();
-  if (namespaces_.Counters(ns) == nullptr) return Status::Ok();  // not registered: a plain miss
+  // Not registered, or kept on this node: a plain miss.
+  if (namespaces_.Counters(ns) == nullptr || namespaces_.NodeLocal(ns)) return Status::Ok();
   // The mover tried and found nothing (or could not bring it): this read misses.
   if (move_requests_.TakeFailedFetch(key)) return Status::Ok();
   if (move_requests_.AskForRemoteFetch(ns, key) && wake_mover_) wake_mover_();
@@ -245,7 +247,10 @@ Status Store::FetchRemoteForRead(const NamespaceId& ns, const BlockKey& key) {
 }
 
 bool Store::PrefetchRemote(const NamespaceId& ns, std::span<const BlockKey> keys) {
-  if (options_.remote.store == nullptr || namespaces_.Counters(ns) == nullptr) return false;
+  if (options_.remote.store == nullptr || namespaces_.Counters(ns) == nullptr ||
+      namespaces_.NodeLocal(ns)) {
+    return false;
+  }
   bool asked = false;
   for (const BlockKey& key : keys.first(std::min(keys.size(), kMaxRemotePrefetch))) {
     // A key the index knows (being written, of another namespace) ends what a reader could use.
@@ -315,7 +320,7 @@ Status Store::StoreFetched(const NamespaceId& ns, const BlockKey& key,
 
 bool Store::StartRemoteLookup(const NamespaceId& ns, std::vector<BlockKey> keys,
                               std::function<void(size_t found)> done) {
-  if (options_.remote.store == nullptr) return false;
+  if (options_.remote.store == nullptr || namespaces_.NodeLocal(ns)) return false;
   std::vector<std::string> remote_keys;
   remote_keys.reserve(keys.size());
   for (const BlockKey& key : keys) remote_keys.push_back(remote::RemoteKey(ns, key));

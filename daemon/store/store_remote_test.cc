@@ -69,6 +69,25 @@ TEST_F(StoreRemoteTest, BlocksDroppedFromNvmeArePublishedFromTheDevice) {
   EXPECT_EQ(store_->Stats().remote_publishes, 2u);
 }
 
+// A node-local namespace (the generic key space) never leaves the node: its drops are not
+// published, its misses are not fetched, its lookups do not ask the remote tier.
+TEST_F(StoreRemoteTest, ANodeLocalNamespaceIsNeitherPublishedNorFetched) {
+  Build({4}, true, WithRemote(/*background=*/true));
+  NamespaceInfo local{NamespaceId{{0x10C, 0x1}}, 0, kBlock, "generic"};
+  local.node_local = true;
+  ASSERT_TRUE(store_->RegisterNamespace(local).ok());
+  for (uint64_t n = 0; n < 4; ++n) ASSERT_TRUE(PutBlock(n, local.id).ok());
+  EXPECT_EQ(store_->EvictToTarget(TierId::kHost, 2 * kBlock, 8), 2u);
+  EXPECT_EQ(remote_.size(), 0u);
+  EXPECT_EQ(store_->Stats().remote_publishes, 0u);
+  // A block of that name in the remote tier (another node's) is not fetched: a plain miss.
+  ASSERT_FALSE(Cached(0));
+  remote_.SetValue(RemoteKey(local.id, Key(0)), "another node's value");
+  EXPECT_EQ(store_->Acquire(local.id, Key(0), Store::Reader::kHostMemory).status().code(),
+            StatusCode::kNotFound);
+  EXPECT_FALSE(store_->StartRemoteLookup(local.id, {Key(0)}, [](size_t) {}));
+}
+
 TEST_F(StoreRemoteTest, ARefusedPublishIsCountedAndTheBlockIsDroppedAllTheSame) {
   Build({2}, true, WithRemote());
   for (uint64_t n = 0; n < 2; ++n) ASSERT_TRUE(PutBlock(n).ok());
