@@ -525,11 +525,14 @@ class Store {
   // be dropped: PinForMove), or beside its readers (a write-through copy: the block stays).
   enum class RemotePin : uint8_t { kExclusive, kShared };
   // Writes blocks of tiers_[level] to the remote tier as one batch (SET ... PX ttl), each pinned
-  // while its bytes are read. Best effort: a block that changed is skipped, one that cannot be
-  // read or is refused by the store is counted (a victim is dropped all the same by the caller).
+  // while its bytes are read. Best effort: one that cannot be read or is refused by the store is
+  // counted (a victim is dropped all the same by the caller). Returns the keys of the blocks it
+  // could not pin (leased or changed since they were picked): a victim among them must not be
+  // dropped, since it was not published (its lease may end before the caller drops it).
   // Blocks the calling thread for up to the remote timeout: the mover's threads only.
-  void PublishToRemote(size_t level, std::span<const std::pair<BlockKey, index::BlockMeta>> blocks,
-                       RemotePin pin = RemotePin::kExclusive);
+  std::vector<BlockKey> PublishToRemote(
+      size_t level, std::span<const std::pair<BlockKey, index::BlockMeta>> blocks,
+      RemotePin pin = RemotePin::kExclusive);
   // A reader's pin on a block unchanged since `meta` was read; released by UnpinAfterMove.
   bool PinAsReader(const BlockKey& key, const index::BlockMeta& meta);
   // Acquire's miss with a remote tier: asks the mover to fetch the block (kPending), or OK when
@@ -545,8 +548,9 @@ class Store {
                       std::span<const std::byte> payload, uint64_t checksum);
   // Victims of tiers_[level] an allocation's eviction is about to drop, published first when the
   // level is below the put tier and publishes its drops (NVMe above a remote tier).
-  void PublishBeforeDrop(size_t level,
-                         std::span<const std::pair<BlockKey, index::BlockMeta>> victims);
+  // Returns the victims PublishToRemote could not pin, to be kept.
+  std::vector<BlockKey> PublishBeforeDrop(
+      size_t level, std::span<const std::pair<BlockKey, index::BlockMeta>> victims);
   // Before victims of tiers_[level] are demoted into the last tier when it publishes its drops:
   // room there for them, made by publishing that tier's coldest blocks (EvictToTarget), so that
   // the demotions' allocations do not drop blocks unpublished to make it.

@@ -1,6 +1,7 @@
 // The store's eviction path: making room in a tier by demoting its victims to the next tier (NVMe
 // admission decides for a disk; a write-through block moves into its copy) or, from the last tier,
 // dropping them; and the mover's eviction down to a target (EvictToTarget).
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -44,18 +45,22 @@ bool Store::EvictOne(size_t level, EvictionMode mode, uint8_t requester) {
   if (!victim) return false;
   // A victim that cannot leave right now (leased since it was picked) was handed back to the
   // policy; that still counts as an attempt, so the caller's bound keeps the loop finite.
-  PublishBeforeDrop(level, {&*victim, 1});
+  if (!PublishBeforeDrop(level, {&*victim, 1}).empty()) {
+    index_->Unpick(victim->first);  // leased since it was picked: it stays
+    return true;
+  }
   DemoteOrDrop(level, victim->first, victim->second, mode);
   return true;
 }
 
-void Store::PublishBeforeDrop(size_t level,
-                              std::span<const std::pair<BlockKey, BlockMeta>> victims) {
+std::vector<BlockKey> Store::PublishBeforeDrop(
+    size_t level, std::span<const std::pair<BlockKey, BlockMeta>> victims) {
   // Only below the put tier: there only moves allocate (a demotion, a write-through copy), and
   // with a remote tier every move runs on the mover's threads, which may wait for the network. A
   // put's own room in the put tier is made by MakeRoomByPublishing, or dropped unpublished when
   // the disk lags (a request thread never waits for the network).
-  if (level > put_level_ && PublishesDrops(level)) PublishToRemote(level, victims);
+  if (level > put_level_ && PublishesDrops(level)) return PublishToRemote(level, victims);
+  return {};
 }
 
 bool Store::EvictReclaimUnit(size_t level, EvictionMode mode, uint8_t requester) {
@@ -68,8 +73,11 @@ bool Store::EvictReclaimUnit(size_t level, EvictionMode mode, uint8_t requester)
   bool any = false;
   const std::vector<std::pair<BlockKey, BlockMeta>> victims =
       index_->EvictableInRange(t.id(), unit, now);
-  PublishBeforeDrop(level, victims);
-  for (const auto& [key, meta] : victims) any |= DemoteOrDrop(level, key, meta, mode);
+  const std::vector<BlockKey> kept = PublishBeforeDrop(level, victims);
+  for (const auto& [key, meta] : victims) {
+    if (std::find(kept.begin(), kept.end(), key) != kept.end()) continue;
+    any |= DemoteOrDrop(level, key, meta, mode);
+  }
   return any;
 }
 
@@ -264,11 +272,18 @@ void Store::DemoteVictims(size_t level, std::span<const std::pair<BlockKey, Bloc
   std::vector<EvictionPlan> plans;
   // From the last local tier, every victim is a drop: with a remote tier below, it goes there
   // first, the whole round as one batch.
-  if (PublishesDrops(level)) PublishToRemote(level, victims);
+  // A victim that could not be pinned for its publish (leased since it was picked) stays: it was
+  // not published, and its lease may end before the drop below.
+  std::vector<BlockKey> unpublished;
+  if (PublishesDrops(level)) unpublished = PublishToRemote(level, victims);
   if (level + 1 < tiers_.size() && PublishesDrops(level + 1)) {
     MakeRoomBelowByPublishing(level, victims);
   }
   for (const auto& [key, meta] : victims) {
+    if (std::find(unpublished.begin(), unpublished.end(), key) != unpublished.end()) {
+      settled(meta, SettleEviction(key, meta, EvictionPlan{}, DemoteOutcome::kBlockChanged));
+      continue;
+    }
     const EvictionPlan plan = PlanEviction(level, key, meta, EvictionMode::kDemote);
     if (!plan.may_demote || HasCopyBelow(level, meta)) {  // a drop, or an index change
       std::optional<DemoteOutcome> outcome;

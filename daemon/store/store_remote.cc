@@ -71,9 +71,11 @@ bool Store::RemoteCopyIsFresh(const BlockMeta& meta) const {
   return RemoteClockSeconds() - meta.remote_copy_s < half_ttl_s;
 }
 
-void Store::PublishToRemote(size_t level, std::span<const std::pair<BlockKey, BlockMeta>> blocks,
-                            RemotePin pin) {
+std::vector<BlockKey> Store::PublishToRemote(size_t level,
+                                             std::span<const std::pair<BlockKey, BlockMeta>> blocks,
+                                             RemotePin pin) {
   tiers::Tier& t = *tiers_[level];
+  std::vector<BlockKey> unpinned;
   std::vector<Outgoing> out;
   out.reserve(blocks.size());  // no reallocation: the writes below borrow the headers
   std::vector<tiers::BlockRead> reads;
@@ -90,7 +92,10 @@ void Store::PublishToRemote(size_t level, std::span<const std::pair<BlockKey, Bl
     // not the one committed.
     const bool pinned =
         pin == RemotePin::kExclusive ? PinForMove(key, meta) : PinAsReader(key, meta);
-    if (!pinned) continue;
+    if (!pinned) {
+      unpinned.push_back(key);
+      continue;
+    }
     Outgoing& o = out.emplace_back(Outgoing{key, meta, {}, {}, {}, {}});
     if (const std::byte* address = t.Address(meta.extent)) {
       o.payload = {address, meta.extent.length};
@@ -140,6 +145,7 @@ void Store::PublishToRemote(size_t level, std::span<const std::pair<BlockKey, Bl
       counters_.remote_publish_errors.fetch_add(1);
     }
   }
+  return unpinned;
 }
 
 bool Store::PinAsReader(const BlockKey& key, const BlockMeta& meta) {
@@ -170,7 +176,7 @@ void Store::WriteThroughToRemote(std::span<const WriteThroughRequest> requests) 
     }
     blocks.emplace_back(r.key, *meta);
   }
-  if (!blocks.empty()) PublishToRemote(host, blocks, RemotePin::kShared);
+  if (!blocks.empty()) (void)PublishToRemote(host, blocks, RemotePin::kShared);
 }
 
 bool Store::PublishesDropsOf(TierId id) const {
