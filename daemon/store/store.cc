@@ -272,6 +272,7 @@ size_t Store::Refresh(const NamespaceId& ns, std::span<const BlockKey> keys) {
 }
 
 Status Store::Remove(const NamespaceId& ns, const BlockKey& key) {
+  NoteChangedDuringAdoption(key);
   std::optional<BlockMeta> gone = index_->EraseIf(key, [&](const BlockMeta& m) {
     return m.ns == ns && m.state == BlockState::kReady && m.lease_count == 0;
   });
@@ -367,6 +368,12 @@ Status Store::AdoptBlock(TierId id, const NamespaceId& ns, const BlockKey& key,
   if (namespaces_.AdoptionRefused(ns)) {
     return Rejected("namespace " + ns.ToHex() + " was dropped after the start");
   }
+  // Held from the check to the insert: a Remove in between either comes first (and the copy is
+  // refused) or finds the block inserted (and removes it).
+  MutexLock adoption(adoption_mu_);
+  if (changed_during_adoption_.contains(key)) {
+    return Rejected("block removed or written again since the start");
+  }
   BlockMeta meta;
   meta.ns = ns;
   meta.extent = extent;
@@ -385,6 +392,19 @@ Status Store::AdoptBlock(TierId id, const NamespaceId& ns, const BlockKey& key,
   }
   counters_.adopted_blocks.fetch_add(1);
   return Status::Ok();
+}
+
+void Store::SetPendingAdoptions(uint64_t blocks) {
+  pending_adoptions_.store(blocks, std::memory_order_relaxed);
+  if (blocks != 0) return;
+  MutexLock lock(adoption_mu_);
+  changed_during_adoption_.clear();
+}
+
+void Store::NoteChangedDuringAdoption(const BlockKey& key) {
+  if (pending_adoptions_.load(std::memory_order_relaxed) == 0) return;
+  MutexLock lock(adoption_mu_);
+  changed_during_adoption_.insert(key);
 }
 
 }  // namespace kvtier::store

@@ -350,16 +350,16 @@ class Store {
   // Adds a block that a durable tier found at start-up (warm restart), ready, as the most recently
   // used of its tier: adopt the oldest first. Its namespace serves it once registered again.
   // kInvalidArgument for a tier the store does not have; kAlreadyExists when the key is taken;
-  // kRejected when its namespace was dropped while adoption was pending (SetPendingAdoptions).
-  // The caller frees the extent of a block refused.
+  // kRejected when its namespace was dropped while adoption was pending (SetPendingAdoptions), or
+  // when its key was removed or put since the start: the recovered copy is older than what a
+  // client did since (a DEL must not come undone). The caller frees the extent of a block refused
+  // (which deletes its record, so that the next start does not bring it back either).
   Status AdoptBlock(TierId tier, const NamespaceId& ns, const BlockKey& key, const Extent& extent,
                     std::optional<uint64_t> checksum);
 
   // How many blocks a durable tier found at start-up are still to be adopted: the daemon adopts
   // them while it serves and says so in the statistics (pending_adoptions) until it is done.
-  void SetPendingAdoptions(uint64_t blocks) {
-    pending_adoptions_.store(blocks, std::memory_order_relaxed);
-  }
+  void SetPendingAdoptions(uint64_t blocks);
   uint64_t pending_adoptions() const { return pending_adoptions_.load(std::memory_order_relaxed); }
 
   // For each of `keys`, whether it is here in namespace `ns` (and in which tier) or, when absent,
@@ -615,6 +615,12 @@ class Store {
   std::unique_ptr<index::BlockIndex> index_;
   std::atomic<uint64_t> next_id_{1};
   std::atomic<uint64_t> pending_adoptions_{0};
+  // While adoption is pending: keys removed or put since the start, whose recovered copies are
+  // refused. Cleared when adoption ends.
+  Mutex adoption_mu_;
+  std::unordered_set<BlockKey, Key128Hash> changed_during_adoption_ GUARDED_BY(adoption_mu_);
+  // Records `key` in changed_during_adoption_ while adoption is pending.
+  void NoteChangedDuringAdoption(const BlockKey& key);
   // Per tier: bytes of victims EvictToTarget has picked and not moved yet.
   std::array<std::atomic<uint64_t>, kTierCount> evicting_bytes_{};
   MoveRequests move_requests_;

@@ -157,6 +157,39 @@ TEST_F(StorePlacementTest, AdoptedBlocksAreServedFromWhereTheyLie) {
   EXPECT_EQ(store_->Stats().adopted_blocks, 1u);
 }
 
+// A key removed (or written again) while the blocks found at start-up are still being adopted:
+// its recovered copy is older than what the client did since and is refused, so that a DEL is
+// not undone by the adoption that reaches the key later.
+TEST_F(StorePlacementTest, AKeyRemovedOrPutDuringAdoptionDoesNotGetItsOldCopyBack) {
+  BuildTwoTiers(2, 8);
+  std::vector<Extent> found;
+  for (uint64_t n : {1, 2, 3}) {
+    Result<Extent> extent = nvme().Allocate(kBlock);
+    ASSERT_TRUE(extent.ok());
+    ASSERT_TRUE(nvme().WriteBlock(*extent, {kNs, Key(n)}, Payload(n)).ok());
+    found.push_back(*extent);
+  }
+  store_->SetPendingAdoptions(3);
+  EXPECT_EQ(store_->Remove(kNs, Key(1)).code(), StatusCode::kNotFound);  // not adopted yet
+  ASSERT_TRUE(PutBlock(2).ok());
+  ASSERT_TRUE(store_->Remove(kNs, Key(2)).ok());  // written again, then removed
+  EXPECT_EQ(store_->AdoptBlock(TierId::kNvme, kNs, Key(1), found[0], std::nullopt).code(),
+            StatusCode::kRejected);
+  EXPECT_EQ(store_->AdoptBlock(TierId::kNvme, kNs, Key(2), found[1], std::nullopt).code(),
+            StatusCode::kRejected);
+  ASSERT_TRUE(store_->AdoptBlock(TierId::kNvme, kNs, Key(3), found[2], std::nullopt).ok());
+  nvme().Free(found[0]);
+  nvme().Free(found[1]);
+  store_->SetPendingAdoptions(0);
+  EXPECT_FALSE(Cached(1));
+  EXPECT_FALSE(Cached(2));
+  EXPECT_TRUE(Cached(3));
+  // Once adoption is over, nothing is remembered: a later start adopts what it finds.
+  Result<Extent> later = nvme().Allocate(kBlock);
+  ASSERT_TRUE(later.ok());
+  ASSERT_TRUE(store_->AdoptBlock(TierId::kNvme, kNs, Key(1), *later, std::nullopt).ok());
+}
+
 // Blocks found at start-up are adopted while the daemon serves: a namespace dropped meanwhile
 // must not get the rest of its blocks back.
 TEST_F(StorePlacementTest, ANamespaceDroppedDuringAdoptionGetsNoMoreBlocks) {
