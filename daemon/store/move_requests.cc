@@ -45,11 +45,14 @@ bool MoveRequests::HasFetches() const {
   return !fetches_.empty();
 }
 
-bool MoveRequests::AskForRemoteFetch(const NamespaceId& ns, const BlockKey& key) {
+MoveRequests::RemoteAsk MoveRequests::AskForRemoteFetch(const NamespaceId& ns,
+                                                        const BlockKey& key) {
   MutexLock lock(mu_);
-  if (!queued_.insert(key).second) return false;
+  if (queued_.contains(key)) return RemoteAsk::kAlreadyAsked;
+  if (remote_fetches_.size() >= kMaxRemoteFetches) return RemoteAsk::kQueueFull;
+  queued_.insert(key);
   remote_fetches_.emplace_back(ns, key);
-  return true;
+  return RemoteAsk::kQueued;
 }
 
 std::vector<std::pair<NamespaceId, BlockKey>> MoveRequests::TakeRemoteFetches(size_t max) {

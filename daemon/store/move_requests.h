@@ -52,8 +52,11 @@ class MoveRequests {
   // The same for a block that no local tier holds, to be fetched from the remote tier into host
   // memory: the namespace comes with it (the remote key and the block's size depend on it).
   // Fetches of both kinds share the "asked for" and "failed" memories (FinishFetch,
-  // TakeFailedFetch).
-  bool AskForRemoteFetch(const NamespaceId& ns, const BlockKey& key);
+  // TakeFailedFetch). At most kMaxRemoteFetches wait: past that (the remote tier answers slower
+  // than readers ask) a read is a miss instead of one more request behind those its readers may
+  // have given up on.
+  enum class RemoteAsk : uint8_t { kQueued, kAlreadyAsked, kQueueFull };
+  RemoteAsk AskForRemoteFetch(const NamespaceId& ns, const BlockKey& key);
   std::vector<std::pair<NamespaceId, BlockKey>> TakeRemoteFetches(size_t max);
   // The fetch of `key` ended; `moved` false: the mover could not bring it up.
   void FinishFetch(const BlockKey& key, bool moved);
@@ -90,6 +93,8 @@ class MoveRequests {
   static constexpr size_t kMaxRememberedFailures = 4096;
   // 24 bytes each: at most 1.5 MiB of requests waiting for the network.
   static constexpr size_t kMaxRemoteWriteThroughs = 65536;
+  // 64 readers' prefetches (Store::kMaxRemotePrefetch keys each).
+  static constexpr size_t kMaxRemoteFetches = 4096;
 
   mutable Mutex mu_;
   uint64_t room_bytes_ GUARDED_BY(mu_) = 0;

@@ -54,6 +54,22 @@ TEST(MoveRequestsTest, AFailedFetchIsRememberedOnce) {
   EXPECT_FALSE(r.TakeFailedFetch(kA));
 }
 
+// Remote fetches wait for the network: past a bound, a read is told to miss instead of queueing
+// behind requests whose readers may have given up; a key asked for already is not refused.
+TEST(MoveRequestsTest, RemoteFetchesAreBoundedAndAKeyAskedForIsNotAskedAgain) {
+  using Ask = MoveRequests::RemoteAsk;
+  MoveRequests requests;
+  const NamespaceId ns{{9, 9}};
+  uint64_t n = 0;
+  while (requests.AskForRemoteFetch(ns, BlockKey{{n, n}}) == Ask::kQueued) ++n;
+  EXPECT_GE(n, 64u);  // a reader's whole prefetch fits many times over
+  EXPECT_EQ(requests.AskForRemoteFetch(ns, BlockKey{{n, n}}), Ask::kQueueFull);
+  EXPECT_EQ(requests.AskForRemoteFetch(ns, BlockKey{{0, 0}}), Ask::kAlreadyAsked);
+  // Taking some makes room again.
+  EXPECT_EQ(requests.TakeRemoteFetches(8).size(), 8u);
+  EXPECT_EQ(requests.AskForRemoteFetch(ns, BlockKey{{n, n}}), Ask::kQueued);
+}
+
 TEST(MoveRequestsTest, TheListenerHearsOfEveryFinishedFetchUntilRemoved) {
   MoveRequests r;
   int heard = 0;

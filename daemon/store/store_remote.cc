@@ -247,7 +247,15 @@ Status Store::FetchRemoteForRead(const NamespaceId& ns, const BlockKey& key) {
   if (namespaces_.Counters(ns) == nullptr || namespaces_.NodeLocal(ns)) return Status::Ok();
   // The mover tried and found nothing (or could not bring it): this read misses.
   if (move_requests_.TakeFailedFetch(key)) return Status::Ok();
-  if (move_requests_.AskForRemoteFetch(ns, key) && wake_mover_) wake_mover_();
+  switch (move_requests_.AskForRemoteFetch(ns, key)) {
+    case MoveRequests::RemoteAsk::kQueueFull:
+      return Status::Ok();  // the remote tier is behind: a miss, not a wait
+    case MoveRequests::RemoteAsk::kQueued:
+      if (wake_mover_) wake_mover_();
+      break;
+    case MoveRequests::RemoteAsk::kAlreadyAsked:
+      break;
+  }
   return Pending("block is being fetched from the remote tier");
 }
 
@@ -260,7 +268,9 @@ bool Store::PrefetchRemote(const NamespaceId& ns, std::span<const BlockKey> keys
   for (const BlockKey& key : keys.first(std::min(keys.size(), kMaxRemotePrefetch))) {
     // A key the index knows (being written, of another namespace) ends what a reader could use.
     if (index_->Get(key)) break;
-    asked |= move_requests_.AskForRemoteFetch(ns, key);
+    const MoveRequests::RemoteAsk ask = move_requests_.AskForRemoteFetch(ns, key);
+    if (ask == MoveRequests::RemoteAsk::kQueueFull) break;
+    asked |= ask == MoveRequests::RemoteAsk::kQueued;
   }
   return asked;
 }
