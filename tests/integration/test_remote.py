@@ -3,7 +3,8 @@ redis-server on loopback ports): blocks pushed out of node 1 by pressure are pub
 through node 2 byte for byte; a record corrupted in the cluster is a miss and a counter; with one
 master stopped, then the whole cluster, both nodes keep serving their local tiers, and the remote
 tier serves again once the cluster is back; a node started while its remote store is down serves
-its local tiers and reaches the store once it answers; `kvtier replay` on both nodes while a master
+its local tiers and reaches the store once it answers; with NVMe, blocks pushed out of NVMe are
+published and served through another node; `kvtier replay` on both nodes while a master
 is killed finishes with no wrong and no lost block (docs/scale-out.md)."""
 import json
 import signal
@@ -114,6 +115,50 @@ def test_blocks_pushed_out_of_node1_are_served_by_node2_byte_for_byte(cluster, n
     t2 = totals(node2)
     assert t2["remote_fetches"] == first, t2
     assert t2["remote_fetch_corrupt"] == 0
+
+
+def test_with_nvme_blocks_pushed_out_of_nvme_are_served_by_another_node(cluster, tmp_path):
+    """Host and NVMe above the cluster: NVMe is the last local tier, and what leaves it (by the
+    mover's watermarks, or for a demotion's room) is published first. 96 blocks (24 MiB) through
+    8 MiB of host and 8 MiB of NVMe: every one is served, by that node or through another. Both
+    nodes are the test's own: the module's nodes keep what the other tests expect of them."""
+    model = "remote-nvme-test"
+    writer = Daemon(tmp_path / "writer", host_bytes=HOST_BYTES, slab_bytes="1MiB",
+                    nvme_bytes="8MiB", extra_config=EXTRA_CONFIG)
+    reader = Daemon(tmp_path / "reader", host_bytes=HOST_BYTES, slab_bytes="1MiB",
+                    extra_config=EXTRA_CONFIG)
+    started = []
+    try:
+        for d in (writer, reader):
+            d.workdir.mkdir()
+            d.start(extra_args=["--remote", cluster.url])
+            started.append(d)
+        count = 96
+        keys = pack_keys(range(1000, 1000 + count))
+        with client(writer) as c:
+            reply = c.call(*register_args(model, BLOCK))
+            assert not isinstance(reply, RespError), reply
+            ns = as_dict(reply)["ns"].decode().lower()
+            for i in range(count):
+                reply = c.call("KVT.PUT", ns, keys[16 * i:16 * (i + 1)], payload(1000 + i))
+                assert reply == [b"OK"], (i, reply)
+        stats = json.loads(http_get(writer, "/stats"))
+        nvme = next(t for t in stats["tiers"] if t["tier"] == "nvme")
+        assert nvme["evictions"] > 0, nvme  # blocks left NVMe: the case under test
+        assert stats["totals"]["remote_publishes"] >= nvme["evictions"], stats["totals"]
+        # The reader never saw this namespace: whatever it serves comes from the cluster.
+        with client(reader) as c, client(writer) as local:
+            reply = c.call(*register_args(model, BLOCK))
+            assert as_dict(reply)["ns"].decode().lower() == ns
+            for i in range(count):
+                key = keys[16 * i:16 * (i + 1)]
+                if c.call("KVT.GET", ns, key) == [payload(1000 + i)]:
+                    continue
+                # Not in the cluster: it must still be on the node that wrote it.
+                assert local.call("KVT.GET", ns, key) == [payload(1000 + i)], i
+    finally:
+        for d in started:
+            assert d.stop() == 0, d.log()
 
 
 def test_a_record_corrupted_in_the_cluster_is_a_miss_and_a_counter(cluster, nodes, published):
