@@ -74,13 +74,22 @@ bool TierMover::Round(size_t index) {
 
 bool TierMover::KeepLastTierRoom() {
   if (!store_.PublishesDropsOf(TierId::kNvme)) return false;
-  const tiers::TierStats s = store_.tier(TierId::kNvme)->Stats();
+  const std::optional<uint64_t> low =
+      DrainTarget(store_.tier(TierId::kNvme)->Stats(), draining_last_);
+  if (!low) return false;
+  return store_.EvictToTarget(TierId::kNvme, *low, options_.batch) > 0;
+}
+
+std::optional<uint64_t> TierMover::DrainTarget(const tiers::TierStats& s,
+                                               std::atomic<bool>& draining) const {
   const auto cap = static_cast<double>(s.capacity_bytes);
   const auto low = static_cast<uint64_t>(cap * options_.low_watermark);
-  if (s.used_bytes > static_cast<uint64_t>(cap * options_.high_watermark)) draining_last_ = true;
-  if (s.used_bytes <= low) draining_last_ = false;
-  if (!draining_last_) return false;
-  return store_.EvictToTarget(TierId::kNvme, low, options_.batch) > 0;
+  if (s.used_bytes > static_cast<uint64_t>(cap * options_.high_watermark)) {
+    draining.store(true, std::memory_order_relaxed);
+  }
+  if (s.used_bytes <= low) draining.store(false, std::memory_order_relaxed);
+  if (!draining.load(std::memory_order_relaxed)) return std::nullopt;
+  return low;
 }
 
 namespace {
@@ -154,21 +163,15 @@ bool TierMover::KeepHostRoom() {
     }
     worked = true;
   }
-  const tiers::TierStats s = host->Stats();
-  const auto cap = static_cast<double>(s.capacity_bytes);
-  const auto low = static_cast<uint64_t>(cap * options_.low_watermark);
   // Past the high watermark the tier is brought down to the low one, over as many rounds as that
   // takes (one block a round while a reader waits).
-  if (s.used_bytes > static_cast<uint64_t>(cap * options_.high_watermark)) {
-    draining_.store(true, std::memory_order_relaxed);
-  }
-  if (s.used_bytes <= low) draining_.store(false, std::memory_order_relaxed);
-  if (!draining_.load(std::memory_order_relaxed)) return worked;
+  const std::optional<uint64_t> low = DrainTarget(host->Stats(), draining_);
+  if (!low) return worked;
   // Each thread demotes a batch of its own, up to its share of the write depth: the threads
   // together keep about write_depth_bytes of NVMe writes in flight. A thread that found nothing to
   // evict (all leased or pinned) reports no work, so the loop waits for the next tick instead of
   // spinning.
-  return store_.EvictToTarget(TierId::kHost, low, batch,
+  return store_.EvictToTarget(TierId::kHost, *low, batch,
                               options_.write_depth_bytes / thread_count_) > 0 ||
          worked;
 }

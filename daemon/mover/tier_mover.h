@@ -43,6 +43,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -90,6 +91,9 @@ class TierMover {
   bool ServeWriteThroughs();
   bool KeepHostRoom();
   bool KeepLastTierRoom();
+  // The watermarks' hysteresis for a tier of stats `s`: past the high watermark `draining` is set,
+  // at the low one cleared. The low watermark's bytes while draining; nullopt otherwise.
+  std::optional<uint64_t> DrainTarget(const tiers::TierStats& s, std::atomic<bool>& draining) const;
   // Whether a reader waits for an NVMe block: a fetch asked for and not taken, or being read.
   bool ReadersWaiting() const;
 
@@ -104,8 +108,8 @@ class TierMover {
   std::atomic<bool> held_back_{false};
   // The host tier went past the high watermark and has not been brought down to the low one yet.
   std::atomic<bool> draining_{false};
-  // The same for the NVMe tier above a remote tier; the last thread's own.
-  bool draining_last_ = false;
+  // The same for the NVMe tier above a remote tier (only the last thread uses it).
+  std::atomic<bool> draining_last_{false};
   std::mutex mu_;
   std::condition_variable cv_;
   uint64_t wakeups_ = 0;              // guarded by mu_: bumped by Wake, so no wake-up is missed
