@@ -84,7 +84,7 @@ struct NvmeStats {
   uint64_t queue_depth = 0;           // configured depth
   uint64_t in_flight = 0;             // gauge: requests in the kernel now
   uint64_t io_errors = 0;             // reads and writes that failed with a device error
-  uint64_t catalog_errors = 0;       // catalog puts/deletes that failed (durability lost, not data)
+  uint64_t catalog_errors = 0;       // catalog puts/deletes that failed (a put's block is not kept)
   uint64_t checksum_failures = 0;    // ReadBlock/Read answered kChecksumMismatch
   uint64_t recovered_blocks = 0;     // blocks kept at open
   uint64_t dropped_at_recovery = 0;  // catalog records dropped at open
@@ -229,7 +229,9 @@ class NvmeTier final : public Tier {
   Status IoStatus(const PlannedIo& p, std::span<const IoRequest> requests);
   Status VerifyRead(const Extent& extent, const Entry& expected, std::span<const std::byte> header,
                     std::span<const std::byte> payload);
-  void PutRecord(uint64_t offset, const Entry& entry, bool access);
+  // Records the block at `offset` in the catalog (access: a refresh of the record it owns, else
+  // nothing). kDeviceError when the catalog refuses it.
+  Status PutRecord(uint64_t offset, const Entry& entry, bool access);
   Status ChecksumFailure(const Extent& extent, const std::string& why);
 
   const Options options_;

@@ -287,6 +287,59 @@ TEST(NvmeTierPowerCutTest, ThreadBackendToo) {
   }
 }
 
+// A block the catalog cannot record is not kept: a write-through copy acknowledged as durable would
+// otherwise be served until the next restart and gone after it.
+TEST(NvmeTierCatalogFaultTest, ABlockTheCatalogCannotRecordIsNotKept) {
+  testing::TempDir dir;
+  auto fs = std::make_shared<testing::DropUnsyncedFs>(rocksdb::FileSystem::Default());
+  std::unique_ptr<rocksdb::Env> env = rocksdb::NewCompositeEnv(fs);
+  NvmeTier::Options o = Opts(dir.path());
+  o.catalog_env = env.get();
+  Extent recorded;
+  {
+    auto opened = NvmeTier::Open(o);
+    ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+    NvmeTier& tier = **opened;
+    AlignedBuffer buf(8192);
+    AlignedBuffer got(8192);
+    recorded = *tier.Allocate(buf.size());
+    Fill(buf.span(), 1);
+    ASSERT_TRUE(tier.WriteBlock(recorded, Id(1), buf.span()).ok());
+    ASSERT_TRUE(tier.Sync().ok());
+    fs->Cut();  // the catalog's log refuses every write from now on
+
+    const Extent lone = *tier.Allocate(buf.size());
+    Fill(buf.span(), 2);
+    EXPECT_EQ(tier.WriteBlock(lone, Id(2), buf.span()).code(), StatusCode::kDeviceError);
+    EXPECT_EQ(tier.ReadBlock(lone, Id(2), got.span()).code(), StatusCode::kNotFound);
+    std::vector<BlockWrite> batch;
+    std::vector<AlignedBuffer> sources;
+    for (uint64_t i = 3; i < 5; ++i) {
+      sources.emplace_back(8192);
+      Fill(sources.back().span(), i);
+      batch.push_back({*tier.Allocate(8192), Id(i), sources.back().span(), {}});
+    }
+    tier.WriteBlocks(batch);
+    for (const BlockWrite& w : batch) {
+      EXPECT_EQ(w.status.code(), StatusCode::kDeviceError);
+      EXPECT_EQ(tier.ReadBlock(w.extent, w.identity, got.span()).code(), StatusCode::kNotFound);
+    }
+    EXPECT_EQ(tier.nvme_stats().catalog_errors, 3u);
+    EXPECT_TRUE(tier.ReadBlock(recorded, Id(1), got.span()).ok()) << "recorded before: kept";
+    // A plain write needs no record, and is kept.
+    Fill(buf.span(), 5);
+    EXPECT_TRUE(tier.Write(lone, buf.span()).ok());
+    EXPECT_TRUE(tier.Read(lone, got.span()).ok());
+  }
+  fs->Revert();
+  o.catalog_env = nullptr;
+  auto reopened = NvmeTier::Open(o);
+  ASSERT_TRUE(reopened.ok()) << reopened.status().ToString();
+  const std::vector<RecoveredBlock> recovered = (*reopened)->TakeRecovered();
+  ASSERT_EQ(recovered.size(), 1u);
+  EXPECT_EQ(recovered[0].extent.offset, recorded.offset);
+}
+
 // ---------------------------------------------------------------------------------------------
 // (c) Bit flips in payloads, record headers and catalog values: all detected.
 

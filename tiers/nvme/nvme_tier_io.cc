@@ -110,7 +110,9 @@ Status NvmeTier::FinishWrite(const Extent& extent, const PlannedIo& p,
   KVTIER_RETURN_IF_ERROR(IoStatus(p, requests));
   device_bytes_written_ += p.plan.device_bytes;
   if (options_.sync_writes) KVTIER_RETURN_IF_ERROR(io_->Sync(p.file->fd()));
-  if (p.entry.durable) PutRecord(extent.offset, p.entry, /*access=*/false);
+  // A block the catalog cannot record would be served now and lost at the next restart: one the
+  // caller was told is durable (a write-through copy) must not be, so it is not kept at all.
+  if (p.entry.durable) KVTIER_RETURN_IF_ERROR(PutRecord(extent.offset, p.entry, /*access=*/false));
   {
     MutexLock lock(mu_);
     blocks_[extent.offset] = p.entry;
@@ -130,14 +132,13 @@ void NvmeTier::RecordUse(const Extent& extent) {
     if (it == blocks_.end() || !it->second.durable) return;
     entry = it->second;
   }
-  PutRecord(extent.offset, entry, /*access=*/true);
+  (void)PutRecord(extent.offset, entry, /*access=*/true);  // a lost refresh costs only recency
 }
 
-void NvmeTier::PutRecord(uint64_t offset, const Entry& entry, bool access) {
+Status NvmeTier::PutRecord(uint64_t offset, const Entry& entry, bool access) {
   MutexLock lock(catalog_mu_);
   auto owner = owner_.find(entry.id);
-  if (access && (owner == owner_.end() || owner->second != offset)) return;
-  owner_[entry.id] = offset;
+  if (access && (owner == owner_.end() || owner->second != offset)) return Status::Ok();
   // Strictly increasing within a run, so that two uses in the same microsecond keep their order
   // at the restart.
   last_record_us_ = std::max(UnixMicros(), last_record_us_ + 1);
@@ -146,9 +147,12 @@ void NvmeTier::PutRecord(uint64_t offset, const Entry& entry, bool access) {
   Status st = catalog_->Put(rec);
   if (!st.ok()) {
     ++catalog_errors_;
-    spdlog::warn("nvme: catalog put failed; the block will not survive a restart: {}",
-                 st.ToString());
+    spdlog::warn("nvme: catalog put failed: {}", st.ToString());
+    return DeviceError("nvme: the catalog did not record the block: " + st.message());
   }
+  // Only a record in the catalog is the block's: Free deletes what it owns.
+  owner_[entry.id] = offset;
+  return Status::Ok();
 }
 
 Status NvmeTier::ReadBlock(const Extent& extent, const BlockIdentity& id,
@@ -228,7 +232,7 @@ Status NvmeTier::FinishBlockRead(const BlockRead& r, const PlannedIo& p,
   ++reads_;
   bytes_read_ += r.dst.size();
   if (record_access && p.entry.durable && options_.record_access_on_read) {
-    PutRecord(r.extent.offset, p.entry, /*access=*/true);
+    (void)PutRecord(r.extent.offset, p.entry, /*access=*/true);  // a lost refresh costs recency
   }
   return Status::Ok();
 }
