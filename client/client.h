@@ -154,7 +154,10 @@ class Client {
 
   // Stores one payload per key. Per key: OK (stored), kAlreadyExists (already cached; nothing to
   // do), kBusy (being written by another client, or no room now: retry later), kRejected (larger
-  // than any tier), kInvalidArgument (not the namespace's block size). A command the daemon
+  // than any tier), kInvalidArgument (not the namespace's block size). With the daemon's
+  // nvme.write_through, OK means the block is on NVMe too, and kBusy, kRejected, kDeviceError or
+  // kTimeout may also mean it is stored in memory only (its NVMe copy was not made:
+  // docs/protocol.md). A command the daemon
   // refuses as a whole (an unknown namespace: kNotFound) gives each of its keys that status. The
   // Result itself fails only on I/O or a malformed reply, or with kInvalidArgument when keys and
   // payloads differ in number; then nothing can be said per key.

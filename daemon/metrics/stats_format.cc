@@ -145,8 +145,13 @@ const TotalField kTotalFields[] = {
      "Puts also written to NVMe before they were acknowledged (nvme.write_through).",
      &store::StoreStats::write_throughs},
     {"write_through_failures", "kvtier_write_through_failures_total", "counter",
-     "Puts NVMe could not take with write-through on: kept in memory only.",
+     "Puts NVMe could not take with write-through on: kept in memory only and answered with the "
+     "reason.",
      &store::StoreStats::write_through_failures},
+    {"write_through_timeouts", "kvtier_write_through_timeouts_total", "counter",
+     "Puts whose NVMe copy took longer than limits.mover_wait_ms with write-through on: answered "
+     "TIMEOUT (in memory only; the copy may still land).",
+     &store::StoreStats::write_through_timeouts},
     {"gpu_candidates", "kvtier_gpu_candidates_total", "counter",
      "Host blocks queued for promotion into the GPU tier.", &store::StoreStats::gpu_candidates},
     {"gpu_candidates_dropped", "kvtier_gpu_candidates_dropped_total", "counter",

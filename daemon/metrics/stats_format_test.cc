@@ -100,11 +100,11 @@ TEST(StatsFormatTest, EveryJsonCountIsAlsoAPrometheusSample) {
                       &s.aborted_puts,           &s.busy_puts,
                       &s.removed_blocks,         &s.evicted_blocks,
                       &s.adopted_blocks,         &s.write_throughs,
-                      &s.write_through_failures, &s.gpu_candidates,
-                      &s.gpu_candidates_dropped, &s.gpu_promotions_skipped,
-                      &s.pending_promotions,     &s.pending_adoptions,
-                      &s.expired_leases,         &s.expired_reservations,
-                      &s.not_admitted_blocks}) {
+                      &s.write_through_failures, &s.write_through_timeouts,
+                      &s.gpu_candidates,         &s.gpu_candidates_dropped,
+                      &s.gpu_promotions_skipped, &s.pending_promotions,
+                      &s.pending_adoptions,      &s.expired_leases,
+                      &s.expired_reservations,   &s.not_admitted_blocks}) {
     *f = next++;
   }
   store::NamespaceStats& ns = s.namespaces[0];

@@ -68,13 +68,27 @@ struct CommandContext {
   // reservation to publish under the key; the value's argument is empty. The handler takes it
   // (resets it) once it has committed or aborted it; the connection aborts what is left.
   std::optional<uint64_t> staged_value;
-  // Reservations this command committed (CommitPut's id), for a put acknowledged only once its
-  // write-through copy is on NVMe: the connection holds the reply until
-  // Store::WriteThroughPending is false for each (up to limits.mover_wait_ms). Handlers that
-  // commit record every id with NoteCommit.
-  std::vector<uint64_t> write_throughs;
-  void NoteCommit(uint64_t reservation_id) {
-    if (server.store.WriteThroughPending(reservation_id)) write_throughs.push_back(reservation_id);
+  // Puts this command committed whose copy to NVMe is pending (nvme.write_through), each with
+  // where its acknowledgement is in the output buffer. The connection holds the reply until every
+  // copy ended (up to limits.mover_wait_ms), and a put whose copy was not made is not
+  // acknowledged as stored durably: its status word says why (BUSY, DEVICE, TIMEOUT), or the
+  // command's reply becomes that error (Connection::AwaitWriteThroughs). Handlers that commit
+  // record every id with NoteCommit: `word_at` is the offset of the put's own status word (a
+  // simple string appended right after the call, as KVT.PUT and KVT.COMMIT answer per block), or
+  // kWholeReply when the command's reply as a whole acknowledges it (SET, MSET).
+  static constexpr size_t kWholeReply = SIZE_MAX;
+  struct PendingAck {
+    uint64_t reservation_id = 0;
+    size_t word_at = kWholeReply;
+  };
+  std::vector<PendingAck> write_throughs;
+  // Why a kWholeReply put's copy was not made (the first such), kept across the flushes of a
+  // command answered in pieces until its reply is final.
+  Status write_through_failure;
+  void NoteCommit(uint64_t reservation_id, size_t word_at = kWholeReply) {
+    if (server.store.WriteThroughTracked(reservation_id)) {
+      write_throughs.push_back({reservation_id, word_at});
+    }
   }
   // Where AppendLeasedBulk queues large payloads; nullptr makes it copy them into the reply.
   LeasedOutput* leased = nullptr;

@@ -165,7 +165,7 @@ Progress Put(CommandContext& ctx, Command& cmd) {
                              std::as_bytes(std::span(block.data(), block.size())), &reservation);
     if (ctx.WaitsForMover(st)) return Progress::kRetryLater;
     if (st.ok()) {
-      ctx.NoteCommit(reservation);
+      ctx.NoteCommit(reservation, ctx.reply.buffer()->size());  // its word comes next
       ctx.Found(ctx.server.store.put_tier());
     }
     ctx.reply.AppendSimpleString(StatusWord(st.code()));

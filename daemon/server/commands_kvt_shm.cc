@@ -187,7 +187,7 @@ Progress FinishIds(CommandContext& ctx, Command& cmd) {
 Status Commit(CommandContext& ctx, uint64_t id) {
   Status committed = ctx.server.store.CommitPut(id);
   if (committed.ok()) {
-    ctx.NoteCommit(id);
+    ctx.NoteCommit(id, ctx.reply.buffer()->size());  // FinishIds appends its word next
     // Its block is in the arena: ReserveOne hands out no other slot.
     if (ctx.server.arena) ctx.Found(ctx.server.arena->tier);
   }

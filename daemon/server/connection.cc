@@ -7,6 +7,7 @@
 
 #include "common/fd_passing.h"
 #include "daemon/server/listeners.h"
+#include "daemon/server/wire.h"
 
 namespace kvtier::server {
 namespace {
@@ -269,11 +270,22 @@ Connection::Awaitable<bool> Connection::RunHandler(const CommandSpec* spec, Comm
     // Read before the store is asked: a move that ends after this wakes the wait below.
     const uint64_t mover_generation = server_.mover_waiters->Generation();
     ctx.waits_for_mover_now = false;
+    const size_t call_start = out_.size();
     const Progress progress = spec->handler(ctx, cmd);
     if (progress == Progress::kDone) {
       // Nearly every command committed nothing to wait for: no coroutine, no clock read.
-      if (ctx.write_throughs.empty()) co_return true;
-      co_return co_await AwaitWriteThroughs(ctx);
+      if (ctx.write_throughs.empty() && ctx.write_through_failure.ok()) co_return true;
+      const bool open = co_await AwaitWriteThroughs(ctx);
+      // The last call wrote the reply that acknowledges the command's puts as a whole.
+      if (open && !ctx.write_through_failure.ok()) {
+        ReplaceReplyWithError(ctx, call_start, ctx.write_through_failure);
+      }
+      co_return open;
+    }
+    // The acknowledgements in the buffer are settled before it goes out.
+    if (!ctx.write_throughs.empty()) {
+      const bool open = co_await AwaitWriteThroughs(ctx);
+      if (!open) co_return false;
     }
     // Flushing first also ends this connection's own leases: a pipelined GET of the value a SET
     // waits for must not make the SET wait for itself.
@@ -287,21 +299,86 @@ Connection::Awaitable<bool> Connection::RunHandler(const CommandSpec* spec, Comm
 }
 
 // The reply stays in the output buffer until the puts it acknowledges have their NVMe copies, so
-// that an acknowledged put survives a crash; the thread serves other connections meanwhile.
-// Past limits.mover_wait_ms the reply goes out anyway and the copies follow (the store's
-// contract when NVMe cannot take a copy: the put succeeds in memory).
+// that an acknowledged put survives a crash; the thread serves other connections meanwhile. A put
+// whose copy was not made (no room on NVMe, a device error, or still pending after
+// limits.mover_wait_ms) is in memory only: its acknowledgement is changed to say so
+// (SettleFailedAck). false: the connection is closing.
 Connection::Awaitable<bool> Connection::AwaitWriteThroughs(CommandContext& ctx) {
+  using PendingAck = CommandContext::PendingAck;
   store::Store& store = server_.store;
   const auto deadline =
       std::chrono::steady_clock::now() + std::chrono::milliseconds(server_.options.mover_wait_ms);
+  std::vector<std::pair<PendingAck, Status>> failed;
   for (;;) {
     // Read before the store is asked: a copy that ends after this wakes the wait below.
     const uint64_t mover_generation = server_.mover_waiters->Generation();
-    std::erase_if(ctx.write_throughs, [&](uint64_t id) { return !store.WriteThroughPending(id); });
-    if (ctx.write_throughs.empty() || std::chrono::steady_clock::now() >= deadline) co_return true;
+    failed.clear();
+    std::erase_if(ctx.write_throughs, [&](const PendingAck& ack) {
+      std::optional<Status> outcome = store.TakeWriteThroughOutcome(ack.reservation_id);
+      if (!outcome) return false;
+      if (!outcome->ok()) failed.emplace_back(ack, *std::move(outcome));
+      return true;
+    });
+    const bool late = !ctx.write_throughs.empty() && std::chrono::steady_clock::now() >= deadline;
+    if (late) {
+      const Status why = Timeout("its copy to NVMe was not made within limits.mover_wait_ms (" +
+                                 std::to_string(server_.options.mover_wait_ms) + " ms)");
+      for (const PendingAck& ack : ctx.write_throughs) {
+        store.WriteThroughTimedOut(ack.reservation_id);
+        failed.emplace_back(ack, why);
+      }
+      ctx.write_throughs.clear();
+    }
+    // Last word first: a changed word's length moves only the words after it.
+    std::ranges::sort(failed, std::ranges::greater{},
+                      [](const auto& f) { return f.first.word_at; });
+    for (const auto& [ack, why] : failed) SettleFailedAck(ctx, ack, why);
+    if (ctx.write_throughs.empty()) co_return true;
     const bool open = co_await PauseBeforeRetry(true, mover_generation);
-    if (!open) co_return false;
+    if (!open) {
+      for (const PendingAck& ack : ctx.write_throughs) store.ForgetWriteThrough(ack.reservation_id);
+      co_return false;
+    }
   }
+}
+
+void Connection::SettleFailedAck(CommandContext& ctx, const CommandContext::PendingAck& ack,
+                                 const Status& why) {
+  if (ack.word_at == CommandContext::kWholeReply) {
+    if (ctx.write_through_failure.ok()) {
+      ctx.write_through_failure =
+          Status(why.code(), "stored in memory only (nvme.write_through): " + why.message());
+    }
+    return;
+  }
+  const std::string word = "+" + std::string(StatusWord(why.code())) + "\r\n";
+  const size_t end = out_.find("\r\n", ack.word_at);  // the line of `+OK`
+  const size_t length =
+      end == std::string::npos ? out_.size() - ack.word_at : end + 2 - ack.word_at;
+  ReplaceAt(ctx, ack.word_at, length, word);
+}
+
+void Connection::ReplaceReplyWithError(CommandContext& ctx, size_t at, const Status& status) {
+  // A reply that is an error already says the command did not succeed; it stays.
+  if (at < out_.size() && out_[at] == '-') return;
+  std::string error;
+  resp::ReplyWriter(&error, writer_.protocol()).AppendError(status);
+  ReplaceAt(ctx, at, out_.size() - at, error);
+}
+
+void Connection::ReplaceAt(CommandContext& ctx, size_t at, size_t length,
+                           std::string_view replacement) {
+  out_.replace(at, length, replacement);
+  // What is placed by offset after the change moves with it: payloads sent from their slots, and
+  // the words of puts still waiting for their copies.
+  const auto shift = static_cast<ptrdiff_t>(replacement.size()) - static_cast<ptrdiff_t>(length);
+  const auto moved = [&](size_t offset) {
+    return offset > at && offset != CommandContext::kWholeReply
+               ? static_cast<size_t>(static_cast<ptrdiff_t>(offset) + shift)
+               : offset;
+  };
+  for (LeasedPayload& p : leased_.payloads) p.at = moved(p.at);
+  for (CommandContext::PendingAck& ack : ctx.write_throughs) ack.word_at = moved(ack.word_at);
 }
 
 Connection::Awaitable<bool> Connection::PauseBeforeRetry(bool for_mover,

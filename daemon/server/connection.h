@@ -82,8 +82,18 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // long reply. false: the client is gone.
   Awaitable<bool> RunHandler(const CommandSpec* spec, CommandContext& ctx, resp::Command& cmd);
   // After a handler that committed puts with a write-through pending (CommandContext::
-  // write_throughs): waits, without blocking the thread, until their NVMe copies are made.
+  // write_throughs): waits, without blocking the thread, until their NVMe copies ended, and
+  // settles the acknowledgement of each copy that was not made.
   Awaitable<bool> AwaitWriteThroughs(CommandContext& ctx);
+  // A put's copy was not made for `why`: its status word in the buffer becomes why's word, or
+  // (kWholeReply) the command's reply is to become the error (ctx.write_through_failure).
+  void SettleFailedAck(CommandContext& ctx, const CommandContext::PendingAck& ack,
+                       const Status& why);
+  // out_[at, end) becomes the error `status`, unless it is an error already.
+  void ReplaceReplyWithError(CommandContext& ctx, size_t at, const Status& status);
+  // out_[at, at + length) becomes `replacement`; leased payloads and pending words after it move
+  // with it.
+  void ReplaceAt(CommandContext& ctx, size_t at, size_t length, std::string_view replacement);
   // The pause of a command that tries again: kRetryPause, or for one that waits for the mover
   // (RunHandler's kRetryLater with waits_for_mover_now, AwaitWriteThroughs) up to
   // kMoverRetryPause, cut short by the mover's progress since `mover_generation` (none at all

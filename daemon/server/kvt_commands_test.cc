@@ -188,6 +188,61 @@ TEST(KvtCommandsWriteThroughTest, APutIsAcknowledgedOnlyOnceItsCopyIsMade) {
   EXPECT_EQ(ts.store().Stats().write_throughs, 1u);
 }
 
+// A put whose copy was not made is not acknowledged as durable: its status word says why, and the
+// block is still served from memory.
+TEST(KvtCommandsWriteThroughTest, APutWhoseCopyFailsIsAnsweredWithTheReason) {
+  store::StoreOptions store_options;
+  store_options.background_disk_moves = true;
+  store_options.nvme_write_through = true;
+  auto nvme = std::make_unique<::kvtier::testing::FakeTier>(TierId::kNvme, 1 << 20,
+                                                            /*addressable=*/false);
+  nvme->FailBlocksOf(TestKey(1));
+  TestServer ts(ServerOptions{}, store_options, std::move(nvme));
+  ASSERT_TRUE(ts.status().ok()) << ts.status().ToString();
+  TestClient c = ts.ConnectUnix();
+  const std::string ns = ExpectedNamespace();
+  ASSERT_EQ(c.Call(RegisterArgs()).substr(0, 4), "*4\r\n");
+  ASSERT_TRUE(c.Send(testing::Resp(
+      {"KVT.PUT", ns, PackKeys(Keys({0, 1, 2})), Payload(0), Payload(1), Payload(2)})));
+  ASSERT_TRUE(testing::WaitFor([&] { return ts.store().Stats().committed_puts == 3; }));
+  ts.store().WriteThrough(ts.store().TakeWriteThroughRequests(8));
+  EXPECT_EQ(c.ReadReply(), "*3\r\n+OK\r\n+DEVICE\r\n+OK\r\n");
+  EXPECT_EQ(ts.store().Stats().write_throughs, 2u);
+  EXPECT_EQ(ts.store().Stats().write_through_failures, 1u);
+  EXPECT_EQ(c.Call({"KVT.GET", ns, PackKeys(Keys({1}))}), "*1\r\n" + Bulk(Payload(1)));
+}
+
+// Past limits.mover_wait_ms the reply goes out without the copy, saying so: per block for
+// KVT.PUT, as the command's error for SET and MSET. Nothing runs the mover here.
+TEST(KvtCommandsWriteThroughTest, APutWhoseCopyIsLateIsAnsweredTimeout) {
+  ServerOptions options;
+  options.mover_wait_ms = 50;
+  store::StoreOptions store_options;
+  store_options.background_disk_moves = true;
+  store_options.nvme_write_through = true;
+  TestServer ts(options, store_options,
+                std::make_unique<::kvtier::testing::FakeTier>(TierId::kNvme, 1 << 20,
+                                                              /*addressable=*/false));
+  ASSERT_TRUE(ts.status().ok()) << ts.status().ToString();
+  TestClient c = ts.ConnectUnix();
+  const std::string ns = ExpectedNamespace();
+  ASSERT_EQ(c.Call(RegisterArgs()).substr(0, 4), "*4\r\n");
+  EXPECT_EQ(c.Call({"KVT.PUT", ns, PackKeys(Keys({0, 1})), Payload(0), Payload(1)}),
+            "*2\r\n+TIMEOUT\r\n+TIMEOUT\r\n");
+  const std::string in_memory_only = "-TIMEOUT stored in memory only (nvme.write_through): ";
+  EXPECT_EQ(c.Call({"SET", "k", "v"}).substr(0, in_memory_only.size()), in_memory_only);
+  EXPECT_EQ(c.Call({"MSET", "a", "1", "b", "2"}).substr(0, in_memory_only.size()), in_memory_only);
+  EXPECT_EQ(ts.store().Stats().write_through_timeouts, 5u);
+  // Stored all the same, and served from memory.
+  EXPECT_EQ(c.Call({"KVT.GET", ns, PackKeys(Keys({0, 1}))}),
+            "*2\r\n" + Bulk(Payload(0)) + Bulk(Payload(1)));
+  EXPECT_EQ(c.Call({"GET", "k"}), "$1\r\nv\r\n");
+  EXPECT_EQ(c.Call({"GET", "b"}), "$1\r\n2\r\n");
+  // The copies the waiters gave up on are still made, and nothing is kept for them.
+  ts.store().WriteThrough(ts.store().TakeWriteThroughRequests(16));
+  EXPECT_EQ(ts.store().Stats().write_throughs, 5u);
+}
+
 TEST_F(KvtCommandsTest, GetStopsAtTheFirstMiss) {
   PutChain(3);
   EXPECT_EQ(c_.Call({"KVT.DEL", ns_, PackKeys(Keys({1}))}), ":1\r\n");

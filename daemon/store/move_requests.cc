@@ -89,14 +89,52 @@ std::vector<WriteThroughRequest> MoveRequests::TakeWriteThroughs(size_t max) {
   return TakeUpTo(write_throughs_, max);
 }
 
-void MoveRequests::FinishWriteThrough(uint64_t generation) {
+void MoveRequests::TrackWriteThrough(uint64_t generation) {
+  MutexLock lock(mu_);
+  pending_write_throughs_.insert(generation);
+}
+
+void MoveRequests::FinishWriteThrough(uint64_t generation, Status outcome) {
   MutexLock lock(mu_);
   pending_write_throughs_.erase(generation);
+  if (abandoned_write_throughs_.erase(generation) > 0 || outcome.ok()) return;
+  if (!failed_write_throughs_.insert_or_assign(generation, std::move(outcome)).second) return;
+  failed_write_through_order_.push_back(generation);
+  while (failed_write_through_order_.size() > kMaxRememberedWriteThroughFailures) {
+    failed_write_throughs_.erase(failed_write_through_order_.front());
+    failed_write_through_order_.pop_front();
+  }
 }
 
 bool MoveRequests::WriteThroughPending(uint64_t generation) const {
   MutexLock lock(mu_);
   return pending_write_throughs_.contains(generation);
+}
+
+bool MoveRequests::WriteThroughTracked(uint64_t generation) const {
+  MutexLock lock(mu_);
+  return pending_write_throughs_.contains(generation) ||
+         failed_write_throughs_.contains(generation);
+}
+
+std::optional<Status> MoveRequests::TakeWriteThroughOutcome(uint64_t generation) {
+  MutexLock lock(mu_);
+  if (pending_write_throughs_.contains(generation)) return std::nullopt;
+  auto failed = failed_write_throughs_.find(generation);
+  if (failed == failed_write_throughs_.end()) return Status::Ok();
+  Status outcome = std::move(failed->second);
+  failed_write_throughs_.erase(failed);
+  // Its place in the order goes when it reaches the front (erase of a missing key is a no-op).
+  return outcome;
+}
+
+void MoveRequests::ForgetWriteThrough(uint64_t generation) {
+  MutexLock lock(mu_);
+  if (pending_write_throughs_.contains(generation)) {
+    abandoned_write_throughs_.insert(generation);
+  } else {
+    failed_write_throughs_.erase(generation);
+  }
 }
 
 bool MoveRequests::AskForRemoteWriteThrough(const BlockKey& key, uint64_t generation) {

@@ -17,11 +17,13 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <unordered_map>
 #include <unordered_set>
 #include <utility>
 #include <vector>
 
 #include "common/keys.h"
+#include "common/status.h"
 #include "common/thread_annotations.h"
 
 namespace kvtier::store {
@@ -63,14 +65,30 @@ class MoveRequests {
   // Whether a fetch of `key` failed since it was last asked for; forgets the failure.
   bool TakeFailedFetch(const BlockKey& key);
 
-  // A block committed from reservation `generation` waits for its write-through copy on NVMe.
+  // A block committed from reservation `generation` waits for its write-through copy on NVMe,
+  // queued for the mover.
   void AskForWriteThrough(const BlockKey& key, uint64_t generation);
+  // The same for a copy the committing thread makes itself: tracked, not queued.
+  void TrackWriteThrough(uint64_t generation);
   // Up to `max` write-throughs asked for, oldest first, taken out of the queue. They stay pending
   // until FinishWriteThrough.
   std::vector<WriteThroughRequest> TakeWriteThroughs(size_t max);
-  void FinishWriteThrough(uint64_t generation);
+  // The copy of `generation` ended: OK when it is on NVMe or no longer needed (the block was
+  // replaced or removed first), the reason otherwise. A failure is kept for the waiter to take
+  // (TakeWriteThroughOutcome), unless it gave up (ForgetWriteThrough); at most
+  // kMaxRememberedWriteThroughFailures are kept, oldest forgotten first, so that failures nobody
+  // waits for cannot grow without bound.
+  void FinishWriteThrough(uint64_t generation, Status outcome);
   // Whether the write-through of `generation` is queued or being written.
   bool WriteThroughPending(uint64_t generation) const;
+  // Whether anything is known of the write-through of `generation`: pending, or failed and not
+  // taken yet. What a waiter checks once, right after the commit.
+  bool WriteThroughTracked(uint64_t generation) const;
+  // nullopt while the copy of `generation` is pending; then its outcome, once (a failure is
+  // forgotten when taken). OK as well for a generation never tracked or already taken.
+  std::optional<Status> TakeWriteThroughOutcome(uint64_t generation);
+  // The waiter stopped waiting: the outcome of `generation` is not kept for it.
+  void ForgetWriteThrough(uint64_t generation);
 
   // A committed block to be copied to the remote tier as well (remote write-through). Nobody
   // waits for it: the copy is best effort. false when kMaxRemoteWriteThroughs are queued already
@@ -91,6 +109,9 @@ class MoveRequests {
   // Past this many failures nobody came back for, the oldest memory is dropped: the cost is one
   // more fetch attempt for those blocks.
   static constexpr size_t kMaxRememberedFailures = 4096;
+  // A waiter takes its failure within limits.mover_wait_ms of its commit; only failures nobody
+  // waits for (commits outside the server's handlers) reach this many.
+  static constexpr size_t kMaxRememberedWriteThroughFailures = 65536;
   // 24 bytes each: at most 1.5 MiB of requests waiting for the network.
   static constexpr size_t kMaxRemoteWriteThroughs = 65536;
   // 64 readers' prefetches (Store::kMaxRemotePrefetch keys each).
@@ -104,6 +125,9 @@ class MoveRequests {
   std::unordered_set<BlockKey, Key128Hash> failed_ GUARDED_BY(mu_);
   std::deque<WriteThroughRequest> write_throughs_ GUARDED_BY(mu_);
   std::unordered_set<uint64_t> pending_write_throughs_ GUARDED_BY(mu_);  // queued or writing
+  std::unordered_set<uint64_t> abandoned_write_throughs_ GUARDED_BY(mu_);  // pending, nobody waits
+  std::unordered_map<uint64_t, Status> failed_write_throughs_ GUARDED_BY(mu_);
+  std::deque<uint64_t> failed_write_through_order_ GUARDED_BY(mu_);  // oldest first
   std::deque<WriteThroughRequest> remote_write_throughs_ GUARDED_BY(mu_);
   mutable Mutex listener_mu_;
   std::shared_ptr<const std::function<void()>> listener_ GUARDED_BY(listener_mu_);

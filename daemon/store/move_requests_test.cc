@@ -87,5 +87,40 @@ TEST(MoveRequestsTest, TheListenerHearsOfEveryFinishedFetchUntilRemoved) {
   EXPECT_EQ(heard, 3);
 }
 
+// The acknowledgement of a put under nvme.write_through: a copy's outcome is known to its waiter
+// (once), a failure is kept until taken, and a waiter that gave up leaves nothing behind.
+TEST(MoveRequestsTest, AWriteThroughsOutcomeIsKeptForItsWaiterUntilTaken) {
+  MoveRequests r;
+  r.AskForWriteThrough(kA, 1);
+  r.AskForWriteThrough(kB, 2);
+  r.TrackWriteThrough(3);  // a copy the committing thread makes itself
+  EXPECT_TRUE(r.WriteThroughTracked(1));
+  EXPECT_FALSE(r.WriteThroughTracked(4));
+  EXPECT_EQ(r.TakeWriteThroughOutcome(1), std::nullopt) << "pending";
+  ASSERT_EQ(r.TakeWriteThroughs(8).size(), 2u) << "the tracked one is not queued";
+
+  r.FinishWriteThrough(1, Status::Ok());
+  r.FinishWriteThrough(2, DeviceError("disk gone"));
+  r.FinishWriteThrough(3, Busy("no room"));
+  EXPECT_FALSE(r.WriteThroughPending(2));
+  EXPECT_FALSE(r.WriteThroughTracked(1)) << "a copy that was made needs no memory";
+  EXPECT_TRUE(r.WriteThroughTracked(2)) << "a failure waits for its waiter";
+  EXPECT_TRUE(r.TakeWriteThroughOutcome(1)->ok());
+  EXPECT_EQ(r.TakeWriteThroughOutcome(2)->code(), StatusCode::kDeviceError);
+  EXPECT_TRUE(r.TakeWriteThroughOutcome(2)->ok()) << "taken once";
+  EXPECT_EQ(r.TakeWriteThroughOutcome(3)->code(), StatusCode::kBusy);
+  EXPECT_FALSE(r.WriteThroughTracked(3));
+
+  // A waiter gives up on a pending copy (and on a failed one): nothing is kept for it.
+  r.AskForWriteThrough(kA, 5);
+  r.ForgetWriteThrough(5);
+  r.FinishWriteThrough(5, DeviceError("disk gone"));
+  EXPECT_FALSE(r.WriteThroughTracked(5));
+  r.AskForWriteThrough(kA, 6);
+  r.FinishWriteThrough(6, DeviceError("disk gone"));
+  r.ForgetWriteThrough(6);
+  EXPECT_FALSE(r.WriteThroughTracked(6));
+}
+
 }  // namespace
 }  // namespace kvtier::store

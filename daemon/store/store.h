@@ -162,6 +162,27 @@ class Store {
   bool WriteThroughPending(uint64_t reservation_id) const {
     return move_requests_.WriteThroughPending(reservation_id);
   }
+  // For the acknowledgement of a put under nvme_write_through: whether its copy is tracked (asked
+  // right after the commit; false when no copy is made, as for a put that did not land in the
+  // host tier), then its outcome once it is known (nullopt while pending), taken once:
+  //   OK            the copy is on NVMe (or no longer needed: the block was replaced or removed);
+  //   anything else the block is in memory only, and the status says why (no room on NVMe, a
+  //                 device or catalog error).
+  // A waiter that gives up calls ForgetWriteThrough. MoveRequests keeps the failures.
+  bool WriteThroughTracked(uint64_t reservation_id) const {
+    return move_requests_.WriteThroughTracked(reservation_id);
+  }
+  std::optional<Status> TakeWriteThroughOutcome(uint64_t reservation_id) {
+    return move_requests_.TakeWriteThroughOutcome(reservation_id);
+  }
+  void ForgetWriteThrough(uint64_t reservation_id) {
+    move_requests_.ForgetWriteThrough(reservation_id);
+  }
+  // The same for a waiter whose wait ran out (counted as write_through_timeouts).
+  void WriteThroughTimedOut(uint64_t reservation_id) {
+    counters_.write_through_timeouts.fetch_add(1);
+    move_requests_.ForgetWriteThrough(reservation_id);
+  }
 
   // Whose read a lease serves, for the GPU promotion policy. A block in the GPU pool gains only a
   // reader that copies it out of the pool device to device (kGpuPool: a client that attached the
@@ -566,8 +587,12 @@ class Store {
   CandidateOutcome PromoteCandidate(const placement::PromotionCandidate& candidate);
   // WriteThrough's parts: a request's block pinned (as a reader would) with room on NVMe, or
   // nullopt when it changed or NVMe has no room (counted); and the copy made its shadow.
-  std::optional<PinnedMove> PrepareWriteThrough(size_t level, const WriteThroughRequest& request);
-  void AttachWriteThrough(tiers::Tier& nvme, const PinnedMove& copy);
+  // The copy of `request` pinned, with its room on NVMe; nullopt with `outcome` set when none is
+  // made (OK: the block changed and needs none; an error: no room).
+  std::optional<PinnedMove> PrepareWriteThrough(size_t level, const WriteThroughRequest& request,
+                                                Status& outcome);
+  // Makes the written copy the block's shadow; the copy's outcome (FinishWriteThrough).
+  Status AttachWriteThrough(tiers::Tier& nvme, const PinnedMove& copy);
   // Demotes a host block that has a shadow on NVMe by moving it into the shadow: no copy.
   DemoteOutcome DemoteIntoShadow(size_t level, const BlockKey& key, const index::BlockMeta& meta);
   // FlushToNvme's parts: the ready blocks of tier `id`, taken out of its eviction order, most

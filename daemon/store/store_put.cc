@@ -165,6 +165,7 @@ Status Store::Publish(const ReservationRecord& record, std::optional<uint64_t> c
       move_requests_.AskForWriteThrough(request.key, request.generation);
       if (wake_mover_) wake_mover_();
     } else {
+      move_requests_.TrackWriteThrough(request.generation);
       WriteThrough({&request, 1});
     }
   }
@@ -225,52 +226,61 @@ void Store::WriteThrough(std::span<const WriteThroughRequest> requests) {
   const size_t level = LevelOf(TierId::kNvme);
   std::vector<PinnedMove> copies;
   for (const WriteThroughRequest& r : requests) {
+    Status outcome;
     if (level < tiers_.size()) {
-      if (std::optional<PinnedMove> copy = PrepareWriteThrough(level, r)) {
+      if (std::optional<PinnedMove> copy = PrepareWriteThrough(level, r, outcome)) {
         copies.push_back(*std::move(copy));
         continue;
       }
     }
-    move_requests_.FinishWriteThrough(r.generation);
+    move_requests_.FinishWriteThrough(r.generation, std::move(outcome));
   }
   if (!copies.empty()) {
     // One batch to NVMe: the commits waiting for these copies all hear of them together.
     tiers::Tier& nvme = *tiers_[level];
     CopyBatch(*tier(TierId::kHost), nvme, copies);
     for (const PinnedMove& copy : copies) {
-      AttachWriteThrough(nvme, copy);
-      move_requests_.FinishWriteThrough(copy.meta.generation);
+      move_requests_.FinishWriteThrough(copy.meta.generation, AttachWriteThrough(nvme, copy));
     }
   }
   if (!requests.empty()) move_requests_.NotifyMoved();
 }
 
 std::optional<Store::PinnedMove> Store::PrepareWriteThrough(size_t level,
-                                                            const WriteThroughRequest& r) {
+                                                            const WriteThroughRequest& r,
+                                                            Status& outcome) {
   // Pinned as a reader pins it, so readers that lease a block just committed do not keep its copy
   // from being made: only its bytes are read, and they never change.
   BlockMeta meta;
   Status pinned = index_->Update(r.key, [&](BlockMeta& m) {
-    if (m.generation != r.generation || m.state != BlockState::kReady || m.has_shadow ||
-        m.tier != TierId::kHost) {
-      return NotFound("block changed");  // nothing to write
+    if (m.generation != r.generation || m.has_shadow || m.tier == TierId::kNvme) {
+      return NotFound("block changed");  // replaced, removed or on NVMe: nothing to write
+    }
+    if (m.state != BlockState::kReady || m.tier != TierId::kHost) {
+      return Busy("it left the host tier for " + std::string(TierName(m.tier)) +
+                  " before its copy to NVMe was made");
     }
     ++m.lease_count;
     meta = m;
     return Status::Ok();
   });
-  if (!pinned.ok()) return std::nullopt;
+  if (!pinned.ok()) {
+    if (pinned.code() != StatusCode::kNotFound) outcome = pinned;
+    return std::nullopt;
+  }
   Result<Extent> dst =
       AllocateWithEviction(level, meta.extent.length, EvictionMode::kDemote, meta.quota_group);
   if (!dst.ok()) {
     UnpinAfterMove(r.key);
     counters_.write_through_failures.fetch_add(1);
+    outcome =
+        Status(dst.status().code(), "no room for its copy on NVMe: " + dst.status().message());
     return std::nullopt;
   }
   return PinnedMove{r.key, meta, *dst, {}};
 }
 
-void Store::AttachWriteThrough(tiers::Tier& nvme, const PinnedMove& copy) {
+Status Store::AttachWriteThrough(tiers::Tier& nvme, const PinnedMove& copy) {
   bool attached = false;
   if (copy.status.ok()) {
     attached = index_
@@ -288,10 +298,12 @@ void Store::AttachWriteThrough(tiers::Tier& nvme, const PinnedMove& copy) {
   UnpinAfterMove(copy.key);
   if (attached) {
     counters_.write_throughs.fetch_add(1);
-    return;
+    return Status::Ok();
   }
   nvme.Free(copy.dst);
-  if (!copy.status.ok()) counters_.write_through_failures.fetch_add(1);
+  if (copy.status.ok()) return Status::Ok();  // the block changed: its copy is not needed
+  counters_.write_through_failures.fetch_add(1);
+  return Status(copy.status.code(), "its copy to NVMe failed: " + copy.status.message());
 }
 
 }  // namespace kvtier::store

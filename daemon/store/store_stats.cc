@@ -90,6 +90,7 @@ StoreStats Store::Stats() const {
   s.adopted_blocks = counters_.adopted_blocks.load();
   s.write_throughs = counters_.write_throughs.load();
   s.write_through_failures = counters_.write_through_failures.load();
+  s.write_through_timeouts = counters_.write_through_timeouts.load();
   s.gpu_candidates = counters_.gpu_candidates.load();
   s.gpu_candidates_dropped = counters_.gpu_candidates_dropped.load();
   s.gpu_promotions_skipped = counters_.gpu_promotions_skipped.load();

@@ -60,6 +60,7 @@ struct StoreCounters {
   Counter adopted_blocks{0};          // found on a durable tier at start-up (AdoptBlock)
   Counter write_throughs{0};          // puts also written to NVMe at commit
   Counter write_through_failures{0};  // puts that NVMe could not take (kept in memory only)
+  Counter write_through_timeouts{0};  // puts answered before their copy: limits.mover_wait_ms
   Counter gpu_candidates{0};          // host blocks queued for promotion into the GPU tier
   Counter gpu_candidates_dropped{0};  // candidates refused because the queue was full
   Counter gpu_promotions_skipped{0};  // candidates not moved: changed, leased, no room, copy error
@@ -130,6 +131,7 @@ struct StoreStats {
   uint64_t adopted_blocks = 0;
   uint64_t write_throughs = 0;
   uint64_t write_through_failures = 0;
+  uint64_t write_through_timeouts = 0;
   uint64_t gpu_candidates = 0;
   uint64_t gpu_candidates_dropped = 0;
   uint64_t gpu_promotions_skipped = 0;

@@ -103,9 +103,12 @@ class Client(_kvtier.Client):
         ``blocks``: one C-contiguous buffer of ``len(keys) * ns.block_bytes`` bytes (a numpy array
         or CPU torch tensor of any shape and dtype), or a sequence of ``len(keys)`` buffers of
         ``ns.block_bytes`` each. Per key: OK, ALREADY_EXISTS (nothing to do), BUSY (no room now),
-        REJECTED, TIMEOUT (a shared-memory reservation expired). ``Status.stored`` is true for the
-        first two; :func:`raise_for_statuses` raises for the others. The call itself raises only
-        when nothing can be said per key (I/O, a malformed argument).
+        REJECTED, TIMEOUT (a shared-memory reservation expired). With the daemon's
+        ``nvme.write_through``, OK means the block is on NVMe too, and BUSY, REJECTED, DEVICE_ERROR
+        or TIMEOUT may also mean it is stored in memory only (its NVMe copy was not made).
+        ``Status.stored`` is true for OK and ALREADY_EXISTS; :func:`raise_for_statuses` raises for
+        the others. The call itself raises only when nothing can be said per key (I/O, a malformed
+        argument).
         """
         return self._put(ns, keys, as_buffers(blocks), path)
 
