@@ -66,7 +66,8 @@ const TierField kTierFields[] = {
      "Blocks moved up out of the tier (read often, or read on NVMe).",
      [](const store::TierStatsSnapshot& t) { return double(t.promotions); }},
     {"corrupt_drops", "kvtier_tier_corrupt_drops_total", "counter",
-     "Blocks whose stored bytes failed verification (dropped, served as misses).",
+     "Blocks whose stored bytes failed verification or could not be read (dropped, served as "
+     "misses).",
      [](const store::TierStatsSnapshot& t) { return double(t.corrupt_drops); }},
     {"copy_errors", "kvtier_tier_copy_errors_total", "counter",
      "Moves into or out of the tier whose copy failed with a device error.",

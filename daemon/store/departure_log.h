@@ -29,7 +29,8 @@ namespace kvtier::store {
 
 enum class DepartureReason : uint8_t {
   kEvicted,           // an eviction dropped it (see EvictionCause)
-  kCorrupt,           // its bytes failed verification (checksum mismatch) and it was dropped
+  kCorrupt,           // its bytes failed verification (checksum mismatch) or a read (device
+                      // error), and it was dropped
   kRemoved,           // a client removed it (KVT.DEL)
   kNamespaceDropped,  // its namespace was dropped (KVT.DROP)
 };

@@ -19,7 +19,7 @@ struct LeaseRecord {
   NamespaceId ns;
   BlockKey key;
   uint64_t deadline_us = 0;
-  bool corrupt = false;  // a read found bad bytes: the block goes when the lease ends
+  bool corrupt = false;  // a read found bad bytes or failed: the block goes when the lease ends
 };
 
 class LeaseTable {

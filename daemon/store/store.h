@@ -53,6 +53,7 @@
 #include "daemon/store/move_stats.h"
 #include "daemon/store/namespace_registry.h"
 #include "daemon/store/quota_table.h"
+#include "daemon/store/read_failures.h"
 #include "daemon/store/reservation_table.h"
 #include "daemon/store/store_options.h"
 #include "daemon/store/store_stats.h"
@@ -609,8 +610,11 @@ class Store {
   void RecordDeparture(const BlockKey& key, const index::BlockMeta& meta, DepartureReason reason,
                        EvictionCause cause = EvictionCause::kNone,
                        const tiers::TierStats* tier_stats = nullptr);
-  // Drops a block whose bytes failed verification, if nobody holds it.
+  // Drops a block whose bytes failed verification or a read, if nobody holds it.
   void DropCorrupt(const BlockKey& key, const index::BlockMeta& meta);
+  // Whether a failed read of `key` (in `tier`, at `offset`) means the block is to be dropped: its
+  // bytes failed verification, or its NVMe read failed a second time (ReadFailures).
+  bool ReadMakesUnservable(TierId tier, const BlockKey& key, uint64_t offset, const Status& read);
   // The position of tier `id` in tiers_, or tiers_.size() when absent.
   size_t LevelOf(TierId id) const;
   // A reservation's record: removed from the table when `erase` (an expired one then has its
@@ -658,6 +662,7 @@ class Store {
   QuotaTable quotas_;
   ReservationTable reservations_;
   LeaseTable leases_;
+  ReadFailures read_failures_;
 
   StoreCounters counters_;
   std::array<TierCounters, kTierCount> tier_counters_;

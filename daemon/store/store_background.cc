@@ -89,7 +89,7 @@ void Store::Fetch(std::span<const BlockKey> keys) {
   if (batch.empty()) return;
   MovePinnedBatch(nvme, host, batch);
   for (const PinnedMove& move : batch) {
-    // A corrupt block is dropped: the reader then misses, which is the right answer.
+    // A corrupt or unreadable block is dropped: the reader then misses, which is the right answer.
     const bool settled = SettlePromotion(nvme, move) != PromoteOutcome::kNotMoved;
     move_requests_.FinishFetch(move.key, settled);
   }

@@ -1,7 +1,7 @@
 // The store's read path below the host tier: where a reader's block lies (LevelBelowHost,
 // LevelOf), promoting a block that lives below the host tier when it is read (PromoteForRead, and
 // moving blocks up between any two tiers: Promote), reading it in place (ReadLeased), and dropping
-// blocks whose bytes fail verification (DropCorrupt).
+// blocks whose bytes fail verification or cannot be read (DropCorrupt).
 #include "daemon/store/store.h"
 
 namespace kvtier::store {
@@ -59,7 +59,9 @@ Store::PromoteOutcome Store::SettlePromotion(size_t level, const PinnedMove& mov
     tier_counters_[static_cast<size_t>(tiers_[level]->id())].promotions.fetch_add(1);
     return PromoteOutcome::kMoved;
   }
-  if (move.status.code() != StatusCode::kChecksumMismatch) return PromoteOutcome::kNotMoved;
+  if (!ReadMakesUnservable(tiers_[level]->id(), move.key, move.meta.extent.offset, move.status)) {
+    return PromoteOutcome::kNotMoved;
+  }
   DropCorrupt(move.key, move.meta);
   return PromoteOutcome::kCorrupt;
 }
@@ -71,8 +73,19 @@ Status Store::ReadLeased(const Lease& lease, std::span<std::byte> dst) {
   std::optional<NamespaceId> ns = leases_.NamespaceOf(lease.id);
   if (!ns) return NotFound("lease " + std::to_string(lease.id) + " has ended");
   Status st = t->ReadBlock(lease.extent, {*ns, lease.key}, dst);
-  if (st.code() == StatusCode::kChecksumMismatch) leases_.MarkCorrupt(lease.id);
+  if (ReadMakesUnservable(lease.tier, lease.key, lease.extent.offset, st)) {
+    leases_.MarkCorrupt(lease.id);
+  }
   return st;
+}
+
+bool Store::ReadMakesUnservable(TierId tier, const BlockKey& key, uint64_t offset,
+                                const Status& read) {
+  if (read.code() == StatusCode::kChecksumMismatch) return true;
+  // Only NVMe's device errors are the block's own (its sectors); elsewhere (a GPU copy) they are
+  // the device's, and the block is fine.
+  return read.code() == StatusCode::kDeviceError && tier == TierId::kNvme &&
+         read_failures_.FailedAgain(key, offset);
 }
 
 void Store::DropCorrupt(const BlockKey& key, const BlockMeta& meta) {

@@ -43,7 +43,8 @@ struct TierCounters {
   // (StoreOptions::drop_when_disk_lags): cache the disk was too slow to keep.
   Counter lag_drops{0};
   Counter promotions{0};     // blocks moved up out of this tier (read often, or read on NVMe)
-  Counter corrupt_drops{0};  // blocks of this tier whose bytes failed verification (dropped)
+  Counter corrupt_drops{
+      0};  // blocks of this tier whose bytes failed verification or a read (dropped)
   // Moves into or out of this tier whose copy failed with a device error (counted on the device
   // side of a copy, never on host memory): a promotion leaves the block where it was, a demotion
   // drops it.

@@ -91,6 +91,27 @@ TEST_F(StorePlacementTest, ACorruptBlockReadInPlaceGoesWhenItsLeaseEnds) {
   EXPECT_EQ(store_->Get(kNs, Key(1), out).code(), StatusCode::kNotFound);
 }
 
+// A block whose reads keep failing with a device error (a bad sector) would fail at every
+// request: its second failure drops it like a corrupt one (read in place here; promoted by the
+// mover: StoreBatchMovesTest).
+TEST_F(StorePlacementTest, ABlockWhoseReadInPlaceFailsTwiceGoesWhenItsLeaseEnds) {
+  StoreOptions options;
+  options.promote_on_read = false;
+  BuildTwoTiers(1, 8, options);
+  ASSERT_TRUE(PutBlock(1).ok());
+  ASSERT_TRUE(PutBlock(2).ok());
+  nvme().FailBlocksOf(Key(1));
+  Result<Lease> lease = store_->Acquire(kNs, Key(1));
+  ASSERT_TRUE(lease.ok());
+  std::vector<std::byte> out(kBlock);
+  EXPECT_EQ(store_->ReadLeased(*lease, out).code(), StatusCode::kDeviceError);
+  EXPECT_EQ(store_->ReadLeased(*lease, out).code(), StatusCode::kDeviceError);
+  EXPECT_EQ(TierOf(1), TierId::kNvme);  // still leased
+  ASSERT_TRUE(store_->Release(lease->id).ok());
+  EXPECT_EQ(TierOf(1), TierId::kGpu);
+  EXPECT_EQ(store_->Get(kNs, Key(1), out).code(), StatusCode::kNotFound);
+}
+
 TEST_F(StorePlacementTest, ReusedAdmissionKeepsOnlyBlocksThatWereReadOffTheDisk) {
   StoreOptions options;
   options.nvme_admission = "reused";
