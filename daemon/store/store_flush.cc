@@ -113,6 +113,12 @@ Result<Extent> Store::AllocateForFlush(uint64_t bytes,
       index_->Unpick(victim->first);
       break;
     }
+    // Above a remote tier the fleet keeps what this node drops (the remote client outlives the
+    // flush). A victim leased since it was picked stays.
+    if (!PublishBeforeDrop(nvme, {&*victim, 1}).empty()) {
+      index_->Unpick(victim->first);
+      continue;
+    }
     DemoteOrDrop(nvme, victim->first, victim->second, EvictionMode::kDemote);
   }
   return Busy("nvme tier holds no block older than this flush");

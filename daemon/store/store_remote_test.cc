@@ -69,6 +69,19 @@ TEST_F(StoreRemoteTest, BlocksDroppedFromNvmeArePublishedFromTheDevice) {
   EXPECT_EQ(store_->Stats().remote_publishes, 2u);
 }
 
+// At a clean stop, the host blocks written to NVMe take the room of older NVMe blocks: those are
+// published first, as any block leaving NVMe above a remote tier is.
+TEST_F(StoreRemoteTest, TheCleanStopFlushPublishesTheNvmeBlocksItDrops) {
+  Build({2, 2}, /*last_addressable=*/false, WithRemote());
+  for (uint64_t n = 0; n < 4; ++n) ASSERT_TRUE(PutBlock(n).ok());  // 0 and 1 go down to NVMe
+  ASSERT_EQ(remote_.size(), 0u);
+  const Store::FlushResult r = store_->FlushToNvme(0, {});
+  EXPECT_EQ(r.written, 2u);
+  for (uint64_t n : {0, 1}) EXPECT_EQ(Published(n), Payload(n)) << n;
+  for (uint64_t n : {2, 3}) EXPECT_FALSE(Published(n)) << "kept on NVMe: " << n;
+  EXPECT_EQ(store_->Stats().remote_publishes, 2u);
+}
+
 // A node-local namespace (the generic key space) never leaves the node: its drops are not
 // published, its misses are not fetched, its lookups do not ask the remote tier.
 TEST_F(StoreRemoteTest, ANodeLocalNamespaceIsNeitherPublishedNorFetched) {
