@@ -210,6 +210,7 @@ store::StoreOptions StoreOptionsFrom(const config::DaemonConfig& c,
   o.remote.ttl = std::chrono::seconds(c.remote_ttl_seconds);
   o.remote.timeout = std::chrono::milliseconds(c.remote_timeout_ms);
   o.remote.lookup_timeout = std::chrono::milliseconds(c.remote_lookup_timeout_ms);
+  o.remote.fetch_max_age = std::chrono::milliseconds(c.mover_wait_ms);
   o.remote.write_through = c.remote_write_through;
   o.drop_when_disk_lags = c.when_disk_lags == "drop";
   o.gpu_promotion.policy = c.gpu_promotion;

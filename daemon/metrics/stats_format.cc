@@ -200,6 +200,10 @@ const TotalField kTotalFields[] = {
     {"remote_fetch_errors", "kvtier_remote_fetch_errors_total", "counter",
      "Fetches from the remote tier that failed (timeout, remote error, no room in host).",
      &store::StoreStats::remote_fetch_errors},
+    {"remote_fetches_expired", "kvtier_remote_fetches_expired_total", "counter",
+     "Remote fetches dropped unsent: asked for longer than limits.mover_wait_ms ago, their "
+     "readers had stopped waiting.",
+     &store::StoreStats::remote_fetches_expired},
 };
 
 // Named counters (a tier's device counters, the remote client's) as one JSON object.

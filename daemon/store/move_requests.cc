@@ -51,13 +51,25 @@ MoveRequests::RemoteAsk MoveRequests::AskForRemoteFetch(const NamespaceId& ns,
   if (queued_.contains(key)) return RemoteAsk::kAlreadyAsked;
   if (remote_fetches_.size() >= kMaxRemoteFetches) return RemoteAsk::kQueueFull;
   queued_.insert(key);
-  remote_fetches_.emplace_back(ns, key);
+  remote_fetches_.push_back({ns, key, std::chrono::steady_clock::now()});
   return RemoteAsk::kQueued;
 }
 
-std::vector<std::pair<NamespaceId, BlockKey>> MoveRequests::TakeRemoteFetches(size_t max) {
+std::vector<std::pair<NamespaceId, BlockKey>> MoveRequests::TakeRemoteFetches(
+    size_t max, std::chrono::steady_clock::time_point asked_since, uint64_t* expired) {
+  std::vector<std::pair<NamespaceId, BlockKey>> taken;
   MutexLock lock(mu_);
-  return TakeUpTo(remote_fetches_, max);
+  while (taken.size() < max && !remote_fetches_.empty()) {
+    const RemoteFetch request = remote_fetches_.front();
+    remote_fetches_.pop_front();
+    if (request.asked_at >= asked_since) {
+      taken.emplace_back(request.ns, request.key);
+      continue;
+    }
+    queued_.erase(request.key);  // no failure is remembered: nobody waits for this one
+    if (expired != nullptr) ++*expired;
+  }
+  return taken;
 }
 
 void MoveRequests::FinishFetch(const BlockKey& key, bool moved) {

@@ -12,6 +12,7 @@
 // Thread safety: every method may be called from any thread.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -59,7 +60,12 @@ class MoveRequests {
   // have given up on.
   enum class RemoteAsk : uint8_t { kQueued, kAlreadyAsked, kQueueFull };
   RemoteAsk AskForRemoteFetch(const NamespaceId& ns, const BlockKey& key);
-  std::vector<std::pair<NamespaceId, BlockKey>> TakeRemoteFetches(size_t max);
+  // Up to `max` of them, oldest first, taken out of the queue. Those asked for before
+  // `asked_since` are dropped instead (counted in *expired): their readers have stopped waiting
+  // (a reader waits up to limits.mover_wait_ms), and fetching them would only delay the fetches
+  // readers still wait for. A reader that still wants one asks again.
+  std::vector<std::pair<NamespaceId, BlockKey>> TakeRemoteFetches(
+      size_t max, std::chrono::steady_clock::time_point asked_since, uint64_t* expired = nullptr);
   // The fetch of `key` ended; `moved` false: the mover could not bring it up.
   void FinishFetch(const BlockKey& key, bool moved);
   // Whether a fetch of `key` failed since it was last asked for; forgets the failure.
@@ -120,7 +126,12 @@ class MoveRequests {
   mutable Mutex mu_;
   uint64_t room_bytes_ GUARDED_BY(mu_) = 0;
   std::deque<BlockKey> fetches_ GUARDED_BY(mu_);
-  std::deque<std::pair<NamespaceId, BlockKey>> remote_fetches_ GUARDED_BY(mu_);
+  struct RemoteFetch {
+    NamespaceId ns;
+    BlockKey key;
+    std::chrono::steady_clock::time_point asked_at;
+  };
+  std::deque<RemoteFetch> remote_fetches_ GUARDED_BY(mu_);
   std::unordered_set<BlockKey, Key128Hash> queued_ GUARDED_BY(mu_);  // queued or being fetched
   std::unordered_set<BlockKey, Key128Hash> failed_ GUARDED_BY(mu_);
   std::deque<WriteThroughRequest> write_throughs_ GUARDED_BY(mu_);

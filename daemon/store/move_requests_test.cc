@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <thread>
+
 namespace kvtier::store {
 namespace {
 
@@ -66,8 +69,27 @@ TEST(MoveRequestsTest, RemoteFetchesAreBoundedAndAKeyAskedForIsNotAskedAgain) {
   EXPECT_EQ(requests.AskForRemoteFetch(ns, BlockKey{{n, n}}), Ask::kQueueFull);
   EXPECT_EQ(requests.AskForRemoteFetch(ns, BlockKey{{0, 0}}), Ask::kAlreadyAsked);
   // Taking some makes room again.
-  EXPECT_EQ(requests.TakeRemoteFetches(8).size(), 8u);
+  EXPECT_EQ(requests.TakeRemoteFetches(8, {}).size(), 8u);
   EXPECT_EQ(requests.AskForRemoteFetch(ns, BlockKey{{n, n}}), Ask::kQueued);
+}
+
+// A fetch nobody waits for any more is not sent: it would delay those readers still wait for.
+TEST(MoveRequestsTest, RemoteFetchesOlderThanTheirReadersWaitAreDroppedUnsent) {
+  using Ask = MoveRequests::RemoteAsk;
+  MoveRequests requests;
+  const NamespaceId ns{{9, 9}};
+  ASSERT_EQ(requests.AskForRemoteFetch(ns, kA), Ask::kQueued);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  const auto readers_still_waiting_since = std::chrono::steady_clock::now();
+  std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  ASSERT_EQ(requests.AskForRemoteFetch(ns, kB), Ask::kQueued);
+  uint64_t expired = 0;
+  const auto taken = requests.TakeRemoteFetches(8, readers_still_waiting_since, &expired);
+  ASSERT_EQ(taken.size(), 1u);
+  EXPECT_EQ(taken[0].second, kB);
+  EXPECT_EQ(expired, 1u);
+  EXPECT_FALSE(requests.TakeFailedFetch(kA)) << "not a failure: nobody is told";
+  EXPECT_EQ(requests.AskForRemoteFetch(ns, kA), Ask::kQueued) << "a reader that still wants it";
 }
 
 TEST(MoveRequestsTest, TheListenerHearsOfEveryFinishedFetchUntilRemoved) {

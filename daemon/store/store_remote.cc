@@ -229,15 +229,27 @@ bool Store::MakeRoomByPublishing(uint64_t bytes) {
 
 std::vector<std::pair<NamespaceId, BlockKey>> Store::TakeRemoteFetchRequests(size_t max,
                                                                              uint64_t max_bytes) {
-  std::vector<std::pair<NamespaceId, BlockKey>> taken = move_requests_.TakeRemoteFetches(1);
-  if (taken.empty() || max <= 1) return taken;
+  uint64_t expired = 0;
+  const auto asked_since = std::chrono::steady_clock::now() - options_.remote.fetch_max_age;
+  std::vector<std::pair<NamespaceId, BlockKey>> taken =
+      move_requests_.TakeRemoteFetches(1, asked_since, &expired);
+  const auto count_expired = [&] {
+    if (expired > 0) counters_.remote_fetches_expired.fetch_add(expired);
+  };
+  if (taken.empty() || max <= 1) {
+    count_expired();
+    return taken;
+  }
   // The blocks of one batch are usually of one namespace: its block size sets the count.
   std::optional<NamespaceRegistry::Entry> entry = namespaces_.Find(taken.front().first);
   const uint64_t block_bytes = entry && entry->block_bytes > 0 ? entry->block_bytes : 1;
   const size_t more = std::min<uint64_t>(max, std::max<uint64_t>(1, max_bytes / block_bytes)) - 1;
   if (more > 0) {
-    for (auto& request : move_requests_.TakeRemoteFetches(more)) taken.push_back(request);
+    for (auto& request : move_requests_.TakeRemoteFetches(more, asked_since, &expired)) {
+      taken.push_back(request);
+    }
   }
+  count_expired();
   return taken;
 }
 

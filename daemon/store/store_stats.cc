@@ -108,6 +108,7 @@ StoreStats Store::Stats() const {
   s.remote_fetch_misses = counters_.remote_fetch_misses.load();
   s.remote_fetch_corrupt = counters_.remote_fetch_corrupt.load();
   s.remote_fetch_errors = counters_.remote_fetch_errors.load();
+  s.remote_fetches_expired = counters_.remote_fetches_expired.load();
   if (options_.remote.store != nullptr) {
     options_.remote.store->VisitStats(
         [&s](std::string_view name, double value) { s.remote_client.emplace_back(name, value); });

@@ -77,6 +77,7 @@ struct StoreCounters {
   Counter remote_fetch_misses{0};         // fetches the remote tier had no block for
   Counter remote_fetch_corrupt{0};        // fetched records that failed verification (a miss)
   Counter remote_fetch_errors{0};         // fetches failed: timeout, remote error, no room in host
+  Counter remote_fetches_expired{0};      // fetches dropped unsent: their readers stopped waiting
 };
 
 struct NamespaceStats {
@@ -150,6 +151,7 @@ struct StoreStats {
   uint64_t remote_fetch_misses = 0;
   uint64_t remote_fetch_corrupt = 0;
   uint64_t remote_fetch_errors = 0;
+  uint64_t remote_fetches_expired = 0;
   // The remote store client's own counters (RemoteStore::VisitStats), in its order; empty
   // without a remote tier.
   std::vector<std::pair<std::string, double>> remote_client;
