@@ -546,6 +546,10 @@ class Store {
   // How PublishToRemote pins a block while it reads and sends its bytes: alone (a victim about to
   // be dropped: PinForMove), or beside its readers (a write-through copy: the block stays).
   enum class RemotePin : uint8_t { kExclusive, kShared };
+  // For each block about to be published: whether the cluster still holds its recent
+  // write-through copy, which makes the publish unneeded (kExclusive pins only: a drop).
+  std::vector<bool> StillInCluster(std::span<const std::pair<BlockKey, index::BlockMeta>> blocks,
+                                   RemotePin pin);
   // Writes blocks of tiers_[level] to the remote tier as one batch (SET ... PX ttl), each pinned
   // while its bytes are read. Best effort: one that cannot be read or is refused by the store is
   // counted (a victim is dropped all the same by the caller). Returns the keys of the blocks it

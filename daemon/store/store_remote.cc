@@ -79,10 +79,10 @@ std::vector<BlockKey> Store::PublishToRemote(size_t level,
   std::vector<Outgoing> out;
   out.reserve(blocks.size());  // no reallocation: the writes below borrow the headers
   std::vector<tiers::BlockRead> reads;
-  for (const auto& [key, meta] : blocks) {
-    // A victim written through recently is in the remote tier for at least another half TTL:
-    // dropping it needs no second copy. (Later, the copy renews its TTL.)
-    if (pin == RemotePin::kExclusive && RemoteCopyIsFresh(meta)) {
+  const std::vector<bool> in_cluster = StillInCluster(blocks, pin);
+  for (size_t b = 0; b < blocks.size(); ++b) {
+    const auto& [key, meta] = blocks[b];
+    if (in_cluster[b]) {
       counters_.remote_publishes_saved.fetch_add(1);
       continue;
     }
@@ -146,6 +146,28 @@ std::vector<BlockKey> Store::PublishToRemote(size_t level,
     }
   }
   return unpinned;
+}
+
+std::vector<bool> Store::StillInCluster(std::span<const std::pair<BlockKey, BlockMeta>> blocks,
+                                        RemotePin pin) {
+  std::vector<bool> in_cluster(blocks.size(), false);
+  if (pin != RemotePin::kExclusive) return in_cluster;
+  // A victim written through less than half the TTL ago has at least the other half left in the
+  // cluster, unless the cluster lost it (evicted under maxmemory, a failover that lost writes):
+  // one EXISTS batch, no payload, tells which copies are still there. Any answer other than OK
+  // (gone, an error, a timeout) publishes the block. (Later, the drop's copy renews its TTL.)
+  std::vector<size_t> asked;
+  std::vector<std::string> keys;
+  for (size_t b = 0; b < blocks.size(); ++b) {
+    if (!RemoteCopyIsFresh(blocks[b].second)) continue;
+    asked.push_back(b);
+    keys.push_back(remote::RemoteKey(blocks[b].second.ns, blocks[b].first));
+  }
+  if (keys.empty()) return in_cluster;
+  const std::vector<Status> found =
+      options_.remote.store->Exists(std::move(keys), options_.remote.timeout);
+  for (size_t j = 0; j < asked.size(); ++j) in_cluster[asked[j]] = found[j].ok();
+  return in_cluster;
 }
 
 bool Store::PinAsReader(const BlockKey& key, const BlockMeta& meta) {

@@ -82,6 +82,23 @@ TEST_F(StoreRemoteTest, TheCleanStopFlushPublishesTheNvmeBlocksItDrops) {
   EXPECT_EQ(store_->Stats().remote_publishes, 2u);
 }
 
+// A recent write-through copy the cluster no longer holds (evicted under maxmemory, lost in a
+// failover) is published again at the drop: the skip above asks the cluster first.
+TEST_F(StoreRemoteTest, AWriteThroughCopyTheClusterLostIsPublishedAtTheDrop) {
+  StoreOptions options = WithRemote(/*background=*/true);
+  options.remote.write_through = true;
+  Build({4}, true, options);
+  for (uint64_t n = 0; n < 4; ++n) ASSERT_TRUE(PutBlock(n).ok());
+  store_->WriteThroughToRemote(store_->TakeRemoteWriteThroughRequests(8));
+  ASSERT_EQ(remote_.Delete({RemoteKey(kNs, Key(0))}, std::chrono::seconds(1))[0].code(),
+            StatusCode::kOk);
+  EXPECT_EQ(store_->EvictToTarget(TierId::kHost, 2 * kBlock, 8), 2u);  // blocks 0 and 1
+  EXPECT_EQ(Published(0), Payload(0)) << "sent again";
+  EXPECT_EQ(Published(1), Payload(1)) << "its write-through copy";
+  EXPECT_EQ(store_->Stats().remote_publishes_saved, 1u);
+  EXPECT_EQ(store_->Stats().remote_publishes, 5u);
+}
+
 // A node-local namespace (the generic key space) never leaves the node: its drops are not
 // published, its misses are not fetched, its lookups do not ask the remote tier.
 TEST_F(StoreRemoteTest, ANodeLocalNamespaceIsNeitherPublishedNorFetched) {
