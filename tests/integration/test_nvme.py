@@ -1,7 +1,7 @@
 """kvtierd with an NVMe tier: blocks spill from a small host tier to NVMe and are served from there,
 the cold cache survives a graceful restart, damaged bytes on disk are never served, the "reused"
-admission policy keeps never-read blocks off the device, bad NVMe settings are refused, and a
-daemon without an NVMe tier says so.
+admission policy keeps never-read blocks off the device, write-through says which puts are in
+memory only, bad NVMe settings are refused, and a daemon without an NVMe tier says so.
 
 The NVMe tier lives in a file under the test's directory (<data_dir>/nvme/), so the tests run on
 any file system; docs/nvme-format.md describes the bytes the corruption test damages.
@@ -16,7 +16,7 @@ import subprocess
 
 import pytest
 
-from helpers import RawClient, http_get, parse_metrics, wait_for
+from helpers import RawClient, RespError, http_get, parse_metrics, wait_for
 from kvtierd_process import BIN_DIR, Daemon
 from nvme_helpers import (MIB, get_each, key, lookup_each, nvme_counters, payload,
                           put_blocks, register_ns, tier, tier_sum)
@@ -547,6 +547,35 @@ def test_reused_admission_keeps_never_read_blocks_off_nvme(tmp_path):
     assert tier_sum(stats_reused, "admission_drops") > 0, stats_reused["tiers"]
     assert nvme_counters(stats_reused)["writes"] < nvme_counters(stats_all)["writes"]
     assert tier(stats_reused, "nvme")["blocks"] < tier(stats_all, "nvme")["blocks"]
+
+
+def test_write_through_says_which_puts_are_in_memory_only(tmp_path):
+    """With nvme.write_through, OK means the block is on NVMe too. Once an 8 MiB NVMe tier is full
+    of write-through copies (they are the host blocks' shadows, which NVMe cannot evict), puts are
+    stored in memory only and say so (BUSY), and are served all the same."""
+    config = "nvme:\n  write_through: true\n"
+    with running(nvme_daemon(tmp_path, nvme_bytes="8MiB", extra_config=config)) as c:
+        ns = register_ns(c, "nvme/write-through", BLOCK_BYTES)
+        count = 64  # 16 MiB: twice the NVMe tier, half the host tier
+        words = []
+        for i in range(0, count, 8):
+            numbers = range(i, i + 8)
+            words += c.call("KVT.PUT", ns, b"".join(key(1, n) for n in numbers),
+                            *[payload(1, n, BLOCK_BYTES) for n in numbers])
+        durable = words.count(b"OK")
+        # The mover's threads make the copies in batches of their own: near the point where NVMe
+        # fills, which of two concurrent batches got the last room is theirs to decide.
+        assert set(words) == {b"OK", b"BUSY"} and words[0] == b"OK" and words[-1] == b"BUSY", words
+        stats = c.stats()["totals"]
+        assert (stats["write_throughs"], stats["write_through_failures"]) == \
+            (durable, count - durable), stats
+        for n, got in zip(range(count), get_each(c, ns, 1, range(count))):
+            assert got == payload(1, n, BLOCK_BYTES), f"block {n} not served from memory"
+        # A generic write answers as a whole: the error names why, and the value is stored.
+        reply = c.call("SET", "in-memory-only", b"v" * 300_000)
+        assert isinstance(reply, RespError) and str(reply).startswith(
+            "BUSY stored in memory only (nvme.write_through): no room for its copy on NVMe"), reply
+        assert c.call("GET", "in-memory-only") == b"v" * 300_000
 
 
 @pytest.fixture
