@@ -310,6 +310,29 @@ def test_blocks_found_at_lookup_are_not_stored_again(unix_url):
     assert worker.stats()["stored_blocks"] == 4
 
 
+def test_a_key_the_daemon_did_not_store_is_counted_not_taken_for_an_outage(unix_url,
+                                                                          monkeypatch):
+    """A put's per-key answer other than OK (no room now; with nvme.write_through, TIMEOUT or
+    DEVICE_ERROR for a block stored in memory only) counts that block as a store error. It is not
+    a lost connection: no outage, no reconnect, and the other blocks of the call count as stored."""
+    real_put_pages = kvtier.Client.put_pages
+
+    def last_in_memory_only(self, *args, **kwargs):
+        statuses = real_put_pages(self, *args, **kwargs)
+        return statuses[:-1] + [SimpleNamespace(stored=False, ok=False, code="TIMEOUT",
+                                                message="its copy to NVMe was not made")]
+
+    monkeypatch.setattr(kvtier.Client, "put_pages", last_in_memory_only)
+    vllm_config, kv_cache_config = configs(unix_url, "flashinfer", salt="per-key")
+    sched = KvtierConnector(vllm_config, KVConnectorRole.SCHEDULER, kv_cache_config)
+    worker = KvtierConnector(vllm_config, KVConnectorRole.WORKER, kv_cache_config)
+    worker.register_kv_caches(caches("flashinfer"))
+    store_request(sched, worker, "A", [os.urandom(32) for _ in range(3)], [0, 1, 2, 3])
+    w = worker.stats()
+    assert (w["stored_blocks"], w["store_error_blocks"], w["outages"], w["connects"]) == \
+        (2, 1, 0, 1), w
+
+
 def test_no_kvtierd_at_start_runs_without_cache(tmp_path, caplog):
     """kvtierd absent when the engine starts: the connector still starts, lookups offer nothing,
     loads already planned are reported as load errors (vLLM recomputes them), stores are skipped,

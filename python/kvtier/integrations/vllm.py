@@ -691,14 +691,17 @@ class KvtierConnector(KVConnectorBase_V1):
 
     def _transfer(self, client: kvtier.Client, ns: kvtier.Namespace, t: Transfer,
                   load: bool) -> int:
-        """Loads (the count of leading blocks served) or stores (raises for a failed key) t."""
+        """Loads t (the count of leading blocks served) or stores it (the count of blocks stored).
+
+        A key the daemon did not store (no room now; with nvme.write_through, one left in memory
+        only) is a per-key answer, not a failure of the call: it is counted, never raised, since
+        the link would take a DEVICE_ERROR or TIMEOUT raised here for a lost connection."""
         on_cpu = self._pages[0].device.type == "cpu"
         if on_cpu:
             if load:
                 return client.get_pages(ns, t.keys, self._pages, t.block_ids, self._path)
-            kvtier.raise_for_statuses(
-                client.put_pages(ns, t.keys, self._pages, t.block_ids, self._path))
-            return len(t.keys)
+            statuses = client.put_pages(ns, t.keys, self._pages, t.block_ids, self._path)
+            return sum(s.stored for s in statuses)
         # A device cache: stage the blocks in host memory (one copy each way).
         index = torch.tensor(t.block_ids, device=self._pages[0].device)
         staged = [torch.empty((len(t.block_ids), p.shape[1]), dtype=torch.uint8, pin_memory=True)
@@ -710,9 +713,8 @@ class KvtierConnector(KVConnectorBase_V1):
             return served
         for p, s in zip(self._pages, staged):
             s.copy_(p.index_select(0, index))
-        kvtier.raise_for_statuses(client.put_pages(ns, t.keys, staged, range(len(t.keys)),
-                                                   self._path))
-        return len(t.keys)
+        statuses = client.put_pages(ns, t.keys, staged, range(len(t.keys)), self._path)
+        return sum(s.stored for s in statuses)
 
     def _note(self, name: str, value: Any) -> None:
         """Adds to the stats vLLM collects next (get_kv_connector_stats)."""
@@ -821,11 +823,13 @@ class KvtierConnector(KVConnectorBase_V1):
     def _collect_saves(self) -> None:
         for job, stored, _ in (self._saver.take() if self._saver else ()):
             t = job.transfer
-            # A failed store (no room, kvtierd gone) leaves these blocks uncached; the request is
+            # A failed store (no room, kvtierd gone) leaves blocks uncached; the request is
             # unaffected.
-            key = "stored_blocks" if stored else "store_error_blocks"
-            self._counts[key] += len(t.keys)
-            self._note(key, len(t.keys))
+            for key, blocks in (("stored_blocks", stored),
+                                ("store_error_blocks", len(t.keys) - stored)):
+                if blocks:
+                    self._counts[key] += blocks
+                    self._note(key, blocks)
             _count_down(self._saving, t.req_id)
 
     def wait_for_saves(self) -> None:
@@ -873,12 +877,13 @@ class KvtierConnector(KVConnectorBase_V1):
             self._saved_requests.add(t.req_id)
             self._saver.submit(_Save(t, ready))
 
-    def _save(self, job: _Save) -> bool:
-        """On the save thread: job's blocks out of vLLM's pages into kvtierd."""
+    def _save(self, job: _Save) -> int:
+        """On the save thread: job's blocks out of vLLM's pages into kvtierd; how many it stored."""
         if job.ready is not None:
             torch.cuda.current_stream(self._pages[0].device).wait_event(job.ready)
         t = job.transfer
-        return self._try(lambda c, ns: self._transfer(c, ns, t, load=False), "store") is not None
+        stored = self._try(lambda c, ns: self._transfer(c, ns, t, load=False), "store")
+        return stored or 0
 
     def get_kv_connector_stats(self) -> Optional[KVConnectorStats]:
         """What this connector measured and counted since the last call (KvtierConnectorStats):
