@@ -351,6 +351,8 @@ void Connection::SettleFailedAck(CommandContext& ctx, const CommandContext::Pend
     }
     return;
   }
+  // Its word is in the buffer: the connection settles acknowledgements before it flushes.
+  if (ack.word_at >= out_.size() || out_[ack.word_at] != '+') return;
   const std::string word = "+" + std::string(StatusWord(why.code())) + "\r\n";
   const size_t end = out_.find("\r\n", ack.word_at);  // the line of `+OK`
   const size_t length =
