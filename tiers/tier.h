@@ -37,6 +37,10 @@ struct BlockWrite {
   BlockIdentity identity;
   std::span<const std::byte> src;
   Status status;  // set by WriteBlocks
+  // A copy the caller acknowledges as surviving a restart (a write-through copy): a device tier
+  // that cannot make it so (NVMe: its catalog refused the record) fails it rather than keep it.
+  // Other blocks are kept, served until the restart.
+  bool must_survive_restart = false;
 };
 struct BlockRead {
   Extent extent;

@@ -489,7 +489,10 @@ class Store {
   // finished as MovePinned finishes one; each move's status is MovePinned's answer for it.
   void MovePinnedBatch(size_t level, size_t to_level, std::span<PinnedMove> moves);
   Status FinishMove(tiers::Tier& from, tiers::Tier& to, const PinnedMove& move);
-  void CopyBatch(tiers::Tier& from, tiers::Tier& to, std::span<PinnedMove> moves);
+  // The copies of a batch (Tier::WriteBlocks / ReadBlocks between memory and a device).
+  // `must_survive_restart`: write-through copies, acknowledged as durable (BlockWrite).
+  void CopyBatch(tiers::Tier& from, tiers::Tier& to, std::span<PinnedMove> moves,
+                 bool must_survive_restart = false);
   Status CopyBetweenTiers(tiers::Tier& from, const Extent& src, tiers::Tier& to, const Extent& dst,
                           const tiers::BlockIdentity& identity);
   // Repoints a block whose bytes were copied to (`to`, `dst`), taking back the mover's pin. A

@@ -88,7 +88,8 @@ Status Store::FinishMove(tiers::Tier& from, tiers::Tier& to, const PinnedMove& m
 
 // Sets each move's status to its copy's. Blocks going between memory and a device go to the
 // device as one batch (Tier::WriteBlocks / ReadBlocks); the rest one at a time.
-void Store::CopyBatch(tiers::Tier& from, tiers::Tier& to, std::span<PinnedMove> moves) {
+void Store::CopyBatch(tiers::Tier& from, tiers::Tier& to, std::span<PinnedMove> moves,
+                      bool must_survive_restart) {
   // Per thread: the mover's threads allocate nothing per batch once warm.
   thread_local std::vector<tiers::BlockWrite> writes;
   thread_local std::vector<tiers::BlockRead> reads;
@@ -102,7 +103,7 @@ void Store::CopyBatch(tiers::Tier& from, tiers::Tier& to, std::span<PinnedMove> 
     std::byte* dst = to.Address(m.dst);
     const uint64_t bytes = m.meta.extent.length;
     if (src != nullptr && dst == nullptr) {
-      writes.push_back({m.dst, {m.meta.ns, m.key}, {src, bytes}, {}});
+      writes.push_back({m.dst, {m.meta.ns, m.key}, {src, bytes}, {}, must_survive_restart});
       written.push_back(&m);
     } else if (dst != nullptr && src == nullptr) {
       reads.push_back({m.meta.extent, {m.meta.ns, m.key}, {dst, bytes}, {}});

@@ -238,7 +238,7 @@ void Store::WriteThrough(std::span<const WriteThroughRequest> requests) {
   if (!copies.empty()) {
     // One batch to NVMe: the commits waiting for these copies all hear of them together.
     tiers::Tier& nvme = *tiers_[level];
-    CopyBatch(*tier(TierId::kHost), nvme, copies);
+    CopyBatch(*tier(TierId::kHost), nvme, copies, /*must_survive_restart=*/true);
     for (const PinnedMove& copy : copies) {
       move_requests_.FinishWriteThrough(copy.meta.generation, AttachWriteThrough(nvme, copy));
     }

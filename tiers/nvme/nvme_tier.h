@@ -84,7 +84,7 @@ struct NvmeStats {
   uint64_t queue_depth = 0;           // configured depth
   uint64_t in_flight = 0;             // gauge: requests in the kernel now
   uint64_t io_errors = 0;             // reads and writes that failed with a device error
-  uint64_t catalog_errors = 0;       // catalog puts/deletes that failed (a put's block is not kept)
+  uint64_t catalog_errors = 0;        // catalog puts/deletes that failed (durability lost)
   uint64_t checksum_failures = 0;    // ReadBlock/Read answered kChecksumMismatch
   uint64_t recovered_blocks = 0;     // blocks kept at open
   uint64_t dropped_at_recovery = 0;  // catalog records dropped at open
@@ -217,7 +217,8 @@ class NvmeTier final : public Tier {
   struct PlannedIo;
   void WriteBatch(std::span<BlockWrite> writes, bool durable);
   Status PlanBlockWrite(const BlockWrite& w, bool durable, size_t slot, PlannedIo& p);
-  Status FinishWrite(const Extent& extent, const PlannedIo& p, std::span<const IoRequest> requests);
+  Status FinishWrite(const Extent& extent, bool must_survive_restart, PlannedIo& p,
+                     std::span<const IoRequest> requests);
   // check_identity false: Read, which checks the block against the tier's own record of it.
   void ReadBatch(std::span<BlockRead> reads, bool check_identity);
   PlannedIo PlanBlockRead(const BlockRead& r, const Entry& expected, size_t block, size_t slot);

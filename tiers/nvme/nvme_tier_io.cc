@@ -77,8 +77,9 @@ void NvmeTier::WriteBatch(std::span<BlockWrite> writes, bool durable) {
   }
   if (planned.empty()) return;
   SubmitPlanned(planned, requests);
-  for (const PlannedIo& p : planned) {
-    writes[p.block].status = FinishWrite(writes[p.block].extent, p, requests);
+  for (PlannedIo& p : planned) {
+    const BlockWrite& w = writes[p.block];
+    writes[p.block].status = FinishWrite(w.extent, w.must_survive_restart, p, requests);
   }
 }
 
@@ -105,14 +106,18 @@ Status NvmeTier::PlanBlockWrite(const BlockWrite& w, bool durable, size_t slot, 
   return Status::Ok();
 }
 
-Status NvmeTier::FinishWrite(const Extent& extent, const PlannedIo& p,
+Status NvmeTier::FinishWrite(const Extent& extent, bool must_survive_restart, PlannedIo& p,
                              std::span<const IoRequest> requests) {
   KVTIER_RETURN_IF_ERROR(IoStatus(p, requests));
   device_bytes_written_ += p.plan.device_bytes;
   if (options_.sync_writes) KVTIER_RETURN_IF_ERROR(io_->Sync(p.file->fd()));
-  // A block the catalog cannot record would be served now and lost at the next restart: one the
-  // caller was told is durable (a write-through copy) must not be, so it is not kept at all.
-  if (p.entry.durable) KVTIER_RETURN_IF_ERROR(PutRecord(extent.offset, p.entry, /*access=*/false));
+  if (p.entry.durable) {
+    // A block the catalog cannot record is served until the restart and gone after it: kept as
+    // such, except a copy the caller acknowledges as durable (a write-through copy), which fails.
+    Status recorded = PutRecord(extent.offset, p.entry, /*access=*/false);
+    if (!recorded.ok() && must_survive_restart) return recorded;
+    p.entry.durable = recorded.ok();
+  }
   {
     MutexLock lock(mu_);
     blocks_[extent.offset] = p.entry;
