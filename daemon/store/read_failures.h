@@ -1,13 +1,16 @@
-// ReadFailures: which NVMe blocks have had a read fail with a device error, so that a block that
-// fails a second time is dropped (a miss from then on) instead of being read, and failing, at every
-// request. A first failure keeps the block: a device that recovers (a controller reset, a cable)
-// serves it again. A second one is most often a media error on the block's sectors; freeing its
-// extent also lets the next write there remap them.
+// ReadFailures: which NVMe blocks have had a read fail with a device error, so that a block whose
+// reads keep failing is dropped (a miss from then on) instead of being read, and failing, at every
+// request. A block is dropped when a read fails at least kMinGapUs after a first failure with no
+// successful read between them: a device that recovers within that time (a controller reset)
+// serves its blocks again, and a read that succeeds forgets the failure. Failing on and on is most
+// often a media error on the block's sectors; freeing its extent also lets the next write there
+// remap them.
 //
 // Bounded: past kMaxRemembered blocks the oldest failure is forgotten (that block then gets one
 // more chance). Thread safety: every method may be called from any thread.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <unordered_map>
@@ -19,17 +22,26 @@ namespace kvtier::store {
 
 class ReadFailures {
  public:
-  // A read of `key` stored at `offset` failed; true when one had failed before (the same key at
-  // the same offset: another copy of the key starts afresh), and then forgets it (the caller
-  // drops the block).
-  bool FailedAgain(const BlockKey& key, uint64_t offset);
+  static constexpr uint64_t kMinGapUs = 10'000'000;
+
+  // A read of `key` stored at `offset` failed at `now_us`; true when the block is to be dropped:
+  // its first failure (of the same key at the same offset: another copy starts afresh) was at
+  // least kMinGapUs ago. The block is then forgotten.
+  bool FailedAgain(const BlockKey& key, uint64_t offset, uint64_t now_us);
+  // A read of `key` succeeded: its failure, if any, is forgotten. Free when none is remembered.
+  void Succeeded(const BlockKey& key);
 
  private:
   static constexpr size_t kMaxRemembered = 4096;
+  struct FirstFailure {
+    uint64_t offset = 0;
+    uint64_t at_us = 0;
+  };
 
   Mutex mu_;
-  std::unordered_map<BlockKey, uint64_t, Key128Hash> failed_ GUARDED_BY(mu_);  // -> offset
-  std::deque<BlockKey> order_ GUARDED_BY(mu_);                                 // oldest first
+  std::unordered_map<BlockKey, FirstFailure, Key128Hash> failed_ GUARDED_BY(mu_);
+  std::deque<BlockKey> order_ GUARDED_BY(mu_);  // oldest first
+  std::atomic<size_t> remembered_{0};           // failed_.size(), read without the lock
 };
 
 }  // namespace kvtier::store

@@ -7,23 +7,34 @@ namespace {
 
 const BlockKey kA{{1, 2}};
 const BlockKey kB{{3, 4}};
+constexpr uint64_t kGap = ReadFailures::kMinGapUs;
 
-TEST(ReadFailuresTest, TheSecondFailureOfTheSameCopyCounts) {
+TEST(ReadFailuresTest, AFailureThatLastsDropsTheBlockOnePassingDoesNot) {
   ReadFailures f;
-  EXPECT_FALSE(f.FailedAgain(kA, 4096));
-  EXPECT_FALSE(f.FailedAgain(kB, 4096)) << "another key";
-  EXPECT_TRUE(f.FailedAgain(kA, 4096));
-  EXPECT_FALSE(f.FailedAgain(kA, 4096)) << "forgotten once it counted: the block was dropped";
-  EXPECT_FALSE(f.FailedAgain(kB, 8192)) << "another copy of the key starts afresh";
-  EXPECT_TRUE(f.FailedAgain(kB, 8192));
+  EXPECT_FALSE(f.FailedAgain(kA, 4096, 0));
+  EXPECT_FALSE(f.FailedAgain(kA, 4096, kGap - 1)) << "within the gap: a reset may still end";
+  EXPECT_FALSE(f.FailedAgain(kB, 4096, kGap)) << "another key";
+  EXPECT_TRUE(f.FailedAgain(kA, 4096, kGap));
+  EXPECT_FALSE(f.FailedAgain(kA, 4096, 2 * kGap)) << "forgotten once it counted: dropped";
+  EXPECT_FALSE(f.FailedAgain(kB, 8192, 3 * kGap)) << "another copy of the key starts afresh";
+  EXPECT_TRUE(f.FailedAgain(kB, 8192, 4 * kGap));
+}
+
+TEST(ReadFailuresTest, AReadThatSucceedsForgetsTheFailure) {
+  ReadFailures f;
+  f.Succeeded(kA);  // nothing remembered: nothing to do
+  EXPECT_FALSE(f.FailedAgain(kA, 0, 0));
+  f.Succeeded(kA);
+  EXPECT_FALSE(f.FailedAgain(kA, 0, 5 * kGap)) << "a first failure again";
+  EXPECT_TRUE(f.FailedAgain(kA, 0, 6 * kGap));
 }
 
 TEST(ReadFailuresTest, TheOldestFailuresAreForgottenPastTheBound) {
   ReadFailures f;
-  EXPECT_FALSE(f.FailedAgain(kA, 0));
-  for (uint64_t i = 0; i < 5000; ++i) (void)f.FailedAgain(BlockKey{{100 + i, 7}}, 0);
-  EXPECT_FALSE(f.FailedAgain(kA, 0)) << "its first failure was forgotten";
-  EXPECT_TRUE(f.FailedAgain(BlockKey{{100 + 4999, 7}}, 0)) << "a recent one is remembered";
+  EXPECT_FALSE(f.FailedAgain(kA, 0, 0));
+  for (uint64_t i = 0; i < 5000; ++i) (void)f.FailedAgain(BlockKey{{100 + i, 7}}, 0, 0);
+  EXPECT_FALSE(f.FailedAgain(kA, 0, kGap)) << "its first failure was forgotten";
+  EXPECT_TRUE(f.FailedAgain(BlockKey{{100 + 4999, 7}}, 0, kGap)) << "a recent one is remembered";
 }
 
 }  // namespace

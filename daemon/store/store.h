@@ -620,7 +620,7 @@ class Store {
   // Drops a block whose bytes failed verification or a read, if nobody holds it.
   void DropCorrupt(const BlockKey& key, const index::BlockMeta& meta);
   // Whether a failed read of `key` (in `tier`, at `offset`) means the block is to be dropped: its
-  // bytes failed verification, or its NVMe read failed a second time (ReadFailures).
+  // bytes failed verification, or its NVMe reads kept failing (ReadFailures).
   bool ReadMakesUnservable(TierId tier, const BlockKey& key, uint64_t offset, const Status& read);
   // The position of tier `id` in tiers_, or tiers_.size() when absent.
   size_t LevelOf(TierId id) const;

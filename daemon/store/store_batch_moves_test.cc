@@ -108,7 +108,9 @@ TEST_F(StoreBatchMovesTest, InAFetchACorruptBlockIsDroppedAndAFailedReadStaysBel
   EXPECT_EQ(TierStatsOf(s, TierId::kNvme).corrupt_drops, 1u);
   EXPECT_EQ(TierStatsOf(s, TierId::kNvme).copy_errors, 1u);
   EXPECT_EQ(TierStatsOf(s, TierId::kNvme).promotions, 2u);
-  // Its read fails again: a bad sector, not a passing fault. It goes instead of failing forever.
+  // Its read fails again, past ReadFailures::kMinGapUs: a bad sector, not a passing fault. It
+  // goes instead of failing forever.
+  clock_.AdvanceMicros(ReadFailures::kMinGapUs);
   store_->Fetch(Keys(1, 2));
   EXPECT_EQ(TierOf(1), TierId::kGpu);
   EXPECT_EQ(TierStatsOf(store_->Stats(), TierId::kNvme).corrupt_drops, 2u);

@@ -56,6 +56,7 @@ Store::PromoteOutcome Store::Promote(size_t level, size_t to_level, const BlockK
 
 Store::PromoteOutcome Store::SettlePromotion(size_t level, const PinnedMove& move) {
   if (move.status.ok()) {
+    read_failures_.Succeeded(move.key);
     tier_counters_[static_cast<size_t>(tiers_[level]->id())].promotions.fetch_add(1);
     return PromoteOutcome::kMoved;
   }
@@ -73,7 +74,9 @@ Status Store::ReadLeased(const Lease& lease, std::span<std::byte> dst) {
   std::optional<NamespaceId> ns = leases_.NamespaceOf(lease.id);
   if (!ns) return NotFound("lease " + std::to_string(lease.id) + " has ended");
   Status st = t->ReadBlock(lease.extent, {*ns, lease.key}, dst);
-  if (ReadMakesUnservable(lease.tier, lease.key, lease.extent.offset, st)) {
+  if (st.ok()) {
+    read_failures_.Succeeded(lease.key);
+  } else if (ReadMakesUnservable(lease.tier, lease.key, lease.extent.offset, st)) {
     leases_.MarkCorrupt(lease.id);
   }
   return st;
@@ -85,7 +88,7 @@ bool Store::ReadMakesUnservable(TierId tier, const BlockKey& key, uint64_t offse
   // Only NVMe's device errors are the block's own (its sectors); elsewhere (a GPU copy) they are
   // the device's, and the block is fine.
   return read.code() == StatusCode::kDeviceError && tier == TierId::kNvme &&
-         read_failures_.FailedAgain(key, offset);
+         read_failures_.FailedAgain(key, offset, clock_.NowMicros());
 }
 
 void Store::DropCorrupt(const BlockKey& key, const BlockMeta& meta) {

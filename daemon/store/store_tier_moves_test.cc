@@ -106,10 +106,38 @@ TEST_F(StorePlacementTest, ABlockWhoseReadInPlaceFailsTwiceGoesWhenItsLeaseEnds)
   std::vector<std::byte> out(kBlock);
   EXPECT_EQ(store_->ReadLeased(*lease, out).code(), StatusCode::kDeviceError);
   EXPECT_EQ(store_->ReadLeased(*lease, out).code(), StatusCode::kDeviceError);
+  clock_.AdvanceMicros(ReadFailures::kMinGapUs);
+  EXPECT_EQ(store_->ReadLeased(*lease, out).code(), StatusCode::kDeviceError);
   EXPECT_EQ(TierOf(1), TierId::kNvme);  // still leased
   ASSERT_TRUE(store_->Release(lease->id).ok());
   EXPECT_EQ(TierOf(1), TierId::kGpu);
   EXPECT_EQ(store_->Get(kNs, Key(1), out).code(), StatusCode::kNotFound);
+}
+
+// Two failures within ReadFailures::kMinGapUs (a controller reset) keep the block, as does a read
+// that succeeds between two failures further apart.
+TEST_F(StorePlacementTest, ABlockWhoseReadsFailForAMomentIsKept) {
+  StoreOptions options;
+  options.promote_on_read = false;
+  BuildTwoTiers(1, 8, options);
+  ASSERT_TRUE(PutBlock(1).ok());
+  ASSERT_TRUE(PutBlock(2).ok());
+  Result<Lease> lease = store_->Acquire(kNs, Key(1));
+  ASSERT_TRUE(lease.ok());
+  std::vector<std::byte> out(kBlock);
+  nvme().set_fail_io(true);
+  EXPECT_EQ(store_->ReadLeased(*lease, out).code(), StatusCode::kDeviceError);
+  EXPECT_EQ(store_->ReadLeased(*lease, out).code(), StatusCode::kDeviceError);
+  nvme().set_fail_io(false);
+  ASSERT_TRUE(store_->ReadLeased(*lease, out).ok());
+  clock_.AdvanceMicros(ReadFailures::kMinGapUs);
+  nvme().set_fail_io(true);
+  EXPECT_EQ(store_->ReadLeased(*lease, out).code(), StatusCode::kDeviceError);
+  nvme().set_fail_io(false);
+  ASSERT_TRUE(store_->Release(lease->id).ok());
+  EXPECT_EQ(TierOf(1), TierId::kNvme);
+  ASSERT_TRUE(store_->Get(kNs, Key(1), out).ok());
+  EXPECT_EQ(out, Payload(1));
 }
 
 TEST_F(StorePlacementTest, ReusedAdmissionKeepsOnlyBlocksThatWereReadOffTheDisk) {
