@@ -605,13 +605,20 @@ class Store {
   DemoteOutcome DemoteIntoShadow(size_t level, const BlockKey& key, const index::BlockMeta& meta);
   // FlushToNvme's parts: the ready blocks of tier `id`, taken out of its eviction order, most
   // recently used first; one block's move into NVMe; and NVMe room that may drop only blocks not
-  // in `flushed` (generations this flush wrote).
+  // in `flushed` (generations this flush wrote), publishing them first above a remote tier while
+  // the flush has time.
+  struct FlushState {
+    std::unordered_set<uint64_t> flushed;
+    uint64_t deadline_us = 0;  // 0: none
+    std::stop_token stop;
+  };
+  bool OutOfTime(const FlushState& flush) const;
   std::vector<std::pair<BlockKey, index::BlockMeta>> TakeNewestFirst(TierId id);
   enum class FlushOutcome { kWritten, kAlreadyDurable, kNvmeFull, kNotMoved };
   // `on_nvme`: where the block lies on NVMe now, when it moved.
   FlushOutcome FlushBlock(size_t level, const BlockKey& key, const index::BlockMeta& meta,
-                          const std::unordered_set<uint64_t>& flushed, Extent& on_nvme);
-  Result<Extent> AllocateForFlush(uint64_t bytes, const std::unordered_set<uint64_t>& flushed);
+                          const FlushState& flush, Extent& on_nvme);
+  Result<Extent> AllocateForFlush(uint64_t bytes, const FlushState& flush);
   // Records in the departure log that `meta`'s block left the node from its tier. `used_bytes`:
   // the tier's fill before it left (pressure), for evictions; 0 when not measured.
   void RecordDeparture(const BlockKey& key, const index::BlockMeta& meta, DepartureReason reason,

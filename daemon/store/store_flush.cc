@@ -30,20 +30,18 @@ Store::FlushResult Store::FlushToNvme(uint64_t deadline_us, std::stop_token stop
   FlushResult result;
   const size_t nvme = LevelOf(TierId::kNvme);
   if (nvme >= tiers_.size()) return result;
-  std::unordered_set<uint64_t> flushed;
+  FlushState flush{{}, deadline_us, std::move(stop)};
   std::vector<Extent> written_newest_first;
   // The GPU tier first: its blocks were promoted for being read, the hottest of all.
   for (size_t level = 0; level < nvme; ++level) {
     for (const auto& [key, meta] : TakeNewestFirst(tiers_[level]->id())) {
-      const bool out_of_time =
-          stop.stop_requested() || (deadline_us != 0 && clock_.NowMicros() >= deadline_us);
-      if (result.nvme_full || out_of_time) {
+      if (result.nvme_full || OutOfTime(flush)) {
         index_->Unpick(key);
         ++result.left;
         continue;
       }
       Extent on_nvme;
-      const FlushOutcome outcome = FlushBlock(level, key, meta, flushed, on_nvme);
+      const FlushOutcome outcome = FlushBlock(level, key, meta, flush, on_nvme);
       if (outcome == FlushOutcome::kNvmeFull || outcome == FlushOutcome::kNotMoved) {
         result.nvme_full |= outcome == FlushOutcome::kNvmeFull;
         index_->Unpick(key);
@@ -56,7 +54,7 @@ Store::FlushResult Store::FlushToNvme(uint64_t deadline_us, std::stop_token stop
       } else {
         ++result.already_durable;
       }
-      flushed.insert(meta.generation);
+      flush.flushed.insert(meta.generation);
       written_newest_first.push_back(on_nvme);
     }
   }
@@ -70,9 +68,13 @@ Store::FlushResult Store::FlushToNvme(uint64_t deadline_us, std::stop_token stop
   return result;
 }
 
+bool Store::OutOfTime(const FlushState& flush) const {
+  return flush.stop.stop_requested() ||
+         (flush.deadline_us != 0 && clock_.NowMicros() >= flush.deadline_us);
+}
+
 Store::FlushOutcome Store::FlushBlock(size_t level, const BlockKey& key, const BlockMeta& meta,
-                                      const std::unordered_set<uint64_t>& flushed,
-                                      Extent& on_nvme) {
+                                      const FlushState& flush, Extent& on_nvme) {
   TierCounters& counters = tier_counters_[static_cast<size_t>(meta.tier)];
   if (meta.has_shadow) {
     if (DemoteIntoShadow(level, key, meta) != DemoteOutcome::kMoved) return FlushOutcome::kNotMoved;
@@ -81,11 +83,11 @@ Store::FlushOutcome Store::FlushBlock(size_t level, const BlockKey& key, const B
     return FlushOutcome::kAlreadyDurable;
   }
   if (!PinForMove(key, meta)) return FlushOutcome::kNotMoved;
-  Result<Extent> dst = AllocateForFlush(meta.extent.length, flushed);
+  Result<Extent> dst = AllocateForFlush(meta.extent.length, flush);
   if (!dst.ok()) {
     UnpinAfterMove(key);
-    // kBusy: nothing older is left in NVMe; any other error (a block larger than NVMe) is this
-    // block's alone.
+    // kBusy: nothing older is left in NVMe; any other error (a block larger than NVMe, the time
+    // ran out while publishing) is this block's alone.
     return dst.status().code() == StatusCode::kBusy ? FlushOutcome::kNvmeFull
                                                     : FlushOutcome::kNotMoved;
   }
@@ -97,8 +99,7 @@ Store::FlushOutcome Store::FlushBlock(size_t level, const BlockKey& key, const B
   return FlushOutcome::kWritten;
 }
 
-Result<Extent> Store::AllocateForFlush(uint64_t bytes,
-                                       const std::unordered_set<uint64_t>& flushed) {
+Result<Extent> Store::AllocateForFlush(uint64_t bytes, const FlushState& flush) {
   const size_t nvme = LevelOf(TierId::kNvme);
   tiers::Tier& t = *tiers_[nvme];
   for (int evicted = 0; evicted <= options_.max_evictions_per_allocation; ++evicted) {
@@ -109,12 +110,18 @@ Result<Extent> Store::AllocateForFlush(uint64_t bytes,
     if (!victim) break;
     // Flushed blocks entered NVMe as its most recently used, so once one is the victim, every
     // block older than this flush is gone.
-    if (flushed.contains(victim->second.generation)) {
+    if (flush.flushed.contains(victim->second.generation)) {
       index_->Unpick(victim->first);
       break;
     }
     // Above a remote tier the fleet keeps what this node drops (the remote client outlives the
-    // flush). A victim leased since it was picked stays.
+    // flush), while the flush has time: each publish may wait for remote.timeout_ms, and a stop
+    // that runs out of time keeps its NVMe blocks rather than drop them unpublished. A victim
+    // leased since it was picked stays.
+    if (PublishesDrops(nvme) && OutOfTime(flush)) {
+      index_->Unpick(victim->first);
+      return Timeout("the flush ran out of time");
+    }
     if (!PublishBeforeDrop(nvme, {&*victim, 1}).empty()) {
       index_->Unpick(victim->first);
       continue;
