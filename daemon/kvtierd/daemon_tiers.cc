@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <chrono>
 
 #include "common/units.h"
@@ -210,7 +211,10 @@ store::StoreOptions StoreOptionsFrom(const config::DaemonConfig& c,
   o.remote.ttl = std::chrono::seconds(c.remote_ttl_seconds);
   o.remote.timeout = std::chrono::milliseconds(c.remote_timeout_ms);
   o.remote.lookup_timeout = std::chrono::milliseconds(c.remote_lookup_timeout_ms);
-  o.remote.fetch_max_age = std::chrono::milliseconds(c.mover_wait_ms);
+  // Readers wait limits.mover_wait_ms for a fetch; a prefetch is worth a batch's time at least
+  // (with mover_wait_ms 0 no reader waits, and only prefetches make later reads hits).
+  o.remote.fetch_max_age =
+      std::chrono::milliseconds(std::max<uint64_t>(c.mover_wait_ms, c.remote_timeout_ms));
   o.remote.write_through = c.remote_write_through;
   o.drop_when_disk_lags = c.when_disk_lags == "drop";
   o.gpu_promotion.policy = c.gpu_promotion;

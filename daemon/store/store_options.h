@@ -22,7 +22,7 @@ struct RemoteTierOptions {
   std::chrono::milliseconds timeout{1'000};      // one publish or fetch batch of the mover
   std::chrono::milliseconds lookup_timeout{20};  // StartRemoteLookup
   // A fetch asked for this long ago is dropped unsent: its reader stopped waiting (the daemon sets
-  // it to limits.mover_wait_ms).
+  // it to limits.mover_wait_ms, or remote.timeout_ms when that is longer).
   std::chrono::milliseconds fetch_max_age{2'000};
   // Also copy each block committed into the host tier to the remote tier, from the mover, without
   // delaying the put's acknowledgement (best effort: a failed copy is counted, the block stays
