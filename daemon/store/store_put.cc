@@ -265,7 +265,12 @@ std::optional<Store::PinnedMove> Store::PrepareWriteThrough(size_t level,
     return Status::Ok();
   });
   if (!pinned.ok()) {
-    if (pinned.code() != StatusCode::kNotFound) outcome = pinned;
+    // Gone (replaced, removed, or evicted, as a block with its copy could have been later) or on
+    // NVMe: no copy is owed. Elsewhere (the GPU tier), it is in memory only.
+    if (pinned.code() != StatusCode::kNotFound) {
+      counters_.write_through_failures.fetch_add(1);
+      outcome = pinned;
+    }
     return std::nullopt;
   }
   Result<Extent> dst =
