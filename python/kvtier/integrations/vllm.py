@@ -823,6 +823,7 @@ class KvtierConnector(KVConnectorBase_V1):
     def _collect_saves(self) -> None:
         for job, stored, _ in (self._saver.take() if self._saver else ()):
             t = job.transfer
+            stored = stored or 0  # None: the save raised (a staging copy failed, say)
             # A failed store (no room, kvtierd gone) leaves blocks uncached; the request is
             # unaffected.
             for key, blocks in (("stored_blocks", stored),
