@@ -611,6 +611,7 @@ class Store {
     std::unordered_set<uint64_t> flushed;
     uint64_t deadline_us = 0;  // 0: none
     std::stop_token stop;
+    uint64_t unflushed_bytes = 0;  // memory blocks after the one being flushed
   };
   bool OutOfTime(const FlushState& flush) const;
   std::vector<std::pair<BlockKey, index::BlockMeta>> TakeNewestFirst(TierId id);

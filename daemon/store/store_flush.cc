@@ -8,6 +8,12 @@
 #include "daemon/store/store.h"
 
 namespace kvtier::store {
+namespace {
+
+// NVMe victims a clean-stop flush publishes per round trip above a remote tier.
+constexpr uint64_t kFlushPublishBatch = 8;
+
+}  // namespace
 
 using index::BlockMeta;
 
@@ -30,11 +36,19 @@ Store::FlushResult Store::FlushToNvme(uint64_t deadline_us, std::stop_token stop
   FlushResult result;
   const size_t nvme = LevelOf(TierId::kNvme);
   if (nvme >= tiers_.size()) return result;
-  FlushState flush{{}, deadline_us, std::move(stop)};
+  FlushState flush{{}, deadline_us, std::move(stop), 0};
   std::vector<Extent> written_newest_first;
   // The GPU tier first: its blocks were promoted for being read, the hottest of all.
+  std::vector<std::pair<size_t, std::vector<std::pair<BlockKey, BlockMeta>>>> memory;
   for (size_t level = 0; level < nvme; ++level) {
-    for (const auto& [key, meta] : TakeNewestFirst(tiers_[level]->id())) {
+    memory.emplace_back(level, TakeNewestFirst(tiers_[level]->id()));
+    for (const auto& [key, meta] : memory.back().second) {
+      flush.unflushed_bytes += meta.extent.length;
+    }
+  }
+  for (const auto& [level, blocks] : memory) {
+    for (const auto& [key, meta] : blocks) {
+      flush.unflushed_bytes -= meta.extent.length;
       if (result.nvme_full || OutOfTime(flush)) {
         index_->Unpick(key);
         ++result.left;
@@ -102,31 +116,50 @@ Store::FlushOutcome Store::FlushBlock(size_t level, const BlockKey& key, const B
 Result<Extent> Store::AllocateForFlush(uint64_t bytes, const FlushState& flush) {
   const size_t nvme = LevelOf(TierId::kNvme);
   tiers::Tier& t = *tiers_[nvme];
-  for (int evicted = 0; evicted <= options_.max_evictions_per_allocation; ++evicted) {
+  // Above a remote tier the victims are published before they are dropped (the remote client
+  // outlives the flush), a batch per round trip: room for up to kFlushPublishBatch blocks like
+  // this one, never more than the flush still has to write. Otherwise one victim at a time, so
+  // that no NVMe block goes for room the flush does not use.
+  const bool publishes = PublishesDrops(nvme);
+  const size_t max_victims = publishes ? kFlushPublishBatch : 1;
+  const uint64_t want =
+      publishes ? std::min(bytes + flush.unflushed_bytes, kFlushPublishBatch * bytes) : bytes;
+  std::vector<std::pair<BlockKey, BlockMeta>> victims;
+  for (int evicted = 0; evicted <= options_.max_evictions_per_allocation;) {
     Result<Extent> extent = t.Allocate(bytes);
     if (extent.ok() || extent.status().code() != StatusCode::kBusy) return extent;
-    std::optional<std::pair<BlockKey, BlockMeta>> victim =
-        index_->PickVictim(TierId::kNvme, clock_.NowMicros());
-    if (!victim) break;
-    // Flushed blocks entered NVMe as its most recently used, so once one is the victim, every
-    // block older than this flush is gone.
-    if (flush.flushed.contains(victim->second.generation)) {
-      index_->Unpick(victim->first);
-      break;
+    victims.clear();
+    uint64_t picked = 0;
+    while (picked < want && victims.size() < max_victims) {
+      std::optional<std::pair<BlockKey, BlockMeta>> victim =
+          index_->PickVictim(TierId::kNvme, clock_.NowMicros());
+      if (!victim) break;
+      // Flushed blocks entered NVMe as its most recently used, so once one is the victim, every
+      // block older than this flush is gone.
+      if (flush.flushed.contains(victim->second.generation)) {
+        index_->Unpick(victim->first);
+        break;
+      }
+      picked += victim->second.extent.length;
+      victims.push_back(*std::move(victim));
     }
-    // Above a remote tier the fleet keeps what this node drops (the remote client outlives the
-    // flush), while the flush has time: each publish may wait for remote.timeout_ms, and a stop
-    // that runs out of time keeps its NVMe blocks rather than drop them unpublished. A victim
-    // leased since it was picked stays.
-    if (PublishesDrops(nvme) && OutOfTime(flush)) {
-      index_->Unpick(victim->first);
+    if (victims.empty()) break;
+    evicted += static_cast<int>(victims.size());
+    // Each publish may wait for remote.timeout_ms: a stop that runs out of time keeps its NVMe
+    // blocks rather than drop them unpublished.
+    if (publishes && OutOfTime(flush)) {
+      for (const auto& [key, meta] : victims) index_->Unpick(key);
       return Timeout("the flush ran out of time");
     }
-    if (!PublishBeforeDrop(nvme, {&*victim, 1}).empty()) {
-      index_->Unpick(victim->first);
-      continue;
+    // A victim leased since it was picked stays.
+    const std::vector<BlockKey> kept = PublishBeforeDrop(nvme, victims);
+    for (const auto& [key, meta] : victims) {
+      if (std::find(kept.begin(), kept.end(), key) != kept.end()) {
+        index_->Unpick(key);
+      } else {
+        DemoteOrDrop(nvme, key, meta, EvictionMode::kDemote);
+      }
     }
-    DemoteOrDrop(nvme, victim->first, victim->second, EvictionMode::kDemote);
   }
   return Busy("nvme tier holds no block older than this flush");
 }

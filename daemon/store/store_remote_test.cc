@@ -99,6 +99,23 @@ TEST_F(StoreRemoteTest, AWriteThroughCopyTheClusterLostIsPublishedAtTheDrop) {
   EXPECT_EQ(store_->Stats().remote_publishes, 5u);
 }
 
+// The flush publishes its NVMe victims a batch per round trip, and drops no more of them than the
+// memory blocks it writes need.
+TEST_F(StoreRemoteTest, TheCleanStopFlushPublishesItsVictimsInOneBatchAndOnlyThoseItNeeds) {
+  Build({2, 4}, /*last_addressable=*/false, WithRemote());
+  for (uint64_t n = 0; n < 6; ++n) ASSERT_TRUE(PutBlock(n).ok());  // 0 to 3 go down to NVMe
+  ASSERT_EQ(remote_.size(), 0u);
+  const Store::FlushResult r = store_->FlushToNvme(0, {});
+  EXPECT_EQ(r.written, 2u);
+  EXPECT_EQ(remote_.sets(), 1);
+  for (uint64_t n : {0, 1}) EXPECT_EQ(Published(n), Payload(n)) << n;
+  for (uint64_t n : {2, 3}) {
+    EXPECT_FALSE(Published(n)) << n;
+    EXPECT_EQ(TierOf(n), TierId::kNvme) << "kept: " << n;
+  }
+  for (uint64_t n : {4, 5}) EXPECT_EQ(TierOf(n), TierId::kNvme) << "flushed: " << n;
+}
+
 // A node-local namespace (the generic key space) never leaves the node: its drops are not
 // published, its misses are not fetched, its lookups do not ask the remote tier.
 TEST_F(StoreRemoteTest, ANodeLocalNamespaceIsNeitherPublishedNorFetched) {
