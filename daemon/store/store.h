@@ -580,6 +580,11 @@ class Store {
   // Returns the victims PublishToRemote could not pin, to be kept.
   std::vector<BlockKey> PublishBeforeDrop(
       size_t level, std::span<const std::pair<BlockKey, index::BlockMeta>> victims);
+  // Victims picked from tiers_[level]'s policy leave it: published first (PublishBeforeDrop),
+  // then demoted or dropped; one leased since it was picked is handed back to the policy.
+  void DropPickedVictims(size_t level,
+                         std::span<const std::pair<BlockKey, index::BlockMeta>> victims,
+                         EvictionMode mode);
   // Before victims of tiers_[level] are demoted into the last tier when it publishes its drops:
   // room there for them, made by publishing that tier's coldest blocks (EvictToTarget), so that
   // the demotions' allocations do not drop blocks unpublished to make it.

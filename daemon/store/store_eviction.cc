@@ -43,14 +43,22 @@ bool Store::EvictOne(size_t level, EvictionMode mode, uint8_t requester) {
   std::optional<std::pair<BlockKey, BlockMeta>> victim =
       index_->PickVictim(id, clock_.NowMicros(), requester);
   if (!victim) return false;
-  // A victim that cannot leave right now (leased since it was picked) was handed back to the
+  // A victim that cannot leave right now (leased since it was picked) is handed back to the
   // policy; that still counts as an attempt, so the caller's bound keeps the loop finite.
-  if (!PublishBeforeDrop(level, {&*victim, 1}).empty()) {
-    index_->Unpick(victim->first);  // leased since it was picked: it stays
-    return true;
-  }
-  DemoteOrDrop(level, victim->first, victim->second, mode);
+  DropPickedVictims(level, {&*victim, 1}, mode);
   return true;
+}
+
+void Store::DropPickedVictims(size_t level, std::span<const std::pair<BlockKey, BlockMeta>> victims,
+                              EvictionMode mode) {
+  const std::vector<BlockKey> kept = PublishBeforeDrop(level, victims);
+  for (const auto& [key, meta] : victims) {
+    if (std::find(kept.begin(), kept.end(), key) != kept.end()) {
+      index_->Unpick(key);  // leased since it was picked: it stays
+    } else {
+      DemoteOrDrop(level, key, meta, mode);
+    }
+  }
 }
 
 std::vector<BlockKey> Store::PublishBeforeDrop(

@@ -151,15 +151,7 @@ Result<Extent> Store::AllocateForFlush(uint64_t bytes, const FlushState& flush) 
       for (const auto& [key, meta] : victims) index_->Unpick(key);
       return Timeout("the flush ran out of time");
     }
-    // A victim leased since it was picked stays.
-    const std::vector<BlockKey> kept = PublishBeforeDrop(nvme, victims);
-    for (const auto& [key, meta] : victims) {
-      if (std::find(kept.begin(), kept.end(), key) != kept.end()) {
-        index_->Unpick(key);
-      } else {
-        DemoteOrDrop(nvme, key, meta, EvictionMode::kDemote);
-      }
-    }
+    DropPickedVictims(nvme, victims, EvictionMode::kDemote);
   }
   return Busy("nvme tier holds no block older than this flush");
 }
