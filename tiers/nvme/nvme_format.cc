@@ -61,8 +61,6 @@ class Reader {
   const std::byte* p_;
 };
 
-uint64_t Hash(const std::byte* p, size_t n) { return XXH3_64bits(p, n); }
-
 // XXH3-64 of a fixed-size structure of `total` bytes whose checksum sits at [used, used + 8): it
 // covers the fields before it and the zero padding after it, so no bit of the structure can change
 // unnoticed.
@@ -106,10 +104,6 @@ std::string VersionMismatch(const std::string& what, uint32_t found) {
 }
 
 }  // namespace
-
-uint64_t PayloadChecksum(std::span<const std::byte> bytes) {
-  return Hash(bytes.data(), bytes.size());
-}
 
 void EncodeSuperblock(const Superblock& sb, std::span<std::byte> out) {
   std::memset(out.data(), 0, kSuperblockBytes);

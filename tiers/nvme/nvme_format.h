@@ -19,6 +19,7 @@
 #include "common/keys.h"
 #include "common/status.h"
 #include "common/types.h"
+#include "hashing/payload_checksum.h"
 
 namespace kvtier::tiers::nvme {
 
@@ -82,8 +83,8 @@ std::string EncodeCatalogMeta(uint64_t file_id);
 // kCorruption on bad size or checksum, or a version other than kFormatVersion (both named).
 Result<uint64_t> DecodeCatalogMeta(std::string_view value);
 
-// XXH3-64 of `bytes`: the payload checksum.
-uint64_t PayloadChecksum(std::span<const std::byte> bytes);
+// XXH3-64 of a payload: the checksum each record header and catalog record carries.
+using hashing::PayloadChecksum;
 
 // Bytes an extent of a block of `payload_bytes` takes in the data region: the record header plus
 // the payload rounded up to kBlockAlignment.

@@ -4,6 +4,8 @@
 
 #include <cstring>
 
+#include "hashing/payload_checksum.h"
+
 namespace kvtier::tiers::remote {
 namespace {
 
@@ -44,7 +46,7 @@ std::array<std::byte, kRecordHeaderBytes> EncodeRecordHeader(const NamespaceId& 
   ns.ToBytes(p + kNamespaceAt);
   key.ToBytes(p + kKeyAt);
   Put<uint64_t>(p, kPayloadBytesAt, payload.size());
-  Put<uint64_t>(p, kPayloadChecksumAt, Hash(payload.data(), payload.size()));
+  Put<uint64_t>(p, kPayloadChecksumAt, hashing::PayloadChecksum(payload));
   Put<uint64_t>(p, kHeaderChecksumAt, Hash(p, kHeaderChecksumAt));
   return out;
 }
@@ -100,7 +102,7 @@ Result<RecordView> DecodeRecord(std::span<const std::byte> value, const Namespac
                       " payload bytes but holds " + std::to_string(stored));
   }
   const std::span<const std::byte> payload = value.subspan(kRecordHeaderBytes);
-  if (Hash(payload.data(), payload.size()) != header.payload_checksum) {
+  if (hashing::PayloadChecksum(payload) != header.payload_checksum) {
     return ChecksumMismatch("remote record payload of " + ns.ToHex() + "/" + key.ToHex() +
                             " does not match its checksum");
   }
