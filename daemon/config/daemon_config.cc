@@ -166,6 +166,7 @@ const std::map<std::string, Setter>& Setters() {
       {"placement.write_depth_bytes",
        Size(&DaemonConfig::write_depth_bytes, "placement.write_depth_bytes", false)},
       {"placement.when_disk_lags", Text(&DaemonConfig::when_disk_lags)},
+      {"placement.mover_cpu_priority", Text(&DaemonConfig::mover_cpu_priority)},
       {"shutdown.flush", Bool(&DaemonConfig::shutdown_flush, "shutdown.flush")},
       {"shutdown.flush_seconds",
        Uint(&DaemonConfig::shutdown_flush_seconds, 86'400, "shutdown.flush_seconds")},
@@ -498,6 +499,10 @@ Status Finalize(DaemonConfig& config) {
   KVTIER_RETURN_IF_ERROR(FinalizeGpu(config));
   if (config.mover_threads == 0) {
     return InvalidArgument("placement.mover_threads: must be at least 1");
+  }
+  if (config.mover_cpu_priority != "low" && config.mover_cpu_priority != "normal") {
+    return InvalidArgument("placement.mover_cpu_priority: expected low or normal, got '" +
+                           config.mover_cpu_priority + "'");
   }
   if (config.when_disk_lags != "drop" && config.when_disk_lags != "wait") {
     return InvalidArgument("placement.when_disk_lags: expected drop or wait, got '" +

@@ -88,6 +88,9 @@ struct DaemonConfig {
   // the disk's pace, and every block reaches NVMe), or "drop" the coldest host blocks it has not
   // reached (puts run at memory speed; the cache keeps what the disk could take).
   std::string when_disk_lags = "wait";
+  // The mover threads' CPU priority: "low" (nice 19, as RocksDB runs its background threads) lets
+  // the engine and kvtierd's network threads have the CPU first; "normal" keeps kvtierd's own.
+  std::string mover_cpu_priority = "low";
 
   // shutdown: at SIGTERM/SIGINT the blocks of the memory tiers are written to NVMe (newest first)
   // so that a restart serves them; flush_seconds bounds how long that may take (0: until NVMe is

@@ -233,7 +233,7 @@ TEST(DaemonConfigTest, NvmeKeysAndFlags) {
   DaemonConfig c;
   ASSERT_TRUE(ApplyYaml("nvme:\n  bytes: 1GiB\n  admission: reused\n  paths: [/dev/a, /dev/b]\n"
                         "placement:\n  high_watermark: 0.8\n  low_watermark: 0.5\n"
-                        "  when_disk_lags: wait\n",
+                        "  when_disk_lags: wait\n  mover_cpu_priority: normal\n",
                         "test.yaml", c)
                   .ok());
   ASSERT_TRUE(Finalize(c).ok());
@@ -242,6 +242,8 @@ TEST(DaemonConfigTest, NvmeKeysAndFlags) {
   EXPECT_EQ(c.nvme_paths, (std::vector<std::string>{"/dev/a", "/dev/b"}));
   EXPECT_EQ(c.low_watermark, 0.5);
   EXPECT_EQ(c.when_disk_lags, "wait");
+  EXPECT_EQ(c.mover_cpu_priority, "normal");
+  EXPECT_EQ(DaemonConfig{}.mover_cpu_priority, "low");
 }
 
 TEST(DaemonConfigTest, BadNvmeSettingsNameTheirKey) {
@@ -259,6 +261,7 @@ TEST(DaemonConfigTest, BadNvmeSettingsNameTheirKey) {
       {"nvme:\n  queue_depth: 0\n", "nvme"},
       {"placement:\n  high_watermark: 1.5\n", "placement.high_watermark"},
       {"placement:\n  when_disk_lags: panic\n", "placement.when_disk_lags"},
+      {"placement:\n  mover_cpu_priority: idle\n", "placement.mover_cpu_priority"},
       {"placement:\n  high_watermark: 0.5\n  low_watermark: 0.6\n", "placement.low_watermark"},
       {"nvme:\n  flavour: fast\n", "nvme.flavour"},
   };

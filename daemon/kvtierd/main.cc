@@ -109,6 +109,7 @@ mover::TierMover::Options MoverOptionsFrom(const config::DaemonConfig& c, bool b
   mover::TierMover::Options o;
   o.threads = below_host ? c.mover_threads : 1;
   o.write_depth_bytes = c.write_depth_bytes;
+  o.low_cpu_priority = c.mover_cpu_priority == "low";
   o.high_watermark = c.high_watermark;
   o.low_watermark = c.low_watermark;
   o.gpu_promotion = gpu && c.gpu_promotion != "off";

@@ -2,11 +2,18 @@
 
 #include <pthread.h>
 #include <spdlog/spdlog.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
 #include <string>
 #include <vector>
 
 namespace kvtier::mover {
+namespace {
+constexpr int kLowCpuNice = 19;
+}  // namespace
 
 TierMover::TierMover(store::Store& store, const Options& options)
     : store_(store), options_(options), thread_count_(options.threads == 0 ? 1 : options.threads) {
@@ -33,6 +40,11 @@ void TierMover::Wake() {
 void TierMover::Run(size_t index) {
   const std::string name = "kvtier-mover-" + std::to_string(index);
   pthread_setname_np(pthread_self(), name.substr(0, 15).c_str());
+  // Linux applies a nice value per thread (PRIO_PROCESS with a thread id), and lowering one's
+  // own priority needs no privilege.
+  if (options_.low_cpu_priority && setpriority(PRIO_PROCESS, gettid(), kLowCpuNice) != 0) {
+    spdlog::warn("{}: could not lower its CPU priority: {}", name, std::strerror(errno));
+  }
   uint64_t seen = 0;
   for (;;) {
     {

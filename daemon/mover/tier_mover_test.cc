@@ -4,11 +4,16 @@
 #include "daemon/mover/tier_mover.h"
 
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <filesystem>
+#include <fstream>
 #include <functional>
 #include <memory>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -94,6 +99,51 @@ class TierMoverTest : public store::testing::StoreTest {
   kvtier::testing::FakeRemoteStore remote_;
   std::unique_ptr<TierMover> mover_;
 };
+
+// The nice values of this process's threads named kvtier-mover-*, read from /proc.
+std::vector<int> MoverThreadNiceValues() {
+  std::vector<int> nice;
+  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task")) {
+    std::ifstream comm(task.path() / "comm");
+    std::string name;
+    if (!std::getline(comm, name) || name.rfind("kvtier-mover-", 0) != 0) continue;
+    errno = 0;
+    const int value = getpriority(PRIO_PROCESS, std::stoi(task.path().filename().string()));
+    if (errno == 0) nice.push_back(value);
+  }
+  return nice;
+}
+
+// Waits up to 10 s for `threads` mover threads that all have the nice value `want`.
+bool MoverThreadsEventuallyAt(size_t threads, int want) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  for (;;) {
+    const std::vector<int> nice = MoverThreadNiceValues();
+    if (nice.size() == threads &&
+        std::all_of(nice.begin(), nice.end(), [&](int v) { return v == want; })) {
+      return true;
+    }
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+}
+
+TEST_F(TierMoverTest, TheMoverThreadsRunAtTheLowestCpuPriorityUnlessToldNotTo) {
+  BuildTwoTiers(4, 16);
+  errno = 0;
+  const int own = getpriority(PRIO_PROCESS, 0);
+  ASSERT_EQ(errno, 0);
+  StartMover({}, /*threads=*/3);
+  EXPECT_TRUE(MoverThreadsEventuallyAt(3, 19));
+  mover_.reset();
+
+  TierMover::Options normal;
+  normal.low_cpu_priority = false;
+  StartMover(normal, /*threads=*/2);
+  EXPECT_TRUE(MoverThreadsEventuallyAt(2, own));
+  // Only the mover's own threads were lowered.
+  EXPECT_EQ(getpriority(PRIO_PROCESS, 0), own);
+}
 
 TEST_F(TierMoverTest, APutPastAFullHostTierWaitsForRoomInsteadOfWritingToDisk) {
   BuildTwoTiers(4, 16);
