@@ -209,14 +209,27 @@ void BlockIndex::TouchPrefix(std::span<const BlockKey> keys, const std::vector<T
     if (std::find(tiers.begin(), tiers.end(), static_cast<TierId>(t)) == tiers.end()) continue;
     TierOrder& order = tiers_[t];
     MutexLock lock(order.mu);
-    for (size_t i = tiers.size(); i-- > 0;) {
-      if (TierIndex(tiers[i]) != t) continue;
-      EvictionPolicy& policy = order.OrderOf(groups.empty() ? 0 : groups[i]);
-      if (use == PrefixUse::kTouch) {
-        policy.Touch(keys[i]);
-      } else {
-        policy.Refresh(keys[i]);
+    const auto group_at = [&](size_t i) { return groups.empty() ? uint8_t{0} : groups[i]; };
+    // Deepest first, as runs of neighbours in this tier and quota group (the whole prefix, most
+    // often): one call to the policy per run.
+    for (size_t end = tiers.size(); end > 0;) {
+      if (TierIndex(tiers[end - 1]) != t) {
+        --end;
+        continue;
       }
+      size_t begin = end - 1;
+      while (begin > 0 && TierIndex(tiers[begin - 1]) == t &&
+             group_at(begin - 1) == group_at(end - 1)) {
+        --begin;
+      }
+      EvictionPolicy& policy = order.OrderOf(group_at(end - 1));
+      const std::span<const BlockKey> run = keys.subspan(begin, end - begin);
+      if (use == PrefixUse::kTouch) {
+        policy.TouchRun(run);
+      } else {
+        for (size_t i = run.size(); i-- > 0;) policy.Refresh(run[i]);
+      }
+      end = begin;
     }
   }
 }

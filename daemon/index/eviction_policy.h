@@ -13,6 +13,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -35,6 +36,12 @@ class EvictionPolicy {
   // Records a use of `key`. A no-op when `key` is not tracked (it may have been evicted by another
   // thread between a lookup and its touch).
   virtual void Touch(const BlockKey& key) = 0;
+  // Touch of every key of `run` (part of one lookup's prefix), the deepest (last) first, so that
+  // the head of the prefix ends up the most recent. The same as Touch key by key; a policy that
+  // reads a clock per use reads it once here (a lookup's keys are used at one moment).
+  virtual void TouchRun(std::span<const BlockKey> run) {
+    for (size_t i = run.size(); i-- > 0;) Touch(run[i]);
+  }
 
   // Puts `key` back where a use would put it without it counting as a use: a policy that learns
   // from uses (gaps, frequencies, ghost hits) learns nothing. A client's KVT.REFRESH after it put

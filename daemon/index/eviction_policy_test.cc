@@ -2,8 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <optional>
 #include <random>
 #include <set>
+#include <vector>
 
 // The EvictionPolicy contract, checked for every policy MakeEvictionPolicy knows. Each policy's
 // own ordering is tested in its own file.
@@ -107,6 +109,29 @@ TEST_P(EvictionPolicyContractTest, ReinsertedVictimIsNotTheNextVictim) {
   std::optional<BlockKey> next = policy->PopVictim();
   ASSERT_TRUE(next.has_value());
   EXPECT_NE(*next, *victim);
+}
+
+// TouchRun is Touch of each key of the run, deepest first, absent keys ignored: both leave the
+// same victim order.
+TEST_P(EvictionPolicyContractTest, TouchRunIsTouchOfEachKeyDeepestFirst) {
+  auto one_by_one = Make(64);
+  auto by_run = Make(64);
+  for (uint64_t n = 0; n < 48; ++n) {
+    one_by_one->Insert(Key(n));
+    by_run->Insert(Key(n));
+  }
+  std::vector<BlockKey> run;
+  for (uint64_t n = 5; n < 30; n += 2) run.push_back(Key(n));
+  run.push_back(Key(1000));  // not tracked
+  run.push_back(Key(3));
+  for (size_t i = run.size(); i-- > 0;) one_by_one->Touch(run[i]);
+  by_run->TouchRun(run);
+  by_run->TouchRun({});
+  for (;;) {
+    const std::optional<BlockKey> expected = one_by_one->PopVictim();
+    ASSERT_EQ(by_run->PopVictim(), expected);
+    if (!expected) break;
+  }
 }
 
 // Random operations against a std::set model: membership and size always agree, and a victim is

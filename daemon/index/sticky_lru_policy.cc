@@ -198,7 +198,19 @@ void StickyLruPolicy::Insert(const BlockKey& key) {
 void StickyLruPolicy::Touch(const BlockKey& key) {
   const Lists::Node node = lists_.Find(key);
   if (node == Lists::kNone || lists_.SegmentOf(node) != kResident) return;
+  Use(node, key, now_ms_());
+}
+
+void StickyLruPolicy::TouchRun(std::span<const BlockKey> run) {
+  if (run.empty()) return;
   const uint64_t now = now_ms_();
+  for (size_t i = run.size(); i-- > 0;) {
+    const Lists::Node node = lists_.Find(run[i]);
+    if (node != Lists::kNone && lists_.SegmentOf(node) == kResident) Use(node, run[i], now);
+  }
+}
+
+void StickyLruPolicy::Use(Lists::Node node, const BlockKey& key, uint64_t now) {
   Observe(key, now);
   lists_.MoveToHead(node, kResident);
   Stamp(node, now);

@@ -68,6 +68,8 @@ class StickyLruPolicy final : public EvictionPolicy {
   std::string_view name() const override { return "sticky"; }
   void Insert(const BlockKey& key) override;
   void Touch(const BlockKey& key) override;
+  // One clock read for the run: reading it per key was an eighth of an 8,192-key lookup.
+  void TouchRun(std::span<const BlockKey> run) override;
   // Moves a resident to the head without measuring a gap, replaying it in the shadows or changing
   // its time stamp (the last use, which Young compares). So after refreshes the LRU tail need not
   // carry the oldest stamp, and the shadows keep the order of uses, not the cache's: Young and the
@@ -109,6 +111,8 @@ class StickyLruPolicy final : public EvictionPolicy {
   // A sampled key was used (`ghost_or_resident_stamp` when it had been seen before).
   void Observe(const BlockKey& key, uint64_t now);
   void Replay(Shadow& shadow, const BlockKey& key, uint64_t now);
+  // A use of the resident `node` (`key`) at `now`: Touch and TouchRun.
+  void Use(Lists::Node node, const BlockKey& key, uint64_t now);
 
   Clock now_ms_;
   const Params params_;
