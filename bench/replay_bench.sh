@@ -12,7 +12,9 @@
 #                                         took in all (its per-request statistics)
 # The NVMe directory is $KVTIER_NVME_BENCH_DIR, else $TMPDIR, else /tmp; removed on exit, with
 # the daemon stopped. --quick: the first 500 requests instead of 2,000. KVTIER_REPLAY_WRITE_DEPTH
-# sets placement.write_depth_bytes (default 2MiB, kvtierd's own).
+# sets placement.write_depth_bytes (default 2MiB, kvtierd's own), KVTIER_REPLAY_MOVER_PRIORITY
+# placement.mover_cpu_priority (default low, kvtierd's own). With TMPDIR=/dev/shm the NVMe tier
+# is on tmpfs: no disk waits, only the CPU the tiers cost.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=${KVTIER_BIN_DIR:-build/bin}
@@ -22,6 +24,7 @@ trace=tests/data/mooncake_conversation_trace.jsonl
 limit=2000
 # The mover's write depth (placement.write_depth_bytes); 32MiB gives the earlier 8 MiB a thread.
 write_depth=${KVTIER_REPLAY_WRITE_DEPTH:-2MiB}
+mover_priority=${KVTIER_REPLAY_MOVER_PRIORITY:-low}
 if bench_quick "$@"; then limit=500; fi
 bench_tmpdir replay-bench
 
@@ -30,8 +33,8 @@ bench_tmpdir replay-bench
 replay() {
   local name=$1 nvme=$2 lags=$3
   local sock="$tmp/$name.sock"
-  printf 'placement:\n  when_disk_lags: %s\n  write_depth_bytes: %s\n' "$lags" "$write_depth" \
-    >"$tmp/$name.yaml"
+  printf 'placement:\n  when_disk_lags: %s\n  write_depth_bytes: %s\n  mover_cpu_priority: %s\n' \
+    "$lags" "$write_depth" "$mover_priority" >"$tmp/$name.yaml"
   start_kvtierd "$sock" --config "$tmp/$name.yaml" --host-bytes 256MiB --nvme-bytes "$nvme" \
     --data-dir "$tmp/$name.data"
   "$bin/kvtier" replay "$trace" --url "unix://$sock" --block-bytes 256KiB --limit "$limit" \

@@ -6,8 +6,9 @@
 // x86-64 (SSE2) and has no run-time dispatch, and the checksum of every block the mover writes to
 // or reads from NVMe is most of the mover's CPU time. On a CPU with AVX2 this calls the same
 // XXH3 from xxHash's header, compiled for AVX2 (XXH_INLINE_ALL: internal linkage, so nothing of it
-// mixes with the library's symbols): about 2.4x the library's rate on 256 KiB blocks
-// (payload_checksum_ratio_to_library in bench/core_bench.cc).
+// mixes with the library's symbols): on AMD EPYC 1.2-1.3x the library's rate on 256 KiB blocks
+// out of cache, as the mover's are (memory-bound; payload_checksum_ratio_to_library in
+// bench/core_bench.cc), and about 2.4x on cached ones.
 //
 // Thread safety: pure functions.
 #pragma once

@@ -76,8 +76,9 @@ class TierMover {
     // Run the threads at the lowest CPU priority (nice 19). Their work is mostly waiting for a
     // disk, and the CPU it takes (checksums, catalog records) should go to whoever else wants
     // the CPU after them: the engine on the node, kvtierd's network threads. On 2 cores, in
-    // bench/replay_bench.sh with the NVMe tier on tmpfs (no disk waits, only CPU), the replay
-    // took 5.3-5.5 s with it and 7.0-7.1 s without, the host tier alone 4.3 s.
+    // bench/replay_bench.sh with the NVMe tier on tmpfs (no disk waits, only CPU; see
+    // docs/design.md for the command), the drop-mode replay took 5.3-5.5 s with it and
+    // 7.0-7.1 s without, the host tier alone 4.3 s.
     bool low_cpu_priority = true;
   };
 
