@@ -102,11 +102,11 @@ LookupResult BlockIndex::FindPrefix(std::span<const BlockKey> keys, bool count_r
     for (const BlockKey& key : keys) {
       Shard& shard = ShardFor(key);
       MutexLock lock(shard.mu);
-      auto it = shard.entries.find(key);
-      if (it == shard.entries.end() || !Matches(it->second, ns)) break;
-      if (count_reads && it->second.reads < UINT8_MAX) ++it->second.reads;
-      result.tiers.push_back(it->second.tier);
-      if (grouped) groups.push_back(it->second.quota_group);
+      BlockMeta* meta = shard.entries.Find(key);
+      if (meta == nullptr || !Matches(*meta, ns)) break;
+      if (count_reads && meta->reads < UINT8_MAX) ++meta->reads;
+      result.tiers.push_back(meta->tier);
+      if (grouped) groups.push_back(meta->quota_group);
     }
   } else {
     result.tiers.resize(keys.size());
@@ -168,9 +168,9 @@ size_t BlockIndex::ScanWindow(std::span<const BlockKey> keys, size_t begin, size
     MutexLock lock(shard.mu);
     for (size_t j = run_begin; j < run_end; ++j) {
       const size_t pos = s.order[j];
-      auto it = shard.entries.find(keys[begin + pos]);
-      if (it == shard.entries.end() || !Matches(it->second, ns)) continue;
-      BlockMeta& meta = it->second;
+      BlockMeta* found = shard.entries.Find(keys[begin + pos]);
+      if (found == nullptr || !Matches(*found, ns)) continue;
+      BlockMeta& meta = *found;
       tiers[begin + pos] = meta.tier;
       if (!groups.empty()) groups[begin + pos] = meta.quota_group;
       s.outcome[pos] = LookupScratch::kHit;
@@ -194,9 +194,9 @@ void BlockIndex::UndoReads(std::span<const BlockKey> keys, size_t begin, size_t 
     if (s.outcome[i - begin] != LookupScratch::kHitReadsBumped) continue;
     Shard& shard = ShardFor(keys[i]);
     MutexLock lock(shard.mu);
-    auto it = shard.entries.find(keys[i]);
-    if (it == shard.entries.end() || it->second.generation != s.generation[i - begin]) continue;
-    if (it->second.reads > 0) --it->second.reads;
+    BlockMeta* meta = shard.entries.Find(keys[i]);
+    if (meta == nullptr || meta->generation != s.generation[i - begin]) continue;
+    if (meta->reads > 0) --meta->reads;
   }
 }
 
@@ -237,54 +237,53 @@ void BlockIndex::TouchPrefix(std::span<const BlockKey> keys, const std::vector<T
 Status BlockIndex::InsertWriting(const BlockKey& key, const BlockMeta& meta) {
   Shard& shard = ShardFor(key);
   MutexLock lock(shard.mu);
-  auto [it, inserted] = shard.entries.try_emplace(key, meta);
+  auto [entry, inserted] = shard.entries.TryEmplace(key, meta);
   if (!inserted) {
-    if (it->second.ns != meta.ns) return Rejected("key is in use by another namespace");
-    if (it->second.state == BlockState::kReady) return AlreadyExists("block is already stored");
+    if (entry->ns != meta.ns) return Rejected("key is in use by another namespace");
+    if (entry->state == BlockState::kReady) return AlreadyExists("block is already stored");
     return Busy("block is being written by another client");
   }
-  it->second.state = BlockState::kWriting;
-  it->second.lease_count = 0;
+  entry->state = BlockState::kWriting;
+  entry->lease_count = 0;
   return Status::Ok();
 }
 
 Status BlockIndex::MarkReady(const BlockKey& key) {
   Shard& shard = ShardFor(key);
   MutexLock lock(shard.mu);
-  auto it = shard.entries.find(key);
-  if (it == shard.entries.end()) return NotFound("no such block");
-  if (it->second.state != BlockState::kWriting)
-    return InvalidArgument("block is not being written");
-  it->second.state = BlockState::kReady;
-  TierOrder& order = tiers_[TierIndex(it->second.tier)];
+  BlockMeta* meta = shard.entries.Find(key);
+  if (meta == nullptr) return NotFound("no such block");
+  if (meta->state != BlockState::kWriting) return InvalidArgument("block is not being written");
+  meta->state = BlockState::kReady;
+  TierOrder& order = tiers_[TierIndex(meta->tier)];
   MutexLock policy_lock(order.mu);
-  order.Join(key, it->second);
+  order.Join(key, *meta);
   return Status::Ok();
 }
 
 Status BlockIndex::InsertReady(const BlockKey& key, const BlockMeta& meta) {
   Shard& shard = ShardFor(key);
   MutexLock lock(shard.mu);
-  auto [it, inserted] = shard.entries.try_emplace(key, meta);
+  auto [entry, inserted] = shard.entries.TryEmplace(key, meta);
   if (!inserted) return AlreadyExists("block is already stored");
-  it->second.state = BlockState::kReady;
+  entry->state = BlockState::kReady;
   TierOrder& order = tiers_[TierIndex(meta.tier)];
   MutexLock policy_lock(order.mu);
-  order.Join(key, it->second);
+  order.Join(key, *entry);
   return Status::Ok();
 }
 
 Status BlockIndex::Update(const BlockKey& key, const std::function<Status(BlockMeta&)>& fn) {
   Shard& shard = ShardFor(key);
   MutexLock lock(shard.mu);
-  auto it = shard.entries.find(key);
-  if (it == shard.entries.end()) return NotFound("no such block");
-  const TierId tier = it->second.tier;
-  const BlockState state = it->second.state;
-  Status st = fn(it->second);
-  if (it->second.tier != tier || it->second.state != state) {
-    it->second.tier = tier;
-    it->second.state = state;
+  BlockMeta* meta = shard.entries.Find(key);
+  if (meta == nullptr) return NotFound("no such block");
+  const TierId tier = meta->tier;
+  const BlockState state = meta->state;
+  Status st = fn(*meta);
+  if (meta->tier != tier || meta->state != state) {
+    meta->tier = tier;
+    meta->state = state;
     return Internal("BlockIndex::Update may not change a block's tier or state");
   }
   return st;
@@ -293,9 +292,9 @@ Status BlockIndex::Update(const BlockKey& key, const std::function<Status(BlockM
 std::optional<BlockMeta> BlockIndex::Get(const BlockKey& key) const {
   Shard& shard = ShardFor(key);
   MutexLock lock(shard.mu);
-  auto it = shard.entries.find(key);
-  if (it == shard.entries.end()) return std::nullopt;
-  return it->second;
+  const BlockMeta* meta = shard.entries.Find(key);
+  if (meta == nullptr) return std::nullopt;
+  return *meta;
 }
 
 std::optional<BlockMeta> BlockIndex::Erase(const BlockKey& key) {
@@ -306,10 +305,10 @@ std::optional<BlockMeta> BlockIndex::EraseIf(const BlockKey& key,
                                              const std::function<bool(const BlockMeta&)>& pred) {
   Shard& shard = ShardFor(key);
   MutexLock lock(shard.mu);
-  auto it = shard.entries.find(key);
-  if (it == shard.entries.end() || !pred(it->second)) return std::nullopt;
-  BlockMeta meta = it->second;
-  shard.entries.erase(it);
+  const BlockMeta* found = shard.entries.Find(key);
+  if (found == nullptr || !pred(*found)) return std::nullopt;
+  const BlockMeta meta = *found;
+  shard.entries.Erase(key);
   if (meta.state == BlockState::kReady) {
     TierOrder& order = tiers_[TierIndex(meta.tier)];
     MutexLock policy_lock(order.mu);
@@ -322,9 +321,9 @@ Status BlockIndex::MoveTier(const BlockKey& key, const BlockMeta& from, TierId t
                             const Extent& extent, uint32_t mover_pins, ShadowAfterMove shadow) {
   Shard& shard = ShardFor(key);
   MutexLock lock(shard.mu);
-  auto it = shard.entries.find(key);
-  if (it == shard.entries.end()) return NotFound("no such block");
-  BlockMeta& meta = it->second;
+  BlockMeta* found = shard.entries.Find(key);
+  if (found == nullptr) return NotFound("no such block");
+  BlockMeta& meta = *found;
   if (meta.state != BlockState::kReady || meta.generation != from.generation ||
       meta.tier != from.tier || meta.extent != from.extent) {
     return NotFound("block changed since its bytes were copied");
@@ -388,15 +387,12 @@ std::optional<std::pair<BlockKey, BlockMeta>> BlockIndex::PickVictim(TierId tier
     if (!key) return std::nullopt;
     Shard& shard = ShardFor(*key);
     MutexLock lock(shard.mu);
-    auto it = shard.entries.find(*key);
+    const BlockMeta* meta = shard.entries.Find(*key);
     // Gone, or moved to another tier, since the policy named it: nothing to give back.
-    if (it == shard.entries.end() || it->second.tier != tier ||
-        it->second.state != BlockState::kReady) {
-      continue;
-    }
-    if (Evictable(it->second, now_us)) return std::make_pair(*key, it->second);
+    if (meta == nullptr || meta->tier != tier || meta->state != BlockState::kReady) continue;
+    if (Evictable(*meta, now_us)) return std::make_pair(*key, *meta);
     MutexLock policy_lock(order.mu);
-    EvictionPolicy& back = order.OrderOf(it->second.quota_group);
+    EvictionPolicy& back = order.OrderOf(meta->quota_group);
     if (!back.Contains(*key)) back.Insert(*key);
     if (++refused[from_bit] >= order.OrderAt(from_bit).size()) exhausted |= uint64_t{1} << from_bit;
   }
@@ -406,11 +402,11 @@ std::optional<std::pair<BlockKey, BlockMeta>> BlockIndex::PickVictim(TierId tier
 void BlockIndex::Unpick(const BlockKey& key) {
   Shard& shard = ShardFor(key);
   MutexLock lock(shard.mu);
-  auto it = shard.entries.find(key);
-  if (it == shard.entries.end() || it->second.state != BlockState::kReady) return;
-  TierOrder& order = tiers_[TierIndex(it->second.tier)];
+  const BlockMeta* meta = shard.entries.Find(key);
+  if (meta == nullptr || meta->state != BlockState::kReady) return;
+  TierOrder& order = tiers_[TierIndex(meta->tier)];
   MutexLock policy_lock(order.mu);
-  EvictionPolicy& back = order.OrderOf(it->second.quota_group);
+  EvictionPolicy& back = order.OrderOf(meta->quota_group);
   if (!back.Contains(key)) back.Insert(key);
 }
 

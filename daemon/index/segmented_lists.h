@@ -5,12 +5,11 @@
 //
 // The lists link nodes by index inside one vector, with freed nodes reused, and a hash table maps
 // each key to its node, so moving a key between lists allocates nothing and every operation is
-// O(1). The table is open addressing with linear probing over 8-byte slots (a node
-// index and a tag of the hash) and backward-shift deletion, at most 3/4 full. A node is 24 bytes:
-// the key, and two 32-bit words that each hold a 30-bit link under 2 bits of the segment or the
-// counter (separate fields would pad it to 32). Per key that is 24 bytes and 11 to 21 bytes of
-// slots, where std::unordered_map took a 48-byte heap node and a bucket pointer besides a node: the
-// difference keeps policies that remember evicted keys within the index's memory budget
+// O(1). The table is a KeySlots (open addressing over 8-byte slots, at most 3/4 full). A node
+// is 24 bytes: the key, and two 32-bit words that each hold a 30-bit link under 2 bits of the
+// segment or the counter (separate fields would pad it to 32). Per key that is 24 bytes and 11 to
+// 21 bytes of slots, where std::unordered_map took a 48-byte heap node and a bucket pointer besides
+// a node: the difference keeps policies that remember evicted keys within the index's memory budget
 // (index_bytes_per_block in bench/core_bench.cc). A header-only template because its users pick the
 // number of lists.
 //
@@ -18,12 +17,12 @@
 #pragma once
 
 #include <array>
-#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <vector>
 
 #include "common/keys.h"
+#include "daemon/index/key_slots.h"
 
 namespace kvtier::index {
 
@@ -36,13 +35,9 @@ class SegmentedLists {
   static constexpr Node kNone = UINT32_MAX;
 
   // The node of `key`, or kNone.
-  Node Find(const BlockKey& key) const {
-    const uint32_t slot = FindSlot(key);
-    return slot == kNone ? kNone : slots_[slot].node;
-  }
+  Node Find(const BlockKey& key) const { return slots_.Find(key, KeyOfNode()); }
   // Adds `key` (not tracked) at the head of `segment` with counter 0.
   Node Add(const BlockKey& key, size_t segment) {
-    if ((tracked_ + 1) * 4 > slots_.size() * 3) Grow();
     Node node = free_;
     if (node != kNone) {
       free_ = Next(node);
@@ -53,8 +48,7 @@ class SegmentedLists {
     nodes_[node].key = key;
     nodes_[node].next_word = Encode(kNone, 0);  // counter 0
     Link(node, segment);
-    Place(node);
-    ++tracked_;
+    slots_.Insert(node, KeyOfNode());
     return node;
   }
   // Moves `node` to the head of `segment` (its own included).
@@ -64,11 +58,10 @@ class SegmentedLists {
   }
   // Stops tracking `node`'s key.
   void Remove(Node node) {
-    EraseSlot(FindSlot(nodes_[node].key));
+    slots_.Erase(nodes_[node].key, KeyOfNode());
     Unlink(node);
     nodes_[node].next_word = Encode(free_, 0);
     free_ = node;
-    --tracked_;
   }
 
   Node Head(size_t segment) const { return lists_[segment].head; }  // most recent; kNone if empty
@@ -114,57 +107,9 @@ class SegmentedLists {
     Node tail = kNone;
     size_t size = 0;
   };
-  // `tag` (low bits of the key's hash) spares reading the node of a slot that cannot match.
-  struct Slot {
-    Node node = kNone;  // kNone: empty
-    uint32_t tag = 0;
-  };
-
-  // Fibonacci hashing of Key128Hash: positions come from the product's high bits.
-  static uint64_t HashOf(const BlockKey& key) { return Key128Hash()(key) * 0x9E3779B97F4A7C15ULL; }
-  size_t Home(uint64_t hash) const { return static_cast<size_t>(hash >> shift_); }
-
-  uint32_t FindSlot(const BlockKey& key) const {
-    if (slots_.empty()) return kNone;
-    const uint64_t hash = HashOf(key);
-    const auto tag = static_cast<uint32_t>(hash);
-    const size_t mask = slots_.size() - 1;
-    for (size_t i = Home(hash);; i = (i + 1) & mask) {
-      const Slot& slot = slots_[i];
-      if (slot.node == kNone) return kNone;
-      if (slot.tag == tag && nodes_[slot.node].key == key) return static_cast<uint32_t>(i);
-    }
-  }
-  void Place(Node node) {
-    const uint64_t hash = HashOf(nodes_[node].key);
-    const size_t mask = slots_.size() - 1;
-    size_t i = Home(hash);
-    while (slots_[i].node != kNone) i = (i + 1) & mask;
-    slots_[i] = Slot{node, static_cast<uint32_t>(hash)};
-  }
-  // Backward-shift deletion: later slots of the probe run move up into the hole, so lookups never
-  // meet a tombstone.
-  void EraseSlot(uint32_t slot) {
-    const size_t mask = slots_.size() - 1;
-    size_t hole = slot;
-    for (size_t i = (hole + 1) & mask; slots_[i].node != kNone; i = (i + 1) & mask) {
-      const size_t home = Home(HashOf(nodes_[slots_[i].node].key));
-      // Slot i may fill the hole only if its home is not inside (hole, i], cyclically.
-      if (((i - home) & mask) >= ((i - hole) & mask)) {
-        slots_[hole] = slots_[i];
-        hole = i;
-      }
-    }
-    slots_[hole] = Slot{};
-  }
-  void Grow() {
-    const size_t capacity = slots_.empty() ? 16 : slots_.size() * 2;
-    std::vector<Slot> old = std::move(slots_);
-    slots_.assign(capacity, Slot{});
-    shift_ = 64 - std::countr_zero(capacity);
-    for (const Slot& slot : old) {
-      if (slot.node != kNone) Place(slot.node);
-    }
+  // The key of a node, for the table.
+  auto KeyOfNode() const {
+    return [this](uint32_t node) -> const BlockKey& { return nodes_[node].key; };
   }
 
   void Unlink(Node node) {
@@ -199,9 +144,7 @@ class SegmentedLists {
   std::vector<Entry> nodes_;
   Node free_ = kNone;
   std::array<List, kSegments> lists_;
-  std::vector<Slot> slots_;  // power-of-two size, at most 3/4 full
-  int shift_ = 64;           // 64 - log2(slots_.size())
-  size_t tracked_ = 0;
+  KeySlots slots_;
 };
 
 }  // namespace kvtier::index
