@@ -145,6 +145,8 @@ const std::map<std::string, Setter>& Setters() {
       {"nvme.write_through", Bool(&DaemonConfig::nvme_write_through, "nvme.write_through")},
       {"nvme.sync_interval_ms",
        Uint(&DaemonConfig::nvme_sync_interval_ms, 3'600'000, "nvme.sync_interval_ms")},
+      {"nvme.cache_sync_interval_ms",
+       Uint(&DaemonConfig::nvme_cache_sync_interval_ms, 86'400'000, "nvme.cache_sync_interval_ms")},
       {"nvme.cold_start", Bool(&DaemonConfig::cold_start, "nvme.cold_start")},
       {"gpu.bytes", SizeOrAuto(&DaemonConfig::gpu_bytes, "gpu.bytes")},
       {"gpu.device", Uint(&DaemonConfig::gpu_device, 1023, "gpu.device")},

@@ -58,7 +58,11 @@ struct DaemonConfig {
   bool nvme_promote_on_hit = true;
   std::string nvme_admission = "all";     // all, reused
   bool nvme_write_through = false;        // puts go to NVMe too before they are acknowledged
-  uint64_t nvme_sync_interval_ms = 1000;  // how much a power cut may lose; 0: sync every write
+  // How much of the write-through copies a power cut may lose; 0: sync every write.
+  uint64_t nvme_sync_interval_ms = 1000;
+  // How much of the other blocks on NVMe (cold cache) a power cut may lose; 0: synced only with
+  // write-through copies and at a clean stop (tiers/nvme/sync_schedule.h).
+  uint64_t nvme_cache_sync_interval_ms = 60'000;
   bool cold_start = false;                // discard the NVMe tier's contents at start
 
   // gpu tier: a pool of device memory above the host tier. Puts land in host; blocks read often

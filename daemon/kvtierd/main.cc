@@ -40,6 +40,7 @@
 #include "daemon/mover/tier_mover.h"
 #include "daemon/server/server.h"
 #include "daemon/store/store.h"
+#include "tiers/nvme/sync_schedule.h"
 
 namespace kvtier {
 namespace {
@@ -305,8 +306,19 @@ int Run(const config::DaemonConfig& c) {
         if (expired > 0) spdlog::debug("took back {} lapsed leases or reservations", expired);
       }));
   if (tiers.nvme && c.nvme_sync_interval_ms > 0) {
+    auto schedule = std::make_shared<tiers::nvme::SyncSchedule>(
+        tiers::nvme::SyncSchedule::Intervals{c.nvme_sync_interval_ms,
+                                             c.nvme_cache_sync_interval_ms},
+        SteadyClock::Instance().NowMicros() / 1000);
+    spdlog::info("NVMe sync: write-through copies within {} ms, the other blocks {}",
+                 c.nvme_sync_interval_ms,
+                 c.nvme_cache_sync_interval_ms == 0
+                     ? std::string("with them or at a clean stop")
+                     : "within " + std::to_string(c.nvme_cache_sync_interval_ms) + " ms");
     housekeeping.push_back(std::make_unique<daemon::PeriodicThread>(
-        "kvtier-nvmesync", std::chrono::milliseconds(c.nvme_sync_interval_ms), [&tiers] {
+        "kvtier-nvmesync", std::chrono::milliseconds(schedule->tick_ms()), [&tiers, schedule] {
+          const uint64_t now_ms = SteadyClock::Instance().NowMicros() / 1000;
+          if (!schedule->Due(tiers.nvme->unsynced_writes(), now_ms)) return;
           if (Status st = tiers.nvme->Sync(); !st.ok())
             spdlog::warn("NVMe sync: {}", st.ToString());
         }));

@@ -239,8 +239,13 @@ void NvmeTier::Free(const Extent& extent) {
 }
 
 Status NvmeTier::Sync() {
+  // Taken before the syncs: what completes meanwhile may have missed them.
+  const UnsyncedWrites before = unsynced_writes();
   for (const auto& f : files_) KVTIER_RETURN_IF_ERROR(io_->Sync(f->fd()));
-  return catalog_->Sync();
+  KVTIER_RETURN_IF_ERROR(catalog_->Sync());
+  unsynced_blocks_.fetch_sub(before.blocks, std::memory_order_acq_rel);
+  unsynced_acknowledged_.fetch_sub(before.acknowledged, std::memory_order_acq_rel);
+  return Status::Ok();
 }
 
 TierStats NvmeTier::Stats() const {

@@ -179,6 +179,17 @@ class NvmeTier final : public Tier {
   std::vector<RecoveredBlock> TakeRecovered();
   // Makes every block written so far durable: fdatasync of the data file, then of the catalog log.
   Status Sync();
+  // Blocks written (WriteBlock, WriteBlocks) since the last successful Sync, and of them those
+  // the caller acknowledges as surviving a restart (BlockWrite::must_survive_restart). A write
+  // that completes while a Sync runs counts for the next one.
+  struct UnsyncedWrites {
+    uint64_t blocks = 0;
+    uint64_t acknowledged = 0;
+  };
+  UnsyncedWrites unsynced_writes() const {
+    return {unsynced_blocks_.load(std::memory_order_acquire),
+            unsynced_acknowledged_.load(std::memory_order_acquire)};
+  }
   NvmeStats nvme_stats() const;
   uint64_t invalid_free_count() const { return invalid_frees_.load(std::memory_order_relaxed); }
 
@@ -256,6 +267,7 @@ class NvmeTier final : public Tier {
   std::atomic<uint64_t> device_bytes_written_{0}, io_errors_{0}, catalog_errors_{0};
   std::atomic<uint64_t> checksum_failures_{0}, recovered_blocks_{0}, dropped_at_recovery_{0};
   std::atomic<uint64_t> invalid_frees_{0};
+  std::atomic<uint64_t> unsynced_blocks_{0}, unsynced_acknowledged_{0};
 };
 
 }  // namespace kvtier::tiers::nvme

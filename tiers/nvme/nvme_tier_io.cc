@@ -124,6 +124,8 @@ Status NvmeTier::FinishWrite(const Extent& extent, bool must_survive_restart, Pl
   }
   ++writes_;
   bytes_admitted_ += p.entry.payload_bytes;
+  unsynced_blocks_.fetch_add(1, std::memory_order_acq_rel);
+  if (must_survive_restart) unsynced_acknowledged_.fetch_add(1, std::memory_order_acq_rel);
   return Status::Ok();
 }
 

@@ -149,6 +149,30 @@ TEST_P(NvmeTierTest, PlainWriteAndReadWorkButAreNotRecovered) {
   EXPECT_EQ(tier->Stats().block_count, 0u);
 }
 
+// What the daemon's sync schedule (sync_schedule.h) asks: blocks written since the last Sync, and
+// how many of them the caller acknowledges as durable.
+TEST_P(NvmeTierTest, CountsWritesUntilASyncAndWriteThroughCopiesApart) {
+  auto tier = OpenTier(Opts());
+  EXPECT_EQ(tier->unsynced_writes().blocks, 0u);
+  Put(*tier, 1, 4096);
+  Put(*tier, 2, 4096);
+  AlignedBuffer buf(4096);
+  Fill(buf.span(), 3);
+  auto e = tier->Allocate(4096);
+  ASSERT_TRUE(e.ok());
+  BlockWrite acknowledged{*e, Id(3), buf.span(), {}, /*must_survive_restart=*/true};
+  tier->WriteBlocks({&acknowledged, 1});
+  ASSERT_TRUE(acknowledged.status.ok()) << acknowledged.status.ToString();
+  EXPECT_EQ(tier->unsynced_writes().blocks, 3u);
+  EXPECT_EQ(tier->unsynced_writes().acknowledged, 1u);
+  ASSERT_TRUE(tier->Sync().ok());
+  EXPECT_EQ(tier->unsynced_writes().blocks, 0u);
+  EXPECT_EQ(tier->unsynced_writes().acknowledged, 0u);
+  Put(*tier, 4, 4096);
+  EXPECT_EQ(tier->unsynced_writes().blocks, 1u);
+  EXPECT_EQ(tier->unsynced_writes().acknowledged, 0u);
+}
+
 TEST_P(NvmeTierTest, RestartRecoversWrittenBlocksAndForgetsFreedOnes) {
   auto o = Opts();
   std::vector<Extent> extents;
