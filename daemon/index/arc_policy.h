@@ -25,11 +25,10 @@
 
 #include <array>
 #include <cstdint>
-#include <list>
 #include <optional>
-#include <unordered_map>
 
 #include "daemon/index/eviction_policy.h"
+#include "daemon/index/segmented_lists.h"
 
 namespace kvtier::index {
 
@@ -52,20 +51,19 @@ class ArcPolicy final : public EvictionPolicy {
   size_t ghost_size() const;
 
  private:
+  // Segments of the lists, indexed by ListId; a segment's head is its most recent key.
   enum ListId : uint8_t { kRecent = 0, kFrequent = 1, kRecentGhost = 2, kFrequentGhost = 3 };
-  struct Position {
-    ListId list;
-    std::list<BlockKey>::iterator it;
-  };
+  using Lists = SegmentedLists<4>;
 
   size_t Capacity() const;
-  // Moves a tracked key to the front (most recent end) of `to`.
-  void MoveToFront(Position& position, ListId to);
+  bool Resident(Lists::Node node) const {
+    return node != Lists::kNone &&
+           (lists_.SegmentOf(node) == kRecent || lists_.SegmentOf(node) == kFrequent);
+  }
   void AdaptOnGhostHit(ListId ghost);
   void TrimGhost(ListId ghost);
 
-  std::array<std::list<BlockKey>, 4> lists_;  // indexed by ListId; front: most recent
-  std::unordered_map<BlockKey, Position, Key128Hash> positions_;  // resident and ghost keys
+  Lists lists_;  // resident and ghost keys
   size_t capacity_hint_blocks_;
   size_t largest_size_ = 0;
   double recent_target_share_ = 0.5;
