@@ -6,6 +6,7 @@
 #include <chrono>
 
 #include "common/units.h"
+#include "hashing/payload_checksum.h"
 #include "tiers/gpu/gpu_tier_factory.h"
 
 namespace kvtier::daemon {
@@ -110,10 +111,10 @@ Result<DaemonTiers> OpenTiers(const config::DaemonConfig& c) {
   if (!nvme.ok()) return Status(nvme.status().code(), "NVMe tier: " + nvme.status().message());
   t.nvme = std::move(nvme).value();
   const tiers::nvme::NvmeStats s = t.nvme->nvme_stats();
-  spdlog::info("NVMe tier: {} in {}/nvme ({} backend, {}{})", FormatBytes(c.nvme_bytes), c.data_dir,
-               s.io_uring ? "io_uring" : "thread pool",
+  spdlog::info("NVMe tier: {} in {}/nvme ({} backend, {}{}; block checksums: {})",
+               FormatBytes(c.nvme_bytes), c.data_dir, s.io_uring ? "io_uring" : "thread pool",
                s.direct_io ? "O_DIRECT" : "buffered: the file system refused O_DIRECT",
-               c.cold_start ? ", cold start" : "");
+               c.cold_start ? ", cold start" : "", hashing::PayloadChecksumImplementation());
   return t;
 }
 
