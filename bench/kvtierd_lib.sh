@@ -6,6 +6,8 @@
 #                            tier) with ARGS, its log in $tmp/kvtierd.log, and waits until it answers
 #   stop_kvtierd             stops it (SIGTERM) and waits for it
 #   bench_quick ARGS         succeeds when ARGS (the script's own) hold --quick
+#   fio_write_kibps MIB      fio's sequential O_DIRECT write of MIB MiB in 2 MiB blocks at queue
+#                            depth 16 (io_uring) into $tmp, in KiB/s: the disk's write baseline
 pid=""
 
 bench_quick() {
@@ -50,4 +52,11 @@ start_kvtierd() {
   done
   echo "kvtierd did not answer on $sock" >&2
   return 1
+}
+
+fio_write_kibps() {
+  fio --name=kvtier-write --filename="$tmp/fio.data" --size="$1M" --bs=2M --iodepth=16 \
+      --ioengine=io_uring --direct=1 --rw=write --output-format=json |
+    python3 -c "import json,sys; print(json.load(sys.stdin)['jobs'][0]['write']['bw'])"
+  rm -f "$tmp/fio.data"
 }

@@ -10,6 +10,15 @@
 #   replay_nvme_drop_lag_drop_fraction    host victims dropped because the disk lagged (drop)
 #   replay_*_nvme_get_s, replay_*_put_s   seconds the daemon's gets of NVMe blocks and its puts
 #                                         took in all (its per-request statistics)
+#   replay_paced_nvme_ratio_to_host_only  the NVMe (defaults) and host-only replays again, each
+#                                         request sent at its trace time over replay_paced_speed:
+#                                         the pace at which the trace's puts come at half the
+#                                         disk's write bandwidth (fio, same run), so what a disk
+#                                         that keeps up costs a client, where the runs above
+#                                         send as fast as they can and measure the disk's bandwidth
+#   replay_paced_*_request_p99_ms, _max_ms  a request's time in the paced runs (the NVMe run
+#                                         serves more blocks, some from the disk; a miss costs
+#                                         the host-only run nothing)
 # The NVMe directory is $KVTIER_NVME_BENCH_DIR, else $TMPDIR, else /tmp; removed on exit, with
 # the daemon stopped. --quick: the first 500 requests instead of 2,000. KVTIER_REPLAY_WRITE_DEPTH
 # sets placement.write_depth_bytes (default 2MiB, kvtierd's own), KVTIER_REPLAY_MOVER_PRIORITY
@@ -28,17 +37,18 @@ mover_priority=${KVTIER_REPLAY_MOVER_PRIORITY:-low}
 if bench_quick "$@"; then limit=500; fi
 bench_tmpdir replay-bench
 
-# replay NAME NVME_BYTES WHEN_DISK_LAGS: one replay against a fresh daemon; leaves NAME.json (the
-# replay's summary) and NAME.stats.json (the daemon's statistics after it) in $tmp.
+# replay NAME NVME_BYTES WHEN_DISK_LAGS [SPEED]: one replay against a fresh daemon (at SPEED times
+# the trace's pace; as fast as it can without); leaves NAME.json (the replay's summary) and
+# NAME.stats.json (the daemon's statistics after it) in $tmp.
 replay() {
-  local name=$1 nvme=$2 lags=$3
+  local name=$1 nvme=$2 lags=$3 speed=${4:-0}
   local sock="$tmp/$name.sock"
   printf 'placement:\n  when_disk_lags: %s\n  write_depth_bytes: %s\n  mover_cpu_priority: %s\n' \
     "$lags" "$write_depth" "$mover_priority" >"$tmp/$name.yaml"
   start_kvtierd "$sock" --config "$tmp/$name.yaml" --host-bytes 256MiB --nvme-bytes "$nvme" \
     --data-dir "$tmp/$name.data"
   "$bin/kvtier" replay "$trace" --url "unix://$sock" --block-bytes 256KiB --limit "$limit" \
-    --json 2>/dev/null >"$tmp/$name.json"
+    --speed "$speed" --json 2>/dev/null >"$tmp/$name.json"
   "$bin/kvtier" stats --url "unix://$sock" --json >"$tmp/$name.stats.json"
   stop_kvtierd
   rm -rf "$tmp/$name.data"
@@ -47,12 +57,27 @@ replay() {
 replay host_only 0 wait
 replay nvme 2GiB wait
 replay nvme_drop 2GiB drop
+# The paced pair: the speed at which the puts of the host-only run (its stored blocks over the
+# trace's span) come at half of fio's write bandwidth.
+fio_kibps=$(fio_write_kibps 1024)
+speed=$(python3 - "$tmp/host_only.json" "$trace" "$limit" "$fio_kibps" <<'PY'
+import json, sys
+summary, trace, limit, fio_kibps = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
+with open(trace) as lines:
+    stamps = [json.loads(line)["timestamp"] for _, line in zip(range(limit), lines)]
+done = json.load(open(summary))
+put_bytes_per_trace_s = done["stored_blocks"] * done["block_bytes"] / ((stamps[-1] - stamps[0]) / 1000)
+print(f"{0.5 * fio_kibps * 1024 / put_bytes_per_trace_s:.3f}")
+PY
+)
+replay host_only_paced 0 wait "$speed"
+replay nvme_paced 2GiB wait "$speed"
 
-python3 - "$tmp" <<'PY'
+python3 - "$tmp" "$speed" "$fio_kibps" <<'PY'
 import json, sys, os
-tmp = sys.argv[1]
+tmp, speed, fio_kibps = sys.argv[1], float(sys.argv[2]), float(sys.argv[3])
 runs = {}
-for name in ("host_only", "nvme", "nvme_drop"):
+for name in ("host_only", "nvme", "nvme_drop", "host_only_paced", "nvme_paced"):
     summary = json.load(open(os.path.join(tmp, name + ".json")))
     stats = json.load(open(os.path.join(tmp, name + ".stats.json")))
     bad = summary["lost_blocks"] + summary["corrupt_blocks"] + summary["failed_puts"]
@@ -60,6 +85,8 @@ for name in ("host_only", "nvme", "nvme_drop"):
         sys.stderr.write(f"replay_bench: {name}: {summary['lost_blocks']} lost, "
                          f"{summary['corrupt_blocks']} corrupt, {summary['failed_puts']} failed puts\n")
     runs[name] = (summary, stats)
+    if name.endswith("_paced"):
+        continue
     print(f"replay_{name}_requests_per_s {summary['requests_per_s']:.4g} req/s")
     print(f"replay_{name}_block_hit_ratio {summary['block_hit_ratio']:.4g} ratio")
     if name != "host_only":
@@ -73,4 +100,15 @@ for name in ("nvme", "nvme_drop"):
 host = next(t for t in runs["nvme_drop"][1]["tiers"] if t["tier"] == "host")
 left = host["demotions"] + host["lag_drops"]
 print(f"replay_nvme_drop_lag_drop_fraction {host['lag_drops'] / left if left else 0:.4g} ratio")
+paced = {name: runs[name + "_paced"][0] for name in ("host_only", "nvme")}
+print(f"replay_paced_speed {speed:.4g} x")
+print(f"replay_paced_put_mib_per_s {fio_kibps / 2048:.4g} MiB/s")
+for name, summary in paced.items():
+    print(f"replay_paced_{name}_requests_per_s {summary['requests_per_s']:.4g} req/s")
+    print(f"replay_paced_{name}_block_hit_ratio {summary['block_hit_ratio']:.4g} ratio")
+    latency = summary["latency_us"]["request"]
+    print(f"replay_paced_{name}_request_p99_ms {latency['p99'] / 1000:.4g} ms")
+    print(f"replay_paced_{name}_request_max_ms {latency['max'] / 1000:.4g} ms")
+print(f"replay_paced_nvme_ratio_to_host_only "
+      f"{paced['nvme']['requests_per_s'] / paced['host_only']['requests_per_s']:.4g} ratio")
 PY

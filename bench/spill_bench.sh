@@ -22,10 +22,7 @@ bench_tmpdir spill-bench
 
 # fio first: 2 MiB blocks at queue depth 16, O_DIRECT, the same amount the writers put.
 total_mib=$((4 * count * 2))
-fio_kibps=$(fio --name=kvtier-spill --filename="$tmp/fio.data" --size="${total_mib}M" --bs=2M \
-    --iodepth=16 --ioengine=io_uring --direct=1 --rw=write --output-format=json |
-  python3 -c "import json,sys; print(json.load(sys.stdin)['jobs'][0]['write']['bw'])")
-rm -f "$tmp/fio.data"
+fio_kibps=$(fio_write_kibps "$total_mib")
 
 sock="$tmp/kvtierd.sock"
 start_kvtierd "$sock" --host-bytes 256MiB --nvme-bytes "$((total_mib + 1024))MiB" \
