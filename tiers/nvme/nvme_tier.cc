@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <chrono>
 #include <filesystem>
 #include <set>
 #include <system_error>
@@ -241,10 +242,19 @@ void NvmeTier::Free(const Extent& extent) {
 Status NvmeTier::Sync() {
   // Taken before the syncs: what completes meanwhile may have missed them.
   const UnsyncedWrites before = unsynced_writes();
+  const auto started = std::chrono::steady_clock::now();
   for (const auto& f : files_) KVTIER_RETURN_IF_ERROR(io_->Sync(f->fd()));
   KVTIER_RETURN_IF_ERROR(catalog_->Sync());
   unsynced_blocks_.fetch_sub(before.blocks, std::memory_order_acq_rel);
   unsynced_acknowledged_.fetch_sub(before.acknowledged, std::memory_order_acq_rel);
+  const auto took = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
+                                              std::chrono::steady_clock::now() - started)
+                                              .count());
+  ++syncs_;
+  sync_us_ += took;
+  uint64_t longest = longest_sync_us_.load(std::memory_order_relaxed);
+  while (took > longest && !longest_sync_us_.compare_exchange_weak(longest, took)) {
+  }
   return Status::Ok();
 }
 
@@ -268,6 +278,9 @@ NvmeStats NvmeTier::nvme_stats() const {
   s.recovered_blocks = recovered_blocks_;
   s.dropped_at_recovery = dropped_at_recovery_;
   s.fixed_buffer_requests = io_->fixed_buffer_requests();
+  s.syncs = syncs_;
+  s.sync_us = sync_us_;
+  s.longest_sync_us = longest_sync_us_;
   s.io_uring = io_->kind() == IoBackendKind::kIoUring;
   s.direct_io =
       std::all_of(files_.begin(), files_.end(), [](const auto& f) { return f->direct_io(); });
@@ -291,6 +304,9 @@ void VisitNvmeStats(const NvmeStats& s,
   u("recovered_blocks", s.recovered_blocks);
   u("dropped_at_recovery", s.dropped_at_recovery);
   u("fixed_buffer_requests", s.fixed_buffer_requests);
+  u("syncs", s.syncs);
+  visit("sync_seconds", static_cast<double>(s.sync_us) / 1e6);
+  visit("longest_sync_seconds", static_cast<double>(s.longest_sync_us) / 1e6);
   u("io_uring", s.io_uring ? 1 : 0);
   u("direct_io", s.direct_io ? 1 : 0);
 }

@@ -89,6 +89,11 @@ struct NvmeStats {
   uint64_t recovered_blocks = 0;     // blocks kept at open
   uint64_t dropped_at_recovery = 0;  // catalog records dropped at open
   uint64_t fixed_buffer_requests = 0;  // requests that used registered (arena) buffers
+  // Sync calls that succeeded, their time in all and the longest: each is a disk flush, which on
+  // a disk with a volatile write cache stalls its reads and writes while it runs.
+  uint64_t syncs = 0;
+  uint64_t sync_us = 0;
+  uint64_t longest_sync_us = 0;
   bool io_uring = false;               // false: the pread/pwrite thread backend
   bool direct_io = false;              // false: the file system refused O_DIRECT
   // device_bytes_written / bytes_admitted; 0 before the first write.
@@ -268,6 +273,7 @@ class NvmeTier final : public Tier {
   std::atomic<uint64_t> checksum_failures_{0}, recovered_blocks_{0}, dropped_at_recovery_{0};
   std::atomic<uint64_t> invalid_frees_{0};
   std::atomic<uint64_t> unsynced_blocks_{0}, unsynced_acknowledged_{0};
+  std::atomic<uint64_t> syncs_{0}, sync_us_{0}, longest_sync_us_{0};
 };
 
 }  // namespace kvtier::tiers::nvme

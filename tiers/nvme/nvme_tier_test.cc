@@ -165,9 +165,12 @@ TEST_P(NvmeTierTest, CountsWritesUntilASyncAndWriteThroughCopiesApart) {
   ASSERT_TRUE(acknowledged.status.ok()) << acknowledged.status.ToString();
   EXPECT_EQ(tier->unsynced_writes().blocks, 3u);
   EXPECT_EQ(tier->unsynced_writes().acknowledged, 1u);
+  EXPECT_EQ(tier->nvme_stats().syncs, 0u);
   ASSERT_TRUE(tier->Sync().ok());
   EXPECT_EQ(tier->unsynced_writes().blocks, 0u);
   EXPECT_EQ(tier->unsynced_writes().acknowledged, 0u);
+  EXPECT_EQ(tier->nvme_stats().syncs, 1u);
+  EXPECT_GE(tier->nvme_stats().sync_us, tier->nvme_stats().longest_sync_us);
   Put(*tier, 4, 4096);
   EXPECT_EQ(tier->unsynced_writes().blocks, 1u);
   EXPECT_EQ(tier->unsynced_writes().acknowledged, 0u);
@@ -450,7 +453,7 @@ TEST(NvmeStatsTest, VisitorNamesEveryFieldOnce) {
   VisitNvmeStats(s, [&](std::string_view name, double v) {
     EXPECT_TRUE(seen.emplace(std::string(name), v).second) << name;
   });
-  EXPECT_EQ(seen.size(), 16u);
+  EXPECT_EQ(seen.size(), 19u);
   EXPECT_DOUBLE_EQ(seen["write_amplification"], 1.1);
   EXPECT_DOUBLE_EQ(seen["checksum_failures"], 3);
 }
