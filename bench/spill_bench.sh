@@ -6,8 +6,12 @@
 #   spill_put_p99_ratio_to_p50    put latency tail under that load
 #   spill_get_p99_ratio_to_p50    get latency tail of a concurrent reader of NVMe-resident blocks
 #   spill_max_stall_ms            the longest single put or get of those
+#   spill_nvme_syncs, spill_longest_sync_ms  the NVMe tier's syncs (disk flushes) during the run
+#                                 and the longest: a flush stalls the disk's reads and writes
 # The directory is $KVTIER_NVME_BENCH_DIR, else $TMPDIR, else /tmp (point it at the NVMe device
 # to measure); removed on exit, with the daemon stopped. --quick: less data.
+# KVTIER_SPILL_CACHE_SYNC_MS sets nvme.cache_sync_interval_ms (default: kvtierd's own, 60 s, longer
+# than a run; 1000 shows what a flush every second costs on the disk).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=${KVTIER_BIN_DIR:-build/bin}
@@ -25,7 +29,12 @@ total_mib=$((4 * count * 2))
 fio_kibps=$(fio_write_kibps "$total_mib")
 
 sock="$tmp/kvtierd.sock"
-start_kvtierd "$sock" --host-bytes 256MiB --nvme-bytes "$((total_mib + 1024))MiB" \
+config=()
+if [ -n "${KVTIER_SPILL_CACHE_SYNC_MS:-}" ]; then
+  printf 'nvme:\n  cache_sync_interval_ms: %s\n' "$KVTIER_SPILL_CACHE_SYNC_MS" >"$tmp/kvtierd.yaml"
+  config=(--config "$tmp/kvtierd.yaml")
+fi
+start_kvtierd "$sock" "${config[@]}" --host-bytes 256MiB --nvme-bytes "$((total_mib + 1024))MiB" \
   --data-dir "$tmp/data"
 
 # Fill the host tier first, so that the measured puts all meet a full one.
@@ -37,11 +46,13 @@ reader=$!
 "$bin/kvtier" bench --url "unix://$sock" --block-bytes 2MiB --concurrency 4 --count "$count" \
   --warmup 0 --json >"$tmp/writers.json"
 wait "$reader"
+"$bin/kvtier" stats --url "unix://$sock" --json >"$tmp/stats.json"
 
-python3 - "$tmp/writers.json" "$tmp/reader.json" "$fio_kibps" <<'PY'
+python3 - "$tmp/writers.json" "$tmp/reader.json" "$fio_kibps" "$tmp/stats.json" <<'PY'
 import json, sys
 writers, reader = (json.load(open(p)) for p in sys.argv[1:3])
 fio_mib = float(sys.argv[3]) / 1024
+nvme = next(t for t in json.load(open(sys.argv[4]))["tiers"] if t["tier"] == "nvme")["device"]
 put, get = writers["put"], reader["get"]
 for name, phase in (("writers' put", put), ("reader's get", get)):
     if phase["blocks_failed"]:
@@ -54,4 +65,6 @@ print(f"spill_put_p99_ratio_to_p50 {put['latency_us']['p99'] / put['latency_us']
 print(f"spill_get_p99_ratio_to_p50 {get['latency_us']['p99'] / get['latency_us']['p50']:.4g} ratio")
 stall = max(put["latency_us"]["max"], get["latency_us"]["max"]) / 1000
 print(f"spill_max_stall_ms {stall:.4g} ms")
+print(f"spill_nvme_syncs {nvme['syncs']:.0f} count")
+print(f"spill_longest_sync_ms {nvme['longest_sync_seconds'] * 1000:.4g} ms")
 PY

@@ -7,7 +7,8 @@
 // `cache_ms`, or with a write-through copy's sync, or at a clean stop. A sync is not free: on a
 // disk with a volatile write cache each flush took 0.1 to 1 s whatever was written before it, and
 // reads and writes queue behind it, so syncing spilled cache every second stalled puts for up to
-// 700 ms (bench/spill_bench.sh). Nothing written since the last sync: no sync.
+// 700 ms (KVTIER_SPILL_CACHE_SYNC_MS=1000 bash bench/spill_bench.sh). Nothing written since the
+// last sync: no sync.
 //
 // Thread safety: none (one housekeeping thread asks it).
 #pragma once
