@@ -11,18 +11,22 @@ bool ReadFailures::FailedAgain(const BlockKey& key, uint64_t offset, uint64_t no
     remembered_.store(failed_.size(), std::memory_order_relaxed);
     return true;
   }
-  if (it != failed_.end()) {
-    it->second = {offset, now_us};  // another copy of the key: its first failure
-    return false;
-  }
-  failed_.emplace(key, FirstFailure{offset, now_us});
-  order_.push_back(key);
+  // A first failure, or one of another copy of the key (which starts afresh).
+  Remember(key, offset, now_us);
+  return false;
+}
+
+void ReadFailures::Remember(const BlockKey& key, uint64_t offset, uint64_t now_us) {
+  const uint64_t serial = next_serial_++;
+  failed_[key] = FirstFailure{offset, now_us, serial};
+  order_.push_back({key, serial});
   while (order_.size() > kMaxRemembered) {
-    failed_.erase(order_.front());
+    const Remembered& oldest = order_.front();
+    auto it = failed_.find(oldest.key);
+    if (it != failed_.end() && it->second.serial == oldest.serial) failed_.erase(it);
     order_.pop_front();
   }
   remembered_.store(failed_.size(), std::memory_order_relaxed);
-  return false;
 }
 
 void ReadFailures::Succeeded(const BlockKey& key) {

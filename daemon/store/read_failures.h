@@ -6,8 +6,10 @@
 // often a media error on the block's sectors; freeing its extent also lets the next write there
 // remap them.
 //
-// Bounded: past kMaxRemembered blocks the oldest failure is forgotten (that block then gets one
-// more chance). Thread safety: every method may be called from any thread.
+// Bounded: past kMaxRemembered failures the oldest is forgotten (that block then gets one more
+// chance); a failure forgotten early (a read that succeeded, a drop) does not make a later failure
+// of the same key forgotten before its turn. Thread safety: every method may be called from any
+// thread.
 #pragma once
 
 #include <atomic>
@@ -36,11 +38,21 @@ class ReadFailures {
   struct FirstFailure {
     uint64_t offset = 0;
     uint64_t at_us = 0;
+    uint64_t serial = 0;  // its place in order_
   };
+  struct Remembered {
+    BlockKey key;
+    uint64_t serial = 0;  // stale once failed_[key] holds another (or none)
+  };
+
+  // Remembers `key`'s first failure, at the back of order_, and forgets the oldest past the bound.
+  void Remember(const BlockKey& key, uint64_t offset, uint64_t now_us) REQUIRES(mu_);
 
   Mutex mu_;
   std::unordered_map<BlockKey, FirstFailure, Key128Hash> failed_ GUARDED_BY(mu_);
-  std::deque<BlockKey> order_ GUARDED_BY(mu_);  // oldest first
+  // Oldest first; entries whose failure was forgotten early stay until they reach the front.
+  std::deque<Remembered> order_ GUARDED_BY(mu_);
+  uint64_t next_serial_ GUARDED_BY(mu_) = 0;
   std::atomic<size_t> remembered_{0};           // failed_.size(), read without the lock
 };
 
