@@ -305,10 +305,9 @@ std::optional<BlockMeta> BlockIndex::EraseIf(const BlockKey& key,
                                              const std::function<bool(const BlockMeta&)>& pred) {
   Shard& shard = ShardFor(key);
   MutexLock lock(shard.mu);
-  const BlockMeta* found = shard.entries.Find(key);
-  if (found == nullptr || !pred(*found)) return std::nullopt;
-  const BlockMeta meta = *found;
-  shard.entries.Erase(key);
+  const std::optional<BlockMeta> erased = shard.entries.EraseIf(key, pred);
+  if (!erased) return std::nullopt;
+  const BlockMeta& meta = *erased;
   if (meta.state == BlockState::kReady) {
     TierOrder& order = tiers_[TierIndex(meta.tier)];
     MutexLock policy_lock(order.mu);

@@ -124,7 +124,7 @@ void BlockIndex::AssignQuotaGroups(const QuotaGroups& groups) {
   if (groups.empty()) return;
   for (const auto& shard : shards_) {
     MutexLock lock(shard->mu);
-    for (auto& [key, meta] : shard->entries) {
+    for (auto [key, meta] : shard->entries) {
       auto it = groups.find(meta.ns);
       if (it == groups.end() || meta.quota_group == it->second) continue;
       const uint8_t group = it->second;

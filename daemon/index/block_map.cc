@@ -16,9 +16,7 @@ std::pair<BlockMeta*, bool> BlockMap::TryEmplace(const BlockKey& key, const Bloc
   return {&entry.meta, true};
 }
 
-bool BlockMap::Erase(const BlockKey& key) {
-  const uint32_t at = slots_.Erase(key, KeyAt());
-  if (at == KeySlots::kNone) return false;
+void BlockMap::FillHole(uint32_t at) {
   const auto last = static_cast<uint32_t>(size_ - 1);
   if (at != last) {
     Entry& moved = EntryAt(last);
@@ -29,7 +27,6 @@ bool BlockMap::Erase(const BlockKey& key) {
   // Keep one spare chunk, so that a shard hovering at a chunk's edge does not allocate and free
   // one per put and erase.
   if (chunks_.size() * kChunkEntries >= size_ + 2 * kChunkEntries) chunks_.pop_back();
-  return true;
 }
 
 }  // namespace kvtier::index

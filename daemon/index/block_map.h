@@ -14,6 +14,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -25,11 +26,6 @@ namespace kvtier::index {
 
 class BlockMap {
  public:
-  struct Entry {
-    BlockKey key;
-    BlockMeta meta;
-  };
-
   BlockMeta* Find(const BlockKey& key) {
     const uint32_t at = slots_.Find(key, KeyAt());
     return at == KeySlots::kNone ? nullptr : &EntryAt(at).meta;
@@ -42,16 +38,32 @@ class BlockMap {
   // added.
   std::pair<BlockMeta*, bool> TryEmplace(const BlockKey& key, const BlockMeta& meta);
   // Removes `key`; false when absent.
-  bool Erase(const BlockKey& key);
+  bool Erase(const BlockKey& key) {
+    return EraseIf(key, [](const BlockMeta&) { return true; }).has_value();
+  }
+  // Removes `key` if it is present and `pred(meta)` holds, finding it once; returns the metadata
+  // it held.
+  template <class Pred>
+  std::optional<BlockMeta> EraseIf(const BlockKey& key, const Pred& pred) {
+    const uint32_t at =
+        slots_.EraseIf(key, KeyAt(), [&](uint32_t node) { return pred(EntryAt(node).meta); });
+    if (at == KeySlots::kNone) return std::nullopt;
+    const BlockMeta meta = EntryAt(at).meta;
+    FillHole(at);
+    return meta;
+  }
   size_t size() const { return size_; }
 
-  // Every entry, in no particular order (range-for over Entry); adding or erasing while iterating
-  // is not allowed.
-  template <class Map, class Value>
+  // Every entry, in no particular order: range-for over (key, meta) pairs, the key read-only (the
+  // table finds entries by it). Adding or erasing while iterating is not allowed.
+  template <class Map, class Meta>
   class Iterator {
    public:
     Iterator(Map* map, size_t at) : map_(map), at_(at) {}
-    Value& operator*() const { return map_->EntryAt(static_cast<uint32_t>(at_)); }
+    std::pair<const BlockKey&, Meta&> operator*() const {
+      auto& entry = map_->EntryAt(static_cast<uint32_t>(at_));
+      return {entry.key, entry.meta};
+    }
     Iterator& operator++() {
       ++at_;
       return *this;
@@ -62,12 +74,17 @@ class BlockMap {
     Map* map_;
     size_t at_;
   };
-  auto begin() { return Iterator<BlockMap, Entry>(this, 0); }
-  auto end() { return Iterator<BlockMap, Entry>(this, size_); }
-  auto begin() const { return Iterator<const BlockMap, const Entry>(this, 0); }
-  auto end() const { return Iterator<const BlockMap, const Entry>(this, size_); }
+  auto begin() { return Iterator<BlockMap, BlockMeta>(this, 0); }
+  auto end() { return Iterator<BlockMap, BlockMeta>(this, size_); }
+  auto begin() const { return Iterator<const BlockMap, const BlockMeta>(this, 0); }
+  auto end() const { return Iterator<const BlockMap, const BlockMeta>(this, size_); }
 
  private:
+  struct Entry {
+    BlockKey key;
+    BlockMeta meta;
+  };
+
   // 64 entries of about 120 bytes: a chunk's slack is small next to a shard of any real size.
   static constexpr size_t kChunkBits = 6;
   static constexpr size_t kChunkEntries = size_t{1} << kChunkBits;
@@ -82,6 +99,8 @@ class BlockMap {
     const BlockKey& operator()(uint32_t at) const { return map->EntryAt(at).key; }
   };
   KeyAtEntry KeyAt() const { return KeyAtEntry{this}; }
+  // Moves the last entry into `at`, whose key the table no longer holds.
+  void FillHole(uint32_t at);
 
   std::vector<std::unique_ptr<Entry[]>> chunks_;
   size_t size_ = 0;

@@ -50,6 +50,30 @@ TEST(BlockMapTest, FindsWhatWasAddedAndNothingElse) {
   EXPECT_EQ(map.size(), 0u);
 }
 
+TEST(BlockMapTest, EraseIfRemovesOnlyWhatThePredicateAcceptsAndReturnsIt) {
+  BlockMap map;
+  for (uint64_t n = 1; n <= 100; ++n) map.TryEmplace(BlockKey{{n, n}}, MetaWithGeneration(n));
+  const auto even = [](const BlockMeta& meta) { return meta.generation % 2 == 0; };
+  EXPECT_FALSE(map.EraseIf(BlockKey{{7, 7}}, even)) << "kept: the predicate refused it";
+  EXPECT_FALSE(map.EraseIf(BlockKey{{7, 8}}, even)) << "absent";
+  const std::optional<BlockMeta> erased = map.EraseIf(BlockKey{{8, 8}}, even);
+  ASSERT_TRUE(erased);
+  EXPECT_EQ(erased->generation, 8u);
+  EXPECT_EQ(map.Find(BlockKey{{8, 8}}), nullptr);
+  std::map<BlockKey, uint64_t> reference;
+  for (uint64_t n = 1; n <= 100; ++n) {
+    if (n != 8) reference.emplace(BlockKey{{n, n}}, n);
+  }
+  ExpectSameContents(map, reference);
+}
+
+TEST(BlockMapTest, AScanChangesMetadataInPlace) {
+  BlockMap map;
+  for (uint64_t n = 1; n <= 70; ++n) map.TryEmplace(BlockKey{{n, 0}}, MetaWithGeneration(n));
+  for (auto [key, meta] : map) meta.reads = static_cast<uint8_t>(key.high);
+  for (uint64_t n = 1; n <= 70; ++n) EXPECT_EQ(map.Find(BlockKey{{n, 0}})->reads, n);
+}
+
 // Random adds and erases against std::map, with random keys and with small keys ({0, n}: the
 // worst case for a table hashed from the key bits), through growth, shrinking below a chunk and
 // growing again: erase moves the last entry into the hole and renumbers its slot, so any slip

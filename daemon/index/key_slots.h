@@ -41,8 +41,14 @@ class KeySlots {
   // Removes `key`; returns the node that held it, or kNone when absent.
   template <class KeyOf>
   uint32_t Erase(const BlockKey& key, const KeyOf& key_of) {
+    return EraseIf(key, key_of, [](uint32_t) { return true; });
+  }
+  // Removes `key` if `pred(node)` holds for the node that holds it, with one probe; returns that
+  // node, or kNone when absent or kept.
+  template <class KeyOf, class Pred>
+  uint32_t EraseIf(const BlockKey& key, const KeyOf& key_of, const Pred& pred) {
     const size_t slot = FindSlot(key, key_of);
-    if (slot == kNoSlot) return kNone;
+    if (slot == kNoSlot || !pred(slots_[slot].node)) return kNone;
     const uint32_t node = slots_[slot].node;
     EraseSlot(slot, key_of);
     --count_;
