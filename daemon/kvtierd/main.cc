@@ -96,6 +96,7 @@ server::ServerOptions ServerOptionsFrom(const config::DaemonConfig& c) {
   o.max_inflight_bytes_per_client = c.max_inflight_bytes_per_client;
   o.idle_timeout_ms = c.idle_timeout_ms;
   o.reader_wait_ms = c.reader_wait_ms;
+  o.payload_send_timeout_ms = std::max<uint64_t>(1, c.lease_timeout_ms / 2);
   o.mover_wait_ms = c.mover_wait_ms;
   o.max_clients = c.max_clients;
   o.latency_histograms = c.latency_histograms;

@@ -261,6 +261,7 @@ std::string StatsToJson(const store::StoreStats& stats, const ProcessInfo& proce
                     {"commands_processed", process.commands_processed},
                     {"protocol_errors", process.protocol_errors},
                     {"lapsed_reply_leases", process.lapsed_reply_leases},
+                    {"stalled_reply_closes", process.stalled_reply_closes},
                     {"staged_set_values", process.staged_set_values},
                     {"rejected_connections", process.rejected_connections},
                     {"gpu_tier", process.gpu_tier_note},
@@ -327,6 +328,10 @@ std::string StatsToPrometheus(const store::StoreStats& stats, const ProcessInfo&
       {"kvtier_lapsed_reply_leases_total", "counter",
        "Large replies cut short (connection closed) because their lease lapsed mid-send.",
        double(process.lapsed_reply_leases)},
+      {"kvtier_stalled_reply_closes_total", "counter",
+       "Connections closed because the client took no piece of a large reply within "
+       "half of store.lease_timeout_ms.",
+       double(process.stalled_reply_closes)},
       {"kvtier_staged_set_values_total", "counter",
        "SET values received straight into their arena slot instead of copied there.",
        double(process.staged_set_values)},

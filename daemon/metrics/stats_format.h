@@ -22,6 +22,7 @@ struct ProcessInfo {
   uint64_t commands_processed = 0;
   uint64_t protocol_errors = 0;
   uint64_t lapsed_reply_leases = 0;   // large replies cut short: their lease lapsed mid-send
+  uint64_t stalled_reply_closes = 0;  // clients that took no piece of a large reply in time
   uint64_t staged_set_values = 0;     // SET values received straight into their arena slot
   uint64_t rejected_connections = 0;  // max_clients reached or uid not allowed
   // Why a tier is absent, for tiers the daemon runs without ("no GPU tier: built without CUDA").

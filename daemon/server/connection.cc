@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <array>
+#include <utility>
 
 #include "common/fd_passing.h"
 #include "daemon/server/listeners.h"
@@ -47,6 +48,7 @@ Connection::Connection(Socket socket, Transport transport, uint64_t id, ServerCo
       strand_(asio::make_strand(socket.get_executor())),
       socket_(std::move(socket)),
       timer_(strand_),
+      send_guard_(strand_),
       session_(server.store, id, transport, server.options.password.empty()),
       parser_(ParserLimits(session_.authenticated())),
       full_limits_(session_.authenticated()),
@@ -101,6 +103,24 @@ void Connection::CloseSocket() {
   error_code ec;
   socket_.close(ec);
   timer_.cancel();
+  send_guard_.cancel();
+}
+
+void Connection::ArmSendGuard() {
+  const uint64_t serial = ++send_guard_serial_;
+  send_guard_.expires_after(std::chrono::milliseconds(server_.options.payload_send_timeout_ms));
+  send_guard_.async_wait([self = shared_from_this(), serial](error_code ec) {
+    // A handler that was already queued when the write ended finds another serial.
+    if (ec || serial != self->send_guard_serial_) return;
+    self->send_guard_fired_ = true;
+    self->CloseSocket();  // the pending write ends with an error; no send runs after this
+  });
+}
+
+bool Connection::DisarmSendGuard() {
+  ++send_guard_serial_;
+  send_guard_.cancel();
+  return std::exchange(send_guard_fired_, false);
 }
 
 void Connection::Touch() {
@@ -113,6 +133,7 @@ void Connection::Finish() {
   finished_ = true;
   closing_ = true;
   timer_.cancel();
+  send_guard_.cancel();
   error_code ec;
   socket_.shutdown(asio::socket_base::shutdown_send, ec);
   socket_.close(ec);
@@ -485,7 +506,15 @@ Connection::Awaitable<bool> Connection::WritePayload(std::string_view preceding,
     const std::array<asio::const_buffer, 2> rest = {
         asio::buffer(pieces[0] + std::min(sent, pieces[0].size())),
         asio::buffer(pieces[1] + (sent - std::min(sent, pieces[0].size())))};
+    // The write waits for the client. The lease was renewed just now; if the client has not
+    // taken the piece before half the lease's time, the connection closes, so that no send
+    // reads the slot after the lease lapses and another block may have been written there.
+    ArmSendGuard();
     co_await asio::async_write(socket_, rest, redirect_error(use_awaitable, ec));
+    if (DisarmSendGuard()) {
+      server_.counters.stalled_reply_closes.fetch_add(1, std::memory_order_relaxed);
+      co_return false;
+    }
     if (ec) co_return false;
     Touch();
   }

@@ -115,6 +115,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
                                std::string_view trailer, size_t* trailer_sent);
   // Ends the leases of every queued payload (the connection is closing).
   void DropLeasedPayloads();
+  // Around a payload piece's write: closes the socket if the write has not ended within
+  // options.payload_send_timeout_ms. Disarm says whether it did.
+  void ArmSendGuard();
+  bool DisarmSendGuard();
   // Writes out_[0, offset), then the rest with `fd` riding on its first byte.
   Awaitable<bool> FlushWithFd(size_t offset, int fd);
 
@@ -130,6 +134,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
   boost::asio::strand<boost::asio::any_io_executor> strand_;
   Socket socket_;
   boost::asio::steady_timer timer_;
+  boost::asio::steady_timer send_guard_;  // ArmSendGuard
+  uint64_t send_guard_serial_ = 0;
+  bool send_guard_fired_ = false;
   Session session_;
   resp::RequestParser parser_;
   StagedValue staged_;

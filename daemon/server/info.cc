@@ -59,6 +59,7 @@ void StatsSection(const ServerContext& server, const store::StoreStats& stats, s
   Field(out, "rejected_connections", server.counters.rejected_connections.load());
   Field(out, "total_error_replies_protocol", server.counters.protocol_errors.load());
   Field(out, "lapsed_reply_leases", server.counters.lapsed_reply_leases.load());
+  Field(out, "stalled_reply_closes", server.counters.stalled_reply_closes.load());
   Field(out, "staged_set_values", server.counters.staged_values.load());
   Field(out, "evicted_keys", stats.evicted_blocks);
 }
@@ -120,6 +121,7 @@ metrics::ProcessInfo MakeProcessInfo(const ServerContext& server) {
   p.commands_processed = server.counters.commands_processed.load();
   p.protocol_errors = server.counters.protocol_errors.load();
   p.lapsed_reply_leases = server.counters.lapsed_reply_leases.load();
+  p.stalled_reply_closes = server.counters.stalled_reply_closes.load();
   p.staged_set_values = server.counters.staged_values.load();
   p.rejected_connections = server.counters.rejected_connections.load();
   p.gpu_tier_note = server.options.gpu_tier_note;

@@ -109,6 +109,37 @@ TEST_F(LeasedReplyTest, LapsedLeaseCutsTheReplyShortAndCloses) {
   EXPECT_EQ(c_.Call({"GET", "k"}), Bulk("replaced"));
 }
 
+// A reader that stops taking a large reply is disconnected within payload_send_timeout_ms, before
+// the value's lease could lapse and its slot take another block: what it got is a prefix of the
+// value's reply, and the lease is back without waiting for its deadline.
+TEST(LeasedReplyStallTest, AReaderThatStopsTakingTheReplyIsClosedBeforeItsLeaseCouldLapse) {
+  ServerOptions o;
+  o.payload_send_timeout_ms = 200;
+  TestServer ts(o, /*with_arena=*/true, /*capacity_bytes=*/uint64_t{64} << 20);
+  ASSERT_TRUE(ts.status().ok()) << ts.status().ToString();
+  TestClient c = ts.ConnectUnix();
+  const std::string value = Value(8 << 20, 'g');
+  ASSERT_EQ(c.Call({"SET", "k", value}), "+OK\r\n");
+  TestClient reader = SlowReader(ts);
+  ASSERT_TRUE(reader.Send("*2\r\n$3\r\nGET\r\n$1\r\nk\r\n"));
+  for (int i = 0; i < 1000 && ts.store().Stats().leases_active == 0; ++i) {
+    std::this_thread::sleep_for(1ms);
+  }
+  ASSERT_EQ(ts.store().Stats().leases_active, 1u);
+  // The reader takes nothing; the store's clock stands still, so the lease never lapses here:
+  // only the send's own timeout can end it.
+  EXPECT_TRUE(ts.WaitForLeases(0)) << "the stalled reply still holds its lease";
+  bool closed = false;
+  const std::string got = reader.ReadUntilClosed(&closed);
+  EXPECT_TRUE(closed);
+  const std::string whole = Bulk(value);
+  EXPECT_LT(got.size(), whole.size());
+  EXPECT_EQ(got, whole.substr(0, got.size())) << "only the value's own bytes";
+  EXPECT_EQ(ts.server().Stats().stalled_reply_closes, 1u);
+  EXPECT_EQ(ts.server().Stats().lapsed_reply_leases, 0u);
+  EXPECT_TRUE(SameReply(c.Call({"GET", "k"}), whole)) << "a reader that keeps up is served";
+}
+
 TEST(LeasedReplyWaitTest, WriterGivesUpAfterReaderWaitAndDelLeavesTheKey) {
   ServerOptions o;
   o.reader_wait_ms = 50;

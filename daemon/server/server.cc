@@ -351,6 +351,7 @@ ServerStats Server::Stats() const {
   s.commands_processed = c.commands_processed.load();
   s.protocol_errors = c.protocol_errors.load();
   s.lapsed_reply_leases = c.lapsed_reply_leases.load();
+  s.stalled_reply_closes = c.stalled_reply_closes.load();
   s.staged_set_values = c.staged_values.load();
   s.rejected_connections = c.rejected_connections.load();
   return s;

@@ -75,6 +75,11 @@ struct ServerOptions {
   // SET, MSET and DEL of a value that another client is still receiving (a large GET reply goes
   // out straight from the value's slot, under a lease) wait this long for it, then answer BUSY.
   uint64_t reader_wait_ms = 10'000;
+  // A large reply goes out straight from the value's slot, in pieces of up to 4 MiB, each under
+  // a lease renewed just before it. A client that has not taken a piece within this time is
+  // disconnected: once the lease lapses (store.lease_timeout_ms) the slot may hold another block,
+  // and no later send may read from it. Kept below the lease timeout (kvtierd: half of it).
+  uint64_t payload_send_timeout_ms = 15'000;
   // A put that finds the host tier full, or a read of a block on NVMe, waits this long for the
   // background mover (the store answers kPending meanwhile; the connection serves others), then
   // answers BUSY (a put) or a miss (a read).
@@ -97,6 +102,9 @@ struct ServerStats {
   // Large replies cut short because the value's lease lapsed while the client read it slowly
   // (the connection was closed rather than finish the reply with bytes that may have changed).
   uint64_t lapsed_reply_leases = 0;
+  // Connections closed because the client took no piece of a large reply within
+  // payload_send_timeout_ms (before the value's lease could lapse under the send).
+  uint64_t stalled_reply_closes = 0;
   // SET values received straight into their arena slot (staged_value.h), not copied there.
   uint64_t staged_set_values = 0;
   uint64_t rejected_connections = 0;  // max_clients reached or uid not allowed

@@ -33,6 +33,7 @@ struct ServerCounters {
   std::atomic<uint64_t> commands_processed{0};
   std::atomic<uint64_t> protocol_errors{0};
   std::atomic<uint64_t> lapsed_reply_leases{0};
+  std::atomic<uint64_t> stalled_reply_closes{0};
   std::atomic<uint64_t> staged_values{0};
   std::atomic<uint64_t> rejected_connections{0};
 };
