@@ -68,7 +68,7 @@ std::string_view ReserveOne(CommandContext& ctx, const NamespaceId& ns, const Bl
     (void)ctx.server.store.AbortPut(r->id);
     return "REJECTED";
   }
-  ctx.session.AddReservation(r->id);
+  ctx.session.AddReservation(r->id, /*client_writes=*/true);
   ctx.Found(r->tier);
   out = *r;
   return "OK";

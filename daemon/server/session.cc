@@ -18,12 +18,16 @@ void ShrinkIfEmpty(std::unordered_set<uint64_t>& ids) {
 
 void Session::ShrinkIfEmpty() {
   server::ShrinkIfEmpty(reservations_);
+  server::ShrinkIfEmpty(client_written_);
   server::ShrinkIfEmpty(leases_);
 }
 
 void Session::EndAll() {
-  for (uint64_t id : reservations_) (void)store_.AbortPut(id);
+  for (uint64_t id : reservations_) {
+    (void)(client_written_.contains(id) ? store_.AbandonPut(id) : store_.AbortPut(id));
+  }
   reservations_.clear();
+  client_written_.clear();
   for (uint64_t id : leases_) (void)store_.Release(id);
   leases_.clear();
   ShrinkIfEmpty();

@@ -62,9 +62,18 @@ class Session {
   bool arena_attached() const { return arena_attached_; }
   void set_arena_attached() { arena_attached_ = true; }
 
-  void AddReservation(uint64_t id) { reservations_.insert(id); }
+  // `client_writes`: the client copies into the slot itself (KVT.RESERVE), so it may still be
+  // writing when the connection ends; the daemon's own (a SET value received into its slot) stop
+  // with the connection.
+  void AddReservation(uint64_t id, bool client_writes) {
+    reservations_.insert(id);
+    if (client_writes) client_written_.insert(id);
+  }
   // Forgets `id` and returns true when this session holds it; false for anyone else's id.
-  bool TakeReservation(uint64_t id) { return reservations_.erase(id) == 1; }
+  bool TakeReservation(uint64_t id) {
+    client_written_.erase(id);
+    return reservations_.erase(id) == 1;
+  }
   void AddLease(uint64_t id) { leases_.insert(id); }
   bool TakeLease(uint64_t id) { return leases_.erase(id) == 1; }
   size_t reservations_held() const { return reservations_.size(); }
@@ -74,8 +83,11 @@ class Session {
   // not keep megabytes while idle.
   void ShrinkIfEmpty();
 
-  // Aborts every reservation and releases every lease still held. Ids the store has already
-  // expired answer NOTFOUND there, which is fine: they are gone either way.
+  // Aborts every reservation and releases every lease still held. A reservation the client writes
+  // is abandoned instead (Store::AbandonPut): its slot stays quarantined, since the connection
+  // may have ended (the daemon's idle timeout, a protocol error) while the client still copies
+  // into it. Ids the store has already expired answer NOTFOUND there, which is fine: they are
+  // gone either way.
   void EndAll();
 
  private:
@@ -89,6 +101,7 @@ class Session {
   GpuImporters::Hold gpu_pool_hold_;
   std::string name_;
   std::unordered_set<uint64_t> reservations_;
+  std::unordered_set<uint64_t> client_written_;  // the reservations that KVT.RESERVE made
   std::unordered_set<uint64_t> leases_;
 };
 

@@ -235,6 +235,25 @@ TEST_F(ShmPathTest, AClientKilledMidPutLeavesNoPartialBlock) {
   EXPECT_EQ(c_.Call({"KVT.PUT", ns_, keys, std::string(kBlockBytes, 'w')}), "*1\r\n+OK\r\n");
 }
 
+// The connection may end while the client still copies into its slot (the daemon closed it: an
+// idle timeout, a protocol error): the slot is not handed to another writer before the
+// quarantine ends, so a late copy cannot land in someone else's block.
+TEST_F(ShmPathTest, AReservationLeftByAClosedConnectionIsNotGivenToTheNextWriter) {
+  TestClient writer = ts_.ConnectUnix();
+  std::unique_ptr<Mapping> map = Attach(writer);
+  std::vector<Grant> r = Grants(
+      writer.Call({"KVT.RESERVE", ns_, PackKeys({TestKey(5)}), std::to_string(kBlockBytes)}));
+  ASSERT_EQ(r.at(0).status, "OK");
+  writer.Close();
+  ASSERT_TRUE(ts_.WaitForClients(1));
+  EXPECT_EQ(ts_.store().Stats().blocks_quarantined, 1u);
+  std::vector<Grant> next =
+      Grants(c_.Call({"KVT.RESERVE", ns_, PackKeys({TestKey(6)}), std::to_string(kBlockBytes)}));
+  ASSERT_EQ(next.at(0).status, "OK");
+  EXPECT_NE(next[0].offset, r[0].offset);
+  EXPECT_EQ(c_.Call({"KVT.ABORT", std::to_string(next[0].id)}), "*1\r\n+OK\r\n");
+}
+
 TEST_F(ShmPathTest, AClientKilledMidGetLeavesNoLease) {
   const std::string keys = PackKeys({TestKey(4)});
   ASSERT_EQ(c_.Call({"KVT.PUT", ns_, keys, std::string(kBlockBytes, 'r')}), "*1\r\n+OK\r\n");

@@ -54,7 +54,7 @@ void StagedValue::MaybeBegin(ServerContext& server, Session& session, resp::Requ
     (void)server.store.AbortPut(r->id);
     return;
   }
-  session.AddReservation(r->id);
+  session.AddReservation(r->id, /*client_writes=*/false);
   reservation_ = r->id;
   server.counters.staged_values.fetch_add(1, std::memory_order_relaxed);
 }

@@ -21,6 +21,15 @@ std::optional<ReservationRecord> ReservationTable::Find(uint64_t id, bool erase)
   return record;
 }
 
+std::optional<ReservationRecord> ReservationTable::Quarantine(uint64_t id, uint64_t until_us) {
+  MutexLock lock(mu_);
+  auto it = reservations_.find(id);
+  if (it == reservations_.end() || it->second.expired) return std::nullopt;
+  it->second.expired = true;
+  it->second.deadline_us = until_us;
+  return it->second;
+}
+
 bool ReservationTable::Renew(uint64_t id, uint64_t deadline_us) {
   MutexLock lock(mu_);
   auto it = reservations_.find(id);

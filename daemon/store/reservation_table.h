@@ -40,6 +40,9 @@ class ReservationTable {
   std::optional<ReservationRecord> Find(uint64_t id, bool erase);
   // false when the reservation is not open any more (finished, or timed out).
   bool Renew(uint64_t id, uint64_t deadline_us);
+  // Quarantines open reservation `id` until `until_us`, as if it had timed out now; its record,
+  // or nullopt when it is unknown or already quarantined.
+  std::optional<ReservationRecord> Quarantine(uint64_t id, uint64_t until_us);
 
   struct Expired {
     std::vector<ReservationRecord> timed_out;  // now quarantined: their blocks go now

@@ -342,9 +342,7 @@ size_t Store::ExpireDeadlines() {
   const auto [timed_out, released] =
       reservations_.Expire(now, kQuarantineFactor * options_.reservation_timeout_us);
   for (const ReservationRecord& r : timed_out) {
-    index_->EraseIf(r.key, [&](const BlockMeta& m) {
-      return m.state == BlockState::kWriting && m.generation == r.generation;
-    });
+    ForgetWriting(r);
     counters_.expired_reservations.fetch_add(1);
     counters_.aborted_puts.fetch_add(1);
   }

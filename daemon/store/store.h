@@ -151,6 +151,12 @@ class Store {
 
   // Gives a reservation back. kNotFound when unknown.
   Status AbortPut(uint64_t reservation_id);
+  // Gives back a reservation whose writer may still be copying into the slot from another process
+  // (its connection closed under it, the daemon's idle timeout say): the block leaves the index
+  // now, as at AbortPut, but the slot stays quarantined like a timed-out reservation's (see
+  // ExpireDeadlines), so that a late write lands on space nobody else was given. kNotFound when
+  // unknown; a reservation already quarantined stays as it is.
+  Status AbandonPut(uint64_t reservation_id);
 
   // Copy-in convenience: BeginPut, write `bytes` through the tier, CommitPut. `reservation_id`,
   // when given, receives the reservation's id (for WriteThroughPending).
@@ -646,7 +652,9 @@ class Store {
                        std::optional<uint64_t> checksum);
   // Second half of CommitPut and CommitPutAs: the record has left reservations_.
   Status Publish(const ReservationRecord& record, std::optional<uint64_t> checksum);
-  // Removes a reservation's kWriting entry (only that incarnation) and frees its extent.
+  // Removes a reservation's kWriting entry (only that incarnation); its extent stays allocated.
+  void ForgetWriting(const ReservationRecord& record);
+  // ForgetWriting, and frees the extent.
   void DiscardWriting(const ReservationRecord& record);
   // Frees a block's extent in its tier after it left the index.
   void FreeExtent(const index::BlockMeta& meta);

@@ -195,10 +195,27 @@ Status Store::AbortPut(uint64_t reservation_id) {
   return Status::Ok();
 }
 
-void Store::DiscardWriting(const ReservationRecord& record) {
+Status Store::AbandonPut(uint64_t reservation_id) {
+  const uint64_t until = clock_.NowMicros() + kQuarantineFactor * options_.reservation_timeout_us;
+  std::optional<ReservationRecord> record = reservations_.Quarantine(reservation_id, until);
+  if (!record) {
+    return reservations_.Find(reservation_id, /*erase=*/false)
+               ? Status::Ok()
+               : NotFound("no reservation " + std::to_string(reservation_id));
+  }
+  ForgetWriting(*record);  // as at a timeout: the extent is freed when the quarantine ends
+  counters_.aborted_puts.fetch_add(1);
+  return Status::Ok();
+}
+
+void Store::ForgetWriting(const ReservationRecord& record) {
   index_->EraseIf(record.key, [&](const BlockMeta& m) {
     return m.state == BlockState::kWriting && m.generation == record.generation;
   });
+}
+
+void Store::DiscardWriting(const ReservationRecord& record) {
+  ForgetWriting(record);
   tier(record.tier)->Free(record.extent);
   counters_.aborted_puts.fetch_add(1);
 }

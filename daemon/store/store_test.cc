@@ -528,6 +528,40 @@ TEST(StoreRaceTest, ALateWriterNeverOverwritesAnotherBlock) {
   EXPECT_EQ(host.Stats().block_count, 1u);
 }
 
+// A writer whose connection ended may still be copying into its slot from its own process: the
+// abandoned reservation's block goes at once, its slot only after the quarantine.
+TEST(StoreReservationTest, AnAbandonedReservationKeepsItsSlotQuarantined) {
+  FakeClock clock;
+  FakeTier host(TierId::kHost, 2 * kBlock);
+  StoreOptions options;
+  options.reservation_timeout_us = 1'000'000;
+  auto store = Store::Create(options, {&host}, clock);
+  ASSERT_TRUE(store.ok());
+  Store& s = **store;
+  ASSERT_TRUE(s.RegisterNamespace({kNs, 16, kBlock, "t"}).ok());
+  ASSERT_TRUE(s.Put(kNs, Key(0), Payload(0)).ok());
+  auto gone = s.BeginPut(kNs, Key(1), kBlock);
+  ASSERT_TRUE(gone.ok());
+  ASSERT_TRUE(s.AbandonPut(gone->id).ok());
+  EXPECT_TRUE(s.AbandonPut(gone->id).ok()) << "already quarantined: stays so";
+  EXPECT_EQ(s.AbandonPut(gone->id + 1000).code(), StatusCode::kNotFound);
+  EXPECT_EQ(s.Stats().blocks_writing, 0u);
+  EXPECT_EQ(s.Stats().blocks_quarantined, 1u);
+  EXPECT_FALSE(s.RenewReservation(gone->id)) << "nothing more may be written there";
+  // The slot is not given to the next put: it evicts the block it found instead.
+  ASSERT_TRUE(s.Put(kNs, Key(2), Payload(2)).ok());
+  std::vector<std::byte> late = Payload(1);
+  std::memcpy(gone->address, late.data(), late.size());  // the writer's copy lands late
+  std::vector<std::byte> out;
+  ASSERT_TRUE(s.Get(kNs, Key(2), out).ok());
+  EXPECT_EQ(out, Payload(2));
+  EXPECT_EQ(s.CommitPut(gone->id).code(), StatusCode::kNotFound);
+  clock.AdvanceMicros(Store::kQuarantineFactor * 1'000'000 + 1);
+  s.ExpireDeadlines();
+  EXPECT_EQ(s.Stats().blocks_quarantined, 0u);
+  EXPECT_EQ(host.Stats().block_count, 1u) << "the slot is free again";
+}
+
 // Regression: a put of a key held by another namespace answered "already stored", so the caller
 // skipped its copy and then never found the block.
 TEST(StoreRaceTest, AKeyOfAnotherNamespaceIsNeverAlreadyStored) {
