@@ -147,6 +147,14 @@ class Tier {
   // restart (the NVMe tier's catalog); a no-op for the others. Best effort: nothing to report.
   virtual void RecordUse(const Extent& extent) {}
 
+  // The block at `extent`, written as cache (BlockWrite::must_survive_restart false), is now
+  // acknowledged as durable: from here on the tier treats it as written with must_survive_restart
+  // (the NVMe tier: synced on the acknowledged blocks' schedule). Asked of a write-through put
+  // whose block was demoted before its own copy was made. Errors: kNotFound when no block is at
+  // `extent`; kDeviceError when a restart would not find it (its record could not be written).
+  // Tiers that keep nothing across a restart have nothing to do.
+  virtual Status MustSurviveRestart(const Extent& extent) { return Status::Ok(); }
+
   virtual TierStats Stats() const = 0;
 
   // Device counters beyond TierStats (NVMe: reads, bytes written to the device, checksum

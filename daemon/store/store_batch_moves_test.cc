@@ -157,5 +157,49 @@ TEST_F(StoreBatchMovesTest, AWriteThroughOfABlockReplacedMeanwhileIsSkippedAndEn
   EXPECT_EQ(store_->Stats().write_through_failures, 0u);
 }
 
+// Regression: a block whose write-through copy was still queued could be dropped from the host
+// tier to make room (drop_when_disk_lags: puts take their room from blocks not yet on NVMe), and
+// its put was then told that the block was on NVMe.
+TEST_F(StoreBatchMovesTest, AWriteThroughWhoseBlockWasDroppedFirstIsNotAcknowledged) {
+  StoreOptions options;
+  options.background_disk_moves = true;
+  options.nvme_write_through = true;
+  options.drop_when_disk_lags = true;
+  Build({1, 8}, /*last_addressable=*/false, options);
+  uint64_t id = 0;
+  ASSERT_TRUE(store_->Put(kNs, Key(0), Payload(0), &id).ok());
+  ASSERT_TRUE(store_->WriteThroughPending(id));
+  ASSERT_TRUE(store_->Put(kNs, Key(1), Payload(1)).ok()) << "takes block 0's room";
+  EXPECT_EQ(TierOf(0), TierId::kGpu) << "absent";
+  EXPECT_FALSE(store_->WriteThroughPending(id)) << "its wait ends at once";
+  std::optional<Status> outcome = store_->TakeWriteThroughOutcome(id);
+  ASSERT_TRUE(outcome.has_value());
+  EXPECT_EQ(outcome->code(), StatusCode::kBusy) << outcome->ToString();
+  // The mover finds the request later and nothing to copy; the failure stands.
+  store_->WriteThrough(store_->TakeWriteThroughRequests(8));
+  EXPECT_EQ(nvme().block_writes(), 1u) << "block 1's copy only";
+  EXPECT_EQ(store_->Stats().write_through_failures, 1u);
+}
+
+// Regression: a block demoted to NVMe before its write-through copy was made was acknowledged
+// with that demotion's copy, which was written as cache: not synced on the acknowledged blocks'
+// schedule, so a power cut could take what the put was told is durable.
+TEST_F(StoreBatchMovesTest, AWriteThroughWhoseBlockWasDemotedFirstMakesThatCopyDurable) {
+  StoreOptions options;
+  options.background_disk_moves = true;
+  options.nvme_write_through = true;
+  Build({8, 32}, /*last_addressable=*/false, options);
+  uint64_t id = 0;
+  ASSERT_TRUE(store_->Put(kNs, Key(0), Payload(0), &id).ok());
+  store_->EvictToTarget(TierId::kHost, 0, 8);  // the watermark's demotion comes first
+  ASSERT_EQ(TierOf(0), TierId::kNvme);
+  EXPECT_EQ(nvme().must_survive_count(), 0u) << "written as cache";
+  store_->WriteThrough(store_->TakeWriteThroughRequests(8));
+  EXPECT_FALSE(store_->WriteThroughPending(id));
+  EXPECT_TRUE(store_->TakeWriteThroughOutcome(id).value_or(Internal("pending")).ok());
+  EXPECT_EQ(nvme().must_survive_count(), 1u) << "now acknowledged as durable";
+  EXPECT_EQ(nvme().block_writes(), 1u) << "no second copy";
+}
+
 }  // namespace
 }  // namespace kvtier::store

@@ -150,6 +150,14 @@ bool Store::SettleEviction(const BlockKey& key, const BlockMeta& meta, const Evi
     cause = EvictionCause::kNoRoomBelow;
   }
   RecordDeparture(key, *gone, DepartureReason::kEvicted, cause, &fill);
+  if (options_.nvme_write_through && move_requests_.WriteThroughPending(gone->generation)) {
+    // Its put still waits for the copy to NVMe, which can no longer be made: it must not hear
+    // that the block is on NVMe.
+    counters_.write_through_failures.fetch_add(1);
+    move_requests_.FinishWriteThrough(gone->generation,
+                                      Busy("the block left memory before its copy reached NVMe (" +
+                                           std::string(EvictionCauseName(cause)) + ")"));
+  }
   counters_.evicted_blocks.fetch_add(1);
   if (NamespaceCounters* c = namespaces_.Counters(gone->ns)) {
     c->evictions.fetch_add(1, std::memory_order_relaxed);

@@ -269,9 +269,15 @@ std::optional<Store::PinnedMove> Store::PrepareWriteThrough(size_t level,
   // Pinned as a reader pins it, so readers that lease a block just committed do not keep its copy
   // from being made: only its bytes are read, and they never change.
   BlockMeta meta;
+  std::optional<Extent> on_nvme;
   Status pinned = index_->Update(r.key, [&](BlockMeta& m) {
-    if (m.generation != r.generation || m.has_shadow || m.tier == TierId::kNvme) {
-      return NotFound("block changed");  // replaced, removed or on NVMe: nothing to write
+    if (m.generation != r.generation || m.has_shadow) {
+      return NotFound("block changed");  // replaced or removed, or copied: nothing to write
+    }
+    if (m.tier == TierId::kNvme) {
+      // Demoted before its copy was made: written as cache, it is the copy the put is owed.
+      on_nvme = m.extent;
+      return NotFound("on NVMe");
     }
     if (m.state != BlockState::kReady || m.tier != TierId::kHost) {
       return Busy("it left the host tier for " + std::string(TierName(m.tier)) +
@@ -281,9 +287,16 @@ std::optional<Store::PinnedMove> Store::PrepareWriteThrough(size_t level,
     meta = m;
     return Status::Ok();
   });
+  if (on_nvme) {
+    outcome = tier(TierId::kNvme)->MustSurviveRestart(*on_nvme);
+    // Gone from NVMe as well since (evicted): as if it went after the acknowledgement.
+    if (outcome.code() == StatusCode::kNotFound) outcome = Status::Ok();
+    if (!outcome.ok()) counters_.write_through_failures.fetch_add(1);
+    return std::nullopt;
+  }
   if (!pinned.ok()) {
-    // Gone (replaced, removed, or evicted, as a block with its copy could have been later) or on
-    // NVMe: no copy is owed. Elsewhere (the GPU tier), it is in memory only.
+    // Gone: replaced or removed (no copy is owed), or evicted, when SettleEviction has told the
+    // put already. Elsewhere (the GPU tier), it is in memory only.
     if (pinned.code() != StatusCode::kNotFound) {
       counters_.write_through_failures.fetch_add(1);
       outcome = pinned;

@@ -17,9 +17,10 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
-#include <thread>
 #include <map>
+#include <set>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include "common/thread_annotations.h"
@@ -63,6 +64,7 @@ class FakeTier final : public tiers::Tier {
       return;
     }
     allocated_.erase(it);
+    must_survive_.erase(e.offset);
     used_ -= e.length;
     --blocks_;
     auto [pos, inserted] = free_.emplace(e.offset, e.length);
@@ -128,6 +130,21 @@ class FakeTier final : public tiers::Tier {
       write_batches_.push_back(writes.size());
     }
     Tier::WriteBlocks(writes);
+    MutexLock lock(mu_);
+    for (const tiers::BlockWrite& w : writes) {
+      if (w.status.ok() && w.must_survive_restart) must_survive_.insert(w.extent.offset);
+    }
+  }
+  Status MustSurviveRestart(const Extent& e) override {
+    MutexLock lock(mu_);
+    if (!written_.contains(e.offset)) return NotFound("fake tier: no block there");
+    must_survive_.insert(e.offset);
+    return Status::Ok();
+  }
+  // Blocks written with must_survive_restart or made so by MustSurviveRestart (and not freed).
+  size_t must_survive_count() const {
+    MutexLock lock(mu_);
+    return must_survive_.size();
   }
   void ReadBlocks(std::span<tiers::BlockRead> reads) override {
     {
@@ -231,6 +248,7 @@ class FakeTier final : public tiers::Tier {
   std::vector<size_t> write_batches_ GUARDED_BY(mu_);
   std::vector<size_t> read_batches_ GUARDED_BY(mu_);
   std::vector<BlockKey> failing_keys_ GUARDED_BY(mu_);
+  std::set<uint64_t> must_survive_ GUARDED_BY(mu_);  // offsets
 };
 
 }  // namespace kvtier::testing

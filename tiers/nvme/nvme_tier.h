@@ -174,6 +174,9 @@ class NvmeTier final : public Tier {
   // Puts the block's catalog record again with the current time as its last access, so that a
   // restart orders it as just used. Not for a block without a record (Write, or a failed put).
   void RecordUse(const Extent& extent) override;
+  // Counts the block among the acknowledged writes (unsynced_writes), so that it is synced on
+  // their schedule.
+  Status MustSurviveRestart(const Extent& extent) override;
   TierStats Stats() const override;
   // The NvmeStats fields, through VisitNvmeStats.
   void VisitDeviceStats(const std::function<void(std::string_view, double)>& visit) const override {

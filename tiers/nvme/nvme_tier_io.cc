@@ -142,6 +142,22 @@ void NvmeTier::RecordUse(const Extent& extent) {
   (void)PutRecord(extent.offset, entry, /*access=*/true);  // a lost refresh costs only recency
 }
 
+Status NvmeTier::MustSurviveRestart(const Extent& extent) {
+  {
+    MutexLock lock(mu_);
+    auto it = blocks_.find(extent.offset);
+    if (it == blocks_.end()) return NotFound("nvme: no block at that extent");
+    if (!it->second.durable) {
+      return DeviceError(
+          "nvme: the catalog holds no record of the block, so a restart would not "
+          "find it");
+    }
+  }
+  // Synced already when every write is: nothing waits.
+  if (!options_.sync_writes) unsynced_acknowledged_.fetch_add(1, std::memory_order_acq_rel);
+  return Status::Ok();
+}
+
 Status NvmeTier::PutRecord(uint64_t offset, const Entry& entry, bool access) {
   MutexLock lock(catalog_mu_);
   auto owner = owner_.find(entry.id);

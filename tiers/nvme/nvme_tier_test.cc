@@ -176,6 +176,26 @@ TEST_P(NvmeTierTest, CountsWritesUntilASyncAndWriteThroughCopiesApart) {
   EXPECT_EQ(tier->unsynced_writes().acknowledged, 0u);
 }
 
+// A block written as cache whose put is then acknowledged as durable (its write-through copy
+// was owed, and this is it) counts toward the acknowledged blocks' sync from then on.
+TEST_P(NvmeTierTest, ACacheCopyMadeToSurviveARestartCountsAsAcknowledged) {
+  auto tier = OpenTier(Opts());
+  const Extent cached = Put(*tier, 1, 4096);
+  EXPECT_EQ(tier->unsynced_writes().acknowledged, 0u);
+  ASSERT_TRUE(tier->MustSurviveRestart(cached).ok());
+  EXPECT_EQ(tier->unsynced_writes().acknowledged, 1u);
+  ASSERT_TRUE(tier->Sync().ok());
+  EXPECT_EQ(tier->unsynced_writes().acknowledged, 0u);
+  auto empty = tier->Allocate(4096);
+  ASSERT_TRUE(empty.ok());
+  EXPECT_EQ(tier->MustSurviveRestart(*empty).code(), StatusCode::kNotFound);
+  // Written without an identity: no catalog record, so a restart would not find it.
+  AlignedBuffer buf(4096);
+  Fill(buf.span(), 2);
+  ASSERT_TRUE(tier->Write(*empty, buf.span()).ok());
+  EXPECT_EQ(tier->MustSurviveRestart(*empty).code(), StatusCode::kDeviceError);
+}
+
 TEST_P(NvmeTierTest, RestartRecoversWrittenBlocksAndForgetsFreedOnes) {
   auto o = Opts();
   std::vector<Extent> extents;
