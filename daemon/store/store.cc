@@ -221,15 +221,18 @@ void Store::EndLease(const LeaseRecord& lease) {
   });
   (void)st;  // The block cannot vanish while leased; a failure here would be a bug in the index.
   if (lease.corrupt && meta) DropCorrupt(lease.key, *meta);
-  if (!namespaces_.Registered(lease.ns)) {
-    // The namespace was dropped while this block was being read: it goes now.
-    std::optional<BlockMeta> gone = index_->EraseIf(
-        lease.key, [&](const BlockMeta& m) { return m.lease_count == 0 && m.ns == lease.ns; });
-    if (gone) {
-      FreeExtent(*gone);
-      RecordDeparture(lease.key, *gone, DepartureReason::kNamespaceDropped);
-      counters_.removed_blocks.fetch_add(1);
-    }
+  RemoveIfNamespaceDropped(lease.key, lease.ns);
+}
+
+void Store::RemoveIfNamespaceDropped(const BlockKey& key, const NamespaceId& ns) {
+  if (namespaces_.Registered(ns)) return;
+  // DropNamespace skipped the block while it was leased or pinned for a move: it goes now.
+  std::optional<BlockMeta> gone =
+      index_->EraseIf(key, [&](const BlockMeta& m) { return m.lease_count == 0 && m.ns == ns; });
+  if (gone) {
+    FreeExtent(*gone);
+    RecordDeparture(key, *gone, DepartureReason::kNamespaceDropped);
+    counters_.removed_blocks.fetch_add(1);
   }
 }
 

@@ -239,6 +239,7 @@ Store::DemoteOutcome Store::DemoteIntoShadow(size_t level, const BlockKey& key,
     return DemoteOutcome::kBlockChanged;
   }
   tiers_[level]->Free(meta.extent);
+  RemoveIfNamespaceDropped(key, meta.ns);
   return DemoteOutcome::kMoved;
 }
 

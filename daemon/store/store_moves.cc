@@ -29,10 +29,13 @@ bool Store::PinForMove(const BlockKey& key, const BlockMeta& meta) {
 }
 
 void Store::UnpinAfterMove(const BlockKey& key) {
-  (void)index_->Update(key, [](BlockMeta& m) {
+  std::optional<NamespaceId> ns;
+  (void)index_->Update(key, [&](BlockMeta& m) {
     --m.lease_count;
+    ns = m.ns;
     return Status::Ok();
   });
+  if (ns) RemoveIfNamespaceDropped(key, *ns);
 }
 
 Result<Store::PinnedMove> Store::PrepareMove(size_t to_level, const BlockKey& key,
@@ -127,7 +130,9 @@ Status Store::MoveInIndex(const BlockKey& key, const BlockMeta& meta, TierId to,
                         : meta.has_shadow && to != TierId::kNvme ? Shadow::kKeep
                                                                  : Shadow::kForget;
   // MoveTier takes our pin back with the move; it refuses while readers hold leases too.
-  return index_->MoveTier(key, meta, to, dst, /*mover_pins=*/1, shadow);
+  Status moved = index_->MoveTier(key, meta, to, dst, /*mover_pins=*/1, shadow);
+  if (moved.ok()) RemoveIfNamespaceDropped(key, meta.ns);
+  return moved;
 }
 
 void Store::CountCopyError(const tiers::Tier& from, const tiers::Tier& to) {
