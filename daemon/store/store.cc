@@ -221,14 +221,18 @@ void Store::EndLease(const LeaseRecord& lease) {
   });
   (void)st;  // The block cannot vanish while leased; a failure here would be a bug in the index.
   if (lease.corrupt && meta) DropCorrupt(lease.key, *meta);
-  RemoveIfNamespaceDropped(lease.key, lease.ns);
+  if (meta) RemoveIfNamespaceDropped(lease.key, *meta);
 }
 
-void Store::RemoveIfNamespaceDropped(const BlockKey& key, const NamespaceId& ns) {
-  if (namespaces_.Registered(ns)) return;
-  // DropNamespace skipped the block while it was leased or pinned for a move: it goes now.
-  std::optional<BlockMeta> gone =
-      index_->EraseIf(key, [&](const BlockMeta& m) { return m.lease_count == 0 && m.ns == ns; });
+void Store::RemoveIfNamespaceDropped(const BlockKey& key, const BlockMeta& meta) {
+  if (namespaces_.Registered(meta.ns)) return;
+  // DropNamespace skipped the block while it was leased or pinned for a move: it goes now. Only
+  // this incarnation: were the namespace registered again and the key put anew meanwhile, the
+  // new block (being written, say) is not this one's to remove.
+  std::optional<BlockMeta> gone = index_->EraseIf(key, [&](const BlockMeta& m) {
+    return m.lease_count == 0 && m.ns == meta.ns && m.generation == meta.generation &&
+           m.state == BlockState::kReady;
+  });
   if (gone) {
     FreeExtent(*gone);
     RecordDeparture(key, *gone, DepartureReason::kNamespaceDropped);

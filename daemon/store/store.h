@@ -660,9 +660,10 @@ class Store {
   void FreeExtent(const index::BlockMeta& meta);
   // Ends a lease and drops the block if its namespace has been dropped meanwhile.
   void EndLease(const LeaseRecord& lease);
-  // After a lease or a mover's pin of the block ended: removes it (unless still leased) when
-  // namespace `ns` has been dropped meanwhile, as DropNamespace would have.
-  void RemoveIfNamespaceDropped(const BlockKey& key, const NamespaceId& ns);
+  // After a lease or a mover's pin of the block ended: removes it (unless still leased, or no
+  // longer the incarnation `meta` describes) when its namespace has been dropped meanwhile, as
+  // DropNamespace would have.
+  void RemoveIfNamespaceDropped(const BlockKey& key, const index::BlockMeta& meta);
 
   const StoreOptions options_;
   const std::vector<tiers::Tier*> tiers_;

@@ -239,7 +239,7 @@ Store::DemoteOutcome Store::DemoteIntoShadow(size_t level, const BlockKey& key,
     return DemoteOutcome::kBlockChanged;
   }
   tiers_[level]->Free(meta.extent);
-  RemoveIfNamespaceDropped(key, meta.ns);
+  RemoveIfNamespaceDropped(key, meta);
   return DemoteOutcome::kMoved;
 }
 

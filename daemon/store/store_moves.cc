@@ -29,13 +29,13 @@ bool Store::PinForMove(const BlockKey& key, const BlockMeta& meta) {
 }
 
 void Store::UnpinAfterMove(const BlockKey& key) {
-  std::optional<NamespaceId> ns;
+  std::optional<BlockMeta> meta;
   (void)index_->Update(key, [&](BlockMeta& m) {
     --m.lease_count;
-    ns = m.ns;
+    meta = m;
     return Status::Ok();
   });
-  if (ns) RemoveIfNamespaceDropped(key, *ns);
+  if (meta) RemoveIfNamespaceDropped(key, *meta);
 }
 
 Result<Store::PinnedMove> Store::PrepareMove(size_t to_level, const BlockKey& key,
@@ -131,7 +131,7 @@ Status Store::MoveInIndex(const BlockKey& key, const BlockMeta& meta, TierId to,
                                                                  : Shadow::kForget;
   // MoveTier takes our pin back with the move; it refuses while readers hold leases too.
   Status moved = index_->MoveTier(key, meta, to, dst, /*mover_pins=*/1, shadow);
-  if (moved.ok()) RemoveIfNamespaceDropped(key, meta.ns);
+  if (moved.ok()) RemoveIfNamespaceDropped(key, meta);
   return moved;
 }
 
