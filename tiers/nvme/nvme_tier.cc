@@ -240,6 +240,7 @@ void NvmeTier::Free(const Extent& extent) {
 }
 
 Status NvmeTier::Sync() {
+  MutexLock lock(sync_mu_);
   // Taken before the syncs: what completes meanwhile may have missed them.
   const UnsyncedWrites before = unsynced_writes();
   const auto started = std::chrono::steady_clock::now();

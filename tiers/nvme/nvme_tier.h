@@ -276,6 +276,9 @@ class NvmeTier final : public Tier {
   std::atomic<uint64_t> checksum_failures_{0}, recovered_blocks_{0}, dropped_at_recovery_{0};
   std::atomic<uint64_t> invalid_frees_{0};
   std::atomic<uint64_t> unsynced_blocks_{0}, unsynced_acknowledged_{0};
+  // One Sync at a time: each subtracts the writes it found waiting, which two at once would both
+  // subtract, wrapping the counters.
+  Mutex sync_mu_;
   std::atomic<uint64_t> syncs_{0}, sync_us_{0}, longest_sync_us_{0};
 };
 

@@ -196,6 +196,24 @@ TEST_P(NvmeTierTest, ACacheCopyMadeToSurviveARestartCountsAsAcknowledged) {
   EXPECT_EQ(tier->MustSurviveRestart(*empty).code(), StatusCode::kDeviceError);
 }
 
+// Regression: two Syncs at once each subtracted the writes they found waiting, wrapping the
+// counters to about 2^64, after which every tick of the schedule synced.
+TEST_P(NvmeTierTest, SyncsAtOnceNeverCountMoreWritesSyncedThanWereWritten) {
+  auto tier = OpenTier(Opts());
+  for (int round = 0; round < 20; ++round) {
+    for (uint64_t i = 0; i < 4; ++i) {
+      const Extent e = Put(*tier, 100 * round + i, 4096);
+      ASSERT_TRUE(tier->MustSurviveRestart(e).ok());
+    }
+    std::thread other([&] { EXPECT_TRUE(tier->Sync().ok()); });
+    EXPECT_TRUE(tier->Sync().ok());
+    other.join();
+    EXPECT_EQ(tier->unsynced_writes().blocks, 0u) << "round " << round;
+    EXPECT_EQ(tier->unsynced_writes().acknowledged, 0u) << "round " << round;
+    ASSERT_TRUE(tier->Sync().ok());
+  }
+}
+
 TEST_P(NvmeTierTest, RestartRecoversWrittenBlocksAndForgetsFreedOnes) {
   auto o = Opts();
   std::vector<Extent> extents;
