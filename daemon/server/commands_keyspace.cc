@@ -4,6 +4,7 @@
 //
 // FLUSHDB and FLUSHALL empty the generic key space only: the blocks that engines store under
 // their own namespaces (KVT.*) are a cache the Redis commands never list, and stay.
+#include <algorithm>
 #include <charconv>
 #include <string>
 #include <vector>
@@ -79,6 +80,9 @@ Progress Scan(CommandContext& ctx, Command& cmd) {
       return Progress::kDone;
     }
   }
+  // COUNT is a hint (as in Redis): held to limits.max_keys_reply, so that one call cannot walk
+  // and send the whole key space that KEYS refuses to.
+  count = std::min(count, std::max(kDefaultScanCount, ctx.server.options.max_keys_reply));
   std::vector<std::string> names;
   const uint64_t next = ListKeys(ctx.server, from, count, filter, names);
   ctx.reply.AppendArrayHeader(2);
