@@ -68,23 +68,33 @@ Result<bool> ReplaceValue(CommandContext& ctx, const GenericKeyRef& key, uint64_
   return Busy("the key is being replaced concurrently");
 }
 
-// Stores `value` under `key`, replacing the old value; results as ReplaceValue.
+// Stores `value` under `key`, replacing the old value; results as ReplaceValue. The new value is
+// reserved (under a placeholder key) and written before the old one is removed: a put that has to
+// wait for the mover's room (kPending) then waits with the old value in place, and the call made
+// again finds the key as it was (SET XX, GET and KEEPTTL read it).
 Result<bool> StoreValue(CommandContext& ctx, const GenericKeyRef& key, std::string_view value,
                         uint64_t expires_at_ms) REQUIRES(key.stripe.lock) {
   store::Store& store = ctx.server.store;
-  return ReplaceValue(ctx, key, expires_at_ms, [&](const BlockKey& block_key) -> Status {
-    KVTIER_ASSIGN_OR_RETURN(
-        const store::Reservation r,
-        store.BeginPut(ctx.server.generic_ns, block_key, kGenericValueHeaderBytes + value.size()));
-    if (Status st = WriteReservation(store, r, value); !st.ok()) {
-      (void)store.AbortPut(r.id);
-      return st;
-    }
-    KVTIER_RETURN_IF_ERROR(store.CommitPut(r.id));
-    ctx.NoteCommit(r.id);
-    ctx.Found(r.tier);
-    return Status::Ok();
-  });
+  KVTIER_ASSIGN_OR_RETURN(const store::Reservation r,
+                          store.BeginPut(ctx.server.generic_ns, ctx.server.PlaceholderKey(),
+                                         kGenericValueHeaderBytes + value.size()));
+  if (Status st = WriteReservation(store, r, value); !st.ok()) {
+    (void)store.AbortPut(r.id);
+    return st;
+  }
+  bool published = false;
+  Result<bool> replaced =
+      ReplaceValue(ctx, key, expires_at_ms, [&](const BlockKey& block_key) -> Status {
+        KVTIER_RETURN_IF_ERROR(store.CommitPutAs(r.id, block_key));
+        published = true;
+        ctx.NoteCommit(r.id);
+        ctx.Found(r.tier);
+        return Status::Ok();
+      });
+  // Not published (the old value is being read, an error): the slot goes back. A reservation
+  // CommitPutAs used up answers NOTFOUND here.
+  if (!published) (void)store.AbortPut(r.id);
+  return replaced;
 }
 
 // Publishes a value received into a reserved slot (CommandContext::staged_value) under `key`,

@@ -3,6 +3,7 @@
 
 #include "daemon/server/generic_keyspace.h"
 #include "daemon/server/test_client.h"
+#include "tests/fakes/fake_tier.h"
 
 namespace kvtier::server {
 namespace {
@@ -172,6 +173,45 @@ TEST(GenericCommandsFlowTest, MgetLargerThanTheInflightLimit) {
     expected += Bulk(value);
   }
   EXPECT_EQ(c.Call(mget), expected);
+}
+
+// Regression: SET removed the old value before it reserved the new one's room, so a put that had
+// to wait for the mover (the host tier full, NVMe below) came back to a key already gone: SET XX
+// answered nil (and had deleted the key), SET GET lost the old value, SET KEEPTTL stored the new
+// value without the old expiry. Nothing runs the mover here, so the wait ends in BUSY.
+TEST(GenericCommandsMoverTest, ASetThatWaitsForRoomLeavesTheOldValueAsItWas) {
+  ServerOptions options;
+  options.mover_wait_ms = 50;
+  store::StoreOptions store_options;
+  store_options.background_disk_moves = true;
+  TestServer ts(options, store_options,
+                std::make_unique<::kvtier::testing::FakeTier>(TierId::kNvme, 256 << 20,
+                                                              /*addressable=*/false));
+  ASSERT_TRUE(ts.status().ok()) << ts.status().ToString();
+  TestClient c = ts.ConnectUnix();
+  ASSERT_EQ(c.Call({"SET", "k", "old", "PX", "100000"}), "+OK\r\n");
+  // A neighbour in the same slab of small values: removing k alone frees no slab for the new value.
+  ASSERT_EQ(c.Call({"SET", "neighbour", "n"}), "+OK\r\n");
+  // Fill the 64 MiB host tier with 1 MiB values until a put has to wait for room.
+  const std::string filler(1 << 20, 'f');
+  int stored = 0;
+  std::string refused;
+  while (stored < 128) {
+    refused = c.Call({"SET", "f" + std::to_string(stored), filler});
+    if (refused != "+OK\r\n") break;
+    ++stored;
+  }
+  ASSERT_LT(stored, 128) << "the host tier never filled";
+  ASSERT_EQ(refused.substr(0, 5), "-BUSY") << refused;
+  const std::string big(2 << 20, 'n');  // a size class with no free slot
+  for (const char* option : {"XX", "GET", "KEEPTTL"}) {
+    SCOPED_TRACE(option);
+    EXPECT_EQ(c.Call({"SET", "k", big, option}).substr(0, 5), "-BUSY");
+    EXPECT_TRUE(c.Call({"GET", "k"}) == Bulk("old")) << "the old value is kept";
+    const std::string pttl = c.Call({"PTTL", "k"});
+    EXPECT_NE(pttl, ":-1\r\n") << "the old expiry is kept";
+    EXPECT_NE(pttl, ":-2\r\n") << "the key is kept";
+  }
 }
 
 }  // namespace

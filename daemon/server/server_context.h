@@ -59,7 +59,14 @@ struct ServerContext {
   NamespaceId generic_ns;
   uint64_t start_time_us = 0;  // SteadyClock, for INFO's uptime
   uint16_t tcp_port = 0;       // the bound port, set by Start before any connection exists
-  std::atomic<uint64_t> next_staging_key{1};  // placeholder keys of staged SET values
+  // A fresh key for a value reserved before the key it will be published under is free (a staged
+  // SET value; a replacement reserved before the old value goes): "kvtier-s" in the high half, a
+  // counter in the low one. Generic and token keys are XXH3-128 digests, so none of them is ever
+  // equal to one of these.
+  BlockKey PlaceholderKey() {
+    return BlockKey{0x6b76746965722d73, next_staging_key.fetch_add(1, std::memory_order_relaxed)};
+  }
+  std::atomic<uint64_t> next_staging_key{1};
   ServerCounters counters;
   // The generic keys' names and expiry times. Generic SETs, GETs and DELs of one key take turns
   // under its stripe lock (chosen by the key's hash), so that a writer never meets another's

@@ -11,10 +11,6 @@
 namespace kvtier::server {
 namespace {
 
-// Placeholder keys: "kvtier-s" in the high half and a counter in the low one. Generic and token
-// keys are XXH3-128 digests, so none of them is ever equal to one of these.
-constexpr uint64_t kStagingKeyHigh = 0x6b76746965722d73;
-
 bool IsPlainSetValue(const ServerContext& server, const Session& session,
                      const resp::RequestParser& parser) {
   const std::vector<std::string>& args = parser.partial_args();
@@ -40,7 +36,7 @@ void StagedValue::MaybeBegin(ServerContext& server, Session& session, resp::Requ
   const size_t arrived = declared - pending + std::min(waiting_in_socket, pending);
   if (arrived < declared / kStagedValueArrivedShare) return;  // not yet
   declined_ = true;  // one attempt per value, whatever its outcome
-  const BlockKey placeholder{kStagingKeyHigh, server.next_staging_key.fetch_add(1)};
+  const BlockKey placeholder = server.PlaceholderKey();
   Result<store::Reservation> r =
       server.store.BeginPut(server.generic_ns, placeholder, kGenericValueHeaderBytes + declared);
   if (!r.ok()) return;          // no room now: SET will say so, or find room later
