@@ -225,5 +225,30 @@ TEST_F(StoreBatchMovesTest, ABlockBeingMovedWhenItsNamespaceIsDroppedGoesWhenThe
   EXPECT_EQ(tiers_[0]->Stats().block_count + nvme().Stats().block_count, 0u) << "space back";
 }
 
+// Regression: a write-through copy made while its block waited in a demotion (the copy pins the
+// block as a reader does) was forgotten by the move, which decided the shadow from what it had
+// picked: the copy's NVMe extent stayed allocated for nobody.
+TEST_F(StoreBatchMovesTest, AWriteThroughCopyMadeWhileItsBlockIsBeingDemotedIsKept) {
+  StoreOptions options;
+  options.background_disk_moves = true;
+  options.nvme_write_through = true;
+  Build({8, 32}, /*last_addressable=*/false, options);
+  uint64_t id = 0;
+  ASSERT_TRUE(store_->Put(kNs, Key(0), Payload(0), &id).ok());
+  // While the demotion waits for its room on NVMe, the mover's other thread makes the copy.
+  nvme().OnNextAllocate([&] { store_->WriteThrough(store_->TakeWriteThroughRequests(8)); });
+  store_->EvictToTarget(TierId::kHost, 0, 8);
+  EXPECT_FALSE(store_->WriteThroughPending(id));
+  EXPECT_EQ(store_->Stats().blocks_shadowed, 1u) << "the copy is the block's shadow";
+  // The next eviction moves the block into its copy, writing nothing.
+  const uint64_t writes = nvme().block_writes();
+  store_->EvictToTarget(TierId::kHost, 0, 8);
+  EXPECT_EQ(TierOf(0), TierId::kNvme);
+  EXPECT_EQ(nvme().block_writes(), writes);
+  store_->Fetch(Keys(0, 1));  // as the mover would for a reader
+  EXPECT_TRUE(ReadsBack(0));
+  // TearDown: every block the tiers hold is present or a shadow.
+}
+
 }  // namespace
 }  // namespace kvtier::store

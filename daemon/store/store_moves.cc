@@ -16,10 +16,13 @@ bool Store::PinForMove(const BlockKey& key, const BlockMeta& meta) {
   // A lease the store holds itself: without it a Remove could free the extent mid-copy and a new
   // put could write into it while we read. The extent is compared too: a block moved up and back
   // down since `meta` was read keeps its generation and tier but not its extent, and the old one
-  // may already hold another block.
+  // may already hold another block. The shadow too: a write-through copy attached since the
+  // block was picked would be forgotten by a move that decides from `meta` (its NVMe extent and
+  // record left behind).
   Status pinned = index_->Update(key, [&](BlockMeta& m) {
     if (m.generation != meta.generation || m.state != BlockState::kReady || m.tier != meta.tier ||
-        m.extent != meta.extent || m.lease_count != 0) {
+        m.extent != meta.extent || m.lease_count != 0 || m.has_shadow != meta.has_shadow ||
+        (m.has_shadow && m.shadow != meta.shadow)) {
       return NotFound("block changed since it was picked");
     }
     m.lease_count = 1;

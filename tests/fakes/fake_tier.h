@@ -17,10 +17,12 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <set>
 #include <string_view>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "common/thread_annotations.h"
@@ -38,6 +40,7 @@ class FakeTier final : public tiers::Tier {
   TierId id() const override { return id_; }
 
   Result<Extent> Allocate(uint64_t bytes) override {
+    if (std::function<void()> hook = std::exchange(on_allocate_, nullptr)) hook();
     if (bytes == 0) return InvalidArgument("empty allocation");
     if (bytes > capacity_) return Rejected("larger than the fake tier");
     MutexLock lock(mu_);
@@ -162,6 +165,9 @@ class FakeTier final : public tiers::Tier {
     MutexLock lock(mu_);
     return read_batches_;
   }
+  // Runs `hook` at the start of the next Allocate (once), on the allocating thread: something
+  // that happens while a move waits for its room here. Not thread-safe: set it before the call.
+  void OnNextAllocate(std::function<void()> hook) { on_allocate_ = std::move(hook); }
   // WriteBlock/ReadBlock of a block with this key answer kDeviceError from now on.
   void FailBlocksOf(const BlockKey& key) {
     MutexLock lock(mu_);
@@ -233,6 +239,7 @@ class FakeTier final : public tiers::Tier {
   const bool addressable_;
   std::vector<std::byte> bytes_;
   std::atomic<bool> fail_io_{false};
+  std::function<void()> on_allocate_;
   std::atomic<bool> hold_reads_{false};
   std::atomic<uint64_t> reads_started_{0};
   mutable Mutex mu_;
