@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <linux/fs.h>
 #include <spdlog/spdlog.h>
+#include <sys/file.h>
 #include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -10,7 +11,9 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <random>
+#include <thread>
 
 #include "common/clock.h"
 #include "tiers/nvme/aligned_buffer.h"
@@ -45,6 +48,25 @@ Result<int> OpenFile(const std::string& path, bool want_direct, bool* direct) {
   return fd;
 }
 
+// An exclusive flock on `fd`; false when another open file holds it. Waits a little for it: a
+// daemon killed a moment ago lets go of its files only once the kernel has torn its io_uring
+// down, which holds them until the requests in flight end (milliseconds) after the process is
+// gone. A file system without flock is logged and let be.
+bool LockExclusive(int fd, const std::string& path) {
+  constexpr auto kPatience = std::chrono::seconds(2);
+  const auto give_up = std::chrono::steady_clock::now() + kPatience;
+  while (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    if (errno == EINTR) continue;
+    if (errno != EWOULDBLOCK) {
+      spdlog::warn("nvme: could not lock {}: {}", path, std::strerror(errno));
+      return true;
+    }
+    if (std::chrono::steady_clock::now() >= give_up) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return true;
+}
+
 }  // namespace
 
 Result<std::unique_ptr<DataFile>> DataFile::Open(const Options& options) {
@@ -57,6 +79,12 @@ Result<std::unique_ptr<DataFile>> DataFile::Open(const Options& options) {
   bool direct = false;
   KVTIER_ASSIGN_OR_RETURN(int fd, OpenFile(options.path, options.direct_io, &direct));
   std::unique_ptr<DataFile> file(new DataFile(fd, options.path, direct));
+  // Before anything is read or formatted: two daemons, or one path named twice under two names
+  // (a device and its /dev/disk/by-id link), would overwrite each other's blocks.
+  if (!LockExclusive(fd, options.path)) {
+    return Busy(options.path +
+                " is in use: another kvtierd has it open, or nvme.data_paths names it twice");
+  }
   struct stat st {};
   if (::fstat(fd, &st) != 0) return ErrnoStatus(errno, "stat " + options.path);
   if (S_ISBLK(st.st_mode)) {
@@ -165,5 +193,18 @@ Status DataFile::ReadSuperblock() {
   KVTIER_ASSIGN_OR_RETURN(superblock_, DecodeSuperblock(buf.span(), path_));
   return Status::Ok();
 }
+
+Result<std::unique_ptr<DirectoryLock>> DirectoryLock::Acquire(const std::string& dir) {
+  const std::string path = dir + "/" + std::string(kFileName);
+  int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (fd < 0) return ErrnoStatus(errno, "open " + path);
+  std::unique_ptr<DirectoryLock> lock(new DirectoryLock(fd));
+  if (!LockExclusive(fd, path)) {
+    return Busy("nvme data_dir " + dir + " is in use by another kvtierd (it holds " + path + ")");
+  }
+  return lock;
+}
+
+DirectoryLock::~DirectoryLock() { ::close(fd_); }
 
 }  // namespace kvtier::tiers::nvme

@@ -41,8 +41,10 @@ class DataFile {
   // file whose first 4 KiB were never written (a format cut short by a crash). Errors:
   // kInvalidArgument for a capacity below two alignment units; kCorruption naming the file when it
   // is not a kvtier data file, has another format version (both named) or a damaged superblock:
-  // the caller refuses to start, or wipes when told to; the translated errno of open, fallocate,
-  // pread or pwrite.
+  // the caller refuses to start, or wipes when told to; kBusy when another DataFile (of this
+  // process or another, under any name of the same file or device) has it open: the file is
+  // locked (flock) while the DataFile lives; the translated errno of open, fallocate, pread or
+  // pwrite.
   static Result<std::unique_ptr<DataFile>> Open(const Options& options);
 
   ~DataFile();
@@ -77,6 +79,23 @@ class DataFile {
   bool formatted_ = false;
   bool block_device_ = false;
   Superblock superblock_;
+};
+
+// An exclusive advisory lock (flock) on <dir>/kvtierd.lock, held while the object lives: one
+// kvtierd per NVMe data directory, taken before anything there is wiped (a cold start) or opened.
+class DirectoryLock {
+ public:
+  static constexpr std::string_view kFileName = "kvtierd.lock";
+  // kBusy when another process (or another DirectoryLock) holds it; the translated errno of
+  // open otherwise. A file system without flock is logged and let be.
+  static Result<std::unique_ptr<DirectoryLock>> Acquire(const std::string& dir);
+  ~DirectoryLock();
+  DirectoryLock(const DirectoryLock&) = delete;
+  DirectoryLock& operator=(const DirectoryLock&) = delete;
+
+ private:
+  explicit DirectoryLock(int fd) : fd_(fd) {}
+  const int fd_;
 };
 
 }  // namespace kvtier::tiers::nvme

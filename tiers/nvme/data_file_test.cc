@@ -99,10 +99,12 @@ TEST(DataFileTest, AFileWhoseFormattingWasCutShortIsFormattedAgain) {
     auto f = DataFile::Open({.path = path, .capacity_bytes = kCapacity});
     ASSERT_TRUE(f.ok()) << size << ": " << f.status().ToString();
     EXPECT_TRUE((*f)->formatted());
+    const uint64_t file_id = (*f)->superblock().file_id;
+    f->reset();  // closed, as at a restart
     auto again = DataFile::Open({.path = path, .capacity_bytes = kCapacity});
     ASSERT_TRUE(again.ok());
     EXPECT_FALSE((*again)->formatted());
-    EXPECT_EQ((*again)->superblock().file_id, (*f)->superblock().file_id);
+    EXPECT_EQ((*again)->superblock().file_id, file_id);
   }
 }
 
@@ -111,6 +113,33 @@ TEST(DataFileTest, TinyCapacityIsRejectedByName) {
   Status st = DataFile::Open({.path = dir.file("d"), .capacity_bytes = 4096}).status();
   EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(st.message().find("capacity_bytes"), std::string::npos);
+}
+
+// Two daemons on one file, or one file named twice (a device and a link to it), would overwrite
+// each other's blocks: the second open is refused while the first lives.
+TEST(DataFileTest, AFileOpenAlreadyIsRefusedUnderAnyName) {
+  testing::TempDir dir;
+  const std::string path = dir.file("d");
+  auto first = DataFile::Open({.path = path, .capacity_bytes = kCapacity});
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  const std::string link = dir.file("link");
+  ASSERT_EQ(::symlink(path.c_str(), link.c_str()), 0);
+  for (const std::string& name : {path, link}) {
+    const Status st = DataFile::Open({.path = name, .capacity_bytes = kCapacity}).status();
+    EXPECT_EQ(st.code(), StatusCode::kBusy) << name << ": " << st.ToString();
+    EXPECT_NE(st.message().find("in use"), std::string::npos) << st.message();
+  }
+  first->reset();
+  EXPECT_TRUE(DataFile::Open({.path = link, .capacity_bytes = kCapacity}).ok());
+}
+
+TEST(DataFileTest, ADirectoryIsLockedByOneHolderAtATime) {
+  testing::TempDir dir;
+  auto held = DirectoryLock::Acquire(dir.path());
+  ASSERT_TRUE(held.ok()) << held.status().ToString();
+  EXPECT_EQ(DirectoryLock::Acquire(dir.path()).status().code(), StatusCode::kBusy);
+  held->reset();
+  EXPECT_TRUE(DirectoryLock::Acquire(dir.path()).ok());
 }
 
 }  // namespace

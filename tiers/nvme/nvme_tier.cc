@@ -35,12 +35,13 @@ Status ValidateOptions(const NvmeTier::Options& o) {
   return Status::Ok();
 }
 
-// Creates the directory and honours a forced cold start (option or marker file). Returns whether a
-// cold start was forced.
-Result<bool> PrepareDirectory(const NvmeTier::Options& o) {
+// Creates the directory, locks it for this process (`lock`), and honours a forced cold start
+// (option or marker file). Returns whether a cold start was forced.
+Result<bool> PrepareDirectory(const NvmeTier::Options& o, std::unique_ptr<DirectoryLock>& lock) {
   std::error_code ec;
   fs::create_directories(o.data_dir, ec);
   if (ec) return ErrnoStatus(ec.value(), "create nvme data_dir " + o.data_dir);
+  KVTIER_ASSIGN_OR_RETURN(lock, DirectoryLock::Acquire(o.data_dir));
   fs::path dir(o.data_dir);
   bool marker = fs::exists(dir / NvmeTier::kColdStartMarker, ec);
   if (!o.cold_start && !marker) return false;
@@ -72,7 +73,8 @@ Result<std::unique_ptr<Catalog>> OpenCatalog(const NvmeTier::Options& o) {
 Result<std::unique_ptr<NvmeTier>> NvmeTier::Open(const Options& options,
                                                  std::unique_ptr<IoBackend> backend) {
   KVTIER_RETURN_IF_ERROR(ValidateOptions(options));
-  KVTIER_ASSIGN_OR_RETURN(bool cold, PrepareDirectory(options));
+  std::unique_ptr<DirectoryLock> dir_lock;
+  KVTIER_ASSIGN_OR_RETURN(bool cold, PrepareDirectory(options, dir_lock));
   std::vector<std::string> paths = options.data_paths;
   if (paths.empty()) paths.push_back((fs::path(options.data_dir) / kDataFileName).string());
   std::vector<std::unique_ptr<DataFile>> files;
@@ -94,6 +96,7 @@ Result<std::unique_ptr<NvmeTier>> NvmeTier::Open(const Options& options,
   KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<Catalog> catalog, OpenCatalog(options));
   std::unique_ptr<NvmeTier> tier(
       new NvmeTier(options, std::move(files), std::move(backend), std::move(catalog)));
+  tier->dir_lock_ = std::move(dir_lock);
   KVTIER_RETURN_IF_ERROR(tier->Recover());
   return tier;
 }

@@ -254,6 +254,9 @@ class NvmeTier final : public Tier {
   Status PutRecord(uint64_t offset, const Entry& entry, bool access);
   Status ChecksumFailure(const Extent& extent, const std::string& why);
 
+  // First, so that it is let go last: no other kvtierd takes the directory while this one still
+  // writes to it.
+  std::unique_ptr<DirectoryLock> dir_lock_;
   const Options options_;
   const std::vector<std::unique_ptr<DataFile>> files_;  // equal capacities: one segment each
   const uint64_t segment_bytes_;

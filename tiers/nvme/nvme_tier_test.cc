@@ -214,6 +214,24 @@ TEST_P(NvmeTierTest, SyncsAtOnceNeverCountMoreWritesSyncedThanWereWritten) {
   }
 }
 
+// A second kvtierd on the same directory is refused before it wipes anything, a forced cold
+// start included: the first keeps serving, and its blocks survive its restart.
+TEST_P(NvmeTierTest, ASecondOpenOfADirectoryInUseIsRefusedAndWipesNothing) {
+  auto o = Opts();
+  auto tier = OpenTier(o);
+  const Extent e = Put(*tier, 1, 8192);
+  ASSERT_TRUE(tier->Sync().ok());
+  auto cold = o;
+  cold.cold_start = true;
+  const Status refused = NvmeTier::Open(cold).status();
+  EXPECT_EQ(refused.code(), StatusCode::kBusy) << refused.ToString();
+  EXPECT_NE(refused.message().find("in use"), std::string::npos) << refused.message();
+  EXPECT_TRUE(ReadsBack(*tier, e, 1));
+  tier.reset();
+  tier = OpenTier(o);
+  EXPECT_EQ(tier->TakeRecovered().size(), 1u);
+}
+
 TEST_P(NvmeTierTest, RestartRecoversWrittenBlocksAndForgetsFreedOnes) {
   auto o = Opts();
   std::vector<Extent> extents;
