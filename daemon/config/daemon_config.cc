@@ -187,6 +187,8 @@ const std::map<std::string, Setter>& Setters() {
       {"limits.max_inline_bytes",
        Size(&DaemonConfig::max_inline_bytes, "limits.max_inline_bytes", false)},
       {"limits.max_key_bytes", Size(&DaemonConfig::max_key_bytes, "limits.max_key_bytes", false)},
+      {"limits.max_generic_name_bytes",
+       Size(&DaemonConfig::max_generic_name_bytes, "limits.max_generic_name_bytes", false)},
       {"limits.max_keys_reply",
        Uint(&DaemonConfig::max_keys_reply, 1ull << 32, "limits.max_keys_reply")},
       {"limits.max_lookup_keys",

@@ -117,6 +117,7 @@ struct DaemonConfig {
   uint64_t max_array_len = 1u << 20;
   uint64_t max_inline_bytes = 64u << 10;
   uint64_t max_key_bytes = 64u << 10;
+  uint64_t max_generic_name_bytes = 256ull << 20;  // generic key names kept in daemon memory
   uint64_t max_lookup_keys = 65'536;
   uint64_t max_keys_reply = 100'000;  // KEYS refuses a larger key space (use SCAN)
   uint64_t max_inflight_bytes_per_client = 1ull << 30;

@@ -126,6 +126,7 @@ TEST(DaemonConfigTest, ShippedExampleLoadsAndMatchesTheDefaults) {
   EXPECT_EQ(c.nvme_eviction_policy, defaults.nvme_eviction_policy);
   EXPECT_EQ(c.lease_timeout_ms, defaults.lease_timeout_ms);
   EXPECT_EQ(c.max_bulk_bytes, defaults.max_bulk_bytes);
+  EXPECT_EQ(c.max_generic_name_bytes, defaults.max_generic_name_bytes);
   EXPECT_EQ(c.max_inflight_bytes_per_client, defaults.max_inflight_bytes_per_client);
   EXPECT_EQ(c.max_clients, defaults.max_clients);
   EXPECT_EQ(c.max_leases, defaults.max_leases);

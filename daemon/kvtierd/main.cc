@@ -91,6 +91,7 @@ server::ServerOptions ServerOptionsFrom(const config::DaemonConfig& c) {
   o.max_array_len = c.max_array_len;
   o.max_inline_bytes = c.max_inline_bytes;
   o.max_key_bytes = c.max_key_bytes;
+  o.max_generic_name_bytes = c.max_generic_name_bytes;
   o.max_keys_reply = c.max_keys_reply;
   o.max_lookup_keys = c.max_lookup_keys;
   o.max_inflight_bytes_per_client = c.max_inflight_bytes_per_client;

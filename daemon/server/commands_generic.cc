@@ -51,6 +51,15 @@ template <typename Publish>
 Result<bool> ReplaceValue(CommandContext& ctx, const GenericKeyRef& key, uint64_t expires_at_ms,
                           Publish&& publish) REQUIRES(key.stripe.lock) {
   store::Store& store = ctx.server.store;
+  if (ctx.server.generic_keys.Find(key.stripe, key.block) == nullptr &&
+      ctx.server.generic_keys.name_bytes() + key.name.size() >
+          ctx.server.options.max_generic_name_bytes) {
+    return Busy("the generic key space's names take " +
+                std::to_string(ctx.server.generic_keys.name_bytes()) +
+                " bytes, limits.max_generic_name_bytes (" +
+                std::to_string(ctx.server.options.max_generic_name_bytes) +
+                "): delete keys or raise it");
+  }
   for (int attempt = 0; attempt < kSetAttempts; ++attempt) {
     Status removed = store.Remove(ctx.server.generic_ns, key.block);
     if (removed.code() == StatusCode::kBusy) return false;

@@ -175,6 +175,32 @@ TEST(GenericCommandsFlowTest, MgetLargerThanTheInflightLimit) {
   EXPECT_EQ(c.Call(mget), expected);
 }
 
+// Key names live in the daemon's memory, not in the host tier: long names with tiny values are
+// bounded by limits.max_generic_name_bytes, not by the tier's capacity.
+TEST(GenericCommandsNamesTest, NewKeysPastTheNameBudgetAreRefusedAndOldOnesStillChange) {
+  ServerOptions options;
+  options.max_generic_name_bytes = 4096;
+  TestServer ts(options);
+  ASSERT_TRUE(ts.status().ok()) << ts.status().ToString();
+  TestClient c = ts.ConnectUnix();
+  const std::string name(1000, 'k');
+  int stored = 0;
+  for (char last = 'a'; last <= 'z'; ++last) {
+    const std::string reply = c.Call({"SET", name + last, ""});
+    if (reply != "+OK\r\n") {
+      EXPECT_EQ(reply.substr(0, 5), "-BUSY") << reply;
+      EXPECT_NE(reply.find("limits.max_generic_name_bytes"), std::string::npos) << reply;
+      break;
+    }
+    ++stored;
+  }
+  EXPECT_EQ(stored, 4) << "4 names of 1,001 bytes fit in 4,096";
+  EXPECT_EQ(c.Call({"SET", name + 'a', "changed"}), "+OK\r\n") << "an existing key";
+  EXPECT_EQ(c.Call({"GET", name + 'a'}), "$7\r\nchanged\r\n");
+  EXPECT_EQ(c.Call({"DEL", name + 'b'}), ":1\r\n");
+  EXPECT_EQ(c.Call({"SET", name + 'y', "v"}), "+OK\r\n") << "room again after a DEL";
+}
+
 // Regression: SET removed the old value before it reserved the new one's room, so a put that had
 // to wait for the mover (the host tier full, NVMe below) came back to a key already gone: SET XX
 // answered nil (and had deleted the key), SET GET lost the old value, SET KEEPTTL stored the new

@@ -13,12 +13,17 @@ void GenericKeys::Record(Stripe& stripe, const BlockKey& key, std::string_view n
                          uint64_t expires_at_ms) {
   auto [it, inserted] = stripe.entries.try_emplace(key);
   if (inserted) size_.fetch_add(1, std::memory_order_relaxed);
+  name_bytes_.fetch_add(name.size(), std::memory_order_relaxed);
+  name_bytes_.fetch_sub(it->second.name.size(), std::memory_order_relaxed);
   it->second.name.assign(name);
   it->second.expires_at_ms = expires_at_ms;
 }
 
 bool GenericKeys::Forget(Stripe& stripe, const BlockKey& key) {
-  if (stripe.entries.erase(key) == 0) return false;
+  auto it = stripe.entries.find(key);
+  if (it == stripe.entries.end()) return false;
+  name_bytes_.fetch_sub(it->second.name.size(), std::memory_order_relaxed);
+  stripe.entries.erase(it);
   size_.fetch_sub(1, std::memory_order_relaxed);
   return true;
 }
@@ -40,6 +45,7 @@ uint64_t GenericKeys::Walk(uint64_t cursor, size_t budget, const Visitor& visit)
       if (visit(stripe, it->first, it->second)) {
         ++it;
       } else {
+        name_bytes_.fetch_sub(it->second.name.size(), std::memory_order_relaxed);
         it = stripe.entries.erase(it);
         size_.fetch_sub(1, std::memory_order_relaxed);
       }

@@ -71,10 +71,14 @@ class GenericKeys {
 
   // Entries in the table, stale ones included: an upper bound on the live keys.
   size_t size() const { return size_.load(std::memory_order_relaxed); }
+  // Bytes of the entries' names: daemon memory that the host tier's capacity does not bound (a
+  // name may be 64 KiB, its value one byte), so the server caps it (max_generic_name_bytes).
+  size_t name_bytes() const { return name_bytes_.load(std::memory_order_relaxed); }
 
  private:
   std::array<Stripe, kStripes> stripes_;
   std::atomic<size_t> size_{0};
+  std::atomic<size_t> name_bytes_{0};
 };
 
 // Whether `text` matches the glob `pattern` as Redis' KEYS and SCAN MATCH do: `*` any run, `?`

@@ -63,6 +63,10 @@ struct ServerOptions {
   size_t max_command_bytes = size_t{1} << 30;
   // Command limits.
   size_t max_key_bytes = size_t{64} << 10;  // generic keys
+  // Bytes of generic key names the daemon keeps (GenericKeys): a SET of a new key past this
+  // answers BUSY. The names live in the daemon's heap, not in the host tier, so without a bound
+  // long names with tiny values could take more memory than the node has.
+  size_t max_generic_name_bytes = size_t{256} << 20;
   // KEYS answers an error instead of walking a key space with more keys than this (SCAN walks
   // it in steps); 0: KEYS is refused unless the key space is empty.
   size_t max_keys_reply = 100'000;
