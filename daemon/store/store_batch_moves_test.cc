@@ -31,6 +31,15 @@ class StoreBatchMovesTest : public StoreTest {
     return store_->Get(kNs, Key(n), out).ok() && out == Payload(n);
   }
   FakeTier& nvme() { return *tiers_[1]; }
+  // `host_blocks` in the host tier above 32 on NVMe's stand-in, with write-through to it and a
+  // mover (which the tests play themselves).
+  void BuildWriteThrough(uint64_t host_blocks = 8, bool drop_when_disk_lags = false) {
+    StoreOptions options;
+    options.background_disk_moves = true;
+    options.nvme_write_through = true;
+    options.drop_when_disk_lags = drop_when_disk_lags;
+    Build({host_blocks, 32}, /*last_addressable=*/false, options);
+  }
   std::vector<BlockKey> Keys(uint64_t from, uint64_t to) {
     std::vector<BlockKey> keys;
     for (uint64_t n = from; n < to; ++n) keys.push_back(Key(n));
@@ -119,10 +128,7 @@ TEST_F(StoreBatchMovesTest, InAFetchACorruptBlockIsDroppedAndAFailedReadStaysBel
 }
 
 TEST_F(StoreBatchMovesTest, WithAMoverACommitLeavesItsWriteThroughToIt) {
-  StoreOptions options;
-  options.background_disk_moves = true;
-  options.nvme_write_through = true;
-  Build({8, 32}, /*last_addressable=*/false, options);
+  BuildWriteThrough();
   std::vector<uint64_t> ids(3);
   for (uint64_t n = 0; n < 3; ++n) {
     ASSERT_TRUE(store_->Put(kNs, Key(n), Payload(n), &ids[n]).ok());
@@ -146,10 +152,7 @@ TEST_F(StoreBatchMovesTest, WithAMoverACommitLeavesItsWriteThroughToIt) {
 }
 
 TEST_F(StoreBatchMovesTest, AWriteThroughOfABlockReplacedMeanwhileIsSkippedAndEndsItsWait) {
-  StoreOptions options;
-  options.background_disk_moves = true;
-  options.nvme_write_through = true;
-  Build({8, 32}, /*last_addressable=*/false, options);
+  BuildWriteThrough();
   uint64_t id = 0;
   ASSERT_TRUE(store_->Put(kNs, Key(0), Payload(0), &id).ok());
   ASSERT_TRUE(store_->Remove(kNs, Key(0)).ok());
@@ -163,11 +166,7 @@ TEST_F(StoreBatchMovesTest, AWriteThroughOfABlockReplacedMeanwhileIsSkippedAndEn
 // tier to make room (drop_when_disk_lags: puts take their room from blocks not yet on NVMe), and
 // its put was then told that the block was on NVMe.
 TEST_F(StoreBatchMovesTest, AWriteThroughWhoseBlockWasDroppedFirstIsNotAcknowledged) {
-  StoreOptions options;
-  options.background_disk_moves = true;
-  options.nvme_write_through = true;
-  options.drop_when_disk_lags = true;
-  Build({1, 8}, /*last_addressable=*/false, options);
+  BuildWriteThrough(/*host_blocks=*/1, /*drop_when_disk_lags=*/true);
   uint64_t id = 0;
   ASSERT_TRUE(store_->Put(kNs, Key(0), Payload(0), &id).ok());
   ASSERT_TRUE(store_->WriteThroughPending(id));
@@ -187,10 +186,7 @@ TEST_F(StoreBatchMovesTest, AWriteThroughWhoseBlockWasDroppedFirstIsNotAcknowled
 // with that demotion's copy, which was written as cache: not synced on the acknowledged blocks'
 // schedule, so a power cut could take what the put was told is durable.
 TEST_F(StoreBatchMovesTest, AWriteThroughWhoseBlockWasDemotedFirstMakesThatCopyDurable) {
-  StoreOptions options;
-  options.background_disk_moves = true;
-  options.nvme_write_through = true;
-  Build({8, 32}, /*last_addressable=*/false, options);
+  BuildWriteThrough();
   uint64_t id = 0;
   ASSERT_TRUE(store_->Put(kNs, Key(0), Payload(0), &id).ok());
   store_->EvictToTarget(TierId::kHost, 0, 8);  // the watermark's demotion comes first
@@ -229,10 +225,7 @@ TEST_F(StoreBatchMovesTest, ABlockBeingMovedWhenItsNamespaceIsDroppedGoesWhenThe
 // block as a reader does) was forgotten by the move, which decided the shadow from what it had
 // picked: the copy's NVMe extent stayed allocated for nobody.
 TEST_F(StoreBatchMovesTest, AWriteThroughCopyMadeWhileItsBlockIsBeingDemotedIsKept) {
-  StoreOptions options;
-  options.background_disk_moves = true;
-  options.nvme_write_through = true;
-  Build({8, 32}, /*last_addressable=*/false, options);
+  BuildWriteThrough();
   uint64_t id = 0;
   ASSERT_TRUE(store_->Put(kNs, Key(0), Payload(0), &id).ok());
   // While the demotion waits for its room on NVMe, the mover's other thread makes the copy.

@@ -494,17 +494,25 @@ TEST(StoreRaceTest, ABlockBeingDemotedCannotBeReplacedUnderTheCopy) {
   EXPECT_EQ(out, Payload(200));
 }
 
+// A store over `host` alone whose reservations time out after a second of `clock`, with kNs.
+std::unique_ptr<Store> StoreWithSecondTimeouts(FakeClock& clock, FakeTier& host) {
+  StoreOptions options;
+  options.reservation_timeout_us = 1'000'000;
+  auto store = Store::Create(options, {&host}, clock);
+  EXPECT_TRUE(store.ok());
+  if (!store.ok()) return nullptr;
+  EXPECT_TRUE((*store)->RegisterNamespace({kNs, 16, kBlock, "t"}).ok());
+  return std::move(store).value();
+}
+
 // Regression: a reservation timed out, its slot went to another put, and the late writer's bytes
 // then overwrote that committed block.
 TEST(StoreRaceTest, ALateWriterNeverOverwritesAnotherBlock) {
   FakeClock clock;
   FakeTier host(TierId::kHost, 4 * kBlock);
-  StoreOptions options;
-  options.reservation_timeout_us = 1'000'000;
-  auto store = Store::Create(options, {&host}, clock);
-  ASSERT_TRUE(store.ok());
-  Store& s = **store;
-  ASSERT_TRUE(s.RegisterNamespace({kNs, 16, kBlock, "t"}).ok());
+  std::unique_ptr<Store> store = StoreWithSecondTimeouts(clock, host);
+  ASSERT_NE(store, nullptr);
+  Store& s = *store;
   auto slow = s.BeginPut(kNs, Key(1), kBlock);
   ASSERT_TRUE(slow.ok());
   clock.AdvanceMicros(2'000'000);
@@ -533,12 +541,9 @@ TEST(StoreRaceTest, ALateWriterNeverOverwritesAnotherBlock) {
 TEST(StoreReservationTest, AnAbandonedReservationKeepsItsSlotQuarantined) {
   FakeClock clock;
   FakeTier host(TierId::kHost, 2 * kBlock);
-  StoreOptions options;
-  options.reservation_timeout_us = 1'000'000;
-  auto store = Store::Create(options, {&host}, clock);
-  ASSERT_TRUE(store.ok());
-  Store& s = **store;
-  ASSERT_TRUE(s.RegisterNamespace({kNs, 16, kBlock, "t"}).ok());
+  std::unique_ptr<Store> store = StoreWithSecondTimeouts(clock, host);
+  ASSERT_NE(store, nullptr);
+  Store& s = *store;
   ASSERT_TRUE(s.Put(kNs, Key(0), Payload(0)).ok());
   auto gone = s.BeginPut(kNs, Key(1), kBlock);
   ASSERT_TRUE(gone.ok());
