@@ -325,9 +325,7 @@ Status BlockIndex::MoveTier(const BlockKey& key, const BlockMeta& from, TierId t
   BlockMeta& meta = *found;
   // The shadow as well: `shadow` was decided from `from`, and a write-through copy attached since
   // (it pins the block as a reader does, so it may run during a move) would be forgotten.
-  if (meta.state != BlockState::kReady || meta.generation != from.generation ||
-      meta.tier != from.tier || meta.extent != from.extent || meta.has_shadow != from.has_shadow ||
-      (meta.has_shadow && meta.shadow != from.shadow)) {
+  if (!meta.SameIncarnationAs(from)) {
     return NotFound("block changed since its bytes were copied");
   }
   // Readers copy straight out of the old extent; it may only be given up once nobody holds it.

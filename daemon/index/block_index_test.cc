@@ -20,6 +20,40 @@ std::unique_ptr<BlockIndex> MakeIndex(size_t shards = 4) {
   return std::move(index).value();
 }
 
+TEST(BlockMetaTest, SameIncarnationNeedsEveryFieldAMoveDecidesFrom) {
+  BlockMeta picked = Meta(TierId::kHost, 8192);
+  picked.state = BlockState::kReady;
+  picked.generation = 7;
+  EXPECT_TRUE(picked.SameIncarnationAs(picked));
+  // Fields a move does not decide from may change under it.
+  BlockMeta now = picked;
+  now.lease_count = 3;
+  now.reads = 9;
+  EXPECT_TRUE(now.SameIncarnationAs(picked));
+  const auto changed = [&](auto change) {
+    BlockMeta m = picked;
+    change(m);
+    return !m.SameIncarnationAs(picked);
+  };
+  EXPECT_TRUE(changed([](BlockMeta& m) { m.state = BlockState::kWriting; }));
+  EXPECT_TRUE(changed([](BlockMeta& m) { m.generation = 8; }));
+  EXPECT_TRUE(changed([](BlockMeta& m) { m.tier = TierId::kNvme; }));
+  EXPECT_TRUE(changed([](BlockMeta& m) { m.extent.offset = 0; }));
+  EXPECT_TRUE(changed([](BlockMeta& m) {
+    m.has_shadow = true;
+    m.shadow = {4096, 4096};
+  }));
+  picked.has_shadow = true;
+  picked.shadow = {4096, 4096};
+  EXPECT_TRUE(changed([](BlockMeta& m) { m.shadow.offset = 12288; }));
+  // Without a shadow its stale extent means nothing.
+  BlockMeta unshadowed = Meta(TierId::kHost, 8192);
+  unshadowed.state = BlockState::kReady;
+  BlockMeta stale = unshadowed;
+  stale.shadow = {1, 1};
+  EXPECT_TRUE(stale.SameIncarnationAs(unshadowed));
+}
+
 TEST(BlockIndexTest, WritingBlocksAreInvisibleUntilReady) {
   auto index = MakeIndex();
   ASSERT_TRUE(index->InsertWriting(Key(1), Meta()).ok());

@@ -41,6 +41,16 @@ struct BlockMeta {
   TierId tier = TierId::kHost;
   BlockState state = BlockState::kWriting;
   bool has_checksum = false;
+
+  // Whether this block is still, ready and in the same place, the incarnation `picked` (a copy
+  // taken earlier) describes: same generation, tier, extent and write-through copy. A mover that
+  // decided from `picked` may act only while this holds; a field that a move decides from belongs
+  // here, so that every such check sees it.
+  bool SameIncarnationAs(const BlockMeta& picked) const {
+    return state == BlockState::kReady && generation == picked.generation && tier == picked.tier &&
+           extent == picked.extent && has_shadow == picked.has_shadow &&
+           (!has_shadow || shadow == picked.shadow);
+  }
 };
 
 }  // namespace kvtier::index

@@ -20,9 +20,7 @@ bool Store::PinForMove(const BlockKey& key, const BlockMeta& meta) {
   // block was picked would be forgotten by a move that decides from `meta` (its NVMe extent and
   // record left behind).
   Status pinned = index_->Update(key, [&](BlockMeta& m) {
-    if (m.generation != meta.generation || m.state != BlockState::kReady || m.tier != meta.tier ||
-        m.extent != meta.extent || m.lease_count != 0 || m.has_shadow != meta.has_shadow ||
-        (m.has_shadow && m.shadow != meta.shadow)) {
+    if (!m.SameIncarnationAs(meta) || m.lease_count != 0) {
       return NotFound("block changed since it was picked");
     }
     m.lease_count = 1;
