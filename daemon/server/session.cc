@@ -10,24 +10,23 @@ namespace {
 // holds (8 bytes a bucket).
 constexpr size_t kKeepBuckets = 1024;
 
-void ShrinkIfEmpty(std::unordered_set<uint64_t>& ids) {
-  if (ids.empty() && ids.bucket_count() > kKeepBuckets) std::unordered_set<uint64_t>().swap(ids);
+template <typename Table>
+void ShrinkIfEmpty(Table& ids) {
+  if (ids.empty() && ids.bucket_count() > kKeepBuckets) Table().swap(ids);
 }
 
 }  // namespace
 
 void Session::ShrinkIfEmpty() {
   server::ShrinkIfEmpty(reservations_);
-  server::ShrinkIfEmpty(client_written_);
   server::ShrinkIfEmpty(leases_);
 }
 
 void Session::EndAll() {
-  for (uint64_t id : reservations_) {
-    (void)(client_written_.contains(id) ? store_.AbandonPut(id) : store_.AbortPut(id));
+  for (const auto& [id, client_writes] : reservations_) {
+    (void)(client_writes ? store_.AbandonPut(id) : store_.AbortPut(id));
   }
   reservations_.clear();
-  client_written_.clear();
   for (uint64_t id : leases_) (void)store_.Release(id);
   leases_.clear();
   ShrinkIfEmpty();

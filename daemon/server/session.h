@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <string>
+#include <unordered_map>
 #include <unordered_set>
 
 #include "common/resp/protocol.h"
@@ -65,15 +66,9 @@ class Session {
   // `client_writes`: the client copies into the slot itself (KVT.RESERVE), so it may still be
   // writing when the connection ends; the daemon's own (a SET value received into its slot) stop
   // with the connection.
-  void AddReservation(uint64_t id, bool client_writes) {
-    reservations_.insert(id);
-    if (client_writes) client_written_.insert(id);
-  }
+  void AddReservation(uint64_t id, bool client_writes) { reservations_[id] = client_writes; }
   // Forgets `id` and returns true when this session holds it; false for anyone else's id.
-  bool TakeReservation(uint64_t id) {
-    client_written_.erase(id);
-    return reservations_.erase(id) == 1;
-  }
+  bool TakeReservation(uint64_t id) { return reservations_.erase(id) == 1; }
   void AddLease(uint64_t id) { leases_.insert(id); }
   bool TakeLease(uint64_t id) { return leases_.erase(id) == 1; }
   size_t reservations_held() const { return reservations_.size(); }
@@ -100,8 +95,7 @@ class Session {
   bool admin_ = false;
   GpuImporters::Hold gpu_pool_hold_;
   std::string name_;
-  std::unordered_set<uint64_t> reservations_;
-  std::unordered_set<uint64_t> client_written_;  // the reservations that KVT.RESERVE made
+  std::unordered_map<uint64_t, bool> reservations_;  // id -> the client writes it (KVT.RESERVE)
   std::unordered_set<uint64_t> leases_;
 };
 
