@@ -1,14 +1,21 @@
 #include "client/client.h"
 
 #include <gtest/gtest.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <chrono>
 #include <cstring>
+#include <future>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "client/testing/in_process_daemon.h"
+#include "client/unique_fd.h"
 
 namespace kvtier::client {
 namespace {
@@ -289,6 +296,42 @@ TEST(ClientConnectTest, ErrorsNameTheUrl) {
   EXPECT_NE(absent.status().message().find("unix:///nonexistent/kvtier/kvtierd.sock"),
             std::string::npos);
   EXPECT_NE(absent.status().message().find("is kvtierd running?"), std::string::npos);
+}
+
+// A daemon that does not accept (stalled, or stopping) with its accept queue full: the connect
+// must give up at the timeout, not wait for room in the queue.
+TEST(ClientConnectTest, UnixConnectHonoursTheTimeoutWhenTheAcceptQueueIsFull) {
+  char dir_template[] = "/tmp/kvtier-connect-XXXXXX";
+  ASSERT_NE(::mkdtemp(dir_template), nullptr);
+  const std::string path = std::string(dir_template) + "/full.sock";
+  UniqueFd listener(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::memcpy(addr.sun_path, path.c_str(), path.size());
+  ASSERT_EQ(::bind(listener.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  ASSERT_EQ(::listen(listener.get(), 0), 0);
+  std::vector<UniqueFd> queued;  // never accepted: they fill the queue
+  for (int i = 0; i < 8; ++i) {
+    UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+    if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+      ASSERT_EQ(errno, EAGAIN);
+      break;
+    }
+    queued.push_back(std::move(fd));
+  }
+  ASSERT_FALSE(queued.empty());
+  ConnectOptions options;
+  options.timeout = std::chrono::milliseconds(200);
+  auto connecting = std::async(std::launch::async,
+                               [&] { return Client::Connect("unix://" + path, options).status(); });
+  const bool in_time = connecting.wait_for(std::chrono::seconds(10)) == std::future_status::ready;
+  if (!in_time) listener.reset();  // wakes a connect still waiting, so that the test can end
+  ASSERT_TRUE(in_time) << "connect ignored its 200 ms timeout";
+  const Status status = connecting.get();
+  EXPECT_EQ(status.code(), StatusCode::kTimeout) << status.ToString();
+  EXPECT_NE(status.message().find(path), std::string::npos) << status.ToString();
+  ::unlink(path.c_str());
+  ::rmdir(dir_template);
 }
 
 TEST(ClientConnectTest, PasswordIsSentAndWrongOnesAreRefused) {

@@ -11,7 +11,10 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
+#include <limits>
+#include <thread>
 
 #include "common/fd_passing.h"
 
@@ -24,6 +27,13 @@ constexpr int kMaxIov = 64;
 // Bytes read per recvmsg: large enough that a 64 MiB inline payload takes few system calls.
 constexpr size_t kReadChunkBytes = size_t{1} << 20;
 
+// poll()'s timeout for a call timeout: -1 (forever) for none, and at most INT_MAX ms (24.8 days)
+// rather than a wrapped, shorter or infinite, one.
+int TimeoutForPoll(std::chrono::milliseconds timeout) {
+  if (timeout.count() <= 0) return -1;
+  return static_cast<int>(std::min<int64_t>(timeout.count(), std::numeric_limits<int>::max()));
+}
+
 std::string ConnectWhat(const Endpoint& endpoint) { return "connect to " + endpoint.url; }
 
 // The daemon absent is the common mistake; say so next to the errno text.
@@ -35,27 +45,29 @@ Status ConnectError(int err, const Endpoint& endpoint) {
   return status;
 }
 
-Status SetNonBlocking(int fd, const Endpoint& endpoint) {
-  const int flags = ::fcntl(fd, F_GETFL);
-  if (flags < 0 || ::fcntl(fd, F_SETFL, flags | O_NONBLOCK) < 0) {
-    return ErrnoStatus(errno, "fcntl on the socket to " + endpoint.url);
-  }
-  return Status::Ok();
-}
-
-// A Unix connect completes at once or fails (a full backlog is EAGAIN), so it is done blocking.
-Result<UniqueFd> ConnectUnix(const Endpoint& endpoint) {
-  UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+// A non-blocking Unix connect completes at once or fails; a full backlog (the daemon stalled or
+// not accepting) is EAGAIN, which nothing can poll for, so it is retried with a growing pause
+// until the deadline. A blocking connect would wait there with no bound at all.
+Result<UniqueFd> ConnectUnix(const Endpoint& endpoint, int timeout_ms) {
+  UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
   if (!fd.valid()) return ErrnoStatus(errno, "socket for " + endpoint.url);
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
   std::memcpy(addr.sun_path, endpoint.path.data(), endpoint.path.size());
-  int rc;
-  do {
-    rc = ::connect(fd.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof(addr));
-  } while (rc < 0 && errno == EINTR);
-  if (rc < 0) return ConnectError(errno, endpoint);
-  KVTIER_RETURN_IF_ERROR(SetNonBlocking(fd.get(), endpoint));
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  auto pause = std::chrono::milliseconds(1);
+  for (;;) {
+    if (::connect(fd.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)) == 0) break;
+    if (errno == EINTR) continue;
+    if (errno != EAGAIN) return ConnectError(errno, endpoint);
+    const auto now = std::chrono::steady_clock::now();
+    if (timeout_ms >= 0 && now >= deadline) {
+      return Timeout(ConnectWhat(endpoint) + ": kvtierd's accept queue stayed full");
+    }
+    std::this_thread::sleep_for(
+        timeout_ms < 0 ? pause : std::min<std::chrono::nanoseconds>(pause, deadline - now));
+    pause = std::min(pause * 2, std::chrono::milliseconds(50));
+  }
   return fd;
 }
 
@@ -112,10 +124,9 @@ Result<UniqueFd> ConnectTcp(const Endpoint& endpoint, int timeout_ms) {
 
 Result<std::unique_ptr<Connection>> Connection::Open(const Endpoint& endpoint,
                                                      const Options& options) {
-  const int timeout_ms =
-      options.timeout.count() <= 0 ? -1 : static_cast<int>(options.timeout.count());
+  const int timeout_ms = TimeoutForPoll(options.timeout);
   Result<UniqueFd> fd =
-      endpoint.is_unix() ? ConnectUnix(endpoint) : ConnectTcp(endpoint, timeout_ms);
+      endpoint.is_unix() ? ConnectUnix(endpoint, timeout_ms) : ConnectTcp(endpoint, timeout_ms);
   if (!fd.ok()) return fd.status();
   return std::unique_ptr<Connection>(new Connection(endpoint, options, std::move(fd).value()));
 }
@@ -126,9 +137,7 @@ Connection::Connection(Endpoint endpoint, Options options, UniqueFd fd)
       fd_(std::move(fd)),
       parser_(options.parser) {}
 
-int Connection::PollTimeoutMs() const {
-  return options_.timeout.count() <= 0 ? -1 : static_cast<int>(options_.timeout.count());
-}
+int Connection::PollTimeoutMs() const { return TimeoutForPoll(options_.timeout); }
 
 Status Connection::Fail(Status status) {
   if (failure_.ok()) failure_ = status;
