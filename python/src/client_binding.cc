@@ -10,6 +10,7 @@
 #include <pybind11/stl.h>
 
 #include <chrono>
+#include <cmath>
 #include <mutex>
 #include <optional>
 #include <span>
@@ -47,7 +48,10 @@ class PyClient {
     std::lock_guard<std::mutex> lock(mu_);
     client_.reset();
   }
+  // Waits for a call in flight like any other: without the GIL, or a thread asking whether the
+  // client is closed would freeze the interpreter for as long as that call waits on the daemon.
   bool closed() {
+    py::gil_scoped_release release;
     std::lock_guard<std::mutex> lock(mu_);
     return !client_.has_value();
   }
@@ -85,6 +89,16 @@ size_t Get(PyClient& self, const NamespaceInfo& ns, const std::vector<BlockKey>&
   });
 }
 
+// Seconds from Python as whole milliseconds, rounded up: a positive time under 1 ms must not
+// become 0, which means "wait forever" for a timeout and "unpin" for a TTL.
+std::chrono::milliseconds MillisecondsUp(double seconds, const char* what) {
+  if (!(seconds >= 0) || seconds > 1e9) {
+    throw StatusError(InvalidArgument(std::string(what) + ": expected seconds in [0, 1e9], got " +
+                                      std::to_string(seconds)));
+  }
+  return std::chrono::milliseconds(static_cast<int64_t>(std::ceil(seconds * 1000)));
+}
+
 NamespaceId NamespaceIdOf(const py::handle& ns) {
   if (py::isinstance<NamespaceInfo>(ns)) return ns.cast<const NamespaceInfo&>().id;
   return NamespaceId{KeyFromBytes(ns, "ns")};
@@ -96,7 +110,7 @@ std::unique_ptr<PyClient> Connect(const std::optional<std::string>& url,
   client::ConnectOptions options;
   options.username = username;
   options.password = password;
-  options.timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
+  options.timeout = MillisecondsUp(timeout_s, "timeout_s");
   options.client_name = client_name;
   const std::string where = url.value_or(client::DefaultUrl());
   Result<Client> c = [&] {
@@ -199,7 +213,7 @@ serialised).
             std::vector<std::vector<BlockKey>> keys;
             for (const py::handle& chain : chains) keys.push_back(KeysFromPython(chain));
             const std::vector<std::span<const BlockKey>> spans(keys.begin(), keys.end());
-            const auto hold = std::chrono::milliseconds(static_cast<int64_t>(hold_s * 1000));
+            const auto hold = MillisecondsUp(hold_s, "hold_s");
             return self.Run([&](Client& c) { return ValueOrThrow(c.LookupMany(id, spans, hold)); });
           },
           py::arg("ns"), py::arg("chains"), py::arg("hold_s") = 0.0,
@@ -302,7 +316,7 @@ serialised).
           [](PyClient& self, const py::handle& ns, const py::handle& keys, double ttl_s) {
             const NamespaceId id = NamespaceIdOf(ns);
             const std::vector<BlockKey> k = KeysFromPython(keys);
-            const auto ttl = std::chrono::milliseconds(static_cast<int64_t>(ttl_s * 1000));
+            const auto ttl = MillisecondsUp(ttl_s, "ttl_s");
             return self.Run([&](Client& c) { return ValueOrThrow(c.Pin(id, k, ttl)); });
           },
           py::arg("ns"), py::arg("keys"), py::arg("ttl_s"),

@@ -1,5 +1,7 @@
 """The Client against a real kvtierd: both data paths, every accepted buffer shape, errors."""
+import socket
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -177,6 +179,71 @@ def test_connection_errors(tmp_path):
         kvtier.connect(f"unix://{tmp_path}/none.sock")
     with pytest.raises(kvtier.InvalidArgumentError):
         kvtier.connect("http://example")
+
+
+@pytest.fixture
+def silent_daemon(tmp_path):
+    """A Unix socket that accepts connections and never answers: a stalled daemon."""
+    path = str(tmp_path / "silent.sock")
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)
+    listener.listen(8)
+    accepted = []
+    stop = threading.Event()
+
+    def accept():
+        listener.settimeout(0.1)
+        while not stop.is_set():
+            try:
+                accepted.append(listener.accept()[0])
+            except socket.timeout:
+                pass
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    yield "unix://" + path
+    stop.set()
+    thread.join()
+    for conn in accepted:
+        conn.close()
+    listener.close()
+
+
+def test_a_timeout_under_a_millisecond_is_not_forever(silent_daemon):
+    c = kvtier.Client(silent_daemon, timeout_s=0.0005, attach=False)
+    started = time.monotonic()
+    with pytest.raises(kvtier.TimeoutError):
+        c.ping()
+    assert time.monotonic() - started < 5
+    with pytest.raises(kvtier.InvalidArgumentError, match="timeout_s"):
+        kvtier.Client(silent_daemon, timeout_s=-1, attach=False)
+
+
+def test_asking_whether_closed_does_not_hold_the_interpreter(silent_daemon):
+    # One thread waits for the daemon's answer inside a call; another asks `closed`, which waits
+    # for that call: it must do so without the GIL, or every Python thread stops with it.
+    c = kvtier.Client(silent_daemon, timeout_s=1.5, attach=False)
+    pinging = threading.Thread(target=lambda: pytest.raises(kvtier.TimeoutError, c.ping))
+    pinging.start()
+    time.sleep(0.2)
+    ticks = [0]
+    stop = threading.Event()
+
+    def tick():
+        while not stop.is_set():
+            ticks[0] += 1
+            time.sleep(0.005)
+
+    ticker = threading.Thread(target=tick)
+    ticker.start()
+    before = ticks[0]
+    assert not c.closed
+    during = ticks[0] - before
+    stop.set()
+    ticker.join()
+    pinging.join()
+    # About 1.3 s passed in `closed`; a ticker frozen by the GIL advances once at most.
+    assert during > 10, f"other threads advanced {during} times while `closed` waited"
 
 
 def test_authentication(kvtierd_auth):
