@@ -2,7 +2,9 @@
 
 #include <openssl/err.h>
 #include <openssl/ssl.h>
+#include <spdlog/spdlog.h>
 
+#include <atomic>
 #include <span>
 #include <utility>
 
@@ -81,9 +83,17 @@ Awaitable<Status> NodeConnection::Open(Deadline deadline) {
   read_only.Command({"READONLY"});
   Result<std::vector<resp::Reply>> replies = co_await Exchange(read_only, deadline);
   if (!replies.ok()) co_return replies.status();
+  // READONLY only lets a replica answer reads of its master's slots; a master ignores it. An ACL
+  // user without it still reads and writes through the masters (a replica then redirects to its
+  // master), so a refusal is said once, not made a failure of every connection.
   if (replies->front().is_error()) {
-    Close();
-    co_return DeviceError(node_.ToString() + " refused READONLY: " + replies->front().str);
+    static std::atomic<bool> said{false};
+    if (!said.exchange(true)) {
+      spdlog::warn(
+          "remote: {} refused READONLY ({}): replicas redirect reads to their masters; give the "
+          "ACL user +readonly for reads from replicas",
+          node_.ToString(), replies->front().str);
+    }
   }
   co_return Status::Ok();
 }

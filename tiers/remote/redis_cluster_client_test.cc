@@ -162,6 +162,45 @@ TEST(RedisClusterClient, RoundTripOverEverySlotFromOneSeed) {
   EXPECT_GT(stats.bytes_out, blocks.size() * 64);
 }
 
+// docs/scale-out.md's ACL user, and the same without READONLY (which every cluster connection
+// sends, and which that user once lacked): the masters serve both users' reads and writes, so
+// the refusal must not fail the connection.
+TEST(RedisClusterClient, TheDocumentedAclUserAndOneWithoutReadonlyReadAndWrite) {
+  auto cluster = StartCluster();
+  ASSERT_TRUE(cluster);
+  const std::vector<std::string> documented = {
+      "on",    ">s3cret", "resetkeys", "~kvt1:*",         "resetchannels",
+      "-@all", "+get",    "+set",      "+exists",         "+ping",
+      "+info", "+asking", "+readonly", "+cluster|shards", "+cluster|slots"};
+  std::vector<std::string> without_readonly = documented;
+  std::erase(without_readonly, "+readonly");
+  for (const auto& [name, rules] :
+       {std::pair{"kvtier", documented}, {"no-readonly", without_readonly}}) {
+    for (size_t n = 0; n < cluster->nodes().size(); ++n) {
+      std::vector<std::string> args = {"ACL", "SETUSER", name};
+      args.insert(args.end(), rules.begin(), rules.end());
+      const Result<std::string> user = cluster->Cli(n, args);
+      ASSERT_TRUE(user.ok()) << user.status().ToString();
+    }
+  }
+  uint64_t first = 0;
+  for (const char* name : {"kvtier", "no-readonly"}) {
+    SCOPED_TRACE(name);
+    RedisClusterOptions options;
+    options.user = name;
+    options.password = "s3cret";
+    auto client = OpenClient({cluster->node(0).address()}, options);
+    ASSERT_TRUE(client);
+    std::vector<uint64_t> blocks;
+    for (uint64_t i = first; i < first + 200; ++i) blocks.push_back(i);
+    first += 200;
+    PutBlocks(*client, blocks, 64);
+    ExpectBlocks(*client, blocks, 64);
+    ExpectFound(client->Exists({TestKey(blocks[0]), TestKey(blocks[199])}, kCallTimeout), 2);
+    EXPECT_EQ(client->stats().breaker_openings, 0u);
+  }
+}
+
 TEST(RedisClusterClient, ATlsClusterIsReachedOnItsTlsPortsFromOneSeed) {
   testing::TempDir certificates_dir;
   const auto certificates = testing::MakeTestCertificates(certificates_dir.path());
