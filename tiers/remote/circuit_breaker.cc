@@ -33,6 +33,10 @@ bool CircuitBreaker::RecordFailure(Clock::time_point now) {
   return false;
 }
 
+void CircuitBreaker::RecordNoVerdict() {
+  if (state_ == State::kHalfOpen) state_ = State::kOpen;  // retry_at_ has passed already
+}
+
 void CircuitBreaker::Open(Clock::time_point now) {
   state_ = State::kOpen;
   retry_at_ = now + backoff_;

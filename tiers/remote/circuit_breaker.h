@@ -9,7 +9,7 @@
 //
 // Time is passed in, so tests need no clock. Not synchronised: one owner thread (the client's I/O
 // thread) calls it. Every Allow() that returns true must be followed by exactly one
-// RecordSuccess() or RecordFailure().
+// RecordSuccess(), RecordFailure() or RecordNoVerdict().
 #pragma once
 
 #include <chrono>
@@ -40,6 +40,10 @@ class CircuitBreaker {
   // breaker: the start of an episode, which the caller counts and logs once. A failed probe
   // reopens it for a longer backoff and returns false.
   bool RecordFailure(Clock::time_point now);
+  // The call ended without saying anything of the node (it waited for the client's own busy
+  // connections, or the client is shutting down): the failure count stays, and a probe is due
+  // again at once.
+  void RecordNoVerdict();
 
   State state() const { return state_; }
   bool open() const { return state_ != State::kClosed; }

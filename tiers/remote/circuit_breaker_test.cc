@@ -40,6 +40,21 @@ TEST(CircuitBreaker, OneProbeAfterBackoffAndItsAnswerDecides) {
   EXPECT_TRUE(b.Allow(t + milliseconds(101)));
 }
 
+TEST(CircuitBreaker, ACallWithoutAVerdictLeavesTheCountAndFreesTheProbe) {
+  CircuitBreaker b = Make();
+  const auto t = Clock::time_point() + milliseconds(1000);
+  (void)b.RecordFailure(t);
+  (void)b.RecordFailure(t);
+  b.RecordNoVerdict();  // closed: nothing changes, the next failure is still the third
+  EXPECT_TRUE(b.RecordFailure(t));
+  EXPECT_TRUE(b.Allow(t + milliseconds(100)));  // the probe
+  b.RecordNoVerdict();                          // told nothing: the next call probes at once,
+  EXPECT_EQ(b.state(), CircuitBreaker::State::kOpen);
+  EXPECT_EQ(b.backoff(), milliseconds(100));  // without a longer backoff
+  EXPECT_TRUE(b.Allow(t + milliseconds(100)));
+  EXPECT_TRUE(b.RecordSuccess());
+}
+
 TEST(CircuitBreaker, RefusesExactlyWhenAllowWould) {
   CircuitBreaker b = Make();
   const auto t = Clock::time_point() + milliseconds(1000);

@@ -46,21 +46,26 @@ Awaitable<Result<std::vector<resp::Reply>>> ClusterNode::Execute(const CommandBa
                    " failed calls in a row; next try in " +
                    std::to_string(std::max(0LL, MillisUntil(breaker_.retry_at()))) + " ms");
   }
-  Result<std::vector<resp::Reply>> replies = co_await ExecuteAllowed(batch, deadline);
+  bool queued_too_long = false;
+  Result<ConnectionPtr> conn = co_await Acquire(deadline, queued_too_long);
+  if (!conn.ok()) {
+    // Waiting behind this client's own calls (a lookup's 20 ms behind a mover's large SETs) says
+    // nothing of the node: counted as its failure, it would open the breaker on a node that
+    // answers every call, and the mover's publishes would then be refused.
+    if (queued_too_long) {
+      breaker_.RecordNoVerdict();
+    } else {
+      RecordOutcome(conn.status());
+    }
+    co_return conn.status();
+  }
+  Result<std::vector<resp::Reply>> replies = co_await (*conn)->Exchange(batch, deadline);
+  Release(std::move(*conn));
   RecordOutcome(replies.status());
   co_return replies;
 }
 
-Awaitable<Result<std::vector<resp::Reply>>> ClusterNode::ExecuteAllowed(const CommandBatch& batch,
-                                                                        Deadline deadline) {
-  Result<ConnectionPtr> conn = co_await Acquire(deadline);
-  if (!conn.ok()) co_return conn.status();
-  Result<std::vector<resp::Reply>> replies = co_await (*conn)->Exchange(batch, deadline);
-  Release(std::move(*conn));
-  co_return replies;
-}
-
-Awaitable<Result<ConnectionPtr>> ClusterNode::Acquire(Deadline deadline) {
+Awaitable<Result<ConnectionPtr>> ClusterNode::Acquire(Deadline deadline, bool& queued_too_long) {
   while (true) {
     if (stopping_) co_return ShuttingDown("remote store client is shutting down");
     if (!idle_.empty()) {
@@ -79,8 +84,12 @@ Awaitable<Result<ConnectionPtr>> ClusterNode::Acquire(Deadline deadline) {
     error_code ec;
     co_await waiter.timer.async_wait(redirect_error(use_awaitable, ec));
     std::erase(waiters_, &waiter);
-    if (waiter.handed) co_return std::move(waiter.handed);
+    // A connection handed over as the deadline passed goes back unused: the exchange would time
+    // out at once and close a healthy connection.
+    if (waiter.handed && Deadline::clock::now() < deadline) co_return std::move(waiter.handed);
+    if (waiter.handed) Release(std::move(waiter.handed));
     if (Deadline::clock::now() >= deadline) {
+      queued_too_long = true;
       co_return Timeout("all " + std::to_string(options_.max_connections) + " connections to " +
                         address_.ToString() + " stayed busy until the deadline");
     }
@@ -146,8 +155,7 @@ void ClusterNode::RecordOutcome(const Status& status) {
     return;
   }
   if (status.code() == StatusCode::kShuttingDown) {
-    // Not the node's fault, but a probe must still be resolved: leave the breaker as it was.
-    if (breaker_.state() == CircuitBreaker::State::kHalfOpen) breaker_.RecordFailure({});
+    breaker_.RecordNoVerdict();  // not the node's fault, but a probe must still be resolved
     return;
   }
   ++failed_calls_in_episode_;

@@ -68,9 +68,11 @@ class ClusterNode {
     std::shared_ptr<NodeConnection> handed;  // set by Release; the waiter owns it from then on
   };
 
-  Awaitable<Result<std::vector<resp::Reply>>> ExecuteAllowed(const CommandBatch& batch,
-                                                             Deadline deadline);
-  Awaitable<Result<std::shared_ptr<NodeConnection>>> Acquire(Deadline deadline);
+  // A connection: an idle one, a new one while below max_connections, or the next one released
+  // before `deadline`. `queued_too_long`: the deadline passed while waiting for one of this
+  // client's busy connections (not a failure of the node).
+  Awaitable<Result<std::shared_ptr<NodeConnection>>> Acquire(Deadline deadline,
+                                                             bool& queued_too_long);
   Awaitable<Result<std::shared_ptr<NodeConnection>>> Connect(Deadline deadline);
   // Gives a connection back: to the first waiter, to the idle list, or dropped when unusable.
   void Release(std::shared_ptr<NodeConnection> conn);

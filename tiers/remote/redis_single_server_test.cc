@@ -308,6 +308,32 @@ TEST_F(SingleServer, ManyCallersShareASmallPool) {
   EXPECT_LE(client->stats().connections_opened, 3u);  // the pool, plus Open's topology query
 }
 
+// Lookups with a short timeout that wait behind the client's own long call (a mover's SET held
+// up by the server) time out in the pool: that is no failure of the node, whose breaker must
+// stay closed, and the connection must not be given up.
+TEST_F(SingleServer, CallsThatTimeOutWaitingForABusyPoolLeaveTheBreakerClosed) {
+  StartServer();
+  RedisClusterOptions options;
+  options.connections_per_node = 1;
+  auto client = OpenOrFail(options);
+  ASSERT_TRUE(client);
+  ASSERT_TRUE(client->Exists({TestKey(0)}, kCallTimeout)[0].code() == StatusCode::kNotFound);
+  const uint64_t opened = client->stats().connections_opened;
+  ASSERT_TRUE(testing::Cli(server_->port(), {"CLIENT", "PAUSE", "700", "WRITE"}).ok());
+  const std::string value = testing::TestRecord(1, 512);
+  std::promise<Status> set;
+  client->StartSet({{TestKey(1), {value}}}, kTtl, kCallTimeout,
+                   [&](std::vector<Status> statuses) { set.set_value(statuses[0]); });
+  std::this_thread::sleep_for(milliseconds(50));  // the SET holds the one connection
+  for (int i = 0; i < 5; ++i) {
+    EXPECT_EQ(client->Exists({TestKey(2)}, milliseconds(20))[0].code(), StatusCode::kTimeout);
+  }
+  EXPECT_EQ(set.get_future().get(), Status::Ok());
+  EXPECT_EQ(client->stats().breaker_openings, 0u);
+  EXPECT_EQ(client->Exists({TestKey(1)}, kCallTimeout)[0], Status::Ok());
+  EXPECT_EQ(client->stats().connections_opened, opened);
+}
+
 TEST_F(SingleServer, CallbacksRunOnTheClientThreadWhereBlockingCallsRefuse) {
   StartServer();
   auto client = OpenOrFail();
