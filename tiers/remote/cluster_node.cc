@@ -71,7 +71,7 @@ Awaitable<Result<ConnectionPtr>> ClusterNode::Acquire(Deadline deadline, bool& q
     if (!idle_.empty()) {
       ConnectionPtr conn = std::move(idle_.back());
       idle_.pop_back();
-      if (conn->usable()) co_return conn;
+      if (conn->StillOpenWhileIdle()) co_return conn;
       Forget(conn);
       continue;
     }

@@ -1,10 +1,14 @@
 #include "tiers/remote/node_connection.h"
 
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <openssl/err.h>
 #include <openssl/ssl.h>
 #include <spdlog/spdlog.h>
+#include <sys/socket.h>
 
 #include <atomic>
+#include <cerrno>
 #include <span>
 #include <utility>
 
@@ -71,6 +75,18 @@ Status NodeConnection::Fail(const error_code& ec, std::string_view what) {
   return DeviceError(node_.ToString() + ": " + std::string(what) + ": " + ec.message());
 }
 
+bool NodeConnection::StillOpenWhileIdle() {
+  if (!usable()) return false;
+  std::byte probe;
+  const ssize_t n = ::recv(Socket().native_handle(), &probe, 1, MSG_PEEK | MSG_DONTWAIT);
+  if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return true;
+  // Under TLS, bytes may wait on a healthy connection (TLS 1.3 session tickets that no read has
+  // consumed yet), so only the end of the stream tells there.
+  if (n > 0 && tls_) return true;
+  broken_ = true;
+  return false;
+}
+
 Awaitable<Status> NodeConnection::Open(Deadline deadline) {
   Status connected = co_await Connect(deadline);
   if (!connected.ok()) co_return connected;
@@ -115,6 +131,15 @@ Awaitable<Status> NodeConnection::Connect(Deadline deadline) {
   co_await Socket().async_connect(endpoint, redirect_error(use_awaitable, ec));
   if (ec) co_return Fail(ec, "connect");
   Socket().set_option(tcp::no_delay(true), ec);
+  // A pooled connection may sit idle for long: keepalive probes find one that a NAT or a load
+  // balancer dropped silently (after about a minute and a half, not Linux's default two hours),
+  // so that a call does not wait its whole timeout on it.
+  Socket().set_option(asio::socket_base::keep_alive(true), ec);
+  const int fd = Socket().native_handle();
+  for (const auto& [option, value] :
+       {std::pair{TCP_KEEPIDLE, 60}, {TCP_KEEPINTVL, 10}, {TCP_KEEPCNT, 3}}) {
+    ::setsockopt(fd, IPPROTO_TCP, option, &value, sizeof(value));
+  }
   if (tls_) {
     Status handshake = co_await Handshake();
     if (!handshake.ok()) co_return handshake;

@@ -65,6 +65,10 @@ class NodeConnection : public std::enable_shared_from_this<NodeConnection> {
   // Closes the socket now: a pending Open or Exchange ends with an error. Idempotent.
   void Close();
   bool usable() const { return connected_ && !broken_; }
+  // For a connection taken from the idle pool: usable, and the node has not closed it meanwhile
+  // (Redis's `timeout`, a restart). An idle connection has nothing to read, so end-of-stream or
+  // (without TLS) any bytes waiting mean it cannot serve a call; it is then marked unusable.
+  bool StillOpenWhileIdle();
   const HostPort& node() const { return node_; }
 
  private:

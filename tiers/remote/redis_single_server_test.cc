@@ -334,6 +334,22 @@ TEST_F(SingleServer, CallsThatTimeOutWaitingForABusyPoolLeaveTheBreakerClosed) {
   EXPECT_EQ(client->stats().connections_opened, opened);
 }
 
+// Redis closes a connection idle for `timeout` seconds: the pool must not hand that one out.
+TEST_F(SingleServer, PooledConnectionsTheServerClosedWhileIdleAreNotUsed) {
+  StartServer({"--timeout", "1"});
+  RedisClusterOptions options;
+  options.connections_per_node = 1;
+  auto client = OpenOrFail(options);
+  ASSERT_TRUE(client);
+  const std::string value = testing::TestRecord(1, 512);
+  ASSERT_EQ(client->Set({{TestKey(1), {value}}}, kTtl, kCallTimeout)[0], Status::Ok());
+  std::this_thread::sleep_for(milliseconds(2500));  // the server closes the idle connection
+  EXPECT_EQ(client->Set({{TestKey(2), {value}}}, kTtl, kCallTimeout)[0], Status::Ok());
+  const auto got = client->Get({TestKey(1)}, kCallTimeout);
+  ASSERT_TRUE(got[0].ok()) << got[0].status().ToString();
+  EXPECT_EQ(*got[0], value);
+}
+
 TEST_F(SingleServer, CallbacksRunOnTheClientThreadWhereBlockingCallsRefuse) {
   StartServer();
   auto client = OpenOrFail();
