@@ -12,6 +12,7 @@
 #include <future>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "client/testing/in_process_daemon.h"
@@ -330,6 +331,36 @@ TEST(ClientConnectTest, UnixConnectHonoursTheTimeoutWhenTheAcceptQueueIsFull) {
   const Status status = connecting.get();
   EXPECT_EQ(status.code(), StatusCode::kTimeout) << status.ToString();
   EXPECT_NE(status.message().find(path), std::string::npos) << status.ToString();
+  ::unlink(path.c_str());
+  ::rmdir(dir_template);
+}
+
+// A daemon that refuses a request it cannot take (here: a bulk over its limit) answers an error
+// and closes without reading the rest: the caller must hear that error, not "Broken pipe".
+TEST(ClientConnectTest, TheDaemonsErrorBeforeItClosesIsWhatASendFailureReports) {
+  char dir_template[] = "/tmp/kvtier-refuse-XXXXXX";
+  ASSERT_NE(::mkdtemp(dir_template), nullptr);
+  const std::string path = std::string(dir_template) + "/refuse.sock";
+  UniqueFd listener(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::memcpy(addr.sun_path, path.c_str(), path.size());
+  ASSERT_EQ(::bind(listener.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  ASSERT_EQ(::listen(listener.get(), 4), 0);
+  std::thread daemon([&] {
+    UniqueFd conn(::accept(listener.get(), nullptr, nullptr));
+    std::vector<char> some(64 << 10);
+    (void)::recv(conn.get(), some.data(), some.size(), 0);
+    const std::string refusal = "-ERR Protocol error: invalid bulk length\r\n";
+    (void)::send(conn.get(), refusal.data(), refusal.size(), MSG_NOSIGNAL);
+  });  // closes the connection with the rest of the request unread
+  Result<Client> client = Client::Connect("unix://" + path);
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  const Status set = client->Set("k", std::string(size_t{64} << 20, 'x'));
+  daemon.join();
+  EXPECT_EQ(set.code(), StatusCode::kInvalidArgument) << set.ToString();
+  EXPECT_NE(set.message().find("invalid bulk length"), std::string::npos) << set.ToString();
+  EXPECT_FALSE(client->usable());
   ::unlink(path.c_str());
   ::rmdir(dir_template);
 }

@@ -16,6 +16,7 @@
 #include <limits>
 #include <thread>
 
+#include "client/reply_mapping.h"
 #include "common/fd_passing.h"
 
 namespace kvtier::client {
@@ -151,6 +152,26 @@ Status Connection::FailureForLaterCall() const {
 
 Status Connection::Send(const RequestBuffer& request) {
   if (!failure_.ok()) return FailureForLaterCall();
+  const Status sent = SendAll(request);
+  if (sent.ok()) return sent;
+  for (const resp::Reply& reply : replies_) {
+    if (reply.is_error()) {
+      return ErrorReplyToStatus(reply, "kvtierd refused the request and closed the connection");
+    }
+  }
+  return sent;
+}
+
+void Connection::ReadWhatWasSentBeforeClosing() {
+  // The daemon closed after its last reply, so the bytes are all there: each read takes up to
+  // 1 MiB, and the end of the stream (or any error) closes the socket and ends the loop. Bounded,
+  // should the peer have shut only its reading side.
+  for (int reads = 0; reads < 1024 && fd_.valid(); ++reads) {
+    if (!ReadAvailable().ok()) return;
+  }
+}
+
+Status Connection::SendAll(const RequestBuffer& request) {
   const std::vector<RequestBuffer::Piece>& pieces = request.pieces();
   size_t index = 0;   // first piece not fully written
   size_t offset = 0;  // bytes of pieces[index] already written
@@ -169,7 +190,9 @@ Status Connection::Send(const RequestBuffer& request) {
     if (sent < 0) {
       if (errno == EINTR) continue;
       if (errno != EAGAIN && errno != EWOULDBLOCK) {
-        return Fail(ErrnoStatus(errno, "send to " + endpoint_.url));
+        const int err = errno;
+        if (err == EPIPE || err == ECONNRESET) ReadWhatWasSentBeforeClosing();
+        return Fail(ErrnoStatus(err, "send to " + endpoint_.url));
       }
       Result<bool> writable = WaitWritableOrRead();
       if (!writable.ok()) return writable.status();

@@ -50,7 +50,9 @@ class Connection {
   Connection& operator=(const Connection&) = delete;
 
   // Writes every byte of `request`. Errors: the translated errno of the write, kTimeout; either
-  // leaves the connection unusable.
+  // leaves the connection unusable. When the daemon answered with an error and closed the
+  // connection before taking the whole request (a bulk over its limit), that error is returned
+  // instead of the write's: it names the cause.
   Status Send(const RequestBuffer& request);
 
   // The next reply, in the order the commands were sent. An error reply (`-BUSY ...`) is a
@@ -71,6 +73,9 @@ class Connection {
   // Waits until the socket is writable (returns true) or, meanwhile, readable (reads and returns
   // false). Errors: kTimeout, poll's errno.
   Result<bool> WaitWritableOrRead();
+  Status SendAll(const RequestBuffer& request);
+  // Reads what the daemon sent before it closed its end (a write just failed with EPIPE).
+  void ReadWhatWasSentBeforeClosing();
   // Waits until the socket is readable, then reads once.
   Status WaitAndRead();
   // One non-blocking recvmsg, fed to the parser; complete replies are queued. EAGAIN is OK.
