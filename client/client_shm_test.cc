@@ -93,6 +93,21 @@ TEST_F(ClientShmTest, PutThenGetThroughTheArena) {
   EXPECT_EQ((*again)[0].code(), StatusCode::kAlreadyExists);
 }
 
+// A descriptor that came with an earlier reply (a raw KVT.GPUATTACH sent through Command) must
+// not be taken for the arena's: Attach maps the one sent with its own reply.
+TEST_F(ClientShmTest, AttachMapsTheDescriptorOfItsOwnReply) {
+  ASSERT_TRUE(client_->Command({"KVT.GPUATTACH"}).ok());
+  Result<ArenaInfo> again = client_->Attach();
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  ASSERT_TRUE(PutFirst(2).ok());
+  std::vector<std::byte> out(kBlockBytes);
+  std::vector<void*> dst = {out.data()};
+  Result<size_t> got = client_->Get(ns_, std::span(keys_).subspan(1, 1), dst, kBlockBytes);
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_EQ(*got, 1u);
+  EXPECT_EQ(out, payloads_[1]);
+}
+
 TEST_F(ClientShmTest, BlocksOutsideTheArenaAreFetchedInline) {
   ASSERT_TRUE(PutFirst(1).ok());
   // Blocks 1..3 lie outside the arena (as on NVMe): ACQUIRE answers NOTFOUND for them.

@@ -63,6 +63,10 @@ class Connection {
 
   // The oldest descriptor received with SCM_RIGHTS and not yet taken; invalid when none.
   UniqueFd TakeReceivedFd();
+  // Closes every descriptor received and not taken: before a command whose reply carries one,
+  // so that a descriptor left by an earlier reply (a raw KVT.ATTACH sent through Command) cannot
+  // be taken for this reply's.
+  void DiscardReceivedFds() { received_fds_.clear(); }
 
   const Endpoint& endpoint() const { return endpoint_; }
   bool usable() const { return failure_.ok(); }
