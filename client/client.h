@@ -255,6 +255,11 @@ class Client {
   void AppendIdCommands(RequestBuffer& request, std::string_view name,
                         std::span<const uint64_t> ids);
   Result<size_t> SumIntegers(std::span<const resp::Reply> replies, std::string_view command);
+  // Slot grants of a KVT.RESERVE or KVT.ACQUIRE batch. A reply the protocol does not allow
+  // (kInternal) gives the connection up: the grants of the batch's other commands could be
+  // neither used nor returned, and closing makes the daemon end them.
+  Result<std::vector<SlotGrant>> DecodeGrantsOrAbandon(std::span<const resp::Reply> replies,
+                                                       size_t keys, std::string_view command);
   Status Authenticate(const ConnectOptions& options);
 
   // The shared-memory Put in steps: copy into the granted slots, then commit them (and abort the

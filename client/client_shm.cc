@@ -47,12 +47,24 @@ size_t ChunkCount(size_t n) { return (n + kMaxKeysPerCommand - 1) / kMaxKeysPerC
 
 }  // namespace
 
+Result<std::vector<SlotGrant>> Client::DecodeGrantsOrAbandon(std::span<const resp::Reply> replies,
+                                                             size_t keys,
+                                                             std::string_view command) {
+  Result<std::vector<SlotGrant>> grants =
+      DecodeChunkedGrants(replies, keys, kMaxKeysPerCommand, command);
+  if (!grants.ok() && grants.status().code() == StatusCode::kInternal) {
+    return connection_->Abandon(grants.status());
+  }
+  return grants;
+}
+
 Result<ArenaInfo> Client::Attach() {
   if (!endpoint().is_unix()) {
     return InvalidArgument("KVT.ATTACH: " + endpoint().url +
                            " is a TCP connection; shared memory needs a unix:// URL (use the "
                            "inline calls over TCP)");
   }
+  connection_->DiscardReceivedFds();
   KVTIER_ASSIGN_OR_RETURN(resp::Reply reply, Command({"KVT.ATTACH"}));
   // A descriptor that arrived with a refused reply is closed here rather than kept.
   UniqueFd fd = connection_->TakeReceivedFd();
@@ -66,6 +78,7 @@ Result<GpuPoolExport> Client::AttachGpuPool() {
     return InvalidArgument("KVT.GPUATTACH: " + endpoint().url +
                            " is a TCP connection; the GPU pool is shared over a unix:// URL only");
   }
+  connection_->DiscardReceivedFds();
   KVTIER_ASSIGN_OR_RETURN(resp::Reply reply, Command({"KVT.GPUATTACH"}));
   UniqueFd fd = connection_->TakeReceivedFd();
   Result<GpuPoolExport> exported = DecodeGpuAttach(reply);
@@ -120,9 +133,8 @@ Result<std::vector<Status>> Client::Put(const NamespaceId& ns, std::span<const B
   AppendKeyCommands(reserve, "KVT.RESERVE", ns, keys, kMaxKeysPerCommand,
                     std::span<const std::string>(&size_arg, 1));
   KVTIER_ASSIGN_OR_RETURN(std::vector<resp::Reply> reserve_replies, RoundTrip(reserve));
-  KVTIER_ASSIGN_OR_RETURN(
-      std::vector<SlotGrant> grants,
-      DecodeChunkedGrants(reserve_replies, keys.size(), kMaxKeysPerCommand, "KVT.RESERVE"));
+  KVTIER_ASSIGN_OR_RETURN(std::vector<SlotGrant> grants,
+                          DecodeGrantsOrAbandon(reserve_replies, keys.size(), "KVT.RESERVE"));
   FilledSlots filled = FillSlots(grants, blocks, block_bytes, statuses);
   KVTIER_RETURN_IF_ERROR(FinishReservations(filled, statuses));
   return statuses;
@@ -196,9 +208,8 @@ Result<size_t> Client::Get(const NamespaceId& ns, std::span<const BlockKey> keys
   RequestBuffer acquire;
   AppendKeyCommands(acquire, "KVT.ACQUIRE", ns, keys, kMaxKeysPerCommand);
   KVTIER_ASSIGN_OR_RETURN(std::vector<resp::Reply> acquire_replies, RoundTrip(acquire));
-  KVTIER_ASSIGN_OR_RETURN(
-      std::vector<SlotGrant> grants,
-      DecodeChunkedGrants(acquire_replies, keys.size(), kMaxKeysPerCommand, "KVT.ACQUIRE"));
+  KVTIER_ASSIGN_OR_RETURN(std::vector<SlotGrant> grants,
+                          DecodeGrantsOrAbandon(acquire_replies, keys.size(), "KVT.ACQUIRE"));
   LeasedCopy copy = CopyLeased(grants, blocks);
   KVTIER_ASSIGN_OR_RETURN(size_t served, ReleaseLeases(copy));
   if (!copy.error.ok()) return copy.error;

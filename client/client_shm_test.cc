@@ -108,6 +108,18 @@ TEST_F(ClientShmTest, AttachMapsTheDescriptorOfItsOwnReply) {
   EXPECT_EQ(out, payloads_[1]);
 }
 
+// A grant that parses but breaks the protocol (an id that is not an integer): what the daemon
+// granted is unknown, so the connection is given up (the daemon then ends every grant).
+TEST_F(ClientShmTest, AMalformedGrantMakesTheClientUnusable) {
+  ASSERT_TRUE(PutFirst(1).ok());
+  server_.faults().SetRawReply("KVT.ACQUIRE", "*1\r\n*4\r\n+OK\r\n+x\r\n:0\r\n:4096\r\n");
+  std::vector<std::byte> out(kBlockBytes);
+  std::vector<void*> dst = {out.data()};
+  Result<size_t> got = client_->Get(ns_, std::span(keys_).first(1), dst, kBlockBytes);
+  EXPECT_EQ(got.status().code(), StatusCode::kInternal) << got.status().ToString();
+  EXPECT_FALSE(client_->usable());
+}
+
 TEST_F(ClientShmTest, BlocksOutsideTheArenaAreFetchedInline) {
   ASSERT_TRUE(PutFirst(1).ok());
   // Blocks 1..3 lie outside the arena (as on NVMe): ACQUIRE answers NOTFOUND for them.

@@ -41,9 +41,8 @@ Result<std::vector<Status>> Client::PutWith(const NamespaceId& ns, std::span<con
   AppendKeyCommands(reserve, "KVT.RESERVE", ns, keys, kMaxKeysPerCommand,
                     std::span<const std::string>(&size_arg, 1));
   KVTIER_ASSIGN_OR_RETURN(std::vector<resp::Reply> replies, RoundTrip(reserve));
-  KVTIER_ASSIGN_OR_RETURN(
-      std::vector<SlotGrant> grants,
-      DecodeChunkedGrants(replies, keys.size(), kMaxKeysPerCommand, "KVT.RESERVE"));
+  KVTIER_ASSIGN_OR_RETURN(std::vector<SlotGrant> grants,
+                          DecodeGrantsOrAbandon(replies, keys.size(), "KVT.RESERVE"));
   FilledSlots filled;
   bool started_any = false;
   for (size_t i = 0; i < grants.size(); ++i) {
@@ -85,9 +84,8 @@ Result<size_t> Client::GetWith(const NamespaceId& ns, std::span<const BlockKey> 
   RequestBuffer acquire;
   AppendKeyCommands(acquire, "KVT.ACQUIRE", ns, keys, kMaxKeysPerCommand);
   KVTIER_ASSIGN_OR_RETURN(std::vector<resp::Reply> replies, RoundTrip(acquire));
-  KVTIER_ASSIGN_OR_RETURN(
-      std::vector<SlotGrant> grants,
-      DecodeChunkedGrants(replies, keys.size(), kMaxKeysPerCommand, "KVT.ACQUIRE"));
+  KVTIER_ASSIGN_OR_RETURN(std::vector<SlotGrant> grants,
+                          DecodeGrantsOrAbandon(replies, keys.size(), "KVT.ACQUIRE"));
   LeasedCopy copy;
   copy.first_miss = grants.size();
   bool started_any = false;  // a Start was called, failed or not: Wait before any release

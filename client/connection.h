@@ -70,6 +70,9 @@ class Connection {
 
   const Endpoint& endpoint() const { return endpoint_; }
   bool usable() const { return failure_.ok(); }
+  // Gives the connection up as an I/O error would: for a reply that parsed but that the protocol
+  // does not allow, after which what the daemon meant (and granted) is unknown. Returns `why`.
+  Status Abandon(Status why) { return Fail(std::move(why)); }
 
  private:
   Connection(Endpoint endpoint, Options options, UniqueFd fd);
