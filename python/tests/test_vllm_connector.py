@@ -34,10 +34,11 @@ NUM_BLOCKS = 32
 LAYERS = ["model.layers.0.attn", "model.layers.1.attn", "model.layers.2.attn"]
 
 
-def configs(url, layout, dtype=torch.float16, block=BLOCK, salt="t"):
+def configs(url, layout, dtype=torch.float16, block=BLOCK, salt="t", layers=LAYERS, rank=0,
+            pp=1):
     spec = FullAttentionSpec(block_size=block, num_kv_heads=2, head_size=8, dtype=dtype)
     kv_cache_config = KVCacheConfig(num_blocks=NUM_BLOCKS, kv_cache_tensors=[],
-                                    kv_cache_groups=[KVCacheGroupSpec(LAYERS, spec)])
+                                    kv_cache_groups=[KVCacheGroupSpec(list(layers), spec)])
     transfer = KVTransferConfig(kv_connector="KvtierConnector", kv_role="kv_both",
                                 kv_connector_module_path="kvtier.integrations.vllm",
                                 kv_load_failure_policy="recompute",
@@ -46,17 +47,18 @@ def configs(url, layout, dtype=torch.float16, block=BLOCK, salt="t"):
         kv_transfer_config=transfer,
         cache_config=SimpleNamespace(block_size=block, kv_cache_layout=layout),
         model_config=SimpleNamespace(model="test/tiny", revision=None),
-        parallel_config=SimpleNamespace(rank=0, tensor_parallel_size=1))
+        parallel_config=SimpleNamespace(rank=rank, tensor_parallel_size=1,
+                                        pipeline_parallel_size=pp))
     return vllm_config, kv_cache_config
 
 
-def caches(layout):
+def caches(layout, layers=LAYERS):
     g = torch.Generator().manual_seed(5)
     if layout == "flash_attn":  # (2, blocks, block_size, heads, head): K and V regions apart
         shape = (2, NUM_BLOCKS, BLOCK, 2, 8)
     else:                       # (blocks, 2, block_size, heads, head): one region per block
         shape = (NUM_BLOCKS, 2, BLOCK, 2, 8)
-    return {name: torch.randn(shape, generator=g).to(torch.float16) for name in LAYERS}
+    return {name: torch.randn(shape, generator=g).to(torch.float16) for name in layers}
 
 
 def page(cache, layout, block_id):
@@ -275,6 +277,35 @@ def test_other_configurations_never_match(unix_url):
                     configs(unix_url, "flashinfer", salt="other")):
         other = KvtierConnector(*variant[:1], KVConnectorRole.SCHEDULER, variant[1])
         assert match(other, request("X", hashes, 2 * BLOCK + 1), 0) == (0, False)
+
+
+def test_pipeline_stages_never_load_each_others_layers(unix_url):
+    """PP=2, TP=1, three layers per stage: the two stages' workers have the same TP rank and
+    layer count, and used to share one namespace, so the second stage loaded the first stage's
+    pages into its own layers. Each stage now has its own; the scheduler looks up the first's,
+    and the blocks the second stage does not hold are load errors, recomputed."""
+    stage1 = [f"model.layers.{i}.attn" for i in range(3, 6)]
+    sched_config, kv_config0 = configs(unix_url, "flashinfer", salt="pp", pp=2)
+    config1, kv_config1 = configs(unix_url, "flashinfer", salt="pp", layers=stage1, rank=1, pp=2)
+    sched = KvtierConnector(sched_config, KVConnectorRole.SCHEDULER, kv_config0)
+    first = KvtierConnector(sched_config, KVConnectorRole.WORKER, kv_config0)
+    second = KvtierConnector(config1, KVConnectorRole.WORKER, kv_config1)
+    first.register_kv_caches(caches("flashinfer"))
+    second.register_kv_caches(caches("flashinfer", stage1))
+    assert first._ns_id != second._ns_id and sched._ns_id == first._ns_id
+    hashes = [os.urandom(32) for _ in range(2)]
+    store_request(sched, first, "A", hashes, [0, 1, 2])  # only the first stage's store is in
+    sched.request_finished(request("A", hashes, 2 * BLOCK + 1), [])
+    b = request("B", hashes, 2 * BLOCK + 1)
+    assert match(sched, b, 0) == (2 * BLOCK, False)
+    sched.update_state_after_alloc(b, blocks([5, 6, 7]), 2 * BLOCK)
+    meta = sched.build_connector_meta(output(
+        [SimpleNamespace(req_id="B", block_ids=([5, 6, 7],), num_computed_tokens=2 * BLOCK)],
+        scheduled={"B": 1}))
+    step(second, meta)
+    assert second.get_block_ids_with_load_errors() == {5, 6}
+    for conn in (sched, first, second):
+        conn.shutdown()
 
 
 def store_request(sched, worker, req_id, hashes, ids):

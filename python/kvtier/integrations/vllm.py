@@ -27,11 +27,14 @@ leaves the blocks uncached); each outage is logged once per process, and the con
 again when kvtierd is back. ``stats()`` has the counters.
 
 How it works. Keys are vLLM's own block hashes (``request.block_hashes``) folded under a namespace
-made of the model, its revision, the KV dtype, geometry, block size, cache layout and TP rank, so
-a differently configured engine never reads these blocks. One kvtier block is one vLLM block of
-every attention layer: for each layer in ``kv_cache_config`` order, the bytes of its page(s) as
-they lie in memory (K and V pages separately when the backend keeps them apart); pages are moved
-as opaque bytes, never reinterpreted.
+made of the model, its revision, the KV dtype, geometry, block size, cache layout, TP rank and,
+with pipeline parallelism, the layers of the stage, so a differently configured engine (or
+another stage) never reads these blocks. The scheduler looks up the namespace of the first
+worker (first stage, TP rank 0); a block another rank or stage lacks is reported by its worker
+as a load error, and vLLM recomputes it. One kvtier block is one vLLM block of every attention
+layer: for each layer in ``kv_cache_config`` order, the bytes of its page(s) as they lie in
+memory (K and V pages separately when the backend keeps them apart); pages are moved as opaque
+bytes, never reinterpreted.
 
 * Scheduler: ``on_new_request`` hands a request's block hashes to the lookup thread as it
   arrives (``prefix_lookups.py``: the lookups queued while one is in flight go together in the
@@ -457,11 +460,18 @@ class KvtierConnector(KVConnectorBase_V1):
         model = vllm_config.model_config
         parallel = vllm_config.parallel_config
         layout = getattr(vllm_config.cache_config, "kv_cache_layout", None) or "default"
+        tag = f"vllm_pages:{layout}"
+        if getattr(parallel, "pipeline_parallel_size", 1) > 1:
+            # Each stage stores the pages of its own layers: the stage's layer names, not its
+            # rank, go in the tag. The scheduler's kv_cache_config is a copy of the first
+            # worker's (rank 0: the first stage), so its lookups find what that stage stores;
+            # a block another stage lacks is a load error of that stage's worker (recomputed).
+            tag += f":layers={self._layers[0]}..{self._layers[-1]}"
         return kvtier.NamespaceDescriptor(
             model_id=str(model.model), model_revision=str(getattr(model, "revision", "") or ""),
             kv_dtype=_DTYPES[spec.dtype], num_layers=len(self._layers),
             num_kv_heads=spec.num_kv_heads, head_dim=spec.head_size,
-            tokens_per_block=self._block_size, layout_tag=f"vllm_pages:{layout}",
+            tokens_per_block=self._block_size, layout_tag=tag,
             tp_rank=getattr(parallel, "rank", 0) % max(parallel.tensor_parallel_size, 1),
             tp_size=parallel.tensor_parallel_size, tenant_salt=salt.encode())
 
