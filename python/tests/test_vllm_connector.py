@@ -35,7 +35,7 @@ LAYERS = ["model.layers.0.attn", "model.layers.1.attn", "model.layers.2.attn"]
 
 
 def configs(url, layout, dtype=torch.float16, block=BLOCK, salt="t", layers=LAYERS, rank=0,
-            pp=1):
+            pp=1, cache_dtype="auto"):
     spec = FullAttentionSpec(block_size=block, num_kv_heads=2, head_size=8, dtype=dtype)
     kv_cache_config = KVCacheConfig(num_blocks=NUM_BLOCKS, kv_cache_tensors=[],
                                     kv_cache_groups=[KVCacheGroupSpec(list(layers), spec)])
@@ -45,7 +45,8 @@ def configs(url, layout, dtype=torch.float16, block=BLOCK, salt="t", layers=LAYE
                                 kv_connector_extra_config={"url": url, "tenant_salt": salt})
     vllm_config = SimpleNamespace(
         kv_transfer_config=transfer,
-        cache_config=SimpleNamespace(block_size=block, kv_cache_layout=layout),
+        cache_config=SimpleNamespace(block_size=block, kv_cache_layout=layout,
+                                     cache_dtype=cache_dtype),
         model_config=SimpleNamespace(model="test/tiny", revision=None),
         parallel_config=SimpleNamespace(rank=rank, tensor_parallel_size=1,
                                         pipeline_parallel_size=pp))
@@ -277,6 +278,19 @@ def test_other_configurations_never_match(unix_url):
                     configs(unix_url, "flashinfer", salt="other")):
         other = KvtierConnector(*variant[:1], KVConnectorRole.SCHEDULER, variant[1])
         assert match(other, request("X", hashes, 2 * BLOCK + 1), 0) == (0, False)
+
+
+def test_fp8_encodings_never_share_a_namespace(unix_url):
+    """vLLM keeps every fp8 KV cache (and its other one-byte formats) as torch.uint8: e4m3 and
+    e5m2 pages, which read each other as garbage, used to be one namespace, "int8"."""
+    ids = []
+    for cache_dtype in ("fp8_e4m3", "fp8_e5m2", "fp8", "int4_per_token_head"):
+        vllm_config, kv_cache_config = configs(unix_url, "flashinfer", dtype=torch.uint8,
+                                               cache_dtype=cache_dtype)
+        conn = KvtierConnector(vllm_config, KVConnectorRole.WORKER, kv_cache_config)
+        ids.append(conn._ns_id)
+        conn.shutdown()
+    assert len(set(ids)) == 4
 
 
 def test_pipeline_stages_never_load_each_others_layers(unix_url):

@@ -27,7 +27,8 @@ leaves the blocks uncached); each outage is logged once per process, and the con
 again when kvtierd is back. ``stats()`` has the counters.
 
 How it works. Keys are vLLM's own block hashes (``request.block_hashes``) folded under a namespace
-made of the model, its revision, the KV dtype, geometry, block size, cache layout, TP rank and,
+made of the model, its revision, the KV dtype (for the one-byte formats, which vLLM keeps
+as byte tensors, its ``cache_dtype`` name), geometry, block size, cache layout, TP rank and,
 with pipeline parallelism, the layers of the stage, so a differently configured engine (or
 another stage) never reads these blocks. The scheduler looks up the namespace of the first
 worker (first stage, TP rank 0); a block another rank or stage lacks is reported by its worker
@@ -145,6 +146,10 @@ _DTYPES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16",
 for _name, _tag in (("float8_e4m3fn", "fp8_e4m3"), ("float8_e5m2", "fp8_e5m2")):
     if hasattr(torch, _name):
         _DTYPES[getattr(torch, _name)] = _tag
+# vLLM keeps its one-byte and smaller KV formats (fp8 in either encoding, int4, nvfp4, ...) as
+# torch.uint8 or int8: the tensor's dtype does not tell them apart, cache_config.cache_dtype does.
+_BYTE_DTYPES = (torch.uint8, torch.int8)
+_FP8_CACHE_DTYPES = ("fp8_e4m3", "fp8_e5m2")  # vLLM's names that are also kvtier kv_dtypes
 
 
 @dataclasses.dataclass
@@ -461,6 +466,12 @@ class KvtierConnector(KVConnectorBase_V1):
         parallel = vllm_config.parallel_config
         layout = getattr(vllm_config.cache_config, "kv_cache_layout", None) or "default"
         tag = f"vllm_pages:{layout}"
+        kv_dtype = _DTYPES[spec.dtype]
+        cache_dtype = str(getattr(vllm_config.cache_config, "cache_dtype", "auto") or "auto")
+        if spec.dtype in _BYTE_DTYPES and cache_dtype != "auto":
+            # The name in the tag too: "fp8" is e4m3 on CUDA but e4m3fnuz on ROCm.
+            kv_dtype = cache_dtype if cache_dtype in _FP8_CACHE_DTYPES else kv_dtype
+            tag += f":{cache_dtype}"
         if getattr(parallel, "pipeline_parallel_size", 1) > 1:
             # Each stage stores the pages of its own layers: the stage's layer names, not its
             # rank, go in the tag. The scheduler's kv_cache_config is a copy of the first
@@ -469,7 +480,7 @@ class KvtierConnector(KVConnectorBase_V1):
             tag += f":layers={self._layers[0]}..{self._layers[-1]}"
         return kvtier.NamespaceDescriptor(
             model_id=str(model.model), model_revision=str(getattr(model, "revision", "") or ""),
-            kv_dtype=_DTYPES[spec.dtype], num_layers=len(self._layers),
+            kv_dtype=kv_dtype, num_layers=len(self._layers),
             num_kv_heads=spec.num_kv_heads, head_dim=spec.head_size,
             tokens_per_block=self._block_size, layout_tag=tag,
             tp_rank=getattr(parallel, "rank", 0) % max(parallel.tensor_parallel_size, 1),
