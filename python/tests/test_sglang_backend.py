@@ -298,6 +298,21 @@ def test_another_configuration_does_not_read_these_pages(unix_url, salt, other):
         b.close()
 
 
+def test_fp8_encodings_do_not_read_each_others_pages(unix_url, salt):
+    """SGLang keeps an fp8 KV cache as uint8 in its host pool, e4m3 and e5m2 alike: both used to
+    be one namespace, "int8". The encoding is SGLang's --kv-cache-dtype (here the extra config
+    key); a pool of bytes whose format cannot be known is refused at start."""
+    pools = [host_pool(dtype=torch.uint8) for _ in range(2)]
+    e4m3, e5m2 = (attach(storage_config(unix_url, salt, kv_cache_dtype=name), pool)
+                  for name, pool in zip(("fp8_e4m3", "fp8_e5m2"), pools))
+    hashes, *_ = backup(controller(e4m3, pools[0], True), pools[0], tokens(2, seed=8))
+    assert e4m3.batch_exists(hashes) == 2 and e5m2.batch_exists(hashes) == 0
+    for b in (e4m3, e5m2):
+        b.close()
+    with pytest.raises(kvtier.InvalidArgumentError, match="kv_cache_dtype"):
+        attach(storage_config(unix_url, salt), host_pool(dtype=torch.uint8))
+
+
 def test_clear_drops_only_its_own_pages(unix_url, salt):
     pools = [host_pool(), host_pool()]
     ranks = [attach(storage_config(unix_url, salt, tp_rank=r, tp_size=2), pools[r])

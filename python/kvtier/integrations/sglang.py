@@ -17,15 +17,17 @@ page copies of its own. Extra config keys (validated at start, a bad one named i
 model name), ``path`` (``auto``/``shm``/``inline``), ``timeout_s`` (each wait for kvtierd,
 default 5), ``retry_s`` (how often kvtierd is tried again while unreachable, default 1),
 ``hold_s`` (how long a prefix found by ``batch_exists`` is kept from eviction, until SGLang
-fetches it; default 5, 0 holds nothing).
+fetches it; default 5, 0 holds nothing), ``kv_cache_dtype`` (the KV format of a host pool that
+keeps it as bytes, as fp8 is kept; default: SGLang's ``--kv-cache-dtype``).
 
 Keys and namespace. SGLang names a page by a SHA-256 hex string that chains over the page's whole
 prefix (and the request's cache salt), so each page hash is folded alone under the namespace id
 (``fold_foreign_keys(ns, [hash])``): ``get``/``set``/``exists`` of one page carry no prefix, and
 must find the keys the batched calls wrote. The namespace names the model, the host pool's class,
-layout, dtype and geometry, the page size, the TP rank and size (rank 0 for MLA, whose pages every
-rank shares and only one writes), the PP stage and attention-CP rank, and the tenant salt: two
-configurations never read each other's pages.
+layout, dtype (for a pool of bytes, the fp8 encoding or other format of ``kv_cache_dtype``) and
+geometry, the page size, the TP rank and size (rank 0 for MLA, whose pages every rank shares and
+only one writes), the PP stage and attention-CP rank, and the tenant salt: two configurations
+never read each other's pages.
 
 A kvtier block is SGLang's flat data page, ``host_pool.get_data_page(i, flat=True)``, the format
 of every path: pages written through ``batch_set_v1`` read back through ``get`` and the reverse.
@@ -72,6 +74,21 @@ _DTYPES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16",
 for _name, _tag in (("float8_e4m3fn", "fp8_e4m3"), ("float8_e5m2", "fp8_e5m2")):
     if hasattr(torch, _name):
         _DTYPES[getattr(torch, _name)] = _tag
+# SGLang keeps an fp8 KV cache as torch.uint8 in its device and host pools, e4m3 and e5m2 alike:
+# the pool's dtype does not tell them apart, SGLang's --kv-cache-dtype does.
+_BYTE_DTYPES = (torch.uint8, torch.int8)
+_FP8_CACHE_DTYPES = ("fp8_e4m3", "fp8_e5m2")  # SGLang's names that are also kvtier kv_dtypes
+
+
+def _sglang_kv_cache_dtype() -> Optional[str]:
+    """SGLang's --kv-cache-dtype as resolved in this process, or None where it is not published
+    (a host pool built outside an engine)."""
+    try:
+        from sglang.srt.runtime_context import get_model
+        return str(get_model().kv_cache_dtype)
+    except Exception:  # noqa: BLE001  not published, or a SGLang without it
+        return None
+
 
 def _option(extra: dict, key: str, default: Any, convert: Callable[[Any], Any]) -> Any:
     try:
@@ -131,6 +148,8 @@ class KvtierHiCacheStorage(HiCacheStorage):
         self._retry_s = _option(extra, "retry_s", 1.0, float)
         self._hold_s = _option(extra, "hold_s", 5.0, float)
         self._model_id = _option(extra, "model_id", storage_config.model_name or "", str)
+        self._kv_cache_dtype = _option(extra, "kv_cache_dtype", None,
+                                       lambda v: v if v is None else str(v))
         if not self._model_id:
             raise kvtier.InvalidArgumentError(
                 "--hicache-storage-backend-extra-config: model_id: SGLang gave no model name; "
@@ -160,23 +179,35 @@ class KvtierHiCacheStorage(HiCacheStorage):
         if dtype is None:
             raise kvtier.InvalidArgumentError(
                 f"kvtier: host pool dtype {mem_pool_host.dtype} has no kvtier kv_dtype")
+        cache_dtype = None
+        if mem_pool_host.dtype in _BYTE_DTYPES:
+            cache_dtype = self._kv_cache_dtype or _sglang_kv_cache_dtype()
+            if not cache_dtype:
+                raise kvtier.InvalidArgumentError(
+                    "--hicache-storage-backend-extra-config: kv_cache_dtype: the host pool keeps "
+                    "its KV as bytes (fp8 e4m3 or e5m2, ...) and SGLang's --kv-cache-dtype "
+                    "could not be read; set \"kv_cache_dtype\"")
+            dtype = cache_dtype if cache_dtype in _FP8_CACHE_DTYPES else dtype
         try:
             page = mem_pool_host.get_dummy_flat_data_page()
         except NotImplementedError as e:
             raise kvtier.InvalidArgumentError(
                 f"kvtier: {type(mem_pool_host).__name__} has no flat data pages: {e}") from e
         self._block_bytes = page.numel() * page.element_size()
-        self._desc = self._descriptor(mem_pool_host, dtype)
+        self._desc = self._descriptor(mem_pool_host, dtype, cache_dtype)
         self._ns_id = self._desc.namespace_id()
         self._views = _mha_page_views(mem_pool_host)
         if self._views and sum(v.shape[1] for v in self._views[0]) != self._block_bytes:
             self._views = None  # not the layout assumed: take the pool's own page copies
 
-    def _descriptor(self, pool: Any, dtype: str) -> kvtier.NamespaceDescriptor:
+    def _descriptor(self, pool: Any, dtype: str,
+                    cache_dtype: Optional[str]) -> kvtier.NamespaceDescriptor:
         c = self._config
         heads = int(getattr(pool, "head_num", 1) or 1)
         head_dim = int(getattr(pool, "head_dim", 0) or getattr(pool, "kv_cache_dim", 0) or 1)
         layout = f"sglang:{type(pool).__name__}:{pool.layout}"
+        if cache_dtype:
+            layout += f":{cache_dtype}"
         if c.pp_size > 1:
             layout += f":pp{c.pp_rank}/{c.pp_size}"
         if c.attn_cp_size > 1:
