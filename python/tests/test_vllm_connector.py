@@ -260,6 +260,31 @@ def test_layerwise_off_loads_before_the_pass(unix_url):
         conn.shutdown()
 
 
+def test_a_synchronous_load_that_raises_is_recomputed_not_the_engines_error(unix_url,
+                                                                           monkeypatch, caplog):
+    """An error other than kvtierd's in a load made in the engine's step (torch failing to pin a
+    staging buffer, to allocate or to copy) used to escape start_load_kv into the forward pass:
+    its blocks are now reported to vLLM to recompute, and the failure logged once."""
+    vllm_config, kv_cache_config = configs(unix_url, "flashinfer", salt="raises")
+    vllm_config.kv_transfer_config.kv_connector_extra_config["layerwise"] = False
+    sched = KvtierConnector(vllm_config, KVConnectorRole.SCHEDULER, kv_cache_config)
+    worker = KvtierConnector(vllm_config, KVConnectorRole.WORKER, kv_cache_config)
+    worker.register_kv_caches(caches("flashinfer"))
+    meta = sync_load_meta(sched, worker, [os.urandom(32) for _ in range(2)], [1, 2], [10, 11])
+
+    def no_memory(*args, **kwargs):
+        raise RuntimeError("CUDA error: out of memory")
+
+    monkeypatch.setattr(kvtier.Client, "get_pages", no_memory)
+    for _ in range(2):
+        step(worker, meta)
+        assert worker.get_block_ids_with_load_errors() == {10, 11}
+    assert worker.stats()["load_error_blocks"] == 4
+    assert sum("a load failed" in r.getMessage() for r in caplog.records) == 1
+    for conn in (sched, worker):
+        conn.shutdown()
+
+
 def test_other_configurations_never_match(unix_url):
     vllm_config, kv_cache_config = configs(unix_url, "flashinfer", salt="iso")
     sched = KvtierConnector(vllm_config, KVConnectorRole.SCHEDULER, kv_cache_config)

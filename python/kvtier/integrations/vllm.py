@@ -440,6 +440,7 @@ class KvtierConnector(KVConnectorBase_V1):
         # Worker state.
         self._pages: list[torch.Tensor] = []
         self._load_errors: set[int] = set()
+        self._load_exception_logged = False
         self._loading: dict[str, int] = {}  # request id -> its loads not finished yet
         self._saving: dict[str, int] = {}   # request id -> its saves not finished yet
         self._saved_requests: set[str] = set()  # requests with saves: reported when finished
@@ -769,14 +770,26 @@ class KvtierConnector(KVConnectorBase_V1):
 
     def _load(self, t: Transfer) -> int:
         """t's blocks into vLLM's pages (on the load thread, or the worker's for a synchronous
-        load); the count of leading blocks served."""
+        load); the count of leading blocks served. Never raises: a synchronous load runs in the
+        engine's step, where an exception would end the engine, not the load."""
         try:
             served = self._load_link.call("load", lambda c, ns: self._transfer(c, ns, t, load=True))
+            if self._pages[0].device.type != "cpu":
+                torch.cuda.current_stream(self._pages[0].device).synchronize()  # the copies are in
         except kvtier.KvtierError:
+            return 0  # logged by the link
+        except Exception:  # noqa: BLE001  torch's: a pinned staging buffer, device memory, a copy
+            self._load_failed_unexpectedly()
             return 0
-        if self._pages[0].device.type != "cpu":
-            torch.cuda.current_stream(self._pages[0].device).synchronize()  # the copies are in
         return served
+
+    def _load_failed_unexpectedly(self) -> None:
+        """Logs, once per connector, a load that failed with an error of its own (not kvtierd's):
+        one that fails so would fail at every step."""
+        if not self._load_exception_logged:
+            self._load_exception_logged = True
+            logger.exception("kvtier: a load failed; its blocks are recomputed (further such "
+                             "failures are counted in load_error_blocks, not logged)")
 
     def _load_layers(self, job: _LayeredLoad) -> int:
         """On the layer-load thread: job's blocks into vLLM's pages, layer by layer; the count of
@@ -789,6 +802,9 @@ class KvtierConnector(KVConnectorBase_V1):
                                          c.get_pages_layered(ns, t.keys, self._pages, t.block_ids,
                                                              self._parts_per_layer, job.progress))
         except kvtier.KvtierError:
+            return 0
+        except Exception:  # noqa: BLE001  as in _load
+            self._load_failed_unexpectedly()
             return 0
         finally:
             job.progress.finish(0)  # nothing if the load ended: the first finish counts
