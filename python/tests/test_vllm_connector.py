@@ -791,6 +791,28 @@ def test_a_load_slower_than_the_recompute_is_skipped(kvtierd):
         proxy.close()
 
 
+def test_asking_again_about_a_request_counts_one_skip(unix_url):
+    """vLLM asks get_num_new_matched_tokens at every step for a request it cannot schedule yet,
+    and expects no side effects: each ask used to count a skipped load, and the 64th brought the
+    tier's probe load. A request's decision is made, and counted, once."""
+    vllm_config, kv_cache_config = configs(unix_url, "flashinfer", salt="reask")
+    sched = KvtierConnector(vllm_config, KVConnectorRole.SCHEDULER, kv_cache_config)
+    worker = KvtierConnector(vllm_config, KVConnectorRole.WORKER, kv_cache_config)
+    worker.register_kv_caches(caches("flashinfer"))
+    hashes = [os.urandom(32) for _ in range(2)]
+    store_request(sched, worker, "A", hashes, [0, 1, 2])
+    sched.update_connector_output(SimpleNamespace(kv_connector_stats=KvtierConnectorStats(
+        data={"loads": [["host", 1 << 20, 1.0]], "computes": [[1024, 1e-6]]})))
+    b = request("B", hashes, 2 * BLOCK + 1)
+    assert match(sched, b, 0) == (0, False)
+    for _ in range(70):
+        assert sched.get_num_new_matched_tokens(b, 0) == (0, False)
+    s = sched.stats()
+    assert (s["skipped_loads"], s["skipped_tokens"], s["probe_loads"]) == (1, 2 * BLOCK, 0)
+    for conn in (sched, worker):
+        conn.shutdown()
+
+
 def test_skipping_slow_loads_can_be_turned_off(unix_url):
     vllm_config, kv_cache_config = configs(unix_url, "flashinfer", salt="noskip")
     vllm_config.kv_transfer_config.kv_connector_extra_config["skip_slow_loads"] = False

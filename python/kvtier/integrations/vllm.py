@@ -71,8 +71,9 @@ across processes when the workers run apart; the scheduler times its lookups (th
 Before offering a prefix the scheduler compares the expected load time with the expected
 recompute time (``kvtier.integrations.load_cost``) and offers nothing when the load would lose:
 ``stats()`` counts ``skipped_loads`` and ``skipped_tokens``, and ``probe_loads`` (one load in 64
-of a skipped tier is taken anyway, so that a tier that got fast is measured again). Until a load
-and a pass have been measured, loads are taken. vLLM logs the workers' counters with its own
+of a skipped tier is taken anyway, so that a tier that got fast is measured again). A request is
+decided, and counted, once until it is allocated, however many steps vLLM asks about it. Until a
+load and a pass have been measured, loads are taken. vLLM logs the workers' counters with its own
 ("KV Transfer metrics"), and its Prometheus /metrics shows the scheduler's and the workers'
 counters as ``vllm:kvtier_*`` (``KvtierPromMetrics``). On a GPU the forward pass is timed by the wall clock up to
 ``wait_for_save``, which may end before the device does: the recompute then looks cheaper than
@@ -429,6 +430,7 @@ class KvtierConnector(KVConnectorBase_V1):
         self._lookups: Optional[PrefixLookups] = None
         self._found: dict[str, tuple[list[bytes], list[str]]] = {}
         self._offered: dict[str, _Offer] = {}
+        self._load_decisions: dict[str, bool] = {}  # _worth_loading's, until allocated
         # Blocks each request is loading into, until the workers report it loaded; and the
         # requests whose load failed. vLLM asks again for a request whose load failed entirely:
         # it is recomputed, not loaded again (a load that fails for good would never end).
@@ -541,7 +543,8 @@ class KvtierConnector(KVConnectorBase_V1):
         first = num_computed_tokens // self._block_size
         # Kept even when nothing is offered: the blocks found need no store.
         offer = self._offered[request.request_id] = _Offer(found_keys, num_computed_tokens, tiers)
-        if offered > 0 and self._skip_slow_loads and not self._worth_loading(tiers[first:], offered):
+        if offered > 0 and self._skip_slow_loads and not self._worth_loading(
+                request.request_id, tiers[first:], offered):
             return 0, False
         # With nothing else running or loading, the load is made before this step's forward pass
         # (synchronous): nobody waits for it, and the request computes in this step rather than
@@ -570,10 +573,15 @@ class KvtierConnector(KVConnectorBase_V1):
         for seconds in self._lookups.round_trips():
             self._cost.observe_round_trip(seconds)
 
-    def _worth_loading(self, tiers: list[str], tokens: int) -> bool:
+    def _worth_loading(self, req_id: str, tiers: list[str], tokens: int) -> bool:
         """Whether loading these blocks (their tiers) beats computing `tokens` tokens, by the
-        measured times (load_cost.py). get_num_new_matched_tokens is asked again for a request
-        that could not be scheduled, and counts each ask."""
+        measured times (load_cost.py). Decided and counted once per request until it is
+        allocated: vLLM asks get_num_new_matched_tokens again at every step for a request it
+        could not schedule, and expects the asks to have no side effects (each used to count a
+        skip and bring the tier's probe nearer)."""
+        decided = self._load_decisions.get(req_id)
+        if decided is not None:
+            return decided
         bytes_by_tier: dict[str, int] = {}
         for tier in tiers:
             bytes_by_tier[tier] = bytes_by_tier.get(tier, 0) + self._block_bytes
@@ -583,11 +591,13 @@ class KvtierConnector(KVConnectorBase_V1):
         if not decision.load:
             self._counts["skipped_loads"] += 1
             self._counts["skipped_tokens"] += tokens
+        self._load_decisions[req_id] = decision.load
         return decision.load
 
     def update_state_after_alloc(self, request: Any, blocks: Any, num_external_tokens: int):
         block_ids = list(blocks.get_block_ids()[0])
         offer = self._offered.pop(request.request_id, None) or _Offer([], 0, [])
+        self._load_decisions.pop(request.request_id, None)
         keys, tiers = offer.keys, offer.tiers
         self._found.pop(request.request_id, None)
         first = offer.local_tokens // self._block_size
@@ -681,7 +691,7 @@ class KvtierConnector(KVConnectorBase_V1):
 
     def request_finished(self, request: Any, block_ids: list[int]) -> tuple[bool, Optional[dict]]:
         tracked = self._tracked.pop(request.request_id, None)
-        for state in (self._offered, self._found, self._loading_blocks):
+        for state in (self._offered, self._found, self._loading_blocks, self._load_decisions):
             state.pop(request.request_id, None)
         if self._lookups is not None:
             self._lookups.forget(request.request_id)
