@@ -744,6 +744,40 @@ def forward_pass(worker, tokens, seconds):
     worker.clear_connector_metadata()
 
 
+@pytest.mark.parametrize("layerwise", [True, False], ids=["layerwise", "whole"])
+def test_a_synchronous_loads_time_is_not_counted_as_compute(unix_url, monkeypatch, layerwise):
+    """The forward pass, timed from bind_connector_metadata to wait_for_save, used to include the
+    step's synchronous load (made whole in start_load_kv, or waited for layer by layer): a slow
+    load made recomputing look slow too, and slow loads were then taken."""
+    vllm_config, kv_cache_config = configs(unix_url, "flashinfer", salt=f"price-{layerwise}")
+    vllm_config.kv_transfer_config.kv_connector_extra_config["layerwise"] = layerwise
+    sched = KvtierConnector(vllm_config, KVConnectorRole.SCHEDULER, kv_cache_config)
+    worker = KvtierConnector(vllm_config, KVConnectorRole.WORKER, kv_cache_config)
+    worker.register_kv_caches(caches("flashinfer"))
+    meta = sync_load_meta(sched, worker, [os.urandom(32) for _ in range(2)], [1, 2], [10, 11])
+    meta.computed_tokens = 512
+    worker.get_kv_connector_stats()  # the stats of the steps so far
+    name = "get_pages_layered" if layerwise else "get_pages"
+    real = getattr(kvtier.Client, name)
+
+    def slow(*args, **kwargs):
+        time.sleep(0.5)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(kvtier.Client, name, slow)
+    worker.bind_connector_metadata(meta)
+    worker.start_load_kv(None)
+    for layer in LAYERS:
+        worker.wait_for_layer_load(layer)
+    worker.wait_for_save()
+    worker.clear_connector_metadata()
+    assert worker.stats()["loaded_blocks"] == 2
+    [(tokens, seconds)] = worker.get_kv_connector_stats().data["computes"]
+    assert tokens == 512 and 0 <= seconds < 0.25
+    for conn in (sched, worker):
+        conn.shutdown()
+
+
 def test_a_load_slower_than_the_recompute_is_skipped(kvtierd):
     """A hit is never slower than a miss: the worker times its loads and the engine's forward
     passes, vLLM carries the timings to the scheduler, and a prefix whose load would take longer

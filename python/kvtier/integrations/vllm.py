@@ -65,9 +65,10 @@ bytes, never reinterpreted.
   (untested).
 
 A hit is never slower than a miss. The worker times each load (bytes, seconds, the slowest tier
-its blocks came from) and each forward pass (tokens computed, seconds), and hands the timings to
-vLLM as its connector stats (``KvtierConnectorStats``), which vLLM carries to the scheduler,
-across processes when the workers run apart; the scheduler times its lookups (the round trip).
+its blocks came from) and each forward pass (tokens computed, seconds, less the time the step
+spent on its synchronous loads), and hands the timings to vLLM as its connector stats
+(``KvtierConnectorStats``), which vLLM carries to the scheduler, across processes when the
+workers run apart; the scheduler times its lookups (the round trip).
 Before offering a prefix the scheduler compares the expected load time with the expected
 recompute time (``kvtier.integrations.load_cost``) and offers nothing when the load would lose:
 ``stats()`` counts ``skipped_loads`` and ``skipped_tokens``, and ``probe_loads`` (one load in 64
@@ -421,6 +422,9 @@ class KvtierConnector(KVConnectorBase_V1):
         self._worker_stats: dict[str, Any] = {}
         self._reported: dict[str, int] = {}
         self._step_started: Optional[float] = None  # bind_connector_metadata of this step
+        # Of this step's time, what its synchronous loads took (made in start_load_kv, or waited
+        # for in wait_for_layer_load): not the recompute's price.
+        self._step_load_s = 0.0
         # Scheduler state.
         self._tracked: dict[str, _Tracked] = {}
         self._loads: list[Transfer] = []
@@ -760,6 +764,7 @@ class KvtierConnector(KVConnectorBase_V1):
         # pass's time (loads run beside it, on their own thread).
         super().bind_connector_metadata(connector_metadata)
         self._step_started = time.perf_counter()
+        self._step_load_s = 0.0
 
     def start_load_kv(self, forward_context: Any, **kwargs: Any) -> None:
         """Starts this step's synchronous loads (the forward pass needs them: layer by layer on
@@ -773,7 +778,10 @@ class KvtierConnector(KVConnectorBase_V1):
                 continue
             if t.sync:
                 started = time.perf_counter()
-                self._loaded(t, self._load(t), time.perf_counter() - started)
+                served = self._load(t)
+                seconds = time.perf_counter() - started
+                self._step_load_s += seconds
+                self._loaded(t, served, seconds)
                 continue
             self._loading[t.req_id] = self._loading.get(t.req_id, 0) + 1
             self._loader.submit(t)
@@ -897,22 +905,28 @@ class KvtierConnector(KVConnectorBase_V1):
     def wait_for_layer_load(self, layer_name: str) -> None:
         """Before an attention layer computes: waits (the GIL released) until that layer's pages
         of this step's synchronous loads are in, or their loads have ended."""
+        if not self._layer_loads:
+            return
+        started = time.perf_counter()
         layer = self._layer_of.get(layer_name)
         for job in self._layer_loads:
             job.progress.wait(len(self._layers) if layer is None else layer + 1)
+        self._step_load_s += time.perf_counter() - started
 
     def save_kv_layer(self, layer_name: str, kv_layer: torch.Tensor, attn_metadata: Any,
                       **kwargs: Any) -> None:
         return  # whole blocks (all layers) are saved at the end of the step, in wait_for_save
 
     def wait_for_save(self):
+        ended = time.perf_counter()  # before the layered loads' drain: that is load time too
         self._finish_layer_loads()
         meta = self._get_connector_metadata()
         if self._step_started is not None and meta.computed_tokens > 0:
-            # Its time per token is the price of a recompute. (On a GPU this is the time to
-            # launch the pass unless the step synchronises before saving: an underestimate, which
-            # skips loads that might have won, never takes one that loses.)
-            forward_s = time.perf_counter() - self._step_started
+            # Its time per token, less the synchronous loads', is the price of a recompute. (On a
+            # GPU this is the time to launch the pass unless the step synchronises before
+            # saving: an underestimate, which skips loads that might have won, never takes one
+            # that loses.)
+            forward_s = ended - self._step_started - self._step_load_s
             self._note("computes", [meta.computed_tokens, forward_s])
         self._step_started = None
         on_device = bool(self._pages) and self._pages[0].device.type != "cpu"
