@@ -637,6 +637,30 @@ def test_a_request_whose_load_failed_is_recomputed_not_reloaded(kvtierd):
         proxy.close()
 
 
+def test_blocks_whose_synchronous_load_failed_are_stored_after_the_recompute(kvtierd):
+    """A synchronous load that fails: vLLM recomputes the blocks in the running request, in the
+    same blocks. The lookup had counted them as stored, and they were never stored again,
+    though kvtierd may no longer hold them."""
+    proxy = FaultProxy(kvtierd.port)
+    try:
+        sched, fast, spoiled = through_proxy(kvtierd, proxy, "sync-failed")
+        meta = sync_load_meta(sched, fast, [os.urandom(32) for _ in range(2)], [0, 1], [5, 6])
+        proxy.fault = "error"
+        step(spoiled, meta)
+        invalid = spoiled.get_block_ids_with_load_errors()
+        assert invalid == {5, 6}
+        sched.update_connector_output(SimpleNamespace(invalid_block_ids=invalid))
+        # vLLM truncates B's computed tokens to its first failed block and computes from there.
+        meta = sched.build_connector_meta(output(cached=SimpleNamespace(
+            req_ids=["B"], new_block_ids=[None], num_computed_tokens=[0],
+            resumed_req_ids=set()), scheduled={"B": 2 * BLOCK + 1}))
+        assert meta.loads == [] and [t.block_ids for t in meta.stores] == [[5, 6]]
+        for conn in (sched, fast, spoiled):
+            conn.shutdown()
+    finally:
+        proxy.close()
+
+
 def test_a_finished_requests_chain_is_refreshed_once_its_saves_are_done(unix_url, monkeypatch):
     """B extends A's two blocks with two of its own: its lookup touched A's blocks, then its
     saves put the new ones after them. Once the workers report B's saves done, the scheduler

@@ -661,12 +661,13 @@ class KvtierConnector(KVConnectorBase_V1):
         tracked.stored_blocks = full
 
     def update_connector_output(self, connector_output: Any) -> None:
-        """The workers' output of a step: loads that failed (their requests are recomputed if
-        vLLM asks again), and timings for the load-or-recompute decision."""
+        """The workers' output of a step: loads that failed (their blocks are recomputed, and
+        stored again), and timings for the load-or-recompute decision."""
         invalid = getattr(connector_output, "invalid_block_ids", None)
         if invalid:
             self._failed_loads.update(req_id for req_id, ids in self._loading_blocks.items()
                                       if not ids.isdisjoint(invalid))
+            self._restore_after_recompute(invalid)
         for req_id in getattr(connector_output, "finished_recving", None) or ():
             self._loading_blocks.pop(req_id, None)
         for req_id in getattr(connector_output, "finished_sending", None) or ():
@@ -677,6 +678,18 @@ class KvtierConnector(KVConnectorBase_V1):
             self._cost.observe_load({tier: nbytes}, seconds)
         for tokens, seconds in data.get("computes", []):
             self._cost.observe_compute(tokens, seconds)
+
+    def _restore_after_recompute(self, invalid: set[int]) -> None:
+        """A block that could not be loaded in a running request (a synchronous load) is
+        recomputed by vLLM from there on, in the same blocks: they are stored again once full,
+        for the lookup counted them as stored and kvtierd may not hold them any more. An
+        asynchronous load's request is asked about and allocated again instead
+        (update_state_after_alloc)."""
+        for tracked in self._tracked.values():
+            for i, block_id in enumerate(tracked.block_ids[:tracked.stored_blocks]):
+                if block_id in invalid:
+                    tracked.stored_blocks = i
+                    break
 
     def _refresh(self, keys: Optional[list[bytes]]) -> None:
         """Gives a request's chain back the order a lookup leaves it in kvtierd, once its saves
