@@ -503,6 +503,35 @@ def test_lookups_are_sent_as_requests_arrive_together_while_one_is_in_flight(uni
         conn.shutdown()
 
 
+def test_a_lookup_not_answered_in_time_is_a_miss(unix_url):
+    """kvtierd alive but hung: the lookup thread waits on it for up to timeout_s, and the request
+    used to be "not known yet" for all that time. After lookup_wait_s it is a miss, counted as
+    a failed lookup, and the late answer is not used."""
+    vllm_config, kv_cache_config = configs(unix_url, "flashinfer", salt="hung")
+    vllm_config.kv_transfer_config.kv_connector_extra_config["lookup_wait_s"] = 0.05
+    sched = KvtierConnector(vllm_config, KVConnectorRole.SCHEDULER, kv_cache_config)
+    worker = KvtierConnector(vllm_config, KVConnectorRole.WORKER, kv_cache_config)
+    worker.register_kv_caches(caches("flashinfer"))
+    hashes = [os.urandom(32) for _ in range(2)]
+    store_request(sched, worker, "A", hashes, [0, 1, 2])
+    gate = threading.Event()
+    sched._lookups.run_later(gate.wait)  # the lookup thread is stuck until the gate opens
+    b = request("B", hashes, 2 * BLOCK + 1)
+    sched.on_new_request(b)
+    started = time.monotonic()
+    assert ask_until_known(sched, b) == (0, False)
+    assert 0.05 <= time.monotonic() - started < 5
+    assert sched.stats()["lookup_errors"] == 1
+    gate.set()
+    caught_up = threading.Event()
+    sched._lookups.run_later(caught_up.set)
+    assert caught_up.wait(10)
+    assert sched.get_num_new_matched_tokens(b, 0) == (0, False)
+    assert sched.stats()["lookups"] == 2
+    for conn in (sched, worker):
+        conn.shutdown()
+
+
 def test_a_request_not_announced_is_looked_up_when_first_asked_about(unix_url):
     """A vLLM without on_new_request: the first ask sends the lookup, and with nothing else
     running waits for it (a short wait, not an engine step)."""

@@ -9,7 +9,9 @@ chooses to (``take``'s ``wait_s``, when nothing else would run meanwhile).
 
 The lookups submitted while one round trip is in flight go together in the next one, so a burst
 of arrivals costs one round trip, not one per request. A lookup that fails (kvtierd unreachable
-or answering an error) is answered as a miss, marked ``failed``.
+or answering an error) is answered as a miss, marked ``failed``; so is one not answered within
+``answer_within_s`` of its submit (kvtierd alive but hung: its requests would otherwise wait for
+the connection's timeout), whose answer is then thrown away when it comes.
 """
 from __future__ import annotations
 
@@ -39,9 +41,13 @@ class Found:
 class PrefixLookups:
     """Lookups of submitted chains on a thread that owns ``call``'s connection from now on."""
 
-    def __init__(self, call: Call, hold_s: float, name: str = "kvtier-lookup"):
+    def __init__(self, call: Call, hold_s: float, answer_within_s: float = float("inf"),
+                 name: str = "kvtier-lookup"):
         self._call = call
         self._hold_s = hold_s
+        self._answer_within_s = answer_within_s
+        self._submitted_at: dict[str, float] = {}  # of each lookup known, by request
+        self._late_logged = False
         self._cond = threading.Condition()
         self._queued: dict[str, list[bytes]] = {}
         self._in_flight: set[str] = set()
@@ -58,6 +64,7 @@ class PrefixLookups:
         with self._cond:
             self._answers.pop(req_id, None)
             self._queued[req_id] = keys
+            self._submitted_at[req_id] = time.monotonic()
             self._cond.notify_all()
 
     def submitted(self, req_id: str) -> bool:
@@ -66,20 +73,32 @@ class PrefixLookups:
             return self._known(req_id)
 
     def take(self, req_id: str, wait_s: float = 0.0) -> Optional[Found]:
-        """req_id's answer, once (None while it is not in, after waiting up to wait_s for it)."""
+        """req_id's answer, once (None while it is not in, after waiting up to wait_s for it);
+        a failed miss once the lookup is answer_within_s old (it is forgotten)."""
         with self._cond:
             if wait_s > 0:
                 self._cond.wait_for(
                     lambda: req_id in self._answers or not self._known(req_id), wait_s)
-            return self._answers.pop(req_id, None)
+            answer = self._answers.pop(req_id, None)
+            if answer is not None or not self._known(req_id):
+                self._submitted_at.pop(req_id, None)
+                return answer
+            waited_s = time.monotonic() - self._submitted_at[req_id]
+            if waited_s < self._answer_within_s:
+                return None
+            self._forget(req_id)
+            late_logged, self._late_logged = self._late_logged, True
+        if not late_logged:
+            logger.warning("kvtier: a lookup was not answered within %.3f s; its request runs "
+                           "without the cache (further late lookups are not logged)",
+                           self._answer_within_s)
+        return Found([], [], failed=True)
 
     def forget(self, req_id: str) -> None:
         """Drops req_id's lookup and answer (the request ended): an answer still in flight is
         thrown away when it comes."""
         with self._cond:
-            self._queued.pop(req_id, None)
-            self._in_flight.discard(req_id)
-            self._answers.pop(req_id, None)
+            self._forget(req_id)
 
     def run_later(self, job: Callable[[], Any]) -> None:
         """Runs job on the lookup thread, before the next round trip (it owns the connection)."""
@@ -98,6 +117,12 @@ class PrefixLookups:
             self._closed = True
             self._cond.notify_all()
         self._thread.join()
+
+    def _forget(self, req_id: str) -> None:
+        self._queued.pop(req_id, None)
+        self._in_flight.discard(req_id)
+        self._answers.pop(req_id, None)
+        self._submitted_at.pop(req_id, None)
 
     def _known(self, req_id: str) -> bool:
         return req_id in self._queued or req_id in self._in_flight or req_id in self._answers

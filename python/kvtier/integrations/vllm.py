@@ -19,7 +19,9 @@ config keys: ``url`` (default: the daemon's default socket), ``tenant_salt``, ``
 (``auto``/``shm``/``inline``), ``timeout_s`` (each wait for kvtierd, default 5), ``retry_s``
 (how often to try kvtierd again while it is unreachable, default 1), ``skip_slow_loads``
 (default true: see "A hit is never slower than a miss" below), ``hold_s`` (how long kvtierd keeps
-a prefix found at lookup from eviction, until it is loaded; default 5, 0 holds nothing).
+a prefix found at lookup from eviction, until it is loaded; default 5, 0 holds nothing),
+``lookup_wait_s`` (how long a request waits for its lookup before it runs as a miss; default
+0.2).
 
 kvtierd is a cache, never a dependency: when it is absent at start, stops, dies or answers errors,
 requests run as without it (a failed lookup is a miss, a failed load is recomputed, a failed store
@@ -43,7 +45,8 @@ bytes, never reinterpreted.
   the request, ``get_num_new_matched_tokens`` offers the cached blocks beyond vLLM's own prefix
   cache, leaving the last prompt token to be computed; if the answer is not in yet it says "not
   known yet" (``None``) and vLLM asks again at its next step, or, with nothing else running,
-  waits for it up to 20 ms. The load is asynchronous while other requests run or load, and
+  waits for it up to 20 ms; a lookup not answered within ``lookup_wait_s`` of its sending
+  (kvtierd alive but hung) is a miss, and the request is scheduled without it. The load is asynchronous while other requests run or load, and
   synchronous (made before the step's forward pass, which then computes the request) when
   nothing else does; ``update_state_after_alloc`` records the block ids to load into;
   ``build_connector_meta`` emits the loads and, for every request, the blocks that become full in
@@ -142,6 +145,11 @@ _IDLE_STEP_LOAD_WAIT_S = 0.02
 # runs or loads: the alternative is an empty engine step, which costs the request as much and
 # keeps the GIL from the lookup thread. With other requests running it never waits.
 _IDLE_LOOKUP_WAIT_S = 0.02
+
+# The longest a request waits for its lookup before it is scheduled as a miss: a lookup's round
+# trip takes well under a millisecond, a batch of them a few; without a bound, a kvtierd that
+# hangs (alive, not answering) would hold every new request for the connection's timeout_s.
+_DEFAULT_LOOKUP_WAIT_S = 0.2
 
 _DTYPES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16",
            torch.int8: "int8", torch.uint8: "int8"}
@@ -416,6 +424,8 @@ class KvtierConnector(KVConnectorBase_V1):
         # Scheduler: how long kvtierd keeps a prefix found at lookup from eviction, so that it is
         # still there when the worker loads it.
         self._hold_s = float(extra("hold_s", _DEFAULT_HOLD_S))
+        # Scheduler: how long a request is "not known yet" at most, before it runs as a miss.
+        self._lookup_wait_s = float(extra("lookup_wait_s", _DEFAULT_LOOKUP_WAIT_S))
         self._cost = LoadCostModel()
         # What this connector measured and counted since vLLM last collected its stats, and for
         # the scheduler the counters' values then.
@@ -464,7 +474,7 @@ class KvtierConnector(KVConnectorBase_V1):
         self._parts_per_layer = 1
         if role == KVConnectorRole.SCHEDULER:
             # The lookup thread owns the scheduler's link: the scheduler never waits on kvtierd.
-            self._lookups = PrefixLookups(self._link.call, self._hold_s)
+            self._lookups = PrefixLookups(self._link.call, self._hold_s, self._lookup_wait_s)
             # Connects at once, and logs now if kvtierd is not there.
             self._lookups.run_later(lambda: self._try(lambda c, ns: c.ping(), "connect"))
 
@@ -529,7 +539,8 @@ class KvtierConnector(KVConnectorBase_V1):
                                    num_computed_tokens: int) -> tuple[Optional[int], bool]:
         """The prefix found beyond vLLM's own cache, from the request's lookup (sent when it
         arrived, or now). While the answer is not in, "not known yet" (None: vLLM asks again at
-        the next step); with nothing else running the scheduler waits for it a little instead.
+        the next step), for lookup_wait_s at most, then a miss; with nothing else running the
+        scheduler waits for it a little instead.
         Loaded asynchronously (the request waits for it while others run), or synchronously when
         nothing else runs."""
         keys = self._lookup_keys(request)
