@@ -347,6 +347,16 @@ def test_pipeline_stages_never_load_each_others_layers(unix_url):
         conn.shutdown()
 
 
+def test_decode_context_parallelism_is_refused_at_start(unix_url):
+    """With DCP > 1 vLLM's block hashes span block_size * dcp tokens, and the connector counted
+    block_size tokens per hash: it would offer and store the wrong tokens."""
+    vllm_config, kv_cache_config = configs(unix_url, "flashinfer", salt="dcp")
+    vllm_config.parallel_config.decode_context_parallel_size = 2
+    for role in (KVConnectorRole.SCHEDULER, KVConnectorRole.WORKER):
+        with pytest.raises(NotImplementedError, match="decode-context-parallel-size 2"):
+            KvtierConnector(vllm_config, role, kv_cache_config)
+
+
 def store_request(sched, worker, req_id, hashes, ids):
     """Request req_id of len(hashes) full blocks (and one more token) through one step."""
     r = request(req_id, hashes, len(hashes) * BLOCK + 1)

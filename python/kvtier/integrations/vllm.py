@@ -90,7 +90,7 @@ is still there at load; a block evicted anyway is reported through
 
 Not done: layer-wise loading of CUDA caches and of asynchronous loads (a request whose load is
 asynchronous computes once all its blocks are in, while the others run), MLA and hybrid (HMA)
-models.
+models, decode context parallelism (refused at start).
 """
 from __future__ import annotations
 
@@ -370,6 +370,18 @@ def _attention_layers(kv_cache_config: Any) -> tuple[list[str], Any]:
     return list(groups[0].layer_names), groups[0].kv_cache_spec
 
 
+def _refuse_decode_context_parallel(parallel: Any) -> None:
+    """With decode context parallelism vLLM hashes blocks of block_size * dcp tokens
+    (kv_cache_utils.resolve_kv_cache_block_sizes) while each rank's pages hold block_size
+    tokens: the connector's keys and token counts would be wrong, so it does not start."""
+    dcp = getattr(parallel, "decode_context_parallel_size", 1) or 1
+    if dcp > 1:
+        raise NotImplementedError(
+            f"kvtier: decode context parallelism (--decode-context-parallel-size {dcp}) is not "
+            "supported: vLLM's block hashes then span block_size * dcp tokens; start vLLM "
+            "without it, or without the kvtier connector")
+
+
 def _page_views(t: torch.Tensor, num_blocks: int) -> list[torch.Tensor]:
     """A layer's cache as [num_blocks, page_bytes] uint8 views, one per region of it (K and V
     separately for backends shaped (2, num_blocks, ...))."""
@@ -401,6 +413,7 @@ class KvtierConnector(KVConnectorBase_V1):
         extra = self._kv_transfer_config.get_from_extra_config
         self._path = extra("path", "auto")
         self._block_size = vllm_config.cache_config.block_size
+        _refuse_decode_context_parallel(vllm_config.parallel_config)
         self._layers, spec = _attention_layers(kv_cache_config)
         descriptor = self._descriptor(vllm_config, spec, extra("tenant_salt", ""))
         self._ns_id = descriptor.namespace_id()  # keys need no daemon
