@@ -120,6 +120,25 @@ TEST_F(ClientShmTest, AMalformedGrantMakesTheClientUnusable) {
   EXPECT_FALSE(client_->usable());
 }
 
+// Copies out of the arena or out of staging memory that always fail, as a device copy can.
+class FailingCopier final : public SlotCopier {
+ public:
+  Status Start(size_t, std::span<std::byte>) override { return DeviceError("copy engine fault"); }
+  Status Wait() override { return Status::Ok(); }
+};
+
+// Blocks the arena does not hold come inline into staging memory and are then copied: a copy
+// that fails there is the call's error when nothing was served, as for leased blocks.
+TEST_F(ClientShmTest, AFailedCopyOfInlineBlocksIsTheErrorNotAMiss) {
+  for (size_t i = 0; i < 2; ++i) {
+    ASSERT_TRUE(server_.PlaceOutsideArena(ns_, keys_[i], payloads_[i]).ok());
+  }
+  FailingCopier copier;
+  Result<size_t> got = client_->GetWith(ns_, std::span(keys_).first(2), kBlockBytes, copier);
+  EXPECT_EQ(got.status().code(), StatusCode::kDeviceError) << got.status().ToString();
+  EXPECT_TRUE(client_->usable());
+}
+
 TEST_F(ClientShmTest, BlocksOutsideTheArenaAreFetchedInline) {
   ASSERT_TRUE(PutFirst(1).ok());
   // Blocks 1..3 lie outside the arena (as on NVMe): ACQUIRE answers NOTFOUND for them.

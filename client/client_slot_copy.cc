@@ -149,13 +149,22 @@ Result<size_t> Client::GetWith(const NamespaceId& ns, std::span<const BlockKey> 
       outputs.emplace_back(staging.data() + j * block_bytes, block_bytes);
     }
     KVTIER_ASSIGN_OR_RETURN(size_t got, GetInline(ns, keys.subspan(served, count), outputs));
+    Status failed;
     size_t started = 0;
     for (; started < got; ++started) {
-      if (!copier.Start(served + started, outputs[started]).ok()) break;
+      failed = copier.Start(served + started, outputs[started]);
+      if (!failed.ok()) break;
     }
     // Even when the first Start failed: its partial copy may read `staging`, freed on return.
-    if (got > 0 && !copier.Wait().ok()) started = 0;
+    if (got > 0) {
+      if (Status waited = copier.Wait(); !waited.ok()) {
+        started = 0;
+        if (failed.ok()) failed = std::move(waited);
+      }
+    }
     served += started;
+    // The first failed copy's error when nothing was served (client.h), not a miss.
+    if (!failed.ok() && served == 0) return failed;
     if (started < count) break;
   }
   return served;
