@@ -140,6 +140,34 @@ void SlotMap::SetReplicas(const HostPort& master, const std::vector<HostPort>& r
   replicas_[IndexOf(master)] = std::move(indexes);
 }
 
+bool SlotMap::SameRoutesAs(const SlotMap& other) const {
+  std::vector<uint16_t> in_other(nodes_.size(), kNoNode);
+  for (size_t i = 0; i < nodes_.size(); ++i) {
+    const auto it = std::find(other.nodes_.begin(), other.nodes_.end(), nodes_[i]);
+    if (it != other.nodes_.end()) in_other[i] = static_cast<uint16_t>(it - other.nodes_.begin());
+  }
+  const auto names = [](const SlotMap& map, const std::vector<uint16_t>& indexes) {
+    std::vector<HostPort> out;
+    for (const uint16_t index : indexes) out.push_back(map.nodes_[index]);
+    std::sort(out.begin(), out.end());
+    return out;
+  };
+  for (int slot = 0; slot < kSlotCount; ++slot) {
+    const uint16_t mine = slots_[slot];
+    const uint16_t theirs = other.slots_[slot];
+    if (mine == kNoNode || theirs == kNoNode) {
+      if (mine != theirs) return false;
+      continue;
+    }
+    if (in_other[mine] != theirs) return false;
+  }
+  for (size_t i = 0; i < nodes_.size(); ++i) {
+    if (in_other[i] == kNoNode) continue;  // not a master of this map: it serves no slot
+    if (names(*this, replicas_[i]) != names(other, other.replicas_[in_other[i]])) return false;
+  }
+  return true;
+}
+
 uint16_t SlotMap::IndexOf(const HostPort& node) {
   const auto it = std::find(nodes_.begin(), nodes_.end(), node);
   if (it != nodes_.end()) return static_cast<uint16_t>(it - nodes_.begin());

@@ -51,6 +51,9 @@ class SlotMap {
   std::vector<HostPort> Masters() const;
   int covered_slots() const;
   bool empty() const { return nodes_.empty(); }
+  // Whether both maps send every slot to the same master, and name the same replicas for each
+  // master. The nodes' order, which depends on the node asked, does not matter.
+  bool SameRoutesAs(const SlotMap& other) const;
 
  private:
   uint16_t IndexOf(const HostPort& node);

@@ -107,6 +107,30 @@ TEST(ClusterSlots, AMovedSlotForgetsTheReplicasOfItsOldMaster) {
   EXPECT_TRUE(map.ReplicasOf(100).empty());  // served by no node
 }
 
+TEST(ClusterSlots, MapsWithTheSameRoutesAreTheSameWhateverTheNodeOrder) {
+  // As two nodes of one cluster list its shards: the same routes, in another order.
+  SlotMap a;
+  a.Assign(0, 8191, {"m", 1});
+  a.Assign(8192, kSlotCount - 1, {"n", 2});
+  a.SetReplicas({"m", 1}, {{"r", 3}, {"r", 4}});
+  SlotMap b;
+  b.Assign(8192, kSlotCount - 1, {"n", 2});
+  b.Assign(0, 8191, {"m", 1});
+  b.SetReplicas({"m", 1}, {{"r", 4}, {"r", 3}});
+  EXPECT_TRUE(a.SameRoutesAs(b));
+  EXPECT_TRUE(b.SameRoutesAs(a));
+  SlotMap moved = b;
+  moved.Assign(5, 5, {"n", 2});
+  EXPECT_FALSE(a.SameRoutesAs(moved));
+  SlotMap replica_lost = b;
+  replica_lost.SetReplicas({"m", 1}, {{"r", 4}});
+  EXPECT_FALSE(a.SameRoutesAs(replica_lost));
+  SlotMap unserved;
+  unserved.Assign(0, 8191, {"m", 1});
+  EXPECT_FALSE(a.SameRoutesAs(unserved));
+  EXPECT_FALSE(unserved.SameRoutesAs(a));
+}
+
 TEST(ClusterSlots, ParsesClusterSlots) {
   const HostPort from{"h", 1};
   auto range = [](int64_t a, int64_t b, std::string host, int64_t port) {

@@ -13,6 +13,10 @@ namespace {
 using asio::redirect_error;
 using asio::use_awaitable;
 
+// The widest spacing of failure-driven slot-map reads: a failover is still followed within a
+// second of the cluster electing the new master.
+constexpr std::chrono::milliseconds kMaxRefreshSpacing{1000};
+
 std::string Describe(const std::vector<HostPort>& nodes) {
   std::string out;
   for (const HostPort& n : nodes) out += (out.empty() ? "" : ", ") + n.ToString();
@@ -50,6 +54,10 @@ Awaitable<Status> RedisClusterClient::Refresh() {
     if (stopping_) co_return ShuttingDown("remote store client is shutting down");
     Result<SlotMap> map = co_await QueryTopology(candidate);
     if (map.ok()) {
+      const bool changed = !map->SameRoutesAs(slot_map_);
+      refresh_spacing_ = changed ? options_.min_refresh_interval
+                                 : std::max(options_.min_refresh_interval,
+                                            std::min(refresh_spacing_ * 2, kMaxRefreshSpacing));
       InstallMap(std::move(map).value());
       Add(counters_.topology_refreshes);
       if (refresh_failing_) spdlog::info("remote: the slot map is readable again");
@@ -60,6 +68,8 @@ Awaitable<Status> RedisClusterClient::Refresh() {
     errors += (errors.empty() ? "" : "; ") + map.status().message();
   }
   Add(counters_.topology_refresh_failures);
+  refresh_spacing_ =
+      std::max(options_.min_refresh_interval, std::min(refresh_spacing_ * 2, kMaxRefreshSpacing));
   if (!refresh_failing_) spdlog::warn("remote: no node answered for the slot map: {}", errors);
   refresh_failing_ = true;
   // A refused password is the error to report: retrying elsewhere will not fix it.
@@ -158,7 +168,8 @@ void RedisClusterClient::RequestRefresh() {
 Awaitable<void> RedisClusterClient::RefreshLoop() {
   do {
     refresh_again_ = false;
-    const Deadline earliest = last_refresh_ + options_.min_refresh_interval;
+    const Deadline earliest =
+        last_refresh_ + std::max(options_.min_refresh_interval, refresh_spacing_);
     if (Deadline::clock::now() < earliest) {
       refresh_timer_.expires_at(earliest);
       boost::system::error_code ignored;

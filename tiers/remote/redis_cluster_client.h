@@ -12,11 +12,13 @@
 // Failure handling: every call has a deadline that bounds all its rounds; a node that fails calls
 // in a row is skipped by its circuit breaker (cluster_node.h) and probed again after a backoff; a
 // lost connection, a timeout or an unserved slot also schedules a re-read of the slot map (at most
-// every `min_refresh_interval`), which is how a failover is followed: the promoted replica appears
-// in the map once the cluster has elected it. Until then, a GET whose master refused the
-// connection or is skipped by its breaker goes once to a replica of that master, within the same
-// deadline (every cluster connection sends READONLY, so replicas answer reads): a block a lookup
-// has just seen stays readable while its master is down. With lookups_on_replicas, lookups
+// every `min_refresh_interval`, and twice as far apart, up to a second, after each read that
+// found no change or no node: a master lost for good must not cost a new connection to the
+// cluster ten times a second from every node), which is how a failover is followed: the promoted
+// replica appears in the map once the cluster has elected it. Until then, a GET whose master
+// refused the connection or is skipped by its breaker goes once to a replica of that master, within
+// the same deadline (every cluster connection sends READONLY, so replicas answer reads): a block a
+// lookup has just seen stays readable while its master is down. With lookups_on_replicas, lookups
 // (EXISTS) go to a replica first, so that a block they find is one that survives its master's
 // failover, and to the master when that replica does not answer; an EXISTS not sent to a replica
 // first is read from one as a GET is. A key whose node failed while a refresh moved its slot to
@@ -192,6 +194,9 @@ class RedisClusterClient final : public RemoteStore {
   asio::steady_timer reach_timer_{io_};
   asio::steady_timer periodic_timer_{io_};
   Deadline last_refresh_{};
+  // Between two slot-map reads asked for by failures: min_refresh_interval, doubled by each read
+  // that changed nothing, up to kMaxRefreshSpacing; back to the minimum when the map changes.
+  std::chrono::milliseconds refresh_spacing_{0};
   bool refreshing_ = false;
   bool refresh_again_ = false;
   bool refresh_failing_ = false;    // the last refresh found no node: log once per episode

@@ -342,6 +342,31 @@ TEST(RedisClusterClient, FollowsFailoverAfterAMasterIsKilled) {
   EXPECT_GE(client->stats().topology_refreshes, 2u);
 }
 
+// A master lost with no replica to take over: every call to its slots fails and asks for the
+// map again, which stays the same. The reads must space out (each a new connection to the
+// cluster) rather than run ten times a second for as long as the master is gone.
+TEST(RedisClusterClient, AMasterLostForGoodDoesNotKeepTheMapBeingReadTenTimesASecond) {
+  RedisCluster::Options options;
+  options.replicas_per_master = 0;
+  options.node_timeout = milliseconds(60'000);  // the cluster keeps the dead master's slots
+  auto cluster = StartCluster(options);
+  ASSERT_TRUE(cluster);
+  auto client = OpenClient(cluster->Seeds());
+  ASSERT_TRUE(client);
+  const int slot = KeySlot(TestKey(0));
+  cluster->node(static_cast<size_t>(cluster->MasterOfSlot(slot))).Kill();
+  const uint64_t before = client->stats().topology_refreshes;
+  const auto until = Clock::now() + milliseconds(3000);
+  while (Clock::now() < until) {
+    EXPECT_FALSE(client->Get({TestKey(0)}, milliseconds(200))[0].ok());
+    std::this_thread::sleep_for(milliseconds(20));
+  }
+  const uint64_t reads = client->stats().topology_refreshes - before;
+  // 100, 200, 400, 800 ms, then one a second: about 6 in 3 s (30 without the spacing).
+  EXPECT_LE(reads, 10u) << reads << " slot-map reads in 3 s";
+  EXPECT_GE(reads, 2u);
+}
+
 TEST(RedisClusterClient, ACallOutWhenTheMapMovesItsSlotGoesToTheNewMaster) {
   // A call sent to a dead master by the old map fails there after another call's refresh has
   // installed the new one: the key goes to the promoted replica, now the slot's master, instead
