@@ -112,12 +112,15 @@ def finished_loads(worker, req_ids, timeout_s=10):
 
 
 def step(worker, meta):
+    """One engine step of the worker; its KvtierWorkerMetadata for the scheduler (or None)."""
     worker.bind_connector_metadata(meta)
     worker.start_load_kv(None)
     worker.wait_for_save()
     finished_loads(worker, {t.req_id for t in meta.loads if not t.sync})
     worker.wait_for_saves()
+    worker_meta = worker.build_connector_worker_meta()
     worker.clear_connector_metadata()
+    return worker_meta
 
 
 @pytest.mark.parametrize("layout", ["flash_attn", "flashinfer"])
@@ -152,18 +155,25 @@ def test_store_then_load_across_requests(unix_url, layout):
         [SimpleNamespace(req_id="B", block_ids=(b_ids,), num_computed_tokens=3 * BLOCK)],
         scheduled={"B": BLOCK + 1}))
     assert [t.block_ids for t in meta.loads] == [[21, 22]]
-    assert [t.block_ids for t in meta.stores] == [[23]]  # B's own fourth block
-    step(worker, meta)
+    # B's own fourth block is computed over the load: held back until the step's output shows
+    # that the load was served.
+    assert meta.stores == [] and meta.withheld == {"B"}
+    worker_meta = step(worker, meta)
     for cache in kv.values():
         assert torch.equal(page(cache, layout, 21), page(cache, layout, 7))
         assert torch.equal(page(cache, layout, 22), page(cache, layout, 1))
-    assert worker.get_block_ids_with_load_errors() == set()
+    invalid = worker.get_block_ids_with_load_errors()
+    assert invalid == set()
+    sched.update_connector_output(SimpleNamespace(invalid_block_ids=invalid,
+                                                  kv_connector_worker_meta=worker_meta))
 
-    # A decode step that fills B's fifth block stores it too.
+    # The next step, a decode step, stores B's fourth block. 66 tokens: still four full blocks
+    # (B has only four hashes).
     meta = sched.build_connector_meta(output(cached=SimpleNamespace(
         req_ids=["B"], new_block_ids=[None], num_computed_tokens=[4 * BLOCK + 1],
         resumed_req_ids=set()), scheduled={"B": 1}))
-    assert meta.stores == []  # 66 tokens: still four full blocks (B has only four hashes)
+    assert [t.block_ids for t in meta.stores] == [[23]] and meta.withheld == set()
+    step(worker, meta)
 
     again = request("B2", b.block_hashes, 4 * BLOCK + 1)
     # B runs: B2's load is asynchronous, beside B's steps.
@@ -358,14 +368,18 @@ def test_decode_context_parallelism_is_refused_at_start(unix_url):
 
 
 def store_request(sched, worker, req_id, hashes, ids):
-    """Request req_id of len(hashes) full blocks (and one more token) through one step."""
+    """Request req_id of len(hashes) full blocks (and one more token) through one step, whose
+    output the scheduler then takes (stores held back for a load are sent in the next step)."""
     r = request(req_id, hashes, len(hashes) * BLOCK + 1)
     matched, _ = match(sched, r, 0)
     sched.update_state_after_alloc(r, blocks(ids), matched)
     meta = sched.build_connector_meta(output(
         [SimpleNamespace(req_id=req_id, block_ids=(ids,), num_computed_tokens=matched)],
         scheduled={req_id: len(hashes) * BLOCK + 1 - matched}))
-    step(worker, meta)
+    worker_meta = step(worker, meta)
+    sched.update_connector_output(SimpleNamespace(
+        invalid_block_ids=worker.get_block_ids_with_load_errors(),
+        kv_connector_worker_meta=worker_meta))
     return matched, meta
 
 
@@ -685,10 +699,11 @@ def test_blocks_whose_synchronous_load_failed_are_stored_after_the_recompute(kvt
         sched, fast, spoiled = through_proxy(kvtierd, proxy, "sync-failed")
         meta = sync_load_meta(sched, fast, [os.urandom(32) for _ in range(2)], [0, 1], [5, 6])
         proxy.fault = "error"
-        step(spoiled, meta)
+        worker_meta = step(spoiled, meta)
         invalid = spoiled.get_block_ids_with_load_errors()
         assert invalid == {5, 6}
-        sched.update_connector_output(SimpleNamespace(invalid_block_ids=invalid))
+        sched.update_connector_output(SimpleNamespace(invalid_block_ids=invalid,
+                                                      kv_connector_worker_meta=worker_meta))
         # vLLM truncates B's computed tokens to its first failed block and computes from there.
         meta = sched.build_connector_meta(output(cached=SimpleNamespace(
             req_ids=["B"], new_block_ids=[None], num_computed_tokens=[0],
@@ -698,6 +713,90 @@ def test_blocks_whose_synchronous_load_failed_are_stored_after_the_recompute(kvt
             conn.shutdown()
     finally:
         proxy.close()
+
+
+def b_after_a(sched, worker, hashes, b_ids):
+    """A's first two blocks stored and A finished; then B (A's two blocks, then its own, one
+    more token) offered them as a synchronous load (nothing else runs) into b_ids: B's step,
+    which computes the rest of its prompt."""
+    store_request(sched, worker, "A", hashes[:2], [0, 1, 2])
+    sched.request_finished(request("A", hashes[:2], 2 * BLOCK + 1), [])
+    b = request("B", hashes, 4 * BLOCK + 1)
+    assert match(sched, b, 0) == (2 * BLOCK, False)
+    sched.update_state_after_alloc(b, blocks(b_ids), 2 * BLOCK)
+    meta = sched.build_connector_meta(output(
+        [SimpleNamespace(req_id="B", block_ids=(b_ids,), num_computed_tokens=2 * BLOCK)],
+        scheduled={"B": 2 * BLOCK + 1}))
+    assert [(t.block_ids, t.sync) for t in meta.loads] == [(b_ids[:2], True)]
+    return b, meta
+
+
+def test_blocks_computed_over_a_failed_synchronous_load_are_never_stored(kvtierd):
+    """B's synchronous load fails on one of two workers (as on one TP rank: here two workers of
+    one namespace, whose outputs are merged as vLLM merges them). The step's forward pass runs
+    anyway, on every worker, over KV that never came (on the other ranks too, through the
+    all-reduce): B's blocks that became full in it, and in the next step (planned before that
+    output is in, as with asynchronous scheduling), are stored by no worker. Once vLLM has
+    recomputed them they are."""
+    proxy = FaultProxy(kvtierd.port)
+    try:
+        sched, fast, spoiled = through_proxy(kvtierd, proxy, "sync-spoiled")
+        b_ids = [5, 6, 7, 8, 9]
+        b, load_step = b_after_a(sched, fast, [os.urandom(32) for _ in range(5)], b_ids)
+        decode_step = sched.build_connector_meta(output(cached=SimpleNamespace(
+            req_ids=["B"], new_block_ids=[None], num_computed_tokens=[4 * BLOCK + 1],
+            resumed_req_ids=set()), scheduled={"B": BLOCK - 1}))  # fills B's fifth block
+        stored = [w.stats()["stored_blocks"] for w in (fast, spoiled)]
+        proxy.fault = "error"
+        outputs = []
+        for worker in (fast, spoiled):
+            outputs.append((step(worker, load_step), worker.get_block_ids_with_load_errors()))
+            step(worker, decode_step)
+        assert [invalid for _, invalid in outputs] == [set(), {5, 6}]
+        assert [w.stats()["stored_blocks"] for w in (fast, spoiled)] == stored
+
+        worker_meta = outputs[0][0].aggregate(outputs[1][0])
+        sched.update_connector_output(SimpleNamespace(invalid_block_ids={5, 6},
+                                                      kv_connector_worker_meta=worker_meta))
+        # vLLM truncates B's computed tokens to its first failed block and computes from there.
+        meta = sched.build_connector_meta(output(cached=SimpleNamespace(
+            req_ids=["B"], new_block_ids=[None], num_computed_tokens=[0],
+            resumed_req_ids=set()), scheduled={"B": 5 * BLOCK}))
+        assert meta.loads == [] and [t.block_ids for t in meta.stores] == [b_ids]
+        step(fast, meta)
+        assert fast.stats()["stored_blocks"] == stored[0] + 5
+        for conn in (sched, fast, spoiled):
+            conn.shutdown()
+    finally:
+        proxy.close()
+
+
+def test_a_request_finished_while_its_stores_are_held_keeps_its_blocks(unix_url):
+    """B finishes (aborted, say) while the stores of its step with a synchronous load are held
+    back, that step's output not in yet: the worker does not report B saved, for vLLM would
+    free the blocks still to be stored, until they are."""
+    vllm_config, kv_cache_config = configs(unix_url, "flashinfer", salt="held")
+    sched = KvtierConnector(vllm_config, KVConnectorRole.SCHEDULER, kv_cache_config)
+    worker = KvtierConnector(vllm_config, KVConnectorRole.WORKER, kv_cache_config)
+    worker.register_kv_caches(caches("flashinfer"))
+    b, load_step = b_after_a(sched, worker, [os.urandom(32) for _ in range(4)], [5, 6, 7, 8, 9])
+    worker_meta = step(worker, load_step)
+    assert sched.request_finished(b, [5, 6, 7, 8, 9]) == (True, None)
+    meta = sched.build_connector_meta(output())
+    assert meta.stores == [] and meta.withheld == {"B"}
+    worker.bind_connector_metadata(meta)
+    assert worker.get_finished({"B"}) == (None, None)
+    worker.clear_connector_metadata()
+
+    sched.update_connector_output(SimpleNamespace(
+        invalid_block_ids=worker.get_block_ids_with_load_errors(),
+        kv_connector_worker_meta=worker_meta))
+    meta = sched.build_connector_meta(output())
+    assert [t.block_ids for t in meta.stores] == [[7, 8]] and meta.withheld == set()
+    step(worker, meta)
+    assert worker.get_finished(set()) == ({"B"}, None)
+    for conn in (sched, worker):
+        conn.shutdown()
 
 
 def test_a_finished_requests_chain_is_refreshed_once_its_saves_are_done(unix_url, monkeypatch):
@@ -727,9 +826,13 @@ def test_a_finished_requests_chain_is_refreshed_once_its_saves_are_done(unix_url
         assert done.wait(10)
 
     def finish(r, ids):
+        """r finishes; the next step makes the stores held back from r's step with a load."""
         assert sched.request_finished(r, ids) == (True, None)
         caught_up()
         assert refreshed == []  # saves not reported done yet
+        meta = sched.build_connector_meta(output())
+        step(worker, meta)
+        stored.extend(len(t.keys) for t in meta.stores)
         assert worker.get_finished({r.request_id}) == ({r.request_id}, None)
         sched.update_connector_output(SimpleNamespace(finished_sending={r.request_id}))
         deadline = time.monotonic() + 10
@@ -738,14 +841,15 @@ def test_a_finished_requests_chain_is_refreshed_once_its_saves_are_done(unix_url
             time.sleep(0.001)
         return refreshed.pop()
 
+    stored = []
     store_request(sched, worker, "A", hashes[:2], [0, 1, 2])
     a = request("A", hashes[:2], 2 * BLOCK + 1)
     assert finish(a, [0, 1, 2]) == (sched._keys(a, 2), 2)
     matched, meta = store_request(sched, worker, "B", hashes, [3, 4, 5, 6, 7])
-    assert matched == 2 * BLOCK and [len(t.keys) for t in meta.stores] == [2]
+    assert matched == 2 * BLOCK and meta.stores == []
     b = request("B", hashes, 4 * BLOCK + 1)
     keys, prefix = finish(b, [3, 4, 5, 6, 7])
-    assert keys == sched._keys(b, 4) and prefix == 4
+    assert keys == sched._keys(b, 4) and prefix == 4 and stored == [2]
     # A request that stored nothing (all of it found) has nothing to refresh.
     c = request("C", hashes, 4 * BLOCK + 1)
     assert match(sched, c, 0)[0] == 4 * BLOCK

@@ -50,7 +50,15 @@ bytes, never reinterpreted.
   synchronous (made before the step's forward pass, which then computes the request) when
   nothing else does; ``update_state_after_alloc`` records the block ids to load into;
   ``build_connector_meta`` emits the loads and, for every request, the blocks that become full in
-  this step, to store.
+  this step, to store. A step's forward pass runs even when its synchronous loads fail, on any
+  worker, and then computes over KV that never came (with TP>1 a failed rank spoils the others'
+  KV through the all-reduce, with PP>1 the later stages'): so from a step with synchronous loads
+  until its output is in (the workers name the step, ``KvtierWorkerMetadata``, in the output
+  that reports their load errors), the blocks to store are held back, then stored in the next
+  step, or dropped for a request among whose blocks one failed to load (they are stored again
+  once recomputed) or that was preempted. A worker-side check could not do this: one worker
+  does not see another's failure, and a collective over the pipeline stages in the step would
+  deadlock (a stage sends its output to the next only after ``wait_for_save``).
 * Worker: ``register_kv_caches`` turns each layer's cache into per-block page views and starts
   the load threads; ``start_load_kv`` hands the step's asynchronous loads to one, and they run
   beside the forward pass (the requests loading wait, the others run), and its synchronous loads
@@ -63,9 +71,10 @@ bytes, never reinterpreted.
   them out while the engine goes on; ``request_finished`` keeps a request's blocks from being
   freed while some are being saved (``True``), until ``get_finished`` reports the request saved,
   and ``handle_preemptions`` waits for a preempted request's saves before the forward pass that
-  may reuse its blocks. CPU caches are copied straight into and out of kvtierd's arena; CUDA
-  caches go through a host staging copy, ordered after the engine's stream by an event
-  (untested).
+  may reuse its blocks; a finished request whose stores the scheduler holds back is not
+  reported saved until they have come and been saved. CPU caches are copied straight into and
+  out of kvtierd's arena; CUDA caches go through a host staging copy, ordered after the
+  engine's stream by an event (untested).
 
 A hit is never slower than a miss. The worker times each load (bytes, seconds, the slowest tier
 its blocks came from) and each forward pass (tokens computed, seconds, less the time the step
@@ -104,7 +113,8 @@ from typing import Any, Callable, Optional
 import torch
 from vllm.distributed.kv_transfer.kv_connector.v1.base import (KVConnectorBase_V1,
                                                                 KVConnectorMetadata,
-                                                                KVConnectorRole)
+                                                                KVConnectorRole,
+                                                                KVConnectorWorkerMetadata)
 from vllm.distributed.kv_transfer.kv_connector.v1.metrics import (KVConnectorPromMetrics,
                                                                    KVConnectorStats)
 
@@ -115,7 +125,7 @@ from kvtier.integrations.load_cost import LoadCostModel, slowest_tier
 from kvtier.integrations.prefix_lookups import PrefixLookups
 
 __all__ = ["KvtierConnector", "KvtierConnectorMetadata", "KvtierConnectorStats",
-           "KvtierPromMetrics"]
+           "KvtierPromMetrics", "KvtierWorkerMetadata"]
 
 # A child of vLLM's logger, so that these lines come out with vLLM's own, in its format and at
 # VLLM_LOGGING_LEVEL (a logger of our own would have no handler in an engine process).
@@ -182,6 +192,25 @@ class KvtierConnectorMetadata(KVConnectorMetadata):
     computed_tokens: int = 0
     # Requests vLLM preempted in this step: their blocks may be reused by this step's forward.
     preempted: set[str] = dataclasses.field(default_factory=set)
+    # The scheduler's count of the steps it built: a step with synchronous loads is named in
+    # the workers' KvtierWorkerMetadata of its output.
+    step: int = 0
+    # Requests some of whose stores the scheduler holds back: the worker does not report them
+    # saved (get_finished) while it does, for the held blocks are still to come.
+    withheld: set[str] = dataclasses.field(default_factory=set)
+
+
+@dataclasses.dataclass
+class KvtierWorkerMetadata(KVConnectorWorkerMetadata):
+    """What the workers tell the scheduler of a step (vLLM merges every worker's through
+    aggregate): the steps with synchronous loads whose output this is. Their load errors are
+    in the same output, so the scheduler then knows whether the stores it held back from those
+    steps were computed over KV that never came."""
+    load_steps: set[int] = dataclasses.field(default_factory=set)
+
+    def aggregate(self, other: KVConnectorWorkerMetadata) -> KVConnectorWorkerMetadata:
+        self.load_steps |= getattr(other, "load_steps", set())
+        return self
 
 
 class KvtierConnectorStats(KVConnectorStats):
@@ -270,6 +299,17 @@ class _Tracked:
     # Some of its blocks were planned to be stored: its blocks are freed only once the workers
     # report the saves done (request_finished delays the free).
     stores_planned: bool = False
+
+
+@dataclasses.dataclass
+class _Held:
+    """A store planned while a synchronous load's outcome was unknown: the step it was planned
+    in, the index of its first block in its request, and the request's blocks up to its last
+    (a block among them that failed to load spoils it)."""
+    step: int
+    transfer: Transfer
+    first: int
+    blocks: list[int]
 
 
 @dataclasses.dataclass
@@ -466,6 +506,16 @@ class KvtierConnector(KVConnectorBase_V1):
         # The chain of each finished request whose saves are still running, refreshed in kvtierd
         # once the workers report them done (update_connector_output).
         self._refresh_when_saved: dict[str, list[bytes]] = {}
+        # A step's forward pass runs even when its synchronous loads fail, on any worker (and a
+        # rank's failure spoils the other ranks' KV too, through the all-reduce or the next
+        # stage): its blocks are then wrong. So the stores planned from a step with synchronous
+        # loads until its output is in are held back, and sent only once that output (which
+        # names the step, KvtierWorkerMetadata) shows no load error among their request's
+        # blocks. With asynchronous scheduling the next step is planned before that output.
+        self._steps_built = 0
+        self._unconfirmed: set[int] = set()  # steps with synchronous loads, output not in
+        self._held: list[_Held] = []
+        self._released: list[_Held] = []  # sent in the next step
         # Worker state.
         self._pages: list[torch.Tensor] = []
         self._load_errors: set[int] = set()
@@ -646,11 +696,22 @@ class KvtierConnector(KVConnectorBase_V1):
                 self._loading_blocks[request.request_id] = set(block_ids[first:last])
 
     def build_connector_meta(self, scheduler_output: Any) -> KVConnectorMetadata:
+        self._steps_built += 1
         meta = KvtierConnectorMetadata(
             loads=self._loads,
             computed_tokens=int(getattr(scheduler_output, "total_num_scheduled_tokens", 0) or 0),
-            preempted=set(getattr(scheduler_output, "preempted_req_ids", None) or ()))
+            preempted=set(getattr(scheduler_output, "preempted_req_ids", None) or ()),
+            step=self._steps_built)
         self._loads = []
+        if any(t.sync for t in meta.loads):
+            self._unconfirmed.add(meta.step)
+        # A preempted request's blocks may be reused by this step's forward pass, before its
+        # saves would run: its held stores are dropped (stored once recomputed).
+        def preempted(h: _Held) -> bool:
+            return h.transfer.req_id in meta.preempted
+        self._held = self._drop(self._held, preempted)
+        meta.stores = [h.transfer for h in self._drop(self._released, preempted)]
+        self._released = []
         progress = []
         for new in scheduler_output.scheduled_new_reqs:
             tracked = self._tracked.get(new.req_id)
@@ -671,6 +732,7 @@ class KvtierConnector(KVConnectorBase_V1):
         for req_id, computed in progress:
             self._plan_store(meta, self._tracked[req_id],
                              computed + scheduler_output.num_scheduled_tokens.get(req_id, 0))
+        meta.withheld = {h.transfer.req_id for h in self._held}
         return meta
 
     def _plan_store(self, meta: KvtierConnectorMetadata, tracked: _Tracked, tokens: int) -> None:
@@ -679,8 +741,12 @@ class KvtierConnector(KVConnectorBase_V1):
         if full <= tracked.stored_blocks:
             return
         keys = self._keys(tracked.request, full)[tracked.stored_blocks:]
-        meta.stores.append(Transfer(tracked.request.request_id, keys,
-                                    tracked.block_ids[tracked.stored_blocks:full]))
+        t = Transfer(tracked.request.request_id, keys,
+                     tracked.block_ids[tracked.stored_blocks:full])
+        if self._unconfirmed:
+            self._held.append(_Held(meta.step, t, tracked.stored_blocks, tracked.block_ids[:full]))
+        else:
+            meta.stores.append(t)
         tracked.stores_planned = True
         tracked.stored_blocks = full
 
@@ -692,6 +758,12 @@ class KvtierConnector(KVConnectorBase_V1):
             self._failed_loads.update(req_id for req_id, ids in self._loading_blocks.items()
                                       if not ids.isdisjoint(invalid))
             self._restore_after_recompute(invalid)
+            self._held = self._drop(self._held, lambda h: not invalid.isdisjoint(h.blocks))
+        worker_meta = getattr(connector_output, "kv_connector_worker_meta", None)
+        load_steps = getattr(worker_meta, "load_steps", None)
+        if load_steps:
+            self._unconfirmed -= load_steps
+            self._release_held()
         for req_id in getattr(connector_output, "finished_recving", None) or ():
             self._loading_blocks.pop(req_id, None)
         for req_id in getattr(connector_output, "finished_sending", None) or ():
@@ -702,6 +774,26 @@ class KvtierConnector(KVConnectorBase_V1):
             self._cost.observe_load({tier: nbytes}, seconds)
         for tokens, seconds in data.get("computes", []):
             self._cost.observe_compute(tokens, seconds)
+
+    def _drop(self, held: list[_Held], spoiled: Callable[[_Held], bool]) -> list[_Held]:
+        """Of held, those not spoiled; a spoiled one's blocks are planned again once its request
+        computes them again (a request that has finished leaves them uncached)."""
+        kept = []
+        for h in held:
+            if not spoiled(h):
+                kept.append(h)
+                continue
+            tracked = self._tracked.get(h.transfer.req_id)
+            if tracked is not None:
+                tracked.stored_blocks = min(tracked.stored_blocks, h.first)
+        return kept
+
+    def _release_held(self) -> None:
+        """Sends, in the next step, the held stores planned before every step with synchronous
+        loads whose output is not in yet (those left were checked against the load errors)."""
+        oldest = min(self._unconfirmed, default=self._steps_built + 1)
+        self._released.extend(h for h in self._held if h.step < oldest)
+        self._held = [h for h in self._held if h.step >= oldest]
 
     def _restore_after_recompute(self, invalid: set[int]) -> None:
         """A block that could not be loaded in a running request (a synchronous load) is
@@ -887,8 +979,11 @@ class KvtierConnector(KVConnectorBase_V1):
             # (bench/vllm_bench.py: vllm_restore_ratio_to_native_hit 2.53 before, 1.31 after).
             self._loader.drain(_IDLE_STEP_LOAD_WAIT_S)
         self._collect_saves()
-        self._finished_saving |= finished_req_ids & self._saved_requests
-        sent = {r for r in self._finished_saving if r not in self._saving}
+        # A request with stores held back at the scheduler is not saved yet, whether or not it
+        # has saves here: its blocks must stay until those come (or are dropped).
+        withheld = meta.withheld if meta is not None else set()
+        self._finished_saving |= finished_req_ids & (self._saved_requests | withheld)
+        sent = {r for r in self._finished_saving if r not in self._saving and r not in withheld}
         self._finished_saving -= sent
         self._saved_requests -= sent
         done: set[str] = set()
@@ -1009,6 +1104,16 @@ class KvtierConnector(KVConnectorBase_V1):
                                  ) -> Optional[KVConnectorStats]:
         """vLLM rebuilds the workers' stats from their data in the scheduler's process."""
         return KvtierConnectorStats(data=data) if data is not None else KvtierConnectorStats()
+
+    def build_connector_worker_meta(self) -> Optional[KVConnectorWorkerMetadata]:
+        """For a step with synchronous loads: its number, so that the scheduler knows their load
+        errors (reported in this output) are in, and sends the stores it held back."""
+        if not self.has_connector_metadata():
+            return None
+        meta = self._get_connector_metadata()
+        if not any(t.sync for t in meta.loads):
+            return None
+        return KvtierWorkerMetadata(load_steps={meta.step})
 
     def get_block_ids_with_load_errors(self) -> set[int]:
         errors, self._load_errors = self._load_errors, set()
