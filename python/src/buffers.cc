@@ -12,6 +12,20 @@ namespace {
   throw StatusError(InvalidArgument(message));
 }
 
+// a * b and a + b, or InvalidArgument naming `what` when the result does not fit: the sizes come
+// from the caller (a Namespace built by hand may claim any block size), and a wrapped result
+// would pass the size checks and point past the buffer.
+size_t Product(size_t a, size_t b, const std::string& what) {
+  size_t out;
+  if (__builtin_mul_overflow(a, b, &out)) Invalid(what + ": the size overflows");
+  return out;
+}
+size_t Sum(size_t a, size_t b, const std::string& what) {
+  size_t out;
+  if (__builtin_add_overflow(a, b, &out)) Invalid(what + ": the size overflows");
+  return out;
+}
+
 // A view of `obj` through the buffer protocol; InvalidArgument naming `what` when `obj` has none
 // (a torch tensor must be converted first: kvtier.client does that) or refuses to be written.
 py::buffer_info View(const py::handle& obj, bool writable, const std::string& what) {
@@ -141,9 +155,10 @@ BlockSet<Segment> BlockSet<Segment>::Contiguous(const py::handle& obj, size_t co
     set.views_.push_back(View(obj, kWritable, "blocks"));
     const py::buffer_info& info = set.views_.back();
     if (!IsCContiguous(info)) Invalid("blocks: the buffer is not C-contiguous");
-    if (ByteSize(info) != count * block_bytes) {
+    const size_t need = Product(count, block_bytes, "blocks");
+    if (ByteSize(info) != need) {
       Invalid("blocks: " + std::to_string(count) + " blocks of " + std::to_string(block_bytes) +
-              " bytes need " + std::to_string(count * block_bytes) + " bytes, the buffer has " +
+              " bytes need " + std::to_string(need) + " bytes, the buffer has " +
               std::to_string(ByteSize(info)));
     }
     auto* base = static_cast<std::byte*>(info.ptr);
@@ -187,7 +202,7 @@ BlockSet<Segment> BlockSet<Segment>::TokenStrided(const py::handle& parts, size_
   py::sequence seq = py::reinterpret_borrow<py::sequence>(parts);
   std::vector<PartGeometry> geometry;
   size_t per_block = 0;
-  const size_t end_token = start_token + count * tokens_per_block;
+  const size_t end_token = Sum(start_token, Product(count, tokens_per_block, "parts"), "parts");
   for (size_t p = 0; p < seq.size(); ++p) {
     const std::string what = "parts[" + std::to_string(p) + "]";
     set.views_.push_back(View(seq[p], kWritable, what));
@@ -197,7 +212,8 @@ BlockSet<Segment> BlockSet<Segment>::TokenStrided(const py::handle& parts, size_
       Invalid(what + ": has " + std::to_string(g.tokens) + " tokens, blocks need tokens up to " +
               std::to_string(end_token));
     }
-    per_block += g.outer * tokens_per_block * g.row_bytes;
+    per_block =
+        Sum(per_block, Product(Product(g.outer, tokens_per_block, what), g.row_bytes, what), what);
   }
   if (count > 0 && per_block != block_bytes) {
     Invalid("parts: one block of " + std::to_string(tokens_per_block) + " tokens takes " +

@@ -132,6 +132,12 @@ def test_wrong_sizes_are_invalid_arguments(client, request):
         client.put(ns, keys, [object(), object()])
     with pytest.raises(kvtier.InvalidArgumentError, match="16"):
         client.lookup(ns, [b"too short"])
+    # A hand-built namespace whose sizes overflow: refused, not wrapped into a size that passes.
+    huge = kvtier.Namespace(ns.id, block_bytes=2**63, tokens_per_block=2**31)
+    with pytest.raises(kvtier.InvalidArgumentError, match="overflows"):
+        client.put(huge, keys, np.zeros(0, np.uint8))
+    with pytest.raises(kvtier.InvalidArgumentError, match="overflows"):
+        client.put_kv(huge, keys, [np.zeros((1, 4, 8), np.uint8)], start_token=2**64 - 2**31)
     assert client.usable  # local checks leave the connection usable
 
 
