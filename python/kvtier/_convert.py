@@ -21,8 +21,9 @@ def _is_torch_tensor(obj: Any) -> bool:
     return type(obj).__module__.startswith("torch") and hasattr(obj, "untyped_storage")
 
 
-def as_buffer(obj: Any) -> Any:
-    """``obj`` itself when it has the buffer protocol, else a numpy view of a CPU torch tensor."""
+def as_buffer(obj: Any, *, written: bool = False) -> Any:
+    """``obj`` itself when it has the buffer protocol, else a numpy view of a CPU torch tensor.
+    ``written``: the buffer is a destination (a get), which must be the tensor's own memory."""
     if not _is_torch_tensor(obj):
         return obj
     import torch
@@ -32,6 +33,12 @@ def as_buffer(obj: Any) -> Any:
             f"a tensor on {obj.device} cannot be read by the host path; copy it to the CPU first")
     t = obj.detach()
     if t.is_conj() or t.is_neg():
+        # Resolving makes a new tensor: right for bytes to store, but a get would fill the copy
+        # and leave the caller's tensor as it was.
+        if written:
+            raise InvalidArgumentError(
+                "a conjugate or negative view cannot be filled in place; pass a plain tensor "
+                "(.resolve_conj() / .resolve_neg() first) and apply the view afterwards")
         t = t.resolve_conj().resolve_neg()
     try:
         return t.numpy()
@@ -40,11 +47,11 @@ def as_buffer(obj: Any) -> Any:
         return t.view(getattr(torch, _INT_OF_WIDTH[width])).numpy()
 
 
-def as_buffers(obj: Any) -> Any:
+def as_buffers(obj: Any, *, written: bool = False) -> Any:
     """as_buffer() of one object, or of each element of a list or tuple."""
     if isinstance(obj, (list, tuple)):
-        return [as_buffer(o) for o in obj]
-    return as_buffer(obj)
+        return [as_buffer(o, written=written) for o in obj]
+    return as_buffer(obj, written=written)
 
 
 def tokens_array(tokens: Any) -> np.ndarray:

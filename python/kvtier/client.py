@@ -118,7 +118,7 @@ class Client(_kvtier.Client):
         ``out`` is shaped like put()'s ``blocks`` and must be writable. The copy stops at the first
         miss: blocks ``[0, n)`` hold their payloads, the rest of ``out`` is unspecified.
         """
-        return self._get(ns, keys, as_buffers(out), path)
+        return self._get(ns, keys, as_buffers(out, written=True), path)
 
     def put_kv(self, ns: Namespace, keys: Any, parts: Sequence[Any], start_token: int = 0,
                path: str = "auto") -> list[Status]:
@@ -137,7 +137,7 @@ class Client(_kvtier.Client):
                path: str = "auto") -> int:
         """Scatter the leading cached blocks of ``keys`` into token-strided arrays (the layout of
         put_kv()); returns how many blocks were served."""
-        return self._get_kv(ns, keys, as_buffers(list(parts)), start_token, path)
+        return self._get_kv(ns, keys, as_buffers(list(parts), written=True), start_token, path)
 
     def put_pages(self, ns: Namespace, keys: Any, pages: Sequence[Any], block_ids: Sequence[int],
                   path: str = "auto") -> list[Status]:
@@ -154,7 +154,7 @@ class Client(_kvtier.Client):
                   path: str = "auto") -> int:
         """Scatter the leading cached blocks of ``keys`` into pages ``block_ids`` of ``pages``
         (the layout of put_pages()); returns how many blocks were served."""
-        return self._get_pages(ns, keys, as_buffers(list(pages)), list(block_ids), path)
+        return self._get_pages(ns, keys, as_buffers(list(pages), written=True), list(block_ids), path)
 
     def get_pages_layered(self, ns: Namespace, keys: Any, pages: Sequence[Any],
                           block_ids: Sequence[int], parts_per_layer: int,
@@ -165,7 +165,7 @@ class Client(_kvtier.Client):
         shared-memory path when attached, else inline (layers then land together at the end).
         A call that raises ends the load too, with nothing served."""
         try:
-            return self._get_pages_layered(ns, keys, as_buffers(list(pages)), list(block_ids),
+            return self._get_pages_layered(ns, keys, as_buffers(list(pages), written=True), list(block_ids),
                                            parts_per_layer, progress)
         finally:
             progress.finish(0)  # nothing when the load ended: the first finish counts

@@ -115,6 +115,16 @@ def test_torch_tensors(client, request):
     assert all(torch.equal(p, o) for p, o in zip(parts, out))
     flat = torch.zeros(2, ns.block_bytes // 4, dtype=torch.float32)
     assert client.get(ns, keys, flat) == 2
+    # A conjugate (or negative) view is stored resolved, but cannot be filled in place: a get
+    # into it would fill a copy and report success.
+    complex_keys = keys_for(ns, 2, salt=9)
+    stored = torch.randn(2, ns.block_bytes // 8, dtype=torch.complex64)
+    assert [s.code for s in client.put(ns, complex_keys, stored.conj())] == ["OK"] * 2
+    back = torch.zeros_like(stored)
+    assert client.get(ns, complex_keys, back) == 2
+    assert torch.equal(back, stored.conj().resolve_conj())
+    with pytest.raises(kvtier.InvalidArgumentError, match="in place"):
+        client.get(ns, complex_keys, torch.zeros_like(stored).conj())
 
 
 def test_wrong_sizes_are_invalid_arguments(client, request):
