@@ -799,6 +799,37 @@ def test_a_request_finished_while_its_stores_are_held_keeps_its_blocks(unix_url)
         conn.shutdown()
 
 
+def test_stores_held_for_an_output_that_never_comes_are_dropped_not_held_for_ever(unix_url):
+    """Were the step's output never to name it (a vLLM that does not pass the workers' metadata
+    on), the held stores, and a finished request's blocks, would wait for ever: after
+    _MAX_UNCONFIRMED_STEPS steps they are dropped (never sent unchecked), and later stores flow."""
+    from kvtier.integrations import vllm as connector
+    vllm_config, kv_cache_config = configs(unix_url, "flashinfer", salt="never-confirmed")
+    sched = KvtierConnector(vllm_config, KVConnectorRole.SCHEDULER, kv_cache_config)
+    worker = KvtierConnector(vllm_config, KVConnectorRole.WORKER, kv_cache_config)
+    worker.register_kv_caches(caches("flashinfer"))
+    b, load_step = b_after_a(sched, worker, [os.urandom(32) for _ in range(4)], [5, 6, 7, 8, 9])
+    step(worker, load_step)  # its output is never handed to the scheduler
+    assert sched.request_finished(b, [5, 6, 7, 8, 9]) == (True, None)
+    meta = sched.build_connector_meta(output())
+    assert meta.stores == [] and meta.withheld == {"B"}
+    worker.bind_connector_metadata(meta)
+    assert worker.get_finished({"B"}) == (None, None)  # B's blocks kept while stores are held
+    worker.clear_connector_metadata()
+    withheld, sent = [], []
+    for _ in range(connector._MAX_UNCONFIRMED_STEPS):
+        meta = sched.build_connector_meta(output())
+        withheld.append(meta.withheld)
+        sent.extend(meta.stores)
+        step(worker, meta)
+    assert withheld[0] == {"B"} and withheld[-1] == set()
+    assert sent == []  # dropped, not stored unchecked
+    assert worker.get_finished(set()) == ({"B"}, None)  # vLLM may free B's blocks
+    assert sched._held == [] and sched._unconfirmed == set()
+    for conn in (sched, worker):
+        conn.shutdown()
+
+
 def test_a_finished_requests_chain_is_refreshed_once_its_saves_are_done(unix_url, monkeypatch):
     """B extends A's two blocks with two of its own: its lookup touched A's blocks, then its
     saves put the new ones after them. Once the workers report B's saves done, the scheduler

@@ -156,6 +156,12 @@ _IDLE_STEP_LOAD_WAIT_S = 0.02
 # keeps the GIL from the lookup thread. With other requests running it never waits.
 _IDLE_LOOKUP_WAIT_S = 0.02
 
+# Steps after which a step with synchronous loads whose output never named it (a vLLM that does
+# not pass the workers' KvtierWorkerMetadata on) stops holding stores back: they are dropped,
+# uncached rather than unchecked, so that stores and finished requests' blocks are not held for
+# ever.
+_MAX_UNCONFIRMED_STEPS = 64
+
 # The longest a request waits for its lookup before it is scheduled as a miss: a lookup's round
 # trip takes well under a millisecond, a batch of them a few; without a bound, a kvtierd that
 # hangs (alive, not answering) would hold every new request for the connection's timeout_s.
@@ -516,6 +522,7 @@ class KvtierConnector(KVConnectorBase_V1):
         self._unconfirmed: set[int] = set()  # steps with synchronous loads, output not in
         self._held: list[_Held] = []
         self._released: list[_Held] = []  # sent in the next step
+        self._unconfirmed_logged = False
         # Worker state.
         self._pages: list[torch.Tensor] = []
         self._load_errors: set[int] = set()
@@ -705,6 +712,7 @@ class KvtierConnector(KVConnectorBase_V1):
         self._loads = []
         if any(t.sync for t in meta.loads):
             self._unconfirmed.add(meta.step)
+        self._give_up_unconfirmed(meta.step)
         # A preempted request's blocks may be reused by this step's forward pass, before its
         # saves would run: its held stores are dropped (stored once recomputed).
         def preempted(h: _Held) -> bool:
@@ -787,6 +795,23 @@ class KvtierConnector(KVConnectorBase_V1):
             if tracked is not None:
                 tracked.stored_blocks = min(tracked.stored_blocks, h.first)
         return kept
+
+    def _give_up_unconfirmed(self, step: int) -> None:
+        """Stops waiting for outputs that should have come long ago: whether their loads failed
+        is unknown, so the stores held back for them are dropped and not planned again."""
+        stale = {s for s in self._unconfirmed if s + _MAX_UNCONFIRMED_STEPS <= step}
+        if not stale:
+            return
+        if not self._unconfirmed_logged:
+            logger.warning("kvtier: no step output named step %d (with synchronous loads) within "
+                           "%d steps; its held stores are dropped (does this vLLM pass "
+                           "build_connector_worker_meta on?)", min(stale), _MAX_UNCONFIRMED_STEPS)
+            self._unconfirmed_logged = True
+        self._unconfirmed -= stale
+        # Held from those steps and from the step planned before each one's output.
+        newest = max(stale)
+        self._held = [h for h in self._held if h.step > newest + 1]
+        self._release_held()
 
     def _release_held(self) -> None:
         """Sends, in the next step, the held stores planned before every step with synchronous
