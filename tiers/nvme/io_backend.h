@@ -59,6 +59,9 @@ class CompletionFilter {
  public:
   virtual ~CompletionFilter() = default;
   virtual int64_t Filter(const IoRequest& request, int64_t result) = 0;
+  // io_uring only: called before each submission to the kernel; a -errno return stands for the
+  // kernel refusing it (ENOMEM, say), with the prepared entries left unconsumed in the ring.
+  virtual int RefuseSubmit() { return 0; }
 };
 
 enum class IoBackendKind : uint8_t { kAuto, kIoUring, kThreads };

@@ -1,6 +1,7 @@
 #include "tiers/nvme/io_backend.h"
 
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <linux/filter.h>
 #include <linux/seccomp.h>
 #include <sys/prctl.h>
@@ -8,13 +9,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstddef>
-
 #include <cstring>
+#include <future>
 #include <thread>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "tiers/nvme/aligned_buffer.h"
 #include "tiers/nvme/testing/fault_injector.h"
@@ -218,6 +219,58 @@ TYPED_TEST(IoBackendTest, ConcurrentSubmittersEachGetTheirOwnBytes) {
   }
   for (auto& t : threads) t.join();
   EXPECT_EQ(bad.load(), 0);
+}
+
+// The kernel refusing an io_uring submission (ENOMEM) leaves the prepared entries in the ring:
+// the batch must fail at once rather than wait for their completions, and the next batch on the
+// ring must not send them (writes of buffers their owner has since freed, to extents that may be
+// another block's by then). One ring, so that the second batch uses the same one.
+TEST(UringBackendTest, ARefusedSubmissionFailsItsBatchAndItsEntriesAreNeverSent) {
+  testing::TempDir dir;
+  const int fd = ::open(dir.file("data").c_str(), O_RDWR | O_CREAT | O_DIRECT, 0600);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::ftruncate(fd, 16 * kBlock), 0);
+  auto faults = std::make_shared<FaultInjector>();
+  auto made = MakeIoBackend(
+      {.kind = IoBackendKind::kIoUring, .queue_depth = 4, .ring_count = 1, .fault_filter = faults});
+  if (!made.ok()) GTEST_SKIP() << "io_uring unavailable: " << made.status().ToString();
+  IoBackend& backend = **made;
+  const auto batch = [&](uint64_t first_block, std::vector<AlignedBuffer>& buffers, IoOp op) {
+    std::vector<IoRequest> requests;
+    for (size_t i = 0; i < buffers.size(); ++i) {
+      requests.push_back({op, fd, (first_block + i) * kBlock, buffers[i].data(), kBlock, {}});
+    }
+    backend.Submit(requests);
+    std::vector<Status> statuses;
+    for (const IoRequest& r : requests) statuses.push_back(r.status);
+    return statuses;
+  };
+  std::vector<AlignedBuffer> refused;
+  for (int i = 0; i < 4; ++i) {
+    refused.emplace_back(kBlock);
+    std::memset(refused.back().data(), 0xAA, kBlock);
+  }
+  faults->RefuseSubmissions(1);
+  auto first = std::async(std::launch::async, [&] { return batch(0, refused, IoOp::kWrite); });
+  ASSERT_EQ(first.wait_for(std::chrono::seconds(20)), std::future_status::ready)
+      << "the batch waits for entries the kernel never took";
+  for (const Status& st : first.get()) EXPECT_FALSE(st.ok());
+  for (AlignedBuffer& b : refused) std::memset(b.data(), 0xEE, kBlock);  // "reused" by its owner
+
+  std::vector<AlignedBuffer> later;
+  for (int i = 0; i < 4; ++i) {
+    later.emplace_back(kBlock);
+    std::memset(later.back().data(), 0x55, kBlock);
+  }
+  for (const Status& st : batch(8, later, IoOp::kWrite)) EXPECT_TRUE(st.ok()) << st.ToString();
+  std::vector<AlignedBuffer> back;
+  for (int i = 0; i < 4; ++i) back.emplace_back(kBlock);
+  for (const Status& st : batch(0, back, IoOp::kRead)) ASSERT_TRUE(st.ok()) << st.ToString();
+  for (const AlignedBuffer& b : back) {
+    EXPECT_EQ(std::count(b.data(), b.data() + kBlock, std::byte{0}), static_cast<long>(kBlock))
+        << "a refused write reached the file";
+  }
+  ::close(fd);
 }
 
 TEST(MakeIoBackendTest, RejectsAbsurdDepths) {

@@ -20,6 +20,8 @@ namespace {
 constexpr uint64_t kMaxFixedChunkBytes = uint64_t{1} << 30;  // kernel limit per fixed buffer
 constexpr uint64_t kMaxSqeBytes = uint64_t{1} << 30;  // an sqe length is 32-bit; stay well below
 constexpr std::string_view kEngine = "io_uring";
+// The user data of an entry withdrawn after a refused submission: no request's index.
+constexpr uint64_t kWithdrawnTag = ~uint64_t{0};
 
 }  // namespace
 
@@ -169,15 +171,23 @@ void UringBackend::RunBatch(Ring& ring, std::span<IoRequest> requests) {
   while (b.finished < requests.size()) {
     if (!b.broken) FillRing(r, b);
     io_uring_cqe* cqe = nullptr;
-    int rc = b.broken ? io_uring_wait_cqe(r, &cqe) : io_uring_submit_and_wait(r, 1);
+    int rc;
+    if (b.broken) {
+      rc = io_uring_wait_cqe(r, &cqe);
+    } else {
+      const int refused = filter_ ? filter_->RefuseSubmit() : 0;
+      rc = refused < 0 ? refused : io_uring_submit_and_wait(r, 1);
+    }
     if (rc < 0 && rc != -EINTR && rc != -EAGAIN && rc != -EBUSY) {
       if (b.broken) {  // cannot even reap: fail what is left rather than wait for ever
         FailUnfinished(requests, progress, rc);
         return;
       }
-      // The ring refused a submission: send nothing more on it, fail what was not sent, and
-      // still reap what was.
+      // The ring refused a submission: send nothing more on it, fail what was not sent (the
+      // pieces still pending and those the kernel did not take from the ring), and still reap
+      // what it did take.
       b.broken = true;
+      WithdrawUnsubmitted(r, b, rc);
       for (uint32_t i : pending) {
         requests[i].status = TranslateIoError(-rc, requests[i], kEngine);
         progress[i].finished = true;
@@ -187,6 +197,29 @@ void UringBackend::RunBatch(Ring& ring, std::span<IoRequest> requests) {
       if (b.in_ring == 0) return;
     }
     Reap(r, b);
+  }
+}
+
+// The entries prepared but not consumed by the kernel stay in the submission queue, and the next
+// submission on this ring (another batch's) would send them: a write of a buffer its owner has
+// since freed or reused, to an extent that may now be another block's. Each one becomes a no-op
+// whose completion is ignored, and its piece goes back to pending (failed by the caller), so that
+// the batch does not wait for a completion that never comes.
+void UringBackend::WithdrawUnsubmitted(io_uring* r, BatchState& b, int rc) {
+  const unsigned unsubmitted = io_uring_sq_ready(r);
+  const unsigned mask = r->sq.ring_mask;
+  for (unsigned k = 0; k < unsubmitted; ++k) {
+    io_uring_sqe* sqe = &r->sq.sqes[(r->sq.sqe_tail - unsubmitted + k) & mask];
+    const auto i = static_cast<uint32_t>(sqe->user_data);
+    io_uring_prep_nop(sqe);
+    io_uring_sqe_set_data64(sqe, kWithdrawnTag);
+    b.pending.push_back(i);
+    --b.in_ring;
+    in_flight_.fetch_sub(1, std::memory_order_relaxed);
+  }
+  if (unsubmitted > 0) {
+    spdlog::warn("io_uring refused a submission ({}): {} requests failed, the ring goes on",
+                 std::strerror(-rc), unsubmitted);
   }
 }
 
@@ -211,6 +244,10 @@ void UringBackend::FillRing(io_uring* r, BatchState& b) {
 void UringBackend::Reap(io_uring* r, BatchState& b) {
   io_uring_cqe* cqe = nullptr;
   while (b.in_ring > 0 && io_uring_peek_cqe(r, &cqe) == 0) {
+    if (io_uring_cqe_get_data64(cqe) == kWithdrawnTag) {  // an earlier batch's refused entry
+      io_uring_cqe_seen(r, cqe);
+      continue;
+    }
     auto i = static_cast<uint32_t>(io_uring_cqe_get_data64(cqe));
     int64_t res = internal::FilterResult(filter_.get(), b.requests[i], cqe->res);
     io_uring_cqe_seen(r, cqe);

@@ -56,6 +56,7 @@ class UringBackend final : public IoBackend {
   Ring& AcquireRing();
   void RunBatch(Ring& ring, std::span<IoRequest> requests);
   void FillRing(io_uring* ring, BatchState& batch);
+  void WithdrawUnsubmitted(io_uring* ring, BatchState& batch, int rc);
   void Reap(io_uring* ring, BatchState& batch);
   // Index of the registered chunk holding [buffer, buffer + length), or -1.
   int FixedIndex(const std::byte* buffer, uint64_t length) const;

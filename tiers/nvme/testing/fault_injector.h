@@ -65,6 +65,20 @@ class FaultInjector final : public CompletionFilter {
     return result;
   }
 
+  // The next `count` io_uring submissions are refused with -`err` (the kernel's ENOMEM, say).
+  void RefuseSubmissions(uint64_t count, int err = ENOMEM) {
+    std::lock_guard<std::mutex> lock(mu_);
+    refused_submissions_ = count;
+    submit_error_ = err;
+  }
+
+  int RefuseSubmit() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (refused_submissions_ == 0) return 0;
+    --refused_submissions_;
+    return -submit_error_;
+  }
+
   // Faults injected since construction.
   uint64_t injected() const {
     std::lock_guard<std::mutex> lock(mu_);
@@ -76,6 +90,8 @@ class FaultInjector final : public CompletionFilter {
   FaultRule rule_;
   uint64_t seen_ = 0;
   uint64_t injected_ = 0;
+  uint64_t refused_submissions_ = 0;
+  int submit_error_ = ENOMEM;
   std::mt19937_64 rng_;
 };
 
