@@ -623,14 +623,17 @@ class Store {
     uint64_t deadline_us = 0;  // 0: none
     std::stop_token stop;
     uint64_t unflushed_bytes = 0;  // memory blocks after the one being flushed
+    // NVMe blocks the flush wrote that the policy offered as victims: out of its order until the
+    // flush ends, so that the blocks after them are looked at, each once.
+    std::vector<BlockKey> set_aside;
   };
   bool OutOfTime(const FlushState& flush) const;
   std::vector<std::pair<BlockKey, index::BlockMeta>> TakeNewestFirst(TierId id);
   enum class FlushOutcome { kWritten, kAlreadyDurable, kNvmeFull, kNotMoved };
   // `on_nvme`: where the block lies on NVMe now, when it moved.
   FlushOutcome FlushBlock(size_t level, const BlockKey& key, const index::BlockMeta& meta,
-                          const FlushState& flush, Extent& on_nvme);
-  Result<Extent> AllocateForFlush(uint64_t bytes, const FlushState& flush);
+                          FlushState& flush, Extent& on_nvme);
+  Result<Extent> AllocateForFlush(uint64_t bytes, FlushState& flush);
   // Records in the departure log that `meta`'s block left the node from its tier. `used_bytes`:
   // the tier's fill before it left (pressure), for evictions; 0 when not measured.
   void RecordDeparture(const BlockKey& key, const index::BlockMeta& meta, DepartureReason reason,

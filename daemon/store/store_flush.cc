@@ -36,7 +36,7 @@ Store::FlushResult Store::FlushToNvme(uint64_t deadline_us, std::stop_token stop
   FlushResult result;
   const size_t nvme = LevelOf(TierId::kNvme);
   if (nvme >= tiers_.size()) return result;
-  FlushState flush{{}, deadline_us, std::move(stop), 0};
+  FlushState flush{{}, deadline_us, std::move(stop), 0, {}};
   std::vector<Extent> written_newest_first;
   // The GPU tier first: its blocks were promoted for being read, the hottest of all.
   std::vector<std::pair<size_t, std::vector<std::pair<BlockKey, BlockMeta>>>> memory;
@@ -72,6 +72,7 @@ Store::FlushResult Store::FlushToNvme(uint64_t deadline_us, std::stop_token stop
       written_newest_first.push_back(on_nvme);
     }
   }
+  for (const BlockKey& key : flush.set_aside) index_->Unpick(key);
   // Written newest first, so each block's record says it was used before the older ones. Marked
   // used again oldest first, the records order them as they were in memory, and the restart
   // adopts them in that order (the newest as the most recently used).
@@ -88,7 +89,7 @@ bool Store::OutOfTime(const FlushState& flush) const {
 }
 
 Store::FlushOutcome Store::FlushBlock(size_t level, const BlockKey& key, const BlockMeta& meta,
-                                      const FlushState& flush, Extent& on_nvme) {
+                                      FlushState& flush, Extent& on_nvme) {
   TierCounters& counters = tier_counters_[static_cast<size_t>(meta.tier)];
   if (meta.has_shadow) {
     if (DemoteIntoShadow(level, key, meta) != DemoteOutcome::kMoved) return FlushOutcome::kNotMoved;
@@ -113,7 +114,7 @@ Store::FlushOutcome Store::FlushBlock(size_t level, const BlockKey& key, const B
   return FlushOutcome::kWritten;
 }
 
-Result<Extent> Store::AllocateForFlush(uint64_t bytes, const FlushState& flush) {
+Result<Extent> Store::AllocateForFlush(uint64_t bytes, FlushState& flush) {
   const size_t nvme = LevelOf(TierId::kNvme);
   tiers::Tier& t = *tiers_[nvme];
   // Above a remote tier the victims are published before they are dropped (the remote client
@@ -134,11 +135,14 @@ Result<Extent> Store::AllocateForFlush(uint64_t bytes, const FlushState& flush) 
       std::optional<std::pair<BlockKey, BlockMeta>> victim =
           index_->PickVictim(TierId::kNvme, clock_.NowMicros());
       if (!victim) break;
-      // Flushed blocks entered NVMe as its most recently used, so once one is the victim, every
-      // block older than this flush is gone.
+      // Flushed blocks entered NVMe as its most recently used. Under recency order, once one is
+      // the victim every block older than the flush is gone, and the ones after it are the
+      // flush's too; a policy that evicts new blocks before older ones it saw reused (s3fifo's
+      // small queue) offers them first. Either way it is set aside and the next one looked at,
+      // until no block is left: each of them once per flush.
       if (flush.flushed.contains(victim->second.generation)) {
-        index_->Unpick(victim->first);
-        break;
+        flush.set_aside.push_back(victim->first);
+        continue;
       }
       picked += victim->second.extent.length;
       victims.push_back(*std::move(victim));

@@ -105,6 +105,30 @@ TEST_F(StoreFlushTest, WhenNvmeIsFullOfFlushedBlocksTheOldestHostBlocksStay) {
   ASSERT_TRUE(PutBlock(7).ok());
 }
 
+// A policy that evicts new blocks before older ones it has seen reused (s3fifo's small queue,
+// tinylfu's admission window) offers a block the flush wrote as a victim while older NVMe blocks
+// remain: the flush must go past it to those, not stop with host blocks left behind.
+TEST_F(StoreFlushTest, OlderNvmeBlocksMakeRoomUnderEveryPolicy) {
+  for (const char* policy : {"lru", "arc", "sticky", "s3fifo", "tinylfu"}) {
+    SCOPED_TRACE(policy);
+    StoreOptions options;
+    options.promote_on_read = false;
+    options.index.tier_policies[static_cast<size_t>(TierId::kNvme)] = policy;
+    tiers_.clear();
+    BuildTwoTiers(4, 8, options);
+    for (uint64_t n = 1; n <= 12; ++n) ASSERT_TRUE(PutBlock(n).ok());
+    for (uint64_t n = 1; n <= 8; ++n) {
+      ASSERT_EQ(TierOf(n), TierId::kNvme) << "block " << n;
+      ExpectBytes(n);  // read: the policy has seen them reused
+    }
+    const Store::FlushResult r = store_->FlushToNvme(0);
+    EXPECT_EQ(r.written, 4u);
+    EXPECT_EQ(r.left, 0u);
+    for (uint64_t n = 9; n <= 12; ++n) EXPECT_EQ(TierOf(n), TierId::kNvme) << "block " << n;
+    store_.reset();
+  }
+}
+
 TEST_F(StoreFlushTest, WriteThroughBlocksMoveIntoTheirCopyWithoutAWrite) {
   StoreOptions options;
   options.nvme_write_through = true;
