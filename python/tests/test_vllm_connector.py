@@ -35,7 +35,7 @@ LAYERS = ["model.layers.0.attn", "model.layers.1.attn", "model.layers.2.attn"]
 
 
 def configs(url, layout, dtype=torch.float16, block=BLOCK, salt="t", layers=LAYERS, rank=0,
-            pp=1, cache_dtype="auto"):
+            pp=1, cache_dtype="auto", tp=1):
     spec = FullAttentionSpec(block_size=block, num_kv_heads=2, head_size=8, dtype=dtype)
     kv_cache_config = KVCacheConfig(num_blocks=NUM_BLOCKS, kv_cache_tensors=[],
                                     kv_cache_groups=[KVCacheGroupSpec(list(layers), spec)])
@@ -48,7 +48,7 @@ def configs(url, layout, dtype=torch.float16, block=BLOCK, salt="t", layers=LAYE
         cache_config=SimpleNamespace(block_size=block, kv_cache_layout=layout,
                                      cache_dtype=cache_dtype),
         model_config=SimpleNamespace(model="test/tiny", revision=None),
-        parallel_config=SimpleNamespace(rank=rank, tensor_parallel_size=1,
+        parallel_config=SimpleNamespace(rank=rank, tensor_parallel_size=tp,
                                         pipeline_parallel_size=pp))
     return vllm_config, kv_cache_config
 
@@ -1107,3 +1107,134 @@ def test_the_workers_stats_add_up_across_workers_and_steps():
     assert not total.is_empty()
     total.reset()
     assert total.is_empty()
+
+
+def tp_engine(url, salt, tp=2):
+    """A scheduler and one worker per TP rank, each rank's cache of its own values."""
+    vllm_config, kv_cache_config = configs(url, "flashinfer", salt=salt, tp=tp)
+    sched = KvtierConnector(vllm_config, KVConnectorRole.SCHEDULER, kv_cache_config)
+    workers, kvs = [], []
+    for rank in range(tp):
+        vllm_config, kv_cache_config = configs(url, "flashinfer", salt=salt, rank=rank, tp=tp)
+        workers.append(KvtierConnector(vllm_config, KVConnectorRole.WORKER, kv_cache_config))
+        kvs.append({name: cache + rank for name, cache in caches("flashinfer").items()})
+        workers[-1].register_kv_caches(kvs[-1])
+    return sched, workers, kvs
+
+
+def tp_step(sched, workers, meta):
+    """One engine step on every worker; their output to the scheduler."""
+    outputs = [step(w, meta) for w in workers]
+    worker_meta = next((m for m in outputs if m is not None), None)
+    invalid = set().union(*(w.get_block_ids_with_load_errors() for w in workers))
+    sched.update_connector_output(SimpleNamespace(invalid_block_ids=invalid,
+                                                  kv_connector_worker_meta=worker_meta))
+    return invalid
+
+
+def tp_store(sched, workers, req_id, hashes, ids):
+    r = request(req_id, hashes, len(hashes) * BLOCK + 1)
+    assert match(sched, r, 0) == (0, False)
+    sched.update_state_after_alloc(r, blocks(ids), 0)
+    tp_step(sched, workers, sched.build_connector_meta(output(
+        [SimpleNamespace(req_id=req_id, block_ids=(ids,), num_computed_tokens=0)],
+        scheduled={req_id: len(hashes) * BLOCK + 1})))
+    sched.request_finished(r, ids)
+
+
+def test_with_tp_each_rank_stores_and_loads_its_own_pages(unix_url):
+    """Every rank stored under the scheduler's keys (rank 0's): kvtierd keeps one block per key,
+    so rank 1's puts were refused, and its loads of every prefix offered failed (recomputed)."""
+    sched, workers, kvs = tp_engine(unix_url, "tp-own")
+    hashes = [os.urandom(32) for _ in range(3)]
+    tp_store(sched, workers, "A", hashes, [0, 1, 2, 3])
+    assert [(w.stats()["stored_blocks"], w.stats()["store_error_blocks"]) for w in workers] \
+        == [(3, 0), (3, 0)]
+
+    b = request("B", hashes, 3 * BLOCK + 1)
+    assert match(sched, b, 0) == (3 * BLOCK, False)
+    sched.update_state_after_alloc(b, blocks([10, 11, 12, 13]), 3 * BLOCK)
+    assert tp_step(sched, workers, sched.build_connector_meta(output(
+        [SimpleNamespace(req_id="B", block_ids=([10, 11, 12, 13],), num_computed_tokens=3 * BLOCK)],
+        scheduled={"B": 1}))) == set()
+    for kv in kvs:  # each rank's own pages, not another rank's
+        for cache in kv.values():
+            for src, dst in ((0, 10), (1, 11), (2, 12)):
+                assert torch.equal(page(cache, "flashinfer", dst), page(cache, "flashinfer", src))
+    for conn in (sched, *workers):
+        conn.shutdown()
+
+
+def test_with_tp_the_prefix_offered_is_the_one_every_rank_holds(unix_url):
+    """Rank 1 lost two of the three blocks rank 0 holds: the scheduler offered rank 0's three,
+    rank 1 failed to load two and vLLM recomputed them after the wasted load, at every request."""
+    sched, workers, _ = tp_engine(unix_url, "tp-common")
+    hashes = [os.urandom(32) for _ in range(3)]
+    tp_store(sched, workers, "A", hashes, [0, 1, 2, 3])
+    rank1 = workers[1]
+    with kvtier.connect(unix_url) as client:
+        keys = kvtier.fold_foreign_keys(rank1._ns_id, hashes)
+        assert client.delete(rank1._ns_id, keys[1:]) == 2
+    assert match(sched, request("B", hashes, 3 * BLOCK + 1), 0) == (BLOCK, False)
+    for conn in (sched, *workers):
+        conn.shutdown()
+
+
+def test_with_tp_every_ranks_prefix_is_held_and_refreshed(unix_url, monkeypatch):
+    """Only rank 0's namespace was held at lookup and refreshed after saves: under pressure
+    kvtierd evicted the other ranks' blocks first."""
+    calls = []
+    base_lookup, base_refresh = kvtier.Client.lookup_many, kvtier.Client.refresh
+
+    def lookup_many(client, ns, chains, hold_s=0.0):
+        chains = [list(c) for c in chains]
+        found = base_lookup(client, ns, chains, hold_s)
+        calls.append(("lookup", getattr(ns, "id", ns), chains, hold_s, [f.prefix for f in found]))
+        return found
+
+    def refresh(client, ns, keys):
+        prefix = base_refresh(client, ns, keys)
+        calls.append(("refresh", getattr(ns, "id", ns), list(keys), prefix))
+        return prefix
+
+    monkeypatch.setattr(kvtier.Client, "lookup_many", lookup_many)
+    monkeypatch.setattr(kvtier.Client, "refresh", refresh)
+    sched, workers, _ = tp_engine(unix_url, "tp-hold")
+    ns = [w._ns_id for w in workers]
+    hashes = [os.urandom(32) for _ in range(3)]
+    tp_store(sched, workers, "A", hashes[:2], [0, 1, 2])
+    chain = [kvtier.fold_foreign_keys(n, hashes) for n in ns]
+    # A's saves are done: its chain is refreshed in each rank's namespace.
+    calls.clear()
+    sched.update_connector_output(SimpleNamespace(finished_sending={"A"}))
+    done = threading.Event()
+    sched._lookups.run_later(done.set)  # runs after the refresh
+    assert done.wait(10)
+    assert calls == [("refresh", n, c[:2], 2) for n, c in zip(ns, chain)]
+    # B extends A: its chain looked up in each rank's namespace, each holding the two blocks
+    # it finds there.
+    calls.clear()
+    assert match(sched, request("B", hashes, 3 * BLOCK + 1), 0) == (2 * BLOCK, False)
+    assert calls == [("lookup", n, [c], 5.0, [2]) for n, c in zip(ns, chain)]
+    for conn in (sched, *workers):
+        conn.shutdown()
+
+
+def test_a_lookup_in_several_namespaces_answers_their_common_prefix_at_its_slowest_tier():
+    """A load takes as long as its slowest rank: the tiers priced are, per block, the slowest
+    any namespace holds it in."""
+    from kvtier.integrations.prefix_lookups import PrefixLookups
+
+    answers = {b"ns0": (3, ["host", "host", "nvme"]), b"ns1": (2, ["nvme", "host"])}
+
+    def lookup_many(ns, chains, hold_s):
+        prefix, tiers = answers[ns]
+        return [SimpleNamespace(prefix=prefix, tiers=tiers) for _ in chains]
+
+    client = SimpleNamespace(lookup_many=lookup_many)
+    lookups = PrefixLookups(lambda what, fn: fn(client, b"ns0"), hold_s=5.0,
+                            other_namespaces=[b"ns1"])
+    lookups.submit("R", [b"a", b"b", b"c"], [[b"x", b"y", b"z"]])
+    found = lookups.take("R", wait_s=10)
+    assert (found.keys, found.tiers, found.failed) == ([b"a", b"b"], ["nvme", "host"], False)
+    lookups.close()

@@ -12,6 +12,12 @@ of arrivals costs one round trip, not one per request. A lookup that fails (kvti
 or answering an error) is answered as a miss, marked ``failed``; so is one not answered within
 ``answer_within_s`` of its submit (kvtierd alive but hung: its requests would otherwise wait for
 the connection's timeout), whose answer is then thrown away when it comes.
+
+An engine whose blocks lie in several namespaces (vLLM with tensor parallelism: each rank stores
+its own pages under its own namespace) submits a request's chain in each of them; the answer is
+the prefix every one of them holds, each block priced by the slowest tier any of them holds it
+in, for a load takes as long as its slowest rank. Each namespace costs one more round trip of
+the batch, not one per request.
 """
 from __future__ import annotations
 
@@ -19,9 +25,10 @@ import dataclasses
 import logging
 import threading
 import time
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Sequence
 
 import kvtier
+from kvtier.integrations.load_cost import slowest_tier
 
 logger = logging.getLogger("vllm.kvtier")
 
@@ -39,17 +46,20 @@ class Found:
 
 
 class PrefixLookups:
-    """Lookups of submitted chains on a thread that owns ``call``'s connection from now on."""
+    """Lookups of submitted chains on a thread that owns ``call``'s connection from now on: in
+    ``call``'s namespace, and in each of ``other_namespaces`` (ids: a lookup of a namespace
+    nobody registered is a miss, not an error)."""
 
     def __init__(self, call: Call, hold_s: float, answer_within_s: float = float("inf"),
-                 name: str = "kvtier-lookup"):
+                 name: str = "kvtier-lookup", other_namespaces: Sequence[bytes] = ()):
         self._call = call
+        self._other_namespaces = list(other_namespaces)
         self._hold_s = hold_s
         self._answer_within_s = answer_within_s
         self._submitted_at: dict[str, float] = {}  # of each lookup known, by request
         self._late_logged = False
         self._cond = threading.Condition()
-        self._queued: dict[str, list[bytes]] = {}
+        self._queued: dict[str, list[list[bytes]]] = {}
         self._in_flight: set[str] = set()
         self._answers: dict[str, Found] = {}
         self._jobs: list[Callable[[], Any]] = []
@@ -58,12 +68,17 @@ class PrefixLookups:
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
-    def submit(self, req_id: str, keys: list[bytes]) -> None:
-        """Looks keys up (a request's chain) with the next round trip; a new submit of the same
-        request replaces its earlier one."""
+    def submit(self, req_id: str, keys: list[bytes],
+               other_keys: Sequence[list[bytes]] = ()) -> None:
+        """Looks keys up (a request's chain) with the next round trip, and other_keys[i], the
+        same blocks' chain in other_namespaces[i]; a new submit of the same request replaces its
+        earlier one."""
+        if len(other_keys) != len(self._other_namespaces):
+            raise ValueError(f"{len(other_keys)} other chains for "
+                             f"{len(self._other_namespaces)} other namespaces")
         with self._cond:
             self._answers.pop(req_id, None)
-            self._queued[req_id] = keys
+            self._queued[req_id] = [keys, *other_keys]
             self._submitted_at[req_id] = time.monotonic()
             self._cond.notify_all()
 
@@ -141,23 +156,30 @@ class PrefixLookups:
             if batch:
                 self._look_up(batch)
 
-    def _look_up(self, batch: dict[str, list[bytes]]) -> None:
+    def _look_up(self, batch: dict[str, list[list[bytes]]]) -> None:
         chains = list(batch.values())
+
+        def look_up(c: kvtier.Client, ns: kvtier.Namespace) -> list[list[Any]]:
+            # One call per namespace, each holding what it finds there: every namespace's
+            # blocks must stay until they are loaded.
+            return [c.lookup_many(n, [chain[i] for chain in chains], self._hold_s)
+                    for i, n in enumerate([ns, *self._other_namespaces])]
+
         started = time.perf_counter()
-        answers = self._guarded(lambda: self._call(
-            "lookup", lambda c, ns: c.lookup_many(ns, chains, self._hold_s)))
+        answers = self._guarded(lambda: self._call("lookup", look_up))
+        # The whole batch's time, all namespaces': what a lookup costs a request.
         seconds = time.perf_counter() - started
         with self._cond:
             if answers is not None:
                 self._round_trips.append(seconds)
-            for (req_id, keys), found in zip(batch.items(), answers or [None] * len(chains)):
+            for j, (req_id, request_chains) in enumerate(batch.items()):
                 if req_id not in self._in_flight:
                     continue  # forgotten meanwhile
                 self._in_flight.discard(req_id)
                 if req_id in self._queued:
                     continue  # submitted again meanwhile: that lookup answers
-                self._answers[req_id] = (Found(keys[:found.prefix], list(found.tiers))
-                                         if found is not None else Found([], [], failed=True))
+                self._answers[req_id] = (_common(request_chains[0], [a[j] for a in answers])
+                                         if answers is not None else Found([], [], failed=True))
             self._cond.notify_all()
 
     @staticmethod
@@ -170,3 +192,13 @@ class PrefixLookups:
         except Exception:  # noqa: BLE001
             logger.exception("kvtier: a lookup failed")
             return None
+
+
+def _common(keys: list[bytes], found: list[Any]) -> Found:
+    """The prefix every namespace holds (found: each one's LookupResult), by keys (the first
+    namespace's chain), each block at the slowest of its namespaces' tiers."""
+    if len(found) == 1:
+        return Found(keys[:found[0].prefix], list(found[0].tiers))
+    prefix = min(f.prefix for f in found)
+    tiers = [f.tiers[:prefix] for f in found]
+    return Found(keys[:prefix], [slowest_tier(position) for position in zip(*tiers)])

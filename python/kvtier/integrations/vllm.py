@@ -32,21 +32,26 @@ How it works. Keys are vLLM's own block hashes (``request.block_hashes``) folded
 made of the model, its revision, the KV dtype (for the one-byte formats, which vLLM keeps
 as byte tensors, its ``cache_dtype`` name), geometry, block size, cache layout, TP rank and,
 with pipeline parallelism, the layers of the stage, so a differently configured engine (or
-another stage) never reads these blocks. The scheduler looks up the namespace of the first
-worker (first stage, TP rank 0); a block another rank or stage lacks is reported by its worker
-as a load error, and vLLM recomputes it. One kvtier block is one vLLM block of every attention
-layer: for each layer in ``kv_cache_config`` order, the bytes of its page(s) as they lie in
-memory (K and V pages separately when the backend keeps them apart); pages are moved as opaque
-bytes, never reinterpreted.
+another stage) never reads these blocks; each TP rank folds the hashes under its own namespace,
+for kvtierd keeps one block per key. The scheduler looks up the namespaces of the first stage's
+workers (every TP rank's) and offers the prefix all of them hold. With pipeline parallelism it
+does not look up the later stages (their layer names are not in its config): a block a later
+stage lacks is reported by its worker as a load error, and vLLM recomputes it. One kvtier block
+is one vLLM block of every attention layer: for each layer in ``kv_cache_config`` order, the
+bytes of its page(s) as they lie in memory (K and V pages separately when the backend keeps them
+apart); pages are moved as opaque bytes, never reinterpreted.
 
-* Scheduler: ``on_new_request`` hands a request's block hashes to the lookup thread as it
-  arrives (``prefix_lookups.py``: the lookups queued while one is in flight go together in the
-  next round trip, and the scheduler's thread never waits on kvtierd). When vLLM first considers
-  the request, ``get_num_new_matched_tokens`` offers the cached blocks beyond vLLM's own prefix
-  cache, leaving the last prompt token to be computed; if the answer is not in yet it says "not
-  known yet" (``None``) and vLLM asks again at its next step, or, with nothing else running,
-  waits for it up to 20 ms; a lookup not answered within ``lookup_wait_s`` of its sending
-  (kvtierd alive but hung) is a miss, and the request is scheduled without it. The load is asynchronous while other requests run or load, and
+* Scheduler: ``on_new_request`` hands a request's keys in every TP rank's namespace to the
+  lookup thread as it arrives (``prefix_lookups.py``: the lookups queued while one is in flight
+  go together in the next round trip, one per rank, and the scheduler's thread never waits on
+  kvtierd). When vLLM first considers the request, ``get_num_new_matched_tokens`` offers the
+  cached blocks beyond vLLM's own prefix cache that every rank holds (a block one rank lacks
+  would be a load error there, and vLLM would recompute it after the others' wasted load), each
+  priced by its slowest rank's tier, leaving the last prompt token to be computed; if the answer
+  is not in yet it says "not known yet" (``None``) and vLLM asks again at its next step, or,
+  with nothing else running, waits for it up to 20 ms; a lookup not answered within
+  ``lookup_wait_s`` of its sending (kvtierd alive but hung) is a miss, and the request is
+  scheduled without it. The load is asynchronous while other requests run or load, and
   synchronous (made before the step's forward pass, which then computes the request) when
   nothing else does; ``update_state_after_alloc`` records the block ids to load into;
   ``build_connector_meta`` emits the loads and, for every request, the blocks that become full in
@@ -93,8 +98,9 @@ counters as ``vllm:kvtier_*`` (``KvtierPromMetrics``). On a GPU the forward pass
 it is, and loads that would have won may be skipped, never the other way round (not yet run on
 a GPU).
 
-The scheduler's lookups hold the prefix they find (``KVT.LOOKUP ... HOLD``, ``hold_s``) so that it
-is still there at load; a block evicted anyway is reported through
+The scheduler's lookups hold the prefix they find in every TP rank's namespace (``KVT.LOOKUP ...
+HOLD``, ``hold_s``) so that it is still there at load, and refresh every rank's chain of a
+finished request once its saves are done; a block evicted anyway is reported through
 ``get_block_ids_with_load_errors`` and recomputed, and stored again.
 
 Not done: layer-wise loading of CUDA caches and of asynchronous loads (a request whose load is
@@ -182,12 +188,17 @@ _FP8_CACHE_DTYPES = ("fp8_e4m3", "fp8_e5m2")  # vLLM's names that are also kvtie
 class Transfer:
     """Blocks of one request to move: kvtier keys and the vLLM block ids they go to or come from,
     and for a load the tier code of each block as the lookup found it (for the load's timing) and
-    whether it is made before the step's forward pass (vLLM was told the load is synchronous)."""
+    whether it is made before the step's forward pass (vLLM was told the load is synchronous).
+    With tensor parallelism each rank moves its own pages of the blocks under keys of its own
+    namespace: ``keys`` are TP rank 0's, ``other_keys[r - 1]`` rank r's (empty with one rank).
+    kvtierd keeps one block per key, whatever its namespace: ranks sharing keys would refuse each
+    other's puts."""
     req_id: str
     keys: list[bytes]
     block_ids: list[int]
     tiers: list[int] = dataclasses.field(default_factory=list)
     sync: bool = False
+    other_keys: list[list[bytes]] = dataclasses.field(default_factory=list)
 
 
 @dataclasses.dataclass
@@ -461,8 +472,17 @@ class KvtierConnector(KVConnectorBase_V1):
         self._block_size = vllm_config.cache_config.block_size
         _refuse_decode_context_parallel(vllm_config.parallel_config)
         self._layers, spec = _attention_layers(kv_cache_config)
-        descriptor = self._descriptor(vllm_config, spec, extra("tenant_salt", ""))
+        salt = extra("tenant_salt", "")
+        descriptor = self._descriptor(vllm_config, spec, salt)
         self._ns_id = descriptor.namespace_id()  # keys need no daemon
+        self._tp_rank = descriptor.tp_rank
+        # The scheduler's own namespace is TP rank 0's (its config is rank 0's); it looks up,
+        # holds and refreshes every rank's blocks, in the namespaces of ranks 1.. too. It does not
+        # register those: each worker registers its own, and until one has, kvtierd answers a
+        # lookup or refresh of its namespace as holding nothing (a miss), not as an error.
+        self._other_ns_ids = [self._descriptor(vllm_config, spec, salt, r).namespace_id()
+                              for r in range(1, descriptor.tp_size)
+                              ] if role == KVConnectorRole.SCHEDULER else []
         self._block_bytes = spec.page_size_bytes * len(self._layers)
         self._link = Link(extra("url", None), float(extra("timeout_s", 5.0)),
                           float(extra("retry_s", 1.0)), descriptor, self._block_bytes, _ENGINE)
@@ -509,9 +529,10 @@ class KvtierConnector(KVConnectorBase_V1):
         # it is recomputed, not loaded again (a load that fails for good would never end).
         self._loading_blocks: dict[str, set[int]] = {}
         self._failed_loads: set[str] = set()
-        # The chain of each finished request whose saves are still running, refreshed in kvtierd
-        # once the workers report them done (update_connector_output).
-        self._refresh_when_saved: dict[str, list[bytes]] = {}
+        # The chain of each finished request whose saves are still running, in each TP rank's
+        # namespace (the first rank's first), refreshed in kvtierd once the workers report them
+        # done (update_connector_output).
+        self._refresh_when_saved: dict[str, list[list[bytes]]] = {}
         # A step's forward pass runs even when its synchronous loads fail, on any worker (and a
         # rank's failure spoils the other ranks' KV too, through the all-reduce or the next
         # stage): its blocks are then wrong. So the stores planned from a step with synchronous
@@ -544,11 +565,14 @@ class KvtierConnector(KVConnectorBase_V1):
         self._parts_per_layer = 1
         if role == KVConnectorRole.SCHEDULER:
             # The lookup thread owns the scheduler's link: the scheduler never waits on kvtierd.
-            self._lookups = PrefixLookups(self._link.call, self._hold_s, self._lookup_wait_s)
+            self._lookups = PrefixLookups(self._link.call, self._hold_s, self._lookup_wait_s,
+                                          other_namespaces=self._other_ns_ids)
             # Connects at once, and logs now if kvtierd is not there.
             self._lookups.run_later(lambda: self._try(lambda c, ns: c.ping(), "connect"))
 
-    def _descriptor(self, vllm_config: Any, spec: Any, salt: str) -> kvtier.NamespaceDescriptor:
+    def _descriptor(self, vllm_config: Any, spec: Any, salt: str,
+                    tp_rank: Optional[int] = None) -> kvtier.NamespaceDescriptor:
+        """This connector's namespace, or with tp_rank, that TP rank's of the same stage."""
         model = vllm_config.model_config
         parallel = vllm_config.parallel_config
         layout = getattr(vllm_config.cache_config, "kv_cache_layout", None) or "default"
@@ -562,19 +586,34 @@ class KvtierConnector(KVConnectorBase_V1):
         if getattr(parallel, "pipeline_parallel_size", 1) > 1:
             # Each stage stores the pages of its own layers: the stage's layer names, not its
             # rank, go in the tag. The scheduler's kv_cache_config is a copy of the first
-            # worker's (rank 0: the first stage), so its lookups find what that stage stores;
-            # a block another stage lacks is a load error of that stage's worker (recomputed).
+            # worker's (rank 0: the first stage), so its lookups find what that stage stores
+            # (every TP rank of it), not the other stages' namespaces, whose layer names it does
+            # not know: a block another stage lacks is a load error of that stage's worker
+            # (recomputed).
             tag += f":layers={self._layers[0]}..{self._layers[-1]}"
         return kvtier.NamespaceDescriptor(
             model_id=str(model.model), model_revision=str(getattr(model, "revision", "") or ""),
             kv_dtype=kv_dtype, num_layers=len(self._layers),
             num_kv_heads=spec.num_kv_heads, head_dim=spec.head_size,
             tokens_per_block=self._block_size, layout_tag=tag,
-            tp_rank=getattr(parallel, "rank", 0) % max(parallel.tensor_parallel_size, 1),
+            tp_rank=(getattr(parallel, "rank", 0) % max(parallel.tensor_parallel_size, 1)
+                     if tp_rank is None else tp_rank),
             tp_size=parallel.tensor_parallel_size, tenant_salt=salt.encode())
 
     def _keys(self, request: Any, num_blocks: int) -> list[bytes]:
         return kvtier.fold_foreign_keys(self._ns_id, list(request.block_hashes[:num_blocks]))
+
+    def _other_keys(self, request: Any, num_blocks: int) -> list[list[bytes]]:
+        """The same blocks' keys in the namespace of each TP rank but the first (none with one
+        rank): Transfer.other_keys."""
+        if not self._other_ns_ids:
+            return []
+        hashes = list(request.block_hashes[:num_blocks])
+        return [kvtier.fold_foreign_keys(ns_id, hashes) for ns_id in self._other_ns_ids]
+
+    def _keys_of(self, t: Transfer) -> list[bytes]:
+        """t's keys in this worker's namespace (its TP rank's)."""
+        return t.other_keys[self._tp_rank - 1] if self._tp_rank else t.keys
 
     def _try(self, fn: Callable[[kvtier.Client, kvtier.Namespace], Any], what: str) -> Any:
         """fn(client, namespace), or None when kvtierd failed (logged by the link)."""
@@ -603,7 +642,12 @@ class KvtierConnector(KVConnectorBase_V1):
         scheduler first considers it (vLLM versions without this hook look it up then)."""
         keys = self._lookup_keys(request)
         if keys and self._lookups is not None:
-            self._lookups.submit(request.request_id, keys)
+            self._submit(request, keys)
+
+    def _submit(self, request: Any, keys: list[bytes]) -> None:
+        """Sends request's lookup: keys, and the same blocks' keys in every other TP rank's
+        namespace (the prefix offered is the one every rank holds)."""
+        self._lookups.submit(request.request_id, keys, self._other_keys(request, len(keys)))
 
     def get_num_new_matched_tokens(self, request: Any,
                                    num_computed_tokens: int) -> tuple[Optional[int], bool]:
@@ -618,7 +662,7 @@ class KvtierConnector(KVConnectorBase_V1):
             return 0, False
         found = self._found.get(request.request_id)
         if found is None:
-            found = self._take_lookup(request.request_id, keys)
+            found = self._take_lookup(request, keys)
             if found is None:
                 return None, False
         found_keys, tiers = found
@@ -637,13 +681,14 @@ class KvtierConnector(KVConnectorBase_V1):
         offer.load_async = offered > 0 and bool(self._tracked or self._loading_blocks)
         return offered, offer.load_async
 
-    def _take_lookup(self, req_id: str,
+    def _take_lookup(self, request: Any,
                      keys: list[bytes]) -> Optional[tuple[list[bytes], list[str]]]:
-        """req_id's lookup answer (kept in _found until the request is allocated), or None while
+        """request's lookup answer (kept in _found until the request is allocated), or None while
         it is not in; submits the lookup if it was not (a vLLM without on_new_request, a
         request asked about again after its answer was used)."""
+        req_id = request.request_id
         if not self._lookups.submitted(req_id):
-            self._lookups.submit(req_id, keys)
+            self._submit(request, keys)
         idle = not self._tracked and not self._loading_blocks
         answer = self._lookups.take(req_id, _IDLE_LOOKUP_WAIT_S if idle else 0.0)
         self._observe_round_trips()
@@ -697,8 +742,9 @@ class KvtierConnector(KVConnectorBase_V1):
         if num_external_tokens > 0:
             last = first + num_external_tokens // self._block_size
             sync = not offer.load_async
-            self._loads.append(Transfer(request.request_id, keys[first:last], block_ids[first:last],
-                                        tiers[first:last], sync))
+            self._loads.append(Transfer(
+                request.request_id, keys[first:last], block_ids[first:last], tiers[first:last],
+                sync, [k[first:] for k in self._other_keys(request, last)]))
             if not sync:  # vLLM learns of its failures through get_finished's step
                 self._loading_blocks[request.request_id] = set(block_ids[first:last])
 
@@ -748,9 +794,10 @@ class KvtierConnector(KVConnectorBase_V1):
                    len(tracked.block_ids))
         if full <= tracked.stored_blocks:
             return
-        keys = self._keys(tracked.request, full)[tracked.stored_blocks:]
-        t = Transfer(tracked.request.request_id, keys,
-                     tracked.block_ids[tracked.stored_blocks:full])
+        first = tracked.stored_blocks
+        t = Transfer(tracked.request.request_id, self._keys(tracked.request, full)[first:],
+                     tracked.block_ids[first:full],
+                     other_keys=[k[first:] for k in self._other_keys(tracked.request, full)])
         if self._unconfirmed:
             self._held.append(_Held(meta.step, t, tracked.stored_blocks, tracked.block_ids[:full]))
         else:
@@ -832,15 +879,18 @@ class KvtierConnector(KVConnectorBase_V1):
                     tracked.stored_blocks = i
                     break
 
-    def _refresh(self, keys: Optional[list[bytes]]) -> None:
+    def _refresh(self, chains: Optional[list[list[bytes]]]) -> None:
         """Gives a request's chain back the order a lookup leaves it in kvtierd, once its saves
         are done, on the lookup thread. Its lookup touched the prefix it found; its saves then put
         the new blocks after it, more recent than that prefix: under pressure the prefix would
         leave first and strand them (docs/simulate.md, "The order kvtierd sees"). KVT.REFRESH
-        makes the head the most recent and the tail the least, without counting a lookup."""
-        if keys and self._lookups is not None:
-            self._lookups.run_later(
-                lambda: self._try(lambda c, ns: c.refresh(ns, keys), "refresh"))
+        makes the head the most recent and the tail the least, without counting a lookup. With
+        tensor parallelism every rank's chain, each in its rank's namespace (chains)."""
+        if chains and chains[0] and self._lookups is not None:
+            def refresh(c: kvtier.Client, ns: kvtier.Namespace) -> None:
+                for n, keys in zip([ns, *self._other_ns_ids], chains):
+                    c.refresh(n, keys)
+            self._lookups.run_later(lambda: self._try(refresh, "refresh"))
 
     def cost_estimates(self) -> dict[str, float]:
         """The scheduler's current estimates of load bandwidth per tier, round trip and compute
@@ -858,8 +908,9 @@ class KvtierConnector(KVConnectorBase_V1):
         # workers report the request (get_finished), and then its chain is refreshed.
         saving = tracked is not None and tracked.stores_planned
         if saving:
-            self._refresh_when_saved[request.request_id] = self._keys(request,
-                                                                       tracked.stored_blocks)
+            blocks = tracked.stored_blocks
+            self._refresh_when_saved[request.request_id] = [
+                self._keys(request, blocks), *self._other_keys(request, blocks)]
         return saving, None
 
     # ---- Worker side ----
@@ -886,24 +937,25 @@ class KvtierConnector(KVConnectorBase_V1):
         A key the daemon did not store (no room now; with nvme.write_through, one left in memory
         only) is a per-key answer, not a failure of the call: it is counted, never raised, since
         the link would take a DEVICE_ERROR or TIMEOUT raised here for a lost connection."""
+        keys = self._keys_of(t)
         on_cpu = self._pages[0].device.type == "cpu"
         if on_cpu:
             if load:
-                return client.get_pages(ns, t.keys, self._pages, t.block_ids, self._path)
-            statuses = client.put_pages(ns, t.keys, self._pages, t.block_ids, self._path)
+                return client.get_pages(ns, keys, self._pages, t.block_ids, self._path)
+            statuses = client.put_pages(ns, keys, self._pages, t.block_ids, self._path)
             return sum(s.stored for s in statuses)
         # A device cache: stage the blocks in host memory (one copy each way).
         index = torch.tensor(t.block_ids, device=self._pages[0].device)
         staged = [torch.empty((len(t.block_ids), p.shape[1]), dtype=torch.uint8, pin_memory=True)
                   for p in self._pages]
         if load:
-            served = client.get_pages(ns, t.keys, staged, range(len(t.keys)), self._path)
+            served = client.get_pages(ns, keys, staged, range(len(keys)), self._path)
             for p, s in zip(self._pages, staged):
                 p.index_copy_(0, index[:served], s[:served].to(p.device))
             return served
         for p, s in zip(self._pages, staged):
             s.copy_(p.index_select(0, index))
-        statuses = client.put_pages(ns, t.keys, staged, range(len(t.keys)), self._path)
+        statuses = client.put_pages(ns, keys, staged, range(len(keys)), self._path)
         return sum(s.stored for s in statuses)
 
     def _note(self, name: str, value: Any) -> None:
@@ -969,9 +1021,10 @@ class KvtierConnector(KVConnectorBase_V1):
         goes on and the blocks are recomputed): the link's retry on a new connection then copies
         nothing, for the pass may be reading those pages already."""
         t = job.transfer
+        keys = self._keys_of(t)
         try:
             return self._layer_link.call("load", lambda c, ns: 0 if job.progress.finished else
-                                         c.get_pages_layered(ns, t.keys, self._pages, t.block_ids,
+                                         c.get_pages_layered(ns, keys, self._pages, t.block_ids,
                                                              self._parts_per_layer, job.progress))
         except kvtier.KvtierError:
             return 0
