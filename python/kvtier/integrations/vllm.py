@@ -30,13 +30,10 @@ again when kvtierd is back. ``stats()`` has the counters.
 
 How it works. Keys are vLLM's own block hashes (``request.block_hashes``) folded under a namespace
 made of the model, its revision, the KV dtype (for the one-byte formats, which vLLM keeps
-as byte tensors, its ``cache_dtype`` name), geometry, block size, cache layout, TP rank and,
-with pipeline parallelism, the layers of the stage, so a differently configured engine (or
-another stage) never reads these blocks; each TP rank folds the hashes under its own namespace,
-for kvtierd keeps one block per key. The scheduler looks up the namespaces of the first stage's
-workers (every TP rank's) and offers the prefix all of them hold. With pipeline parallelism it
-does not look up the later stages (their layer names are not in its config): a block a later
-stage lacks is reported by its worker as a load error, and vLLM recomputes it. One kvtier block
+as byte tensors, its ``cache_dtype`` name), geometry, block size, cache layout and TP rank, so
+a differently configured engine never reads these blocks; each TP rank folds the hashes under
+its own namespace, for kvtierd keeps one block per key. The scheduler looks up every TP rank's
+namespace and offers the prefix all of them hold. One kvtier block
 is one vLLM block of every attention layer: for each layer in ``kv_cache_config`` order, the
 bytes of its page(s) as they lie in memory (K and V pages separately when the backend keeps them
 apart); pages are moved as opaque bytes, never reinterpreted.
@@ -105,7 +102,7 @@ finished request once its saves are done; a block evicted anyway is reported thr
 
 Not done: layer-wise loading of CUDA caches and of asynchronous loads (a request whose load is
 asynchronous computes once all its blocks are in, while the others run), MLA and hybrid (HMA)
-models, decode context parallelism (refused at start).
+models, pipeline and decode context parallelism (both refused at start).
 """
 from __future__ import annotations
 
@@ -427,6 +424,19 @@ def _attention_layers(kv_cache_config: Any) -> tuple[list[str], Any]:
     return list(groups[0].layer_names), groups[0].kv_cache_spec
 
 
+def _refuse_pipeline_parallel(parallel: Any) -> None:
+    """The scheduler folds vLLM's block hashes into keys under the first stage's namespaces, and
+    kvtierd keeps one block per key: a later stage's pages could be stored under keys of their own
+    only if the scheduler knew the stage's layers, which its config (the first worker's) does not
+    name. Its puts would be refused and every prefix offered would fail to load there and be
+    recomputed, slower than no cache at all; so the connector does not start."""
+    pp = getattr(parallel, "pipeline_parallel_size", 1) or 1
+    if pp > 1:
+        raise NotImplementedError(
+            f"kvtier: pipeline parallelism (--pipeline-parallel-size {pp}) is not supported yet; "
+            "start vLLM without it (tensor parallelism is), or without the kvtier connector")
+
+
 def _refuse_decode_context_parallel(parallel: Any) -> None:
     """With decode context parallelism vLLM hashes blocks of block_size * dcp tokens
     (kv_cache_utils.resolve_kv_cache_block_sizes) while each rank's pages hold block_size
@@ -471,6 +481,7 @@ class KvtierConnector(KVConnectorBase_V1):
         self._path = extra("path", "auto")
         self._block_size = vllm_config.cache_config.block_size
         _refuse_decode_context_parallel(vllm_config.parallel_config)
+        _refuse_pipeline_parallel(vllm_config.parallel_config)
         self._layers, spec = _attention_layers(kv_cache_config)
         salt = extra("tenant_salt", "")
         descriptor = self._descriptor(vllm_config, spec, salt)
@@ -583,14 +594,6 @@ class KvtierConnector(KVConnectorBase_V1):
             # The name in the tag too: "fp8" is e4m3 on CUDA but e4m3fnuz on ROCm.
             kv_dtype = cache_dtype if cache_dtype in _FP8_CACHE_DTYPES else kv_dtype
             tag += f":{cache_dtype}"
-        if getattr(parallel, "pipeline_parallel_size", 1) > 1:
-            # Each stage stores the pages of its own layers: the stage's layer names, not its
-            # rank, go in the tag. The scheduler's kv_cache_config is a copy of the first
-            # worker's (rank 0: the first stage), so its lookups find what that stage stores
-            # (every TP rank of it), not the other stages' namespaces, whose layer names it does
-            # not know: a block another stage lacks is a load error of that stage's worker
-            # (recomputed).
-            tag += f":layers={self._layers[0]}..{self._layers[-1]}"
         return kvtier.NamespaceDescriptor(
             model_id=str(model.model), model_revision=str(getattr(model, "revision", "") or ""),
             kv_dtype=kv_dtype, num_layers=len(self._layers),
