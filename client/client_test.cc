@@ -299,22 +299,45 @@ TEST(ClientConnectTest, ErrorsNameTheUrl) {
   EXPECT_NE(absent.status().message().find("is kvtierd running?"), std::string::npos);
 }
 
+// A Unix socket listening at a fresh path, that nobody serves unless the test does; removed with
+// its directory at the end.
+class TestListener {
+ public:
+  explicit TestListener(int backlog) {
+    char dir_template[] = "/tmp/kvtier-listener-XXXXXX";
+    EXPECT_NE(::mkdtemp(dir_template), nullptr);
+    dir_ = dir_template;
+    path_ = dir_ + "/test.sock";
+    fd_ = UniqueFd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    addr_.sun_family = AF_UNIX;
+    std::memcpy(addr_.sun_path, path_.c_str(), path_.size());
+    EXPECT_EQ(::bind(fd_.get(), address(), sizeof(addr_)), 0);
+    EXPECT_EQ(::listen(fd_.get(), backlog), 0);
+  }
+  ~TestListener() {
+    ::unlink(path_.c_str());
+    ::rmdir(dir_.c_str());
+  }
+  const std::string& path() const { return path_; }
+  std::string url() const { return "unix://" + path_; }
+  const sockaddr* address() const { return reinterpret_cast<const sockaddr*>(&addr_); }
+  UniqueFd& fd() { return fd_; }
+
+ private:
+  std::string dir_;
+  std::string path_;
+  sockaddr_un addr_{};
+  UniqueFd fd_;
+};
+
 // A daemon that does not accept (stalled, or stopping) with its accept queue full: the connect
 // must give up at the timeout, not wait for room in the queue.
 TEST(ClientConnectTest, UnixConnectHonoursTheTimeoutWhenTheAcceptQueueIsFull) {
-  char dir_template[] = "/tmp/kvtier-connect-XXXXXX";
-  ASSERT_NE(::mkdtemp(dir_template), nullptr);
-  const std::string path = std::string(dir_template) + "/full.sock";
-  UniqueFd listener(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  std::memcpy(addr.sun_path, path.c_str(), path.size());
-  ASSERT_EQ(::bind(listener.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
-  ASSERT_EQ(::listen(listener.get(), 0), 0);
+  TestListener listener(/*backlog=*/0);
   std::vector<UniqueFd> queued;  // never accepted: they fill the queue
   for (int i = 0; i < 8; ++i) {
     UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
-    if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    if (::connect(fd.get(), listener.address(), sizeof(sockaddr_un)) != 0) {
       ASSERT_EQ(errno, EAGAIN);
       break;
     }
@@ -324,45 +347,33 @@ TEST(ClientConnectTest, UnixConnectHonoursTheTimeoutWhenTheAcceptQueueIsFull) {
   ConnectOptions options;
   options.timeout = std::chrono::milliseconds(200);
   auto connecting = std::async(std::launch::async,
-                               [&] { return Client::Connect("unix://" + path, options).status(); });
+                               [&] { return Client::Connect(listener.url(), options).status(); });
   const bool in_time = connecting.wait_for(std::chrono::seconds(10)) == std::future_status::ready;
-  if (!in_time) listener.reset();  // wakes a connect still waiting, so that the test can end
+  if (!in_time) listener.fd().reset();  // wakes a connect still waiting, so that the test can end
   ASSERT_TRUE(in_time) << "connect ignored its 200 ms timeout";
   const Status status = connecting.get();
   EXPECT_EQ(status.code(), StatusCode::kTimeout) << status.ToString();
-  EXPECT_NE(status.message().find(path), std::string::npos) << status.ToString();
-  ::unlink(path.c_str());
-  ::rmdir(dir_template);
+  EXPECT_NE(status.message().find(listener.path()), std::string::npos) << status.ToString();
 }
 
 // A daemon that refuses a request it cannot take (here: a bulk over its limit) answers an error
 // and closes without reading the rest: the caller must hear that error, not "Broken pipe".
 TEST(ClientConnectTest, TheDaemonsErrorBeforeItClosesIsWhatASendFailureReports) {
-  char dir_template[] = "/tmp/kvtier-refuse-XXXXXX";
-  ASSERT_NE(::mkdtemp(dir_template), nullptr);
-  const std::string path = std::string(dir_template) + "/refuse.sock";
-  UniqueFd listener(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  std::memcpy(addr.sun_path, path.c_str(), path.size());
-  ASSERT_EQ(::bind(listener.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
-  ASSERT_EQ(::listen(listener.get(), 4), 0);
+  TestListener listener(/*backlog=*/4);
   std::thread daemon([&] {
-    UniqueFd conn(::accept(listener.get(), nullptr, nullptr));
+    UniqueFd conn(::accept(listener.fd().get(), nullptr, nullptr));
     std::vector<char> some(64 << 10);
     (void)::recv(conn.get(), some.data(), some.size(), 0);
     const std::string refusal = "-ERR Protocol error: invalid bulk length\r\n";
     (void)::send(conn.get(), refusal.data(), refusal.size(), MSG_NOSIGNAL);
   });  // closes the connection with the rest of the request unread
-  Result<Client> client = Client::Connect("unix://" + path);
+  Result<Client> client = Client::Connect(listener.url());
   ASSERT_TRUE(client.ok()) << client.status().ToString();
   const Status set = client->Set("k", std::string(size_t{64} << 20, 'x'));
   daemon.join();
   EXPECT_EQ(set.code(), StatusCode::kInvalidArgument) << set.ToString();
   EXPECT_NE(set.message().find("invalid bulk length"), std::string::npos) << set.ToString();
   EXPECT_FALSE(client->usable());
-  ::unlink(path.c_str());
-  ::rmdir(dir_template);
 }
 
 TEST(ClientConnectTest, PasswordIsSentAndWrongOnesAreRefused) {

@@ -1004,11 +1004,12 @@ def test_a_load_slower_than_the_recompute_is_skipped(kvtierd):
         proxy.close()
 
 
-def test_asking_again_about_a_request_counts_one_skip(unix_url):
-    """vLLM asks get_num_new_matched_tokens at every step for a request it cannot schedule yet,
-    and expects no side effects: each ask used to count a skipped load, and the 64th brought the
-    tier's probe load. A request's decision is made, and counted, once."""
-    vllm_config, kv_cache_config = configs(unix_url, "flashinfer", salt="reask")
+def stored_then_loads_measured_slow(unix_url, salt, extra=None):
+    """A scheduler and a worker; request A's two blocks stored; then the workers' stats as vLLM
+    hands them over: a 1 MiB load from host in a second, 1024 tokens computed in a microsecond.
+    Returns (scheduler, worker, A's block hashes)."""
+    vllm_config, kv_cache_config = configs(unix_url, "flashinfer", salt=salt)
+    vllm_config.kv_transfer_config.kv_connector_extra_config.update(extra or {})
     sched = KvtierConnector(vllm_config, KVConnectorRole.SCHEDULER, kv_cache_config)
     worker = KvtierConnector(vllm_config, KVConnectorRole.WORKER, kv_cache_config)
     worker.register_kv_caches(caches("flashinfer"))
@@ -1016,6 +1017,14 @@ def test_asking_again_about_a_request_counts_one_skip(unix_url):
     store_request(sched, worker, "A", hashes, [0, 1, 2])
     sched.update_connector_output(SimpleNamespace(kv_connector_stats=KvtierConnectorStats(
         data={"loads": [["host", 1 << 20, 1.0]], "computes": [[1024, 1e-6]]})))
+    return sched, worker, hashes
+
+
+def test_asking_again_about_a_request_counts_one_skip(unix_url):
+    """vLLM asks get_num_new_matched_tokens at every step for a request it cannot schedule yet,
+    and expects no side effects: each ask used to count a skipped load, and the 64th brought the
+    tier's probe load. A request's decision is made, and counted, once."""
+    sched, worker, hashes = stored_then_loads_measured_slow(unix_url, "reask")
     b = request("B", hashes, 2 * BLOCK + 1)
     assert match(sched, b, 0) == (0, False)
     for _ in range(70):
@@ -1027,16 +1036,9 @@ def test_asking_again_about_a_request_counts_one_skip(unix_url):
 
 
 def test_skipping_slow_loads_can_be_turned_off(unix_url):
-    vllm_config, kv_cache_config = configs(unix_url, "flashinfer", salt="noskip")
-    vllm_config.kv_transfer_config.kv_connector_extra_config["skip_slow_loads"] = False
-    sched = KvtierConnector(vllm_config, KVConnectorRole.SCHEDULER, kv_cache_config)
-    worker = KvtierConnector(vllm_config, KVConnectorRole.WORKER, kv_cache_config)
-    worker.register_kv_caches(caches("flashinfer"))
-    hashes = [os.urandom(32) for _ in range(2)]
-    store_request(sched, worker, "A", hashes, [0, 1, 2])
+    sched, worker, hashes = stored_then_loads_measured_slow(
+        unix_url, "noskip", {"skip_slow_loads": False})
     # Loads measured as taking a second, a recompute as nearly free: offered all the same.
-    sched.update_connector_output(SimpleNamespace(kv_connector_stats=KvtierConnectorStats(
-        data={"loads": [["host", 1 << 20, 1.0]], "computes": [[1024, 1e-6]]})))
     assert match(sched, request("B", hashes, 2 * BLOCK + 1), 0) == (2 * BLOCK, True)
     assert sched.stats()["skipped_loads"] == 0
 
