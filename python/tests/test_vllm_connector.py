@@ -24,7 +24,8 @@ from vllm.v1.kv_cache_interface import (FullAttentionSpec, KVCacheConfig,  # noq
 
 import kvtier  # noqa: E402
 from kvtier.integrations.vllm import (KvtierConnector, KvtierConnectorMetadata,  # noqa: E402
-                                      KvtierConnectorStats, Transfer)
+                                      KvtierConnectorStats)
+from kvtier.integrations.vllm_metadata import Transfer  # noqa: E402
 from flood import flood  # noqa: E402
 from kvtierd_process import Daemon  # noqa: E402  (conftest puts it on sys.path)
 from resp_fault_proxy import FaultProxy  # noqa: E402
@@ -784,7 +785,7 @@ def test_stores_held_for_an_output_that_never_comes_are_dropped_not_held_for_eve
     """Were the step's output never to name it (a vLLM that does not pass the workers' metadata
     on), the held stores, and a finished request's blocks, would wait for ever: after
     _MAX_UNCONFIRMED_STEPS steps they are dropped (never sent unchecked), and later stores flow."""
-    from kvtier.integrations import vllm as connector
+    from kvtier.integrations import vllm_scheduler as connector
     vllm_config, kv_cache_config = configs(unix_url, "flashinfer", salt="never-confirmed")
     sched = KvtierConnector(vllm_config, KVConnectorRole.SCHEDULER, kv_cache_config)
     worker = KvtierConnector(vllm_config, KVConnectorRole.WORKER, kv_cache_config)
