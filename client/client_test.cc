@@ -374,6 +374,8 @@ TEST(ClientConnectTest, TheDaemonsErrorBeforeItClosesIsWhatASendFailureReports) 
   EXPECT_EQ(set.code(), StatusCode::kInvalidArgument) << set.ToString();
   EXPECT_NE(set.message().find("invalid bulk length"), std::string::npos) << set.ToString();
   EXPECT_FALSE(client->usable());
+  const Status later = client->Set("k", "v");
+  EXPECT_NE(later.message().find("invalid bulk length"), std::string::npos) << later.ToString();
 }
 
 TEST(ClientConnectTest, PasswordIsSentAndWrongOnesAreRefused) {

@@ -156,7 +156,9 @@ Status Connection::Send(const RequestBuffer& request) {
   if (sent.ok()) return sent;
   for (const resp::Reply& reply : replies_) {
     if (reply.is_error()) {
-      return ErrorReplyToStatus(reply, "kvtierd refused the request and closed the connection");
+      // Later calls on this connection then say why it ended, not how its socket did.
+      failure_ = ErrorReplyToStatus(reply, "kvtierd refused the request and closed the connection");
+      return failure_;
     }
   }
   return sent;
