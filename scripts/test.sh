@@ -8,12 +8,30 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
 
-# A full run fills about 15 GiB here (the build trees, and the Python package's venv with PyPI's
-# CUDA build of torch). Say so at the start rather than fail mid-way on a full disk.
-need_gib=16
-free_gib=$(($(df --output=avail -k . | tail -1) >> 20))
-echo "disk: ${free_gib} GiB free here; a full run from a fresh clone needs about ${need_gib} GiB"
-[ "$free_gib" -ge "$need_gib" ] || echo "warning: less free disk than a full run needs" >&2
+# Disk. A full run from a fresh clone that keeps every tree (they make the next run fast) fills
+# about full_run_gib GiB: the release build, the Python package's venv with PyPI's CUDA build of
+# torch (about 7 GiB, the most), the GPU check's tree, the two sanitizer trees, and ccache's
+# objects (in ~/.cache/ccache, up to its 5 GiB limit). On a machine with less,
+# make_room removes what finished stages leave behind before each later stage needs room, and a
+# failed run ends by saying how much disk was free, so that a full disk is told apart from a bug.
+full_run_gib=14
+free_gib() { echo $(($(df --output=avail -k . | tail -1) >> 20)); }
+echo "disk: $(free_gib) GiB free here; a full run from a fresh clone keeping every tree needs about ${full_run_gib} GiB"
+trap 'rc=$?; [ "$rc" -eq 0 ] || echo "scripts/test.sh failed (exit $rc) with $(free_gib) GiB of disk free" >&2' EXIT
+
+# make_room GIB PATH...: while fewer than GIB GiB are free, removes the next PATH (trees of stages
+# that have passed, which no later stage reads; scripts/build.sh and scripts/python-venv.sh remake
+# them).
+make_room() {
+  local need="$1"
+  shift
+  for path in "$@"; do
+    [ "$(free_gib)" -lt "$need" ] || return 0
+    [ -e "$path" ] || continue
+    echo "disk: $(free_gib) GiB free, the next stage wants ${need}: removing $path ($(du -sh "$path" | cut -f1))"
+    rm -rf "$path"
+  done
+}
 
 jobs="$(nproc)"
 run_ctest() {
@@ -95,12 +113,17 @@ run_gpu_check_prepare() {
   fi
   echo "$out/run.sh without a GPU: exit 3, no CUDA device"
 }
+make_room 4 build/venv-py
 run_gpu_check_prepare
 
+make_room 6 build/venv-py build-cuda
 echo "== build (asan: ASan + UBSan) =="
 scripts/build.sh asan
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 run_ctest asan
 
+make_room 4 build/venv-py build-cuda build-asan
 echo "== build (tsan) =="
 scripts/build.sh tsan
 TSAN_OPTIONS=halt_on_error=1 run_ctest tsan -L concurrency
+echo "disk: $(free_gib) GiB free at the end; the trees this run kept:"
+du -sh build build-cuda build-asan build-tsan 2>/dev/null || true
