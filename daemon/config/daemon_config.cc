@@ -485,6 +485,7 @@ Status Finalize(DaemonConfig& config) {
   if (config.data_dir.empty()) config.data_dir = DefaultDataDir();
   if (config.nvme_bytes == DaemonConfig::kAutoBytes) {
     config.nvme_bytes = AutoNvmeBytes(config.data_dir);
+    config.nvme_bytes_auto = true;
   }
   if (config.nvme_bytes != 0 && config.nvme_bytes < (8ull << 20)) {
     return InvalidArgument("nvme.bytes: at least 8MiB (or 0 to turn the tier off), got " +

@@ -50,6 +50,9 @@ struct DaemonConfig {
   // nvme tier (files under <data_dir>/nvme unless nvme_paths names files or devices)
   static constexpr uint64_t kAutoBytes = UINT64_MAX;
   uint64_t nvme_bytes = kAutoBytes;  // 0 turns the tier off; auto: see AutoNvmeBytes
+  // Set by Finalize when nvme_bytes was auto: the figure is today's default, and a tier already
+  // formatted keeps its own size (and its blocks) rather than being reformatted to it.
+  bool nvme_bytes_auto = false;
   std::vector<std::string> nvme_paths;
   std::string nvme_io_backend = "auto";  // auto, io_uring, threads
   uint64_t nvme_queue_depth = 32;
@@ -193,7 +196,8 @@ std::optional<uint64_t> CgroupMemoryRoom(const std::string& cgroup_root,
 
 // The NVMe tier size "auto" resolves to: a tenth of the free space of the file system holding
 // `data_dir` (or its nearest existing parent), capped at 16 GiB, rounded down to 1 MiB; 0 (the
-// tier off) when that is under 64 MiB.
+// tier off) when that is under 64 MiB. It sizes a tier that is formatted afresh: the free space
+// moves (the tier's own file takes some), so a tier already formatted keeps its size.
 uint64_t AutoNvmeBytes(const std::string& data_dir);
 
 // What gpu.bytes "auto" means, for --help and errors: it is resolved when the tier is created,

@@ -219,6 +219,17 @@ TEST(DaemonConfigTest, MetricsHistoryKeys) {
   EXPECT_FALSE(ApplyYaml("metrics:\n  history_samples: 100001\n", "test.yaml", big).ok());
 }
 
+// auto resolves to today's share of the free space and is marked so: a tier formatted earlier
+// keeps its own size rather than being reformatted whenever the free space moves.
+TEST(DaemonConfigTest, AnAutomaticNvmeSizeIsMarkedAsADefault) {
+  DaemonConfig c;
+  c.unix_path = "/tmp/s";
+  c.data_dir = "/tmp";
+  ASSERT_TRUE(Finalize(c).ok());
+  EXPECT_TRUE(c.nvme_bytes_auto);
+  EXPECT_NE(c.nvme_bytes, DaemonConfig::kAutoBytes);  // resolved to a figure
+}
+
 TEST(DaemonConfigTest, NvmeKeysAndFlags) {
   const char* argv[] = {"kvtierd", "--nvme-bytes", "2GiB", "--cold-start", "--data-dir", "/tmp/x"};
   auto r = ParseCommandLine(6, argv);
@@ -239,6 +250,7 @@ TEST(DaemonConfigTest, NvmeKeysAndFlags) {
                   .ok());
   ASSERT_TRUE(Finalize(c).ok());
   EXPECT_EQ(c.nvme_bytes, 1ull << 30);
+  EXPECT_FALSE(c.nvme_bytes_auto);  // a size asked for is the size: another one reformats
   EXPECT_EQ(c.nvme_admission, "reused");
   EXPECT_EQ(c.nvme_paths, (std::vector<std::string>{"/dev/a", "/dev/b"}));
   EXPECT_EQ(c.low_watermark, 0.5);

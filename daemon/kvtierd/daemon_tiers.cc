@@ -18,6 +18,7 @@ Result<std::unique_ptr<tiers::nvme::NvmeTier>> OpenNvme(const config::DaemonConf
   o.data_dir = c.data_dir + "/nvme";
   o.data_paths = c.nvme_paths;
   o.capacity_bytes = c.nvme_bytes;
+  o.keep_formatted_capacity = c.nvme_bytes_auto;
   KVTIER_ASSIGN_OR_RETURN(o.io.kind, tiers::nvme::ParseIoBackendKind(c.nvme_io_backend));
   o.io.queue_depth = static_cast<uint32_t>(c.nvme_queue_depth);
   o.io.ring_count = static_cast<uint32_t>(c.nvme_rings);
@@ -112,7 +113,8 @@ Result<DaemonTiers> OpenTiers(const config::DaemonConfig& c) {
   t.nvme = std::move(nvme).value();
   const tiers::nvme::NvmeStats s = t.nvme->nvme_stats();
   spdlog::info("NVMe tier: {} in {}/nvme ({} backend, {}{}; block checksums: {})",
-               FormatBytes(c.nvme_bytes), c.data_dir, s.io_uring ? "io_uring" : "thread pool",
+               FormatBytes(t.nvme->Stats().capacity_bytes), c.data_dir,
+               s.io_uring ? "io_uring" : "thread pool",
                s.direct_io ? "O_DIRECT" : "buffered: the file system refused O_DIRECT",
                c.cold_start ? ", cold start" : "", hashing::PayloadChecksumImplementation());
   return t;

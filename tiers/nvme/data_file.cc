@@ -88,7 +88,7 @@ Result<std::unique_ptr<DataFile>> DataFile::Open(const Options& options) {
   struct stat st {};
   if (::fstat(fd, &st) != 0) return ErrnoStatus(errno, "stat " + options.path);
   if (S_ISBLK(st.st_mode)) {
-    KVTIER_RETURN_IF_ERROR(file->OpenDevice(capacity, options.reformat));
+    KVTIER_RETURN_IF_ERROR(file->OpenDevice(capacity, options));
     return file;
   }
   if (st.st_size == 0 || options.reformat) {
@@ -101,6 +101,11 @@ Result<std::unique_ptr<DataFile>> DataFile::Open(const Options& options) {
                  options.path);
     KVTIER_RETURN_IF_ERROR(file->Format(capacity));
     return file;
+  }
+  if (options.keep_formatted_capacity && file->superblock_.capacity_bytes != capacity) {
+    spdlog::info("nvme: {} keeps its capacity of {} bytes (the automatic size is {} today)",
+                 options.path, file->superblock_.capacity_bytes, capacity);
+    capacity = file->superblock_.capacity_bytes;
   }
   if (file->superblock_.capacity_bytes != capacity) {
     spdlog::warn(
@@ -117,21 +122,27 @@ Result<std::unique_ptr<DataFile>> DataFile::Open(const Options& options) {
 }
 
 // A raw block device is never formatted unasked: it may hold something else. Only `reformat` (a
-// forced cold start) writes a superblock; otherwise it must already carry ours, of this capacity.
-Status DataFile::OpenDevice(uint64_t capacity, bool reformat) {
+// forced cold start) writes a superblock; otherwise it must already carry ours, of this capacity
+// (or of any that fits the device, with keep_formatted_capacity).
+Status DataFile::OpenDevice(uint64_t capacity, const Options& options) {
   block_device_ = true;
   uint64_t device_bytes = 0;
   if (::ioctl(fd_, BLKGETSIZE64, &device_bytes) != 0) {
     return ErrnoStatus(errno, "size of block device " + path_);
+  }
+  const bool keep = options.keep_formatted_capacity && !options.reformat;
+  if (keep) {
+    KVTIER_RETURN_IF_ERROR(ReadSuperblock());
+    capacity = superblock_.capacity_bytes;
   }
   if (kSuperblockBytes + capacity > device_bytes) {
     return InvalidArgument("nvme capacity_bytes " + std::to_string(capacity) +
                            " does not fit block device " + path_ + " of " +
                            std::to_string(device_bytes) + " bytes (after a 4096-byte superblock)");
   }
-  if (reformat) {
+  if (options.reformat) {
     KVTIER_RETURN_IF_ERROR(Format(capacity));
-  } else {
+  } else if (!keep) {
     KVTIER_RETURN_IF_ERROR(ReadSuperblock());
     if (superblock_.capacity_bytes != capacity) {
       return InvalidArgument("block device " + path_ + " was formatted for " +

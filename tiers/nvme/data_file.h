@@ -29,6 +29,10 @@ class DataFile {
     uint64_t capacity_bytes = 0;  // data region; rounded down to kBlockAlignment
     bool direct_io = true;        // false: always buffered (tests of the fallback)
     bool reformat = false;        // format whatever is there (a forced cold start)
+    // capacity_bytes is a default, not a demand (nvme.bytes: auto, a share of the free space,
+    // which moves as the disk fills): a file or device already formatted keeps the capacity it
+    // was formatted with, and its blocks, instead of being reformatted to a new figure.
+    bool keep_formatted_capacity = false;
   };
 
   // Opens `path`, creating and formatting it when absent. `path` may also be a raw block device:
@@ -37,7 +41,8 @@ class DataFile {
   // a kvtier superblock, and kInvalidArgument if it carries one of another capacity or is too
   // small). An existing file of this format keeps its
   // superblock (file_id included) so the catalog's records stay valid; one formatted with another
-  // capacity is reformatted with a fresh file_id (a warning: the cold cache is lost), and so is a
+  // capacity is reformatted with a fresh file_id (a warning: the cold cache is lost; not with
+  // keep_formatted_capacity, which keeps the file's capacity instead), and so is a
   // file whose first 4 KiB were never written (a format cut short by a crash). Errors:
   // kInvalidArgument for a capacity below two alignment units; kCorruption naming the file when it
   // is not a kvtier data file, has another format version (both named) or a damaged superblock:
@@ -66,7 +71,7 @@ class DataFile {
   DataFile(int fd, std::string path, bool direct_io);
 
   // Finishes Open for a raw block device.
-  Status OpenDevice(uint64_t capacity, bool reformat);
+  Status OpenDevice(uint64_t capacity, const Options& options);
   Status Format(uint64_t capacity_bytes);
   Status ReadSuperblock();
   // Whether the superblock's place holds only zeros (or less than a superblock, all zeros): a

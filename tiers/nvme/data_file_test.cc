@@ -59,6 +59,32 @@ TEST(DataFileTest, ANewCapacityReformatsWithAFreshIdentity) {
   EXPECT_EQ((*f)->capacity_bytes(), 2 * kCapacity);
 }
 
+// nvme.bytes: auto names another figure as the disk fills; the file keeps its size and identity.
+TEST(DataFileTest, ADefaultCapacityKeepsTheOneTheFileWasFormattedWith) {
+  testing::TempDir dir;
+  uint64_t first =
+      (*DataFile::Open({.path = dir.file("d"), .capacity_bytes = kCapacity}))->superblock().file_id;
+  auto f = DataFile::Open(
+      {.path = dir.file("d"), .capacity_bytes = 2 * kCapacity, .keep_formatted_capacity = true});
+  ASSERT_TRUE(f.ok()) << f.status().ToString();
+  EXPECT_FALSE((*f)->formatted());
+  EXPECT_EQ((*f)->superblock().file_id, first);
+  EXPECT_EQ((*f)->capacity_bytes(), kCapacity);
+  f->reset();
+  // A new file takes the default; a forced cold start formats to it too.
+  auto fresh = DataFile::Open(
+      {.path = dir.file("e"), .capacity_bytes = 2 * kCapacity, .keep_formatted_capacity = true});
+  ASSERT_TRUE(fresh.ok());
+  EXPECT_EQ((*fresh)->capacity_bytes(), 2 * kCapacity);
+  auto cold = DataFile::Open({.path = dir.file("d"),
+                              .capacity_bytes = 2 * kCapacity,
+                              .reformat = true,
+                              .keep_formatted_capacity = true});
+  ASSERT_TRUE(cold.ok());
+  EXPECT_TRUE((*cold)->formatted());
+  EXPECT_EQ((*cold)->capacity_bytes(), 2 * kCapacity);
+}
+
 TEST(DataFileTest, AnotherVersionIsRefusedWithBothVersionsNamed) {
   testing::TempDir dir;
   std::string path = dir.file("d");

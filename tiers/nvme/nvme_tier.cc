@@ -68,6 +68,22 @@ Result<std::unique_ptr<Catalog>> OpenCatalog(const NvmeTier::Options& o) {
   return Catalog::Open(co);
 }
 
+Result<std::vector<std::unique_ptr<DataFile>>> OpenDataFiles(const NvmeTier::Options& o,
+                                                             const std::vector<std::string>& paths,
+                                                             bool cold, bool keep_capacity) {
+  std::vector<std::unique_ptr<DataFile>> files;
+  for (const std::string& path : paths) {
+    KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<DataFile> file,
+                            DataFile::Open({.path = path,
+                                            .capacity_bytes = o.capacity_bytes / paths.size(),
+                                            .direct_io = o.direct_io,
+                                            .reformat = cold,
+                                            .keep_formatted_capacity = keep_capacity}));
+    files.push_back(std::move(file));
+  }
+  return files;
+}
+
 }  // namespace
 
 Result<std::unique_ptr<NvmeTier>> NvmeTier::Open(const Options& options,
@@ -77,14 +93,19 @@ Result<std::unique_ptr<NvmeTier>> NvmeTier::Open(const Options& options,
   KVTIER_ASSIGN_OR_RETURN(bool cold, PrepareDirectory(options, dir_lock));
   std::vector<std::string> paths = options.data_paths;
   if (paths.empty()) paths.push_back((fs::path(options.data_dir) / kDataFileName).string());
-  std::vector<std::unique_ptr<DataFile>> files;
-  for (const std::string& path : paths) {
-    KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<DataFile> file,
-                            DataFile::Open({.path = path,
-                                            .capacity_bytes = options.capacity_bytes / paths.size(),
-                                            .direct_io = options.direct_io,
-                                            .reformat = cold}));
-    files.push_back(std::move(file));
+  KVTIER_ASSIGN_OR_RETURN(std::vector<std::unique_ptr<DataFile>> files,
+                          OpenDataFiles(options, paths, cold, options.keep_formatted_capacity));
+  // Consecutive blocks go to different files, so all must be alike: files that kept unlike
+  // capacities (one replaced, say) are all formatted to the configured one.
+  for (const auto& file : files) {
+    if (file->capacity_bytes() == files.front()->capacity_bytes()) continue;
+    spdlog::warn(
+        "nvme: the data files were formatted for unlike capacities; those not of {} bytes are "
+        "reformatted",
+        options.capacity_bytes / paths.size());
+    files.clear();
+    KVTIER_ASSIGN_OR_RETURN(files, OpenDataFiles(options, paths, cold, false));
+    break;
   }
   if (backend == nullptr) {
     KVTIER_ASSIGN_OR_RETURN(backend, MakeIoBackend(options.io));

@@ -122,6 +122,9 @@ class NvmeTier final : public Tier {
     // The catalog always lives in data_dir. Changing the list starts the tier cold.
     std::vector<std::string> data_paths;
     uint64_t capacity_bytes = 0;  // bytes of the data region (blocks, headers, padding)
+    // capacity_bytes is a default (nvme.bytes: auto): data files already formatted alike keep
+    // their capacity and blocks (DataFile::Options::keep_formatted_capacity).
+    bool keep_formatted_capacity = false;
     IoBackendConfig io;
     // The host arena (or any long-lived buffer), registered with io_uring for zero-copy transfers.
     // Must outlive the tier. Registration failure (RLIMIT_MEMLOCK) is a warning, not an error.

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "tiers/nvme/aligned_buffer.h"
+#include "tiers/nvme/data_file.h"
 #include "tiers/nvme/testing/loop_device.h"
 #include "tiers/nvme/testing/temp_dir.h"
 #include "tiers/nvme/testing/test_blocks.h"
@@ -269,6 +270,46 @@ TEST_P(NvmeTierTest, RestartRecoversWrittenBlocksAndForgetsFreedOnes) {
   for (const RecoveredBlock& b : rec) EXPECT_TRUE(ReadsBack(*tier, b.extent, b.key.high));
 }
 
+// nvme.bytes: auto is a share of the free space, which the tier's own file (and anything else on
+// the disk) moves between starts: a tier formatted earlier keeps its size and its blocks.
+TEST_P(NvmeTierTest, ADefaultCapacityKeepsTheBlocksOfATierFormattedToAnother) {
+  auto o = Opts(64 * kMiB);
+  std::vector<Extent> extents;
+  {
+    auto tier = OpenTier(o);
+    for (uint64_t i = 0; i < 4; ++i) extents.push_back(Put(*tier, i, 1 * kMiB));
+  }
+  o.capacity_bytes = 48 * kMiB;
+  o.keep_formatted_capacity = true;
+  auto tier = OpenTier(o);
+  ASSERT_NE(tier, nullptr);
+  EXPECT_EQ(tier->Stats().capacity_bytes, 64 * kMiB);
+  std::vector<RecoveredBlock> rec = tier->TakeRecovered();
+  ASSERT_EQ(rec.size(), 4u);
+  for (const RecoveredBlock& b : rec) EXPECT_TRUE(ReadsBack(*tier, b.extent, b.key.high));
+}
+
+// Blocks are striped over the data files, so all must be of one size: files that kept unlike
+// sizes are formatted to the default.
+TEST_P(NvmeTierTest, DataFilesOfUnlikeKeptCapacitiesAreFormattedToTheDefault) {
+  auto o = Opts(64 * kMiB);
+  o.data_paths = {dir_.file("a.data"), dir_.file("b.data")};
+  { ASSERT_NE(OpenTier(o), nullptr); }
+  {  // one file replaced by one of another size
+    ::unlink(o.data_paths[1].c_str());
+    auto other = DataFile::Open({.path = o.data_paths[1], .capacity_bytes = 16 * kMiB});
+    ASSERT_TRUE(other.ok());
+  }
+  o.capacity_bytes = 96 * kMiB;
+  o.keep_formatted_capacity = true;
+  auto tier = OpenTier(o);
+  ASSERT_NE(tier, nullptr);
+  EXPECT_EQ(tier->Stats().capacity_bytes, 96 * kMiB);
+  EXPECT_TRUE(tier->TakeRecovered().empty());
+  Extent e = Put(*tier, 1, 1 * kMiB);
+  EXPECT_TRUE(ReadsBack(*tier, e, 1));
+}
+
 // The clean-stop flush writes the newest block first and then marks the blocks used oldest first,
 // so that the restart hands them over in the order they had in memory.
 TEST_P(NvmeTierTest, RecordUseMovesABlockToTheNewEndOfTheRestartOrder) {
@@ -424,6 +465,14 @@ TEST_P(NvmeTierTest, RawBlockDevice) {
   tier.reset();
   o.capacity_bytes = 32 * kMiB;  // another capacity: refused, not silently reformatted
   EXPECT_EQ(NvmeTier::Open(o).status().code(), StatusCode::kInvalidArgument);
+  o.keep_formatted_capacity = true;  // nvme.bytes: auto: the device keeps its size and blocks
+  {
+    auto kept = OpenTier(o);
+    ASSERT_NE(kept, nullptr);
+    EXPECT_EQ(kept->Stats().capacity_bytes, 64 * kMiB);
+    EXPECT_EQ(kept->TakeRecovered().size(), 5u);
+  }
+  o.keep_formatted_capacity = false;
   o.capacity_bytes = 128 * kMiB;  // larger than the device
   o.cold_start = true;
   Status too_big = NvmeTier::Open(o).status();
