@@ -219,6 +219,30 @@ TEST(DaemonConfigTest, MetricsHistoryKeys) {
   EXPECT_FALSE(ApplyYaml("metrics:\n  history_samples: 100001\n", "test.yaml", big).ok());
 }
 
+// Both listeners bind an address (or "localhost"); a name is refused before anything opens, not
+// when HTTP fails to start after the tiers did.
+TEST(DaemonConfigTest, ListenHostsAreAddressesOrLocalhost) {
+  DaemonConfig c;
+  c.unix_path = "/tmp/s";
+  c.http_host = "localhost";
+  ASSERT_TRUE(Finalize(c).ok());
+  EXPECT_EQ(c.http_host, "127.0.0.1");
+  DaemonConfig v6;
+  v6.unix_path = "/tmp/s";
+  v6.http_host = "::1";
+  EXPECT_TRUE(Finalize(v6).ok());
+  DaemonConfig named;
+  named.unix_path = "/tmp/s";
+  named.http_host = "metrics.example";
+  Status refused = Finalize(named);
+  EXPECT_EQ(refused.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.message().find("listen.http_host"), std::string::npos) << refused.ToString();
+  DaemonConfig tcp;
+  tcp.unix_path = "/tmp/s";
+  tcp.tcp_host = "kvtier.internal";
+  EXPECT_NE(Finalize(tcp).message().find("listen.tcp_host"), std::string::npos);
+}
+
 // auto resolves to today's share of the free space and is marked so: a tier formatted earlier
 // keeps its own size rather than being reformatted whenever the free space moves.
 TEST(DaemonConfigTest, AnAutomaticNvmeSizeIsMarkedAsADefault) {
