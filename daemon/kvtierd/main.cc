@@ -245,6 +245,24 @@ int Run(const config::DaemonConfig& c) {
     spdlog::error("{}", server.status().ToString());
     return 1;
   }
+  // metrics.history: filled by a housekeeping thread below, read by HTTP; outlives both.
+  std::unique_ptr<metrics::StatsHistory> history;
+  if (c.history) {
+    history = std::make_unique<metrics::StatsHistory>(
+        std::chrono::milliseconds(c.history_interval_ms), c.history_samples, c.latency_histograms);
+  }
+  // HTTP binds before the generic key names are read (and their file removed): a start that
+  // fails on a port in use must leave them for the next one.
+  std::unique_ptr<http::HttpServer> http;
+  if (c.http_port != 0) {
+    auto h = StartHttp(c, **store, **server, history.get());
+    if (!h.ok()) {
+      spdlog::error("{}", h.status().ToString());
+      return 1;
+    }
+    http = std::move(h).value();
+    spdlog::info("metrics on http://{}:{}/metrics, dashboard at /", c.http_host, http->port());
+  }
   // The generic keys' names and expiry times of the previous run's clean stop: with an NVMe tier
   // their values come back, and so must these (generic_keys_file.h). The file is read once.
   const std::string key_names_path = c.data_dir + "/generic-keys";
@@ -262,6 +280,8 @@ int Run(const config::DaemonConfig& c) {
   (*store)->SetPendingAdoptions(recovered.size());
   if (Status st = (*server)->Start(); !st.ok()) {
     spdlog::error("{}", st.ToString());
+    // Nothing was served: the names read back go to the file again, for the next start.
+    if (tiers.nvme && !c.cold_start) (void)(*server)->SaveKeyNames(key_names_path);
     return 1;
   }
   // The NVMe blocks of the previous run join the index while the daemon serves: until a block is
@@ -274,23 +294,6 @@ int Run(const config::DaemonConfig& c) {
   if (!c.unix_path.empty()) spdlog::info("listening on unix://{}", c.unix_path);
   if (c.tcp_port != 0) spdlog::info("listening on tcp://{}:{}", c.tcp_host, (*server)->tcp_port());
 
-  // metrics.history: filled by a housekeeping thread below, read by HTTP; outlives both.
-  std::unique_ptr<metrics::StatsHistory> history;
-  if (c.history) {
-    history = std::make_unique<metrics::StatsHistory>(
-        std::chrono::milliseconds(c.history_interval_ms), c.history_samples, c.latency_histograms);
-  }
-  std::unique_ptr<http::HttpServer> http;
-  if (c.http_port != 0) {
-    auto h = StartHttp(c, **store, **server, history.get());
-    if (!h.ok()) {
-      spdlog::error("{}", h.status().ToString());
-      (*server)->Stop();
-      return 1;
-    }
-    http = std::move(h).value();
-    spdlog::info("metrics on http://{}:{}/metrics, dashboard at /", c.http_host, http->port());
-  }
   store::Store& s = **store;
   std::vector<std::unique_ptr<daemon::PeriodicThread>> housekeeping;
   if (history) {

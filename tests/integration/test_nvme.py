@@ -11,13 +11,14 @@ import mmap
 import os
 import random
 import shutil
+import socket
 import struct
 import subprocess
 
 import pytest
 
 from helpers import RawClient, RespError, http_get, parse_metrics, wait_for
-from kvtierd_process import BIN_DIR, Daemon
+from kvtierd_process import BIN_DIR, Daemon, free_port
 from nvme_helpers import (MIB, get_each, key, lookup_each, nvme_counters, payload,
                           put_blocks, register_ns, tier, tier_sum)
 
@@ -664,3 +665,28 @@ def test_generic_key_names_and_expiry_across_restarts(tmp_path):
         assert c.call("FLUSHDB") == b"OK"
         assert c.call("GET", "plain") is None
         assert c.call("DBSIZE") == 0
+
+
+def test_a_start_that_cannot_listen_keeps_the_generic_key_names(tmp_path):
+    """The names and expiry times kept by a clean stop are read (and their file removed) once
+    per start: a start that fails on a port in use, TCP or HTTP, must leave them to the next."""
+    d = nvme_daemon(tmp_path)
+    with running(d) as c:
+        assert c.call("SET", "ttl", b"v1", "EX", "100000") == b"OK"
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        busy = taken.getsockname()[1]
+        for port, http_port in ((busy, free_port()), (free_port(), busy)):
+            cmd = [str(BIN_DIR / "kvtierd"), "--config", str(d.workdir / "kvtierd.yaml"),
+                   "--unix", d.unix, "--port", str(port), "--http-port", str(http_port),
+                   "--host-bytes", d.host_bytes, "--data-dir", d.data_dir,
+                   "--nvme-bytes", str(d.nvme_bytes)]
+            failed = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+            assert failed.returncode != 0, failed.stdout + failed.stderr
+            assert "in use" in failed.stdout + failed.stderr, failed.stdout + failed.stderr
+    with running(d) as c:
+        assert c.call("TTL", "ttl") in range(99_000, 100_001), d.log()
+        assert c.call("KEYS", "*") == [b"ttl"]
+        assert c.call("GET", "ttl") == b"v1"
+
