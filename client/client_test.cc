@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -17,6 +18,7 @@
 
 #include "client/testing/in_process_daemon.h"
 #include "client/unique_fd.h"
+#include "common/paths.h"
 
 namespace kvtier::client {
 namespace {
@@ -376,6 +378,19 @@ TEST(ClientConnectTest, TheDaemonsErrorBeforeItClosesIsWhatASendFailureReports) 
   EXPECT_FALSE(client->usable());
   const Status later = client->Set("k", "v");
   EXPECT_NE(later.message().find("invalid bulk length"), std::string::npos) << later.ToString();
+}
+
+// The /tmp fallback of the default socket path is a name anyone can take first: a socket there
+// is trusted only in a directory of this user's that no one else may write.
+TEST(ClientConnectTest, TheTmpFallbackIsRefusedInADirectoryOthersMayWrite) {
+  const std::string dir = TmpFallbackDir();
+  if (::mkdir(dir.c_str(), 0700) != 0) GTEST_SKIP() << dir << " exists: not touched";
+  ASSERT_EQ(::chmod(dir.c_str(), 0777), 0);
+  Result<Client> client = Client::Connect("unix://" + dir + "/kvtierd.sock");
+  ::rmdir(dir.c_str());
+  ASSERT_FALSE(client.ok());
+  EXPECT_EQ(client.status().code(), StatusCode::kPermissionDenied) << client.status().ToString();
+  EXPECT_NE(client.status().message().find(dir), std::string::npos) << client.status().ToString();
 }
 
 TEST(ClientConnectTest, PasswordIsSentAndWrongOnesAreRefused) {

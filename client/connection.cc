@@ -18,6 +18,7 @@
 
 #include "client/reply_mapping.h"
 #include "common/fd_passing.h"
+#include "common/paths.h"
 
 namespace kvtier::client {
 namespace {
@@ -50,6 +51,14 @@ Status ConnectError(int err, const Endpoint& endpoint) {
 // not accepting) is EAGAIN, which nothing can poll for, so it is retried with a growing pause
 // until the deadline. A blocking connect would wait there with no bound at all.
 Result<UniqueFd> ConnectUnix(const Endpoint& endpoint, int timeout_ms) {
+  // A socket in the /tmp fallback is trusted only in a directory of this user's (common/paths.h);
+  // a missing one is left to connect() to report as no daemon.
+  if (InTmpFallbackDir(endpoint.path)) {
+    Status private_dir = CheckPrivateDirectory(TmpFallbackDir());
+    if (!private_dir.ok() && private_dir.code() != StatusCode::kNotFound) {
+      return Status(private_dir.code(), ConnectWhat(endpoint) + ": " + private_dir.message());
+    }
+  }
   UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
   if (!fd.valid()) return ErrnoStatus(errno, "socket for " + endpoint.url);
   sockaddr_un addr{};

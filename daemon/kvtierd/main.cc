@@ -29,6 +29,7 @@
 #include <stop_token>
 #include <thread>
 
+#include "common/paths.h"
 #include "common/units.h"
 #include "common/version.h"
 #include "daemon/config/daemon_config.h"
@@ -194,6 +195,12 @@ int Run(const config::DaemonConfig& c) {
   // Operators tail the log through pipes and journald: every line goes out as it is written.
   spdlog::flush_on(spdlog::level::trace);
 
+  if (InTmpFallbackDir(c.unix_path) || InTmpFallbackDir(c.data_dir)) {
+    if (Status st = PrepareTmpFallbackDir(); !st.ok()) {
+      spdlog::error("{}", st.ToString());
+      return 1;
+    }
+  }
   auto lock = DataDirLock::Acquire(c.data_dir);
   if (!lock.ok()) {
     spdlog::error("{}", lock.status().ToString());
