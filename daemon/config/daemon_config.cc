@@ -6,6 +6,7 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <cctype>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -28,11 +29,21 @@ namespace {
 // its error. Keeping them in one table is what makes unknown keys detectable.
 using Setter = std::function<Status(const std::string& value, DaemonConfig&)>;
 
+// Integers as YAML 1.2 writes them: decimal (a leading zero too: 010 is ten, not eight), 0x hex,
+// 0o octal.
 Status ParseUint(const std::string& key, const std::string& value, uint64_t max, uint64_t& out) {
+  int base = 10;
+  size_t skip = 0;
+  if (value.size() > 2 && value[0] == '0' && (value[1] == 'x' || value[1] == 'o')) {
+    base = value[1] == 'x' ? 16 : 8;
+    skip = 2;
+  }
+  const char* digits = value.c_str() + skip;
   char* end = nullptr;
   errno = 0;
-  unsigned long long v = std::strtoull(value.c_str(), &end, 0);
-  if (value.empty() || value[0] == '-' || *end != '\0' || errno != 0 || v > max) {
+  unsigned long long v = std::strtoull(digits, &end, base);
+  if (value.empty() || !std::isxdigit(static_cast<unsigned char>(digits[0])) || *end != '\0' ||
+      errno != 0 || v > max) {
     return InvalidArgument(key + ": expected a whole number up to " + std::to_string(max) +
                            ", got '" + value + "'");
   }
@@ -428,10 +439,29 @@ std::optional<uint64_t> CgroupMemoryRoom(const std::string& cgroup_root,
   return room;
 }
 
+std::optional<uint64_t> MemAvailableBytes(const std::string& meminfo) {
+  std::istringstream lines(meminfo);
+  std::string name, unit;
+  uint64_t value = 0;
+  while (lines >> name >> value) {
+    std::getline(lines, unit);
+    if (name == "MemAvailable:") return unit.find("kB") != std::string::npos ? value << 10 : value;
+  }
+  return std::nullopt;
+}
+
 uint64_t AutoHostBytes() {
-  const long pages = sysconf(_SC_AVPHYS_PAGES);
-  const long page_size = sysconf(_SC_PAGE_SIZE);
-  uint64_t available = pages > 0 && page_size > 0 ? uint64_t(pages) * uint64_t(page_size) : 0;
+  std::ifstream meminfo("/proc/meminfo");
+  std::stringstream meminfo_text;
+  meminfo_text << meminfo.rdbuf();
+  uint64_t available = 0;
+  if (std::optional<uint64_t> bytes = MemAvailableBytes(meminfo_text.str())) {
+    available = *bytes;
+  } else {  // MemFree alone: the page cache counts as used
+    const long pages = sysconf(_SC_AVPHYS_PAGES);
+    const long page_size = sysconf(_SC_PAGE_SIZE);
+    available = pages > 0 && page_size > 0 ? uint64_t(pages) * uint64_t(page_size) : 0;
+  }
   std::ifstream self("/proc/self/cgroup");
   std::stringstream text;
   text << self.rdbuf();

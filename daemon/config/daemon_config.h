@@ -183,7 +183,8 @@ struct DaemonConfig {
 };
 
 // The host tier size "auto" resolves to: a quarter of the memory available to this process,
-// capped at 64 GiB and at least 64 MiB. Available is the machine's free memory or, inside a
+// capped at 64 GiB and at least 64 MiB. Available is the machine's available memory (MemAvailable:
+// free pages and the page cache it may drop, such as model weights just read) or, inside a
 // memory cgroup (a container, a systemd unit with MemoryMax), the room left below its limit,
 // whichever is less: a pod's daemon must not size itself from the node.
 uint64_t AutoHostBytes();
@@ -193,6 +194,9 @@ uint64_t AutoHostBytes();
 // memory.usage_in_bytes. nullopt when no limit is set or none can be read.
 std::optional<uint64_t> CgroupMemoryRoom(const std::string& cgroup_root,
                                          const std::string& proc_self_cgroup);
+// The MemAvailable line of `meminfo` (the text of /proc/meminfo), in bytes; nullopt without one
+// (kernels before 3.14).
+std::optional<uint64_t> MemAvailableBytes(const std::string& meminfo);
 
 // The NVMe tier size "auto" resolves to: a tenth of the free space of the file system holding
 // `data_dir` (or its nearest existing parent), capped at 16 GiB, rounded down to 1 MiB; 0 (the

@@ -283,6 +283,32 @@ TEST(DaemonConfigTest, NvmeKeysAndFlags) {
   EXPECT_EQ(DaemonConfig{}.mover_cpu_priority, "low");
 }
 
+TEST(DaemonConfigTest, AvailableMemoryIsMemAvailableNotMemFree) {
+  EXPECT_EQ(MemAvailableBytes("MemTotal:       16000000 kB\nMemFree:          500000 kB\n"
+                              "MemAvailable:    9000000 kB\nBuffers:          100 kB\n"),
+            9000000ull << 10);
+  EXPECT_EQ(MemAvailableBytes("MemTotal:       16000000 kB\nMemFree:          500000 kB\n"),
+            std::nullopt);
+  EXPECT_EQ(MemAvailableBytes(""), std::nullopt);
+}
+
+// Whole numbers are read as YAML 1.2 writes them: a leading zero is still decimal.
+TEST(DaemonConfigTest, WholeNumbersAreDecimalHexOrOctalAsYamlSays) {
+  for (const auto& [text, want] :
+       {std::pair{"010", 10u}, {"0x20", 32u}, {"0o20", 16u}, {"7", 7u}}) {
+    DaemonConfig c;
+    ASSERT_TRUE(ApplyYaml(std::string("nvme:\n  queue_depth: ") + text + "\n", "t.yaml", c).ok())
+        << text;
+    EXPECT_EQ(c.nvme_queue_depth, want) << text;
+  }
+  for (const char* bad : {"0x", "0o8", "1e3", "+4", "-1", "0xg"}) {
+    DaemonConfig c;
+    const Status st = ApplyYaml(std::string("nvme:\n  queue_depth: ") + bad + "\n", "t.yaml", c);
+    EXPECT_NE(st.message().find("nvme.queue_depth"), std::string::npos)
+        << bad << ": " << st.ToString();
+  }
+}
+
 TEST(DaemonConfigTest, BadNvmeSettingsNameTheirKey) {
   const char* flag[] = {"kvtierd", "--nvme-bytes", "12furlongs"};
   auto r = ParseCommandLine(3, flag);
