@@ -1,5 +1,5 @@
 // kvtierd: the kvtier daemon. Wires configuration, tiers, the store, the RESP server and the HTTP
-// endpoint together, then waits for SIGINT/SIGTERM.
+// endpoint together, then waits for SIGINT, SIGTERM or SIGHUP.
 //
 // Start-up order: config -> data directory lock -> tiers (host, GPU, NVMe: which finds the blocks
 // of the previous run) -> store (adopting those blocks) -> RESP server -> HTTP -> housekeeping
@@ -140,11 +140,15 @@ Result<std::unique_ptr<http::HttpServer>> StartHttp(const config::DaemonConfig& 
            }});
 }
 
+// SIGHUP too: a kvtierd in the foreground of a terminal that closes stops cleanly (its memory
+// flushed to NVMe) instead of dying. One started under nohup ignores SIGHUP, and an ignored
+// signal is discarded before sigwait could see it.
 sigset_t StopSignals() {
   sigset_t signals;
   sigemptyset(&signals);
   sigaddset(&signals, SIGINT);
   sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGHUP);
   return signals;
 }
 

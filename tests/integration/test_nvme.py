@@ -11,6 +11,7 @@ import mmap
 import os
 import random
 import shutil
+import signal
 import socket
 import struct
 import subprocess
@@ -689,4 +690,19 @@ def test_a_start_that_cannot_listen_keeps_the_generic_key_names(tmp_path):
         assert c.call("TTL", "ttl") in range(99_000, 100_001), d.log()
         assert c.call("KEYS", "*") == [b"ttl"]
         assert c.call("GET", "ttl") == b"v1"
+
+
+def test_a_hangup_is_a_clean_stop(tmp_path):
+    """SIGHUP (the terminal of a foreground kvtierd closed) stops it as SIGTERM does: what it held
+    in memory is flushed to NVMe and served after the restart."""
+    d = nvme_daemon(tmp_path)
+    d.start()
+    with RawClient(d.unix) as c:
+        assert c.call("SET", "kept", b"v1") == b"OK"
+    d.proc.send_signal(signal.SIGHUP)
+    assert d.proc.wait(timeout=60) == 0, d.log()
+    assert "Hangup: shutting down" in d.log(), d.log()
+    with running(d) as c:
+        assert wait_for(d.recovered, timeout_s=10), d.log()
+        assert c.call("GET", "kept") == b"v1"
 
