@@ -5,6 +5,8 @@
 #include <array>
 #include <utility>
 
+#include "common/utf8.h"
+
 namespace kvtier::hashing {
 namespace {
 
@@ -76,6 +78,15 @@ Status CheckLength(std::string_view field, const std::string& value) {
                          std::to_string(value.size()) + ")");
 }
 
+// The text fields name the namespace in /stats (JSON) and /metrics (Prometheus labels), which
+// require UTF-8: one bad name would otherwise break those pages for everyone. The tenant salt is
+// never shown and may be any bytes.
+Status CheckText(std::string_view field, const std::string& value) {
+  KVTIER_RETURN_IF_ERROR(CheckLength(field, value));
+  if (IsValidUtf8(value)) return Status::Ok();
+  return InvalidArgument(std::string(field) + ": not valid UTF-8");
+}
+
 }  // namespace
 
 uint32_t BytesPerElement(std::string_view kv_dtype) {
@@ -87,8 +98,8 @@ uint32_t BytesPerElement(std::string_view kv_dtype) {
 
 Status Validate(const NamespaceDescriptor& desc) {
   if (desc.model_id.empty()) return InvalidArgument("model_id: must not be empty");
-  KVTIER_RETURN_IF_ERROR(CheckLength("model_id", desc.model_id));
-  KVTIER_RETURN_IF_ERROR(CheckLength("model_revision", desc.model_revision));
+  KVTIER_RETURN_IF_ERROR(CheckText("model_id", desc.model_id));
+  KVTIER_RETURN_IF_ERROR(CheckText("model_revision", desc.model_revision));
   if (BytesPerElement(desc.kv_dtype) == 0) {
     return InvalidArgument("kv_dtype: unknown dtype '" + desc.kv_dtype.substr(0, 64) +
                            "' (expected fp32, fp16, bf16, fp8_e4m3, fp8_e5m2 or int8)");
@@ -98,7 +109,7 @@ Status Validate(const NamespaceDescriptor& desc) {
   KVTIER_RETURN_IF_ERROR(CheckRange("head_dim", desc.head_dim, kMaxHeadDim));
   KVTIER_RETURN_IF_ERROR(CheckRange("tokens_per_block", desc.tokens_per_block, kMaxTokensPerBlock));
   if (desc.layout_tag.empty()) return InvalidArgument("layout_tag: must not be empty");
-  KVTIER_RETURN_IF_ERROR(CheckLength("layout_tag", desc.layout_tag));
+  KVTIER_RETURN_IF_ERROR(CheckText("layout_tag", desc.layout_tag));
   KVTIER_RETURN_IF_ERROR(CheckRange("tp_size", desc.tp_size, kMaxTpSize));
   if (desc.tp_rank >= desc.tp_size) {
     return InvalidArgument("tp_rank: must be below tp_size (" + std::to_string(desc.tp_size) +

@@ -61,9 +61,11 @@ uint32_t BytesPerElement(std::string_view kv_dtype);
 // OK when every field is present and plausible. Otherwise kInvalidArgument whose message starts
 // with the offending field's name ("num_layers: must be in [1, 1024], got 0"); the caller should
 // fix the descriptor, retrying cannot help. Checks, in field order: model_id non-empty; every
-// string at most kMaxStringFieldBytes; kv_dtype known; num_layers, num_kv_heads, head_dim,
-// tokens_per_block in [1, kMax...]; layout_tag non-empty; tp_size in [1, kMaxTpSize] and
-// tp_rank < tp_size; hash_scheme_version supported (only kCurrentHashSchemeVersion today).
+// string at most kMaxStringFieldBytes; model_id, model_revision and layout_tag valid UTF-8
+// ("model_id: not valid UTF-8"; tenant_salt may be any bytes); kv_dtype known; num_layers,
+// num_kv_heads, head_dim, tokens_per_block in [1, kMax...]; layout_tag non-empty; tp_size in
+// [1, kMaxTpSize] and tp_rank < tp_size; hash_scheme_version supported (only
+// kCurrentHashSchemeVersion today).
 Status Validate(const NamespaceDescriptor& desc);
 
 // Payload bytes of one full block: 2 (K and V) x layers x kv_heads x head_dim x tokens_per_block x

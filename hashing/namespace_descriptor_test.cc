@@ -71,6 +71,28 @@ TEST(NamespaceDescriptorTest, ValidationNamesTheField) {
   ExpectRejected(with([](auto& d) { d.tenant_salt.assign(5000, 's'); }), "tenant_salt");
 }
 
+// A model id that is not UTF-8 became a namespace label that /stats could not render as JSON.
+TEST(NamespaceDescriptorTest, TextFieldsMustBeUtf8ButTheSaltMayBeAnyBytes) {
+  const std::string invalid[] = {"model\xFF", "\xC0\xAF", "\xED\xA0\x80", "\xF4\x90\x80\x80",
+                                 "cut\xE2\x82"};
+  for (const std::string& bad : invalid) {
+    NamespaceDescriptor d = Llama8B();
+    d.model_id = bad;
+    ExpectRejected(d, "model_id");
+    EXPECT_EQ(Validate(d).message(), "model_id: not valid UTF-8");
+    d = Llama8B();
+    d.model_revision = bad;
+    ExpectRejected(d, "model_revision");
+    d = Llama8B();
+    d.layout_tag = bad;
+    ExpectRejected(d, "layout_tag");
+  }
+  NamespaceDescriptor d = Llama8B();
+  d.model_id = "mod\xC3\xA8le/\xE6\xA8\xA1\xE5\x9E\x8B-\xF0\x9F\xA6\x99";  // modèle/模型-🦙
+  d.tenant_salt = std::string("\xFF\x00\xC0\xAF", 4);
+  EXPECT_TRUE(Validate(d).ok()) << Validate(d).ToString();
+}
+
 TEST(NamespaceDescriptorTest, LimitsThemselvesAreAccepted) {
   NamespaceDescriptor d = Llama8B();
   d.num_layers = kMaxLayers;

@@ -112,6 +112,23 @@ TEST_F(KvtCommandsTest, RegisterReportsTheBadField) {
   EXPECT_EQ(c_.Call(args), "-ERR wrong number of arguments for 'kvt.register' command\r\n");
 }
 
+// A model name that is not UTF-8 used to be registered, and its label then broke KVT.STATS and
+// /stats for every client. It is refused under the wire name of the field.
+TEST_F(KvtCommandsTest, RegisterRefusesNamesThatAreNotUtf8) {
+  std::vector<std::string> args = RegisterArgs();
+  args[2] = "tiny/\xFFmodel";
+  EXPECT_EQ(c_.Call(args), "-INVALID model: not valid UTF-8\r\n");
+  args = RegisterArgs();
+  args.insert(args.end(), {"revision", "\xC0\xAF"});
+  EXPECT_EQ(c_.Call(args), "-INVALID revision: not valid UTF-8\r\n");
+  args = RegisterArgs();
+  args[14] = "nhd\xED\xA0\x80";
+  EXPECT_EQ(c_.Call(args), "-INVALID layout: not valid UTF-8\r\n");
+  args = RegisterArgs();
+  args.insert(args.end(), {"salt", std::string("\xFF\x00", 2)});  // a salt is any bytes
+  EXPECT_EQ(c_.Call(args).substr(0, 4), "*4\r\n");
+}
+
 TEST_F(KvtCommandsTest, RegisterWithAnExplicitBlockSize) {
   std::vector<std::string> args = RegisterArgs();
   args[2] = "mla/model";
