@@ -2,6 +2,8 @@
 
 #include <cstdio>
 
+#include "common/utf8.h"
+
 namespace kvtier::metrics::prometheus {
 
 void Header(std::string& out, std::string_view name, std::string_view type, std::string_view help) {
@@ -19,8 +21,10 @@ void Sample(std::string& out, std::string_view name, std::string_view labels, do
 }
 
 std::string Escape(std::string_view value) {
+  // The text format is UTF-8: a scraper drops the whole scrape over one bad label value.
+  const std::string text = ReplaceInvalidUtf8(value);
   std::string out;
-  for (char c : value) {
+  for (char c : text) {
     if (c == '\\' || c == '"') out += '\\';
     if (c == '\n') {
       out += "\\n";

@@ -18,7 +18,8 @@ void Header(std::string& out, std::string_view name, std::string_view type, std:
 void Sample(std::string& out, std::string_view name, std::string_view labels, double value,
             const char* format = "%.17g");
 
-// A label value with backslash, quote and newline escaped.
+// A label value with backslash, quote and newline escaped, and bytes that are not UTF-8 replaced
+// by U+FFFD.
 std::string Escape(std::string_view value);
 
 }  // namespace kvtier::metrics::prometheus

@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
+#include "daemon/metrics/json_text.h"
 #include "daemon/metrics/latency_format.h"
 #include "daemon/metrics/prometheus_text.h"
 
@@ -268,7 +269,7 @@ std::string StatsToJson(const store::StoreStats& stats, const ProcessInfo& proce
                     {"nvme_tier", process.nvme_tier_note}};
   doc["requests"] = RequestLatencyJson(process.requests);
   doc["moves"] = MovesJson(stats.moves);
-  return doc.dump();
+  return JsonText(doc);
 }
 
 std::string StatsToPrometheus(const store::StoreStats& stats, const ProcessInfo& process) {

@@ -82,6 +82,21 @@ TEST(StatsFormatTest, EveryViewCarriesRejectedConnectionsAndPendingAdoptions) {
             std::string::npos);
 }
 
+// Regression: a namespace label that is not UTF-8 (registered before KVT.REGISTER checked, and
+// read back from the NVMe catalog) made StatsToJson throw, which emptied /stats and closed the
+// KVT.STATS connection; /metrics carried the raw bytes, which a scraper refuses.
+TEST(StatsFormatTest, ALabelThatIsNotUtf8IsRenderedWithReplacementCharacters) {
+  store::StoreStats stats = SampleStats();
+  stats.namespaces[0].label = "llama\xFF\xC0 8b";
+  std::string text;
+  ASSERT_NO_THROW(text = StatsToJson(stats, {}));
+  const auto doc = nlohmann::json::parse(text);
+  EXPECT_EQ(doc["namespaces"][0]["label"], "llama\xEF\xBF\xBD\xEF\xBF\xBD 8b");
+  const std::string prometheus = StatsToPrometheus(stats, {});
+  EXPECT_EQ(prometheus.find("\xFF"), std::string::npos);
+  EXPECT_NE(prometheus.find("namespace=\"llama\xEF\xBF\xBD\xEF\xBF\xBD 8b\""), std::string::npos);
+}
+
 TEST(StatsFormatTest, InfoSectionUsesRedisFieldSyntax) {
   std::string info = StatsToInfoSection(SampleStats(), {});
   EXPECT_NE(info.find("tier_host_used_bytes:4096\r\n"), std::string::npos);

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <nlohmann/json.hpp>
 
+#include "daemon/metrics/json_text.h"
+
 namespace kvtier::metrics {
 namespace {
 
@@ -192,7 +194,7 @@ std::string StatsHistory::ToJson() const {
               {"samples", json::array()}};
   json& out = doc["samples"];
   for (const HistorySample& s : samples) out.push_back(SampleJson(s, histograms_));
-  return doc.dump();
+  return JsonText(doc);
 }
 
 size_t StatsHistory::size() const {

@@ -97,6 +97,19 @@ TEST(StatsHistoryTest, ASampleHoldsTheIntervalNotTheTotals) {
   EXPECT_TRUE(s[1]["requests"].empty());  // histograms off
 }
 
+// Regression: a label that is not UTF-8 made ToJson throw, and /stats/history (the dashboard's
+// charts) answered nothing.
+TEST(StatsHistoryTest, ALabelThatIsNotUtf8IsRenderedWithAReplacementCharacter) {
+  StatsHistory h(milliseconds(10'000), 16, false);
+  store::NamespaceStats ns = Namespace(1, 10, 6);
+  ns.label = "model\xFF";
+  h.Record(1'000'000, Stats(100, 0, 0, {ns}), Process(1));
+  std::string text;
+  ASSERT_NO_THROW(text = h.ToJson());
+  EXPECT_EQ(json::parse(text)["namespace_labels"]["00000000000000000000000000000001"],
+            "model\xEF\xBF\xBD");
+}
+
 TEST(StatsHistoryTest, RatiosOfAnIdleIntervalAreNull) {
   StatsHistory h(milliseconds(1000), 4, true);
   h.Record(5000, Stats(0, 0, 0, {Namespace(1, 0, 0)}), Process(0));
