@@ -3,6 +3,8 @@
 #include <unistd.h>
 
 #include <array>
+#include <exception>
+#include <string>
 
 #include "common/clock.h"
 #include "common/version.h"
@@ -131,7 +133,16 @@ metrics::ProcessInfo MakeProcessInfo(const ServerContext& server) {
 }
 
 Progress KvtStats(CommandContext& ctx, resp::Command&) {
-  ctx.reply.AppendBulk(metrics::StatsToJson(ctx.server.store.Stats(), MakeProcessInfo(ctx.server)));
+  std::string json;
+  try {
+    json = metrics::StatsToJson(ctx.server.store.Stats(), MakeProcessInfo(ctx.server));
+  } catch (const std::exception& e) {
+    // An exception out of a handler ends the connection, and with it the client's leases and
+    // pipelined commands: a report that cannot be rendered is an error reply instead.
+    ctx.reply.AppendError(std::string("ERR stats: ") + e.what());
+    return Progress::kDone;
+  }
+  ctx.reply.AppendBulk(json);
   return Progress::kDone;
 }
 

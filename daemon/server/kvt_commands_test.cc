@@ -361,6 +361,19 @@ TEST_F(KvtCommandsTest, StatsIsTheMetricsJson) {
   EXPECT_NE(json.find("\"connected_clients\":1"), std::string::npos) << json;
 }
 
+// Regression: a label that is not UTF-8 (as an NVMe catalog written before KVT.REGISTER checked
+// names hands it back) made KVT.STATS throw, and the client saw its connection closed.
+TEST_F(KvtCommandsTest, StatsSurvivesALabelThatIsNotUtf8) {
+  store::NamespaceInfo info;
+  info.id = NamespaceId{{7, 7}};
+  info.label = "old\xFFmodel fp16 tp0/1";
+  ASSERT_TRUE(ts_.store().RegisterNamespace(info).ok());
+  const std::string reply = c_.Call({"KVT.STATS"});
+  EXPECT_EQ(reply.substr(0, 1), "$") << reply;
+  EXPECT_NE(reply.find("old\xEF\xBF\xBDmodel"), std::string::npos);
+  EXPECT_EQ(c_.Call({"PING"}), "+PONG\r\n");  // the connection is still open
+}
+
 // KVT.GET's reply is sent in pieces when it outgrows the in-flight limit.
 TEST(KvtCommandsFlowTest, GetLargerThanTheInflightLimit) {
   ServerOptions o;
