@@ -2,11 +2,14 @@
 
 #include <pthread.h>
 
+// clang-format off: sorting would move it after Boost, which it must precede
 #include "common/asio_coro.h"  // first: fixes Boost 1.74 coroutines on this toolchain
+// clang-format on
 
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <exception>
 
 namespace kvtier::http {
 namespace {
@@ -15,23 +18,14 @@ namespace asio = boost::asio;
 namespace beast = boost::beast;
 namespace bhttp = boost::beast::http;
 using tcp = asio::ip::tcp;
+using Response = bhttp::response<bhttp::string_body>;
 
 constexpr auto kRequestTimeout = std::chrono::seconds(10);
 constexpr uint32_t kMaxRequestBytes = 16 * 1024;
 
-bhttp::response<bhttp::string_body> Respond(const bhttp::request<bhttp::string_body>& req,
-                                           const HttpProviders& providers) {
-  bhttp::response<bhttp::string_body> res;
-  res.version(req.version());
-  res.keep_alive(req.keep_alive());
-  res.set(bhttp::field::server, "kvtierd");
-  const std::string target(req.target());
-  const std::string path = target.substr(0, target.find('?'));
-  if (req.method() != bhttp::verb::get && req.method() != bhttp::verb::head) {
-    res.result(bhttp::status::method_not_allowed);
-    res.set(bhttp::field::allow, "GET, HEAD");
-    res.body() = "only GET is served\n";
-  } else if (path == "/metrics") {
+// The page at `path`, or 404. Providers may throw; Respond catches.
+void Route(const std::string& path, const HttpProviders& providers, Response& res) {
+  if (path == "/metrics") {
     res.set(bhttp::field::content_type, "text/plain; version=0.0.4; charset=utf-8");
     res.body() = providers.metrics();
   } else if (path == "/stats") {
@@ -50,6 +44,35 @@ bhttp::response<bhttp::string_body> Respond(const bhttp::request<bhttp::string_b
     res.result(bhttp::status::not_found);
     res.set(bhttp::field::content_type, "text/plain");
     res.body() = "not found; try /metrics, /stats, /stats/history, /healthz or /\n";
+  }
+}
+
+// A page that cannot be rendered is a 500 for this request; the connection and the server go on.
+void InternalError(Response& res, std::string_view why) {
+  res.result(bhttp::status::internal_server_error);
+  res.set(bhttp::field::content_type, "text/plain");
+  res.body() = "could not render this page: " + std::string(why) + "\n";
+}
+
+Response Respond(const bhttp::request<bhttp::string_body>& req, const HttpProviders& providers) {
+  Response res;
+  res.version(req.version());
+  res.keep_alive(req.keep_alive());
+  res.set(bhttp::field::server, "kvtierd");
+  const std::string target(req.target());
+  const std::string path = target.substr(0, target.find('?'));
+  if (req.method() != bhttp::verb::get && req.method() != bhttp::verb::head) {
+    res.result(bhttp::status::method_not_allowed);
+    res.set(bhttp::field::allow, "GET, HEAD");
+    res.body() = "only GET is served\n";
+  } else {
+    try {
+      Route(path, providers, res);
+    } catch (const std::exception& e) {
+      InternalError(res, e.what());
+    } catch (...) {
+      InternalError(res, "unknown error");
+    }
   }
   res.prepare_payload();
   return res;

@@ -1,26 +1,26 @@
 #include "daemon/http/http_server.h"
 
 #include <arpa/inet.h>
+#include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <gtest/gtest.h>
+#include <stdexcept>
 
 namespace kvtier::http {
 namespace {
 
-// Sends one raw HTTP request to 127.0.0.1:port and returns everything the server sent back.
-std::string Fetch(uint16_t port, const std::string& request) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
+bool ConnectLoopback(int fd, uint16_t port) {
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_port = htons(port);
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
-    close(fd);
-    return "";
-  }
+  return connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
+}
+
+// Sends `request` on the connected `fd`, returns everything the server sent back and closes `fd`.
+std::string Exchange(int fd, const std::string& request) {
   (void)!write(fd, request.data(), request.size());
   std::string out;
   char buf[4096];
@@ -28,6 +28,16 @@ std::string Fetch(uint16_t port, const std::string& request) {
   while ((n = read(fd, buf, sizeof buf)) > 0) out.append(buf, n);
   close(fd);
   return out;
+}
+
+// Sends one raw HTTP request to 127.0.0.1:port and returns everything the server sent back.
+std::string Fetch(uint16_t port, const std::string& request) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (!ConnectLoopback(fd, port)) {
+    close(fd);
+    return "";
+  }
+  return Exchange(fd, request);
 }
 
 std::string Get(uint16_t port, const std::string& path) {
@@ -84,6 +94,30 @@ TEST(HttpServerTest, TheDashboardLoadsNothingFromElsewhere) {
   EXPECT_EQ(page.find("https://"), std::string::npos);
   EXPECT_EQ(page.find("src="), std::string::npos);
   EXPECT_NE(page.find("/stats/history"), std::string::npos);
+}
+
+HttpProviders Pages() {
+  return {.metrics = [] { return std::string("kvtier_blocks 3\n"); },
+          .stats = [] { return std::string("{}"); }};
+}
+
+// Regression: a provider that threw (the JSON encoder on a label that is not UTF-8) ended the
+// connection without a reply; curl saw an empty reply and a dashboard nothing at all.
+TEST(HttpServerTest, AProviderThatThrowsIsA500AndTheServerGoesOn) {
+  HttpProviders pages = Pages();
+  pages.stats = []() -> std::string { throw std::runtime_error("label is not UTF-8"); };
+  auto server = HttpServer::Start("127.0.0.1", 0, pages);
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  const uint16_t port = (*server)->port();
+  const std::string reply = Get(port, "/stats");
+  EXPECT_NE(reply.find("500 Internal Server Error"), std::string::npos) << reply;
+  EXPECT_NE(reply.find("could not render this page: label is not UTF-8\n"), std::string::npos);
+  // A keep-alive client gets its next answer on the same connection.
+  const std::string two = Fetch(port,
+                                "GET /stats HTTP/1.1\r\nHost: x\r\n\r\n"
+                                "GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+  EXPECT_NE(two.find("500 Internal"), std::string::npos) << two;
+  EXPECT_NE(two.find("200 OK"), std::string::npos) << two;
 }
 
 TEST(HttpServerTest, BadAddressesAreNamed) {
