@@ -75,6 +75,13 @@ Response Respond(const bhttp::request<bhttp::string_body>& req, const HttpProvid
     }
   }
   res.prepare_payload();
+  if (req.method() == bhttp::verb::head) {
+    // HEAD: the headers of the GET, Content-Length included, and no body (RFC 9110, 9.3.2). A
+    // body here would be read by a keep-alive client as the start of its next response.
+    const size_t get_length = res.body().size();
+    res.body().clear();
+    res.content_length(get_length);
+  }
   return res;
 }
 

@@ -120,6 +120,33 @@ TEST(HttpServerTest, AProviderThatThrowsIsA500AndTheServerGoesOn) {
   EXPECT_NE(two.find("200 OK"), std::string::npos) << two;
 }
 
+// Regression: HEAD got the GET's body, which curl -I reported as excess and a keep-alive client
+// read as the start of its next response.
+TEST(HttpServerTest, HeadGetsTheHeadersOfTheGetAndNoBody) {
+  auto server = HttpServer::Start("127.0.0.1", 0, Pages());
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  const uint16_t port = (*server)->port();
+  const std::string head =
+      Fetch(port, "HEAD /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+  EXPECT_NE(head.find("200 OK"), std::string::npos) << head;
+  EXPECT_NE(head.find("Content-Length: 3\r\n"), std::string::npos) << head;  // "ok\n"
+  ASSERT_GE(head.size(), 4u);
+  EXPECT_EQ(head.substr(head.size() - 4), "\r\n\r\n") << head;
+  const std::string page = Fetch(port, "HEAD / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+  EXPECT_NE(page.find("Content-Length: " + std::to_string(DashboardHtml().size()) + "\r\n"),
+            std::string::npos)
+      << page;
+  EXPECT_EQ(page.find("<title>"), std::string::npos);
+  // HEAD then GET on one connection: the second response follows the first headers directly.
+  const std::string two = Fetch(port,
+                                "HEAD /metrics HTTP/1.1\r\nHost: x\r\n\r\n"
+                                "GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+  const size_t first_end = two.find("\r\n\r\n");
+  ASSERT_NE(first_end, std::string::npos) << two;
+  EXPECT_EQ(two.substr(first_end + 4, 15), "HTTP/1.1 200 OK") << two;
+  EXPECT_TRUE(two.ends_with("\r\n\r\nok\n")) << two;
+}
+
 TEST(HttpServerTest, BadAddressesAreNamed) {
   auto r = HttpServer::Start("not-an-ip", 0, {});
   ASSERT_FALSE(r.ok());
