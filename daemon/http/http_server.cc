@@ -11,6 +11,8 @@
 #include <boost/beast/http.hpp>
 #include <exception>
 
+#include "common/accept_backoff.h"
+
 namespace kvtier::http {
 namespace {
 
@@ -106,11 +108,15 @@ asio::awaitable<void> Session(beast::tcp_stream stream, const HttpProviders& pro
 }
 
 asio::awaitable<void> Accept(tcp::acceptor& acceptor, const HttpProviders& providers) {
+  asio::steady_timer backoff(acceptor.get_executor());
   for (;;) {
     beast::error_code ec;
     tcp::socket socket = co_await acceptor.async_accept(asio::redirect_error(asio::use_awaitable, ec));
     if (ec == asio::error::operation_aborted) co_return;
-    if (ec) continue;
+    if (ec) {
+      co_await PauseAfterFailedAccept(backoff);
+      continue;
+    }
     asio::co_spawn(acceptor.get_executor(), Session(beast::tcp_stream(std::move(socket)), providers),
                    asio::detached);
   }

@@ -12,7 +12,8 @@
 // the RESP threads means a slow scraper never delays a cache request. Requests are read with a
 // size limit and a timeout; anything but GET of these paths gets 404 or 405. HEAD gets the
 // headers of the GET and no body. A provider that throws gets its request a 500; the connection
-// and the server carry on.
+// and the server carry on. A failed accept (out of descriptors) is retried after a pause, not at
+// once.
 //
 // Thread safety: Start and Stop from the owning thread; the providers are called on the HTTP
 // thread and must be safe to call from it.

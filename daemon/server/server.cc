@@ -9,6 +9,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include "common/accept_backoff.h"
 #include "common/clock.h"
 #include "common/thread_annotations.h"
 #include "daemon/server/asio.h"
@@ -28,9 +29,6 @@ namespace asio = boost::asio;
 using boost::system::error_code;
 
 constexpr int kMaxIoThreads = 256;
-// After a failed accept (EMFILE: out of descriptors) the loop waits this long before the next
-// try, instead of spinning on an error that only a closing client can clear.
-constexpr auto kAcceptRetryDelay = std::chrono::milliseconds(50);
 // The expiry sweep settles this many generic keys every interval (SettleKeys): 40,000 keys
 // a second, a full pass over a million keys in under half a minute, for about a millisecond of
 // one thread per interval.
@@ -176,8 +174,7 @@ asio::awaitable<void> Server::Impl::AcceptLoop(Acceptor& acceptor, Transport tra
     auto socket = co_await acceptor.async_accept(asio::redirect_error(asio::use_awaitable, ec));
     if (ec == asio::error::operation_aborted || !acceptor.is_open()) co_return;
     if (ec) {
-      backoff.expires_after(kAcceptRetryDelay);
-      co_await backoff.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+      co_await PauseAfterFailedAccept(backoff);
       continue;
     }
     try {
