@@ -24,6 +24,10 @@ using Response = bhttp::response<bhttp::string_body>;
 
 constexpr auto kRequestTimeout = std::chrono::seconds(10);
 constexpr uint32_t kMaxRequestBytes = 16 * 1024;
+// What a connection beyond kMaxHttpConnections gets before it is closed.
+constexpr std::string_view kBusyResponse =
+    "HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\nContent-Length: 21\r\n"
+    "Retry-After: 1\r\nConnection: close\r\n\r\ntoo many connections\n";
 
 // The page at `path`, or 404. Providers may throw; Respond catches.
 void Route(const std::string& path, const HttpProviders& providers, Response& res) {
@@ -87,7 +91,30 @@ Response Respond(const bhttp::request<bhttp::string_body>& req, const HttpProvid
   return res;
 }
 
-asio::awaitable<void> Session(beast::tcp_stream stream, const HttpProviders& providers) {
+// Refuses a connection beyond the limit: the 503 fits the empty send buffer of a new socket; a
+// client that does not read it just sees the connection close.
+void Refuse(tcp::socket socket) {
+  beast::error_code ec;
+  socket.non_blocking(true, ec);
+  socket.send(asio::buffer(kBusyResponse.data(), kBusyResponse.size()), 0, ec);
+  socket.shutdown(tcp::socket::shutdown_both, ec);
+}
+
+// Frees a connection's place under kMaxHttpConnections when its session ends, however it ends.
+class SessionSlot {
+ public:
+  explicit SessionSlot(int& open) : open_(open) {}
+  SessionSlot(const SessionSlot&) = delete;
+  SessionSlot& operator=(const SessionSlot&) = delete;
+  ~SessionSlot() { --open_; }
+
+ private:
+  int& open_;
+};
+
+asio::awaitable<void> Session(beast::tcp_stream stream, const HttpProviders& providers,
+                              int& open_sessions) {
+  const SessionSlot slot(open_sessions);
   beast::flat_buffer buffer;
   beast::error_code ec;
   for (;;) {
@@ -107,7 +134,9 @@ asio::awaitable<void> Session(beast::tcp_stream stream, const HttpProviders& pro
   stream.socket().shutdown(tcp::socket::shutdown_send, ec);
 }
 
-asio::awaitable<void> Accept(tcp::acceptor& acceptor, const HttpProviders& providers) {
+// `open_sessions` is only touched on the server's one thread, so it needs no lock.
+asio::awaitable<void> Accept(tcp::acceptor& acceptor, const HttpProviders& providers,
+                             int& open_sessions) {
   asio::steady_timer backoff(acceptor.get_executor());
   for (;;) {
     beast::error_code ec;
@@ -117,7 +146,13 @@ asio::awaitable<void> Accept(tcp::acceptor& acceptor, const HttpProviders& provi
       co_await PauseAfterFailedAccept(backoff);
       continue;
     }
-    asio::co_spawn(acceptor.get_executor(), Session(beast::tcp_stream(std::move(socket)), providers),
+    if (open_sessions >= kMaxHttpConnections) {
+      Refuse(std::move(socket));
+      continue;
+    }
+    ++open_sessions;
+    asio::co_spawn(acceptor.get_executor(),
+                   Session(beast::tcp_stream(std::move(socket)), providers, open_sessions),
                    asio::detached);
   }
 }
@@ -125,7 +160,9 @@ asio::awaitable<void> Accept(tcp::acceptor& acceptor, const HttpProviders& provi
 }  // namespace
 
 struct HttpServer::Impl {
+  // Declared before `io`: the sessions that io's destructor destroys still use both.
   HttpProviders providers;
+  int open_sessions = 0;
   asio::io_context io{1};
   tcp::acceptor acceptor{io};
   std::thread thread;
@@ -146,7 +183,8 @@ Result<std::unique_ptr<HttpServer>> HttpServer::Start(const std::string& host, u
   if (!ec) impl->acceptor.listen(asio::socket_base::max_listen_connections, ec);
   if (ec) return ErrnoStatus(ec.value(), where);
   const uint16_t bound = impl->acceptor.local_endpoint().port();
-  asio::co_spawn(impl->io, Accept(impl->acceptor, impl->providers), asio::detached);
+  asio::co_spawn(impl->io, Accept(impl->acceptor, impl->providers, impl->open_sessions),
+                 asio::detached);
   Impl* raw = impl.get();
   impl->thread = std::thread([raw] {
     pthread_setname_np(pthread_self(), "kvtier-http");

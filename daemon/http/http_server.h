@@ -12,8 +12,8 @@
 // the RESP threads means a slow scraper never delays a cache request. Requests are read with a
 // size limit and a timeout; anything but GET of these paths gets 404 or 405. HEAD gets the
 // headers of the GET and no body. A provider that throws gets its request a 500; the connection
-// and the server carry on. A failed accept (out of descriptors) is retried after a pause, not at
-// once.
+// and the server carry on. At most kMaxHttpConnections are served at once; more get a 503 and are
+// closed, and a failed accept (out of descriptors) is retried after a pause, not at once.
 //
 // Thread safety: Start and Stop from the owning thread; the providers are called on the HTTP
 // thread and must be safe to call from it.
@@ -28,6 +28,10 @@
 #include "common/status.h"
 
 namespace kvtier::http {
+
+// Connections served at once. An operator's browser and a scraper or two need a handful; the
+// limit keeps a misbehaving client from taking every descriptor the RESP server needs.
+inline constexpr int kMaxHttpConnections = 64;
 
 struct HttpProviders {
   std::function<std::string()> metrics;  // Prometheus text

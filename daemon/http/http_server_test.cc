@@ -152,6 +152,36 @@ TEST(HttpServerTest, HeadGetsTheHeadersOfTheGetAndNoBody) {
   EXPECT_TRUE(two.ends_with("\r\n\r\nok\n")) << two;
 }
 
+// Regression: every connection was served, however many, each holding a descriptor for up to
+// the request timeout.
+TEST(HttpServerTest, ConnectionsBeyondTheLimitAreRefusedUntilOneCloses) {
+  auto server = HttpServer::Start("127.0.0.1", 0, Pages());
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  const uint16_t port = (*server)->port();
+  std::vector<int> idle;
+  for (int i = 0; i < kMaxHttpConnections; ++i) {
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    ASSERT_TRUE(ConnectLoopback(fd, port));
+    idle.push_back(fd);
+  }
+  // Accepted after the idle ones (the listen queue is first in, first out), so over the limit:
+  // answered 503, or closed before the answer is read, but never served.
+  const std::string refused = Get(port, "/healthz");
+  EXPECT_EQ(refused.find("200 OK"), std::string::npos) << refused;
+  if (!refused.empty()) EXPECT_NE(refused.find("503"), std::string::npos) << refused;
+  close(idle.back());
+  idle.pop_back();
+  // The freed place is taken once the server has seen the close: poll for that.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  std::string served;
+  while (served.find("200 OK") == std::string::npos &&
+         std::chrono::steady_clock::now() < deadline) {
+    served = Get(port, "/healthz");
+  }
+  EXPECT_NE(served.find("200 OK"), std::string::npos) << served;
+  for (int fd : idle) close(fd);
+}
+
 // Descriptors of this process, used up to the soft limit until destroyed (which gives them back
 // and restores the limit).
 class DescriptorsExhausted {
