@@ -29,6 +29,7 @@
 #include <stop_token>
 #include <thread>
 
+#include "common/fd_limit.h"
 #include "common/paths.h"
 #include "common/units.h"
 #include "common/version.h"
@@ -198,6 +199,8 @@ int Run(const config::DaemonConfig& c) {
   spdlog::set_level(spdlog::level::from_str(c.log_level));
   // Operators tail the log through pipes and journald: every line goes out as it is written.
   spdlog::flush_on(spdlog::level::trace);
+  if (Result<uint64_t> fds = RaiseOpenFileLimit(); !fds.ok())
+    spdlog::warn("{}", fds.status().ToString());
 
   if (InTmpFallbackDir(c.unix_path) || InTmpFallbackDir(c.data_dir)) {
     if (Status st = PrepareTmpFallbackDir(); !st.ok()) {
