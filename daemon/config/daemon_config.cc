@@ -1,17 +1,21 @@
 #include "daemon/config/daemon_config.h"
 
 #include <arpa/inet.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <yaml-cpp/yaml.h>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <map>
+#include <memory>
 #include <sstream>
 #include <thread>
 
@@ -324,12 +328,24 @@ std::string ConfigKeysHelp() {
   return out;
 }
 
+// The bytes of the config file. Anything but a regular file is refused: a directory opens and
+// reads as empty through an ifstream, and kvtierd then ran on its embedded defaults without a
+// word. Read errors are reported, not taken for the end of the file.
 Result<std::string> ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return NotFound("--config: cannot read '" + path + "'");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+  const std::string what = "--config: cannot read '" + path + "'";
+  std::unique_ptr<FILE, int (*)(FILE*)> file(std::fopen(path.c_str(), "rb"), &std::fclose);
+  if (file == nullptr) return ErrnoStatus(errno, what);
+  struct stat st {};
+  if (fstat(fileno(file.get()), &st) != 0) return ErrnoStatus(errno, what);
+  if (!S_ISREG(st.st_mode)) {
+    return InvalidArgument("--config: '" + path + "' is not a regular file");
+  }
+  std::string text;
+  char buffer[4096];
+  size_t n = 0;
+  while ((n = std::fread(buffer, 1, sizeof buffer, file.get())) > 0) text.append(buffer, n);
+  if (std::ferror(file.get())) return ErrnoStatus(errno, what);
+  return text;
 }
 
 // `value` must be one of `names`: the policy lists of the modules that build the policies, so

@@ -404,6 +404,28 @@ std::string WriteConfig(const std::string& name, const std::string& yaml) {
   return path;
 }
 
+// Regression: a directory (a trailing slash, a mistyped path) opened and read as empty, so
+// kvtierd ran on its embedded defaults and said nothing.
+TEST(DaemonConfigTest, AConfigThatIsNotARegularFileIsRefused) {
+  const std::string dir = ::testing::TempDir() + "/config-dir/";
+  std::filesystem::create_directories(dir);
+  auto r = Parse({"--config", dir.c_str()});
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(r.status().message(), "--config: '" + dir + "' is not a regular file");
+  r = Parse({"--config", "/dev/null"});  // a character device
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("not a regular file"), std::string::npos);
+  const std::string missing = ::testing::TempDir() + "/no-such-config.yaml";
+  r = Parse({"--config", missing.c_str()});
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kNotFound);
+  EXPECT_NE(r.status().message().find("cannot read '" + missing + "'"), std::string::npos);
+  // An empty regular file is a valid (empty) configuration.
+  const std::string empty = WriteConfig("empty.yaml", "");
+  EXPECT_TRUE(Parse({"--config", empty.c_str()}).ok());
+}
+
 TEST(DaemonConfigTest, RemoteTierIsOffByDefault) {
   auto r = Parse({});
   ASSERT_TRUE(r.ok()) << r.status().ToString();
