@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "common/units.h"
+#include "daemon/cli/json_output.h"
 #include "daemon/cli/latency.h"
 #include "hashing/block_hasher.h"
 
@@ -249,7 +250,7 @@ int RunBench(const BenchFlags& flags, std::ostream& out, std::ostream& err) {
     j["batch"] = flags.batch;
     if (run_put) j["put"] = PhaseJson(put, *block_bytes);
     if (run_get) j["get"] = PhaseJson(get, *block_bytes);
-    out << j.dump() << "\n";
+    out << DumpJson(j) << "\n";
   } else {
     PrintTable(flags, *block_bytes, put, get, out);
   }

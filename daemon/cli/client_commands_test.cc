@@ -1,6 +1,7 @@
 // ping, stats, bench and replay run against kvtierd's server in the test process.
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
@@ -21,6 +22,16 @@ ClientFlags Flags(const InProcessDaemon& server) {
   flags.url = server.url();
   flags.timeout_ms = 5000;
   return flags;
+}
+
+// The same daemon under a socket path that is not valid UTF-8 (a link to its socket), for the
+// reports that echo --url.
+std::string Latin1Url(const InProcessDaemon& server) {
+  const std::string prefix = "unix://";
+  const std::string link = ::testing::TempDir() + "/kvtierd-caf\xe9.sock";
+  std::filesystem::remove(link);
+  std::filesystem::create_symlink(server.url().substr(prefix.size()), link);
+  return prefix + link;
 }
 
 TEST(PingCommandTest, AnswersAndFailures) {
@@ -132,6 +143,23 @@ TEST(BenchCommandTest, OnePhaseRunsWithTheSameSaltAddressTheSameBlocks) {
   EXPECT_EQ(miss["get"]["blocks_failed"], 12);
 }
 
+// Regression: a --url that is not valid UTF-8 made --json abort (nlohmann's type_error 316) after
+// the whole run.
+TEST(BenchCommandTest, JsonSurvivesAUrlThatIsNotUtf8) {
+  InProcessDaemon server;
+  BenchFlags flags;
+  flags.client = Flags(server);
+  flags.client.url = Latin1Url(server);
+  flags.block_bytes = "4KiB";
+  flags.count = 2;
+  flags.json = true;
+  std::ostringstream out, err;
+  ASSERT_EQ(RunBench(flags, out, err), 0) << err.str();
+  const nlohmann::json j = nlohmann::json::parse(out.str());
+  EXPECT_NE(j["url"].get<std::string>().find("caf\xef\xbf\xbd"), std::string::npos);  // U+FFFD
+  EXPECT_EQ(j["get"]["blocks_ok"], 2);
+}
+
 TEST(BenchCommandTest, BadBlockSizeFails) {
   InProcessDaemon server;
   BenchFlags flags;
@@ -183,6 +211,26 @@ TEST(ReplayCommandTest, SpeedSendsRequestsAtTheirTraceTimes) {
   EXPECT_EQ(j["requests"], 3);
   EXPECT_EQ(j["served_blocks"], 5);
   EXPECT_GE(j["wall_s"].get<double>(), 0.1);
+}
+
+// Regression: a trace path or --url that is not valid UTF-8 made --json abort (nlohmann's
+// type_error 316) after the whole replay.
+TEST(ReplayCommandTest, JsonSurvivesNamesThatAreNotUtf8) {
+  InProcessDaemon server;
+  ReplayFlags flags;
+  flags.client = Flags(server);
+  flags.client.url = Latin1Url(server);
+  flags.trace_path = ::testing::TempDir() + "/trace-caf\xe9.jsonl";
+  std::filesystem::copy_file(std::string(KVTIER_CLI_TESTDATA) + "/three_requests.jsonl",
+                             flags.trace_path, std::filesystem::copy_options::overwrite_existing);
+  flags.block_bytes = "8KiB";
+  flags.json = true;
+  std::ostringstream out, err;
+  ASSERT_EQ(RunReplay(flags, out, err), 0) << err.str();
+  const nlohmann::json j = nlohmann::json::parse(out.str());
+  EXPECT_NE(j["trace"].get<std::string>().find("trace-caf\xef\xbf\xbd"), std::string::npos);
+  EXPECT_NE(j["url"].get<std::string>().find("caf\xef\xbf\xbd"), std::string::npos);
+  EXPECT_EQ(j["requests"], 3);
 }
 
 TEST(ReplayCommandTest, UnreadableTraceFails) {

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "daemon/cli/explain_format.h"
+#include "daemon/cli/json_output.h"
 #include "daemon/cli/replayer.h"
 #include "daemon/cli/trace_reader.h"
 
@@ -138,7 +139,7 @@ int RunExplain(const ExplainFlags& flags, std::ostream& out, std::ostream& err) 
   }
   const nlohmann::json explained = ExplainToJson(*reply);
   if (flags.json) {
-    out << explained.dump() << "\n";
+    out << DumpJson(explained) << "\n";
   } else {
     out << FormatExplainTable(explained);
   }

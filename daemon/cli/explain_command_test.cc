@@ -94,6 +94,30 @@ TEST(ExplainCommandTest, TokensFromArgumentsAndAFileAsJsonAndTable) {
       << t;
 }
 
+// Regression: a namespace field the daemon sends back that is not valid UTF-8 (here the layout of
+// the namespace that holds the blocks) made --json abort (nlohmann's type_error 316).
+TEST(ExplainCommandTest, JsonSurvivesADaemonStringThatIsNotUtf8) {
+  InProcessDaemon server;
+  Result<client::Client> c = client::Client::Connect(server.url());
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  hashing::NamespaceDescriptor holder = Descriptor();
+  holder.layout_tag = "caf\xe9";
+  Result<client::NamespaceInfo> ns = c->RegisterNamespace(holder, 64);
+  ASSERT_TRUE(ns.ok()) << ns.status().ToString();
+  const std::vector<uint32_t> tokens = {5, 6};
+  PutBlocks(*c, ns->id, client::Client::HashTokens(*ns, tokens).value());
+
+  ExplainFlags flags = Flags(server);
+  flags.tokens = tokens;
+  flags.json = true;
+  std::ostringstream out, err;
+  ASSERT_EQ(RunExplain(flags, out, err), 0) << err.str();
+  const nlohmann::json j = nlohmann::json::parse(out.str());
+  ASSERT_EQ(j["blocks"].size(), 1u);
+  EXPECT_EQ(j["blocks"][0]["reason"], "other_namespace") << j.dump();
+  EXPECT_EQ(j["blocks"][0]["elsewhere"][0]["value"], "caf\xef\xbf\xbd") << j.dump();  // U+FFFD
+}
+
 TEST(ExplainCommandTest, ATraceRequestIsExplainedWithReplaysKeys) {
   InProcessDaemon server;
   Result<client::Client> c = client::Client::Connect(server.url());

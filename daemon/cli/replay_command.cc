@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "common/units.h"
+#include "daemon/cli/json_output.h"
 #include "daemon/cli/replayer.h"
 
 namespace kvtier::cli {
@@ -80,7 +81,7 @@ void PrintJson(const ReplayFlags& flags, uint64_t block_bytes, const ReplayTotal
                      {"lookup", LatencyJson(t.lookup_latency)},
                      {"get", LatencyJson(t.get_latency)},
                      {"put", LatencyJson(t.put_latency)}};
-  out << j.dump() << "\n";
+  out << DumpJson(j) << "\n";
 }
 
 void PrintTable(const ReplayFlags& flags, uint64_t block_bytes, const ReplayTotals& t,

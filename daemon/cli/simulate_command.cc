@@ -6,6 +6,8 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 
+#include "daemon/cli/json_output.h"
+
 namespace kvtier::cli {
 namespace {
 
@@ -73,7 +75,7 @@ void PrintJson(const SimulateFlags& flags, const Run& run, Metric metric, std::o
   }
   j["seconds"] = run.seconds;
   j["million_refs_per_s"] = run.million_refs_per_s();
-  out << j.dump() << "\n";
+  out << DumpJson(j) << "\n";
 }
 
 void PrintTable(const SimulateFlags& flags, const Run& run, Metric metric, std::ostream& out) {

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -68,6 +69,19 @@ TEST(SimulateCommandTest, BeladyReportsItsOptimum) {
   ASSERT_EQ(RunSimulate(flags, table, err), 0) << err.str();
   EXPECT_NE(table.str().find("optimum          exact"), std::string::npos) << table.str();
   EXPECT_NE(table.str().find("metric           block: 55.56%"), std::string::npos) << table.str();
+}
+
+// Regression: a trace path that is not valid UTF-8 made --json abort (nlohmann's type_error 316)
+// after the whole simulation had run.
+TEST(SimulateCommandTest, JsonSurvivesATracePathThatIsNotUtf8) {
+  SimulateFlags flags = ThreeRequests();
+  const std::string latin1_path = ::testing::TempDir() + "/caf\xe9.jsonl";
+  std::filesystem::copy_file(flags.trace_path, latin1_path,
+                             std::filesystem::copy_options::overwrite_existing);
+  flags.trace_path = latin1_path;
+  nlohmann::json j = RunJson(flags);
+  EXPECT_EQ(j["trace"], ::testing::TempDir() + "/caf\xef\xbf\xbd.jsonl");  // U+FFFD
+  EXPECT_EQ(j["requests"], 3);
 }
 
 TEST(SimulateCommandTest, TableNamesPolicyAndRatios) {
