@@ -7,7 +7,9 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <exception>
 #include <functional>
+#include <ostream>
 
 namespace kvtier::cli {
 
@@ -15,5 +17,17 @@ struct Command {
   CLI::App* parser = nullptr;  // owned by the top-level CLI::App
   std::function<int()> run;    // valid after parsing, when parser->parsed()
 };
+
+// Runs `command` and returns its exit code. Commands report their errors as Status; an exception
+// that escapes one anyway (a bug, or a library that throws on input nobody foresaw) is printed as
+// "kvtier: <what>" on `err` and gives exit code 1, where it used to abort with a core dump.
+inline int RunReportingExceptions(const Command& command, std::ostream& err) {
+  try {
+    return command.run();
+  } catch (const std::exception& e) {
+    err << "kvtier: " << e.what() << "\n";
+    return 1;
+  }
+}
 
 }  // namespace kvtier::cli

@@ -1,6 +1,7 @@
 // kvtier: the command-line tool. Each subcommand lives in its own *_command.cc; this file only
 // builds the parser, dispatches to the chosen subcommand and returns its exit code.
 #include <CLI/CLI.hpp>
+#include <iostream>
 #include <vector>
 
 #include "daemon/cli/bench_command.h"
@@ -21,7 +22,9 @@ int main(int argc, char** argv) {
   };
   CLI11_PARSE(app, argc, argv);
   for (const kvtier::cli::Command& command : commands) {
-    if (command.parser->parsed()) return command.run();
+    if (command.parser->parsed()) {
+      return kvtier::cli::RunReportingExceptions(command, std::cerr);
+    }
   }
   return 1;
 }
