@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "common/units.h"
+#include "daemon/cli/block_bytes_flag.h"
 #include "daemon/cli/json_output.h"
 #include "daemon/cli/latency.h"
 #include "hashing/block_hasher.h"
@@ -21,6 +22,13 @@ namespace kvtier::cli {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// What a run holds in memory: 16 bytes of key per block it puts (--concurrency x --count), and
+// per thread a buffer of --batch blocks, filled before the first call. Bounded so that a typo in
+// a flag is a message instead of bad_alloc: 2^27 blocks is 2 GiB of keys, and 16 GiB of buffers
+// is what a client of a daemon can spare on a large host.
+constexpr uint64_t kMaxBenchBlocks = uint64_t{1} << 27;
+constexpr uint64_t kMaxBenchBufferBytes = uint64_t{16} << 30;
 
 struct PhaseResult {
   uint64_t blocks_ok = 0;
@@ -164,17 +172,43 @@ void PrintTable(const BenchFlags& flags, size_t block_bytes, const Phase& put, c
   }
 }
 
-// Connects every worker, registers the namespace and prepares keys and buffers.
+// The block size, once the flags are known to fit kMaxBenchBlocks and kMaxBenchBufferBytes;
+// kInvalidArgument naming the flag otherwise. The products are checked: the flags are any 64-bit
+// number when a test or a script fills BenchFlags.
+Result<uint64_t> ValidateBenchFlags(const BenchFlags& flags) {
+  KVTIER_ASSIGN_OR_RETURN(const uint64_t block_bytes, ParseBlockBytes(flags.block_bytes));
+  if (flags.concurrency == 0 || flags.count == 0 || flags.batch == 0) {
+    return InvalidArgument("--concurrency, --count and --batch must be at least 1");
+  }
+  const std::string shape = "--concurrency " + std::to_string(flags.concurrency) + " x --count " +
+                            std::to_string(flags.count);
+  uint64_t blocks = 0;
+  if (__builtin_mul_overflow(uint64_t{flags.concurrency}, uint64_t{flags.count}, &blocks) ||
+      blocks > kMaxBenchBlocks) {
+    return InvalidArgument(shape + " blocks is more than a run may put (" +
+                           std::to_string(kMaxBenchBlocks) + ")");
+  }
+  const uint64_t buffered_blocks = uint64_t{flags.concurrency} * std::min(flags.batch, flags.count);
+  uint64_t buffer_bytes = 0;
+  if (__builtin_mul_overflow(buffered_blocks, block_bytes, &buffer_bytes) ||
+      buffer_bytes > kMaxBenchBufferBytes) {
+    return InvalidArgument("--concurrency x --batch x --block-bytes is more than the " +
+                           FormatBytes(kMaxBenchBufferBytes) + " of buffers a run may hold");
+  }
+  return block_bytes;
+}
+
+// Connects every worker, registers the namespace and prepares keys and buffers. Every connection
+// comes first, so that a daemon refusing one leaves no namespace registered behind.
 Status Prepare(const BenchFlags& flags, size_t block_bytes, std::vector<Worker>& workers,
                client::NamespaceInfo* ns) {
   for (size_t t = 0; t < flags.concurrency; ++t) {
     KVTIER_ASSIGN_OR_RETURN(client::Client c, ConnectWithFlags(flags.client));
     if (flags.path == "shm") KVTIER_RETURN_IF_ERROR(c.Attach().status());
-    if (t == 0) {
-      KVTIER_ASSIGN_OR_RETURN(*ns, c.RegisterNamespace(BenchDescriptor(flags.salt), block_bytes));
-    }
     workers.push_back(Worker{std::move(c), {}, {}, {}, {}});
   }
+  KVTIER_ASSIGN_OR_RETURN(
+      *ns, workers.front().client.RegisterNamespace(BenchDescriptor(flags.salt), block_bytes));
   for (size_t t = 0; t < workers.size(); ++t) {
     Worker& w = workers[t];
     w.keys.reserve(flags.count);
@@ -210,9 +244,9 @@ Status WarmUp(std::vector<Worker>& workers, const BenchFlags& flags, const Names
 }  // namespace
 
 int RunBench(const BenchFlags& flags, std::ostream& out, std::ostream& err) {
-  Result<uint64_t> block_bytes = ParseBytes(flags.block_bytes);
-  if (!block_bytes.ok() || *block_bytes == 0) {
-    err << "kvtier bench: --block-bytes: '" << flags.block_bytes << "' is not a positive size\n";
+  Result<uint64_t> block_bytes = ValidateBenchFlags(flags);
+  if (!block_bytes.ok()) {
+    err << "kvtier bench: " << block_bytes.status().message() << "\n";
     return 1;
   }
   std::vector<Worker> workers;
@@ -261,7 +295,9 @@ Command AddBenchCommand(CLI::App& app) {
   auto flags = std::make_shared<BenchFlags>();
   CLI::App* sub = app.add_subcommand("bench", "Measure put/get throughput and latency");
   AddClientFlags(sub, &flags->client);
-  sub->add_option("--block-bytes", flags->block_bytes, "Block size (4096, 2MiB, ...)")
+  sub->add_option("--block-bytes", flags->block_bytes,
+                  "Block size (4096, 2MiB, ...; at most 1GiB, above any engine's KV block)")
+      ->check(BlockBytesValidator())
       ->capture_default_str();
   sub->add_option("--concurrency", flags->concurrency, "Threads, one client each")
       ->check(CLI::Range(size_t{1}, size_t{1024}))

@@ -170,6 +170,44 @@ TEST(BenchCommandTest, BadBlockSizeFails) {
   EXPECT_NE(err.str().find("--block-bytes"), std::string::npos);
 }
 
+bool Registered(const InProcessDaemon& server) {
+  for (const std::string& command : server.commands()) {
+    if (command == "KVT.REGISTER") return true;
+  }
+  return false;
+}
+
+// Regression: a block of 1 TiB, or 10^11 blocks' keys, died of bad_alloc after the namespace was
+// registered. Such runs are refused before connecting.
+TEST(BenchCommandTest, ARunTooLargeToHoldIsRefusedBeforeRegistering) {
+  InProcessDaemon server;
+  BenchFlags flags;
+  flags.client = Flags(server);
+  struct Case {
+    const char* block_bytes;
+    size_t count, batch, concurrency;
+    const char* message;
+  };
+  for (const Case& c : {Case{"1TiB", 1, 1, 1, "--block-bytes: '1TiB'"},
+                        Case{"4KiB", 100'000'000'000, 1, 1, "--count 100000000000"},
+                        Case{"4KiB", SIZE_MAX, 1, 2, "--count 18446744073709551615"},
+                        Case{"1GiB", 64, 32, 1, "of buffers"}}) {
+    flags.block_bytes = c.block_bytes;
+    flags.count = c.count;
+    flags.batch = c.batch;
+    flags.concurrency = c.concurrency;
+    std::ostringstream out, err;
+    EXPECT_EQ(RunBench(flags, out, err), 1) << c.message;
+    EXPECT_NE(err.str().find(c.message), std::string::npos) << err.str();
+  }
+  EXPECT_FALSE(Registered(server));
+  // The check above can see a registration: a run that fits makes one.
+  flags = BenchFlags{.client = Flags(server), .block_bytes = "4KiB", .count = 1};
+  std::ostringstream out, err;
+  EXPECT_EQ(RunBench(flags, out, err), 0) << err.str();
+  EXPECT_TRUE(Registered(server));
+}
+
 TEST(ReplayCommandTest, ReplaysTheTraceAndReportsHits) {
   InProcessDaemon server;
   ReplayFlags flags;
@@ -231,6 +269,20 @@ TEST(ReplayCommandTest, JsonSurvivesNamesThatAreNotUtf8) {
   EXPECT_NE(j["trace"].get<std::string>().find("trace-caf\xef\xbf\xbd"), std::string::npos);
   EXPECT_NE(j["url"].get<std::string>().find("caf\xef\xbf\xbd"), std::string::npos);
   EXPECT_EQ(j["requests"], 3);
+}
+
+// Regression: --block-bytes 1TiB died of bad_alloc after registering the namespace.
+TEST(ReplayCommandTest, ABlockTooLargeToHoldIsRefusedBeforeRegistering) {
+  InProcessDaemon server;
+  ReplayFlags flags;
+  flags.client = Flags(server);
+  flags.trace_path = std::string(KVTIER_CLI_TESTDATA) + "/three_requests.jsonl";
+  flags.block_bytes = "1TiB";
+  std::ostringstream out, err;
+  EXPECT_EQ(RunReplay(flags, out, err), 1);
+  EXPECT_NE(err.str().find("--block-bytes: '1TiB' is more than the 1.0 GiB"), std::string::npos)
+      << err.str();
+  EXPECT_FALSE(Registered(server));
 }
 
 TEST(ReplayCommandTest, UnreadableTraceFails) {

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "common/units.h"
+#include "daemon/cli/block_bytes_flag.h"
 #include "daemon/cli/json_output.h"
 #include "daemon/cli/replayer.h"
 
@@ -131,9 +132,9 @@ hashing::NamespaceDescriptor ReplayDescriptor(const ReplayFlags& flags) {
 }  // namespace
 
 int RunReplay(const ReplayFlags& flags, std::ostream& out, std::ostream& err) {
-  Result<uint64_t> block_bytes = ParseBytes(flags.block_bytes);
-  if (!block_bytes.ok() || *block_bytes == 0) {
-    err << "kvtier replay: --block-bytes: '" << flags.block_bytes << "' is not a positive size\n";
+  Result<uint64_t> block_bytes = ParseBlockBytes(flags.block_bytes);
+  if (!block_bytes.ok()) {
+    err << "kvtier replay: " << block_bytes.status().message() << "\n";
     return 1;
   }
   Result<std::vector<TraceRequest>> trace = ReadTrace(flags.trace_path, flags.limit);
@@ -207,8 +208,11 @@ Command AddReplayCommand(CLI::App& app) {
       "replay", "Drive a running daemon with a Mooncake-format trace and verify every block");
   AddClientFlags(sub, &flags->client);
   sub->add_option("trace", flags->trace_path, "Trace file, one JSON request per line")->required();
-  sub->add_option("--block-bytes", flags->block_bytes, "Payload bytes per trace block (1MiB, ...)")
-      ->required();
+  sub->add_option("--block-bytes", flags->block_bytes,
+                  "Payload bytes per trace block (1MiB, ...; at most 1GiB, above any engine's KV "
+                  "block)")
+      ->required()
+      ->check(BlockBytesValidator());
   sub->add_option("--limit", flags->limit, "Replay only the first N requests (0: all)");
   sub->add_option("--path", flags->path, "shm (shared memory, Unix socket) or inline")
       ->check(CLI::IsMember({"shm", "inline"}))

@@ -14,8 +14,11 @@
 // before the previous one has finished: what several replays of parts of one trace need to
 // interleave as the trace's clients did.
 //
-// Exit codes: 0; 1 when the trace cannot be read, the daemon cannot be reached, a call fails, or
-// any block came back with the wrong bytes; CLI11's codes for bad flags.
+// --block-bytes is at most 1 GiB (daemon/cli/block_bytes_flag.h).
+//
+// Exit codes: 0; 1 for a --block-bytes out of range, when the trace cannot be read, the daemon
+// cannot be reached, a call fails, or any block came back with the wrong bytes; CLI11's codes for
+// bad flags.
 #pragma once
 
 #include <cstddef>
