@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -21,10 +22,20 @@ struct Run {
   }
 };
 
+// A bound on the distinct block ids of the trace at `path`, for PolicySimulator::Create: every id
+// takes at least two bytes of the file (a digit and a ',' or ']'). 0 (no bound) when the size is
+// unknown, as for a pipe.
+uint64_t MaxDistinctBlocks(const std::string& path) {
+  std::error_code error;
+  const uintmax_t bytes = std::filesystem::file_size(path, error);
+  return error ? 0 : bytes / 2;
+}
+
 // Online policies stream the trace: one request in memory at a time, its buffers reused.
 Result<SimulationResult> SimulateStreaming(const std::string& path,
                                            const SimulationOptions& options) {
-  KVTIER_ASSIGN_OR_RETURN(PolicySimulator simulator, PolicySimulator::Create(options));
+  KVTIER_ASSIGN_OR_RETURN(PolicySimulator simulator,
+                          PolicySimulator::Create(options, MaxDistinctBlocks(path)));
   KVTIER_ASSIGN_OR_RETURN(TraceReader reader, TraceReader::Open(path));
   TraceRequest request;
   while (true) {

@@ -84,6 +84,18 @@ TEST(SimulateCommandTest, JsonSurvivesATracePathThatIsNotUtf8) {
   EXPECT_EQ(j["requests"], 3);
 }
 
+// Regression: tinylfu's sketch was sized for --capacity-blocks, 8 bytes a block: 8 GB at 10^9,
+// bad_alloc at 10^10, for a three-request trace. It now follows the trace.
+TEST(SimulateCommandTest, TinyLfuAtACapacityTheTraceCannotFillAllocatesForTheTrace) {
+  SimulateFlags flags = ThreeRequests();
+  flags.options.policy = "tinylfu";
+  flags.options.capacity_blocks = size_t{1} << 40;
+  nlohmann::json j = RunJson(flags);
+  EXPECT_EQ(j["capacity_blocks"], size_t{1} << 40);
+  EXPECT_EQ(j["hit_blocks"], 5);  // [1 2 3] [1 2 4] [1 2 3]: nothing evicted
+  EXPECT_EQ(j["evictions"], 0);
+}
+
 TEST(SimulateCommandTest, TableNamesPolicyAndRatios) {
   SimulateFlags flags = ThreeRequests();
   flags.options.policy = "arc";

@@ -12,6 +12,17 @@ constexpr std::string_view kMetricNames[] = {"block", "token", "prefill"};
 
 double Ratio(double part, double whole) { return whole == 0 ? 0.0 : part / whole; }
 
+// The capacity a policy is built for. Policies size tables by it (TinyLFU's sketch, 8 bytes per
+// block, allocated at the first insert), which a capacity the trace cannot fill only wastes: with
+// at most `max_distinct_blocks` distinct blocks the cache never goes over capacity, the policy is
+// never asked for a victim or an admission, and its sizing cannot change a count. It is then
+// built without a hint, following the largest size seen, as a daemon's policy does when it is not
+// told its tier's size, so memory follows the trace rather than the flag.
+size_t PolicyCapacityHint(size_t capacity_blocks, uint64_t max_distinct_blocks) {
+  if (max_distinct_blocks != 0 && capacity_blocks > max_distinct_blocks) return 0;
+  return capacity_blocks;
+}
+
 }  // namespace
 
 double PrefillCostModel::PrefixCost(uint64_t tokens) const {
@@ -99,24 +110,24 @@ Status ValidateSimulationOptions(const SimulationOptions& options) {
   return Status::Ok();
 }
 
-Result<PolicySimulator> PolicySimulator::Create(const SimulationOptions& options) {
+Result<PolicySimulator> PolicySimulator::Create(const SimulationOptions& options,
+                                                uint64_t max_distinct_blocks) {
   KVTIER_RETURN_IF_ERROR(ValidateSimulationOptions(options));
   if (options.policy == kBeladyPolicy) {
     return InvalidArgument("belady needs the whole trace: use Simulate");
   }
   auto now_ms = std::make_shared<uint64_t>(0);
   const index::PolicyClock clock = [now_ms] { return *now_ms; };
+  const size_t capacity_hint = PolicyCapacityHint(options.capacity_blocks, max_distinct_blocks);
   if (!options.policy_params.empty()) {  // sticky (validated above)
     KVTIER_ASSIGN_OR_RETURN(const index::StickyLruPolicy::Params params,
                             index::StickyLruPolicy::ParseParams(options.policy_params));
-    return PolicySimulator(
-        options,
-        std::make_unique<index::StickyLruPolicy>(options.capacity_blocks, clock, params),
-        std::move(now_ms));
+    return PolicySimulator(options,
+                           std::make_unique<index::StickyLruPolicy>(capacity_hint, clock, params),
+                           std::move(now_ms));
   }
   KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<index::EvictionPolicy> policy,
-                          index::MakeEvictionPolicy(options.policy, options.capacity_blocks,
-                                                    clock));
+                          index::MakeEvictionPolicy(options.policy, capacity_hint, clock));
   return PolicySimulator(options, std::move(policy), std::move(now_ms));
 }
 
@@ -166,7 +177,10 @@ void PolicySimulator::Add(const TraceRequest& request) {
 Result<SimulationResult> Simulate(const std::vector<TraceRequest>& requests,
                                   const SimulationOptions& options) {
   if (options.policy == kBeladyPolicy) return SimulateBelady(requests, options);
-  KVTIER_ASSIGN_OR_RETURN(PolicySimulator simulator, PolicySimulator::Create(options));
+  uint64_t block_references = 0;
+  for (const TraceRequest& request : requests) block_references += request.hash_ids.size();
+  KVTIER_ASSIGN_OR_RETURN(PolicySimulator simulator,
+                          PolicySimulator::Create(options, block_references));
   for (const TraceRequest& request : requests) simulator.Add(request);
   return simulator.result();
 }

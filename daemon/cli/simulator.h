@@ -114,7 +114,11 @@ class PolicySimulator {
  public:
   // kInvalidArgument for a zero capacity, zero block_tokens, a negative cost term, or a policy
   // that is not an online one (belady included: it needs the whole trace, see Simulate).
-  static Result<PolicySimulator> Create(const SimulationOptions& options);
+  // `max_distinct_blocks`, when not 0, is a bound on the number of distinct block ids the trace
+  // holds: a capacity above it can never fill, so the policy is not sized for it (a TinyLFU
+  // sketch for 10^9 blocks is 8 GB); the counts are the same either way.
+  static Result<PolicySimulator> Create(const SimulationOptions& options,
+                                        uint64_t max_distinct_blocks = 0);
 
   void Add(const TraceRequest& request);
   const SimulationResult& result() const { return result_; }

@@ -309,6 +309,26 @@ TEST(SimulatePolicySimulatorTest, StreamingMatchesTheWholeTrace) {
   EXPECT_EQ(PolicySimulator::Create(options).status().code(), StatusCode::kInvalidArgument);
 }
 
+// Regression: the policy was sized for the capacity even when the trace could never fill it;
+// tinylfu's sketch, 8 bytes a block, took 8 GB at 10^9 blocks and died of bad_alloc at 10^10. A
+// capacity beyond what the trace can fill now counts as one that just holds all of it, whole or
+// streamed.
+TEST(SimulateAllPoliciesTest, ACapacityTheTraceCannotFillCountsAsOneThatHoldsItAll) {
+  const std::vector<TraceRequest> trace = RandomTrace(5, 300);
+  uint64_t block_references = 0;
+  for (const TraceRequest& request : trace) block_references += request.hash_ids.size();
+  constexpr size_t kHuge = size_t{1} << 40;
+  for (const std::string& policy : index::EvictionPolicyNames()) {
+    const SimulationResult holds_all = SimulateOrFail(trace, block_references, policy);
+    EXPECT_EQ(holds_all.evictions, 0u) << policy;
+    EXPECT_EQ(CountsOf(SimulateOrFail(trace, kHuge, policy)), CountsOf(holds_all)) << policy;
+    auto simulator = PolicySimulator::Create({kHuge, policy, 512}, block_references);
+    ASSERT_TRUE(simulator.ok()) << simulator.status().ToString();
+    for (const TraceRequest& request : trace) simulator->Add(request);
+    EXPECT_EQ(CountsOf(simulator->result()), CountsOf(holds_all)) << policy;
+  }
+}
+
 // ---- The prefill cost metric ----
 
 TEST(PrefillCostTest, PrefixCostIsLinearPlusQuadratic) {
