@@ -177,6 +177,11 @@ void PrintTable(const BenchFlags& flags, size_t block_bytes, const Phase& put, c
 // number when a test or a script fills BenchFlags.
 Result<uint64_t> ValidateBenchFlags(const BenchFlags& flags) {
   KVTIER_ASSIGN_OR_RETURN(const uint64_t block_bytes, ParseBlockBytes(flags.block_bytes));
+  // A get-only run reads blocks an earlier run put: under a random salt it would read a fresh
+  // namespace, miss every block and report figures of nothing.
+  if (flags.only == "get" && flags.salt.empty()) {
+    return InvalidArgument("--only get reads the blocks of an earlier run: give its --salt");
+  }
   if (flags.concurrency == 0 || flags.count == 0 || flags.batch == 0) {
     return InvalidArgument("--concurrency, --count and --batch must be at least 1");
   }
@@ -267,7 +272,10 @@ int RunBench(const BenchFlags& flags, std::ostream& out, std::ostream& err) {
   const Phase get = run_get && put.total.error.ok()
                         ? RunPhase(workers, flags, ns.id, *block_bytes, /*put=*/false)
                         : Phase{};
-  if (!flags.keep && workers.front().client.usable()) (void)workers.front().client.Drop(ns.id);
+  // A get-only run read blocks another run put and kept: they are not its to drop.
+  if (run_put && !flags.keep && workers.front().client.usable()) {
+    (void)workers.front().client.Drop(ns.id);
+  }
   for (const Status& s : {put.total.error, get.total.error}) {
     if (!s.ok()) {
       err << "kvtier bench: " << s.ToString() << "\n";
@@ -318,7 +326,9 @@ Command AddBenchCommand(CLI::App& app) {
       "--salt", flags->salt,
       "Tenant salt of the bench namespace: the same salt, the same blocks on any daemon "
       "(default: random)");
-  sub->add_option("--only", flags->only, "Run one phase: put, or get (of blocks put before)")
+  sub->add_option("--only", flags->only,
+                  "Run one phase: put, or get (of blocks an earlier run put and kept; needs its "
+                  "--salt, and never drops them)")
       ->check(CLI::IsMember({"put", "get"}));
   sub->add_flag("--json", flags->json, "Print one JSON object instead of a table");
   sub->add_flag("--keep", flags->keep, "Keep the blocks (do not drop the bench namespace)");

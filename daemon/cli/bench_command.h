@@ -14,10 +14,11 @@
 // with earlier runs, and drops it at the end unless
 // --keep. --salt names the namespace instead, so that `--only put --keep` against one daemon and
 // `--only get` against another (sharing a remote tier) read the same blocks; a run of one phase
-// has no warm-up. Blocks the daemon refused (no room) or no longer has (evicted) are counted as
-// failed, not treated as errors: they are what a too-small daemon does. A run the tool could not
-// hold in memory (a block above 1 GiB, more than 2^27 blocks, more than 16 GiB of buffers) is
-// refused before anything is connected or registered.
+// has no warm-up. `--only get` needs --salt (a random one would name blocks nobody put) and never
+// drops the namespace: its blocks belong to the run that put them. Blocks the daemon refused (no
+// room) or no longer has (evicted) are counted as failed, not treated as errors: they are what a
+// too-small daemon does. A run the tool could not hold in memory (a block above 1 GiB, more than
+// 2^27 blocks, more than 16 GiB of buffers) is refused before anything is connected or registered.
 //
 // Exit codes: 0 when the run completed; 1 when the flags describe a run too large to hold, the
 // daemon could not be reached or a call failed outright (the message says which); CLI11's codes

@@ -160,6 +160,30 @@ TEST(BenchCommandTest, JsonSurvivesAUrlThatIsNotUtf8) {
   EXPECT_EQ(j["get"]["blocks_ok"], 2);
 }
 
+// Regression: `--only get` without --salt read a fresh random namespace (every get missed, exit 0),
+// and without --keep it dropped the namespace it had only read.
+TEST(BenchCommandTest, AGetOnlyRunNeedsASaltAndDropsNothing) {
+  InProcessDaemon server;
+  BenchFlags flags;
+  flags.client = Flags(server);
+  flags.block_bytes = "4KiB";
+  flags.count = 3;
+  flags.only = "get";
+  std::ostringstream out, err;
+  EXPECT_EQ(RunBench(flags, out, err), 1);
+  EXPECT_NE(err.str().find("--only get"), std::string::npos) << err.str();
+  EXPECT_NE(err.str().find("--salt"), std::string::npos) << err.str();
+
+  flags.salt = "kept";
+  flags.only = "put";
+  flags.keep = true;
+  ASSERT_EQ(RunBench(flags, out, err), 0) << err.str();
+  flags.only = "get";
+  flags.keep = false;
+  ASSERT_EQ(RunBench(flags, out, err), 0) << err.str();
+  EXPECT_EQ(server.block_count(), 3u);
+}
+
 TEST(BenchCommandTest, BadBlockSizeFails) {
   InProcessDaemon server;
   BenchFlags flags;
