@@ -187,6 +187,10 @@ bool ParseTraceLineFast(std::string_view line, TraceRequest& request) {
 }
 
 Result<TraceRequest> ParseTraceLineFull(std::string_view line) {
+  // nlohmann's lexer takes a NUL byte for the end of its input, so `{...}\0{"bogus` would parse
+  // as the request before the NUL. A text trace holds none unless it was cut short, by a crash
+  // that left zeros where the file's last writes never landed: refuse the line.
+  if (line.find('\0') != std::string_view::npos) return InvalidArgument("NUL byte in the line");
   // Parse without exceptions: a malformed trace is an expected input, not a bug.
   Json object = Json::parse(line, /*cb=*/nullptr, /*allow_exceptions=*/false);
   if (object.is_discarded()) return InvalidArgument("not valid JSON");

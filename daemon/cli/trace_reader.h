@@ -6,7 +6,8 @@
 // counts, and `hash_ids` names the prompt's blocks in order, one id per block (the last may be
 // partial). An id names its block together with everything before it, so two requests share the
 // KV of their first k blocks exactly when their first k ids are equal. All four fields are
-// required non-negative integers; other fields are ignored; blank lines are skipped.
+// required non-negative integers; other fields are ignored; blank lines are skipped; a line with
+// a NUL byte (a file a crash cut short) is malformed.
 //
 // Used by `kvtier simulate` (offline, no daemon) and `kvtier replay` (drives a daemon). A reader
 // owns its file; one thread at a time.

@@ -115,6 +115,27 @@ TEST(ParseTraceLineTest, FastPathLeavesBadNumbersToTheFullParser) {
   ExpectRejected(cases);
 }
 
+// Regression: nlohmann stops at a NUL byte, so a good request followed by a NUL and the rest of a
+// torn line parsed as that request alone.
+TEST(ParseTraceLineTest, ALineWithANulByteIsRefused) {
+  const std::string good =
+      R"({"timestamp": 1, "input_length": 1, "output_length": 1, "hash_ids": [1]})";
+  for (const std::string& line : {good + std::string(1, '\0') + R"({"bogus)",
+                                  good + std::string(3, '\0'), std::string(1, '\0') + good}) {
+    auto request = ParseTraceLine(line);
+    ASSERT_FALSE(request.ok()) << line;
+    EXPECT_EQ(request.status().message(), "NUL byte in the line");
+  }
+
+  const std::string path = WriteFile("torn.jsonl", good + "\n" + good + '\0' + "{\"time\n");
+  auto reader = TraceReader::Open(path);
+  ASSERT_TRUE(reader.ok()) << reader.status().ToString();
+  ASSERT_TRUE(reader->Next().ok());
+  auto torn = reader->Next();
+  ASSERT_FALSE(torn.ok());
+  EXPECT_EQ(torn.status().message(), path + ":2: NUL byte in the line");
+}
+
 TEST(TraceReaderTest, NextIntoReusesTheRequest) {
   std::string path = WriteFile("reuse.jsonl",
                                "{\"timestamp\": 0, \"input_length\": 1, \"output_length\": 1, "
