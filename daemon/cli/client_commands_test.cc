@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
@@ -307,6 +308,39 @@ TEST(ReplayCommandTest, ABlockTooLargeToHoldIsRefusedBeforeRegistering) {
   EXPECT_NE(err.str().find("--block-bytes: '1TiB' is more than the 1.0 GiB"), std::string::npos)
       << err.str();
   EXPECT_FALSE(Registered(server));
+}
+
+// Regression: --speed 1e-300 made the deadline overflow int64 (undefined; in practice a time in the
+// past), so the replay ran unpaced and exited 0. Speeds that are not 0, finite and at least
+// kMinReplaySpeed are refused, by the parser and by the run.
+TEST(ReplayCommandTest, ASpeedTooSlowOrNotANumberIsRefused) {
+  InProcessDaemon server;
+  ReplayFlags flags;
+  flags.client = Flags(server);
+  flags.trace_path = std::string(KVTIER_CLI_TESTDATA) + "/three_requests.jsonl";
+  flags.block_bytes = "8KiB";
+  for (double speed : {1e-300, 1e-7, -1.0, std::numeric_limits<double>::infinity(),
+                       std::numeric_limits<double>::quiet_NaN()}) {
+    flags.speed = speed;
+    std::ostringstream out, err;
+    EXPECT_EQ(RunReplay(flags, out, err), 1) << speed;
+    EXPECT_NE(err.str().find("--speed: "), std::string::npos) << err.str();
+  }
+  for (const char* speed : {"1e-300", "inf", "nan", "fast"}) {
+    CLI::App app;
+    AddReplayCommand(app);
+    EXPECT_THROW(app.parse(std::string("replay t.jsonl --block-bytes 1MiB --speed ") + speed),
+                 CLI::ValidationError)
+        << speed;
+  }
+}
+
+TEST(ReplayOffsetTest, ScalesByTheSpeedAndStaysWithinTheClock) {
+  using std::chrono::microseconds;
+  EXPECT_EQ(ReplayOffset(2, 0, 0.02), microseconds(100'000));
+  EXPECT_EQ(ReplayOffset(1'500, 1'000, 2.0), microseconds(250'000));
+  EXPECT_EQ(ReplayOffset(0, 5, 1.0), microseconds(0));  // out of order: due at once
+  EXPECT_EQ(ReplayOffset(UINT64_MAX, 0, kMinReplaySpeed), kMaxReplayOffset);
 }
 
 TEST(ReplayCommandTest, UnreadableTraceFails) {

@@ -1,6 +1,8 @@
 #include "daemon/cli/replay_command.h"
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <iostream>
 #include <memory>
@@ -129,12 +131,36 @@ hashing::NamespaceDescriptor ReplayDescriptor(const ReplayFlags& flags) {
   return TraceNamespace(flags.block_tokens, salt);
 }
 
+// 0, or a finite speed no slower than kMinReplaySpeed; an error message otherwise.
+std::string SpeedProblem(double speed) {
+  // Written so that NaN fails too.
+  if (speed == 0 || (std::isfinite(speed) && speed >= kMinReplaySpeed)) return "";
+  char message[96];
+  std::snprintf(message, sizeof(message), "%g is not 0 or a speed of at least %g", speed,
+                kMinReplaySpeed);
+  return message;
+}
+
 }  // namespace
+
+std::chrono::microseconds ReplayOffset(uint64_t timestamp_ms, uint64_t first_ms, double speed) {
+  // In double, clamped before the conversion: a gap of hours at a slow speed is more microseconds
+  // than int64 holds, and converting such a double is undefined (in practice a time in the past,
+  // which silently stopped the pacing).
+  const double offset_us =
+      (static_cast<double>(timestamp_ms) - static_cast<double>(first_ms)) / speed * 1000.0;
+  const double max_us = static_cast<double>(kMaxReplayOffset.count());
+  return std::chrono::microseconds(static_cast<int64_t>(std::clamp(offset_us, 0.0, max_us)));
+}
 
 int RunReplay(const ReplayFlags& flags, std::ostream& out, std::ostream& err) {
   Result<uint64_t> block_bytes = ParseBlockBytes(flags.block_bytes);
   if (!block_bytes.ok()) {
     err << "kvtier replay: " << block_bytes.status().message() << "\n";
+    return 1;
+  }
+  if (const std::string problem = SpeedProblem(flags.speed); !problem.empty()) {
+    err << "kvtier replay: --speed: " << problem << "\n";
     return 1;
   }
   Result<std::vector<TraceRequest>> trace = ReadTrace(flags.trace_path, flags.limit);
@@ -164,11 +190,8 @@ int RunReplay(const ReplayFlags& flags, std::ostream& out, std::ostream& err) {
   auto last_progress = start;
   for (const TraceRequest& request : *trace) {
     if (flags.speed > 0) {
-      const double offset_ms = (static_cast<double>(request.timestamp_ms) -
-                                static_cast<double>(trace->front().timestamp_ms)) /
-                               flags.speed;
       std::this_thread::sleep_until(
-          start + std::chrono::microseconds(static_cast<int64_t>(offset_ms * 1000)));
+          start + ReplayOffset(request.timestamp_ms, trace->front().timestamp_ms, flags.speed));
     }
     if (Status s = replayer.Replay(request); !s.ok()) {
       err << "kvtier replay: request " << replayer.totals().requests + 1 << ": " << s.ToString()
@@ -223,8 +246,14 @@ Command AddReplayCommand(CLI::App& app) {
   sub->add_option("--salt", flags->salt, "Tenant salt of the replay namespace (default: random)");
   sub->add_option("--speed", flags->speed,
                   "Send each request at its trace timestamp divided by this (0: as fast as "
-                  "possible)")
-      ->check(CLI::NonNegativeNumber)
+                  "possible; else at least 1e-6)")
+      ->check(CLI::Validator(
+          [](std::string& text) {
+            double speed = 0;
+            return CLI::detail::lexical_cast(text, speed) ? SpeedProblem(speed)
+                                                          : "'" + text + "' is not a number";
+          },
+          "SPEED"))
       ->capture_default_str();
   sub->add_flag("--no-refresh", flags->no_refresh,
                 "Do not send KVT.REFRESH after a request's puts (as a client that leaves its new "

@@ -14,13 +14,15 @@
 // before the previous one has finished: what several replays of parts of one trace need to
 // interleave as the trace's clients did.
 //
-// --block-bytes is at most 1 GiB (daemon/cli/block_bytes_flag.h).
+// --block-bytes is at most 1 GiB (daemon/cli/block_bytes_flag.h); --speed is 0 or at least
+// kMinReplaySpeed.
 //
-// Exit codes: 0; 1 for a --block-bytes out of range, when the trace cannot be read, the daemon
-// cannot be reached, a call fails, or any block came back with the wrong bytes; CLI11's codes for
-// bad flags.
+// Exit codes: 0; 1 for a --block-bytes or --speed out of range, when the trace cannot be read, the
+// daemon cannot be reached, a call fails, or any block came back with the wrong bytes; CLI11's
+// codes for bad flags.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <ostream>
@@ -45,7 +47,17 @@ struct ReplayFlags {
   double progress_interval_s = 2.0;
 };
 
+// The slowest --speed: a millionth of the trace's pace, a trace millisecond every quarter hour.
+// Anything slower is a typo, and near 0 the offsets leave every integer clock.
+inline constexpr double kMinReplaySpeed = 1e-6;
+
 Command AddReplayCommand(CLI::App& app);
 int RunReplay(const ReplayFlags& flags, std::ostream& out, std::ostream& err);
+
+// When the request at `timestamp_ms` is due with --speed `speed` (> 0), counted from the first
+// request's `first_ms`: 0 for a timestamp before it, at most kMaxReplayOffset (31 years) however
+// large the gap, so that the deadline never overflows the clock's int64 nanoseconds.
+inline constexpr std::chrono::microseconds kMaxReplayOffset{int64_t{1'000'000'000'000'000}};
+std::chrono::microseconds ReplayOffset(uint64_t timestamp_ms, uint64_t first_ms, double speed);
 
 }  // namespace kvtier::cli
