@@ -61,6 +61,17 @@ TEST(StatsCommandTest, JsonIsPassedThrough) {
   EXPECT_EQ(RunStats(StatsFlags{Flags(server), false}, table, err), 0) << err.str();
 }
 
+// Regression: with --json a KVT.STATS answer that is not JSON was printed with exit code 0, though
+// the header promises 1.
+TEST(StatsCommandTest, JsonRefusesAnAnswerThatIsNotJson) {
+  InProcessDaemon server;
+  server.faults().SetRawReply("KVT.STATS", "$13\r\n{\"totals\": {1\r\n");
+  std::ostringstream out, err;
+  EXPECT_EQ(RunStats(StatsFlags{Flags(server), true}, out, err), 1);
+  EXPECT_TRUE(out.str().empty()) << out.str();
+  EXPECT_NE(err.str().find("not JSON"), std::string::npos) << err.str();
+}
+
 class BenchCommandTest : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(BenchCommandTest, PutsThenGetsEveryBlock) {

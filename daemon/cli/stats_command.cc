@@ -2,6 +2,7 @@
 
 #include <iostream>
 #include <memory>
+#include <nlohmann/json.hpp>
 
 #include "daemon/cli/stats_table.h"
 
@@ -19,6 +20,12 @@ int RunStats(const StatsFlags& flags, std::ostream& out, std::ostream& err) {
     return 1;
   }
   if (flags.json) {
+    // Checked, then printed as it came (not re-serialised, which could reorder or reformat it):
+    // a script reading the output trusts exit code 0 to mean a JSON document.
+    if (nlohmann::json::parse(*stats, /*cb=*/nullptr, /*allow_exceptions=*/false).is_discarded()) {
+      err << "kvtier stats: the daemon's KVT.STATS answer is not JSON\n";
+      return 1;
+    }
     out << *stats << "\n";
     return 0;
   }
