@@ -1,6 +1,7 @@
 #include "daemon/cli/simulate_command.h"
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -46,11 +47,23 @@ Result<SimulationResult> SimulateStreaming(const std::string& path,
   return simulator.result();
 }
 
-Result<SimulationResult> SimulateFile(const std::string& path, const SimulationOptions& options) {
+Result<SimulationResult> SimulateWholeOrStreaming(const std::string& path,
+                                                  const SimulationOptions& options) {
   if (options.policy != kBeladyPolicy) return SimulateStreaming(path, options);
   KVTIER_RETURN_IF_ERROR(ValidateSimulationOptions(options));
   KVTIER_ASSIGN_OR_RETURN(std::vector<TraceRequest> trace, ReadTrace(path));
   return Simulate(trace, options);
+}
+
+// The run, refused when the cost model overflowed a double on this trace (--cost-quadratic 1e308):
+// the totals would be infinite and their ratio NaN, printed as null or nan.
+Result<SimulationResult> SimulateFile(const std::string& path, const SimulationOptions& options) {
+  KVTIER_ASSIGN_OR_RETURN(SimulationResult result, SimulateWholeOrStreaming(path, options));
+  if (!std::isfinite(result.prefill_cost)) {  // saved_prefill_cost is at most this
+    return InvalidArgument(
+        "the trace's prefill cost overflows a double: lower --cost-linear or --cost-quadratic");
+  }
+  return result;
 }
 
 void PrintJson(const SimulateFlags& flags, const Run& run, Metric metric, std::ostream& out) {

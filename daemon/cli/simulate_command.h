@@ -8,7 +8,8 @@
 // Online policies stream the trace line by line; belady reads it whole first.
 //
 // Exit codes: 0 on success; 1 when the trace cannot be read or a line is malformed (the message
-// names the file and line), or the simulation fails; CLI11's codes for bad flags.
+// names the file and line), or the simulation fails (the cost model overflowing a double
+// included); CLI11's codes for bad flags.
 #pragma once
 
 #include <ostream>

@@ -96,6 +96,23 @@ TEST(SimulateCommandTest, TinyLfuAtACapacityTheTraceCannotFillAllocatesForTheTra
   EXPECT_EQ(j["evictions"], 0);
 }
 
+// Regression: --cost-quadratic 1e308 overflowed the totals to infinity, and --json printed
+// prefill_cost null and a NaN ratio with exit code 0.
+TEST(SimulateCommandTest, ACostModelThatOverflowsIsRefused) {
+  for (const char* policy : {"lru", "belady"}) {
+    SimulateFlags flags = ThreeRequests();
+    flags.options.policy = policy;
+    flags.options.cost.quadratic = 1e308;
+    flags.json = true;
+    std::ostringstream out, err;
+    EXPECT_EQ(RunSimulate(flags, out, err), 1) << policy;
+    EXPECT_NE(err.str().find("overflows a double: lower --cost-linear or --cost-quadratic"),
+              std::string::npos)
+        << err.str();
+    EXPECT_TRUE(out.str().empty()) << out.str();
+  }
+}
+
 TEST(SimulateCommandTest, TableNamesPolicyAndRatios) {
   SimulateFlags flags = ThreeRequests();
   flags.options.policy = "arc";

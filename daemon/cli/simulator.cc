@@ -1,6 +1,7 @@
 #include "daemon/cli/simulator.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "daemon/cli/belady.h"
 #include "daemon/index/sticky_lru_policy.h"
@@ -98,8 +99,9 @@ Status ValidateSimulationOptions(const SimulationOptions& options) {
   if (options.capacity_blocks == 0) return InvalidArgument("capacity must be at least 1 block");
   if (options.block_tokens == 0) return InvalidArgument("block_tokens must be at least 1");
   // Written so that NaN fails too.
-  if (!(options.cost.linear >= 0) || !(options.cost.quadratic >= 0)) {
-    return InvalidArgument("prefill cost terms must be non-negative numbers");
+  if (!(options.cost.linear >= 0) || !(options.cost.quadratic >= 0) ||
+      !std::isfinite(options.cost.linear) || !std::isfinite(options.cost.quadratic)) {
+    return InvalidArgument("prefill cost terms must be finite non-negative numbers");
   }
   if (!options.policy_params.empty()) {
     if (options.policy != "sticky") {

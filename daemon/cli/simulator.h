@@ -112,8 +112,8 @@ struct SimulationResult {
 // One online policy fed one request at a time, so that a trace can be streamed from its file.
 class PolicySimulator {
  public:
-  // kInvalidArgument for a zero capacity, zero block_tokens, a negative cost term, or a policy
-  // that is not an online one (belady included: it needs the whole trace, see Simulate).
+  // kInvalidArgument for a zero capacity, zero block_tokens, a negative or infinite cost term, a
+  // policy that is not an online one (belady included: it needs the whole trace, see Simulate).
   // `max_distinct_blocks`, when not 0, is a bound on the number of distinct block ids the trace
   // holds: a capacity above it can never fill, so the policy is not sized for it (a TinyLFU
   // sketch for 10^9 blocks is 8 GB); the counts are the same either way.

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <limits>
 #include <random>
 #include <span>
 
@@ -373,6 +374,12 @@ TEST(PrefillCostTest, RejectsNegativeTermsAndUnknownMetrics) {
   EXPECT_EQ(Simulate({Request({1})}, {10, "lru", 512, {-1.0, 0.0}}).status().code(),
             StatusCode::kInvalidArgument);
   EXPECT_EQ(Simulate({Request({1})}, {10, "belady", 512, {1.0, -1.0}}).status().code(),
+            StatusCode::kInvalidArgument);
+  // Regression: an infinite term passed, and made every total infinite.
+  const double inf = std::numeric_limits<double>::infinity();
+  EXPECT_EQ(Simulate({Request({1})}, {10, "lru", 512, {inf, 0.0}}).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(Simulate({Request({1})}, {10, "belady", 512, {1.0, inf}}).status().code(),
             StatusCode::kInvalidArgument);
   EXPECT_EQ(ParseMetric("prefill").value(), Metric::kPrefill);
   EXPECT_EQ(ParseMetric("bytes").status().code(), StatusCode::kInvalidArgument);
