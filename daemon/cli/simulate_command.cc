@@ -198,7 +198,8 @@ Command AddSimulateCommand(CLI::App& app) {
   AddMetricOptions(*sub, *flags);
   sub->add_flag("--key-order-puts", flags->options.key_order_puts,
                 "Order a request's blocks as kvtierd sees a client that looks up, then puts in key "
-                "order (new blocks end up more recent than the hit prefix); see docs/simulate.md");
+                "order (new blocks end up more recent than the hit prefix); online policies only, "
+                "not belady; see docs/simulate.md");
   sub->add_option("--policy-params", flags->options.policy_params,
                   "sticky only: NAME=VALUE,... over sample, window, quantile, memory, margin, "
                   "ghost (daemon/index/sticky_lru_policy.h), to measure their effect");

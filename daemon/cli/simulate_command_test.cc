@@ -113,6 +113,17 @@ TEST(SimulateCommandTest, ACostModelThatOverflowsIsRefused) {
   }
 }
 
+// Regression: --key-order-puts with belady was ignored but reported as put_order "key".
+TEST(SimulateCommandTest, KeyOrderPutsWithBeladyIsRefused) {
+  SimulateFlags flags = ThreeRequests();
+  flags.options.policy = "belady";
+  flags.options.key_order_puts = true;
+  std::ostringstream out, err;
+  EXPECT_EQ(RunSimulate(flags, out, err), 1);
+  EXPECT_NE(err.str().find("key-order puts"), std::string::npos) << err.str();
+  EXPECT_TRUE(out.str().empty()) << out.str();
+}
+
 TEST(SimulateCommandTest, TableNamesPolicyAndRatios) {
   SimulateFlags flags = ThreeRequests();
   flags.options.policy = "arc";

@@ -103,6 +103,11 @@ Status ValidateSimulationOptions(const SimulationOptions& options) {
       !std::isfinite(options.cost.linear) || !std::isfinite(options.cost.quadratic)) {
     return InvalidArgument("prefill cost terms must be finite non-negative numbers");
   }
+  // Belady never reads recency, so it would run exactly as without the option while the report
+  // said put_order "key".
+  if (options.key_order_puts && options.policy == kBeladyPolicy) {
+    return InvalidArgument("key-order puts are for online policies: belady does not use recency");
+  }
   if (!options.policy_params.empty()) {
     if (options.policy != "sticky") {
       return InvalidArgument("policy parameters are for the sticky policy, not " + options.policy);

@@ -136,7 +136,8 @@ class PolicySimulator {
   SimulationResult result_;
 };
 
-// Checks what every policy needs; kInvalidArgument naming the bad option.
+// Checks what every policy needs, and that the options go together (key_order_puts and
+// policy_params are for some policies only); kInvalidArgument naming the bad option.
 Status ValidateSimulationOptions(const SimulationOptions& options);
 
 // The key a trace id stands for. Trace ids are small sequential integers; the high half gets a

@@ -132,6 +132,16 @@ TEST(SimulateTest, KeyOrderPutsLeaveNewBlocksMoreRecentThanTheHitPrefix) {
   EXPECT_EQ(Simulate(trace, options)->hit_blocks, 2u + 1u);
 }
 
+// Regression: belady accepted key_order_puts, ignored it, and the report said put_order "key".
+TEST(SimulateTest, RejectsKeyOrderPutsForBelady) {
+  SimulationOptions options{10, "belady", 512};
+  options.key_order_puts = true;
+  EXPECT_EQ(Simulate({Request({1})}, options).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(ValidateSimulationOptions(options).code(), StatusCode::kInvalidArgument);
+  options.policy = "lru";
+  EXPECT_TRUE(ValidateSimulationOptions(options).ok());
+}
+
 TEST(SimulateTest, RepeatedIdInOneRequestIsInsertedOnce) {
   SimulationResult r = SimulateOrFail({Request({1, 1, 2})}, 10);
   EXPECT_EQ(r.inserted_blocks, 2u);
