@@ -269,6 +269,21 @@ TEST(ReplayCommandTest, ReplaysTheTraceAndReportsHits) {
   EXPECT_NE(table.str().find("1 requests"), std::string::npos) << table.str();
 }
 
+// Regression: the table left out the blocks served from the remote tier (the JSON had them), so
+// its tiers did not add up to the hit ratio on a daemon with a remote tier.
+TEST(ReplayCommandTest, TheTableShowsEveryTierTheRemoteOneIncluded) {
+  InProcessDaemon server;
+  ReplayFlags flags;
+  flags.client = Flags(server);
+  flags.trace_path = std::string(KVTIER_CLI_TESTDATA) + "/three_requests.jsonl";
+  flags.block_bytes = "8KiB";
+  std::ostringstream table, err;
+  ASSERT_EQ(RunReplay(flags, table, err), 0) << err.str();
+  EXPECT_NE(table.str().find("gpu 0.00%  host 55.56%  nvme 0.00%  remote 0.00%\n"),
+            std::string::npos)
+      << table.str();
+}
+
 // --speed sends each request at its timestamp divided by the speed: 0, 1 and 2 ms at 0.02 are
 // 0, 50 and 100 ms after the start, so the run lasts at least 100 ms.
 TEST(ReplayCommandTest, SpeedSendsRequestsAtTheirTraceTimes) {

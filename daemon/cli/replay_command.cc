@@ -94,10 +94,12 @@ void PrintTable(const ReplayFlags& flags, uint64_t block_bytes, const ReplayTota
       << FormatBytes(block_bytes) << ", path " << flags.path << ", " << flags.client.url << "\n";
   std::snprintf(
       line, sizeof(line),
-      "blocks        %12llu   hit %12llu (%6.2f%%)   gpu %.2f%%  host %.2f%%  nvme %.2f%%\n",
+      "blocks        %12llu   hit %12llu (%6.2f%%)   gpu %.2f%%  host %.2f%%  nvme %.2f%%  "
+      "remote %.2f%%\n",
       static_cast<unsigned long long>(t.blocks), static_cast<unsigned long long>(t.served_blocks),
       100 * t.block_hit_ratio(), 100 * Ratio(t.served_by_tier[0], t.blocks),
-      100 * Ratio(t.served_by_tier[1], t.blocks), 100 * Ratio(t.served_by_tier[2], t.blocks));
+      100 * Ratio(t.served_by_tier[1], t.blocks), 100 * Ratio(t.served_by_tier[2], t.blocks),
+      100 * Ratio(t.served_by_tier[3], t.blocks));
   out << line;
   std::snprintf(line, sizeof(line), "input tokens  %12llu   hit %12llu (%6.2f%%)\n",
                 static_cast<unsigned long long>(t.input_tokens),
