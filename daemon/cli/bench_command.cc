@@ -12,9 +12,9 @@
 #include <thread>
 #include <vector>
 
+#include "common/json_text.h"
 #include "common/units.h"
 #include "daemon/cli/block_bytes_flag.h"
-#include "daemon/cli/json_output.h"
 #include "daemon/cli/latency.h"
 #include "hashing/block_hasher.h"
 
@@ -292,7 +292,7 @@ int RunBench(const BenchFlags& flags, std::ostream& out, std::ostream& err) {
     j["batch"] = flags.batch;
     if (run_put) j["put"] = PhaseJson(put, *block_bytes);
     if (run_get) j["get"] = PhaseJson(get, *block_bytes);
-    out << DumpJson(j) << "\n";
+    out << JsonText(j) << "\n";
   } else {
     PrintTable(flags, *block_bytes, put, get, out);
   }

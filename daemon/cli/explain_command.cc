@@ -6,8 +6,8 @@
 #include <memory>
 #include <sstream>
 
+#include "common/json_text.h"
 #include "daemon/cli/explain_format.h"
-#include "daemon/cli/json_output.h"
 #include "daemon/cli/replayer.h"
 #include "daemon/cli/trace_reader.h"
 
@@ -139,7 +139,7 @@ int RunExplain(const ExplainFlags& flags, std::ostream& out, std::ostream& err) 
   }
   const nlohmann::json explained = ExplainToJson(*reply);
   if (flags.json) {
-    out << DumpJson(explained) << "\n";
+    out << JsonText(explained) << "\n";
   } else {
     out << FormatExplainTable(explained);
   }

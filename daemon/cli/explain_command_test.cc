@@ -10,9 +10,9 @@
 #include <vector>
 
 #include "client/testing/in_process_daemon.h"
+#include "common/json_text.h"
 #include "common/resp/reply_parser.h"
 #include "daemon/cli/explain_format.h"
-#include "daemon/cli/json_output.h"
 #include "daemon/cli/replayer.h"
 
 namespace kvtier::cli {
@@ -104,7 +104,7 @@ TEST(ExplainCommandTest, JsonSurvivesADaemonStringThatIsNotUtf8) {
   const std::string answer = "%2\r\n$6\r\npolicy\r\n$4\r\ncaf\xe9\r\n$6\r\nblocks\r\n*0\r\n";
   ASSERT_TRUE(parser.Feed(answer).ok());
   ASSERT_TRUE(parser.has_reply());
-  const nlohmann::json j = nlohmann::json::parse(DumpJson(ExplainToJson(parser.TakeReply())));
+  const nlohmann::json j = nlohmann::json::parse(JsonText(ExplainToJson(parser.TakeReply())));
   EXPECT_EQ(j["policy"], "caf\xef\xbf\xbd") << j.dump();  // U+FFFD
 }
 

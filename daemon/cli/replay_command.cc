@@ -10,9 +10,9 @@
 #include <random>
 #include <thread>
 
+#include "common/json_text.h"
 #include "common/units.h"
 #include "daemon/cli/block_bytes_flag.h"
-#include "daemon/cli/json_output.h"
 #include "daemon/cli/replayer.h"
 
 namespace kvtier::cli {
@@ -84,7 +84,7 @@ void PrintJson(const ReplayFlags& flags, uint64_t block_bytes, const ReplayTotal
                      {"lookup", LatencyJson(t.lookup_latency)},
                      {"get", LatencyJson(t.get_latency)},
                      {"put", LatencyJson(t.put_latency)}};
-  out << DumpJson(j) << "\n";
+  out << JsonText(j) << "\n";
 }
 
 void PrintTable(const ReplayFlags& flags, uint64_t block_bytes, const ReplayTotals& t,

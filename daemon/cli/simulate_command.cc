@@ -8,7 +8,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 
-#include "daemon/cli/json_output.h"
+#include "common/json_text.h"
 
 namespace kvtier::cli {
 namespace {
@@ -99,7 +99,7 @@ void PrintJson(const SimulateFlags& flags, const Run& run, Metric metric, std::o
   }
   j["seconds"] = run.seconds;
   j["million_refs_per_s"] = run.million_refs_per_s();
-  out << DumpJson(j) << "\n";
+  out << JsonText(j) << "\n";
 }
 
 void PrintTable(const SimulateFlags& flags, const Run& run, Metric metric, std::ostream& out) {

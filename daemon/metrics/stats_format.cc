@@ -3,7 +3,7 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
-#include "daemon/metrics/json_text.h"
+#include "common/json_text.h"
 #include "daemon/metrics/latency_format.h"
 #include "daemon/metrics/prometheus_text.h"
 

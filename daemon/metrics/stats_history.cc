@@ -4,7 +4,7 @@
 #include <cmath>
 #include <nlohmann/json.hpp>
 
-#include "daemon/metrics/json_text.h"
+#include "common/json_text.h"
 
 namespace kvtier::metrics {
 namespace {
