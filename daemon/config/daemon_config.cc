@@ -1,6 +1,5 @@
 #include "daemon/config/daemon_config.h"
 
-#include <arpa/inet.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <yaml-cpp/yaml.h>
@@ -19,6 +18,7 @@
 #include <sstream>
 #include <thread>
 
+#include "common/listen_host.h"
 #include "common/paths.h"
 #include "common/units.h"
 #include "daemon/config/quota_config.h"
@@ -292,23 +292,6 @@ Status ApplyNode(const YAML::Node& node, const std::string& prefix, const std::s
   return Status::Ok();
 }
 
-// The listeners bind addresses, not names (no resolver at start): an IP address, or "localhost".
-Status CheckListenHost(std::string_view key, const std::string& host) {
-  in6_addr addr{};
-  if (host == "localhost" || inet_pton(AF_INET, host.c_str(), &addr) == 1 ||
-      inet_pton(AF_INET6, host.c_str(), &addr) == 1) {
-    return Status::Ok();
-  }
-  return InvalidArgument(std::string(key) + ": '" + host + "' is not an IP address or 'localhost'");
-}
-
-bool IsLoopback(const std::string& host) {
-  if (host == "localhost" || host == "::1") return true;
-  in_addr addr{};
-  if (inet_pton(AF_INET, host.c_str(), &addr) != 1) return false;
-  return (ntohl(addr.s_addr) >> 24) == 127;
-}
-
 // The --help footer: every key the config file takes, by section, so that a key that has no flag
 // (gpu.promote_after_reads) is still discoverable from the binary.
 std::string ConfigKeysHelp() {
@@ -502,11 +485,9 @@ Status Finalize(DaemonConfig& config) {
   if (config.unix_path.empty() && config.tcp_port == 0) {
     return InvalidArgument("listen: both the Unix socket and TCP are off; nothing to serve");
   }
-  KVTIER_RETURN_IF_ERROR(CheckListenHost("listen.tcp_host", config.tcp_host));
-  KVTIER_RETURN_IF_ERROR(CheckListenHost("listen.http_host", config.http_host));
-  // The HTTP server takes an address only.
-  if (config.http_host == "localhost") config.http_host = "127.0.0.1";
-  if (config.tcp_port != 0 && !IsLoopback(config.tcp_host) && config.password.empty()) {
+  KVTIER_ASSIGN_OR_RETURN(config.tcp_host, ListenAddress("listen.tcp_host", config.tcp_host));
+  KVTIER_ASSIGN_OR_RETURN(config.http_host, ListenAddress("listen.http_host", config.http_host));
+  if (config.tcp_port != 0 && !IsLoopbackAddress(config.tcp_host) && config.password.empty()) {
     return InvalidArgument("listen.tcp_host: '" + config.tcp_host +
                            "' is not a loopback address; set listen.password (--password) "
                            "before serving on the network");

@@ -8,6 +8,8 @@
 #include <cerrno>
 #include <cstring>
 
+#include "common/listen_host.h"
+
 namespace kvtier::server {
 namespace {
 
@@ -49,11 +51,8 @@ Status ClearStaleSocket(const std::string& path) {
 }  // namespace
 
 Result<asio::ip::address> ParseTcpHost(const std::string& host) {
-  if (host == "localhost") return asio::ip::address(asio::ip::address_v4::loopback());
-  error_code ec;
-  asio::ip::address address = asio::ip::make_address(host, ec);
-  if (ec) return InvalidArgument("tcp_host: '" + host + "' is not an IP address or 'localhost'");
-  return address;
+  KVTIER_ASSIGN_OR_RETURN(const std::string address, ListenAddress("tcp_host", host));
+  return asio::ip::make_address(address);  // cannot throw: ListenAddress took it as an address
 }
 
 Result<asio::local::stream_protocol::acceptor> OpenUnixListener(asio::io_context& io,
