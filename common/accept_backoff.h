@@ -14,8 +14,10 @@
 #include "common/asio_coro.h"  // first: fixes Boost 1.74 coroutines on this toolchain
 // clang-format on
 
+#include <atomic>
 #include <boost/asio/steady_timer.hpp>
 #include <chrono>
+#include <cstdint>
 
 namespace kvtier {
 
@@ -23,8 +25,12 @@ namespace kvtier {
 // client notices once a descriptor is free again.
 inline constexpr std::chrono::milliseconds kAcceptRetryDelay{50};
 
-// Waits kAcceptRetryDelay on `timer`. Returns early, without error, when the wait is cancelled.
-inline boost::asio::awaitable<void> PauseAfterFailedAccept(boost::asio::steady_timer& timer) {
+// Counts the failure in `failures` (an operator's sign that the daemon ran out of descriptors),
+// then waits kAcceptRetryDelay on `timer`. Returns early, without error, when the wait is
+// cancelled.
+inline boost::asio::awaitable<void> PauseAfterFailedAccept(boost::asio::steady_timer& timer,
+                                                           std::atomic<uint64_t>& failures) {
+  failures.fetch_add(1, std::memory_order_relaxed);
   boost::system::error_code ec;
   timer.expires_after(kAcceptRetryDelay);
   co_await timer.async_wait(boost::asio::redirect_error(boost::asio::use_awaitable, ec));

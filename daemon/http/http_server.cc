@@ -6,12 +6,14 @@
 #include "common/asio_coro.h"  // first: fixes Boost 1.74 coroutines on this toolchain
 // clang-format on
 
+#include <atomic>
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <exception>
 
 #include "common/accept_backoff.h"
+#include "common/listen_host.h"
 
 namespace kvtier::http {
 namespace {
@@ -136,14 +138,14 @@ asio::awaitable<void> Session(beast::tcp_stream stream, const HttpProviders& pro
 
 // `open_sessions` is only touched on the server's one thread, so it needs no lock.
 asio::awaitable<void> Accept(tcp::acceptor& acceptor, const HttpProviders& providers,
-                             int& open_sessions) {
+                             int& open_sessions, std::atomic<uint64_t>& failed_accepts) {
   asio::steady_timer backoff(acceptor.get_executor());
   for (;;) {
     beast::error_code ec;
     tcp::socket socket = co_await acceptor.async_accept(asio::redirect_error(asio::use_awaitable, ec));
     if (ec == asio::error::operation_aborted) co_return;
     if (ec) {
-      co_await PauseAfterFailedAccept(backoff);
+      co_await PauseAfterFailedAccept(backoff, failed_accepts);
       continue;
     }
     if (open_sessions >= kMaxHttpConnections) {
@@ -163,6 +165,7 @@ struct HttpServer::Impl {
   // Declared before `io`: the sessions that io's destructor destroys still use both.
   HttpProviders providers;
   int open_sessions = 0;
+  std::atomic<uint64_t> failed_accepts{0};
   asio::io_context io{1};
   tcp::acceptor acceptor{io};
   std::thread thread;
@@ -173,17 +176,17 @@ Result<std::unique_ptr<HttpServer>> HttpServer::Start(const std::string& host, u
   auto impl = std::make_unique<Impl>();
   impl->providers = std::move(providers);
   const std::string where = "http listener " + host + ":" + std::to_string(port);
+  KVTIER_ASSIGN_OR_RETURN(const std::string numeric, ListenAddress(where, host));
   boost::system::error_code ec;
-  auto address = asio::ip::make_address(host, ec);
-  if (ec) return InvalidArgument(where + ": not an IP address");
-  tcp::endpoint endpoint(address, port);
+  tcp::endpoint endpoint(asio::ip::make_address(numeric), port);
   impl->acceptor.open(endpoint.protocol(), ec);
   if (!ec) impl->acceptor.set_option(asio::socket_base::reuse_address(true), ec);
   if (!ec) impl->acceptor.bind(endpoint, ec);
   if (!ec) impl->acceptor.listen(asio::socket_base::max_listen_connections, ec);
   if (ec) return ErrnoStatus(ec.value(), where);
   const uint16_t bound = impl->acceptor.local_endpoint().port();
-  asio::co_spawn(impl->io, Accept(impl->acceptor, impl->providers, impl->open_sessions),
+  asio::co_spawn(impl->io,
+                 Accept(impl->acceptor, impl->providers, impl->open_sessions, impl->failed_accepts),
                  asio::detached);
   Impl* raw = impl.get();
   impl->thread = std::thread([raw] {
@@ -197,6 +200,8 @@ HttpServer::HttpServer(std::unique_ptr<Impl> impl, uint16_t port)
     : impl_(std::move(impl)), port_(port) {}
 
 HttpServer::~HttpServer() { Stop(); }
+
+uint64_t HttpServer::failed_accepts() const { return impl_->failed_accepts.load(); }
 
 void HttpServer::Stop() {
   if (!impl_ || !impl_->thread.joinable()) return;

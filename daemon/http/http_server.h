@@ -41,12 +41,15 @@ struct HttpProviders {
 
 class HttpServer {
  public:
-  // Binds host:port (port 0: an ephemeral port, see port()). Errors name the address.
+  // Binds host:port (host: an IP address or "localhost", common/listen_host.h; port 0: an
+  // ephemeral port, see port()). Errors name the address.
   static Result<std::unique_ptr<HttpServer>> Start(const std::string& host, uint16_t port,
                                                    HttpProviders providers);
   ~HttpServer();  // Stops and joins.
 
   uint16_t port() const { return port_; }
+  // Accepts that failed (EMFILE: out of descriptors); each is retried after a pause.
+  uint64_t failed_accepts() const;
   void Stop();
 
  private:

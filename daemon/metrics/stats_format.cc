@@ -265,6 +265,7 @@ std::string StatsToJson(const store::StoreStats& stats, const ProcessInfo& proce
                     {"stalled_reply_closes", process.stalled_reply_closes},
                     {"staged_set_values", process.staged_set_values},
                     {"rejected_connections", process.rejected_connections},
+                    {"failed_accepts", process.failed_accepts},
                     {"gpu_tier", process.gpu_tier_note},
                     {"nvme_tier", process.nvme_tier_note}};
   doc["requests"] = RequestLatencyJson(process.requests);
@@ -339,6 +340,10 @@ std::string StatsToPrometheus(const store::StoreStats& stats, const ProcessInfo&
       {"kvtier_rejected_connections_total", "counter",
        "Connections refused: max_clients reached, or a uid not allowed.",
        double(process.rejected_connections)},
+      {"kvtier_failed_accepts_total", "counter",
+       "Accepts of a client connection that failed (usually EMFILE: out of descriptors); each "
+       "is retried after 50 ms.",
+       double(process.failed_accepts)},
       {"kvtier_uptime_seconds", "gauge", "Seconds since the daemon started.",
        double(process.uptime_s)},
   };

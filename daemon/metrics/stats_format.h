@@ -25,6 +25,7 @@ struct ProcessInfo {
   uint64_t stalled_reply_closes = 0;  // clients that took no piece of a large reply in time
   uint64_t staged_set_values = 0;     // SET values received straight into their arena slot
   uint64_t rejected_connections = 0;  // max_clients reached or uid not allowed
+  uint64_t failed_accepts = 0;        // accept failed (EMFILE: out of descriptors)
   // Why a tier is absent, for tiers the daemon runs without ("no GPU tier: built without CUDA").
   std::string gpu_tier_note;
   std::string nvme_tier_note;

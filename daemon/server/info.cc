@@ -59,6 +59,7 @@ void StatsSection(const ServerContext& server, const store::StoreStats& stats, s
   Field(out, "total_connections_received", server.counters.total_connections.load());
   Field(out, "total_commands_processed", server.counters.commands_processed.load());
   Field(out, "rejected_connections", server.counters.rejected_connections.load());
+  Field(out, "failed_accepts", server.counters.failed_accepts.load());
   Field(out, "total_error_replies_protocol", server.counters.protocol_errors.load());
   Field(out, "lapsed_reply_leases", server.counters.lapsed_reply_leases.load());
   Field(out, "stalled_reply_closes", server.counters.stalled_reply_closes.load());
@@ -126,6 +127,7 @@ metrics::ProcessInfo MakeProcessInfo(const ServerContext& server) {
   p.stalled_reply_closes = server.counters.stalled_reply_closes.load();
   p.staged_set_values = server.counters.staged_values.load();
   p.rejected_connections = server.counters.rejected_connections.load();
+  p.failed_accepts = server.counters.failed_accepts.load();
   p.gpu_tier_note = server.options.gpu_tier_note;
   p.nvme_tier_note = server.options.nvme_tier_note;
   p.requests = server.request_latency.Snapshot();

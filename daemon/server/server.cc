@@ -174,7 +174,7 @@ asio::awaitable<void> Server::Impl::AcceptLoop(Acceptor& acceptor, Transport tra
     auto socket = co_await acceptor.async_accept(asio::redirect_error(asio::use_awaitable, ec));
     if (ec == asio::error::operation_aborted || !acceptor.is_open()) co_return;
     if (ec) {
-      co_await PauseAfterFailedAccept(backoff);
+      co_await PauseAfterFailedAccept(backoff, context.counters.failed_accepts);
       continue;
     }
     try {
@@ -351,6 +351,7 @@ ServerStats Server::Stats() const {
   s.stalled_reply_closes = c.stalled_reply_closes.load();
   s.staged_set_values = c.staged_values.load();
   s.rejected_connections = c.rejected_connections.load();
+  s.failed_accepts = c.failed_accepts.load();
   return s;
 }
 

@@ -112,6 +112,7 @@ struct ServerStats {
   // SET values received straight into their arena slot (staged_value.h), not copied there.
   uint64_t staged_set_values = 0;
   uint64_t rejected_connections = 0;  // max_clients reached or uid not allowed
+  uint64_t failed_accepts = 0;  // accept failed (EMFILE: out of descriptors); retried after a pause
 };
 
 class Server {

@@ -36,6 +36,7 @@ struct ServerCounters {
   std::atomic<uint64_t> stalled_reply_closes{0};
   std::atomic<uint64_t> staged_values{0};
   std::atomic<uint64_t> rejected_connections{0};
+  std::atomic<uint64_t> failed_accepts{0};
 };
 
 // Before AUTH a client may only say hello: a stranger cannot make the server buffer much. These
