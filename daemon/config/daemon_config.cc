@@ -521,6 +521,12 @@ Status Finalize(DaemonConfig& config) {
     return InvalidArgument(
         "limits: max_bulk_bytes, max_array_len and max_clients must be positive");
   }
+  // The file's key is bounded as it is read; the flag only here, before any tier opens (the
+  // server would refuse it too, after the tiers had been opened and recovered).
+  if (config.io_threads > 256) {
+    return InvalidArgument("server.io_threads (--io-threads): at most 256, got " +
+                           std::to_string(config.io_threads));
+  }
   if (config.io_threads == 0)
     config.io_threads = DefaultIoThreads(std::thread::hardware_concurrency());
   if (config.data_dir.empty()) config.data_dir = DefaultDataDir();

@@ -56,6 +56,17 @@ TEST(DaemonConfigTest, BadFlagValuesNameTheFlag) {
   EXPECT_FALSE(Parse({"--no-such-flag"}).ok());
 }
 
+// Regression: --io-threads 1000 was taken, and refused by the server only after the tiers had
+// been opened and the NVMe catalog recovered.
+TEST(DaemonConfigTest, IoThreadsFlagIsBoundedBeforeAnyTierOpens) {
+  auto r = Parse({"--io-threads", "1000"});
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("--io-threads"), std::string::npos) << r.status().ToString();
+  auto most = Parse({"--io-threads", "256"});
+  ASSERT_TRUE(most.ok()) << most.status().ToString();
+  EXPECT_EQ(most->config.io_threads, 256u);
+}
+
 TEST(DaemonConfigTest, YamlOverridesDefaultsAndUnknownKeysAreErrors) {
   DaemonConfig c;
   ASSERT_TRUE(ApplyYaml("listen:\n  port: 7000\ntiers:\n  host_bytes: 2GiB\n"
