@@ -35,6 +35,24 @@ std::string Latin1Url(const InProcessDaemon& server) {
   return prefix + link;
 }
 
+// A bench of `count` 4 KiB blocks against `server`; tests set what they vary.
+BenchFlags SmallBench(const InProcessDaemon& server, size_t count) {
+  BenchFlags flags;
+  flags.client = Flags(server);
+  flags.block_bytes = "4KiB";
+  flags.count = count;
+  return flags;
+}
+
+// A replay of tests/data's three requests ([1 2 3] [1 2 4] [1 2 3]) against `server`.
+ReplayFlags ThreeRequestReplay(const InProcessDaemon& server, const std::string& block_bytes) {
+  ReplayFlags flags;
+  flags.client = Flags(server);
+  flags.trace_path = std::string(KVTIER_CLI_TESTDATA) + "/three_requests.jsonl";
+  flags.block_bytes = block_bytes;
+  return flags;
+}
+
 TEST(PingCommandTest, AnswersAndFailures) {
   InProcessDaemon server;
   std::ostringstream out, err;
@@ -76,12 +94,9 @@ class BenchCommandTest : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(BenchCommandTest, PutsThenGetsEveryBlock) {
   InProcessDaemon server;
-  BenchFlags flags;
-  flags.client = Flags(server);
-  flags.block_bytes = "4KiB";
+  BenchFlags flags = SmallBench(server, 12);
   flags.concurrency = 2;
   flags.path = GetParam();
-  flags.count = 12;
   flags.batch = 5;
   flags.json = true;
   std::ostringstream out, err;
@@ -104,10 +119,7 @@ INSTANTIATE_TEST_SUITE_P(Paths, BenchCommandTest, ::testing::Values("shm", "inli
 
 TEST(BenchCommandTest, WarmUpRoundsAreNotCounted) {
   InProcessDaemon server;
-  BenchFlags flags;
-  flags.client = Flags(server);
-  flags.block_bytes = "4KiB";
-  flags.count = 10;
+  BenchFlags flags = SmallBench(server, 10);
   flags.batch = 4;
   flags.json = true;
   for (size_t warmup : {size_t{0}, size_t{3}}) {
@@ -125,11 +137,8 @@ TEST(BenchCommandTest, WarmUpRoundsAreNotCounted) {
 // same salt only gets, and finds the same blocks; a get of a salt nobody put finds none.
 TEST(BenchCommandTest, OnePhaseRunsWithTheSameSaltAddressTheSameBlocks) {
   InProcessDaemon server;
-  BenchFlags flags;
-  flags.client = Flags(server);
-  flags.block_bytes = "4KiB";
+  BenchFlags flags = SmallBench(server, 6);
   flags.concurrency = 2;
-  flags.count = 6;
   flags.salt = "shared-salt";
   flags.json = true;
   flags.keep = true;
@@ -159,11 +168,8 @@ TEST(BenchCommandTest, OnePhaseRunsWithTheSameSaltAddressTheSameBlocks) {
 // the whole run.
 TEST(BenchCommandTest, JsonSurvivesAUrlThatIsNotUtf8) {
   InProcessDaemon server;
-  BenchFlags flags;
-  flags.client = Flags(server);
+  BenchFlags flags = SmallBench(server, 2);
   flags.client.url = Latin1Url(server);
-  flags.block_bytes = "4KiB";
-  flags.count = 2;
   flags.json = true;
   std::ostringstream out, err;
   ASSERT_EQ(RunBench(flags, out, err), 0) << err.str();
@@ -176,10 +182,7 @@ TEST(BenchCommandTest, JsonSurvivesAUrlThatIsNotUtf8) {
 // and without --keep it dropped the namespace it had only read.
 TEST(BenchCommandTest, AGetOnlyRunNeedsASaltAndDropsNothing) {
   InProcessDaemon server;
-  BenchFlags flags;
-  flags.client = Flags(server);
-  flags.block_bytes = "4KiB";
-  flags.count = 3;
+  BenchFlags flags = SmallBench(server, 3);
   flags.only = "get";
   std::ostringstream out, err;
   EXPECT_EQ(RunBench(flags, out, err), 1);
@@ -198,8 +201,7 @@ TEST(BenchCommandTest, AGetOnlyRunNeedsASaltAndDropsNothing) {
 
 TEST(BenchCommandTest, BadBlockSizeFails) {
   InProcessDaemon server;
-  BenchFlags flags;
-  flags.client = Flags(server);
+  BenchFlags flags = SmallBench(server, 1);
   flags.block_bytes = "12 furlongs";
   std::ostringstream out, err;
   EXPECT_EQ(RunBench(flags, out, err), 1);
@@ -238,7 +240,7 @@ TEST(BenchCommandTest, ARunTooLargeToHoldIsRefusedBeforeRegistering) {
   }
   EXPECT_FALSE(Registered(server));
   // The check above can see a registration: a run that fits makes one.
-  flags = BenchFlags{.client = Flags(server), .block_bytes = "4KiB", .count = 1};
+  flags = SmallBench(server, 1);
   std::ostringstream out, err;
   EXPECT_EQ(RunBench(flags, out, err), 0) << err.str();
   EXPECT_TRUE(Registered(server));
@@ -246,10 +248,7 @@ TEST(BenchCommandTest, ARunTooLargeToHoldIsRefusedBeforeRegistering) {
 
 TEST(ReplayCommandTest, ReplaysTheTraceAndReportsHits) {
   InProcessDaemon server;
-  ReplayFlags flags;
-  flags.client = Flags(server);
-  flags.trace_path = std::string(KVTIER_CLI_TESTDATA) + "/three_requests.jsonl";
-  flags.block_bytes = "8KiB";
+  ReplayFlags flags = ThreeRequestReplay(server, "8KiB");
   flags.json = true;
   std::ostringstream out, err;
   ASSERT_EQ(RunReplay(flags, out, err), 0) << err.str();
@@ -273,10 +272,7 @@ TEST(ReplayCommandTest, ReplaysTheTraceAndReportsHits) {
 // its tiers did not add up to the hit ratio on a daemon with a remote tier.
 TEST(ReplayCommandTest, TheTableShowsEveryTierTheRemoteOneIncluded) {
   InProcessDaemon server;
-  ReplayFlags flags;
-  flags.client = Flags(server);
-  flags.trace_path = std::string(KVTIER_CLI_TESTDATA) + "/three_requests.jsonl";
-  flags.block_bytes = "8KiB";
+  ReplayFlags flags = ThreeRequestReplay(server, "8KiB");
   std::ostringstream table, err;
   ASSERT_EQ(RunReplay(flags, table, err), 0) << err.str();
   EXPECT_NE(table.str().find("gpu 0.00%  host 55.56%  nvme 0.00%  remote 0.00%\n"),
@@ -288,10 +284,7 @@ TEST(ReplayCommandTest, TheTableShowsEveryTierTheRemoteOneIncluded) {
 // 0, 50 and 100 ms after the start, so the run lasts at least 100 ms.
 TEST(ReplayCommandTest, SpeedSendsRequestsAtTheirTraceTimes) {
   InProcessDaemon server;
-  ReplayFlags flags;
-  flags.client = Flags(server);
-  flags.trace_path = std::string(KVTIER_CLI_TESTDATA) + "/three_requests.jsonl";
-  flags.block_bytes = "8KiB";
+  ReplayFlags flags = ThreeRequestReplay(server, "8KiB");
   flags.json = true;
   flags.speed = 0.02;
   std::ostringstream out, err;
@@ -325,10 +318,7 @@ TEST(ReplayCommandTest, JsonSurvivesNamesThatAreNotUtf8) {
 // Regression: --block-bytes 1TiB died of bad_alloc after registering the namespace.
 TEST(ReplayCommandTest, ABlockTooLargeToHoldIsRefusedBeforeRegistering) {
   InProcessDaemon server;
-  ReplayFlags flags;
-  flags.client = Flags(server);
-  flags.trace_path = std::string(KVTIER_CLI_TESTDATA) + "/three_requests.jsonl";
-  flags.block_bytes = "1TiB";
+  ReplayFlags flags = ThreeRequestReplay(server, "1TiB");
   std::ostringstream out, err;
   EXPECT_EQ(RunReplay(flags, out, err), 1);
   EXPECT_NE(err.str().find("--block-bytes: '1TiB' is more than the 1.0 GiB"), std::string::npos)
@@ -341,10 +331,7 @@ TEST(ReplayCommandTest, ABlockTooLargeToHoldIsRefusedBeforeRegistering) {
 // kMinReplaySpeed are refused, by the parser and by the run.
 TEST(ReplayCommandTest, ASpeedTooSlowOrNotANumberIsRefused) {
   InProcessDaemon server;
-  ReplayFlags flags;
-  flags.client = Flags(server);
-  flags.trace_path = std::string(KVTIER_CLI_TESTDATA) + "/three_requests.jsonl";
-  flags.block_bytes = "8KiB";
+  ReplayFlags flags = ThreeRequestReplay(server, "8KiB");
   for (double speed : {1e-300, 1e-7, -1.0, std::numeric_limits<double>::infinity(),
                        std::numeric_limits<double>::quiet_NaN()}) {
     flags.speed = speed;
