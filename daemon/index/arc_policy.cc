@@ -33,25 +33,29 @@ void ArcPolicy::TrimGhost(ListId ghost) {
 }
 
 void ArcPolicy::Insert(const BlockKey& key) {
-  const bool restoring = last_victim_ == key;
-  last_victim_.reset();
   const Lists::Node node = lists_.Find(key);
   if (node == Lists::kNone) {
     lists_.Add(key, kRecent);
   } else if (!Resident(node)) {
-    const auto ghost = static_cast<ListId>(lists_.SegmentOf(node));
-    if (restoring) {
-      // Back into the resident list PopVictim took it from, as just used: at the least recent
-      // end it would be the next victim again, and PickVictim, which asks again after putting a
-      // leased block back, would see no other block.
-      lists_.MoveToHead(node, ghost == kRecentGhost ? kRecent : kFrequent);
-    } else {
-      AdaptOnGhostHit(ghost);
-      lists_.MoveToHead(node, kFrequent);
-    }
+    AdaptOnGhostHit(static_cast<ListId>(lists_.SegmentOf(node)));
+    lists_.MoveToHead(node, kFrequent);
   } else {
     // Inserting a tracked key breaks the caller's contract; count it as a use.
     lists_.MoveToHead(node, kFrequent);
+  }
+  largest_size_ = std::max(largest_size_, size());
+}
+
+void ArcPolicy::PutBack(const BlockKey& key) {
+  const Lists::Node node = lists_.Find(key);
+  if (Resident(node)) return;
+  if (node == Lists::kNone) {
+    lists_.Add(key, kRecent);  // its ghost was trimmed meanwhile: the list new blocks enter
+  } else {
+    // Back into the resident list PopVictim took it from, as just used: at the least recent end
+    // it would be the next victim again.
+    const auto ghost = static_cast<ListId>(lists_.SegmentOf(node));
+    lists_.MoveToHead(node, ghost == kRecentGhost ? kRecent : kFrequent);
   }
   largest_size_ = std::max(largest_size_, size());
 }
@@ -80,7 +84,6 @@ std::optional<BlockKey> ArcPolicy::PopVictim() {
   const BlockKey victim = lists_.KeyOf(node);
   lists_.MoveToHead(node, ghost);
   TrimGhost(ghost);
-  last_victim_ = victim;
   return victim;
 }
 

@@ -14,9 +14,8 @@
 //   the Mooncake conversation trace: below LRU at 50,000 blocks from a 0 start, above it from 1/2).
 // - Each ghost list is bounded by the capacity on its own (the paper bounds T1+B1 by c), which
 //   measured better on the same trace at small capacities.
-// - The store re-Inserts a victim it could not evict (a leased block): an Insert of exactly the key
-//   the last PopVictim returned, with no Insert in between, puts it back in the list it left, as
-//   just used (as BlockIndex::PickVictim documents), and does not count as a ghost hit.
+// - A victim the store could not evict (a leased block) comes back through PutBack: into the list
+//   it left, as just used, not as a ghost hit.
 //
 // `capacity_hint_blocks` is the cache size c; when 0 the largest size seen stands in for it.
 // Memory: up to 2c ghost keys besides the c resident ones. All operations are O(1).
@@ -38,6 +37,7 @@ class ArcPolicy final : public EvictionPolicy {
 
   std::string_view name() const override { return "arc"; }
   void Insert(const BlockKey& key) override;
+  void PutBack(const BlockKey& key) override;
   void Touch(const BlockKey& key) override;
   void Erase(const BlockKey& key) override;
   std::optional<BlockKey> PopVictim() override;
@@ -67,7 +67,6 @@ class ArcPolicy final : public EvictionPolicy {
   size_t capacity_hint_blocks_;
   size_t largest_size_ = 0;
   double recent_target_share_ = 0.5;
-  std::optional<BlockKey> last_victim_;
 };
 
 }  // namespace kvtier::index

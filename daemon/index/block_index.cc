@@ -369,45 +369,49 @@ std::optional<std::pair<BlockKey, BlockMeta>> BlockIndex::PickVictim(TierId tier
     MutexLock lock(order.mu);
     attempts = order.TrackedBlocks();
   }
-  // Orders whose every block was found unevictable in this call (bit g: group g's own order,
-  // bit 0: the common one) are passed over, so that one group's leased blocks cannot keep the
-  // others' from being picked.
-  uint64_t exhausted = 0;
-  std::array<size_t, kMaxQuotaGroups> refused{};
-  for (; attempts > 0; --attempts) {
+  // Blocks found leased or pinned stay out of the policy until the search ends. Put back at once,
+  // a policy may name the same block again at the next pop (S3-FIFO's small queue, ARC's recent
+  // list and TinyLFU's window each take their next victim from where a put-back block lands while
+  // they are over their share), and a few leased blocks would hide every evictable one. Out of
+  // the policy, they also empty their order when they are all its blocks, and VictimOrder then
+  // passes to the next one, so one group's leased blocks cannot keep the others' from being picked.
+  std::vector<BlockKey> refused;
+  std::optional<std::pair<BlockKey, BlockMeta>> victim;
+  for (; attempts > 0 && !victim; --attempts) {
     std::optional<BlockKey> key;
-    size_t from_bit = 0;
     {
       MutexLock lock(order.mu);
-      EvictionPolicy* from = order.VictimOrder(requester, exhausted);
-      if (from == nullptr) return std::nullopt;
-      from_bit = order.OrderBit(from);
+      EvictionPolicy* from = order.VictimOrder(requester);
+      if (from == nullptr) break;
       key = from->PopVictim();
     }
-    if (!key) return std::nullopt;
+    if (!key) break;
     Shard& shard = ShardFor(*key);
     MutexLock lock(shard.mu);
     const BlockMeta* meta = shard.entries.Find(*key);
     // Gone, or moved to another tier, since the policy named it: nothing to give back.
     if (meta == nullptr || meta->tier != tier || meta->state != BlockState::kReady) continue;
-    if (Evictable(*meta, now_us)) return std::make_pair(*key, *meta);
-    MutexLock policy_lock(order.mu);
-    EvictionPolicy& back = order.OrderOf(meta->quota_group);
-    if (!back.Contains(*key)) back.Insert(*key);
-    if (++refused[from_bit] >= order.OrderAt(from_bit).size()) exhausted |= uint64_t{1} << from_bit;
+    if (Evictable(*meta, now_us)) {
+      victim.emplace(*key, *meta);
+    } else {
+      refused.push_back(*key);
+    }
   }
-  return std::nullopt;
+  for (const BlockKey& key : refused) ReturnToPolicy(key, tier);
+  return victim;
 }
 
-void BlockIndex::Unpick(const BlockKey& key) {
+void BlockIndex::Unpick(const BlockKey& key) { ReturnToPolicy(key, std::nullopt); }
+
+void BlockIndex::ReturnToPolicy(const BlockKey& key, std::optional<TierId> tier) {
   Shard& shard = ShardFor(key);
   MutexLock lock(shard.mu);
   const BlockMeta* meta = shard.entries.Find(key);
-  if (meta == nullptr || meta->state != BlockState::kReady) return;
+  // Erased, or moved to another tier meanwhile: its new place has its own order.
+  if (meta == nullptr || meta->state != BlockState::kReady || (tier && meta->tier != *tier)) return;
   TierOrder& order = tiers_[TierIndex(meta->tier)];
   MutexLock policy_lock(order.mu);
-  EvictionPolicy& back = order.OrderOf(meta->quota_group);
-  if (!back.Contains(key)) back.Insert(key);
+  order.OrderOf(meta->quota_group).PutBack(key);
 }
 
 std::vector<std::pair<BlockKey, BlockMeta>> BlockIndex::EvictableInRange(TierId tier,

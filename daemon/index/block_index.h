@@ -125,8 +125,9 @@ class BlockIndex {
   // The victim chosen by `tier`'s policy that is ready, unleased and unpinned at `now_us`,
   // together with its metadata. The entry stays in the map (the caller frees or demotes it and
   // then calls Erase or MoveTier) but leaves the policy, so no other thread picks it too; blocks
-  // skipped because they are leased or pinned go back to the policy as just used. Gives up after
-  // trying every block the policy held once; nullopt then, or when the tier is empty.
+  // skipped because they are leased or pinned go back to the policy (EvictionPolicy::PutBack)
+  // when the search ends, each tried once. Gives up after trying every block the policy held;
+  // nullopt then, or when the tier is empty.
   // With quotas: `requester` is the quota group whose put needs the room (0: none, as for the
   // mover's watermarks). Victims come from groups over their quota in `tier` (the requester's
   // own first), then from blocks of no quota there, then, only for a requester, from its own
@@ -153,7 +154,8 @@ class BlockIndex {
   GroupUsage QuotaUsage(uint8_t group, TierId tier) const;
 
   // Puts a block that PickVictim returned back into its tier's policy (the caller changed its
-  // mind, for example because demotion failed and the block stays).
+  // mind, for example because demotion failed and the block stays), as a put-back victim, not a
+  // use (EvictionPolicy::PutBack).
   void Unpick(const BlockKey& key);
 
   // Ready, unleased blocks of `tier` unpinned at `now_us` whose extent lies inside `range`: what
@@ -177,6 +179,10 @@ class BlockIndex {
   std::string_view policy_name(TierId tier) const;
 
  private:
+  // PutBack of a picked block into its tier's order, if it is still ready there (in `tier`, when
+  // given).
+  void ReturnToPolicy(const BlockKey& key, std::optional<TierId> tier);
+
   struct Shard {
     mutable Mutex mu;
     BlockMap entries GUARDED_BY(mu);
@@ -205,11 +211,9 @@ class BlockIndex {
     // changed), so that no stale entry survives there.
     void Join(const BlockKey& key, const BlockMeta& meta) REQUIRES(mu);
     void Leave(const BlockKey& key, const BlockMeta& meta) REQUIRES(mu);
-    // The order PickVictim takes its next candidate from, passing over the `exhausted` ones
-    // (bit g: group g's own order; bit 0: the common one); nullptr when none may give one.
-    EvictionPolicy* VictimOrder(uint8_t requester, uint64_t exhausted) REQUIRES(mu);
-    size_t OrderBit(const EvictionPolicy* order) const REQUIRES(mu);
-    EvictionPolicy& OrderAt(size_t bit) REQUIRES(mu);
+    // The order PickVictim takes its next candidate from (an empty group order is passed
+    // over); nullptr when none may give one.
+    EvictionPolicy* VictimOrder(uint8_t requester) REQUIRES(mu);
     size_t TrackedBlocks() const REQUIRES(mu);
   };
 

@@ -90,6 +90,52 @@ TEST_P(BlockIndexPoliciesTest, ConcurrentUseKeepsIndexAndPolicyInAgreement) {
   EXPECT_EQ(index.size(), 0u);
 }
 
+// Regression: PickVictim put each leased block back at once, where S3-FIFO (its small queue),
+// ARC (its recent list) and TinyLFU (its window) took their next victim again while over their
+// share: its tries went round the same leased blocks and it answered "nothing evictable" with
+// most blocks free to go, so every put into the full tier failed while the leases lasted.
+TEST_P(BlockIndexPoliciesTest, LeasedNewBlocksDoNotHideTheEvictableOldOnes) {
+  constexpr size_t kCapacity = 100;
+  // 60 leased: over S3-FIFO's small queue (10%) and ARC's recent share (50%); 2 besides a full
+  // cache of old blocks: over TinyLFU's window (1%) while its main cache is full.
+  for (const auto& [old, leased] : {std::pair<uint64_t, uint64_t>{40, 60}, {kCapacity, 2}}) {
+    SCOPED_TRACE(std::to_string(old) + " old, " + std::to_string(leased) + " leased");
+    auto created = BlockIndex::Create(
+        {.shard_count = 8, .policy = GetParam(), .capacity_hint_blocks = kCapacity});
+    ASSERT_TRUE(created.ok()) << created.status().ToString();
+    BlockIndex& index = **created;
+    // Old blocks, each used twice since (S3-FIFO's main queue, ARC's frequent list, TinyLFU's
+    // protected part).
+    for (uint64_t i = 0; i < old; ++i) ASSERT_TRUE(index.InsertReady(Key(i), Meta()).ok());
+    for (int round = 0; round < 2; ++round) {
+      for (uint64_t i = 0; i < old; ++i) {
+        const BlockKey key = Key(i);
+        (void)index.Lookup({&key, 1}, /*touch=*/true);
+      }
+    }
+    // New blocks, leased by readers.
+    for (uint64_t i = 1000; i < 1000 + leased; ++i) {
+      ASSERT_TRUE(index.InsertReady(Key(i), Meta()).ok());
+      ASSERT_TRUE(index
+                      .Update(Key(i),
+                              [](BlockMeta& m) {
+                                ++m.lease_count;
+                                return Status::Ok();
+                              })
+                      .ok());
+    }
+    // Every old block can still be picked, one after another, and no leased one is.
+    for (uint64_t n = 0; n < old; ++n) {
+      auto victim = index.PickVictim(TierId::kHost, 0);
+      ASSERT_TRUE(victim.has_value()) << "no victim after " << n << " of " << old;
+      EXPECT_EQ(victim->second.lease_count, 0u);
+      ASSERT_TRUE(index.Erase(victim->first).has_value());
+    }
+    EXPECT_FALSE(index.PickVictim(TierId::kHost, 0).has_value());  // only leased blocks left
+    EXPECT_EQ(index.TrackedBlocks(TierId::kHost), leased);         // and all put back
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(AllPolicies, BlockIndexPoliciesTest,
                          ::testing::ValuesIn(EvictionPolicyNames()),
                          [](const auto& info) { return info.param; });

@@ -21,12 +21,10 @@ void BlockIndex::TierOrder::Leave(const BlockKey& key, const BlockMeta& meta) {
   used_bytes[group] -= std::min(used_bytes[group], meta.extent.length);
 }
 
-EvictionPolicy* BlockIndex::TierOrder::VictimOrder(uint8_t requester, uint64_t exhausted) {
-  auto open = [&](size_t g) { return (exhausted & (uint64_t{1} << g)) == 0; };
-  if (groups_with_quota == 0) return open(0) ? policy.get() : nullptr;
+EvictionPolicy* BlockIndex::TierOrder::VictimOrder(uint8_t requester) {
+  if (groups_with_quota == 0) return policy.get();
   auto over = [&](size_t g) {
-    return quota_bytes[g] != 0 && used_bytes[g] > quota_bytes[g] && open(g) &&
-           group_policies[g]->size() > 0;
+    return quota_bytes[g] != 0 && used_bytes[g] > quota_bytes[g] && group_policies[g]->size() > 0;
   };
   const bool member = requester != 0 && requester < kMaxQuotaGroups;
   // A group over its quota gives up its own blocks first: the requester's, else the furthest over.
@@ -39,32 +37,19 @@ EvictionPolicy* BlockIndex::TierOrder::VictimOrder(uint8_t requester, uint64_t e
     }
   }
   if (furthest != 0) return group_policies[furthest].get();
-  if (open(0) && policy->size() > 0) return policy.get();
+  if (policy->size() > 0) return policy.get();
   // Only blocks of groups within their quotas are left: a group may make room among its own.
-  if (member && quota_bytes[requester] != 0 && open(requester) &&
-      group_policies[requester]->size() > 0) {
+  if (member && quota_bytes[requester] != 0 && group_policies[requester]->size() > 0) {
     return group_policies[requester].get();
   }
   if (requester == kEveryGroup) {
     for (size_t g = 1; g < kMaxQuotaGroups; ++g) {
-      if (quota_bytes[g] != 0 && open(g) && group_policies[g]->size() > 0) {
+      if (quota_bytes[g] != 0 && group_policies[g]->size() > 0) {
         return group_policies[g].get();
       }
     }
   }
   return nullptr;
-}
-
-size_t BlockIndex::TierOrder::OrderBit(const EvictionPolicy* order) const {
-  if (order == policy.get()) return 0;
-  for (size_t g = 1; g < kMaxQuotaGroups; ++g) {
-    if (group_policies[g].get() == order) return g;
-  }
-  return 0;
-}
-
-EvictionPolicy& BlockIndex::TierOrder::OrderAt(size_t bit) {
-  return bit == 0 ? *policy : *group_policies[bit];
 }
 
 size_t BlockIndex::TierOrder::TrackedBlocks() const {

@@ -54,8 +54,15 @@ class EvictionPolicy {
   virtual void Erase(const BlockKey& key) = 0;
 
   // Chooses the next key to evict and stops tracking it; nullopt when nothing is tracked. The
-  // caller re-Inserts a victim it finds it cannot evict (a leased block).
+  // caller PutBacks a victim it finds it cannot evict (a leased block).
   virtual std::optional<BlockKey> PopVictim() = 0;
+
+  // Tracks again a key that PopVictim returned and the caller did not evict (a leased or pinned
+  // block), in the place a block just stored goes (so the other blocks are asked first next
+  // time), without counting a use, a ghost hit or a gap: a block that could not be evicted was
+  // not reused. Any victim may come back this way, not only the last one, and in any order. A
+  // no-op when `key` is tracked.
+  virtual void PutBack(const BlockKey& key) = 0;
 
   virtual bool Contains(const BlockKey& key) const = 0;
   virtual size_t size() const = 0;

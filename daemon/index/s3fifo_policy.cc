@@ -20,19 +20,31 @@ bool S3FifoPolicy::Contains(const BlockKey& key) const {
 }
 
 void S3FifoPolicy::Insert(const BlockKey& key) {
-  const bool restoring = last_victim_ == key;
-  last_victim_.reset();
   const Lists::Node node = lists_.Find(key);
   if (node == Lists::kNone) {
-    lists_.Add(key, restoring ? last_victim_queue_ : kSmall);
+    lists_.Add(key, kSmall);
   } else if (lists_.SegmentOf(node) == kGhost) {
-    // Evicted from S unused, and wanted again: it has proved itself, so M. A restored victim of
-    // S (a leased block put back) goes back to S instead.
-    lists_.MoveToHead(node, restoring ? last_victim_queue_ : kMain);
+    // Evicted from S unused, and wanted again: it has proved itself, so M.
+    lists_.MoveToHead(node, kMain);
     lists_.SetCounter(node, 0);
   } else {
     // Inserting a tracked key breaks the caller's contract; count it as a use.
     Touch(key);
+    return;
+  }
+  largest_size_ = std::max(largest_size_, size());
+}
+
+void S3FifoPolicy::PutBack(const BlockKey& key) {
+  const Lists::Node node = lists_.Find(key);
+  if (node == Lists::kNone) {
+    // A victim of M leaves no ghost (nor does one of S whose ghost was trimmed since: rare, and
+    // M is then the safer place for a block that is in use).
+    lists_.Add(key, kMain);
+  } else if (lists_.SegmentOf(node) == kGhost) {
+    lists_.MoveToHead(node, kSmall);  // a victim of S, which made it a ghost
+    lists_.SetCounter(node, 0);
+  } else {
     return;
   }
   largest_size_ = std::max(largest_size_, size());
@@ -66,8 +78,6 @@ std::optional<BlockKey> S3FifoPolicy::PopVictim() {
       while (lists_.Size(kGhost) > Capacity() - std::min(Capacity(), SmallCapacity())) {
         lists_.Remove(lists_.Tail(kGhost));
       }
-      last_victim_ = key;
-      last_victim_queue_ = kSmall;
       return key;
     }
     const Lists::Node oldest = lists_.Tail(kMain);
@@ -78,8 +88,6 @@ std::optional<BlockKey> S3FifoPolicy::PopVictim() {
     }
     BlockKey key = lists_.KeyOf(oldest);
     lists_.Remove(oldest);
-    last_victim_ = key;
-    last_victim_queue_ = kMain;
     return key;
   }
 }

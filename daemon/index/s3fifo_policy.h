@@ -16,10 +16,9 @@
 // Prefix semantics: the store inserts a request's new blocks from the last to the first, so in S
 // and M a prefix's tail is older than its head and leaves first.
 //
-// The store re-Inserts a victim it could not evict (a leased block): an Insert of exactly the key
-// the last PopVictim returned, with no Insert in between, puts it back at the head of the queue
-// it left, its count cleared and without a ghost hit. `capacity_hint_blocks` is the cache size;
-// when 0 the largest size seen stands in for it.
+// A victim the store could not evict (a leased block) comes back through PutBack: at the head of
+// the queue it left, its count cleared, without a ghost hit. `capacity_hint_blocks` is the cache
+// size; when 0 the largest size seen stands in for it.
 //
 // Memory per tracked block: one 24-byte node and one hash table slot (segmented_lists.h), for up
 // to 1.9x the capacity (resident and ghost keys). PopVictim is O(1) amortised (each block is put
@@ -40,6 +39,7 @@ class S3FifoPolicy final : public EvictionPolicy {
 
   std::string_view name() const override { return "s3fifo"; }
   void Insert(const BlockKey& key) override;
+  void PutBack(const BlockKey& key) override;
   void Touch(const BlockKey& key) override;
   void Erase(const BlockKey& key) override;
   std::optional<BlockKey> PopVictim() override;
@@ -63,8 +63,6 @@ class S3FifoPolicy final : public EvictionPolicy {
   Lists lists_;
   size_t capacity_hint_blocks_;
   size_t largest_size_ = 0;
-  std::optional<BlockKey> last_victim_;
-  Queue last_victim_queue_ = kSmall;
 };
 
 }  // namespace kvtier::index

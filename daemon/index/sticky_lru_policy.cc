@@ -174,18 +174,23 @@ void StickyLruPolicy::Replay(Shadow& shadow, const BlockKey& key, uint64_t now) 
   stamp(shadow.keys.Add(key, 0));
 }
 
-void StickyLruPolicy::Insert(const BlockKey& key) {
+void StickyLruPolicy::Insert(const BlockKey& key) { Track(key, /*observe=*/true); }
+
+void StickyLruPolicy::PutBack(const BlockKey& key) {
+  const Lists::Node node = lists_.Find(key);
+  if (node != Lists::kNone && lists_.SegmentOf(node) == kResident) return;
+  Track(key, /*observe=*/false);
+}
+
+void StickyLruPolicy::Track(const BlockKey& key, bool observe) {
   const uint64_t now = now_ms_();
-  const bool put_back = last_victim_ && *last_victim_ == key;
-  last_victim_.reset();
   Lists::Node node = lists_.Find(key);
   if (node != Lists::kNone && lists_.SegmentOf(node) == kResident) {  // broken contract: a touch
     lists_.MoveToHead(node, kResident);
     Stamp(node, now);
     return;
   }
-  // A victim the store could not evict comes back as it was, not as a reuse.
-  if (!put_back) Observe(key, now);
+  if (observe) Observe(key, now);
   if (node == Lists::kNone) {
     node = lists_.Add(key, kResident);
   } else {
@@ -245,7 +250,6 @@ std::optional<BlockKey> StickyLruPolicy::PopVictim() {
   const uint64_t stamp = stamps_[tail];
   lists_.Remove(tail);
   RememberInGhost(victim, stamp);
-  last_victim_ = victim;
   return victim;
 }
 

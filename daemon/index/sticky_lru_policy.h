@@ -67,6 +67,8 @@ class StickyLruPolicy final : public EvictionPolicy {
 
   std::string_view name() const override { return "sticky"; }
   void Insert(const BlockKey& key) override;
+  // Back at the head with a fresh time stamp, as before, but no gap measured: not a reuse.
+  void PutBack(const BlockKey& key) override;
   void Touch(const BlockKey& key) override;
   // One clock read for the run: reading it per key was an eighth of an 8,192-key lookup.
   void TouchRun(std::span<const BlockKey> run) override;
@@ -102,6 +104,8 @@ class StickyLruPolicy final : public EvictionPolicy {
     bool sticky = false;
   };
 
+  // Insert and PutBack: the key becomes the most recent resident; `observe` measures its gap.
+  void Track(const BlockKey& key, bool observe);
   bool Sampled(const BlockKey& key) const;
   size_t Capacity() const;
   bool Young(uint64_t last_use, uint64_t now) const;
@@ -125,7 +129,6 @@ class StickyLruPolicy final : public EvictionPolicy {
   size_t gaps_since_estimate_ = 0;
   uint64_t gap_estimate_ = UINT64_MAX;
   Shadow lru_shadow_, sticky_shadow_;
-  std::optional<BlockKey> last_victim_;  // to tell a put-back Insert from a new one
 };
 
 }  // namespace kvtier::index

@@ -72,7 +72,7 @@ TEST_F(StickyLruPolicyTest, AVictimPutBackIsNotAReuse) {
   for (uint64_t i = 0; i < 64; ++i) {
     const std::optional<BlockKey> victim = policy.PopVictim();
     ASSERT_TRUE(victim.has_value());
-    policy.Insert(*victim);  // leased: the store hands it back at once
+    policy.PutBack(*victim);  // leased: the store hands it back
   }
   EXPECT_FALSE(policy.reuse_gap_ms().has_value());
   EXPECT_EQ(policy.size(), 64u);

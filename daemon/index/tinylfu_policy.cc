@@ -32,13 +32,19 @@ void TinyLfuPolicy::Insert(const BlockKey& key) {
     Touch(key);
     return;
   }
-  const bool restoring = last_victim_ == key;
-  last_victim_.reset();
+  Track(key);
+  sketch_->Increment(key);
+}
+
+void TinyLfuPolicy::PutBack(const BlockKey& key) {
+  if (lists_.Find(key) == Lists::kNone) Track(key);
+}
+
+void TinyLfuPolicy::Track(const BlockKey& key) {
   lists_.Add(key, kWindow);
   ++size_;
   largest_size_ = std::max(largest_size_, size_);
   MaybeGrowSketch();
-  if (!restoring) sketch_->Increment(key);
 }
 
 void TinyLfuPolicy::Touch(const BlockKey& key) {
@@ -88,7 +94,6 @@ std::optional<BlockKey> TinyLfuPolicy::PopVictim() {
   BlockKey key = lists_.KeyOf(victim);
   lists_.Remove(victim);
   --size_;
-  last_victim_ = key;
   return key;
 }
 

@@ -20,10 +20,9 @@
 // first, and a child's sketch count never exceeds its parent's by much (a use of a child is a use
 // of its parent).
 //
-// The store re-Inserts a victim it could not evict (a leased block): an Insert of exactly the key
-// the last PopVictim returned, with no Insert in between, puts it back in the window without
-// counting a use. `capacity_hint_blocks` is the cache size; when 0 the largest size seen stands in
-// for it and the sketch is rebuilt (empty) each time that size doubles.
+// A victim the store could not evict (a leased block) comes back through PutBack: into the window
+// without counting a use. `capacity_hint_blocks` is the cache size; when 0 the largest size seen
+// stands in for it and the sketch is rebuilt (empty) each time that size doubles.
 //
 // Memory per tracked block: one 24-byte node, one hash table slot, and 8 sketch bytes per block
 // of capacity (segmented_lists.h). All operations are O(1). Thread safety: none (see
@@ -45,6 +44,7 @@ class TinyLfuPolicy final : public EvictionPolicy {
 
   std::string_view name() const override { return "tinylfu"; }
   void Insert(const BlockKey& key) override;
+  void PutBack(const BlockKey& key) override;
   void Touch(const BlockKey& key) override;
   void Erase(const BlockKey& key) override;
   std::optional<BlockKey> PopVictim() override;
@@ -66,13 +66,13 @@ class TinyLfuPolicy final : public EvictionPolicy {
   size_t MainCapacity() const { return Capacity() - WindowCapacity(); }
   size_t ProtectedCapacity() const { return MainCapacity() * 4 / 5; }
   void MaybeGrowSketch();
+  void Track(const BlockKey& key);  // into the window; no use counted
 
   Lists lists_;
   size_t capacity_hint_blocks_;
   size_t largest_size_ = 0;
   size_t size_ = 0;
   std::optional<FrequencySketch> sketch_;  // built by the first Insert
-  std::optional<BlockKey> last_victim_;
 };
 
 }  // namespace kvtier::index
