@@ -229,6 +229,11 @@ Status SlabAllocator::Free(const Extent& extent) {
     return Internal("free of " + Describe(extent) + " outside the allocator's range");
   }
   if (SmallSlotBytes(extent.length) != 0) return FreeSmall(extent);
+  // A page cut into small slots is an ordinary slot to the slab below, but it was never handed
+  // out as one: freeing it would free the small blocks in it under their owners.
+  if (small_pages_.contains(extent.offset)) {
+    return Internal("free of " + Describe(extent) + ", a page of small slots, not a block");
+  }
   const auto slab_index = static_cast<uint32_t>(extent.offset / slab_bytes_);
   switch (slabs_[slab_index].kind) {
     case SlabKind::kSlots:

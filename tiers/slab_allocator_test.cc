@@ -402,6 +402,30 @@ TEST(SlabAllocatorTest, SmallSlotsPackSmallValues) {
   EXPECT_EQ(b.offset - a.offset, 4 * kKiB);
 }
 
+// Regression: freeing the page that holds small slots, as if it were an ordinary block, was
+// taken: the page went back while its slots were live, used_bytes wrapped below zero, and the
+// next 4 KiB block was handed the same bytes as the small ones.
+TEST(SlabAllocatorTest, ThePageOfSmallSlotsIsNotABlockToFree) {
+  SlabAllocator allocator =
+      SlabAllocator::Create(
+          {.capacity_bytes = 2 * kMiB, .slab_bytes = 128 * kKiB, .small_slot_max_bytes = 2 * kKiB})
+          .value();
+  const Extent a = allocator.Allocate(100).value();
+  const Extent b = allocator.Allocate(100).value();
+  const uint64_t page = a.offset & ~(4 * kKiB - 1);
+  const TierStats before = allocator.Stats();
+  const Status freed = allocator.Free(Extent{page, 4 * kKiB});
+  EXPECT_EQ(freed.code(), StatusCode::kInternal) << freed.ToString();
+  EXPECT_EQ(allocator.Stats().used_bytes, before.used_bytes);
+  EXPECT_EQ(allocator.Stats().block_count, before.block_count);
+  const Extent next = allocator.Allocate(4 * kKiB).value();
+  EXPECT_NE(next.offset, page);
+  ASSERT_TRUE(allocator.Free(a).ok());
+  ASSERT_TRUE(allocator.Free(b).ok());
+  ASSERT_TRUE(allocator.Free(next).ok());
+  EXPECT_EQ(allocator.Stats().used_bytes, 0u);
+}
+
 // Small slots of every size come out of pages of one ordinary class, so a single slab serves
 // them all (no slab per size of small value), and an emptied page is an ordinary free slot again.
 TEST(SlabAllocatorTest, SmallSlotsOfEverySizeShareOneSlabAndPagesComeBack) {
