@@ -99,7 +99,9 @@ const NamespaceField kNamespaceFields[] = {
     {"get_misses", "kvtier_namespace_get_misses_total",
      "Reads of the namespace that found no block.", &store::NamespaceStats::get_misses},
     {"evictions", "kvtier_namespace_evictions_total",
-     "Blocks of the namespace dropped from the last tier.", &store::NamespaceStats::evictions},
+     "Blocks of the namespace evicted from the cache: dropped from a tier, not moved down "
+     "(the last tier, or a lower tier that did not take them).",
+     &store::NamespaceStats::evictions},
 };
 
 struct TotalField {
@@ -136,7 +138,9 @@ const TotalField kTotalFields[] = {
     {"removed_blocks", "kvtier_removed_blocks_total", "counter",
      "Blocks removed (DEL, namespace drops, corrupt blocks).", &store::StoreStats::removed_blocks},
     {"evicted_blocks", "kvtier_evicted_blocks_total", "counter",
-     "Blocks dropped from the cache by eviction.", &store::StoreStats::evicted_blocks},
+     "Blocks evicted from the cache: dropped from a tier, not moved down (the last tier, or a "
+     "lower tier that did not take them).",
+     &store::StoreStats::evicted_blocks},
     {"expired_leases", "kvtier_expired_leases_total", "counter",
      "Leases taken back at their deadline.", &store::StoreStats::expired_leases},
     {"expired_reservations", "kvtier_expired_reservations_total", "counter",

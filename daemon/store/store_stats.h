@@ -31,7 +31,7 @@ struct NamespaceCounters {
   Counter put_bytes{0};
   Counter gets{0};        // leases granted
   Counter get_misses{0};  // Acquire that found nothing
-  Counter evictions{0};   // blocks of this namespace dropped from the last tier
+  Counter evictions{0};   // blocks of this namespace dropped from a tier, not moved down
 };
 
 struct TierCounters {
@@ -57,7 +57,7 @@ struct StoreCounters {
   Counter busy_puts{0};               // BeginPut answered kBusy for lack of room
   Counter not_admitted_blocks{0};     // refused by a full last tier's policy (AdmitsNew)
   Counter removed_blocks{0};          // Remove and DropNamespace
-  Counter evicted_blocks{0};          // dropped from the last tier
+  Counter evicted_blocks{0};          // dropped from a tier, not moved down
   Counter adopted_blocks{0};          // found on a durable tier at start-up (AdoptBlock)
   Counter write_throughs{0};          // puts also written to NVMe at commit
   Counter write_through_failures{0};  // puts that NVMe could not take (kept in memory only)
