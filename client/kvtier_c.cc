@@ -71,6 +71,20 @@ std::vector<BlockKey> ToKeys(const kvtier_key* keys, size_t n) {
 
 std::string Str(const char* s) { return s == nullptr ? std::string() : std::string(s); }
 
+// KVTIER_EINVAL naming the first NULL entry of `blocks`, checked before anything is sent: a NULL
+// block would otherwise fault in the copy through shared memory, or fail the socket's write and
+// lose the connection.
+template <typename Pointer>
+int CheckBlocks(const char* call, Pointer const* blocks, size_t n) {
+  for (size_t i = 0; i < n; ++i) {
+    if (blocks[i] == nullptr) {
+      return Fail(Status(StatusCode::kInvalidArgument,
+                         std::string(call) + ": blocks[" + std::to_string(i) + "] is NULL"));
+    }
+  }
+  return KVTIER_OK;
+}
+
 }  // namespace
 
 static_assert(-static_cast<int>(StatusCode::kInternal) == KVTIER_EINTERNAL);
@@ -191,6 +205,7 @@ int kvtier_put(kvtier_client* client, const kvtier_key* ns, const kvtier_key* ke
     if (client == nullptr || ns == nullptr || ((keys == nullptr || blocks == nullptr) && n_keys > 0)) {
       return FailInvalid("kvtier_put: NULL pointer");
     }
+    if (int rc = CheckBlocks("kvtier_put", blocks, n_keys); rc != KVTIER_OK) return rc;
     const std::vector<BlockKey> key_list = ToKeys(keys, n_keys);
     const NamespaceId id{ToKey(*ns)};
     kvtier::client::Client& c = client->client;
@@ -221,6 +236,7 @@ int kvtier_get(kvtier_client* client, const kvtier_key* ns, const kvtier_key* ke
         ((keys == nullptr || blocks == nullptr) && n_keys > 0)) {
       return FailInvalid("kvtier_get: NULL pointer");
     }
+    if (int rc = CheckBlocks("kvtier_get", blocks, n_keys); rc != KVTIER_OK) return rc;
     const std::vector<BlockKey> key_list = ToKeys(keys, n_keys);
     const NamespaceId id{ToKey(*ns)};
     kvtier::client::Client& c = client->client;

@@ -116,7 +116,8 @@ int kvtier_lookup(kvtier_client* client, const kvtier_key* ns, const kvtier_key*
 int kvtier_refresh(kvtier_client* client, const kvtier_key* ns, const kvtier_key* keys,
                    size_t n_keys, size_t* prefix_out);
 
-/* Stores n_keys blocks of block_bytes each; blocks[i] points at block i. `statuses_out`, when
+/* Stores n_keys blocks of block_bytes each; blocks[i] points at block i (a NULL one is
+ * KVTIER_EINVAL, and nothing is stored). `statuses_out`, when
  * non-NULL, holds n_keys ints and receives each key's code (KVTIER_OK stored, KVTIER_EEXISTS
  * already there, KVTIER_EBUSY, ...). *stored_out (if non-NULL) is the number stored or already
  * present. The call's own return is an error only when nothing could be said per key. */
@@ -125,7 +126,8 @@ int kvtier_put(kvtier_client* client, const kvtier_key* ns, const kvtier_key* ke
                size_t* stored_out);
 
 /* Fetches the leading cached blocks into blocks[0..n) (block_bytes each), stopping at the first
- * miss; *served_out is n. A miss is not an error. */
+ * miss; *served_out is n. A miss is not an error. A NULL blocks[i] is KVTIER_EINVAL, with nothing
+ * fetched. */
 int kvtier_get(kvtier_client* client, const kvtier_key* ns, const kvtier_key* keys, size_t n_keys,
                void* const* blocks, size_t block_bytes, size_t* served_out);
 

@@ -124,6 +124,55 @@ void RoundTrip(bool attach) {
 TEST(KvtierCTest, InlineRoundTrip) { RoundTrip(false); }
 TEST(KvtierCTest, SharedMemoryRoundTrip) { RoundTrip(true); }
 
+// A NULL entry in the block array is a bad argument found before anything is sent: not a fault
+// in the copy through shared memory, nor a failed write that loses the connection.
+void NullBlockPointerIsInvalid(bool attach) {
+  InProcessDaemon server;
+  kvtier_client* client = nullptr;
+  ASSERT_EQ(kvtier_connect(server.url().c_str(), nullptr, 5000, &client), KVTIER_OK)
+      << kvtier_last_error();
+  if (attach) {
+    ASSERT_EQ(kvtier_attach(client), KVTIER_OK) << kvtier_last_error();
+  }
+  const kvtier_namespace_desc desc = Desc();
+  kvtier_key ns;
+  uint64_t block_bytes = 0;
+  ASSERT_EQ(kvtier_register_namespace(client, &desc, 0, &ns, &block_bytes), KVTIER_OK)
+      << kvtier_last_error();
+  const uint32_t tokens[] = {1, 2, 3, 4};
+  kvtier_key keys[2];
+  size_t n = 0;
+  ASSERT_EQ(kvtier_hash_tokens(&ns, tokens, 4, desc.tokens_per_block, keys, 2, &n), KVTIER_OK);
+  std::vector<uint8_t> block(block_bytes, 'x');
+
+  const void* src[] = {nullptr, block.data()};
+  size_t stored = 7;
+  EXPECT_EQ(kvtier_put(client, &ns, keys, 2, src, block_bytes, nullptr, &stored), KVTIER_EINVAL);
+  EXPECT_NE(std::string(kvtier_last_error()).find("blocks[0]"), std::string::npos)
+      << kvtier_last_error();
+  EXPECT_EQ(stored, 7u);  // nothing said: nothing was stored
+  const void* good[] = {block.data(), block.data()};
+  ASSERT_EQ(kvtier_put(client, &ns, keys, 2, good, block_bytes, nullptr, &stored), KVTIER_OK)
+      << kvtier_last_error();
+  EXPECT_EQ(stored, 2u);
+
+  std::vector<uint8_t> out(block_bytes);
+  void* dst[] = {out.data(), nullptr};
+  size_t served = 0;
+  EXPECT_EQ(kvtier_get(client, &ns, keys, 2, dst, block_bytes, &served), KVTIER_EINVAL);
+  EXPECT_NE(std::string(kvtier_last_error()).find("blocks[1]"), std::string::npos)
+      << kvtier_last_error();
+  // The handle is still usable.
+  ASSERT_EQ(kvtier_get(client, &ns, keys, 1, dst, block_bytes, &served), KVTIER_OK)
+      << kvtier_last_error();
+  EXPECT_EQ(served, 1u);
+  EXPECT_EQ(out, block);
+  kvtier_close(client);
+}
+
+TEST(KvtierCTest, NullBlockPointerIsInvalidInline) { NullBlockPointerIsInvalid(false); }
+TEST(KvtierCTest, NullBlockPointerIsInvalidAttached) { NullBlockPointerIsInvalid(true); }
+
 TEST(KvtierCTest, AttachOverTcpIsRefused) {
   InProcessDaemon server(
       InProcessDaemon::Options{.tcp = true, .password = "", .arena_bytes = 1 << 20});
