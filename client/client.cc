@@ -16,11 +16,19 @@ void Pipeline::Add(std::initializer_list<std::string_view> args) {
 }
 
 void Pipeline::Add(std::span<const std::string_view> args) {
+  if (args.empty()) {
+    ++empty_commands_;
+    return;
+  }
   buffer_.BeginCommand(args.size());
   for (std::string_view arg : args) buffer_.AppendArg(arg);
 }
 
 void Pipeline::Add(std::span<const std::string> args) {
+  if (args.empty()) {
+    ++empty_commands_;
+    return;
+  }
   buffer_.BeginCommand(args.size());
   for (const std::string& arg : args) buffer_.AppendArg(std::string_view(arg));
 }
@@ -140,6 +148,11 @@ Result<resp::Reply> Client::Command(std::span<const std::string_view> args) {
 }
 
 Result<std::vector<resp::Reply>> Client::Execute(const Pipeline& pipeline) {
+  if (pipeline.empty_commands_ > 0) {
+    return InvalidArgument(
+        "a command needs at least its name: " + std::to_string(pipeline.empty_commands_) +
+        " empty command(s) in the pipeline, nothing sent");
+  }
   if (pipeline.size() == 0) return std::vector<resp::Reply>{};
   return RoundTrip(pipeline.buffer_);
 }

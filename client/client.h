@@ -67,16 +67,23 @@ struct ConnectOptions {
 // Commands queued for Client::Execute(), sent together and answered together.
 class Pipeline {
  public:
-  // Queues one command; the arguments are copied.
+  // Queues one command; the arguments are copied. A command needs at least its name: an empty
+  // one makes Execute fail with kInvalidArgument before anything is sent (the daemon, as Redis,
+  // ignores an empty array and would never answer it).
   void Add(std::initializer_list<std::string_view> args);
   void Add(std::span<const std::string_view> args);
   void Add(std::span<const std::string> args);
-  size_t size() const { return buffer_.commands(); }
-  void Clear() { buffer_.Clear(); }
+  // Commands queued, empty ones included.
+  size_t size() const { return buffer_.commands() + empty_commands_; }
+  void Clear() {
+    buffer_.Clear();
+    empty_commands_ = 0;
+  }
 
  private:
   friend class Client;
   RequestBuffer buffer_;
+  size_t empty_commands_ = 0;  // queued but not encoded: Execute refuses the pipeline
 };
 
 class Client {
@@ -101,10 +108,12 @@ class Client {
   // PING. OK when the daemon answered PONG.
   Status Ping();
   // Sends one command and returns its reply as it came (an error reply is a Reply of type kError,
-  // not a failed Result). Errors: I/O only.
+  // not a failed Result). Errors: I/O; kInvalidArgument for no arguments at all, with nothing
+  // sent and the connection still usable.
   Result<resp::Reply> Command(std::span<const std::string_view> args);
   Result<resp::Reply> Command(std::initializer_list<std::string_view> args);
-  // Sends every command of `pipeline`, then reads one reply per command, in order. Errors: I/O.
+  // Sends every command of `pipeline`, then reads one reply per command, in order. Errors: I/O;
+  // kInvalidArgument when a command is empty (Pipeline::Add), with nothing sent.
   Result<std::vector<resp::Reply>> Execute(const Pipeline& pipeline);
 
   // ---- Generic key space (opaque keys, like Redis) ----

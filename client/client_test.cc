@@ -199,6 +199,28 @@ TEST_F(ClientTest, PipelineExecutesInOrder) {
   EXPECT_EQ((*replies)[3].str, "PONG");
 }
 
+// An empty command would go out as `*0`, which the daemon ignores as Redis does: the client would
+// wait for a reply that never comes, then give the connection up. It is refused before sending.
+TEST_F(ClientTest, AnEmptyCommandIsRefusedBeforeItIsSent) {
+  const size_t sent = server_.commands().size();
+  Result<resp::Reply> reply = client_->Command({});
+  EXPECT_EQ(reply.status().code(), StatusCode::kInvalidArgument) << reply.status().ToString();
+  Pipeline pipeline;
+  pipeline.Add({"PING"});
+  pipeline.Add(std::span<const std::string>());
+  EXPECT_EQ(pipeline.size(), 2u);
+  Result<std::vector<resp::Reply>> replies = client_->Execute(pipeline);
+  EXPECT_EQ(replies.status().code(), StatusCode::kInvalidArgument) << replies.status().ToString();
+  EXPECT_EQ(server_.commands().size(), sent);  // not even the PING went out
+  EXPECT_TRUE(client_->usable());
+  EXPECT_TRUE(client_->Ping().ok());
+  pipeline.Clear();
+  pipeline.Add({"PING"});
+  replies = client_->Execute(pipeline);
+  ASSERT_TRUE(replies.ok()) << replies.status().ToString();
+  EXPECT_EQ((*replies)[0].str, "PONG");
+}
+
 TEST_F(ClientTest, RefreshAnswersTheCachedPrefix) {
   const std::vector<BlockKey> keys = Keys(3);
   std::vector<std::byte> p0 = Payload(0), p1 = Payload(1);
