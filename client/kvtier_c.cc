@@ -91,6 +91,12 @@ static_assert(-static_cast<int>(StatusCode::kInternal) == KVTIER_EINTERNAL);
 static_assert(-static_cast<int>(StatusCode::kNotFound) == KVTIER_ENOTFOUND);
 static_assert(-static_cast<int>(StatusCode::kInvalidArgument) == KVTIER_EINVAL);
 static_assert(-static_cast<int>(StatusCode::kPermissionDenied) == KVTIER_EPERM);
+// kvtier_lookup passes TierId values through as the KVTIER_TIER_* codes.
+static_assert(static_cast<int>(kvtier::TierId::kGpu) == KVTIER_TIER_GPU);
+static_assert(static_cast<int>(kvtier::TierId::kHost) == KVTIER_TIER_HOST);
+static_assert(static_cast<int>(kvtier::TierId::kNvme) == KVTIER_TIER_NVME);
+static_assert(static_cast<int>(kvtier::TierId::kRemote) == KVTIER_TIER_REMOTE);
+static_assert(kvtier::kTierCount == KVTIER_TIER_REMOTE + 1, "a tier without a C code");
 
 extern "C" {
 

@@ -50,8 +50,10 @@ enum {
   KVTIER_EINTERNAL = -12
 };
 
-/* Tier codes reported by kvtier_lookup. */
-enum { KVTIER_TIER_GPU = 0, KVTIER_TIER_HOST = 1, KVTIER_TIER_NVME = 2 };
+/* Tier codes reported by kvtier_lookup. KVTIER_TIER_REMOTE is the fleet's shared tier
+ * (docs/scale-out.md): a block another node published, fetched into host memory when it is read;
+ * kvtier_get serves it like any other. */
+enum { KVTIER_TIER_GPU = 0, KVTIER_TIER_HOST = 1, KVTIER_TIER_NVME = 2, KVTIER_TIER_REMOTE = 3 };
 
 typedef struct kvtier_client kvtier_client;
 
@@ -106,7 +108,7 @@ int kvtier_hash_tokens(const kvtier_key* ns, const uint32_t* tokens, size_t n_to
                        size_t* n_keys_out);
 
 /* The longest cached prefix of `keys`: *prefix_out blocks. `tiers_out`, when non-NULL, must hold
- * n_keys bytes and receives the tier code of each block of the prefix. */
+ * n_keys bytes and receives the tier code (KVTIER_TIER_*, 0..3) of each block of the prefix. */
 int kvtier_lookup(kvtier_client* client, const kvtier_key* ns, const kvtier_key* keys,
                   size_t n_keys, size_t* prefix_out, uint8_t* tiers_out);
 

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "client/testing/in_process_daemon.h"
+#include "common/types.h"
 #include "hashing/block_hasher.h"
 
 namespace {
@@ -172,6 +173,31 @@ void NullBlockPointerIsInvalid(bool attach) {
 
 TEST(KvtierCTest, NullBlockPointerIsInvalidInline) { NullBlockPointerIsInvalid(false); }
 TEST(KvtierCTest, NullBlockPointerIsInvalidAttached) { NullBlockPointerIsInvalid(true); }
+
+// A lookup may report the fleet's remote tier (code 3) besides gpu, host and nvme; the header
+// names every code kvtier_lookup can write.
+TEST(KvtierCTest, LookupReportsTheRemoteTier) {
+  EXPECT_EQ(KVTIER_TIER_GPU, static_cast<int>(kvtier::TierId::kGpu));
+  EXPECT_EQ(KVTIER_TIER_HOST, static_cast<int>(kvtier::TierId::kHost));
+  EXPECT_EQ(KVTIER_TIER_NVME, static_cast<int>(kvtier::TierId::kNvme));
+  EXPECT_EQ(KVTIER_TIER_REMOTE, static_cast<int>(kvtier::TierId::kRemote));
+  InProcessDaemon server;
+  kvtier_client* client = nullptr;
+  ASSERT_EQ(kvtier_connect(server.url().c_str(), nullptr, 5000, &client), KVTIER_OK)
+      << kvtier_last_error();
+  // What a daemon in a cluster answers for a block here and one another node published.
+  server.faults().SetRawReply("KVT.LOOKUP", "*2\r\n:2\r\n$2\r\n13\r\n");
+  kvtier_key ns{};
+  kvtier_key keys[2] = {};
+  keys[1].bytes[0] = 1;
+  size_t prefix = 0;
+  uint8_t tiers[2] = {9, 9};
+  ASSERT_EQ(kvtier_lookup(client, &ns, keys, 2, &prefix, tiers), KVTIER_OK) << kvtier_last_error();
+  EXPECT_EQ(prefix, 2u);
+  EXPECT_EQ(tiers[0], KVTIER_TIER_HOST);
+  EXPECT_EQ(tiers[1], KVTIER_TIER_REMOTE);
+  kvtier_close(client);
+}
 
 TEST(KvtierCTest, AttachOverTcpIsRefused) {
   InProcessDaemon server(

@@ -2,11 +2,12 @@
 // client's value types.
 //
 // Error replies (`-BUSY no room`) and per-key status words (`EXISTS`) map one to one onto
-// StatusCode. Both the words docs/protocol.md lists (INVALID, DEVICE, SHUTDOWN, EXISTS) and the
-// StatusCode names that resp::ReplyWriter derives (ERR, DEVICEERROR, SHUTTINGDOWN,
-// ALREADYEXISTS, NOTFOUND, NOPERM, ...) are accepted, as are Redis' own (WRONGPASS, NOAUTH,
-// NOPROTO), so the client does not break whichever spelling the server settles on. An unknown
-// word maps to kInternal with the word in the message.
+// StatusCode through the protocol's one table (common/resp/status_words.h), the one the daemon
+// writes its replies with: the words docs/protocol.md lists (NOTFOUND, EXISTS, BUSY, REJECTED,
+// INVALID, TIMEOUT, DEVICE, SHUTDOWN, NOPERM, INTERNAL, and ERR for a malformed request), Redis'
+// own (WRONGTYPE, NOPROTO, NOAUTH, WRONGPASS), and StatusCodeName's spellings with their
+// underscores (NOT_FOUND, ALREADY_EXISTS, DEVICE_ERROR, SHUTTING_DOWN, ...), case-insensitively.
+// Any other word (DEVICEERROR, ALREADYEXISTS) maps to kInternal with the word in the message.
 //
 // The decoders check the shape of a reply (types, counts) and return kInternal, naming the
 // command, when the daemon answers something the protocol does not allow: a version mismatch or a
@@ -51,9 +52,9 @@ Result<std::string> DecodeString(const resp::Reply& reply, std::string_view comm
 // KVT.REGISTER: `ns <hex> block_bytes <n>` as a map or flat array.
 Result<NamespaceInfo> DecodeRegister(const resp::Reply& reply);
 
-// KVT.LOOKUP for `key_count` keys: `[prefix, tiers]`. Tier codes are accepted as raw bytes 0..2 or
-// as the digits '0'..'2'. kInternal when prefix exceeds key_count or the tier string's length
-// differs from prefix.
+// KVT.LOOKUP for `key_count` keys: `[prefix, tiers]`. Tier codes (TierId: 3 is the remote tier)
+// are accepted as raw bytes 0..3 or as the digits '0'..'3'. kInternal when prefix exceeds
+// key_count, the tier string's length differs from prefix, or a code is out of range.
 Result<LookupResult> DecodeLookup(const resp::Reply& reply, size_t key_count);
 
 // An array of exactly `count` per-key or per-id status words (KVT.PUT, KVT.COMMIT, ...).
@@ -63,7 +64,8 @@ Result<std::vector<Status>> DecodeStatusArray(const resp::Reply& reply, size_t c
 // KVT.RESERVE (`[status, id, offset]` per key) or KVT.ACQUIRE (`[status, id, offset, length]`
 // per key, plus the tier code as a fifth element on a connection that attached the GPU pool; the
 // tier is host when it is absent). A reply shorter than `count` (a server that stops at the first
-// miss) reports the missing keys as kNotFound. A tier code other than 0..2 is kInternal.
+// miss) reports the missing keys as kNotFound. A tier code other than 0..2 is kInternal: a remote
+// block (3) is fetched into host memory before it is leased.
 Result<std::vector<SlotGrant>> DecodeGrants(const resp::Reply& reply, size_t count,
                                             std::string_view command);
 

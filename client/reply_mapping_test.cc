@@ -38,6 +38,16 @@ TEST(ReplyMappingTest, ProtocolDocWordsMap) {
   bool known = true;
   EXPECT_EQ(StatusCodeFromWord("WAT", &known), StatusCode::kInternal);
   EXPECT_FALSE(known);
+  // StatusCodeName's spellings keep their underscores (reply_mapping.h): run together they are
+  // unknown words.
+  EXPECT_EQ(StatusCodeFromWord("DEVICE_ERROR", &known), StatusCode::kDeviceError);
+  EXPECT_TRUE(known);
+  EXPECT_EQ(StatusCodeFromWord("ALREADY_EXISTS", &known), StatusCode::kAlreadyExists);
+  EXPECT_TRUE(known);
+  EXPECT_EQ(StatusCodeFromWord("DEVICEERROR", &known), StatusCode::kInternal);
+  EXPECT_FALSE(known);
+  EXPECT_EQ(StatusCodeFromWord("ALREADYEXISTS", &known), StatusCode::kInternal);
+  EXPECT_FALSE(known);
 }
 
 TEST(ReplyMappingTest, ErrorRepliesKeepTheirMessage) {
@@ -76,6 +86,9 @@ TEST(ReplyMappingTest, DecodesLookupWithRawOrDigitTierCodes) {
   Result<LookupResult> digits = DecodeLookup(Array({Reply::Integer(2), Reply::Bulk("12")}), 2);
   ASSERT_TRUE(digits.ok());
   EXPECT_EQ(digits->tiers, (std::vector<TierId>{TierId::kHost, TierId::kNvme}));
+  Result<LookupResult> remote = DecodeLookup(Array({Reply::Integer(2), Reply::Bulk("13")}), 2);
+  ASSERT_TRUE(remote.ok()) << remote.status().ToString();
+  EXPECT_EQ(remote->tiers, (std::vector<TierId>{TierId::kHost, TierId::kRemote}));
   Result<LookupResult> none = DecodeLookup(Array({Reply::Integer(0), Reply::Bulk("")}), 4);
   ASSERT_TRUE(none.ok());
   EXPECT_EQ(none->prefix, 0u);
