@@ -402,6 +402,34 @@ TEST(ClientConnectTest, TheDaemonsErrorBeforeItClosesIsWhatASendFailureReports) 
   EXPECT_NE(later.message().find("invalid bulk length"), std::string::npos) << later.ToString();
 }
 
+// A connection lost while a batch is written is a transport failure, even when the daemon had
+// already answered an earlier command of the batch with an error: that error (a NOTFOUND for an
+// unknown namespace) is that command's outcome, not why the connection ended.
+TEST(ClientConnectTest, ASendFailureIsNotReportedAsAnEarlierCommandsError) {
+  TestListener listener(/*backlog=*/4);
+  std::thread daemon([&] {
+    UniqueFd conn(::accept(listener.fd().get(), nullptr, nullptr));
+    std::vector<char> some(64 << 10);
+    (void)::recv(conn.get(), some.data(), some.size(), 0);
+    const std::string answer = "-NOTFOUND namespace 00 is not registered\r\n";
+    (void)::send(conn.get(), answer.data(), answer.size(), MSG_NOSIGNAL);
+  });  // then closes in the middle of the large second command
+  Result<Client> client = Client::Connect(listener.url());
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  Pipeline pipeline;
+  pipeline.Add({"KVT.DROP", std::string(32, '0')});
+  const std::string value(size_t{64} << 20, 'x');
+  pipeline.Add({"SET", "k", value});
+  const Status sent = client->Execute(pipeline).status();
+  daemon.join();
+  EXPECT_EQ(sent.code(), StatusCode::kDeviceError) << sent.ToString();
+  EXPECT_EQ(sent.message().find("not registered"), std::string::npos) << sent.ToString();
+  EXPECT_FALSE(client->usable());
+  const Status later = client->Ping();
+  EXPECT_EQ(later.code(), StatusCode::kDeviceError) << later.ToString();
+  EXPECT_EQ(later.message().find("not registered"), std::string::npos) << later.ToString();
+}
+
 // The /tmp fallback of the default socket path is a name anyone can take first: a socket there
 // is trusted only in a directory of this user's that no one else may write.
 TEST(ClientConnectTest, TheTmpFallbackIsRefusedInADirectoryOthersMayWrite) {

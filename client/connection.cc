@@ -161,14 +161,21 @@ Status Connection::FailureForLaterCall() const {
 
 Status Connection::Send(const RequestBuffer& request) {
   if (!failure_.ok()) return FailureForLaterCall();
-  const Status sent = SendAll(request);
+  const size_t replies_before = replies_.size();
+  size_t written = 0;
+  const Status sent = SendAll(request, &written);
   if (sent.ok()) return sent;
-  for (const resp::Reply& reply : replies_) {
-    if (reply.is_error()) {
-      // Later calls on this connection then say why it ended, not how its socket did.
-      failure_ = ErrorReplyToStatus(reply, "kvtierd refused the request and closed the connection");
-      return failure_;
-    }
+  // The daemon answers a command it cannot take (a bulk over its limit) with an error and closes
+  // without reading the rest, so the write fails: that error is the reply to the command being
+  // written, the last one read. An error answering an earlier command of the batch (NOTFOUND for
+  // an unknown namespace) has nothing to do with the failure, which is then reported as it is.
+  const size_t writing = request.CommandAt(written);
+  const size_t answered = replies_.size() - replies_before;
+  if (answered == writing + 1 && replies_.back().is_error()) {
+    // Later calls on this connection then say why it ended, not how its socket did.
+    failure_ = ErrorReplyToStatus(replies_.back(),
+                                  "kvtierd refused the request and closed the connection");
+    return failure_;
   }
   return sent;
 }
@@ -182,7 +189,8 @@ void Connection::ReadWhatWasSentBeforeClosing() {
   }
 }
 
-Status Connection::SendAll(const RequestBuffer& request) {
+Status Connection::SendAll(const RequestBuffer& request, size_t* written) {
+  *written = 0;
   const std::vector<RequestBuffer::Piece>& pieces = request.pieces();
   size_t index = 0;   // first piece not fully written
   size_t offset = 0;  // bytes of pieces[index] already written
@@ -209,6 +217,7 @@ Status Connection::SendAll(const RequestBuffer& request) {
       if (!writable.ok()) return writable.status();
       continue;
     }
+    *written += static_cast<size_t>(sent);
     size_t left = static_cast<size_t>(sent);
     while (left > 0) {
       const size_t in_piece = pieces[index].length - offset;

@@ -50,9 +50,10 @@ class Connection {
   Connection& operator=(const Connection&) = delete;
 
   // Writes every byte of `request`. Errors: the translated errno of the write, kTimeout; either
-  // leaves the connection unusable. When the daemon answered with an error and closed the
-  // connection before taking the whole request (a bulk over its limit), that error is returned
-  // instead of the write's: it names the cause.
+  // leaves the connection unusable. When the daemon answered the command being written with an
+  // error and closed the connection before taking the rest of it (a bulk over its limit), that
+  // error is returned instead of the write's: it names the cause. An error answering an earlier
+  // command of the batch (a per-command NOTFOUND) says nothing about the failure and is not.
   Status Send(const RequestBuffer& request);
 
   // The next reply, in the order the commands were sent. An error reply (`-BUSY ...`) is a
@@ -80,7 +81,8 @@ class Connection {
   // Waits until the socket is writable (returns true) or, meanwhile, readable (reads and returns
   // false). Errors: kTimeout, poll's errno.
   Result<bool> WaitWritableOrRead();
-  Status SendAll(const RequestBuffer& request);
+  // Writes `request`; *written counts the bytes the socket took, also when it fails.
+  Status SendAll(const RequestBuffer& request, size_t* written);
   // Reads what the daemon sent before it closed its end (a write just failed with EPIPE).
   void ReadWhatWasSentBeforeClosing();
   // Waits until the socket is readable, then reads once.

@@ -1,5 +1,6 @@
 #include "client/request_buffer.h"
 
+#include <algorithm>
 #include <charconv>
 
 namespace kvtier::client {
@@ -29,8 +30,16 @@ void RequestBuffer::AppendLength(char type, size_t value) {
 }
 
 void RequestBuffer::BeginCommand(size_t argc) {
+  command_starts_.push_back(size_bytes_);
   AppendLength('*', argc);
-  ++commands_;
+}
+
+size_t RequestBuffer::CommandAt(size_t offset) const {
+  if (offset >= size_bytes_) return commands();
+  const auto after = std::upper_bound(command_starts_.begin(), command_starts_.end(), offset);
+  return after == command_starts_.begin()
+             ? 0
+             : static_cast<size_t>(after - command_starts_.begin()) - 1;
 }
 
 void RequestBuffer::AppendArg(std::string_view bytes) {
@@ -71,7 +80,7 @@ void RequestBuffer::EndBulk() { AppendOwned("\r\n"); }
 void RequestBuffer::Clear() {
   owned_.clear();
   pieces_.clear();
-  commands_ = 0;
+  command_starts_.clear();
   size_bytes_ = 0;
 }
 

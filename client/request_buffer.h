@@ -48,7 +48,10 @@ class RequestBuffer {
   void AppendCopied(const void* data, size_t length);
   void EndBulk();
 
-  size_t commands() const { return commands_; }
+  size_t commands() const { return command_starts_.size(); }
+  // The index of the command that byte `offset` of the request belongs to; commands() for an
+  // offset at or past the end. For a write that failed part way: which command it was writing.
+  size_t CommandAt(size_t offset) const;
   size_t size_bytes() const { return size_bytes_; }
   bool empty() const { return pieces_.empty(); }
   void Clear();
@@ -67,7 +70,7 @@ class RequestBuffer {
 
   std::string owned_;
   std::vector<Piece> pieces_;
-  size_t commands_ = 0;
+  std::vector<size_t> command_starts_;  // byte offset of each command's `*<argc>` header
   size_t size_bytes_ = 0;
 };
 

@@ -22,6 +22,23 @@ TEST(RequestBufferTest, EncodesArraysOfBulkStrings) {
   EXPECT_EQ(buffer.pieces().size(), 1u);
 }
 
+TEST(RequestBufferTest, SaysWhichCommandAByteBelongsTo) {
+  RequestBuffer buffer;
+  buffer.BeginCommand(1);
+  buffer.AppendArg("PING");  // 14 bytes: *1\r\n$4\r\nPING\r\n
+  buffer.BeginCommand(2);
+  buffer.AppendArg("ECHO");
+  buffer.AppendArgView(std::string(RequestBuffer::kBorrowThresholdBytes, 'p'));
+  EXPECT_EQ(buffer.CommandAt(0), 0u);
+  EXPECT_EQ(buffer.CommandAt(13), 0u);
+  EXPECT_EQ(buffer.CommandAt(14), 1u);
+  EXPECT_EQ(buffer.CommandAt(buffer.size_bytes() - 1), 1u);
+  EXPECT_EQ(buffer.CommandAt(buffer.size_bytes()), 2u);
+  buffer.Clear();
+  EXPECT_EQ(buffer.commands(), 0u);
+  EXPECT_EQ(buffer.CommandAt(0), 0u);
+}
+
 TEST(RequestBufferTest, BorrowsLargePayloadsWithoutCopying) {
   const std::string payload(RequestBuffer::kBorrowThresholdBytes, 'p');
   RequestBuffer buffer;
