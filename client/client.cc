@@ -227,30 +227,42 @@ Result<LookupResult> Client::Lookup(const NamespaceId& ns, std::span<const Block
 Result<std::vector<LookupResult>> Client::LookupMany(
     const NamespaceId& ns, std::span<const std::span<const BlockKey>> chains,
     std::chrono::milliseconds hold) {
+  if (hold > kMaxLookupHold) {
+    return InvalidArgument("KVT.LOOKUP: hold of " + std::to_string(hold.count()) +
+                           " ms is above the daemon's limit of " +
+                           std::to_string(kMaxLookupHold.count()) + " ms");
+  }
   const std::string hold_args[] = {"HOLD", std::to_string(std::max<int64_t>(hold.count(), 0))};
   const std::span<const std::string> tail =
       hold.count() > 0 ? std::span<const std::string>(hold_args) : std::span<const std::string>();
-  RequestBuffer request;
-  for (std::span<const BlockKey> keys : chains) {
-    if (!keys.empty()) AppendKeyCommands(request, "KVT.LOOKUP", ns, keys, kMaxKeysPerCommand, tail);
-  }
   std::vector<LookupResult> results(chains.size());
-  if (request.commands() == 0) return results;
-  KVTIER_ASSIGN_OR_RETURN(std::vector<resp::Reply> replies, RoundTrip(request));
-  // Each chain's chunks were sent together; its prefix runs on into chunk c+1 only when chunk c
-  // hit fully, but every chunk's reply is read past.
-  size_t reply = 0;
+  // Round r asks chunk r of every chain whose chunks so far all hit. The daemon sees each command
+  // on its own, and a chunk past a miss must not be asked: its blocks would be counted as hits,
+  // kept warm and held, though no prefix reaches them. Chains of one chunk, the common case, take
+  // the one round trip; a longer one takes one per chunk it reaches.
+  std::vector<size_t> open;  // chains with a chunk to ask in this round
   for (size_t i = 0; i < chains.size(); ++i) {
-    const size_t count = chains[i].size();
-    bool open = true;
-    for (size_t done = 0; done < count; done += kMaxKeysPerCommand, ++reply) {
-      const size_t chunk = std::min(kMaxKeysPerCommand, count - done);
-      if (!open) continue;
-      KVTIER_ASSIGN_OR_RETURN(LookupResult part, DecodeLookup(replies[reply], chunk));
+    if (!chains[i].empty()) open.push_back(i);
+  }
+  for (size_t done = 0; !open.empty(); done += kMaxKeysPerCommand) {
+    const auto chunk_of = [&](size_t i) {
+      return chains[i].subspan(done, std::min(kMaxKeysPerCommand, chains[i].size() - done));
+    };
+    RequestBuffer request;
+    for (size_t i : open) {
+      AppendKeyCommands(request, "KVT.LOOKUP", ns, chunk_of(i), kMaxKeysPerCommand, tail);
+    }
+    KVTIER_ASSIGN_OR_RETURN(std::vector<resp::Reply> replies, RoundTrip(request));
+    std::vector<size_t> next;
+    for (size_t j = 0; j < open.size(); ++j) {
+      const size_t i = open[j];
+      const size_t chunk = chunk_of(i).size();
+      KVTIER_ASSIGN_OR_RETURN(LookupResult part, DecodeLookup(replies[j], chunk));
       results[i].prefix += part.prefix;
       results[i].tiers.insert(results[i].tiers.end(), part.tiers.begin(), part.tiers.end());
-      open = part.prefix == chunk;
+      if (part.prefix == chunk && done + chunk < chains[i].size()) next.push_back(i);
     }
+    open = std::move(next);
   }
   return results;
 }

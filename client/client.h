@@ -15,7 +15,10 @@
 //
 // Every call that takes many keys is one round trip per batch: all of its commands (a long key
 // list is split into several) are written before any reply is read; the shared-memory Put and Get
-// take two (reserve/acquire, then commit/release). Caller memory (payloads, segments, output
+// take two (reserve/acquire, then commit/release). The calls that follow a prefix (Lookup,
+// LookupMany, GetInline, Get, GetWith) are the exception when a key list takes several commands:
+// the next command goes out only once the one before found all its keys, so that nothing past
+// the first miss is looked up, read, leased or held. Caller memory (payloads, segments, output
 // buffers) is borrowed for the duration of the call only.
 //
 // Errors are kvtier Status codes (common/status.h): the daemon's error replies map one to one
@@ -154,7 +157,11 @@ class Client {
   Result<size_t> Refresh(const NamespaceId& ns, std::span<const BlockKey> keys);
   // Lookup of several chains of `ns` in one round trip (one scheduler step's new requests): one
   // answer per chain, in order, each as Lookup would give it. A `hold` above 0 keeps each prefix
-  // found from eviction that long (KVT.LOOKUP ... HOLD): until the engine has loaded it.
+  // found from eviction that long (KVT.LOOKUP ... HOLD): until the engine has loaded it; at most
+  // kMaxLookupHold (the daemon's limit), kInvalidArgument above it with nothing sent. A chain
+  // longer than one command (kMaxKeysPerCommand) takes a round trip per command its prefix
+  // reaches: a command past a miss is not sent, so nothing beyond the prefix is counted as a hit,
+  // kept warm or held.
   Result<std::vector<LookupResult>> LookupMany(const NamespaceId& ns,
                                                std::span<const std::span<const BlockKey>> chains,
                                                std::chrono::milliseconds hold = {});
@@ -181,7 +188,9 @@ class Client {
                            std::span<const std::span<std::byte>> outputs);
   Result<size_t> GetInline(const NamespaceId& ns, std::span<const BlockKey> keys,
                            std::span<const MutableBlock> blocks);
-  // As above into new strings: one per block served.
+  // As above into new strings: one per block served. The block size is not known in advance, so
+  // a first round trip asks for a few keys only (a reply of any block size stays small), and the
+  // rest, as long as the prefix runs on, in commands of up to kMaxInlineCommandBytes each.
   Result<std::vector<std::string>> GetInline(const NamespaceId& ns, std::span<const BlockKey> keys);
 
   // ---- Shared memory (unix:// only) ----
@@ -217,8 +226,10 @@ class Client {
                                   std::span<const void* const> blocks, size_t block_bytes);
   // Copies the leading cached blocks of `keys` out of the arena into `blocks` (scattering each
   // into its segments); returns how many were served: blocks [0, n) hold their payloads. Stops at
-  // the first miss. A block whose lease had expired before its release counts as a miss (and
-  // ends the prefix there); counters().torn_reads counts them. Blocks the arena does not hold (on
+  // the first miss (keys past it are not leased: with more than kMaxKeysPerCommand keys, a
+  // KVT.ACQUIRE per command while the prefix runs on). A block whose lease had expired before its
+  // release counts as a miss (and ends the prefix there); counters().torn_reads counts them.
+  // Blocks the arena does not hold (on
   // NVMe, in the GPU pool) are fetched inline after the leased ones, in one more round trip that
   // a true miss also costs (GPU blocks leased after AttachGpuPool included: memcpy cannot read
   // device memory). kInvalidArgument when not attached or a block's destination size
@@ -264,6 +275,12 @@ class Client {
   void AppendIdCommands(RequestBuffer& request, std::string_view name,
                         std::span<const uint64_t> ids);
   Result<size_t> SumIntegers(std::span<const resp::Reply> replies, std::string_view command);
+  // KVT.ACQUIRE of `keys`, a command at a time when they take several: the next goes out only when
+  // every key of the one before was leased in memory the caller can read (the arena, or the GPU
+  // pool when `reads_gpu_pool`), so that nothing past the prefix's end is leased. One grant per
+  // key; the keys of commands not sent are misses (kNotFound) without a lease.
+  Result<std::vector<SlotGrant>> AcquirePrefix(const NamespaceId& ns,
+                                               std::span<const BlockKey> keys, bool reads_gpu_pool);
   // Slot grants of a KVT.RESERVE or KVT.ACQUIRE batch. A reply the protocol does not allow
   // (kInternal) gives the connection up: the grants of the batch's other commands could be
   // neither used nor returned, and closing makes the daemon end them.
@@ -301,6 +318,8 @@ class Client {
 
 // Keys per command for commands that take packed keys: the daemon's default max_lookup_keys.
 inline constexpr size_t kMaxKeysPerCommand = 65536;
+// The longest hold KVT.LOOKUP takes (docs/protocol.md): one hour.
+inline constexpr std::chrono::milliseconds kMaxLookupHold{3'600'000};
 // Payload bytes per inline command: well under the daemon's 512 MiB bulk and 1 GiB command
 // limits, so an inline batch of any size is split into commands the daemon accepts. A single
 // block above it still travels alone.

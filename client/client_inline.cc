@@ -10,9 +10,9 @@
 namespace kvtier::client {
 namespace {
 
-// Keys per inline KVT.GET when the block size is not known in advance (the vector form): small
-// enough that a reply of 64 MiB blocks stays far below the reply parser's 4 GiB limit. The
-// commands are pipelined, so a small chunk costs no extra round trip.
+// Keys of the first inline KVT.GET when the block size is not known in advance (the vector form):
+// few enough that a reply of 64 MiB blocks stays within kMaxInlineCommandBytes, far below the
+// reply parser's 4 GiB limit. The blocks it brings tell the size for the commands after it.
 constexpr size_t kGetKeysPerCommandUnsized = 4;
 
 size_t BlockBytes(ConstBlock block) {
@@ -48,6 +48,33 @@ void Scatter(const std::string& payload, MutableBlock block) {
     if (segment.bytes > 0) std::memcpy(segment.data, payload.data() + at, segment.bytes);
     at += segment.bytes;
   }
+}
+
+// Reads `reply`, a KVT.GET's for blocks [start, end) of the call: copies the leading payloads into
+// their blocks, counting each in *served, and stops at the first miss (OK). Errors: the
+// daemon's error reply; kInternal for a reply of another shape; kInvalidArgument for a payload
+// whose block has another size.
+Status ScatterGetReply(const resp::Reply& reply, std::span<const MutableBlock> blocks, size_t start,
+                       size_t end, size_t* served) {
+  if (reply.is_error()) return ErrorReplyToStatus(reply, "KVT.GET");
+  if (reply.type != resp::ReplyType::kArray || reply.elements.size() != end - start) {
+    return Internal("protocol: KVT.GET answered " + reply.DebugString().substr(0, 200));
+  }
+  for (size_t i = start; i < end; ++i) {
+    const resp::Reply& payload = reply.elements[i - start];
+    if (payload.is_null()) return Status::Ok();
+    if (payload.type != resp::ReplyType::kBulkString) {
+      return Internal("protocol: KVT.GET item is " + payload.DebugString().substr(0, 200));
+    }
+    if (payload.str.size() != BlockBytes(blocks[i])) {
+      return InvalidArgument("KVT.GET: block " + std::to_string(i) + " is " +
+                             std::to_string(payload.str.size()) + " bytes but its output is " +
+                             std::to_string(BlockBytes(blocks[i])));
+    }
+    Scatter(payload.str, blocks[i]);
+    ++*served;
+  }
+  return Status::Ok();
 }
 
 }  // namespace
@@ -129,40 +156,21 @@ Result<size_t> Client::GetInline(const NamespaceId& ns, std::span<const BlockKey
   }
   if (keys.empty()) return size_t{0};
   const std::string ns_hex = ns.ToHex();
-  RequestBuffer request;
-  std::vector<std::pair<size_t, size_t>> chunks;
-  for (size_t start = 0; start < keys.size();) {
+  // One command per round trip, the next only once this one was served whole: the daemon stops at
+  // a miss within a command, but a command past it would read its blocks (from NVMe, perhaps) and
+  // keep them warm for nothing. A call of one command is one round trip.
+  size_t served = 0;
+  while (served < keys.size()) {
+    const size_t start = served;
     const size_t end = ChunkEnd(blocks, start);
+    RequestBuffer request;
     request.BeginCommand(3);
     request.AppendArg("KVT.GET");
     request.AppendArg(std::string_view(ns_hex));
     request.AppendArg(std::string_view(PackKeys(keys.subspan(start, end - start))));
-    chunks.emplace_back(start, end);
-    start = end;
-  }
-  KVTIER_ASSIGN_OR_RETURN(std::vector<resp::Reply> replies, RoundTrip(request));
-  size_t served = 0;
-  for (size_t c = 0; c < chunks.size() && served == chunks[c].first; ++c) {
-    const auto [start, end] = chunks[c];
-    const resp::Reply& reply = replies[c];
-    if (reply.is_error()) return ErrorReplyToStatus(reply, "KVT.GET");
-    if (reply.type != resp::ReplyType::kArray || reply.elements.size() != end - start) {
-      return Internal("protocol: KVT.GET answered " + reply.DebugString().substr(0, 200));
-    }
-    for (size_t i = start; i < end; ++i) {
-      const resp::Reply& payload = reply.elements[i - start];
-      if (payload.is_null()) return served;
-      if (payload.type != resp::ReplyType::kBulkString) {
-        return Internal("protocol: KVT.GET item is " + payload.DebugString().substr(0, 200));
-      }
-      if (payload.str.size() != BlockBytes(blocks[i])) {
-        return InvalidArgument("KVT.GET: block " + std::to_string(i) + " is " +
-                               std::to_string(payload.str.size()) + " bytes but its output is " +
-                               std::to_string(BlockBytes(blocks[i])));
-      }
-      Scatter(payload.str, blocks[i]);
-      ++served;
-    }
+    KVTIER_ASSIGN_OR_RETURN(std::vector<resp::Reply> replies, RoundTrip(request));
+    KVTIER_RETURN_IF_ERROR(ScatterGetReply(replies.front(), blocks, start, end, &served));
+    if (served < end) break;
   }
   return served;
 }
@@ -170,15 +178,18 @@ Result<size_t> Client::GetInline(const NamespaceId& ns, std::span<const BlockKey
 Result<std::vector<std::string>> Client::GetInline(const NamespaceId& ns,
                                                    std::span<const BlockKey> keys) {
   std::vector<std::string> out;
-  if (keys.empty()) return out;
-  RequestBuffer request;
-  AppendKeyCommands(request, "KVT.GET", ns, keys, kGetKeysPerCommandUnsized);
-  KVTIER_ASSIGN_OR_RETURN(std::vector<resp::Reply> replies, RoundTrip(request));
-  for (size_t c = 0; c < replies.size(); ++c) {
-    resp::Reply& reply = replies[c];
-    const size_t chunk = std::min(kGetKeysPerCommandUnsized, keys.size() - c * kGetKeysPerCommandUnsized);
+  // As above, a command at a time while the prefix runs on; the first one asks for a few keys
+  // only, the later ones for as many as kMaxInlineCommandBytes holds of the largest block so far.
+  size_t per_command = kGetKeysPerCommandUnsized;
+  size_t largest = 0;
+  while (out.size() < keys.size()) {
+    const size_t count = std::min(per_command, keys.size() - out.size());
+    RequestBuffer request;
+    AppendKeyCommands(request, "KVT.GET", ns, keys.subspan(out.size(), count), count);
+    KVTIER_ASSIGN_OR_RETURN(std::vector<resp::Reply> replies, RoundTrip(request));
+    resp::Reply& reply = replies.front();
     if (reply.is_error()) return ErrorReplyToStatus(reply, "KVT.GET");
-    if (reply.type != resp::ReplyType::kArray || reply.elements.size() != chunk) {
+    if (reply.type != resp::ReplyType::kArray || reply.elements.size() != count) {
       return Internal("protocol: KVT.GET answered " + reply.DebugString().substr(0, 200));
     }
     for (resp::Reply& payload : reply.elements) {
@@ -186,8 +197,11 @@ Result<std::vector<std::string>> Client::GetInline(const NamespaceId& ns,
       if (payload.type != resp::ReplyType::kBulkString) {
         return Internal("protocol: KVT.GET item is " + payload.DebugString().substr(0, 200));
       }
+      largest = std::max(largest, payload.str.size());
       out.push_back(std::move(payload.str));
     }
+    per_command = std::clamp<size_t>(kMaxInlineCommandBytes / std::max<size_t>(largest, 1), 1,
+                                     kMaxKeysPerCommand);
   }
   return out;
 }

@@ -128,7 +128,7 @@ TEST_F(DaemonTest, LongKeyListsInOneRoundTrip) {
 }
 
 // One step's lookups of several requests: one round trip, each chain answered as Lookup would,
-// a long chain's later chunks read past after its miss, an empty chain a miss.
+// a long chain's later chunks not asked after the miss in its first, an empty chain a miss.
 TEST_F(DaemonTest, LookupManyInOneRoundTrip) {
   const std::vector<BlockKey> a = Keys(3, 7), d = Keys(2, 8);
   std::vector<BlockKey> b(kMaxKeysPerCommand + 10);

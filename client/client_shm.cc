@@ -3,6 +3,7 @@
 // path").
 #include <algorithm>
 #include <cstring>
+#include <iterator>
 #include <string>
 #include <utility>
 
@@ -55,6 +56,35 @@ Result<std::vector<SlotGrant>> Client::DecodeGrantsOrAbandon(std::span<const res
   if (!grants.ok() && grants.status().code() == StatusCode::kInternal) {
     return connection_->Abandon(grants.status());
   }
+  return grants;
+}
+
+Result<std::vector<SlotGrant>> Client::AcquirePrefix(const NamespaceId& ns,
+                                                     std::span<const BlockKey> keys,
+                                                     bool reads_gpu_pool) {
+  const auto readable = [&](const SlotGrant& grant) {
+    return grant.status.ok() &&
+           (grant.tier == TierId::kHost || (reads_gpu_pool && grant.tier == TierId::kGpu));
+  };
+  std::vector<SlotGrant> grants;
+  grants.reserve(keys.size());
+  for (size_t start = 0; start < keys.size();) {
+    const size_t count = std::min(kMaxKeysPerCommand, keys.size() - start);
+    RequestBuffer acquire;
+    AppendKeyCommands(acquire, "KVT.ACQUIRE", ns, keys.subspan(start, count), kMaxKeysPerCommand);
+    // A failure here after earlier commands leased blocks leaves the connection given up (an I/O
+    // error, or DecodeGrantsOrAbandon's), and closing it makes the daemon end those leases.
+    KVTIER_ASSIGN_OR_RETURN(std::vector<resp::Reply> replies, RoundTrip(acquire));
+    KVTIER_ASSIGN_OR_RETURN(std::vector<SlotGrant> part,
+                            DecodeGrantsOrAbandon(replies, count, "KVT.ACQUIRE"));
+    const bool whole = std::all_of(part.begin(), part.end(), readable);
+    std::move(part.begin(), part.end(), std::back_inserter(grants));
+    start += count;
+    if (!whole) break;
+  }
+  SlotGrant not_asked;  // past the prefix's end; a message short enough to allocate nothing
+  not_asked.status = NotFound("not asked");
+  grants.resize(keys.size(), not_asked);
   return grants;
 }
 
@@ -205,11 +235,8 @@ Result<size_t> Client::Get(const NamespaceId& ns, std::span<const BlockKey> keys
                            std::to_string(blocks.size()) + " blocks");
   }
   if (keys.empty()) return size_t{0};
-  RequestBuffer acquire;
-  AppendKeyCommands(acquire, "KVT.ACQUIRE", ns, keys, kMaxKeysPerCommand);
-  KVTIER_ASSIGN_OR_RETURN(std::vector<resp::Reply> acquire_replies, RoundTrip(acquire));
   KVTIER_ASSIGN_OR_RETURN(std::vector<SlotGrant> grants,
-                          DecodeGrantsOrAbandon(acquire_replies, keys.size(), "KVT.ACQUIRE"));
+                          AcquirePrefix(ns, keys, /*reads_gpu_pool=*/false));
   LeasedCopy copy = CopyLeased(grants, blocks);
   KVTIER_ASSIGN_OR_RETURN(size_t served, ReleaseLeases(copy));
   if (!copy.error.ok()) return copy.error;

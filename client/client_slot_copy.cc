@@ -81,11 +81,8 @@ Result<size_t> Client::GetWith(const NamespaceId& ns, std::span<const BlockKey> 
                                size_t block_bytes, SlotCopier& copier) {
   KVTIER_RETURN_IF_ERROR(CheckCall(attached(), "KVT.ACQUIRE", block_bytes));
   if (keys.empty()) return size_t{0};
-  RequestBuffer acquire;
-  AppendKeyCommands(acquire, "KVT.ACQUIRE", ns, keys, kMaxKeysPerCommand);
-  KVTIER_ASSIGN_OR_RETURN(std::vector<resp::Reply> replies, RoundTrip(acquire));
   KVTIER_ASSIGN_OR_RETURN(std::vector<SlotGrant> grants,
-                          DecodeGrantsOrAbandon(replies, keys.size(), "KVT.ACQUIRE"));
+                          AcquirePrefix(ns, keys, copier.reads_gpu_pool()));
   LeasedCopy copy;
   copy.first_miss = grants.size();
   bool started_any = false;  // a Start was called, failed or not: Wait before any release

@@ -169,18 +169,105 @@ TEST_F(ClientTest, ScatterGatherSegmentsRoundTripInline) {
 }
 
 TEST_F(ClientTest, LongKeyListsArePipelinedInOneRoundTrip) {
-  // 150,000 keys are three KVT.LOOKUP commands. The server holds every reply until all three have
+  // 150,000 keys are three KVT.DEL commands. The server holds every reply until all three have
   // arrived: a client that waited for the first reply before sending the rest would time out.
   std::vector<BlockKey> keys(2 * kMaxKeysPerCommand + 100);
   for (size_t i = 0; i < keys.size(); ++i) keys[i] = BlockKey{{i, i}};
   server_.faults().hold_replies_until = 1 /*REGISTER*/ + 3;
   const uint64_t trips = client_->counters().round_trips;
-  Result<LookupResult> lookup = client_->Lookup(ns_.id, keys);
-  ASSERT_TRUE(lookup.ok()) << lookup.status().ToString();
-  EXPECT_EQ(lookup->prefix, 0u);
+  Result<size_t> removed = client_->Del(ns_.id, keys);
+  ASSERT_TRUE(removed.ok()) << removed.status().ToString();
+  EXPECT_EQ(*removed, 0u);
   EXPECT_EQ(client_->counters().round_trips, trips + 1);
   const std::vector<std::string> seen = server_.commands();
-  EXPECT_EQ(std::count(seen.begin(), seen.end(), "KVT.LOOKUP"), 3);
+  EXPECT_EQ(std::count(seen.begin(), seen.end(), "KVT.DEL"), 3);
+}
+
+// A chain longer than one command with a miss in its first chunk: the later chunk, past the
+// miss, is not looked up, so its blocks are neither counted as hits nor held. (All chunks sent at
+// once, the daemon would have looked up and held the present block at the end.)
+TEST_F(ClientTest, LookupPastAMissAsksNothing) {
+  const std::vector<BlockKey> keys = Keys(3);
+  std::vector<std::byte> p0 = Payload(0), p1 = Payload(1);
+  std::vector<std::span<const std::byte>> spans = {p0, p1};
+  ASSERT_TRUE(client_->PutInline(ns_.id, std::span(keys).first(2), spans).ok());
+  std::vector<BlockKey> long_chain(kMaxKeysPerCommand + 10, keys[2]);
+  std::copy(keys.begin(), keys.begin() + 2, long_chain.begin());
+  long_chain.back() = keys[0];  // present, but past the miss
+  const std::span<const BlockKey> chains[] = {long_chain, keys};
+  const auto lookups = [&] {
+    const std::vector<std::string> names = server_.commands();
+    return std::count(names.begin(), names.end(), "KVT.LOOKUP");
+  };
+  const auto before = lookups();
+  const uint64_t trips = client_->counters().round_trips;
+  Result<std::vector<LookupResult>> found =
+      client_->LookupMany(ns_.id, chains, std::chrono::milliseconds(1000));
+  ASSERT_TRUE(found.ok()) << found.status().ToString();
+  EXPECT_EQ((*found)[0].prefix, 2u);
+  EXPECT_EQ((*found)[1].prefix, 2u);
+  EXPECT_EQ(lookups(), before + 2);  // the first chunk of each chain, nothing more
+  EXPECT_EQ(client_->counters().round_trips, trips + 1);
+
+  // A hold above the daemon's limit is refused here, before anything is sent.
+  Result<std::vector<LookupResult>> too_long =
+      client_->LookupMany(ns_.id, chains, kMaxLookupHold + std::chrono::milliseconds(1));
+  EXPECT_EQ(too_long.status().code(), StatusCode::kInvalidArgument) << too_long.status().ToString();
+  EXPECT_EQ(lookups(), before + 2);
+  EXPECT_TRUE(client_->usable());
+  EXPECT_TRUE(client_->LookupMany(ns_.id, chains, kMaxLookupHold).ok());
+}
+
+// An inline get longer than one command with a miss in its first: the command past the miss is
+// not sent, so its blocks are not read. The same for the form that returns strings, whose
+// commands are small.
+TEST_F(ClientTest, InlineGetPastAMissReadsNothing) {
+  const std::vector<BlockKey> keys = Keys(2);
+  const std::vector<std::byte> p0 = Payload(0);
+  const std::vector<std::span<const std::byte>> spans = {p0};
+  ASSERT_TRUE(client_->PutInline(ns_.id, std::span(keys).first(1), spans).ok());
+  std::vector<BlockKey> many(kMaxKeysPerCommand + 10, keys[1]);
+  many.front() = keys[0];
+  many.back() = keys[0];  // present, but past the miss
+  std::vector<std::byte> out(kBlockBytes);
+  // Outputs past the first are never written: empty ones keep a command at kMaxKeysPerCommand.
+  std::vector<std::span<std::byte>> outputs(many.size());
+  outputs.front() = out;
+  const auto gets = [&] {
+    const std::vector<std::string> names = server_.commands();
+    return std::count(names.begin(), names.end(), "KVT.GET");
+  };
+  auto before = gets();
+  Result<size_t> served = client_->GetInline(ns_.id, many, outputs);
+  ASSERT_TRUE(served.ok()) << served.status().ToString();
+  EXPECT_EQ(*served, 1u);
+  EXPECT_EQ(out, p0);
+  EXPECT_EQ(gets(), before + 1);
+
+  const std::vector<BlockKey> short_chain = {keys[0], keys[1], keys[1], keys[1], keys[0]};
+  before = gets();
+  Result<std::vector<std::string>> strings = client_->GetInline(ns_.id, short_chain);
+  ASSERT_TRUE(strings.ok()) << strings.status().ToString();
+  EXPECT_EQ(strings->size(), 1u);
+  EXPECT_EQ(gets(), before + 1);
+}
+
+// The form that returns strings, over a prefix longer than its first small command: the rest
+// comes in one more round trip, sized by the block size the first one showed.
+TEST_F(ClientTest, InlineGetOfStringsSizesItsLaterCommands) {
+  const std::vector<BlockKey> keys = Keys(40);
+  std::vector<std::vector<std::byte>> payloads;
+  for (size_t i = 0; i < keys.size(); ++i) payloads.push_back(Payload(i));
+  const std::vector<std::span<const std::byte>> spans(payloads.begin(), payloads.end());
+  ASSERT_TRUE(client_->PutInline(ns_.id, keys, spans).ok());
+  const uint64_t trips = client_->counters().round_trips;
+  Result<std::vector<std::string>> strings = client_->GetInline(ns_.id, keys);
+  ASSERT_TRUE(strings.ok()) << strings.status().ToString();
+  ASSERT_EQ(strings->size(), keys.size());
+  for (size_t i = 0; i < keys.size(); ++i) {
+    ASSERT_EQ(0, std::memcmp((*strings)[i].data(), payloads[i].data(), kBlockBytes)) << i;
+  }
+  EXPECT_EQ(client_->counters().round_trips, trips + 2);
 }
 
 TEST_F(ClientTest, PipelineExecutesInOrder) {
@@ -277,9 +364,11 @@ TEST(ClientRefreshTest, AChainLongerThanOneCommandEndsWithItsDeepestBlockLeastRe
   store::Store& store = server.server().store();
   const uint64_t used = store.tier(TierId::kHost)->Stats().used_bytes;
   ASSERT_EQ(store.EvictToTarget(TierId::kHost, used - 1, 1), 1u);
+  const uint64_t trips = client.counters().round_trips;
   Result<LookupResult> found = client.Lookup(ns->id, *keys);
   ASSERT_TRUE(found.ok()) << found.status().ToString();
   EXPECT_EQ(found->prefix, keys->size() - 1);
+  EXPECT_EQ(client.counters().round_trips, trips + 2);  // the first chunk whole: the second asked
 }
 
 TEST_F(ClientTest, PinDelDropStats) {
