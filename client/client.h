@@ -26,6 +26,10 @@
 // errno, and a reply the protocol does not allow is kInternal. After an I/O error, a timeout or a
 // malformed reply the Client is unusable (usable() is false; every call returns the first error);
 // connect a new one. A miss is never an error: Lookup reports a prefix, Get a count served.
+// A get that fails part way (a later round trip's error reply such as -BUSY at the lease limit,
+// a lost connection, a block it cannot copy) returns the leading blocks it had already served,
+// and the failure only when it had served none; a lost connection is then what the next call
+// reports.
 //
 // Thread safety: a Client is NOT thread-safe. Use one per thread (they are cheap: one socket), or
 // hand one to an AsyncClient (client/async_client.h), which runs calls on its own thread and
@@ -183,7 +187,8 @@ class Client {
                                         std::span<const ConstBlock> blocks);
   // Fetches the leading blocks of `keys` into the outputs, stopping at the first miss; returns how
   // many were served (outputs past that count are unspecified). Each output must be exactly the
-  // block's size: kInvalidArgument otherwise.
+  // block's size: kInvalidArgument otherwise. A failure after some blocks were served ends the
+  // prefix there and returns their count (see the top of this file); errors only when none were.
   Result<size_t> GetInline(const NamespaceId& ns, std::span<const BlockKey> keys,
                            std::span<const std::span<std::byte>> outputs);
   Result<size_t> GetInline(const NamespaceId& ns, std::span<const BlockKey> keys,
@@ -233,7 +238,8 @@ class Client {
   // NVMe, in the GPU pool) are fetched inline after the leased ones, in one more round trip that
   // a true miss also costs (GPU blocks leased after AttachGpuPool included: memcpy cannot read
   // device memory). kInvalidArgument when not attached or a block's destination size
-  // differs from the stored size.
+  // differs from the stored size. As for GetInline, a failure after some blocks were served
+  // (the inline round trip's, say) returns their count; errors only when none were.
   Result<size_t> Get(const NamespaceId& ns, std::span<const BlockKey> keys,
                      std::span<const MutableBlock> blocks);
   Result<size_t> Get(const NamespaceId& ns, std::span<const BlockKey> keys,
@@ -243,7 +249,8 @@ class Client {
   // cannot memcpy (GPU forms: client/gpu/device_transfer.h). Every block is `block_bytes` long;
   // `copier` moves block i into (put) or out of (get) its slot; see SlotCopier. Results and
   // errors as Put and Get; a block whose copy failed gets the copy's error (put) or ends the
-  // served prefix (get; the first failed copy's error is returned when nothing was served).
+  // served prefix (get; the first failed copy's error is returned when nothing was served, as
+  // any other failure of a get).
   // Leases in the GPU pool go to copier.StartFromGpuPool when the copier reads the pool. Blocks
   // that neither mapping serves are fetched inline into host memory and handed to the copier
   // from there.
@@ -308,8 +315,12 @@ class Client {
     std::vector<size_t> release_index;  // key index of each lease
   };
   LeasedCopy CopyLeased(std::span<const SlotGrant> grants, std::span<const MutableBlock> blocks);
-  // Releases the leases; returns the blocks served: `copied` cut at the first torn copy.
+  // Releases the leases; returns the blocks served: `copied` cut at the first torn copy. A
+  // failure here serves nothing: without the release's answer no copy is known to be whole.
   Result<size_t> ReleaseLeases(const LeasedCopy& copy);
+  // What a get stopped by `failure` returns: the `served` leading blocks when there are any (they
+  // are in the caller's buffers, and the result is a prefix), else the failure.
+  static Result<size_t> ServedOr(size_t served, Status failure);
 
   std::unique_ptr<Connection> connection_;
   SharedArena arena_;

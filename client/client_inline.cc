@@ -168,11 +168,18 @@ Result<size_t> Client::GetInline(const NamespaceId& ns, std::span<const BlockKey
     request.AppendArg("KVT.GET");
     request.AppendArg(std::string_view(ns_hex));
     request.AppendArg(std::string_view(PackKeys(keys.subspan(start, end - start))));
-    KVTIER_ASSIGN_OR_RETURN(std::vector<resp::Reply> replies, RoundTrip(request));
-    KVTIER_RETURN_IF_ERROR(ScatterGetReply(replies.front(), blocks, start, end, &served));
+    Result<std::vector<resp::Reply>> replies = RoundTrip(request);
+    if (!replies.ok()) return ServedOr(served, replies.status());
+    const Status read = ScatterGetReply(replies->front(), blocks, start, end, &served);
+    if (!read.ok()) return ServedOr(served, read);
     if (served < end) break;
   }
   return served;
+}
+
+Result<size_t> Client::ServedOr(size_t served, Status failure) {
+  if (served > 0) return served;
+  return failure;
 }
 
 Result<std::vector<std::string>> Client::GetInline(const NamespaceId& ns,
@@ -182,20 +189,26 @@ Result<std::vector<std::string>> Client::GetInline(const NamespaceId& ns,
   // only, the later ones for as many as kMaxInlineCommandBytes holds of the largest block so far.
   size_t per_command = kGetKeysPerCommandUnsized;
   size_t largest = 0;
+  // The blocks already served when a later step fails, as ServedOr.
+  const auto stop = [&out](Status failure) -> Result<std::vector<std::string>> {
+    if (!out.empty()) return std::move(out);
+    return failure;
+  };
   while (out.size() < keys.size()) {
     const size_t count = std::min(per_command, keys.size() - out.size());
     RequestBuffer request;
     AppendKeyCommands(request, "KVT.GET", ns, keys.subspan(out.size(), count), count);
-    KVTIER_ASSIGN_OR_RETURN(std::vector<resp::Reply> replies, RoundTrip(request));
-    resp::Reply& reply = replies.front();
-    if (reply.is_error()) return ErrorReplyToStatus(reply, "KVT.GET");
+    Result<std::vector<resp::Reply>> replies = RoundTrip(request);
+    if (!replies.ok()) return stop(replies.status());
+    resp::Reply& reply = replies->front();
+    if (reply.is_error()) return stop(ErrorReplyToStatus(reply, "KVT.GET"));
     if (reply.type != resp::ReplyType::kArray || reply.elements.size() != count) {
-      return Internal("protocol: KVT.GET answered " + reply.DebugString().substr(0, 200));
+      return stop(Internal("protocol: KVT.GET answered " + reply.DebugString().substr(0, 200)));
     }
     for (resp::Reply& payload : reply.elements) {
       if (payload.is_null()) return out;
       if (payload.type != resp::ReplyType::kBulkString) {
-        return Internal("protocol: KVT.GET item is " + payload.DebugString().substr(0, 200));
+        return stop(Internal("protocol: KVT.GET item is " + payload.DebugString().substr(0, 200)));
       }
       largest = std::max(largest, payload.str.size());
       out.push_back(std::move(payload.str));

@@ -239,15 +239,16 @@ Result<size_t> Client::Get(const NamespaceId& ns, std::span<const BlockKey> keys
                           AcquirePrefix(ns, keys, /*reads_gpu_pool=*/false));
   LeasedCopy copy = CopyLeased(grants, blocks);
   KVTIER_ASSIGN_OR_RETURN(size_t served, ReleaseLeases(copy));
-  if (!copy.error.ok()) return copy.error;
+  if (!copy.error.ok()) return ServedOr(served, copy.error);
   // ACQUIRE only leases blocks of the host arena (and, after AttachGpuPool, of the GPU pool, which
   // memcpy cannot read); a block on NVMe or in the GPU pool answers NOTFOUND there (or is skipped)
   // but KVT.GET reads it. So the prefix goes on inline from the first such miss. A true miss costs
   // that one extra round trip; a caller that looked the prefix up first rarely pays it.
   if (served == copy.first_miss && served < keys.size()) {
-    KVTIER_ASSIGN_OR_RETURN(size_t more,
-                            GetInline(ns, keys.subspan(served), blocks.subspan(served)));
-    served += more;
+    // Its failure (-BUSY at the lease limit, a lost connection) leaves the leased blocks served.
+    Result<size_t> more = GetInline(ns, keys.subspan(served), blocks.subspan(served));
+    if (!more.ok()) return ServedOr(served, more.status());
+    served += *more;
   }
   return served;
 }

@@ -139,6 +139,50 @@ TEST_F(ClientShmTest, AFailedCopyOfInlineBlocksIsTheErrorNotAMiss) {
   EXPECT_TRUE(client_->usable());
 }
 
+// Copies each block into a host buffer, as a device copier would into device memory.
+class HostCopier final : public SlotCopier {
+ public:
+  explicit HostCopier(std::vector<std::vector<std::byte>>& out) : out_(out) {}
+  Status Start(size_t index, std::span<std::byte> slot) override {
+    std::memcpy(out_[index].data(), slot.data(), slot.size());
+    return Status::Ok();
+  }
+  Status Wait() override { return Status::Ok(); }
+
+ private:
+  std::vector<std::vector<std::byte>>& out_;
+};
+
+// The leased block is copied, then the inline read of the next one fails (the daemon at its
+// lease limit answers -BUSY): the call returns the block served, which is in the caller's
+// buffer, not the error. With nothing served, the error is the call's.
+TEST_F(ClientShmTest, AFailureAfterBlocksWereServedReturnsTheirCount) {
+  ASSERT_TRUE(PutFirst(1).ok());
+  ASSERT_TRUE(server_.PlaceOutsideArena(ns_, keys_[1], payloads_[1]).ok());
+  const std::span<const BlockKey> keys = std::span(keys_).first(2);
+  const std::string busy = "-BUSY too many open leases\r\n";
+  std::vector<std::vector<std::byte>> out(2, std::vector<std::byte>(kBlockBytes));
+  const std::vector<void*> dst = {out[0].data(), out[1].data()};
+  server_.faults().SetRawReply("KVT.GET", busy);
+  Result<size_t> served = client_->Get(ns_, keys, dst, kBlockBytes);
+  ASSERT_TRUE(served.ok()) << served.status().ToString();
+  EXPECT_EQ(*served, 1u);
+  EXPECT_EQ(out[0], payloads_[0]);
+
+  std::vector<std::vector<std::byte>> copied(2, std::vector<std::byte>(kBlockBytes));
+  HostCopier copier(copied);
+  server_.faults().SetRawReply("KVT.GET", busy);
+  served = client_->GetWith(ns_, keys, kBlockBytes, copier);
+  ASSERT_TRUE(served.ok()) << served.status().ToString();
+  EXPECT_EQ(*served, 1u);
+  EXPECT_EQ(copied[0], payloads_[0]);
+
+  server_.faults().SetRawReply("KVT.GET", busy);
+  served = client_->Get(ns_, keys.subspan(1), std::span(dst).subspan(1), kBlockBytes);
+  EXPECT_EQ(served.status().code(), StatusCode::kBusy) << served.status().ToString();
+  EXPECT_TRUE(client_->usable());
+}
+
 TEST_F(ClientShmTest, BlocksOutsideTheArenaAreFetchedInline) {
   ASSERT_TRUE(PutFirst(1).ok());
   // Blocks 1..3 lie outside the arena (as on NVMe): ACQUIRE answers NOTFOUND for them.

@@ -128,11 +128,8 @@ Result<size_t> Client::GetWith(const NamespaceId& ns, std::span<const BlockKey> 
     }
   }
   KVTIER_ASSIGN_OR_RETURN(size_t served, ReleaseLeases(copy));
-  if (!copy.error.ok()) return copy.error;
-  if (!copy_failure.ok()) {
-    if (served == 0) return copy_failure;
-    return served;
-  }
+  if (!copy.error.ok()) return ServedOr(served, copy.error);
+  if (!copy_failure.ok()) return ServedOr(served, copy_failure);
   // As in Get: blocks ACQUIRE cannot lease (on NVMe, in a GPU pool the copier does not read) are
   // read inline, here into host staging memory that the copier then moves on.
   if (served != copy.first_miss) return served;
@@ -145,7 +142,10 @@ Result<size_t> Client::GetWith(const NamespaceId& ns, std::span<const BlockKey> 
     for (size_t j = 0; j < count; ++j) {
       outputs.emplace_back(staging.data() + j * block_bytes, block_bytes);
     }
-    KVTIER_ASSIGN_OR_RETURN(size_t got, GetInline(ns, keys.subspan(served, count), outputs));
+    // Its failure (-BUSY at the lease limit, a lost connection) leaves what was served so.
+    Result<size_t> inline_got = GetInline(ns, keys.subspan(served, count), outputs);
+    if (!inline_got.ok()) return ServedOr(served, inline_got.status());
+    const size_t got = *inline_got;
     Status failed;
     size_t started = 0;
     for (; started < got; ++started) {
@@ -161,7 +161,7 @@ Result<size_t> Client::GetWith(const NamespaceId& ns, std::span<const BlockKey> 
     }
     served += started;
     // The first failed copy's error when nothing was served (client.h), not a miss.
-    if (!failed.ok() && served == 0) return failed;
+    if (!failed.ok()) return ServedOr(served, std::move(failed));
     if (started < count) break;
   }
   return served;

@@ -23,6 +23,7 @@
 namespace kvtier::client {
 namespace {
 
+using testing::FaultProxy;
 using testing::InProcessDaemon;
 
 constexpr uint64_t kBlockBytes = 8192;
@@ -250,6 +251,33 @@ TEST_F(ClientTest, InlineGetPastAMissReadsNothing) {
   ASSERT_TRUE(strings.ok()) << strings.status().ToString();
   EXPECT_EQ(strings->size(), 1u);
   EXPECT_EQ(gets(), before + 1);
+}
+
+// An inline get whose second round trip fails returns the blocks the first one served: they are
+// the call's result, a prefix. A lost connection is then what the next call reports.
+TEST_F(ClientTest, AnInlineGetThatFailsPartWayReturnsWhatItServed) {
+  const std::vector<BlockKey> keys = Keys(6);
+  std::vector<std::vector<std::byte>> payloads;
+  for (size_t i = 0; i < keys.size(); ++i) payloads.push_back(Payload(i));
+  const std::vector<std::span<const std::byte>> spans(payloads.begin(), payloads.end());
+  ASSERT_TRUE(client_->PutInline(ns_.id, keys, spans).ok());
+  FaultProxy& faults = server_.faults();
+  // The first KVT.GET of the call (4 keys) is answered; the one after it is refused.
+  faults.OnCommand("KVT.GET",
+                   [&faults] { faults.SetRawReply("KVT.GET", "-BUSY no room now\r\n"); });
+  Result<std::vector<std::string>> strings = client_->GetInline(ns_.id, keys);
+  ASSERT_TRUE(strings.ok()) << strings.status().ToString();
+  ASSERT_EQ(strings->size(), 4u);
+  EXPECT_EQ(0, std::memcmp((*strings)[3].data(), payloads[3].data(), kBlockBytes));
+  EXPECT_TRUE(client_->usable());
+
+  // Now the connection is lost instead.
+  faults.OnCommand("KVT.GET", [&faults] { faults.SetCloseOn("KVT.GET"); });
+  strings = client_->GetInline(ns_.id, keys);
+  ASSERT_TRUE(strings.ok()) << strings.status().ToString();
+  EXPECT_EQ(strings->size(), 4u);
+  EXPECT_FALSE(client_->usable());
+  EXPECT_EQ(client_->Ping().code(), StatusCode::kDeviceError);
 }
 
 // The form that returns strings, over a prefix longer than its first small command: the rest

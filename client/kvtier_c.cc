@@ -242,6 +242,7 @@ int kvtier_get(kvtier_client* client, const kvtier_key* ns, const kvtier_key* ke
         ((keys == nullptr || blocks == nullptr) && n_keys > 0)) {
       return FailInvalid("kvtier_get: NULL pointer");
     }
+    *served_out = 0;  // what a failed call leaves
     if (int rc = CheckBlocks("kvtier_get", blocks, n_keys); rc != KVTIER_OK) return rc;
     const std::vector<BlockKey> key_list = ToKeys(keys, n_keys);
     const NamespaceId id{ToKey(*ns)};

@@ -128,8 +128,10 @@ int kvtier_put(kvtier_client* client, const kvtier_key* ns, const kvtier_key* ke
                size_t* stored_out);
 
 /* Fetches the leading cached blocks into blocks[0..n) (block_bytes each), stopping at the first
- * miss; *served_out is n. A miss is not an error. A NULL blocks[i] is KVTIER_EINVAL, with nothing
- * fetched. */
+ * miss; *served_out is n. A miss is not an error. A failure after some blocks were fetched (the
+ * daemon busy, the connection lost) ends the prefix there: KVTIER_OK with *served_out the blocks
+ * fetched, and the failure only when there were none (then *served_out is 0); a lost connection
+ * is what the next call reports. A NULL blocks[i] is KVTIER_EINVAL, with nothing fetched. */
 int kvtier_get(kvtier_client* client, const kvtier_key* ns, const kvtier_key* keys, size_t n_keys,
                void* const* blocks, size_t block_bytes, size_t* served_out);
 

@@ -199,6 +199,52 @@ TEST(KvtierCTest, LookupReportsTheRemoteTier) {
   kvtier_close(client);
 }
 
+// A get that fails after serving leased blocks (the inline read of the rest answered -BUSY)
+// reports the blocks served; one that serves nothing fails with *served_out set to 0.
+TEST(KvtierCTest, AGetThatFailsPartWayReportsWhatItServed) {
+  InProcessDaemon server(InProcessDaemon::Options{.gpu_pool_bytes = uint64_t{1} << 20});
+  kvtier_client* client = nullptr;
+  ASSERT_EQ(kvtier_connect(server.url().c_str(), nullptr, 5000, &client), KVTIER_OK)
+      << kvtier_last_error();
+  ASSERT_EQ(kvtier_attach(client), KVTIER_OK) << kvtier_last_error();
+  const kvtier_namespace_desc desc = Desc();
+  kvtier_key ns;
+  uint64_t block_bytes = 0;
+  ASSERT_EQ(kvtier_register_namespace(client, &desc, 0, &ns, &block_bytes), KVTIER_OK)
+      << kvtier_last_error();
+  const uint32_t tokens[] = {1, 2, 3, 4};
+  kvtier_key keys[2];
+  size_t n = 0;
+  ASSERT_EQ(kvtier_hash_tokens(&ns, tokens, 4, desc.tokens_per_block, keys, 2, &n), KVTIER_OK);
+  std::vector<std::vector<uint8_t>> blocks = {std::vector<uint8_t>(block_bytes, 'a'),
+                                              std::vector<uint8_t>(block_bytes, 'b')};
+  const void* src[] = {blocks[0].data()};
+  ASSERT_EQ(kvtier_put(client, &ns, keys, 1, src, block_bytes, nullptr, nullptr), KVTIER_OK);
+  // The second block lies outside the arena: a get leases the first and reads it inline.
+  const auto as_key = [](const kvtier_key& k) {
+    return kvtier::BlockKey{kvtier::Key128::FromBytes(reinterpret_cast<const std::byte*>(k.bytes))};
+  };
+  ASSERT_TRUE(server
+                  .PlaceOutsideArena(kvtier::NamespaceId{as_key(ns)}, as_key(keys[1]),
+                                     std::as_bytes(std::span(blocks[1])))
+                  .ok());
+
+  std::vector<std::vector<uint8_t>> out(2, std::vector<uint8_t>(block_bytes));
+  void* dst[] = {out[0].data(), out[1].data()};
+  size_t served = 7;
+  server.faults().SetRawReply("KVT.GET", "-BUSY too many open leases\r\n");
+  ASSERT_EQ(kvtier_get(client, &ns, keys, 2, dst, block_bytes, &served), KVTIER_OK)
+      << kvtier_last_error();
+  EXPECT_EQ(served, 1u);
+  EXPECT_EQ(out[0], blocks[0]);
+
+  served = 7;
+  server.faults().SetRawReply("KVT.GET", "-BUSY too many open leases\r\n");
+  EXPECT_EQ(kvtier_get(client, &ns, keys + 1, 1, dst + 1, block_bytes, &served), KVTIER_EBUSY);
+  EXPECT_EQ(served, 0u);
+  kvtier_close(client);
+}
+
 TEST(KvtierCTest, AttachOverTcpIsRefused) {
   InProcessDaemon server(
       InProcessDaemon::Options{.tcp = true, .password = "", .arena_bytes = 1 << 20});
