@@ -14,6 +14,7 @@
 
 #include <condition_variable>
 #include <deque>
+#include <exception>
 #include <functional>
 #include <future>
 #include <memory>
@@ -44,13 +45,22 @@ class AsyncClient {
                                   std::vector<std::vector<MutableSegment>> blocks);
 
   // Runs fn(client) on the worker thread; the future holds its result. `fn` must be copyable
-  // (it is stored in a std::function) and must not throw.
+  // (it is stored in a std::function). An exception out of it (std::bad_alloc from the Client,
+  // or fn's own) is stored in the future, whose get() rethrows it; the worker goes on with the
+  // next call.
   template <typename Fn>
   auto Submit(Fn fn) -> std::future<std::invoke_result_t<Fn&, Client&>> {
     using R = std::invoke_result_t<Fn&, Client&>;
     auto promise = std::make_shared<std::promise<R>>();
     std::future<R> future = promise->get_future();
-    Enqueue([promise, fn = std::move(fn)](Client& client) mutable { promise->set_value(fn(client)); });
+    Enqueue([promise, fn = std::move(fn)](Client& client) mutable {
+      // Out of the worker thread, an exception would end the process (std::terminate).
+      try {
+        promise->set_value(fn(client));
+      } catch (...) {
+        promise->set_exception(std::current_exception());
+      }
+    });
     return future;
   }
 

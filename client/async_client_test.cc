@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -56,6 +57,19 @@ TEST(AsyncClientTest, FuturesCarryResultsInSubmissionOrder) {
   ASSERT_EQ(*get_shm.get(), 1u);
   EXPECT_EQ(out_b, a);
   EXPECT_EQ(server.commands().back(), "KVT.RELEASE");  // all leased: no inline fallback
+}
+
+// An exception out of a call ends up in its future, not out of the worker thread, where it would
+// end the process; the calls after it run as usual.
+TEST(AsyncClientTest, AnExceptionInACallGoesToItsFuture) {
+  InProcessDaemon server;
+  Result<Client> client = Client::Connect(server.url());
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  AsyncClient async(std::move(client).value());
+  auto thrown = async.Submit([](Client&) -> Status { throw std::runtime_error("no memory"); });
+  auto ping = async.Submit([](Client& c) { return c.Ping(); });
+  EXPECT_THROW(thrown.get(), std::runtime_error);
+  EXPECT_TRUE(ping.get().ok());
 }
 
 TEST(AsyncClientTest, DestructorCompletesQueuedCalls) {

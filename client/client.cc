@@ -84,16 +84,23 @@ Status Client::Authenticate(const ConnectOptions& options) {
 }
 
 Result<std::vector<resp::Reply>> Client::RoundTrip(const RequestBuffer& request) {
-  KVTIER_RETURN_IF_ERROR(connection_->Send(request));
-  std::vector<resp::Reply> replies;
-  replies.reserve(request.commands());
-  for (size_t i = 0; i < request.commands(); ++i) {
-    KVTIER_ASSIGN_OR_RETURN(resp::Reply reply, connection_->ReadReply());
-    replies.push_back(std::move(reply));
+  try {
+    KVTIER_RETURN_IF_ERROR(connection_->Send(request));
+    std::vector<resp::Reply> replies;
+    replies.reserve(request.commands());
+    for (size_t i = 0; i < request.commands(); ++i) {
+      KVTIER_ASSIGN_OR_RETURN(resp::Reply reply, connection_->ReadReply());
+      replies.push_back(std::move(reply));
+    }
+    ++counters_.round_trips;
+    counters_.commands += request.commands();
+    return replies;
+  } catch (...) {
+    // std::bad_alloc (the replies, the parser's buffers) part way leaves the stream position
+    // unknown, as an I/O error does: the connection is given up before the exception goes on.
+    connection_->AbandonAfterException();
+    throw;
   }
-  ++counters_.round_trips;
-  counters_.commands += request.commands();
-  return replies;
 }
 
 void Client::AppendKeyCommands(RequestBuffer& request, std::string_view name,

@@ -33,7 +33,9 @@
 //
 // Thread safety: a Client is NOT thread-safe. Use one per thread (they are cheap: one socket), or
 // hand one to an AsyncClient (client/async_client.h), which runs calls on its own thread and
-// returns futures. Calls never throw; std::bad_alloc is the only exception that may escape.
+// returns futures. Calls never throw; std::bad_alloc is the only exception that may escape, and
+// when it interrupts a round trip the connection is given up (usable() false) as after an I/O
+// error, since what was sent and read of the round trip is unknown.
 #pragma once
 
 #include <chrono>

@@ -155,6 +155,18 @@ Status Connection::Fail(Status status) {
   return status;
 }
 
+void Connection::AbandonAfterException() noexcept {
+  fd_.reset();
+  if (!failure_.ok()) return;
+  try {
+    failure_ = Internal("a call on " + endpoint_.url +
+                        " was interrupted by an exception (out of memory?) mid-round-trip");
+  } catch (...) {
+    // No memory for the message: the code alone still makes every later call fail.
+    failure_ = Status(StatusCode::kInternal, std::string());
+  }
+}
+
 Status Connection::FailureForLaterCall() const {
   return Status(failure_.code(), "connection unusable after earlier error: " + failure_.message());
 }

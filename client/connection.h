@@ -74,6 +74,10 @@ class Connection {
   // Gives the connection up as an I/O error would: for a reply that parsed but that the protocol
   // does not allow, after which what the daemon meant (and granted) is unknown. Returns `why`.
   Status Abandon(Status why) { return Fail(std::move(why)); }
+  // Gives the connection up when an exception (std::bad_alloc) interrupted a round trip: what was
+  // written and read of it is unknown, so a later call could take this call's replies for its
+  // own. Never throws, since memory may be what ran out.
+  void AbandonAfterException() noexcept;
 
  private:
   Connection(Endpoint endpoint, Options options, UniqueFd fd);

@@ -24,6 +24,23 @@ using kvtier::Status;
 using kvtier::StatusCode;
 
 thread_local std::string last_error;
+// The message when last_error itself could not be set (no memory left); nullptr otherwise.
+thread_local const char* fixed_error = nullptr;
+
+void SetLastError(std::string message) {
+  last_error = std::move(message);
+  fixed_error = nullptr;
+}
+
+// The message of an exception Guard caught, set without throwing: Guard is noexcept, so a catch
+// block that threw (memory is often what ran out) would terminate the caller's process.
+void SetCaughtError(const char* what) noexcept {
+  try {
+    SetLastError(std::string("INTERNAL: ") + what);
+  } catch (...) {
+    fixed_error = "INTERNAL: an exception, and no memory left to describe it";
+  }
+}
 
 int CodeOf(StatusCode code) {
   // The enum order of StatusCode is the C code order (kvtier_c.h lists both).
@@ -31,26 +48,28 @@ int CodeOf(StatusCode code) {
 }
 
 int Fail(const Status& status) {
-  last_error = status.ToString();
+  SetLastError(status.ToString());
   return CodeOf(status.code());
 }
 
 int FailInvalid(const char* message) {
-  last_error = std::string("INVALID_ARGUMENT: ") + message;
+  SetLastError(std::string("INVALID_ARGUMENT: ") + message);
   return KVTIER_EINVAL;
 }
 
-// Runs `body` (returning an int code) and turns any exception into KVTIER_EINTERNAL.
+// Runs `body` (returning an int code) and turns any exception into KVTIER_EINTERNAL. An exception
+// out of a round trip has given the connection up (Client::RoundTrip), so later calls on the
+// handle fail rather than read that round trip's replies.
 template <typename Body>
 int Guard(Body&& body) noexcept {
   try {
     return body();
   } catch (const std::bad_alloc&) {
-    last_error = "INTERNAL: out of memory";
+    SetCaughtError("out of memory");
   } catch (const std::exception& e) {
-    last_error = std::string("INTERNAL: ") + e.what();
+    SetCaughtError(e.what());
   } catch (...) {
-    last_error = "INTERNAL: unknown exception";
+    SetCaughtError("unknown exception");
   }
   return KVTIER_EINTERNAL;
 }
@@ -100,7 +119,9 @@ static_assert(kvtier::kTierCount == KVTIER_TIER_REMOTE + 1, "a tier without a C 
 
 extern "C" {
 
-const char* kvtier_last_error(void) { return last_error.c_str(); }
+const char* kvtier_last_error(void) {
+  return fixed_error != nullptr ? fixed_error : last_error.c_str();
+}
 
 int kvtier_connect(const char* url, const char* password, int timeout_ms, kvtier_client** out) {
   return Guard([&] {
@@ -228,7 +249,7 @@ int kvtier_put(kvtier_client* client, const kvtier_key* ns, const kvtier_key* ke
       const Status& s = (*statuses)[i];
       if (s.ok() || s.code() == StatusCode::kAlreadyExists) ++stored;
       if (statuses_out != nullptr) statuses_out[i] = CodeOf(s.code());
-      if (!s.ok() && s.code() != StatusCode::kAlreadyExists) last_error = s.ToString();
+      if (!s.ok() && s.code() != StatusCode::kAlreadyExists) SetLastError(s.ToString());
     }
     if (stored_out != nullptr) *stored_out = stored;
     return int{KVTIER_OK};

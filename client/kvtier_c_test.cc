@@ -2,10 +2,12 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
 
+#include "client/testing/address_space_cap.h"
 #include "client/testing/in_process_daemon.h"
 #include "common/types.h"
 #include "hashing/block_hasher.h"
@@ -242,6 +244,53 @@ TEST(KvtierCTest, AGetThatFailsPartWayReportsWhatItServed) {
   server.faults().SetRawReply("KVT.GET", "-BUSY too many open leases\r\n");
   EXPECT_EQ(kvtier_get(client, &ns, keys + 1, 1, dst + 1, block_bytes, &served), KVTIER_EBUSY);
   EXPECT_EQ(served, 0u);
+  kvtier_close(client);
+}
+
+// Out of memory in the middle of a get (a child process whose memory is capped reads a 32 MiB
+// block): KVTIER_EINTERNAL, not a crash, and the handle's later calls fail instead of reading the
+// rest of that reply as theirs.
+TEST(KvtierCTest, OutOfMemoryIsAnErrorAndGivesTheConnectionUp) {
+  if (!kvtier::client::testing::kAddressSpaceCapWorks) {
+    GTEST_SKIP() << "no address-space cap under sanitizers";
+  }
+  InProcessDaemon server(InProcessDaemon::Options{.arena_bytes = uint64_t{64} << 20});
+  kvtier_client* client = nullptr;
+  ASSERT_EQ(kvtier_connect(server.url().c_str(), nullptr, 5000, &client), KVTIER_OK)
+      << kvtier_last_error();
+  const kvtier_namespace_desc desc = Desc();
+  kvtier_key ns;
+  const uint64_t block_bytes = uint64_t{32} << 20;
+  ASSERT_EQ(kvtier_register_namespace(client, &desc, block_bytes, &ns, nullptr), KVTIER_OK)
+      << kvtier_last_error();
+  const uint32_t tokens[] = {1, 2};
+  kvtier_key key;
+  size_t n = 0;
+  ASSERT_EQ(kvtier_hash_tokens(&ns, tokens, 2, desc.tokens_per_block, &key, 1, &n), KVTIER_OK);
+  std::vector<uint8_t> block(block_bytes, 'b');
+  const void* src[] = {block.data()};
+  size_t stored = 0;
+  ASSERT_EQ(kvtier_put(client, &ns, &key, 1, src, block_bytes, nullptr, &stored), KVTIER_OK)
+      << kvtier_last_error();
+  ASSERT_EQ(stored, 1u);
+  void* dst[] = {block.data()};  // allocated before the cap
+  EXPECT_EXIT(
+      {
+        if (!kvtier::client::testing::CapAddressSpace(size_t{16} << 20)) std::_Exit(1);
+        size_t served = 0;
+        int outcome = 0;
+        if (kvtier_get(client, &ns, &key, 1, dst, block_bytes, &served) != KVTIER_EINTERNAL) {
+          outcome = 2;
+        } else if (std::string(kvtier_last_error()).find("memory") == std::string::npos) {
+          outcome = 3;
+        } else if (kvtier_get(client, &ns, &key, 1, dst, block_bytes, &served) !=
+                       KVTIER_EINTERNAL ||
+                   std::string(kvtier_last_error()).find("unusable") == std::string::npos) {
+          outcome = 4;
+        }
+        std::_Exit(outcome);
+      },
+      ::testing::ExitedWithCode(0), "");
   kvtier_close(client);
 }
 
