@@ -41,9 +41,10 @@ class Connection {
     resp::ReplyParser::Options parser;
   };
 
-  // Connects to `endpoint` within `timeout`. Errors name the URL: the translated errno of socket()
-  // or connect() (kNotFound when the socket file does not exist, kDeviceError when refused: is
-  // kvtierd running?), kNotFound when a TCP host does not resolve, kTimeout.
+  // Connects to `endpoint` within `timeout` (resolving a TCP host name is not bounded by it: see
+  // ConnectOptions::timeout). Errors name the URL: the translated errno of socket() or connect()
+  // (kNotFound when the socket file does not exist, kDeviceError when refused: is kvtierd
+  // running?), kNotFound when a TCP host does not resolve, kTimeout.
   static Result<std::unique_ptr<Connection>> Open(const Endpoint& endpoint, const Options& options);
 
   Connection(const Connection&) = delete;
