@@ -1,5 +1,6 @@
 #include "daemon/metrics/stats_format.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
@@ -380,6 +381,15 @@ std::string StatsToInfoSection(const store::StoreStats& stats, const ProcessInfo
   };
   // The same fields as the JSON views, under their JSON names (tier fields prefixed by the tier).
   for (const TotalField& f : kTotalFields) field(f.json, std::to_string(stats.*f.field));
+  // Why a tier is absent, as /stats says it (a note has no CR or LF: an INFO line cannot hold one).
+  for (const auto& [name, note] : {std::pair{"gpu_tier", &process.gpu_tier_note},
+                                   std::pair{"nvme_tier", &process.nvme_tier_note}}) {
+    if (note->empty()) continue;
+    std::string line = *note;
+    std::replace_if(
+        line.begin(), line.end(), [](char c) { return c == '\r' || c == '\n'; }, ' ');
+    field(name, line);
+  }
   for (const auto& t : stats.tiers) {
     const std::string p = "tier_" + std::string(TierName(t.tier)) + "_";
     for (const TierField& f : kTierFields) {

@@ -104,6 +104,19 @@ TEST(StatsFormatTest, InfoSectionUsesRedisFieldSyntax) {
   EXPECT_NE(info.find("hit_ratio=0.7500"), std::string::npos);
 }
 
+// Regression: docs/protocol.md and docs/gpu.md point to INFO for why a tier is absent, and INFO
+// did not say it. An empty note (the tier runs) adds no field.
+TEST(StatsFormatTest, InfoSaysWhyATierIsAbsent) {
+  const ProcessInfo process{.gpu_tier_note = "no GPU tier: disabled in config (gpu.bytes is 0)",
+                            .nvme_tier_note = "no NVMe tier: \r\nbroken"};
+  const std::string info = StatsToInfoSection(SampleStats(), process);
+  EXPECT_NE(info.find("gpu_tier:no GPU tier: disabled in config (gpu.bytes is 0)\r\n"),
+            std::string::npos)
+      << info;
+  EXPECT_NE(info.find("nvme_tier:no NVMe tier:   broken\r\n"), std::string::npos) << info;
+  EXPECT_EQ(StatsToInfoSection(SampleStats(), {}).find("gpu_tier:"), std::string::npos);
+}
+
 // Every count the JSON views show reaches /metrics too: each field of the snapshot gets its own
 // value here, and each value the JSON carries must be the value of some sample.
 TEST(StatsFormatTest, EveryJsonCountIsAlsoAPrometheusSample) {
