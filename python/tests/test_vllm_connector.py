@@ -781,6 +781,93 @@ def test_a_request_finished_while_its_stores_are_held_keeps_its_blocks(unix_url)
         conn.shutdown()
 
 
+def spec_decode_step(worker, meta, finished=()):
+    """One engine step as vLLM runs it with speculative decoding (gpu_model_runner's
+    defer_finalize): get_finished, with the requests finished since the last step, before
+    wait_for_save. Returns get_finished's answer."""
+    worker.bind_connector_metadata(meta)
+    worker.start_load_kv(None)
+    reported = worker.get_finished(set(finished))
+    worker.wait_for_save()
+    worker.clear_connector_metadata()
+    return reported
+
+
+class Gate:
+    """Holds every call through a link (link.call) until opened: a save or load that is still
+    running, deterministically."""
+
+    def __init__(self, link):
+        self._call, self.open_ = link.call, threading.Event()
+        self.entered = threading.Event()
+        link.call = self.call
+
+    def call(self, what, fn):
+        self.entered.set()
+        assert self.open_.wait(10), "the gate was never opened"
+        return self._call(what, fn)
+
+
+def finished_in_a_held_step(sched, worker, hashes, b_ids):
+    """B (A's prefix loaded synchronously, then a block of its own) finishes in that step; its
+    new block's store, held back until the step's output is in, goes in the next step: its
+    metadata."""
+    b, load_step = b_after_a(sched, worker, hashes, b_ids)
+    worker_meta = step(worker, load_step)
+    sched.update_connector_output(SimpleNamespace(
+        invalid_block_ids=worker.get_block_ids_with_load_errors(),
+        kv_connector_worker_meta=worker_meta))
+    assert sched.request_finished(b, b_ids) == (True, None)
+    meta = sched.build_connector_meta(output())
+    assert [t.block_ids for t in meta.stores] == [b_ids[2:4]]
+    return meta
+
+
+def test_speculative_decoding_reports_a_request_saved_once_its_last_store_is_copied(unix_url):
+    """With speculative decoding vLLM calls get_finished before wait_for_save. B, whose stores
+    were held back by its step's synchronous load, finishes in that step: its stores go in the
+    next, and get_finished({"B"}) ran before they were handed to the save thread. B, with no
+    store before, was never reported saved (its blocks held for ever); it is, once they are."""
+    vllm_config, kv_cache_config = configs(unix_url, "flashinfer", salt="spec-first")
+    sched = KvtierConnector(vllm_config, KVConnectorRole.SCHEDULER, kv_cache_config)
+    worker = KvtierConnector(vllm_config, KVConnectorRole.WORKER, kv_cache_config)
+    worker.register_kv_caches(caches("flashinfer"))
+    meta = finished_in_a_held_step(sched, worker, [os.urandom(32) for _ in range(4)],
+                                   [5, 6, 7, 8, 9])
+    stored = worker.stats()["stored_blocks"]
+    gate = Gate(worker._link)
+    assert "B" not in (spec_decode_step(worker, meta, {"B"})[0] or ())
+    assert gate.entered.wait(10)
+    assert "B" not in (worker.get_finished(set())[0] or ())  # its store is still running
+    gate.open_.set()
+    worker.wait_for_saves()
+    assert worker.stats()["stored_blocks"] == stored + 2
+    assert worker.get_finished(set()) == ({"B"}, None)
+    for conn in (sched, worker):
+        conn.shutdown()
+
+
+def test_speculative_decoding_never_reports_a_request_saved_before_its_last_store(unix_url):
+    """As above, B having stored a block in an earlier step (the worker knew it as a saving
+    request): get_finished({"B"}) before wait_for_save reported it saved at once, before its
+    last store had read its blocks, which vLLM then freed for others to write."""
+    vllm_config, kv_cache_config = configs(unix_url, "flashinfer", salt="spec-again")
+    worker = KvtierConnector(vllm_config, KVConnectorRole.WORKER, kv_cache_config)
+    worker.register_kv_caches(caches("flashinfer"))
+    keys = kvtier.fold_foreign_keys(bytes(16), [os.urandom(32) for _ in range(2)])
+    step(worker, KvtierConnectorMetadata(stores=[Transfer("B", keys[:1], [5])]))
+    gate = Gate(worker._link)
+    last = KvtierConnectorMetadata(stores=[Transfer("B", keys[1:], [6])])
+    assert spec_decode_step(worker, last, {"B"}) == (None, None)
+    assert gate.entered.wait(10)
+    assert worker.get_finished(set()) == (None, None)  # its last store is still running
+    gate.open_.set()
+    worker.wait_for_saves()
+    assert worker.get_finished(set()) == ({"B"}, None)
+    assert worker.stats()["stored_blocks"] == 2
+    worker.shutdown()
+
+
 def test_stores_held_for_an_output_that_never_comes_are_dropped_not_held_for_ever(unix_url):
     """Were the step's output never to name it (a vLLM that does not pass the workers' metadata
     on), the held stores, and a finished request's blocks, would wait for ever: after

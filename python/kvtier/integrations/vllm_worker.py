@@ -222,6 +222,13 @@ class WorkerSide:
         super().bind_connector_metadata(connector_metadata)
         self._step_started = time.perf_counter()
         self._step_load_s = 0.0
+        # The step's stores count as running from now, not from wait_for_save, which hands them
+        # to the save thread: with speculative decoding vLLM calls get_finished before
+        # wait_for_save (gpu_model_runner's defer_finalize), and a request finished in this
+        # step must not be reported saved before these stores of its blocks have been copied.
+        for t in getattr(connector_metadata, "stores", ()):
+            self._saving[t.req_id] = self._saving.get(t.req_id, 0) + 1
+            self._saved_requests.add(t.req_id)
 
     def start_load_kv(self, forward_context: Any, **kwargs: Any) -> None:
         """Starts this step's synchronous loads (the forward pass needs them: layer by layer on
@@ -396,9 +403,7 @@ class WorkerSide:
             if on_device:  # the copy waits for the kernels that wrote the blocks
                 ready = torch.cuda.Event()
                 ready.record(torch.cuda.current_stream(self._pages[0].device))
-            self._saving[t.req_id] = self._saving.get(t.req_id, 0) + 1
-            self._saved_requests.add(t.req_id)
-            self._saver.submit(_Save(t, ready))
+            self._saver.submit(_Save(t, ready))  # counted in _saving since bind
 
     def _save(self, job: _Save) -> int:
         """On the save thread: job's blocks out of vLLM's pages into kvtierd; how many it stored."""
