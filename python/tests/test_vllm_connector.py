@@ -124,6 +124,21 @@ def step(worker, meta):
     return worker_meta
 
 
+def finish(sched, worker, r, ids=()):
+    """r finishes (request_finished), then an empty step of the worker with its saves waited
+    for: a request whose free vLLM delays (the answer, returned) is reported saved in it, and no
+    other."""
+    delay, _ = sched.request_finished(r, list(ids))
+    worker.bind_connector_metadata(sched.build_connector_meta(output()))
+    worker.start_load_kv(None)
+    worker.wait_for_save()
+    worker.wait_for_saves()
+    sending, _ = worker.get_finished({r.request_id})
+    worker.clear_connector_metadata()
+    assert (sending or set()) == ({r.request_id} if delay else set())
+    return delay
+
+
 @pytest.mark.parametrize("layout", ["flash_attn", "flashinfer"])
 def test_store_then_load_across_requests(unix_url, layout):
     vllm_config, kv_cache_config = configs(unix_url, layout)
@@ -143,8 +158,7 @@ def test_store_then_load_across_requests(unix_url, layout):
     assert meta.loads == [] and [t.block_ids for t in meta.stores] == [a_ids[:5]]
     step(worker, meta)
     # A's blocks are freed once the worker reports its saves done (here they are).
-    assert sched.request_finished(a, a_ids) == (True, None)
-    assert worker.get_finished({"A"}) == ({"A"}, None)
+    assert finish(sched, worker, a, a_ids)
 
     # B shares A's first three blocks; vLLM's own prefix cache already holds the first one.
     b = request("B", hashes_a[:3] + [os.urandom(32)], 4 * BLOCK + 1)
@@ -187,7 +201,7 @@ def sync_load_meta(sched, worker, salt_hashes, ids, b_ids):
     """A's blocks `ids` stored and A finished; then B, the same prefix, offered as a synchronous
     load (nothing else runs) into b_ids: the step's metadata."""
     store_request(sched, worker, "A", salt_hashes, ids + [ids[-1] + 1])
-    sched.request_finished(request("A", salt_hashes, len(salt_hashes) * BLOCK + 1), [])
+    finish(sched, worker, request("A", salt_hashes, len(salt_hashes) * BLOCK + 1))
     b = request("B", salt_hashes, len(salt_hashes) * BLOCK + 1)
     assert match(sched, b, 0) == (len(salt_hashes) * BLOCK, False)
     sched.update_state_after_alloc(b, blocks(b_ids + [b_ids[-1] + 1]), len(salt_hashes) * BLOCK)
@@ -547,7 +561,7 @@ def test_a_request_not_announced_is_looked_up_when_first_asked_about(unix_url):
     worker.register_kv_caches(caches("flashinfer"))
     hashes = [os.urandom(32) for _ in range(3)]
     store_request(sched, worker, "A", hashes, [0, 1, 2, 3])
-    sched.request_finished(request("A", hashes, 3 * BLOCK + 1), [])  # nothing else runs now
+    finish(sched, worker, request("A", hashes, 3 * BLOCK + 1))  # nothing else runs now
     assert ask_until_known(sched, request("B", hashes, 3 * BLOCK + 1)) == (3 * BLOCK, False)
     assert sched.stats()["lookups"] == 2
     for conn in (sched, worker):
@@ -618,7 +632,9 @@ def test_saves_run_after_the_step_and_keep_their_blocks_until_done(kvtierd):
         a = computed("A", hashes, [0, 1, 2])
         assert slow.stats()["stored_blocks"] == 0  # still on its way
         assert sched.request_finished(a, [0, 1, 2]) == (True, None)
+        slow.bind_connector_metadata(sched.build_connector_meta(output()))
         assert slow.get_finished({"A"}) == (None, None)  # vLLM keeps A's blocks
+        slow.clear_connector_metadata()
         deadline = time.monotonic() + 10
         while (sent := slow.get_finished(set())[0]) is None:
             assert time.monotonic() < deadline
@@ -702,7 +718,7 @@ def b_after_a(sched, worker, hashes, b_ids):
     more token) offered them as a synchronous load (nothing else runs) into b_ids: B's step,
     which computes the rest of its prompt."""
     store_request(sched, worker, "A", hashes[:2], [0, 1, 2])
-    sched.request_finished(request("A", hashes[:2], 2 * BLOCK + 1), [])
+    finish(sched, worker, request("A", hashes[:2], 2 * BLOCK + 1))
     b = request("B", hashes, 4 * BLOCK + 1)
     assert match(sched, b, 0) == (2 * BLOCK, False)
     sched.update_state_after_alloc(b, blocks(b_ids), 2 * BLOCK)
@@ -777,6 +793,132 @@ def test_a_request_finished_while_its_stores_are_held_keeps_its_blocks(unix_url)
     assert [t.block_ids for t in meta.stores] == [[7, 8]] and meta.withheld == set()
     step(worker, meta)
     assert worker.get_finished(set()) == ({"B"}, None)
+    for conn in (sched, worker):
+        conn.shutdown()
+
+
+class VllmBooks:
+    """vLLM's scheduler's account of finished requests' blocks (v1/core/sched/scheduler.py:
+    finish_requests, _free_request, _update_from_kv_xfer_finished), with its assertions. A
+    finished request's blocks are freed at once unless request_finished answers True or the
+    request waits for an asynchronous load (WAITING_FOR_REMOTE_KVS: vLLM then keeps them until
+    it is reported loaded); kept blocks are freed when a worker reports the request, and a
+    report naming a request already freed fails vLLM's `assert req_id in self.requests`."""
+
+    def __init__(self):
+        self.loading = set()    # waiting for an asynchronous load, not reported loaded
+        self.kept = set()       # finished, blocks not freed yet
+        self.freed = set()
+        self._finished = set()  # since the last step: the workers' finished_req_ids
+
+    def finish(self, sched, r, ids):
+        req_id = r.request_id
+        waits_for_load = req_id in self.loading
+        self.loading.discard(req_id)
+        delay, _ = sched.request_finished(r, list(ids))
+        (self.kept if delay or waits_for_load else self.freed).add(req_id)
+        self._finished.add(req_id)
+        return delay
+
+    def step(self, sched, worker, scheduler_output=None):
+        """One engine step (metadata built, worker run, its output taken by both)."""
+        meta = sched.build_connector_meta(scheduler_output or output())
+        worker.bind_connector_metadata(meta)
+        worker.start_load_kv(None)
+        worker.wait_for_save()
+        worker.wait_for_saves()
+        sending, recving = worker.get_finished(self._finished)
+        self._finished = set()
+        invalid = worker.get_block_ids_with_load_errors()
+        worker_meta = worker.build_connector_worker_meta()
+        worker.clear_connector_metadata()
+        for req_id in recving or ():
+            assert req_id not in self.freed, f"{req_id} reported loaded after its blocks were freed"
+            if req_id in self.kept:
+                self.kept.remove(req_id)
+                self.freed.add(req_id)
+            self.loading.discard(req_id)
+        for req_id in sending or ():
+            assert req_id in self.kept, f"{req_id} reported saved, its blocks not kept for it"
+            self.kept.remove(req_id)
+            self.freed.add(req_id)
+        sched.update_connector_output(SimpleNamespace(
+            finished_sending=sending, finished_recving=recving, invalid_block_ids=invalid,
+            kv_connector_worker_meta=worker_meta))
+        return sending, recving
+
+
+def test_a_request_whose_held_stores_were_spoiled_then_aborted_gives_its_blocks_back(kvtierd):
+    """B's synchronous load fails, which drops the stores held back from its step; B is aborted
+    before its next step. request_finished answered True (stores had been planned) though no
+    store would ever reach a worker: no worker reported B, and vLLM kept its blocks for ever."""
+    proxy = FaultProxy(kvtierd.port)
+    try:
+        sched, fast, spoiled = through_proxy(kvtierd, proxy, "spoiled-abort")
+        b_ids = [5, 6, 7, 8, 9]
+        b, load_step = b_after_a(sched, fast, [os.urandom(32) for _ in range(4)], b_ids)
+        proxy.fault = "error"
+        worker_meta = step(spoiled, load_step)
+        invalid = spoiled.get_block_ids_with_load_errors()
+        assert invalid == {5, 6}
+        sched.update_connector_output(SimpleNamespace(invalid_block_ids=invalid,
+                                                      kv_connector_worker_meta=worker_meta))
+        books = VllmBooks()
+        books.finish(sched, b, b_ids)
+        for _ in range(3):
+            books.step(sched, spoiled)
+        assert books.kept == set() and books.freed == {"B"}
+        for conn in (sched, fast, spoiled):
+            conn.shutdown()
+    finally:
+        proxy.close()
+
+
+def test_a_request_whose_held_stores_were_given_up_then_finished_gives_its_blocks_back(unix_url):
+    """The stores held for a step whose output never came are dropped after
+    _MAX_UNCONFIRMED_STEPS; B fills no block after that and finishes: no store of it ever reached
+    the worker, which never reported it, and vLLM kept its blocks for ever."""
+    from kvtier.integrations import vllm_scheduler as connector
+    vllm_config, kv_cache_config = configs(unix_url, "flashinfer", salt="given-up")
+    sched = KvtierConnector(vllm_config, KVConnectorRole.SCHEDULER, kv_cache_config)
+    worker = KvtierConnector(vllm_config, KVConnectorRole.WORKER, kv_cache_config)
+    worker.register_kv_caches(caches("flashinfer"))
+    b_ids = [5, 6, 7, 8, 9]
+    b, load_step = b_after_a(sched, worker, [os.urandom(32) for _ in range(4)], b_ids)
+    step(worker, load_step)  # its output is never handed to the scheduler
+    for _ in range(connector._MAX_UNCONFIRMED_STEPS):
+        step(worker, sched.build_connector_meta(output()))
+    assert sched._held == []
+    books = VllmBooks()
+    books.finish(sched, b, b_ids)
+    for _ in range(3):
+        books.step(sched, worker)
+    assert books.kept == set() and books.freed == {"B"}
+    assert worker.stats()["stored_blocks"] == 2  # A's; none of B's, never checked
+    for conn in (sched, worker):
+        conn.shutdown()
+
+
+def test_a_request_preempted_with_held_stores_then_aborted_gives_its_blocks_back(unix_url):
+    """B's stores are held back; B is preempted (they are dropped: its blocks may be reused),
+    then aborted while waiting: request_finished answered True, no worker reported B."""
+    vllm_config, kv_cache_config = configs(unix_url, "flashinfer", salt="preempt-abort")
+    sched = KvtierConnector(vllm_config, KVConnectorRole.SCHEDULER, kv_cache_config)
+    worker = KvtierConnector(vllm_config, KVConnectorRole.WORKER, kv_cache_config)
+    worker.register_kv_caches(caches("flashinfer"))
+    b_ids = [5, 6, 7, 8, 9]
+    b, load_step = b_after_a(sched, worker, [os.urandom(32) for _ in range(4)], b_ids)
+    worker_meta = step(worker, load_step)
+    books = VllmBooks()
+    preempting = SimpleNamespace(**vars(output()), preempted_req_ids={"B"})
+    books.step(sched, worker, preempting)
+    sched.update_connector_output(SimpleNamespace(  # the load step's output, after the preemption
+        invalid_block_ids=set(), kv_connector_worker_meta=worker_meta))
+    assert sched._held == [] and sched._released == []
+    books.finish(sched, b, [])
+    for _ in range(3):
+        books.step(sched, worker)
+    assert books.kept == set() and books.freed == {"B"}
     for conn in (sched, worker):
         conn.shutdown()
 
@@ -857,7 +999,7 @@ def test_speculative_decoding_never_reports_a_request_saved_before_its_last_stor
     keys = kvtier.fold_foreign_keys(bytes(16), [os.urandom(32) for _ in range(2)])
     step(worker, KvtierConnectorMetadata(stores=[Transfer("B", keys[:1], [5])]))
     gate = Gate(worker._link)
-    last = KvtierConnectorMetadata(stores=[Transfer("B", keys[1:], [6])])
+    last = KvtierConnectorMetadata(stores=[Transfer("B", keys[1:], [6])], delayed_frees={"B"})
     assert spec_decode_step(worker, last, {"B"}) == (None, None)
     assert gate.entered.wait(10)
     assert worker.get_finished(set()) == (None, None)  # its last store is still running

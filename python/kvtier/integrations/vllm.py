@@ -73,10 +73,15 @@ through vLLM in ``vllm_metadata.py``.
   whose loads are in, and ``get_block_ids_with_load_errors`` the blocks not served (vLLM
   recomputes them). ``wait_for_save`` hands the step's stores to the save thread, which copies
   them out while the engine goes on; ``request_finished`` keeps a request's blocks from being
-  freed while some are being saved (``True``), until ``get_finished`` reports the request saved,
-  and ``handle_preemptions`` waits for a preempted request's saves before the forward pass that
-  may reuse its blocks; a finished request whose stores the scheduler holds back is not
-  reported saved until they have come and been saved. CPU caches are copied straight into and
+  freed while some are being saved (``True``: a store of them went to the workers, or is held
+  back), until ``get_finished`` reports the request saved, and ``handle_preemptions`` waits for
+  a preempted request's saves before the forward pass that may reuse its blocks. The scheduler
+  names the requests it answered ``True`` for in the next step's metadata (``delayed_frees``)
+  and the workers report exactly those, each once its saves are done: those of the step being
+  run count from ``bind_connector_metadata``, so either order of ``get_finished`` and
+  ``wait_for_save`` is safe (speculative decoding calls ``get_finished`` first), and a request
+  whose stores the scheduler holds back is not reported until they have come and been saved,
+  or been dropped. CPU caches are copied straight into and
   out of kvtierd's arena; CUDA caches go through a host staging copy, ordered after the
   engine's stream by an event (untested).
 

@@ -50,6 +50,11 @@ class KvtierConnectorMetadata(KVConnectorMetadata):
     # Requests some of whose stores the scheduler holds back: the worker does not report them
     # saved (get_finished) while it does, for the held blocks are still to come.
     withheld: set[str] = dataclasses.field(default_factory=set)
+    # Requests finished since the last step whose blocks vLLM keeps until the workers report
+    # them in finished_sending (request_finished answered True): each worker reports such a
+    # request once none of its saves is running, to come in this step, or withheld. The workers
+    # report no other: vLLM has freed the others' blocks and forgotten them.
+    delayed_frees: set[str] = dataclasses.field(default_factory=set)
 
 
 @dataclasses.dataclass

@@ -52,9 +52,10 @@ class _Tracked:
     request: Any
     block_ids: list[int]
     stored_blocks: int  # leading blocks already stored (or loaded: they are in kvtierd)
-    # Some of its blocks were planned to be stored: its blocks are freed only once the workers
-    # report the saves done (request_finished delays the free).
-    stores_planned: bool = False
+    # A store of its blocks went to the workers (in a step's metadata, not merely planned and
+    # held back): its blocks are freed only once the workers report the saves done
+    # (request_finished delays the free).
+    stores_sent: bool = False
 
 
 @dataclasses.dataclass
@@ -112,6 +113,12 @@ class SchedulerSide:
         # namespace (the first rank's first), refreshed in kvtierd once the workers report them
         # done (update_connector_output).
         self._refresh_when_saved: dict[str, list[list[bytes]]] = {}
+        # Requests request_finished answered True for since the last step: the next step's
+        # metadata names them to the workers (delayed_frees), which report each in finished_sending
+        # once its saves are done. The workers report no other request: vLLM frees the blocks of
+        # a request it did not keep at once, and a report of it would name a request it no longer
+        # knows.
+        self._delayed_frees: set[str] = set()
         self._init_held_stores()
 
     def _warn_unless_recompute(self) -> None:
@@ -275,8 +282,9 @@ class SchedulerSide:
             loads=self._loads,
             computed_tokens=int(getattr(scheduler_output, "total_num_scheduled_tokens", 0) or 0),
             preempted=set(getattr(scheduler_output, "preempted_req_ids", None) or ()),
-            step=self._steps_built)
+            step=self._steps_built, delayed_frees=self._delayed_frees)
         self._loads = []
+        self._delayed_frees = set()
         if any(t.sync for t in meta.loads):
             self._unconfirmed.add(meta.step)
         self._give_up_unconfirmed(meta.step)
@@ -287,6 +295,10 @@ class SchedulerSide:
         self._held = self._drop(self._held, preempted)
         meta.stores = [h.transfer for h in self._drop(self._released, preempted)]
         self._released = []
+        for t in meta.stores:
+            tracked = self._tracked.get(t.req_id)  # None: finished, its free delayed already
+            if tracked is not None:
+                tracked.stores_sent = True
         progress = []
         for new in scheduler_output.scheduled_new_reqs:
             tracked = self._tracked.get(new.req_id)
@@ -323,7 +335,7 @@ class SchedulerSide:
             self._held.append(_Held(meta.step, t, tracked.stored_blocks, tracked.block_ids[:full]))
         else:
             meta.stores.append(t)
-        tracked.stores_planned = True
+            tracked.stores_sent = True
         tracked.stored_blocks = full
 
     def update_connector_output(self, connector_output: Any) -> None:
@@ -419,17 +431,25 @@ class SchedulerSide:
         return self._cost.snapshot()
 
     def request_finished(self, request: Any, block_ids: list[int]) -> tuple[bool, Optional[dict]]:
-        tracked = self._tracked.pop(request.request_id, None)
+        """Whether vLLM must keep the request's blocks until the workers report it saved
+        (finished_sending): True when a store of its blocks went to the workers, or is held back
+        to go later; the workers are told so in the next step (delayed_frees), and report it
+        once those saves are done. A store planned, held back and dropped since (a load error,
+        a preemption, an output that never came) leaves nothing to wait for: False."""
+        req_id = request.request_id
+        tracked = self._tracked.pop(req_id, None)
         for state in (self._offered, self._found, self._loading_blocks, self._load_decisions):
-            state.pop(request.request_id, None)
+            state.pop(req_id, None)
         if self._lookups is not None:
-            self._lookups.forget(request.request_id)
-        self._failed_loads.discard(request.request_id)
+            self._lookups.forget(req_id)
+        self._failed_loads.discard(req_id)
         # Saves run after their step: blocks some of which are being saved are freed once the
         # workers report the request (get_finished), and then its chain is refreshed.
-        saving = tracked is not None and tracked.stores_planned
+        saving = (tracked is not None and tracked.stores_sent) or any(
+            h.transfer.req_id == req_id for h in (*self._held, *self._released))
         if saving:
-            blocks = tracked.stored_blocks
-            self._refresh_when_saved[request.request_id] = [
+            self._delayed_frees.add(req_id)
+            blocks = tracked.stored_blocks if tracked is not None else 0
+            self._refresh_when_saved[req_id] = [
                 self._keys(request, blocks), *self._other_keys(request, blocks)]
         return saving, None

@@ -155,8 +155,9 @@ class WorkerSide:
         self._load_exception_logged = False
         self._loading: dict[str, int] = {}  # request id -> its loads not finished yet
         self._saving: dict[str, int] = {}   # request id -> its saves not finished yet
-        self._saved_requests: set[str] = set()  # requests with saves: reported when finished
-        self._finished_saving: set[str] = set()  # of those, finished; reported once saved
+        # Finished requests whose blocks vLLM keeps until they are reported saved (the
+        # scheduler's delayed_frees): reported once their saves are done.
+        self._delayed_frees: set[str] = set()
         self._loader: Optional[_Mover] = None  # started by register_kv_caches
         self._saver: Optional[_Mover] = None
         self._load_link: Optional[Link] = None
@@ -228,7 +229,7 @@ class WorkerSide:
         # step must not be reported saved before these stores of its blocks have been copied.
         for t in getattr(connector_metadata, "stores", ()):
             self._saving[t.req_id] = self._saving.get(t.req_id, 0) + 1
-            self._saved_requests.add(t.req_id)
+        self._delayed_frees |= getattr(connector_metadata, "delayed_frees", set())
 
     def start_load_kv(self, forward_context: Any, **kwargs: Any) -> None:
         """Starts this step's synchronous loads (the forward pass needs them: layer by layer on
@@ -304,8 +305,10 @@ class WorkerSide:
 
     def get_finished(self, finished_req_ids: set[str]) -> tuple[Optional[set[str]],
                                                                 Optional[set[str]]]:
-        """The requests whose loads have all finished; their blocks not served are reported by
-        get_block_ids_with_load_errors, which vLLM calls next, in the same step."""
+        """The finished requests whose saves are done, of those vLLM keeps the blocks of (named by
+        the scheduler in delayed_frees: vLLM's finished_req_ids name them too, in the same
+        step), and the requests whose loads have all finished; their blocks not served are
+        reported by get_block_ids_with_load_errors, which vLLM calls next, in the same step."""
         self._finish_layer_loads()
         meta = self._get_connector_metadata() if self.has_connector_metadata() else None
         if self._loading and meta is not None and meta.computed_tokens == 0:
@@ -318,10 +321,8 @@ class WorkerSide:
         # A request with stores held back at the scheduler is not saved yet, whether or not it
         # has saves here: its blocks must stay until those come (or are dropped).
         withheld = meta.withheld if meta is not None else set()
-        self._finished_saving |= finished_req_ids & (self._saved_requests | withheld)
-        sent = {r for r in self._finished_saving if r not in self._saving and r not in withheld}
-        self._finished_saving -= sent
-        self._saved_requests -= sent
+        sent = {r for r in self._delayed_frees if r not in self._saving and r not in withheld}
+        self._delayed_frees -= sent
         done: set[str] = set()
         for t, served, seconds in (self._loader.take() if self._loader else ()):
             self._loaded(t, served or 0, seconds)
