@@ -923,6 +923,65 @@ def test_a_request_preempted_with_held_stores_then_aborted_gives_its_blocks_back
         conn.shutdown()
 
 
+def computed(sched, worker, req_id, hashes, ids, books=None):
+    """A new request with no hit computes its prompt in one step: its full blocks are stored."""
+    r = request(req_id, hashes, len(hashes) * BLOCK + 3)
+    assert match(sched, r, 0)[0] == 0
+    sched.update_state_after_alloc(r, blocks(ids), 0)
+    (books or VllmBooks()).step(sched, worker, output(
+        [SimpleNamespace(req_id=req_id, block_ids=(ids,), num_computed_tokens=0)],
+        scheduled={req_id: len(hashes) * BLOCK + 3}))
+    return r
+
+
+def test_a_request_aborted_while_loading_keeps_its_blocks_until_its_load_is_done(unix_url):
+    """R stored its blocks, was preempted, and is loading them back (asynchronously) when it is
+    aborted. request_finished answered True (R had stores) and the worker reported R saved at
+    once: vLLM freed R's blocks while the load was still writing them (into another request's
+    KV), and the load's report later named a request vLLM no longer knew (its engine core
+    asserts). vLLM keeps a loading request's blocks itself until it is reported loaded; the
+    connector now leaves them to it, and counts the load as running until then."""
+    vllm_config, kv_cache_config = configs(unix_url, "flashinfer", salt="abort-loading")
+    sched = KvtierConnector(vllm_config, KVConnectorRole.SCHEDULER, kv_cache_config)
+    worker = KvtierConnector(vllm_config, KVConnectorRole.WORKER, kv_cache_config)
+    kv = caches("flashinfer")
+    worker.register_kv_caches(kv)
+    books = VllmBooks()
+    hashes = [os.urandom(32) for _ in range(4)]
+    r = computed(sched, worker, "R", hashes, [1, 2, 3, 4, 5], books)
+    other = computed(sched, worker, "O", [os.urandom(32) for _ in range(2)], [6, 7, 8], books)
+    books.step(sched, worker, SimpleNamespace(**vars(output()), preempted_req_ids={"R"}))
+
+    assert ask_until_known(sched, r, 0) == (4 * BLOCK, True)  # O runs: loaded beside it
+    books.loading.add("R")  # WAITING_FOR_REMOTE_KVS
+    sched.update_state_after_alloc(r, blocks([10, 11, 12, 13, 14]), 4 * BLOCK)
+    gate = Gate(worker._load_link)
+    books.step(sched, worker)
+    assert gate.entered.wait(10)  # R's load runs
+    books.finish(sched, r, [10, 11, 12, 13, 14])  # aborted
+    for _ in range(2):
+        books.step(sched, worker)
+    assert books.kept == {"R"}  # its blocks are still being written
+    # O finishes: nothing runs, but R's load does; P's load is asynchronous too (a synchronous
+    # one would wait behind it, and a step's loads and the load thread share nothing).
+    books.finish(sched, other, [6, 7, 8])
+    books.step(sched, worker)
+    assert match(sched, request("P", hashes, 4 * BLOCK + 3), 0) == (4 * BLOCK, True)
+
+    gate.open_.set()
+    deadline = time.monotonic() + 10
+    while "R" not in books.freed:
+        assert time.monotonic() < deadline, "R's load was never reported"
+        books.step(sched, worker)
+    assert books.kept == set() and books.freed == {"R", "O"}
+    for name in LAYERS:
+        assert torch.equal(kv[name][10], kv[name][1]) and torch.equal(kv[name][13], kv[name][4])
+    assert sched._loading_blocks == {} and sched._finished_loading == set()
+    assert sched._failed_loads == set()
+    for conn in (sched, worker):
+        conn.shutdown()
+
+
 def spec_decode_step(worker, meta, finished=()):
     """One engine step as vLLM runs it with speculative decoding (gpu_model_runner's
     defer_finalize): get_finished, with the requests finished since the last step, before

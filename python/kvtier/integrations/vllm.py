@@ -81,7 +81,9 @@ through vLLM in ``vllm_metadata.py``.
   run count from ``bind_connector_metadata``, so either order of ``get_finished`` and
   ``wait_for_save`` is safe (speculative decoding calls ``get_finished`` first), and a request
   whose stores the scheduler holds back is not reported until they have come and been saved,
-  or been dropped. CPU caches are copied straight into and
+  or been dropped. A request finished (aborted) while its asynchronous load runs is not
+  reported saved (``request_finished`` answers ``False``): vLLM keeps its blocks itself until
+  ``get_finished`` reports it loaded, and the scheduler counts the load as running until then. CPU caches are copied straight into and
   out of kvtierd's arena; CUDA caches go through a host staging copy, ordered after the
   engine's stream by an event (untested).
 

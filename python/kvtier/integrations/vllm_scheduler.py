@@ -104,11 +104,15 @@ class SchedulerSide:
         self._found: dict[str, tuple[list[bytes], list[str]]] = {}
         self._offered: dict[str, _Offer] = {}
         self._load_decisions: dict[str, bool] = {}  # _worth_loading's, until allocated
-        # Blocks each request is loading into, until the workers report it loaded; and the
-        # requests whose load failed. vLLM asks again for a request whose load failed entirely:
-        # it is recomputed, not loaded again (a load that fails for good would never end).
+        # Blocks each request is loading into asynchronously, until the workers report it loaded
+        # (finished_recving), even if it has finished since: the load runs on all the same; and
+        # the requests whose load failed. vLLM asks again for a request whose load failed
+        # entirely: it is recomputed, not loaded again (a load that fails for good would never
+        # end).
         self._loading_blocks: dict[str, set[int]] = {}
         self._failed_loads: set[str] = set()
+        # Of _loading_blocks, the requests that finished (aborted) while loading.
+        self._finished_loading: set[str] = set()
         # The chain of each finished request whose saves are still running, in each TP rank's
         # namespace (the first rank's first), refreshed in kvtierd once the workers report them
         # done (update_connector_output).
@@ -354,6 +358,10 @@ class SchedulerSide:
             self._release_held()
         for req_id in getattr(connector_output, "finished_recving", None) or ():
             self._loading_blocks.pop(req_id, None)
+            if req_id in self._finished_loading:  # vLLM frees its blocks now
+                self._finished_loading.discard(req_id)
+                self._failed_loads.discard(req_id)
+                self._refresh(self._refresh_when_saved.pop(req_id, None))
         for req_id in getattr(connector_output, "finished_sending", None) or ():
             self._refresh(self._refresh_when_saved.pop(req_id, None))
         stats = getattr(connector_output, "kv_connector_stats", None)
@@ -438,18 +446,29 @@ class SchedulerSide:
         a preemption, an output that never came) leaves nothing to wait for: False."""
         req_id = request.request_id
         tracked = self._tracked.pop(req_id, None)
-        for state in (self._offered, self._found, self._loading_blocks, self._load_decisions):
+        for state in (self._offered, self._found, self._load_decisions):
             state.pop(req_id, None)
         if self._lookups is not None:
             self._lookups.forget(req_id)
-        self._failed_loads.discard(req_id)
         # Saves run after their step: blocks some of which are being saved are freed once the
         # workers report the request (get_finished), and then its chain is refreshed.
         saving = (tracked is not None and tracked.stores_sent) or any(
             h.transfer.req_id == req_id for h in (*self._held, *self._released))
         if saving:
-            self._delayed_frees.add(req_id)
             blocks = tracked.stored_blocks if tracked is not None else 0
             self._refresh_when_saved[req_id] = [
                 self._keys(request, blocks), *self._other_keys(request, blocks)]
+        if req_id in self._loading_blocks:
+            # Finished while its asynchronous load runs (WAITING_FOR_REMOTE_KVS): vLLM keeps its
+            # blocks itself until the workers report it loaded, and frees them then; were it
+            # also reported saved, vLLM would free them while the load still writes them, then
+            # fail on the load's report of a request it no longer knows. No save of it runs: a
+            # request loads asynchronously when it is admitted, new or resumed after a
+            # preemption, whose saves were waited for (handle_preemptions) and whose held
+            # stores were dropped. The load still counts as running until it is reported.
+            self._finished_loading.add(req_id)
+            return False, None
+        self._failed_loads.discard(req_id)
+        if saving:
+            self._delayed_frees.add(req_id)
         return saving, None

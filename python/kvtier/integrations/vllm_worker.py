@@ -318,16 +318,19 @@ class WorkerSide:
             # (bench/vllm_bench.py: vllm_restore_ratio_to_native_hit 2.53 before, 1.31 after).
             self._loader.drain(_IDLE_STEP_LOAD_WAIT_S)
         self._collect_saves()
-        # A request with stores held back at the scheduler is not saved yet, whether or not it
-        # has saves here: its blocks must stay until those come (or are dropped).
-        withheld = meta.withheld if meta is not None else set()
-        sent = {r for r in self._delayed_frees if r not in self._saving and r not in withheld}
-        self._delayed_frees -= sent
         done: set[str] = set()
         for t, served, seconds in (self._loader.take() if self._loader else ()):
             self._loaded(t, served or 0, seconds)
             if _count_down(self._loading, t.req_id):
                 done.add(t.req_id)
+        # A request with stores held back at the scheduler is not saved yet, whether or not it
+        # has saves here: its blocks must stay until those come (or are dropped). Nor is one
+        # with a load still writing its blocks (the scheduler names none such: vLLM frees those
+        # on finished_recving).
+        withheld = meta.withheld if meta is not None else set()
+        sent = {r for r in self._delayed_frees
+                if r not in self._saving and r not in withheld and r not in self._loading}
+        self._delayed_frees -= sent
         return sent or None, done or None
 
     def _loaded(self, t: Transfer, served: int, seconds: float) -> None:
