@@ -982,6 +982,34 @@ def test_a_request_aborted_while_loading_keeps_its_blocks_until_its_load_is_done
         conn.shutdown()
 
 
+def test_a_preempted_request_alone_reloads_synchronously(unix_url):
+    """R, preempted, is admitted again with nothing else running: its own entry counted as
+    "something else running", and its load was asynchronous (the request waiting a step or more
+    for its report) where the docstring promises a load made for the step's forward pass."""
+    vllm_config, kv_cache_config = configs(unix_url, "flashinfer", salt="resume-alone")
+    sched = KvtierConnector(vllm_config, KVConnectorRole.SCHEDULER, kv_cache_config)
+    worker = KvtierConnector(vllm_config, KVConnectorRole.WORKER, kv_cache_config)
+    kv = caches("flashinfer")
+    worker.register_kv_caches(kv)
+    books = VllmBooks()
+    r = computed(sched, worker, "R", [os.urandom(32) for _ in range(4)], [1, 2, 3, 4, 5], books)
+    books.step(sched, worker, SimpleNamespace(**vars(output()), preempted_req_ids={"R"}))
+    assert ask_until_known(sched, r, 0) == (4 * BLOCK, False)
+    new_ids = [10, 11, 12, 13, 14]
+    sched.update_state_after_alloc(r, blocks(new_ids), 4 * BLOCK)
+    meta = sched.build_connector_meta(output(cached=SimpleNamespace(
+        req_ids=["R"], new_block_ids=[(new_ids,)], num_computed_tokens=[4 * BLOCK],
+        resumed_req_ids={"R"}), scheduled={"R": 3}))
+    assert [(t.block_ids, t.sync) for t in meta.loads] == [(new_ids[:4], True)]
+    assert meta.stores == []  # its blocks are in kvtierd already
+    step(worker, meta)
+    assert worker.get_block_ids_with_load_errors() == set()
+    for name in LAYERS:
+        assert torch.equal(kv[name][10], kv[name][1]) and torch.equal(kv[name][13], kv[name][4])
+    for conn in (sched, worker):
+        conn.shutdown()
+
+
 def spec_decode_step(worker, meta, finished=()):
     """One engine step as vLLM runs it with speculative decoding (gpu_model_runner's
     defer_finalize): get_finished, with the requests finished since the last step, before

@@ -210,8 +210,14 @@ class SchedulerSide:
         # With nothing else running or loading, the load is made before this step's forward pass
         # (synchronous): nobody waits for it, and the request computes in this step rather than
         # after the steps an asynchronous load is reported in.
-        offer.load_async = offered > 0 and bool(self._tracked or self._loading_blocks)
+        offer.load_async = offered > 0 and self._others_busy(request.request_id)
         return offered, offer.load_async
+
+    def _others_busy(self, req_id: str) -> bool:
+        """Whether a request other than req_id runs (or waits, preempted) or loads. A request
+        resumed after a preemption is still tracked itself: it is not "something else"."""
+        return (any(r != req_id for r in self._tracked)
+                or any(r != req_id for r in self._loading_blocks))
 
     def _take_lookup(self, request: Any,
                      keys: list[bytes]) -> Optional[tuple[list[bytes], list[str]]]:
@@ -221,7 +227,7 @@ class SchedulerSide:
         req_id = request.request_id
         if not self._lookups.submitted(req_id):
             self._submit(request, keys)
-        idle = not self._tracked and not self._loading_blocks
+        idle = not self._others_busy(req_id)
         answer = self._lookups.take(req_id, _IDLE_LOOKUP_WAIT_S if idle else 0.0)
         self._observe_round_trips()
         if answer is None:
