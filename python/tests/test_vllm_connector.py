@@ -1010,6 +1010,44 @@ def test_a_preempted_request_alone_reloads_synchronously(unix_url):
         conn.shutdown()
 
 
+def test_a_synchronous_load_has_a_link_of_its_own(unix_url):
+    """"layerwise": false (as with CUDA caches): the step's synchronous load went through the
+    link the load thread was using for an asynchronous load, from the engine's thread, at the
+    same time (a link serves one thread: a dropped or reconnected connection under the other's
+    call). It now has a link of its own, and does not wait for the asynchronous load."""
+    vllm_config, kv_cache_config = configs(unix_url, "flashinfer", salt="sync-link")
+    vllm_config.kv_transfer_config.kv_connector_extra_config["layerwise"] = False
+    sched = KvtierConnector(vllm_config, KVConnectorRole.SCHEDULER, kv_cache_config)
+    worker = KvtierConnector(vllm_config, KVConnectorRole.WORKER, kv_cache_config)
+    kv = caches("flashinfer")
+    worker.register_kv_caches(kv)
+    hashes = [os.urandom(32) for _ in range(2)]
+    store_request(sched, worker, "A", hashes, [0, 1, 2])
+    keys = sched._keys(request("A", hashes, 2 * BLOCK + 1), 2)
+    gate = Gate(worker._load_link)
+    worker.bind_connector_metadata(KvtierConnectorMetadata(loads=[Transfer("X", keys, [10, 11])]))
+    worker.start_load_kv(None)
+    assert gate.entered.wait(10)  # X's load is running, on the load thread
+    worker.wait_for_save()
+    worker.clear_connector_metadata()
+    sync = KvtierConnectorMetadata(loads=[Transfer("Y", keys, [20, 21], sync=True)])
+    worker.bind_connector_metadata(sync)
+    worker.start_load_kv(None)
+    assert worker.get_block_ids_with_load_errors() == set()
+    for name in LAYERS:
+        assert torch.equal(kv[name][20], kv[name][0]) and torch.equal(kv[name][21], kv[name][1])
+    worker.wait_for_save()
+    worker.clear_connector_metadata()
+    gate.open_.set()
+    worker.bind_connector_metadata(KvtierConnectorMetadata())
+    finished_loads(worker, {"X"})
+    worker.clear_connector_metadata()
+    assert worker.get_block_ids_with_load_errors() == set()
+    assert worker.stats()["loaded_blocks"] == 4
+    for conn in (sched, worker):
+        conn.shutdown()
+
+
 def spec_decode_step(worker, meta, finished=()):
     """One engine step as vLLM runs it with speculative decoding (gpu_model_runner's
     defer_finalize): get_finished, with the requests finished since the last step, before
@@ -1024,17 +1062,24 @@ def spec_decode_step(worker, meta, finished=()):
 
 class Gate:
     """Holds every call through a link (link.call) until opened: a save or load that is still
-    running, deterministically."""
+    running, deterministically. A call while another is inside fails (AssertionError): a link
+    serves one thread (link.py)."""
 
     def __init__(self, link):
         self._call, self.open_ = link.call, threading.Event()
         self.entered = threading.Event()
+        self._inside = False
         link.call = self.call
 
     def call(self, what, fn):
-        self.entered.set()
-        assert self.open_.wait(10), "the gate was never opened"
-        return self._call(what, fn)
+        assert not self._inside, f"{what}: the link is in use by another thread"
+        self._inside = True
+        try:
+            self.entered.set()
+            assert self.open_.wait(10), "the gate was never opened"
+            return self._call(what, fn)
+        finally:
+            self._inside = False
 
 
 def finished_in_a_held_step(sched, worker, hashes, b_ids):

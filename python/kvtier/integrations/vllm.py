@@ -69,7 +69,9 @@ through vLLM in ``vllm_metadata.py``.
   of CPU caches to the other, which copies them layer by layer out of kvtierd's arena while the
   pass runs: each attention layer's ``wait_for_layer_load`` waits only for that layer's pages
   (``kvtier.Client.get_pages_layered``; extra config ``"layerwise": false`` loads them whole
-  before the pass, as CUDA caches are); ``get_finished`` reports each request
+  before the pass, as CUDA caches are); synchronous and asynchronous loads go through
+  connections of their own, so that the step never waits behind an asynchronous load to use
+  one; ``get_finished`` reports each request
   whose loads are in, and ``get_block_ids_with_load_errors`` the blocks not served (vLLM
   recomputes them). ``wait_for_save`` hands the step's stores to the save thread, which copies
   them out while the engine goes on; ``request_finished`` keeps a request's blocks from being
@@ -317,6 +319,6 @@ class KvtierConnector(SchedulerSide, WorkerSide, KVConnectorBase_V1):
         self._lookups = None
         self._collect_saves()
         self._loader = self._layer_loader = self._saver = None
-        for link in (self._link, self._load_link, self._layer_link):
+        for link in (self._link, self._load_link, self._sync_link):
             if link is not None:
                 link.close()

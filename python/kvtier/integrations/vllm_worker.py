@@ -160,12 +160,15 @@ class WorkerSide:
         self._delayed_frees: set[str] = set()
         self._loader: Optional[_Mover] = None  # started by register_kv_caches
         self._saver: Optional[_Mover] = None
-        self._load_link: Optional[Link] = None
-        # Synchronous loads of CPU caches go layer by layer (wait_for_layer_load), on a thread and
-        # a link of their own; extra config "layerwise": false loads them whole before the pass.
+        self._load_link: Optional[Link] = None  # the load thread's (asynchronous loads)
+        # Synchronous loads of CPU caches go layer by layer (wait_for_layer_load), on a thread of
+        # their own; extra config "layerwise": false (and a CUDA cache) loads them whole before
+        # the pass, on the engine's thread. Either way through a link of their own, never the
+        # load thread's: a link serves one thread, and the step must not wait behind an
+        # asynchronous load (a disk-bound one, say) to use it.
         self._layerwise = str(extra("layerwise", True)).lower() not in ("0", "false")
         self._layer_loader: Optional[_Mover] = None
-        self._layer_link: Optional[Link] = None
+        self._sync_link: Optional[Link] = None
         self._layer_loads: list[_LayeredLoad] = []  # this step's
         self._layer_of: dict[str, int] = {name: i for i, name in enumerate(self._layers)}
         self._parts_per_layer = 1
@@ -182,10 +185,10 @@ class WorkerSide:
             raise ValueError(f"kvtier: pages of one block are {page_bytes} bytes, the spec says "
                              f"{self._block_bytes}")
         self._load_link = self._link.twin()
-        self._loader = _Mover("kvtier-load", self._load)
+        self._sync_link = self._link.twin()
+        self._loader = _Mover("kvtier-load", lambda t: self._load(t, self._load_link))
         self._parts_per_layer = len(self._pages) // len(self._layers)
         if self._layerwise and self._pages[0].device.type == "cpu":
-            self._layer_link = self._link.twin()
             self._layer_loader = _Mover("kvtier-load-layers", self._load_layers)
         self._saver = _Mover("kvtier-save", self._save)  # the only user of self._link from now
 
@@ -243,7 +246,7 @@ class WorkerSide:
                 continue
             if t.sync:
                 started = time.perf_counter()
-                served = self._load(t)
+                served = self._load(t, self._sync_link)
                 seconds = time.perf_counter() - started
                 self._step_load_s += seconds
                 self._loaded(t, served, seconds)
@@ -251,12 +254,12 @@ class WorkerSide:
             self._loading[t.req_id] = self._loading.get(t.req_id, 0) + 1
             self._loader.submit(t)
 
-    def _load(self, t: Transfer) -> int:
-        """t's blocks into vLLM's pages (on the load thread, or the worker's for a synchronous
-        load); the count of leading blocks served. Never raises: a synchronous load runs in the
-        engine's step, where an exception would end the engine, not the load."""
+    def _load(self, t: Transfer, link: Link) -> int:
+        """t's blocks into vLLM's pages through link (on the load thread, or the worker's for a
+        synchronous load); the count of leading blocks served. Never raises: a synchronous load
+        runs in the engine's step, where an exception would end the engine, not the load."""
         try:
-            served = self._load_link.call("load", lambda c, ns: self._transfer(c, ns, t, load=True))
+            served = link.call("load", lambda c, ns: self._transfer(c, ns, t, load=True))
             if self._pages[0].device.type != "cpu":
                 torch.cuda.current_stream(self._pages[0].device).synchronize()  # the copies are in
         except kvtier.KvtierError:
@@ -282,9 +285,9 @@ class WorkerSide:
         t = job.transfer
         keys = self._keys_of(t)
         try:
-            return self._layer_link.call("load", lambda c, ns: 0 if job.progress.finished else
-                                         c.get_pages_layered(ns, keys, self._pages, t.block_ids,
-                                                             self._parts_per_layer, job.progress))
+            return self._sync_link.call("load", lambda c, ns: 0 if job.progress.finished else
+                                        c.get_pages_layered(ns, keys, self._pages, t.block_ids,
+                                                            self._parts_per_layer, job.progress))
         except kvtier.KvtierError:
             return 0
         except Exception:  # noqa: BLE001  as in _load
