@@ -1048,6 +1048,55 @@ def test_a_synchronous_load_has_a_link_of_its_own(unix_url):
         conn.shutdown()
 
 
+def test_a_device_cache_is_staged_in_pieces_of_bounded_size(unix_url, monkeypatch):
+    """A CUDA cache moves through pinned host staging buffers, which were sized to the whole
+    transfer (16 GiB for a 128K-token Llama-3-8B prefix). They are capped now
+    (_STAGING_CAP_BYTES, as the C++ client caps its staging) and the blocks go a piece at a time.
+    Checked on CPU caches sent down the staged path, with a cap of two blocks: every call
+    moves two blocks at most, through buffers of two rows, and a load stops at its first block
+    not served."""
+    from kvtier.integrations import vllm_worker
+    vllm_config, kv_cache_config = configs(unix_url, "flashinfer", salt="staged")
+    sched = KvtierConnector(vllm_config, KVConnectorRole.SCHEDULER, kv_cache_config)
+    worker = KvtierConnector(vllm_config, KVConnectorRole.WORKER, kv_cache_config)
+    kv = caches("flashinfer")
+    worker.register_kv_caches(kv)
+    worker._stage = True
+    monkeypatch.setattr(vllm_worker, "_STAGING_CAP_BYTES", 2 * worker._block_bytes + 1,
+                        raising=False)
+    calls = []  # (method, blocks moved, blocks the buffers' memory holds)
+    for name in ("get_pages", "put_pages"):
+        def spy(client, ns, keys, pages, block_ids, *args, _real=getattr(kvtier.Client, name),
+                _name=name):
+            rows = max(p.untyped_storage().nbytes() // p.shape[1] for p in pages)
+            calls.append((_name, len(keys), rows))
+            return _real(client, ns, keys, pages, block_ids, *args)
+        monkeypatch.setattr(kvtier.Client, name, spy)
+    hashes = [os.urandom(32) for _ in range(5)]
+    store_request(sched, worker, "A", hashes, [0, 1, 2, 3, 4, 5])
+    assert calls == [("put_pages", 2, 2), ("put_pages", 2, 2), ("put_pages", 1, 2)]
+    assert worker.stats()["stored_blocks"] == 5
+
+    calls.clear()
+    keys = sched._keys(request("A", hashes, 5 * BLOCK + 1), 5)
+    step(worker, KvtierConnectorMetadata(loads=[Transfer("B", keys, [20, 21, 22, 23, 24])]))
+    assert calls == [("get_pages", 2, 2), ("get_pages", 2, 2), ("get_pages", 1, 2)]
+    assert worker.get_block_ids_with_load_errors() == set()
+    for name in LAYERS:
+        for src, dst in zip(range(5), range(20, 25)):
+            assert torch.equal(kv[name][dst], kv[name][src])
+
+    calls.clear()  # the fourth block is not there: the first three load, the rest is recomputed
+    missing = keys[:3] + [kvtier.fold_foreign_keys(bytes(16), [os.urandom(32)])[0]] + keys[4:]
+    step(worker, KvtierConnectorMetadata(loads=[Transfer("C", missing, [25, 26, 27, 28, 29])]))
+    assert [n for _, n, _ in calls] == [2, 2]
+    assert worker.get_block_ids_with_load_errors() == {28, 29}
+    for name in LAYERS:
+        assert torch.equal(kv[name][27], kv[name][2])
+    for conn in (sched, worker):
+        conn.shutdown()
+
+
 def spec_decode_step(worker, meta, finished=()):
     """One engine step as vLLM runs it with speculative decoding (gpu_model_runner's
     defer_finalize): get_finished, with the requests finished since the last step, before

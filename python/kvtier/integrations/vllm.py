@@ -85,9 +85,11 @@ through vLLM in ``vllm_metadata.py``.
   whose stores the scheduler holds back is not reported until they have come and been saved,
   or been dropped. A request finished (aborted) while its asynchronous load runs is not
   reported saved (``request_finished`` answers ``False``): vLLM keeps its blocks itself until
-  ``get_finished`` reports it loaded, and the scheduler counts the load as running until then. CPU caches are copied straight into and
-  out of kvtierd's arena; CUDA caches go through a host staging copy, ordered after the
-  engine's stream by an event (untested).
+  ``get_finished`` reports it loaded, and the scheduler counts the load as running until then.
+  CPU caches are copied straight into and out of kvtierd's arena; CUDA caches go through a host
+  staging copy, ordered after the engine's stream by an event, in pieces of at most 64 MiB of
+  pinned memory (untested on a GPU; the piecing is tested on CPU caches sent down the staged
+  path).
 
 A hit is never slower than a miss. The worker times each load (bytes, seconds, the slowest tier
 its blocks came from) and each forward pass (tokens computed, seconds, less the time the step

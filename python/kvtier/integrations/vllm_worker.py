@@ -34,6 +34,18 @@ logger = logging.getLogger("vllm.kvtier")  # vLLM's child logger, as in vllm.py
 # request that arrives meanwhile waits at most this long for its first step.
 _IDLE_STEP_LOAD_WAIT_S = 0.02
 
+# The most pinned host memory one transfer of a device cache stages at a time, as the C++
+# client caps its own staging: a buffer sized to the whole transfer would be 16 GiB for a
+# 128K-token Llama-3-8B prefix, pinned (unswappable) on every load and store.
+_STAGING_CAP_BYTES = 64 << 20
+
+
+def _staging_pieces(num_blocks: int, block_bytes: int, cap_bytes: int) -> list[range]:
+    """Consecutive ranges of a transfer's block indexes, each of at most cap_bytes of blocks
+    (one block at least, however large)."""
+    per_piece = max(1, cap_bytes // block_bytes)
+    return [range(i, min(i + per_piece, num_blocks)) for i in range(0, num_blocks, per_piece)]
+
 
 def _count_down(counts: dict[str, int], key: str) -> bool:
     """One of key's transfers has finished; True when it was the last."""
@@ -151,6 +163,9 @@ class WorkerSide:
         # for in wait_for_layer_load): not the recompute's price.
         self._step_load_s = 0.0
         self._pages: list[torch.Tensor] = []
+        # Pages the client cannot read and write in place (a device cache's): moved through host
+        # staging buffers. Set by register_kv_caches (tests set it for CPU caches too).
+        self._stage = False
         self._load_errors: set[int] = set()
         self._load_exception_logged = False
         self._loading: dict[str, int] = {}  # request id -> its loads not finished yet
@@ -180,6 +195,7 @@ class WorkerSide:
     def register_kv_caches(self, kv_caches: dict[str, torch.Tensor]):
         num_blocks = self._kv_cache_config.num_blocks
         self._pages = [v for name in self._layers for v in _page_views(kv_caches[name], num_blocks)]
+        self._stage = self._pages[0].device.type != "cpu"
         page_bytes = sum(p.shape[1] for p in self._pages)
         if page_bytes != self._block_bytes:
             raise ValueError(f"kvtier: pages of one block are {page_bytes} bytes, the spec says "
@@ -200,25 +216,42 @@ class WorkerSide:
         only) is a per-key answer, not a failure of the call: it is counted, never raised, since
         the link would take a DEVICE_ERROR or TIMEOUT raised here for a lost connection."""
         keys = self._keys_of(t)
-        on_cpu = self._pages[0].device.type == "cpu"
-        if on_cpu:
-            if load:
-                return client.get_pages(ns, keys, self._pages, t.block_ids, self._path)
-            statuses = client.put_pages(ns, keys, self._pages, t.block_ids, self._path)
-            return sum(s.stored for s in statuses)
-        # A device cache: stage the blocks in host memory (one copy each way).
-        index = torch.tensor(t.block_ids, device=self._pages[0].device)
-        staged = [torch.empty((len(t.block_ids), p.shape[1]), dtype=torch.uint8, pin_memory=True)
-                  for p in self._pages]
+        if self._stage:
+            return self._transfer_staged(client, ns, keys, t.block_ids, load)
         if load:
-            served = client.get_pages(ns, keys, staged, range(len(keys)), self._path)
-            for p, s in zip(self._pages, staged):
-                p.index_copy_(0, index[:served], s[:served].to(p.device))
-            return served
-        for p, s in zip(self._pages, staged):
-            s.copy_(p.index_select(0, index))
-        statuses = client.put_pages(ns, keys, staged, range(len(keys)), self._path)
+            return client.get_pages(ns, keys, self._pages, t.block_ids, self._path)
+        statuses = client.put_pages(ns, keys, self._pages, t.block_ids, self._path)
         return sum(s.stored for s in statuses)
+
+    def _transfer_staged(self, client: kvtier.Client, ns: kvtier.Namespace, keys: list[bytes],
+                         block_ids: list[int], load: bool) -> int:
+        """_transfer of a device cache: through host buffers (pinned for CUDA) of at most
+        _STAGING_CAP_BYTES, one piece of the blocks at a time, one copy each way. Each piece's
+        copies are synchronous (no non_blocking), so the buffers are free for the next piece; a
+        load stops at the first piece not served in full (leading blocks only count)."""
+        device = self._pages[0].device
+        pieces = _staging_pieces(len(keys), self._block_bytes, _STAGING_CAP_BYTES)
+        rows = len(pieces[0]) if pieces else 0
+        staged = [torch.empty((rows, p.shape[1]), dtype=torch.uint8,
+                              pin_memory=device.type == "cuda") for p in self._pages]
+        index = torch.tensor(block_ids, device=device)
+        moved = 0
+        for piece in pieces:
+            ids, buffers = index[piece.start:piece.stop], [s[:len(piece)] for s in staged]
+            piece_keys = keys[piece.start:piece.stop]
+            if not load:
+                for p, s in zip(self._pages, buffers):
+                    s.copy_(p.index_select(0, ids))
+                statuses = client.put_pages(ns, piece_keys, buffers, range(len(piece)), self._path)
+                moved += sum(s.stored for s in statuses)
+                continue
+            served = client.get_pages(ns, piece_keys, buffers, range(len(piece)), self._path)
+            for p, s in zip(self._pages, buffers):
+                p.index_copy_(0, ids[:served], s[:served].to(device))
+            moved += served
+            if served < len(piece):
+                break
+        return moved
 
     def bind_connector_metadata(self, connector_metadata: KVConnectorMetadata) -> None:
         # vLLM binds the metadata before the forward pass and calls wait_for_save after it: the
