@@ -207,8 +207,8 @@ class KVTierCache:
 
     def save(self, tokens: Any, cache: Any, *, batch_index: int = 0,
              skip_cached: bool = False) -> SaveResult:
-        """Store the full blocks of ``tokens`` from ``cache`` (which holds at least those tokens,
-        from position 0, in row ``batch_index``).
+        """Store the full blocks of ``tokens`` (1-D or [1, n]) from ``cache`` (which holds at least
+        those tokens, from position 0, in row ``batch_index``).
 
         Blocks kvtierd already holds come back ALREADY_EXISTS; on the shared-memory path they
         cost nothing (no slot is reserved, nothing is copied), inline their bytes are sent anyway.
@@ -238,13 +238,15 @@ class KVTierCache:
         return SaveResult(start + leading, sum(s.ok for s in statuses), failures)
 
     def restore(self, tokens: Any, *, max_tokens: Optional[int] = None) -> RestoreResult:
-        """A DynamicCache for the longest cached prefix of ``tokens``.
+        """A DynamicCache for the longest cached prefix of ``tokens`` (1-D or [1, n], as ``save``
+        and ``forward`` take them).
 
         At most ``max_tokens`` tokens (default ``len(tokens) - 1``: the model must still see at
         least one token to produce logits), rounded down to whole blocks. The caller then feeds
-        ``tokens[result.num_tokens:]`` with ``result.cache``.
+        the tokens from ``result.num_tokens`` on with ``result.cache``.
         """
         tpb = self.tokens_per_block
+        tokens = _token_row(tokens)  # a [1, n] batch's length would be 1: nothing restored
         n = len(tokens)
         limit = n - 1 if max_tokens is None else min(max_tokens, n)
         keys = self.keys(tokens[: max(limit, 0) // tpb * tpb])
@@ -264,6 +266,20 @@ class KVTierCache:
         if served < found:
             kv = [(k[..., : served * tpb, :], v[..., : served * tpb, :]) for k, v in kv]
         return RestoreResult(_build_dynamic_cache(kv), served * tpb, found)
+
+
+def _token_row(tokens: Any) -> Any:
+    """tokens as one row: a [1, n] batch (as forward takes it) is its row, 1-D is as given."""
+    shape = getattr(tokens, "shape", None)
+    if shape is None and isinstance(tokens, (list, tuple)) and tokens \
+            and isinstance(tokens[0], (list, tuple)):
+        shape = (len(tokens), len(tokens[0]))
+    if shape is None or len(shape) != 2:
+        return tokens
+    if shape[0] != 1:
+        raise errors.InvalidArgumentError(
+            f"tokens: expected one sequence (1-D or [1, n]), got shape {tuple(shape)}")
+    return tokens[0]
 
 
 def _cache_kwarg(model: Any) -> str:
