@@ -1,5 +1,7 @@
 """What kvtier.integrations.transformers.KVTierCache accepts and refuses: token ids in either shape
-forward() takes. A 2-layer GPT-2 with random weights, fp32 on the CPU.
+forward() takes, and models and caches off the CPU (refused where they enter, not in the model's
+forward pass). A 2-layer GPT-2 with random weights, fp32 on the CPU; the `meta` device stands for
+a GPU (this machine has none): the checks look at the device type only.
 """
 import pytest
 
@@ -30,3 +32,23 @@ def test_restore_takes_token_ids_shaped_as_forward_takes_them(unix_url):
         assert torch.equal(layer_kv(hit.cache, 1)[0], layer_kv(cache, 1)[0][..., :32, :])
     with pytest.raises(kvtier.InvalidArgumentError, match=r"one sequence .* shape \(2, 40\)"):
         kv.restore(torch.cat([ids, ids]))
+
+
+def test_a_model_off_the_cpu_is_refused_where_it_enters(unix_url):
+    """A model on a GPU: restore made CPU tensors (the model's forward then failed with a
+    device mismatch) and save raised the client's InvalidArgumentError about a tensor the host
+    path cannot read. KVTierCache handles CPU caches only: for_model refuses such a model, save
+    such a cache, each saying so."""
+    client = kvtier.connect(unix_url)
+    model = tiny_gpt2().to("meta")
+    with pytest.raises(NotImplementedError, match="CPU caches only.*the model is on meta"):
+        KVTierCache.for_model(client, model)
+
+    kv = KVTierCache.for_model(client, tiny_gpt2(), tenant_salt=b"devices")
+    from transformers import DynamicCache
+    cache = DynamicCache()
+    shape = (1, 2, 32, 16)
+    for layer in range(2):
+        cache.update(torch.empty(shape, device="meta"), torch.empty(shape, device="meta"), layer)
+    with pytest.raises(NotImplementedError, match="layer 0 of the cache is on meta"):
+        kv.save(list(range(32)), cache)

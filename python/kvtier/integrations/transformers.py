@@ -24,6 +24,11 @@ Bytes move with no intermediate copy: ``save`` gathers block segments straight f
 tensors into the daemon's arena (shared-memory path) or the request, ``restore`` scatters them into
 freshly allocated tensors that become the new cache's layers.
 
+CPU models only: the client reads and writes host memory, and a cache on a GPU would need a
+staging copy each way that nothing here makes or tests yet. ``for_model`` refuses a model whose
+parameters are elsewhere, and ``save`` a cache that is (NotImplementedError), rather than fail
+later with a device mismatch in the model's forward pass.
+
 Tested with transformers 5.19 and 5.24 (``layers[i].keys``, the ``cache=`` keyword) and written to
 also accept the 4.5x API (``key_cache``/``value_cache`` lists, ``past_key_values=``).
 """
@@ -178,7 +183,9 @@ class KVTierCache:
                   dtype: Optional[torch.dtype] = None, model_id: Optional[str] = None,
                   model_revision: Optional[str] = None, tenant_salt: bytes = b"",
                   path: str = "auto") -> "KVTierCache":
-        """For a loaded model: its config, and its dtype unless ``dtype`` says otherwise."""
+        """For a loaded model: its config, and its dtype unless ``dtype`` says otherwise. Raises
+        NotImplementedError for a model that is not on the CPU (see the module docstring)."""
+        _refuse_device(_model_device(model), "the model")
         dtype = dtype or model.dtype
         desc = descriptor_for(model.config, dtype, tokens_per_block, model_id=model_id,
                               model_revision=model_revision, tenant_salt=tenant_salt)
@@ -196,6 +203,7 @@ class KVTierCache:
         parts = []
         for layer in range(_num_layers(cache)):
             for t in layer_kv(cache, layer):
+                _refuse_device(t.device, f"layer {layer} of the cache")
                 if t.dtype != self.dtype:
                     raise errors.InvalidArgumentError(
                         f"layer {layer}: cache dtype {t.dtype}, namespace dtype {self.dtype}")
@@ -208,7 +216,8 @@ class KVTierCache:
     def save(self, tokens: Any, cache: Any, *, batch_index: int = 0,
              skip_cached: bool = False) -> SaveResult:
         """Store the full blocks of ``tokens`` (1-D or [1, n]) from ``cache`` (which holds at least
-        those tokens, from position 0, in row ``batch_index``).
+        those tokens, from position 0, in row ``batch_index``). Raises NotImplementedError for a
+        cache not on the CPU.
 
         Blocks kvtierd already holds come back ALREADY_EXISTS; on the shared-memory path they
         cost nothing (no slot is reserved, nothing is copied), inline their bytes are sent anyway.
@@ -238,8 +247,8 @@ class KVTierCache:
         return SaveResult(start + leading, sum(s.ok for s in statuses), failures)
 
     def restore(self, tokens: Any, *, max_tokens: Optional[int] = None) -> RestoreResult:
-        """A DynamicCache for the longest cached prefix of ``tokens`` (1-D or [1, n], as ``save``
-        and ``forward`` take them).
+        """A DynamicCache (on the CPU) for the longest cached prefix of ``tokens`` (1-D or
+        [1, n], as ``save`` and ``forward`` take them).
 
         At most ``max_tokens`` tokens (default ``len(tokens) - 1``: the model must still see at
         least one token to produce logits), rounded down to whole blocks. The caller then feeds
@@ -266,6 +275,21 @@ class KVTierCache:
         if served < found:
             kv = [(k[..., : served * tpb, :], v[..., : served * tpb, :]) for k, v in kv]
         return RestoreResult(_build_dynamic_cache(kv), served * tpb, found)
+
+
+def _model_device(model: Any) -> torch.device:
+    device = getattr(model, "device", None)
+    if isinstance(device, torch.device):
+        return device
+    parameter = next(iter(model.parameters()), None)
+    return parameter.device if parameter is not None else torch.device("cpu")
+
+
+def _refuse_device(device: torch.device, what: str) -> None:
+    if device.type != "cpu":
+        raise NotImplementedError(
+            f"kvtier: KVTierCache moves CPU caches only, and {what} is on {device}; run the "
+            "model on the CPU, or copy its cache to the CPU (and restored caches back) yourself")
 
 
 def _token_row(tokens: Any) -> Any:
