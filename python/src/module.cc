@@ -41,13 +41,16 @@ std::vector<std::span<const std::byte>> ByteSpansOf(const std::vector<py::buffer
   return spans;
 }
 
-std::vector<py::buffer_info> ViewsOf(const py::handle& seq_obj) {
+// Buffer views of a sequence of bytes-like objects (none for None); `name` is the argument's, for
+// the error that names an element that is not bytes-like.
+std::vector<py::buffer_info> ViewsOf(const py::handle& seq_obj, const char* name) {
   std::vector<py::buffer_info> views;
   if (seq_obj.is_none()) return views;
   py::sequence seq = py::reinterpret_borrow<py::sequence>(seq_obj);
   for (size_t i = 0; i < seq.size(); ++i) {
     if (!PyObject_CheckBuffer(seq[i].ptr())) {
-      throw StatusError(InvalidArgument("extras[" + std::to_string(i) + "]: not bytes-like"));
+      throw StatusError(
+          InvalidArgument(std::string(name) + "[" + std::to_string(i) + "]: not bytes-like"));
     }
     views.push_back(py::reinterpret_borrow<py::buffer>(seq[i]).request());
   }
@@ -57,7 +60,7 @@ std::vector<py::buffer_info> ViewsOf(const py::handle& seq_obj) {
 py::list ChainKeys(const py::handle& ns, py::array_t<uint32_t, py::array::c_style> tokens,
                    uint32_t tokens_per_block, const py::handle& extras) {
   const NamespaceId id{KeyFromBytes(ns, "ns")};
-  const std::vector<py::buffer_info> views = ViewsOf(extras);
+  const std::vector<py::buffer_info> views = ViewsOf(extras, "extras");
   const std::vector<std::span<const std::byte>> spans = ByteSpansOf(views);
   std::span<const uint32_t> t(tokens.data(), static_cast<size_t>(tokens.size()));
   Result<std::vector<BlockKey>> keys = [&] {
@@ -69,7 +72,7 @@ py::list ChainKeys(const py::handle& ns, py::array_t<uint32_t, py::array::c_styl
 
 py::list FoldForeignKeys(const py::handle& ns, const py::handle& engine_hashes) {
   const NamespaceId id{KeyFromBytes(ns, "ns")};
-  const std::vector<py::buffer_info> views = ViewsOf(engine_hashes);
+  const std::vector<py::buffer_info> views = ViewsOf(engine_hashes, "engine_hashes");
   const std::vector<std::span<const std::byte>> spans = ByteSpansOf(views);
   return KeysToPython(hashing::FoldForeignKeys(id, hashing::ByteSpans(spans)));
 }

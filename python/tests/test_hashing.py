@@ -110,6 +110,16 @@ def test_bad_namespace_id():
         kvtier.chain_keys(bytes.fromhex(GOLDEN_NAMESPACE), GOLDEN_TOKENS, 0)
 
 
+def test_an_element_not_bytes_like_is_named_by_its_argument():
+    """fold_foreign_keys shared chain_keys's check of its byte strings, which named the element
+    extras[i] whichever argument it was in."""
+    ns = bytes.fromhex(GOLDEN_NAMESPACE)
+    with pytest.raises(kvtier.InvalidArgumentError, match=r"engine_hashes\[1\]: not bytes-like"):
+        kvtier.fold_foreign_keys(ns, [b"h" * 32, 123])
+    with pytest.raises(kvtier.InvalidArgumentError, match=r"extras\[0\]: not bytes-like"):
+        kvtier.chain_keys(ns, GOLDEN_TOKENS[:32], 16, extras=[7, b"x"])
+
+
 def test_descriptor_fields_round_trip():
     d = golden_descriptor(tenant_salt=b"\x00\xffsalt")
     assert d.tenant_salt == b"\x00\xffsalt"
