@@ -133,7 +133,16 @@ TEST(BlockHasherTest, PerBlockExtrasApplyToTheirBlock) {
   EXPECT_EQ(ChainKeys(kNsA, t, 16, with_partial).value(), keys);
   // Any other count is a caller error.
   const std::vector<std::span<const std::byte>> one = {AsBytes(e0)};
-  EXPECT_EQ(ChainKeys(kNsA, t, 16, one).status().code(), StatusCode::kInvalidArgument);
+  const Status refused = ChainKeys(kNsA, t, 16, one).status();
+  EXPECT_EQ(refused.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.message().find("expected 0, 2 or 3 entries for 40 tokens, got 1"),
+            std::string::npos)
+      << refused.ToString();
+  // Whole blocks only: one count besides 0, said once.
+  const std::vector<uint32_t> whole = Tokens(32);
+  const Status once = ChainKeys(kNsA, whole, 16, one).status();
+  EXPECT_NE(once.message().find("expected 0 or 2 entries for 32 tokens, got 1"), std::string::npos)
+      << once.ToString();
 }
 
 TEST(BlockHasherTest, MixedOneShotAndStreamedBlocksChainTheSame) {
