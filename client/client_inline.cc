@@ -58,13 +58,13 @@ Status ScatterGetReply(const resp::Reply& reply, std::span<const MutableBlock> b
                        size_t end, size_t* served) {
   if (reply.is_error()) return ErrorReplyToStatus(reply, "KVT.GET");
   if (reply.type != resp::ReplyType::kArray || reply.elements.size() != end - start) {
-    return Internal("protocol: KVT.GET answered " + reply.DebugString().substr(0, 200));
+    return Internal("protocol: KVT.GET answered " + reply.DebugString(200));
   }
   for (size_t i = start; i < end; ++i) {
     const resp::Reply& payload = reply.elements[i - start];
     if (payload.is_null()) return Status::Ok();
     if (payload.type != resp::ReplyType::kBulkString) {
-      return Internal("protocol: KVT.GET item is " + payload.DebugString().substr(0, 200));
+      return Internal("protocol: KVT.GET item is " + payload.DebugString(200));
     }
     if (payload.str.size() != BlockBytes(blocks[i])) {
       return InvalidArgument("KVT.GET: block " + std::to_string(i) + " is " +
@@ -203,12 +203,12 @@ Result<std::vector<std::string>> Client::GetInline(const NamespaceId& ns,
     resp::Reply& reply = replies->front();
     if (reply.is_error()) return stop(ErrorReplyToStatus(reply, "KVT.GET"));
     if (reply.type != resp::ReplyType::kArray || reply.elements.size() != count) {
-      return stop(Internal("protocol: KVT.GET answered " + reply.DebugString().substr(0, 200)));
+      return stop(Internal("protocol: KVT.GET answered " + reply.DebugString(200)));
     }
     for (resp::Reply& payload : reply.elements) {
       if (payload.is_null()) return out;
       if (payload.type != resp::ReplyType::kBulkString) {
-        return stop(Internal("protocol: KVT.GET item is " + payload.DebugString().substr(0, 200)));
+        return stop(Internal("protocol: KVT.GET item is " + payload.DebugString(200)));
       }
       largest = std::max(largest, payload.str.size());
       out.push_back(std::move(payload.str));

@@ -21,9 +21,7 @@ Status Unexpected(std::string_view command, const Reply& reply, std::string_view
   msg += " (expected ";
   msg.append(expected);
   msg += "): ";
-  std::string shown = reply.DebugString();
-  if (shown.size() > 200) shown = shown.substr(0, 200) + "...";
-  msg += shown;
+  msg += reply.DebugString(200);
   return Internal(std::move(msg));
 }
 

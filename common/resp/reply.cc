@@ -7,9 +7,12 @@
 namespace kvtier::resp {
 namespace {
 
-void AppendQuoted(std::string_view bytes, std::string* out) {
+// Rendering stops once `out` holds `limit` bytes (the caller marks the cut): an error message
+// quotes the start of a reply that may hold hundreds of MiB.
+void AppendQuoted(std::string_view bytes, std::string* out, size_t limit) {
   out->push_back('"');
   for (char c : bytes) {
+    if (out->size() >= limit) return;
     if (c == '"' || c == '\\') {
       out->push_back('\\');
       out->push_back(c);
@@ -20,11 +23,12 @@ void AppendQuoted(std::string_view bytes, std::string* out) {
   out->push_back('"');
 }
 
-void AppendDebug(const Reply& reply, std::string* out) {
+void AppendDebug(const Reply& reply, std::string* out, size_t limit) {
+  if (out->size() >= limit) return;
   switch (reply.type) {
     case ReplyType::kSimpleString:
     case ReplyType::kBulkString:
-      AppendQuoted(reply.str, out);
+      AppendQuoted(reply.str, out, limit);
       return;
     case ReplyType::kError:
       out->append("(error) ").append(reply.str);
@@ -46,13 +50,13 @@ void AppendDebug(const Reply& reply, std::string* out) {
       return;
     case ReplyType::kVerbatim:
       out->append(reply.format).push_back(':');
-      AppendQuoted(reply.str, out);
+      AppendQuoted(reply.str, out, limit);
       return;
     case ReplyType::kMap:
       out->push_back('{');
       for (size_t i = 0; i < reply.elements.size(); ++i) {
         if (i > 0) out->append(i % 2 == 1 ? ": " : ", ");
-        AppendDebug(reply.elements[i], out);
+        AppendDebug(reply.elements[i], out, limit);
       }
       out->push_back('}');
       return;
@@ -64,7 +68,7 @@ void AppendDebug(const Reply& reply, std::string* out) {
       out->push_back('[');
       for (size_t i = 0; i < reply.elements.size(); ++i) {
         if (i > 0) out->append(", ");
-        AppendDebug(reply.elements[i], out);
+        AppendDebug(reply.elements[i], out, limit);
       }
       out->push_back(']');
       return;
@@ -107,7 +111,17 @@ std::string_view ReplyTypeName(ReplyType type) {
 
 std::string Reply::DebugString() const {
   std::string out;
-  AppendDebug(*this, &out);
+  AppendDebug(*this, &out, std::string::npos);
+  return out;
+}
+
+std::string Reply::DebugString(size_t max_bytes) const {
+  std::string out;
+  AppendDebug(*this, &out, max_bytes);
+  if (out.size() >= max_bytes) {
+    out.resize(max_bytes);
+    out += "...";
+  }
   return out;
 }
 

@@ -53,6 +53,9 @@ struct Reply {
   // A compact rendering for tests and logs: `"OK"`, `(error) ERR x`, `42`, `nil`, `[1, "a"]`,
   // `{"k": 1}`, `~["a"]`, `>["message"]`, `3.5`, `true`, `(big) 123`, `txt:"hello"`.
   std::string DebugString() const;
+  // The same, cut after about `max_bytes` (then ending in "..."), without rendering the rest: for
+  // error messages about replies that may be large.
+  std::string DebugString(size_t max_bytes) const;
 
   bool operator==(const Reply& other) const = default;
 

@@ -93,6 +93,19 @@ TEST(ReplyParserTest, ParsesValidReplies) {
   }
 }
 
+// An error message quotes the start of a reply that may be hundreds of MiB: the bounded form
+// renders no more than it keeps, and says it cut.
+TEST(ReplyParserTest, ABoundedDebugStringCutsWithoutRenderingTheRest) {
+  const Reply big = Reply::Aggregate(
+      ReplyType::kArray, {Reply::Bulk(std::string(size_t{1} << 20, '\x01')), Reply::Integer(7)});
+  const std::string cut = big.DebugString(200);
+  EXPECT_EQ(cut.size(), 203u);
+  EXPECT_EQ(cut.substr(0, 6), "[\"\\x01");
+  EXPECT_EQ(cut.substr(200), "...");
+  EXPECT_EQ(Reply::Aggregate(ReplyType::kArray, {Reply::Integer(7)}).DebugString(200),
+            "[7]");  // short: whole
+}
+
 TEST(ReplyParserTest, DecodesScalarValues) {
   std::vector<Reply> r =
       Parse(",+1.5e3\r\n#t\r\n:-9223372036854775808\r\n,inf\r\n=5\r\nmkd:x\r\n").replies;
