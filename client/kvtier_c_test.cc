@@ -69,19 +69,34 @@ TEST(KvtierCTest, HashTokensMatchesTheHashingLibrary) {
   EXPECT_EQ(kvtier_hash_tokens(&ns, tokens, 7, 0, keys, 8, &n), KVTIER_EINVAL);
 }
 
-void RoundTrip(bool attach) {
-  InProcessDaemon server;
+// A client of `server` (attached to its arena when `attach`) with Desc() registered: the start of
+// most tests below. Fails the test (and leaves *client null) when a step fails.
+struct Session {
   kvtier_client* client = nullptr;
-  ASSERT_EQ(kvtier_connect(server.url().c_str(), nullptr, 5000, &client), KVTIER_OK)
+  kvtier_key ns{};
+  uint64_t block_bytes = 0;
+};
+void OpenSession(const InProcessDaemon& server, bool attach, Session* session) {
+  ASSERT_EQ(kvtier_connect(server.url().c_str(), nullptr, 5000, &session->client), KVTIER_OK)
       << kvtier_last_error();
   if (attach) {
-    ASSERT_EQ(kvtier_attach(client), KVTIER_OK) << kvtier_last_error();
+    ASSERT_EQ(kvtier_attach(session->client), KVTIER_OK) << kvtier_last_error();
   }
   const kvtier_namespace_desc desc = Desc();
-  kvtier_key ns;
-  uint64_t block_bytes = 0;
-  ASSERT_EQ(kvtier_register_namespace(client, &desc, 0, &ns, &block_bytes), KVTIER_OK)
+  ASSERT_EQ(
+      kvtier_register_namespace(session->client, &desc, 0, &session->ns, &session->block_bytes),
+      KVTIER_OK)
       << kvtier_last_error();
+}
+
+void RoundTrip(bool attach) {
+  InProcessDaemon server;
+  Session session;
+  ASSERT_NO_FATAL_FAILURE(OpenSession(server, attach, &session));
+  kvtier_client* client = session.client;
+  const kvtier_key& ns = session.ns;
+  const uint64_t block_bytes = session.block_bytes;
+  const kvtier_namespace_desc desc = Desc();
   EXPECT_EQ(block_bytes, 2u * 1 * 1 * 8 * 2 * 2);  // K and V, fp16
 
   const uint32_t tokens[] = {10, 11, 12, 13, 14, 15};
@@ -131,17 +146,12 @@ TEST(KvtierCTest, SharedMemoryRoundTrip) { RoundTrip(true); }
 // in the copy through shared memory, nor a failed write that loses the connection.
 void NullBlockPointerIsInvalid(bool attach) {
   InProcessDaemon server;
-  kvtier_client* client = nullptr;
-  ASSERT_EQ(kvtier_connect(server.url().c_str(), nullptr, 5000, &client), KVTIER_OK)
-      << kvtier_last_error();
-  if (attach) {
-    ASSERT_EQ(kvtier_attach(client), KVTIER_OK) << kvtier_last_error();
-  }
+  Session session;
+  ASSERT_NO_FATAL_FAILURE(OpenSession(server, attach, &session));
+  kvtier_client* client = session.client;
+  const kvtier_key& ns = session.ns;
+  const uint64_t block_bytes = session.block_bytes;
   const kvtier_namespace_desc desc = Desc();
-  kvtier_key ns;
-  uint64_t block_bytes = 0;
-  ASSERT_EQ(kvtier_register_namespace(client, &desc, 0, &ns, &block_bytes), KVTIER_OK)
-      << kvtier_last_error();
   const uint32_t tokens[] = {1, 2, 3, 4};
   kvtier_key keys[2];
   size_t n = 0;
@@ -205,15 +215,12 @@ TEST(KvtierCTest, LookupReportsTheRemoteTier) {
 // reports the blocks served; one that serves nothing fails with *served_out set to 0.
 TEST(KvtierCTest, AGetThatFailsPartWayReportsWhatItServed) {
   InProcessDaemon server(InProcessDaemon::Options{.gpu_pool_bytes = uint64_t{1} << 20});
-  kvtier_client* client = nullptr;
-  ASSERT_EQ(kvtier_connect(server.url().c_str(), nullptr, 5000, &client), KVTIER_OK)
-      << kvtier_last_error();
-  ASSERT_EQ(kvtier_attach(client), KVTIER_OK) << kvtier_last_error();
+  Session session;
+  ASSERT_NO_FATAL_FAILURE(OpenSession(server, /*attach=*/true, &session));
+  kvtier_client* client = session.client;
+  const kvtier_key& ns = session.ns;
+  const uint64_t block_bytes = session.block_bytes;
   const kvtier_namespace_desc desc = Desc();
-  kvtier_key ns;
-  uint64_t block_bytes = 0;
-  ASSERT_EQ(kvtier_register_namespace(client, &desc, 0, &ns, &block_bytes), KVTIER_OK)
-      << kvtier_last_error();
   const uint32_t tokens[] = {1, 2, 3, 4};
   kvtier_key keys[2];
   size_t n = 0;
