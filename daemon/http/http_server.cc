@@ -165,7 +165,6 @@ struct HttpServer::Impl {
   // Declared before `io`: the sessions that io's destructor destroys still use both.
   HttpProviders providers;
   int open_sessions = 0;
-  std::atomic<uint64_t> failed_accepts{0};
   asio::io_context io{1};
   tcp::acceptor acceptor{io};
   std::thread thread;
@@ -175,6 +174,9 @@ Result<std::unique_ptr<HttpServer>> HttpServer::Start(const std::string& host, u
                                                       HttpProviders providers) {
   auto impl = std::make_unique<Impl>();
   impl->providers = std::move(providers);
+  if (!impl->providers.failed_accepts) {
+    impl->providers.failed_accepts = std::make_shared<std::atomic<uint64_t>>(0);
+  }
   const std::string where = "http listener " + host + ":" + std::to_string(port);
   KVTIER_ASSIGN_OR_RETURN(const std::string numeric, ListenAddress(where, host));
   boost::system::error_code ec;
@@ -185,9 +187,10 @@ Result<std::unique_ptr<HttpServer>> HttpServer::Start(const std::string& host, u
   if (!ec) impl->acceptor.listen(asio::socket_base::max_listen_connections, ec);
   if (ec) return ErrnoStatus(ec.value(), where);
   const uint16_t bound = impl->acceptor.local_endpoint().port();
-  asio::co_spawn(impl->io,
-                 Accept(impl->acceptor, impl->providers, impl->open_sessions, impl->failed_accepts),
-                 asio::detached);
+  asio::co_spawn(
+      impl->io,
+      Accept(impl->acceptor, impl->providers, impl->open_sessions, *impl->providers.failed_accepts),
+      asio::detached);
   Impl* raw = impl.get();
   impl->thread = std::thread([raw] {
     pthread_setname_np(pthread_self(), "kvtier-http");
@@ -201,7 +204,7 @@ HttpServer::HttpServer(std::unique_ptr<Impl> impl, uint16_t port)
 
 HttpServer::~HttpServer() { Stop(); }
 
-uint64_t HttpServer::failed_accepts() const { return impl_->failed_accepts.load(); }
+uint64_t HttpServer::failed_accepts() const { return impl_->providers.failed_accepts->load(); }
 
 void HttpServer::Stop() {
   if (!impl_ || !impl_->thread.joinable()) return;

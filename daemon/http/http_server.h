@@ -19,6 +19,7 @@
 // thread and must be safe to call from it.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -37,6 +38,9 @@ struct HttpProviders {
   std::function<std::string()> metrics;  // Prometheus text
   std::function<std::string()> stats;    // JSON
   std::function<std::string()> history;  // JSON; unset: /stats/history is 404
+  // Where the server counts its failed accepts, so that the providers can report them; unset: a
+  // counter of its own (failed_accepts() reads it either way).
+  std::shared_ptr<std::atomic<uint64_t>> failed_accepts;
 };
 
 class HttpServer {

@@ -218,7 +218,11 @@ class DescriptorsExhausted {
 // connection keeps the listener readable, so the HTTP thread burned a core while nothing was
 // served.
 TEST(HttpServerTest, AnAcceptThatFailsIsRetriedAfterAPauseNotAtOnce) {
-  auto server = HttpServer::Start("127.0.0.1", 0, Pages());
+  // Counted where the daemon's /metrics reads it (kvtierd passes a counter of its own).
+  HttpProviders pages = Pages();
+  pages.failed_accepts = std::make_shared<std::atomic<uint64_t>>(0);
+  const auto counted = pages.failed_accepts;
+  auto server = HttpServer::Start("127.0.0.1", 0, std::move(pages));
   ASSERT_TRUE(server.ok()) << server.status().ToString();
   // Before the descriptors run out: the accept loop has started (its pause timer made), and a
   // timer has waited once in this process. UBSan checks a polymorphic object's type the first
@@ -246,6 +250,7 @@ TEST(HttpServerTest, AnAcceptThatFailsIsRetriedAfterAPauseNotAtOnce) {
     ASSERT_GT(first, 0u) << "the queued connection was never tried";
     std::this_thread::sleep_for(std::chrono::milliseconds(500));
     EXPECT_LE((*server)->failed_accepts() - first, 20u) << "the accept loop spins";
+    EXPECT_EQ(counted->load(), (*server)->failed_accepts());
   }
   // Descriptors are back: the queued connection is accepted and served.
   const std::string reply =

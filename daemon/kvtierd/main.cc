@@ -122,23 +122,27 @@ mover::TierMover::Options MoverOptionsFrom(const config::DaemonConfig& c, bool b
 }
 
 // The HTTP endpoint (daemon/http/http_server.h) over the store's and the server's statistics;
-// `history` is null with metrics.history off.
+// `history` is null with metrics.history off. Its failed accepts count with the RESP listeners'.
 Result<std::unique_ptr<http::HttpServer>> StartHttp(const config::DaemonConfig& c,
                                                     const store::Store& store,
                                                     const server::Server& server,
                                                     const metrics::StatsHistory* history) {
+  auto http_failed_accepts = std::make_shared<std::atomic<uint64_t>>(0);
+  auto process = [sv = &server, http_failed_accepts] {
+    metrics::ProcessInfo p = sv->ProcessInfo();
+    p.failed_accepts += http_failed_accepts->load();
+    return p;
+  };
   return http::HttpServer::Start(
       c.http_host, c.http_port,
-      {.metrics =
-           [st = &store, sv = &server] {
-             return metrics::StatsToPrometheus(st->Stats(), sv->ProcessInfo());
-           },
-       .stats = [st = &store,
-                 sv = &server] { return metrics::StatsToJson(st->Stats(), sv->ProcessInfo()); },
+      {.metrics = [st = &store,
+                   process] { return metrics::StatsToPrometheus(st->Stats(), process()); },
+       .stats = [st = &store, process] { return metrics::StatsToJson(st->Stats(), process()); },
        .history =
            [history] {
              return history ? history->ToJson() : metrics::StatsHistory::DisabledJson();
-           }});
+           },
+       .failed_accepts = http_failed_accepts});
 }
 
 // SIGHUP too: a kvtierd in the foreground of a terminal that closes stops cleanly (its memory
