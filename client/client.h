@@ -324,7 +324,9 @@ class Client {
   // failure here serves nothing: without the release's answer no copy is known to be whole.
   Result<size_t> ReleaseLeases(const LeasedCopy& copy);
   // What a get stopped by `failure` returns: the `served` leading blocks when there are any (they
-  // are in the caller's buffers, and the result is a prefix), else the failure.
+  // are in the caller's buffers, and the result is a prefix), else the failure. A caller's error
+  // (kInvalidArgument: an output of the wrong size, say) is returned whatever was served: it is a
+  // bug to fix, and a short prefix would pass it off as a miss.
   static Result<size_t> ServedOr(size_t served, Status failure);
 
   std::unique_ptr<Connection> connection_;

@@ -178,7 +178,7 @@ Result<size_t> Client::GetInline(const NamespaceId& ns, std::span<const BlockKey
 }
 
 Result<size_t> Client::ServedOr(size_t served, Status failure) {
-  if (served > 0) return served;
+  if (served > 0 && failure.code() != StatusCode::kInvalidArgument) return served;
   return failure;
 }
 

@@ -122,6 +122,11 @@ TEST_F(ClientTest, InlinePutLookupGet) {
   std::vector<std::span<std::byte>> wrong = {small};
   EXPECT_EQ(client_->GetInline(ns_.id, std::span(keys).first(1), wrong).status().code(),
             StatusCode::kInvalidArgument);
+  // Regression: a wrong size past the first block returned the blocks before it, so the caller's
+  // bug looked like a miss.
+  std::vector<std::span<std::byte>> second_wrong = {out_spans[0], small};
+  EXPECT_EQ(client_->GetInline(ns_.id, std::span(keys).first(2), second_wrong).status().code(),
+            StatusCode::kInvalidArgument);
 }
 
 TEST_F(ClientTest, InlinePutReportsPerKeyStatus) {
