@@ -141,12 +141,18 @@ Status CheckExtras(size_t num_tokens, uint32_t tokens_per_block, size_t num_extr
   const size_t full = num_tokens / tokens_per_block;
   const size_t all = full + (num_tokens % tokens_per_block != 0 ? 1 : 0);
   if (num_extras == full || num_extras == all) return Status::Ok();
-  // One per full block, or one per block with the partial last one: the same count when the
-  // tokens fill whole blocks, said once then.
-  const std::string expected = full == all
-                                   ? " or " + std::to_string(full)
-                                   : ", " + std::to_string(full) + " or " + std::to_string(all);
-  return InvalidArgument("block_extras: expected 0" + expected + " entries for " +
+  // None, one per full block, or one per block with the partial last one: each count said once
+  // (they coincide when the tokens fill whole blocks, or less than one).
+  std::vector<size_t> counts = {0};
+  for (const size_t count : {full, all}) {
+    if (count != counts.back()) counts.push_back(count);
+  }
+  std::string expected;
+  for (size_t i = 0; i < counts.size(); ++i) {
+    if (i > 0) expected += i + 1 == counts.size() ? " or " : ", ";
+    expected += std::to_string(counts[i]);
+  }
+  return InvalidArgument("block_extras: expected " + expected + " entries for " +
                          std::to_string(num_tokens) + " tokens, got " + std::to_string(num_extras));
 }
 

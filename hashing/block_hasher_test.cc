@@ -143,6 +143,12 @@ TEST(BlockHasherTest, PerBlockExtrasApplyToTheirBlock) {
   const Status once = ChainKeys(kNsA, whole, 16, one).status();
   EXPECT_NE(once.message().find("expected 0 or 2 entries for 32 tokens, got 1"), std::string::npos)
       << once.ToString();
+  // Fewer tokens than a block: none, or one for the partial block.
+  const std::vector<std::span<const std::byte>> two = {AsBytes(e0), AsBytes(e1)};
+  const Status partial = ChainKeys(kNsA, Tokens(5), 16, two).status();
+  EXPECT_NE(partial.message().find("expected 0 or 1 entries for 5 tokens, got 2"),
+            std::string::npos)
+      << partial.ToString();
 }
 
 TEST(BlockHasherTest, MixedOneShotAndStreamedBlocksChainTheSame) {

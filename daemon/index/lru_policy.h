@@ -17,7 +17,10 @@ class LruPolicy final : public EvictionPolicy {
  public:
   std::string_view name() const override { return "lru"; }
   void Insert(const BlockKey& key) override;
-  void PutBack(const BlockKey& key) override { Insert(key); }  // LRU learns nothing from a use
+  // LRU learns nothing from a use: an Insert, unless the key is tracked (then nothing moves).
+  void PutBack(const BlockKey& key) override {
+    if (!Contains(key)) Insert(key);
+  }
   void Touch(const BlockKey& key) override;
   void Refresh(const BlockKey& key) override { Touch(key); }  // LRU learns nothing from a use
   void Erase(const BlockKey& key) override;
