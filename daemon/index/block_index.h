@@ -240,6 +240,11 @@ class BlockIndex {
                    const std::vector<uint8_t>& groups, PrefixUse use);
   void MoveBetweenOrders(TierId tier, uint8_t group, EvictionPolicy* from, EvictionPolicy* to);
 
+  // Held across the whole of SetGroupQuota and AssignQuotaGroups (taken before any shard's or
+  // order's lock): each reads which order a block is in and moves it, in steps under other locks,
+  // so two of them interleaved could leave a block in no order (never evicted) or in one that
+  // eviction no longer reads.
+  Mutex regroup_mu_;
   std::vector<std::unique_ptr<Shard>> shards_;
   std::array<TierOrder, kTierCount> tiers_;
   // Set by the first quota (SetGroupQuota), never cleared. Until then every block is in its

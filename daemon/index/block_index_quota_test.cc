@@ -2,6 +2,8 @@
 // group is counted for in each tier.
 #include <gtest/gtest.h>
 
+#include <thread>
+
 #include "daemon/index/block_index.h"
 
 namespace kvtier::index {
@@ -150,6 +152,37 @@ TEST_F(BlockIndexQuotaTest, MovingAndErasingBlocksKeepsTheGroupsBytes) {
   EXPECT_EQ(index_->QuotaUsage(kQuiet, TierId::kHost).used_bytes, 0u);
   EXPECT_EQ(index_->QuotaUsage(kQuiet, TierId::kNvme).used_bytes, 0u);
   EXPECT_EQ(index_->TrackedBlocks(TierId::kNvme), 0u);
+}
+
+// An operator's quota change and a namespace's regrouping may come at once (the store takes its
+// own lock around both today; the index must not depend on it): every block must end up in
+// exactly one eviction order, or it could never be evicted again.
+TEST_F(BlockIndexQuotaTest, QuotaChangesAndRegroupingAtOnceLoseNoBlock) {
+  const NamespaceId ns{{0xDD, 4}};
+  constexpr uint64_t kBlocks = 4000;
+  for (uint64_t n = 1; n <= kBlocks; ++n) Insert(n, 0, ns);
+  constexpr int kRounds = 200;
+  std::thread quotas([&] {
+    for (int i = 0; i < kRounds; ++i) {
+      EXPECT_TRUE(index_->SetGroupQuota(kQuiet, TierId::kHost, i % 2 == 0 ? kBlock : 0).ok());
+    }
+  });
+  std::thread regroup([&] {
+    for (int i = 0; i < kRounds; ++i) index_->AssignQuotaGroups({{ns, i % 2 == 0 ? kQuiet : 0}});
+  });
+  std::thread rival([&] {
+    for (int i = 0; i < kRounds; ++i) {
+      EXPECT_TRUE(index_->SetGroupQuota(kQuiet, TierId::kHost, i % 2 == 0 ? 0 : kBlock).ok());
+    }
+  });
+  quotas.join();
+  regroup.join();
+  rival.join();
+  EXPECT_EQ(index_->TrackedBlocks(TierId::kHost), kBlocks);
+  // And each is evictable: a flush takes every one.
+  size_t taken = 0;
+  while (index_->PickVictim(TierId::kHost, 0, kEveryGroup)) ++taken;
+  EXPECT_EQ(taken, kBlocks);
 }
 
 }  // namespace

@@ -62,6 +62,7 @@ Status BlockIndex::SetGroupQuota(uint8_t group, TierId tier, uint64_t quota_byte
   if (group == 0 || group >= kMaxQuotaGroups) {
     return InvalidArgument("quota group " + std::to_string(group) + " is out of range");
   }
+  MutexLock regroup(regroup_mu_);
   TierOrder& order = tiers_[TierIndex(tier)];
   EvictionPolicy* from = nullptr;
   EvictionPolicy* to = nullptr;
@@ -107,6 +108,7 @@ void BlockIndex::MoveBetweenOrders(TierId tier, uint8_t group, EvictionPolicy* f
 
 void BlockIndex::AssignQuotaGroups(const QuotaGroups& groups) {
   if (groups.empty()) return;
+  MutexLock regroup(regroup_mu_);
   for (const auto& shard : shards_) {
     MutexLock lock(shard->mu);
     for (auto [key, meta] : shard->entries) {
