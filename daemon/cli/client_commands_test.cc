@@ -25,14 +25,23 @@ ClientFlags Flags(const InProcessDaemon& server) {
   return flags;
 }
 
-// The same daemon under a socket path that is not valid UTF-8 (a link to its socket), for the
-// reports that echo --url.
-std::string Latin1Url(const InProcessDaemon& server) {
+// Removes a file the test made in the shared temporary folder when the test ends.
+struct RemovedAtEnd {
+  std::string path;
+  ~RemovedAtEnd() {
+    std::error_code ec;
+    std::filesystem::remove(path, ec);
+  }
+};
+
+// The same daemon under a socket path that is not valid UTF-8 (a link to its socket, removed
+// when `link` goes), for the reports that echo --url.
+std::string Latin1Url(const InProcessDaemon& server, RemovedAtEnd& link) {
   const std::string prefix = "unix://";
-  const std::string link = ::testing::TempDir() + "/kvtierd-caf\xe9.sock";
-  std::filesystem::remove(link);
-  std::filesystem::create_symlink(server.url().substr(prefix.size()), link);
-  return prefix + link;
+  link.path = ::testing::TempDir() + "/kvtierd-caf\xe9.sock";
+  std::filesystem::remove(link.path);
+  std::filesystem::create_symlink(server.url().substr(prefix.size()), link.path);
+  return prefix + link.path;
 }
 
 // A bench of `count` 4 KiB blocks against `server`; tests set what they vary.
@@ -169,7 +178,8 @@ TEST(BenchCommandTest, OnePhaseRunsWithTheSameSaltAddressTheSameBlocks) {
 TEST(BenchCommandTest, JsonSurvivesAUrlThatIsNotUtf8) {
   InProcessDaemon server;
   BenchFlags flags = SmallBench(server, 2);
-  flags.client.url = Latin1Url(server);
+  RemovedAtEnd link;
+  flags.client.url = Latin1Url(server, link);
   flags.json = true;
   std::ostringstream out, err;
   ASSERT_EQ(RunBench(flags, out, err), 0) << err.str();
@@ -301,8 +311,10 @@ TEST(ReplayCommandTest, JsonSurvivesNamesThatAreNotUtf8) {
   InProcessDaemon server;
   ReplayFlags flags;
   flags.client = Flags(server);
-  flags.client.url = Latin1Url(server);
+  RemovedAtEnd link;
+  flags.client.url = Latin1Url(server, link);
   flags.trace_path = ::testing::TempDir() + "/trace-caf\xe9.jsonl";
+  const RemovedAtEnd trace{flags.trace_path};
   std::filesystem::copy_file(std::string(KVTIER_CLI_TESTDATA) + "/three_requests.jsonl",
                              flags.trace_path, std::filesystem::copy_options::overwrite_existing);
   flags.block_bytes = "8KiB";

@@ -80,6 +80,7 @@ TEST(SimulateCommandTest, JsonSurvivesATracePathThatIsNotUtf8) {
                              std::filesystem::copy_options::overwrite_existing);
   flags.trace_path = latin1_path;
   nlohmann::json j = RunJson(flags);
+  std::filesystem::remove(latin1_path);
   EXPECT_EQ(j["trace"], ::testing::TempDir() + "/caf\xef\xbf\xbd.jsonl");  // U+FFFD
   EXPECT_EQ(j["requests"], 3);
 }
