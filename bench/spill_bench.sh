@@ -2,7 +2,8 @@
 # Puts through kvtierd while its host tier is full, so that every put needs a demotion to NVMe,
 # against fio's sequential O_DIRECT write on the same file system in the same run. Prints
 # "NAME VALUE UNIT" lines (bench/README.md):
-#   spill_put_ratio_to_fio        put bandwidth through the daemon / fio's write bandwidth
+#   spill_put_ratio_to_fio        put bandwidth through the daemon / fio's write bandwidth (the
+#                                 faster of a fio run before the daemon's and one after)
 #   spill_put_p99_ratio_to_p50    put latency tail under that load
 #   spill_get_p99_ratio_to_p50    get latency tail of a concurrent reader of NVMe-resident blocks
 #   spill_max_stall_ms            the longest single put or get of those
@@ -24,9 +25,11 @@ count=256
 if bench_quick "$@"; then count=96; fi
 bench_tmpdir spill-bench
 
-# fio first: 2 MiB blocks at queue depth 16, O_DIRECT, the same amount the writers put.
+# fio before and after the daemon's run: 2 MiB blocks at queue depth 16, O_DIRECT, the same amount
+# the writers put. A shared machine's disk can change its speed threefold within minutes, so the
+# ratio is taken against the faster of the two runs (the lower ratio), and both are printed.
 total_mib=$((4 * count * 2))
-fio_kibps=$(fio_write_kibps "$total_mib")
+fio_before_kibps=$(fio_write_kibps "$total_mib")
 
 sock="$tmp/kvtierd.sock"
 config=()
@@ -47,12 +50,17 @@ reader=$!
   --warmup 0 --json >"$tmp/writers.json"
 wait "$reader"
 "$bin/kvtier" stats --url "unix://$sock" --json >"$tmp/stats.json"
+stop_kvtierd
+rm -rf "$tmp/data"
+fio_after_kibps=$(fio_write_kibps "$total_mib")
 
-python3 - "$tmp/writers.json" "$tmp/reader.json" "$fio_kibps" "$tmp/stats.json" <<'PY'
+python3 - "$tmp/writers.json" "$tmp/reader.json" "$fio_before_kibps" "$fio_after_kibps" \
+  "$tmp/stats.json" <<'PY'
 import json, sys
 writers, reader = (json.load(open(p)) for p in sys.argv[1:3])
-fio_mib = float(sys.argv[3]) / 1024
-nvme = next(t for t in json.load(open(sys.argv[4]))["tiers"] if t["tier"] == "nvme")["device"]
+fio_before, fio_after = (float(v) / 1024 for v in sys.argv[3:5])
+fio_mib = max(fio_before, fio_after)
+nvme = next(t for t in json.load(open(sys.argv[5]))["tiers"] if t["tier"] == "nvme")["device"]
 put, get = writers["put"], reader["get"]
 for name, phase in (("writers' put", put), ("reader's get", get)):
     if phase["blocks_failed"]:
@@ -60,6 +68,8 @@ for name, phase in (("writers' put", put), ("reader's get", get)):
 put_mib = put["gib_per_s"] * 1024
 print(f"spill_put_mib_per_s {put_mib:.4g} MiB/s")
 print(f"spill_fio_write_mib_per_s {fio_mib:.4g} MiB/s")
+print(f"spill_fio_write_before_mib_per_s {fio_before:.4g} MiB/s")
+print(f"spill_fio_write_after_mib_per_s {fio_after:.4g} MiB/s")
 print(f"spill_put_ratio_to_fio {put_mib / fio_mib:.4g} ratio")
 print(f"spill_put_p99_ratio_to_p50 {put['latency_us']['p99'] / put['latency_us']['p50']:.4g} ratio")
 print(f"spill_get_p99_ratio_to_p50 {get['latency_us']['p99'] / get['latency_us']['p50']:.4g} ratio")
