@@ -68,9 +68,8 @@ struct ConnectOptions {
   std::string password;
   // Longest wait for the daemon to accept or send bytes (connect included); 0 waits forever. It
   // bounds each wait, not a whole call, so a large transfer that keeps moving never times out.
-  // Resolving a tcp:// host name is not bounded by it: getaddrinfo blocks as long as the system
-  // resolver takes (its own timeouts, /etc/resolv.conf), and bounding it would take a resolver
-  // thread per connect. Give an address, or a name resolved locally, where that matters.
+  // It bounds resolving a tcp:// host name as well (on a thread of its own; an address needs
+  // none), and then each address's connect.
   std::chrono::milliseconds timeout{10'000};
   // Sent as `CLIENT SETNAME` when non-empty; shows in the daemon's client list.
   std::string client_name;

@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "client/reply_mapping.h"
+#include "client/resolve.h"
 #include "common/fd_passing.h"
 #include "common/paths.h"
 
@@ -106,27 +107,18 @@ Result<UniqueFd> ConnectAddress(const addrinfo& ai, const Endpoint& endpoint, in
   return fd;
 }
 
-Result<UniqueFd> ConnectTcp(const Endpoint& endpoint, int timeout_ms) {
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* list = nullptr;
-  const std::string port = std::to_string(endpoint.port);
-  const int rc = ::getaddrinfo(endpoint.host.c_str(), port.c_str(), &hints, &list);
-  if (rc != 0) {
-    return NotFound(ConnectWhat(endpoint) + ": cannot resolve '" + endpoint.host +
-                    "': " + ::gai_strerror(rc));
+// `timeout` bounds the name's resolution and each address's connect.
+Result<UniqueFd> ConnectTcp(const Endpoint& endpoint, std::chrono::milliseconds timeout) {
+  Result<AddrInfoList> list = ResolveStream(endpoint.host, endpoint.port, timeout);
+  if (!list.ok()) {
+    return Status(list.status().code(), ConnectWhat(endpoint) + ": " + list.status().message());
   }
   Status last = NotFound(ConnectWhat(endpoint) + ": no address");
-  for (const addrinfo* ai = list; ai != nullptr; ai = ai->ai_next) {
-    Result<UniqueFd> fd = ConnectAddress(*ai, endpoint, timeout_ms);
-    if (fd.ok()) {
-      ::freeaddrinfo(list);
-      return fd;
-    }
+  for (const addrinfo* ai = list->get(); ai != nullptr; ai = ai->ai_next) {
+    Result<UniqueFd> fd = ConnectAddress(*ai, endpoint, TimeoutForPoll(timeout));
+    if (fd.ok()) return fd;
     last = fd.status();
   }
-  ::freeaddrinfo(list);
   return last;
 }
 
@@ -135,8 +127,8 @@ Result<UniqueFd> ConnectTcp(const Endpoint& endpoint, int timeout_ms) {
 Result<std::unique_ptr<Connection>> Connection::Open(const Endpoint& endpoint,
                                                      const Options& options) {
   const int timeout_ms = TimeoutForPoll(options.timeout);
-  Result<UniqueFd> fd =
-      endpoint.is_unix() ? ConnectUnix(endpoint, timeout_ms) : ConnectTcp(endpoint, timeout_ms);
+  Result<UniqueFd> fd = endpoint.is_unix() ? ConnectUnix(endpoint, timeout_ms)
+                                           : ConnectTcp(endpoint, options.timeout);
   if (!fd.ok()) return fd.status();
   return std::unique_ptr<Connection>(new Connection(endpoint, options, std::move(fd).value()));
 }

@@ -74,6 +74,18 @@ TEST(ClientConnectTest, ErrorsNameTheUrl) {
   EXPECT_NE(absent.status().message().find("is kvtierd running?"), std::string::npos);
 }
 
+// A host name goes through the resolver (localhost: /etc/hosts) and then to each address.
+TEST(ClientConnectTest, ATcpNameIsResolvedAndEachAddressTried) {
+  // Port 1 on loopback: nothing listens there, so every address refuses.
+  Result<Client> refused =
+      Client::Connect("tcp://localhost:1", {.timeout = std::chrono::seconds(5)});
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("connect to tcp://localhost:1"), std::string::npos)
+      << refused.status().ToString();
+  EXPECT_NE(refused.status().message().find("is kvtierd running?"), std::string::npos)
+      << refused.status().ToString();
+}
+
 // A Unix socket listening at a fresh path, that nobody serves unless the test does; removed with
 // its directory at the end.
 class TestListener {

@@ -1,0 +1,104 @@
+// Resolving tcp:// host names within the connect timeout, against a stand-in resolver (a test
+// cannot make the system's DNS slow).
+#include "client/resolve.h"
+
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <thread>
+
+namespace kvtier::client {
+namespace {
+
+using std::chrono::milliseconds;
+
+// A resolver that answers 127.0.0.1 after `delay`, counting its calls and the calls finished.
+struct SlowResolver {
+  milliseconds delay;
+  std::shared_ptr<std::atomic<int>> calls = std::make_shared<std::atomic<int>>(0);
+  std::shared_ptr<std::atomic<int>> finished = std::make_shared<std::atomic<int>>(0);
+
+  AddrInfoFunction Function() const {
+    return [delay = delay, calls = calls, finished = finished](
+               const char*, const char* port, const addrinfo* hints, addrinfo** list) {
+      ++*calls;
+      std::this_thread::sleep_for(delay);
+      const int rc = ::getaddrinfo("127.0.0.1", port, hints, list);
+      ++*finished;
+      return rc;
+    };
+  }
+};
+
+uint16_t PortOf(const addrinfo& ai) {
+  return ntohs(reinterpret_cast<const sockaddr_in*>(ai.ai_addr)->sin_port);
+}
+
+TEST(ResolveTest, AnAddressNeedsNoResolver) {
+  SlowResolver resolver{milliseconds(0)};
+  for (const char* host : {"127.0.0.1", "::1"}) {
+    auto list = ResolveStream(host, 6380, milliseconds(100), resolver.Function());
+    ASSERT_TRUE(list.ok()) << host << ": " << list.status().ToString();
+    EXPECT_EQ((*list)->ai_socktype, SOCK_STREAM);
+  }
+  EXPECT_EQ(*resolver.calls, 0);
+}
+
+TEST(ResolveTest, ANameResolvedInTimeGivesItsAddresses) {
+  SlowResolver resolver{milliseconds(0)};
+  auto list = ResolveStream("kvtierd.example", 6380, milliseconds(5000), resolver.Function());
+  ASSERT_TRUE(list.ok()) << list.status().ToString();
+  EXPECT_EQ((*list)->ai_family, AF_INET);
+  EXPECT_EQ(PortOf(**list), 6380);
+  EXPECT_EQ(*resolver.calls, 1);
+}
+
+// Regression: a resolver that hung (a DNS server down) held the connect for as long as glibc's
+// retries took, whatever the client's timeout said.
+TEST(ResolveTest, AResolverSlowerThanTheTimeoutIsATimeout) {
+  SlowResolver resolver{milliseconds(1500)};
+  const auto start = std::chrono::steady_clock::now();
+  auto list = ResolveStream("kvtierd.example", 6380, milliseconds(50), resolver.Function());
+  const auto waited = std::chrono::steady_clock::now() - start;
+  ASSERT_FALSE(list.ok());
+  EXPECT_EQ(list.status().code(), StatusCode::kTimeout);
+  EXPECT_NE(list.status().message().find("resolving 'kvtierd.example'"), std::string::npos)
+      << list.status().ToString();
+  // The call returned while the resolver still ran (it sleeps 1.5 s; a returned call that had
+  // waited for it would find `finished` at 1).
+  EXPECT_EQ(*resolver.finished, 0)
+      << "returned after " << std::chrono::duration<double>(waited).count() << " s";
+  // The late answer is freed by the resolving thread (an ASan run would report it otherwise).
+  while (*resolver.finished == 0) std::this_thread::sleep_for(milliseconds(10));
+}
+
+TEST(ResolveTest, NoTimeoutResolvesOnTheCallingThread) {
+  SlowResolver resolver{milliseconds(0)};
+  const std::thread::id caller = std::this_thread::get_id();
+  std::thread::id resolved_on;
+  auto list =
+      ResolveStream("kvtierd.example", 1, milliseconds(0),
+                    [&](const char* host, const char* port, const addrinfo* hints, addrinfo** out) {
+                      resolved_on = std::this_thread::get_id();
+                      return resolver.Function()(host, port, hints, out);
+                    });
+  ASSERT_TRUE(list.ok()) << list.status().ToString();
+  EXPECT_EQ(resolved_on, caller);
+}
+
+TEST(ResolveTest, AnUnknownNameIsNotFound) {
+  auto list = ResolveStream(
+      "kvtierd.example", 6380, milliseconds(5000),
+      [](const char*, const char*, const addrinfo*, addrinfo**) { return EAI_NONAME; });
+  ASSERT_FALSE(list.ok());
+  EXPECT_EQ(list.status().code(), StatusCode::kNotFound);
+  EXPECT_NE(list.status().message().find("cannot resolve 'kvtierd.example'"), std::string::npos)
+      << list.status().ToString();
+}
+
+}  // namespace
+}  // namespace kvtier::client
