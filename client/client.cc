@@ -264,7 +264,11 @@ Result<std::vector<LookupResult>> Client::LookupMany(
     for (size_t j = 0; j < open.size(); ++j) {
       const size_t i = open[j];
       const size_t chunk = chunk_of(i).size();
-      KVTIER_ASSIGN_OR_RETURN(LookupResult part, DecodeLookup(replies[j], chunk));
+      // A held prefix left with the daemon could not be let go: a malformed reply to a HOLD
+      // gives the connection up (OrAbandon); a plain lookup leaves nothing behind.
+      Result<LookupResult> decoded = DecodeLookup(replies[j], chunk);
+      KVTIER_ASSIGN_OR_RETURN(LookupResult part,
+                              tail.empty() ? std::move(decoded) : OrAbandon(std::move(decoded)));
       results[i].prefix += part.prefix;
       results[i].tiers.insert(results[i].tiers.end(), part.tiers.begin(), part.tiers.end());
       if (part.prefix == chunk && done + chunk < chains[i].size()) next.push_back(i);

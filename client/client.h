@@ -292,9 +292,18 @@ class Client {
   // key; the keys of commands not sent are misses (kNotFound) without a lease.
   Result<std::vector<SlotGrant>> AcquirePrefix(const NamespaceId& ns,
                                                std::span<const BlockKey> keys, bool reads_gpu_pool);
-  // Slot grants of a KVT.RESERVE or KVT.ACQUIRE batch. A reply the protocol does not allow
-  // (kInternal) gives the connection up: the grants of the batch's other commands could be
-  // neither used nor returned, and closing makes the daemon end them.
+  // `decoded`, after giving the connection up when it says the reply broke the protocol
+  // (kInternal): for replies to commands that leave state with the daemon (grants, holds,
+  // commits, releases), which could then be neither used nor returned; closing makes the
+  // daemon end them at once rather than at their timeouts.
+  template <typename T>
+  Result<T> OrAbandon(Result<T> decoded) {
+    if (!decoded.ok() && decoded.status().code() == StatusCode::kInternal) {
+      return connection_->Abandon(decoded.status());
+    }
+    return decoded;
+  }
+  // Slot grants of a KVT.RESERVE or KVT.ACQUIRE batch, through OrAbandon.
   Result<std::vector<SlotGrant>> DecodeGrantsOrAbandon(std::span<const resp::Reply> replies,
                                                        size_t keys, std::string_view command);
   Status Authenticate(const ConnectOptions& options);

@@ -51,12 +51,7 @@ size_t ChunkCount(size_t n) { return (n + kMaxKeysPerCommand - 1) / kMaxKeysPerC
 Result<std::vector<SlotGrant>> Client::DecodeGrantsOrAbandon(std::span<const resp::Reply> replies,
                                                              size_t keys,
                                                              std::string_view command) {
-  Result<std::vector<SlotGrant>> grants =
-      DecodeChunkedGrants(replies, keys, kMaxKeysPerCommand, command);
-  if (!grants.ok() && grants.status().code() == StatusCode::kInternal) {
-    return connection_->Abandon(grants.status());
-  }
-  return grants;
+  return OrAbandon(DecodeChunkedGrants(replies, keys, kMaxKeysPerCommand, command));
 }
 
 Result<std::vector<SlotGrant>> Client::AcquirePrefix(const NamespaceId& ns,
@@ -202,8 +197,8 @@ Status Client::FinishReservations(const FilledSlots& filled, std::vector<Status>
   const size_t commit_chunks = ChunkCount(filled.commit_ids.size());
   KVTIER_ASSIGN_OR_RETURN(
       std::vector<Status> committed,
-      DecodeChunkedStatuses(std::span(replies).first(commit_chunks), filled.commit_ids.size(),
-                            kMaxKeysPerCommand, "KVT.COMMIT"));
+      OrAbandon(DecodeChunkedStatuses(std::span(replies).first(commit_chunks),
+                                      filled.commit_ids.size(), kMaxKeysPerCommand, "KVT.COMMIT")));
   for (size_t j = 0; j < committed.size(); ++j) {
     Status& status = statuses[filled.commit_index[j]];
     if (committed[j].code() == StatusCode::kNotFound) {
@@ -292,9 +287,9 @@ Result<size_t> Client::ReleaseLeases(const LeasedCopy& copy) {
   RequestBuffer release;
   AppendIdCommands(release, "KVT.RELEASE", copy.release_ids);
   KVTIER_ASSIGN_OR_RETURN(std::vector<resp::Reply> replies, RoundTrip(release));
-  KVTIER_ASSIGN_OR_RETURN(
-      std::vector<Status> released,
-      DecodeChunkedStatuses(replies, copy.release_ids.size(), kMaxKeysPerCommand, "KVT.RELEASE"));
+  KVTIER_ASSIGN_OR_RETURN(std::vector<Status> released,
+                          OrAbandon(DecodeChunkedStatuses(replies, copy.release_ids.size(),
+                                                          kMaxKeysPerCommand, "KVT.RELEASE")));
   // A lease that had ended before its release may have had its slot reused mid-copy: the copy is
   // torn, so the served prefix ends before that block.
   size_t served = copy.copied;

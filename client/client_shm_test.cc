@@ -120,6 +120,40 @@ TEST_F(ClientShmTest, AMalformedGrantMakesTheClientUnusable) {
   EXPECT_FALSE(client_->usable());
 }
 
+// The same for the replies to the other commands that leave state with the daemon: a commit, a
+// release, a lookup that holds. Regression: they left the connection in use, and the daemon's
+// reservations, leases and holds were kept until their timeouts.
+TEST_F(ClientShmTest, AMalformedReplyToACommitMakesTheClientUnusable) {
+  server_.faults().SetRawReply("KVT.COMMIT", "*1\r\n:5\r\n");  // a number for a status word
+  Result<std::vector<Status>> put = PutFirst(1);
+  EXPECT_EQ(put.status().code(), StatusCode::kInternal) << put.status().ToString();
+  EXPECT_FALSE(client_->usable());
+}
+
+TEST_F(ClientShmTest, AMalformedReplyToAReleaseMakesTheClientUnusable) {
+  ASSERT_TRUE(PutFirst(1).ok());
+  server_.faults().SetRawReply("KVT.RELEASE", "*1\r\n:5\r\n");
+  std::vector<std::byte> out(kBlockBytes);
+  std::vector<void*> dst = {out.data()};
+  Result<size_t> got = client_->Get(ns_, std::span(keys_).first(1), dst, kBlockBytes);
+  EXPECT_EQ(got.status().code(), StatusCode::kInternal) << got.status().ToString();
+  EXPECT_FALSE(client_->usable());
+}
+
+TEST_F(ClientShmTest, AMalformedReplyToAHoldingLookupMakesTheClientUnusable) {
+  const std::span<const BlockKey> chain = std::span(keys_).first(1);
+  const std::string longer_than_asked = "*2\r\n:9\r\n$0\r\n\r\n";
+  server_.faults().SetRawReply("KVT.LOOKUP", longer_than_asked);
+  Result<std::vector<LookupResult>> plain = client_->LookupMany(ns_, {&chain, 1});
+  EXPECT_EQ(plain.status().code(), StatusCode::kInternal) << plain.status().ToString();
+  EXPECT_TRUE(client_->usable());  // a plain lookup left nothing with the daemon
+  server_.faults().SetRawReply("KVT.LOOKUP", longer_than_asked);
+  Result<std::vector<LookupResult>> held =
+      client_->LookupMany(ns_, {&chain, 1}, std::chrono::seconds(1));
+  EXPECT_EQ(held.status().code(), StatusCode::kInternal) << held.status().ToString();
+  EXPECT_FALSE(client_->usable());
+}
+
 // Copies out of the arena or out of staging memory that always fail, as a device copy can.
 class FailingCopier final : public SlotCopier {
  public:
