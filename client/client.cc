@@ -103,6 +103,11 @@ Result<std::vector<resp::Reply>> Client::RoundTrip(const RequestBuffer& request)
   }
 }
 
+Result<size_t> Client::ServedOr(size_t served, Status failure) {
+  if (served > 0 && failure.code() != StatusCode::kInvalidArgument) return served;
+  return failure;
+}
+
 void Client::AppendKeyCommands(RequestBuffer& request, std::string_view name,
                                const NamespaceId& ns, std::span<const BlockKey> keys,
                                size_t chunk_keys, std::span<const std::string> tail_args) {

@@ -177,11 +177,6 @@ Result<size_t> Client::GetInline(const NamespaceId& ns, std::span<const BlockKey
   return served;
 }
 
-Result<size_t> Client::ServedOr(size_t served, Status failure) {
-  if (served > 0 && failure.code() != StatusCode::kInvalidArgument) return served;
-  return failure;
-}
-
 Result<std::vector<std::string>> Client::GetInline(const NamespaceId& ns,
                                                    std::span<const BlockKey> keys) {
   std::vector<std::string> out;
