@@ -93,9 +93,7 @@ void RoundTrip(bool attach) {
   InProcessDaemon server;
   Session session;
   ASSERT_NO_FATAL_FAILURE(OpenSession(server, attach, &session));
-  kvtier_client* client = session.client;
-  const kvtier_key& ns = session.ns;
-  const uint64_t block_bytes = session.block_bytes;
+  const auto& [client, ns, block_bytes] = session;
   const kvtier_namespace_desc desc = Desc();
   EXPECT_EQ(block_bytes, 2u * 1 * 1 * 8 * 2 * 2);  // K and V, fp16
 
@@ -148,9 +146,7 @@ void NullBlockPointerIsInvalid(bool attach) {
   InProcessDaemon server;
   Session session;
   ASSERT_NO_FATAL_FAILURE(OpenSession(server, attach, &session));
-  kvtier_client* client = session.client;
-  const kvtier_key& ns = session.ns;
-  const uint64_t block_bytes = session.block_bytes;
+  const auto& [client, ns, block_bytes] = session;
   const kvtier_namespace_desc desc = Desc();
   const uint32_t tokens[] = {1, 2, 3, 4};
   kvtier_key keys[2];
@@ -217,9 +213,7 @@ TEST(KvtierCTest, AGetThatFailsPartWayReportsWhatItServed) {
   InProcessDaemon server(InProcessDaemon::Options{.gpu_pool_bytes = uint64_t{1} << 20});
   Session session;
   ASSERT_NO_FATAL_FAILURE(OpenSession(server, /*attach=*/true, &session));
-  kvtier_client* client = session.client;
-  const kvtier_key& ns = session.ns;
-  const uint64_t block_bytes = session.block_bytes;
+  const auto& [client, ns, block_bytes] = session;
   const kvtier_namespace_desc desc = Desc();
   const uint32_t tokens[] = {1, 2, 3, 4};
   kvtier_key keys[2];
