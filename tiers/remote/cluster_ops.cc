@@ -121,6 +121,9 @@ Awaitable<void> RedisClusterClient::RunNodeRound(std::shared_ptr<Op> op, HostPor
       RequestRefresh();
     }
     ReadFromReplicas(*op, keys, node, code);
+    // An ASK holds for one try: a key whose importing node failed is done with this round (see
+    // ReadFromReplicas), and must not be sent there again by a later round.
+    for (const size_t i : keys) op->routes[i].ask_target.reset();
     co_return;
   }
   size_t next = 0;
@@ -198,7 +201,13 @@ void RedisClusterClient::ReadFromReplicas(Op& op, const std::vector<size_t>& key
   if (code != StatusCode::kDeviceError && code != StatusCode::kBusy) return;
   for (const size_t i : keys) {
     Route& route = op.routes[i];
-    if (route.tried_replica) continue;
+    // Not a key whose ASK target (the node importing its slot) failed: the slot's master said by
+    // its ASK that the key is no longer there, so its replicas do not hold it either, and the
+    // importing node's replicas send reads of a slot their master does not serve yet back to the
+    // slot's master. The key fails now with the importing node's error (a miss to the caller); the
+    // map is read again, and the next call finds the slot wherever the migration or a failover
+    // has put it.
+    if (route.tried_replica || route.ask_target) continue;
     for (const HostPort& replica : slot_map_.ReplicasOf(KeySlot(op.keys[i]))) {
       if (replica == failed || NodeAt(replica).skipped_now()) continue;
       route.tried_replica = true;

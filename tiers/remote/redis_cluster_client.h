@@ -6,7 +6,8 @@
 // every slot itself. A batch is split by the master of each key's slot and sent as one pipelined
 // round per node, all nodes in parallel. A key answered MOVED goes again to the node named (the
 // slot map is corrected at once and re-read soon after); one answered ASK goes to the node named,
-// preceded by ASKING, without changing the map. Redirections go on in further rounds until every
+// preceded by ASKING, without changing the map, once: if that node fails, so does the key (the map
+// is re-read; no replica holds the key). Redirections go on in further rounds until every
 // key is answered, `max_redirects` is reached, or the deadline passes.
 //
 // Failure handling: every call has a deadline that bounds all its rounds; a node that fails calls

@@ -298,6 +298,38 @@ TEST(RedisClusterClient, FollowsAskDuringAMigration) {
   EXPECT_EQ(client->stats().moved_redirects, 0u);
 }
 
+TEST(RedisClusterClient, AReadWhoseAskTargetFailsIsAnsweredAtOnceWithoutAskingThatNodeAgain) {
+  // The importing node of a migrating slot is lost: the old master answers ASK for a key it has
+  // handed over, and the importing node cannot answer. The key is neither on the old master nor
+  // on its replicas (the master said so), and the importing node's replicas would send the read
+  // back to the slot's master: the read fails there and then (a miss for the caller), instead of
+  // going to the lost node again and waiting there for the rest of the call's time.
+  auto cluster = StartCluster({.node_timeout = milliseconds(60000)});
+  ASSERT_TRUE(cluster);
+  auto client = OpenClient(cluster->Seeds());
+  ASSERT_TRUE(client);
+  RefreshOnceReplicasAreKnown(*cluster, *client);  // the old master's replica is in the map
+  const std::string a = "{ask}a";
+  ASSERT_TRUE(client->Set({{a, {"value-a"}}}, kTtl, kCallTimeout)[0].ok());
+  const int slot = KeySlot(a);
+  const size_t to = static_cast<size_t>((cluster->MasterOfSlot(slot) + 1) % 3);
+  ASSERT_TRUE(cluster->BeginMigration(slot, to, {a}).ok());
+  cluster->node(to).Kill();
+  auto held = testing::HeldPort::Open(cluster->node(to).port());
+  ASSERT_TRUE(held.ok()) << held.status().ToString();
+
+  Result<std::string> got = Internal("not read");
+  std::thread call([&] { got = client->Get({a}, kCallTimeout)[0]; });
+  const bool out = (*held)->WaitForGet(milliseconds(5000));
+  (*held)->Release();  // the importing node's connection drops with the call on it
+  call.join();
+  ASSERT_TRUE(out) << "the call never reached the importing node's port";
+  EXPECT_EQ(got.status().code(), StatusCode::kDeviceError) << got.status().ToString();
+  EXPECT_EQ((*held)->gets_held(), 1u) << "the lost importing node was asked again";
+  EXPECT_EQ(client->stats().ask_redirects, 1u);
+  EXPECT_EQ(client->stats().replica_reads, 0u);
+}
+
 // The node timeout of the failover tests: long enough that the cluster does not fail a killed
 // master over on its own before the test asks, short enough that it does when the test's forced
 // election does not end.

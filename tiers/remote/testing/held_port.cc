@@ -53,6 +53,27 @@ void HeldPort::Release() {
   held_.clear();
 }
 
+void HeldPort::Answer(std::string_view reply) {
+  std::lock_guard lock(mu_);
+  for (const int fd : held_) (void)::send(fd, reply.data(), reply.size(), MSG_NOSIGNAL);
+}
+
+bool HeldPort::HeldClosedByClient() {
+  std::lock_guard lock(mu_);
+  if (held_.empty()) return false;
+  for (const int fd : held_) {
+    // recv answers 0 only at the end of the stream: nothing waiting, or bytes, mean still open.
+    char byte;
+    if (::recv(fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT) != 0) return false;
+  }
+  return true;
+}
+
+size_t HeldPort::gets_held() {
+  std::lock_guard lock(mu_);
+  return gets_held_;
+}
+
 void HeldPort::AcceptLoop() {
   while (true) {
     {
@@ -82,6 +103,7 @@ void HeldPort::Serve(int fd) {
     if (request.find("\r\nGET\r\n") != std::string_view::npos) {
       std::lock_guard lock(mu_);
       held_.push_back(fd);
+      ++gets_held_;
       got_get_.notify_all();
       return;
     }
