@@ -28,12 +28,23 @@ ClusterNode::ClusterNode(asio::io_context& io, HostPort address, const NodeOptio
       counters_(counters),
       breaker_(options.breaker) {}
 
-ClusterNode::~ClusterNode() = default;
+ClusterNode::~ClusterNode() {
+  // A node dropped with its breaker open (a master lost and replaced) is never probed again: the
+  // gauge of open breakers would otherwise count it for as long as the client runs.
+  if (breaker_.open()) Add(counters_.open_breakers, static_cast<uint64_t>(-1));
+}
 
 void ClusterNode::Shutdown() {
   stopping_ = true;
   for (const ConnectionPtr& conn : conns_) conn->Close();
   for (Waiter* waiter : waiters_) waiter->timer.cancel();
+}
+
+void ClusterNode::Retire() {
+  retired_ = true;
+  const std::vector<ConnectionPtr> idle = std::move(idle_);
+  idle_.clear();
+  for (const ConnectionPtr& conn : idle) Forget(conn);
 }
 
 Awaitable<Result<std::vector<resp::Reply>>> ClusterNode::Execute(const CommandBatch& batch,
@@ -124,6 +135,10 @@ void ClusterNode::Release(ConnectionPtr conn) {
     if (waiter->handed) continue;
     waiter->handed = std::move(conn);
     waiter->timer.cancel();
+    return;
+  }
+  if (retired_) {
+    Forget(conn);
     return;
   }
   idle_.push_back(std::move(conn));

@@ -8,8 +8,11 @@
 // node, until its backoff has passed and a probe call succeeds. A breaker that opens is counted
 // and logged once (the start of an episode); its closing is logged with the node's recovery.
 //
-// Lives on the client's I/O thread: every method runs there. Nodes are never destroyed while the
-// client runs (a coroutine may hold a reference), so the client keeps each one it ever met.
+// Lives on the client's I/O thread: every method runs there. Held by shared_ptr: by the client's
+// table of nodes while the slot map names the node, and by each call out on it. When a new map no
+// longer names it (it left the cluster, or a failover replaced it), the client drops it from the
+// table and Retire()s it: its calls in flight finish on their connections, and the node and its
+// sockets go with the last of them instead of staying open for as long as the client runs.
 #pragma once
 
 #include <cstddef>
@@ -55,6 +58,9 @@ class ClusterNode {
   // Closes every connection and wakes every waiter: pending calls end (kShuttingDown or an error),
   // and later ones answer kShuttingDown.
   void Shutdown();
+  // The slot map no longer names the node: closes its idle connections now, and each busy one as
+  // its call ends (handed to a caller waiting for one first), without cutting any call.
+  void Retire();
 
   const HostPort& address() const { return address_; }
   bool breaker_open() const { return breaker_.open(); }
@@ -91,6 +97,7 @@ class ClusterNode {
   std::deque<Waiter*> waiters_;
   int failed_calls_in_episode_ = 0;  // calls failed or refused since the last success
   bool stopping_ = false;
+  bool retired_ = false;  // no connection goes back to idle_
 };
 
 }  // namespace kvtier::tiers::remote

@@ -107,7 +107,9 @@ Awaitable<void> RedisClusterClient::RunNodeRound(std::shared_ptr<Op> op, HostPor
     const Deadline now = Deadline::clock::now();
     if (now < deadline) deadline = now + (deadline - now) / 2;
   }
-  Result<std::vector<resp::Reply>> replies = co_await NodeAt(node).Execute(batch, deadline);
+  // Held for the round: a refresh may drop the node from the table while the call is out.
+  const std::shared_ptr<ClusterNode> target = NodeAt(node);
+  Result<std::vector<resp::Reply>> replies = co_await target->Execute(batch, deadline);
   if (!replies.ok()) {
     keys = BackToMaster(*op, std::move(keys));
     keys = ToNewOwners(*op, std::move(keys), node);
@@ -146,7 +148,7 @@ Awaitable<void> RedisClusterClient::RunNodeRound(std::shared_ptr<Op> op, HostPor
 
 std::optional<HostPort> RedisClusterClient::LookupReplica(int slot, const HostPort& master) {
   for (const HostPort& replica : slot_map_.ReplicasOf(slot)) {
-    if (replica != master && !NodeAt(replica).skipped_now()) return replica;
+    if (replica != master && !NodeAt(replica)->skipped_now()) return replica;
   }
   return std::nullopt;
 }
@@ -209,7 +211,7 @@ void RedisClusterClient::ReadFromReplicas(Op& op, const std::vector<size_t>& key
     // has put it.
     if (route.tried_replica || route.ask_target) continue;
     for (const HostPort& replica : slot_map_.ReplicasOf(KeySlot(op.keys[i]))) {
-      if (replica == failed || NodeAt(replica).skipped_now()) continue;
+      if (replica == failed || NodeAt(replica)->skipped_now()) continue;
       route.tried_replica = true;
       route.replica_target = replica;
       op.redirected.push_back(i);

@@ -196,6 +196,23 @@ std::vector<HostPort> SlotMap::Masters() const {
   return out;
 }
 
+std::vector<HostPort> SlotMap::Nodes() const {
+  std::vector<bool> serves(nodes_.size(), false);
+  for (const uint16_t index : slots_) {
+    if (index != kNoNode) serves[index] = true;
+  }
+  std::vector<bool> named = serves;
+  for (size_t i = 0; i < nodes_.size(); ++i) {
+    if (!serves[i]) continue;
+    for (const uint16_t replica : replicas_[i]) named[replica] = true;
+  }
+  std::vector<HostPort> out;
+  for (size_t i = 0; i < nodes_.size(); ++i) {
+    if (named[i]) out.push_back(nodes_[i]);
+  }
+  return out;
+}
+
 int SlotMap::covered_slots() const {
   return static_cast<int>(
       std::count_if(slots_.begin(), slots_.end(), [](uint16_t index) { return index != kNoNode; }));

@@ -49,6 +49,10 @@ class SlotMap {
   void SetReplicas(const HostPort& master, const std::vector<HostPort>& replicas);
   // Masters that serve at least one slot, each once.
   std::vector<HostPort> Masters() const;
+  // The nodes the map names: the masters that serve at least one slot and their replicas, each
+  // once. A node not among them (gone from the cluster, or a master that lost its slots) is one
+  // that the client has no reason to keep connections to.
+  std::vector<HostPort> Nodes() const;
   int covered_slots() const;
   bool empty() const { return nodes_.empty(); }
   // Whether both maps send every slot to the same master, and name the same replicas for each

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 namespace kvtier::tiers::remote {
 namespace {
 
@@ -105,6 +107,18 @@ TEST(ClusterSlots, AMovedSlotForgetsTheReplicasOfItsOldMaster) {
   EXPECT_TRUE(map.ReplicasOf(50).empty());
   EXPECT_EQ(map.ReplicasOf(49).size(), 2u);
   EXPECT_TRUE(map.ReplicasOf(100).empty());  // served by no node
+}
+
+TEST(ClusterSlots, NodesAreTheMastersThatServeASlotAndTheirReplicas) {
+  SlotMap map;
+  map.Assign(0, 99, {"m", 1});
+  map.SetReplicas({"m", 1}, {{"r", 2}});
+  map.Assign(100, 199, {"gone", 5});
+  map.SetReplicas({"gone", 5}, {{"r", 6}});
+  map.Assign(100, 199, {"n", 4});  // "gone" lost every slot: neither it nor its replica is named
+  std::vector<HostPort> nodes = map.Nodes();
+  std::sort(nodes.begin(), nodes.end());
+  EXPECT_EQ(nodes, (std::vector<HostPort>{{"m", 1}, {"n", 4}, {"r", 2}}));
 }
 
 TEST(ClusterSlots, MapsWithTheSameRoutesAreTheSameWhateverTheNodeOrder) {

@@ -144,6 +144,7 @@ void RedisClusterClient::InstallMap(SlotMap map) {
   const std::vector<HostPort> after = map.Masters();
   slot_map_ = std::move(map);
   counters_.masters.store(after.size(), std::memory_order_relaxed);
+  DropNodesOffTheMap();
   if (before == after) return;
   const int unserved = kSlotCount - slot_map_.covered_slots();
   if (unserved == 0) {
@@ -151,6 +152,21 @@ void RedisClusterClient::InstallMap(SlotMap map) {
   } else {
     spdlog::warn("remote: slot map: {} masters ({}); {} slots served by no node", after.size(),
                  Describe(after), unserved);
+  }
+}
+
+void RedisClusterClient::DropNodesOffTheMap() {
+  std::erase_if(retired_nodes_, [](const std::weak_ptr<ClusterNode>& n) { return n.expired(); });
+  const std::vector<HostPort> named = slot_map_.Nodes();
+  for (auto it = nodes_.begin(); it != nodes_.end();) {
+    if (std::find(named.begin(), named.end(), it->first) != named.end()) {
+      ++it;
+      continue;
+    }
+    it->second->Retire();
+    // Still alive only while a call is out on it.
+    if (it->second.use_count() > 1) retired_nodes_.push_back(it->second);
+    it = nodes_.erase(it);
   }
 }
 

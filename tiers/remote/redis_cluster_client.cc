@@ -109,6 +109,9 @@ RedisClusterClient::~RedisClusterClient() {
 
 void RedisClusterClient::ShutdownOnIoThread() {
   for (auto& [address, node] : nodes_) node->Shutdown();
+  for (const std::weak_ptr<ClusterNode>& retired : retired_nodes_) {
+    if (const std::shared_ptr<ClusterNode> node = retired.lock()) node->Shutdown();
+  }
   for (const auto& conn : topology_conns_) conn->Close();
   refresh_timer_.cancel();
   reach_timer_.cancel();
@@ -119,14 +122,14 @@ bool RedisClusterClient::OnCallbackThread() const {
   return std::this_thread::get_id() == thread_.get_id();
 }
 
-ClusterNode& RedisClusterClient::NodeAt(const HostPort& address) {
-  std::unique_ptr<ClusterNode>& node = nodes_[address];
+const std::shared_ptr<ClusterNode>& RedisClusterClient::NodeAt(const HostPort& address) {
+  std::shared_ptr<ClusterNode>& node = nodes_[address];
   // Data calls start once the mode is known (until then they fail at once).
   if (!node) {
-    node = std::make_unique<ClusterNode>(
+    node = std::make_shared<ClusterNode>(
         io_, address, cluster_mode_ ? cluster_node_options_ : node_options_, counters_);
   }
-  return *node;
+  return node;
 }
 
 void RedisClusterClient::Start(std::shared_ptr<Op> op) {

@@ -157,7 +157,9 @@ class RedisClusterClient final : public RemoteStore {
   void Interpret(Op& op, size_t i, resp::Reply reply, const HostPort& node);
   bool FollowRedirect(Op& op, size_t i, const std::string& error, const HostPort& node);
   void FailKeys(Op& op, const std::vector<size_t>& keys, const Status& status);
-  ClusterNode& NodeAt(const HostPort& address);
+  // The node at `address`, made on first use (a redirection or a replica may name a node the map
+  // does not name yet).
+  const std::shared_ptr<ClusterNode>& NodeAt(const HostPort& address);
 
   // cluster_topology.cc: the slot map.
   Awaitable<Status> Refresh();
@@ -172,6 +174,9 @@ class RedisClusterClient final : public RemoteStore {
   // Asks the seeds again, with backoff, until one answers (open_unreachable).
   Awaitable<void> ReachLoop();
   void InstallMap(SlotMap map);
+  // Drops from nodes_ every node that slot_map_ no longer names, closing its connections as its
+  // calls end (ClusterNode::Retire).
+  void DropNodesOffTheMap();
   void ShutdownOnIoThread();
 
   const RedisClusterOptions options_;
@@ -189,7 +194,11 @@ class RedisClusterClient final : public RemoteStore {
 
   // Touched only on the I/O thread.
   SlotMap slot_map_;
-  std::map<HostPort, std::unique_ptr<ClusterNode>> nodes_;
+  // The nodes the map names, and any that a redirection or a call planned on an earlier map has
+  // reached since the map was read (dropped at the next read unless the map names them).
+  std::map<HostPort, std::shared_ptr<ClusterNode>> nodes_;
+  // Nodes dropped from nodes_ while calls were out on them: shut down with the client.
+  std::vector<std::weak_ptr<ClusterNode>> retired_nodes_;
   std::vector<std::shared_ptr<NodeConnection>> topology_conns_;  // slot-map queries under way
   asio::steady_timer refresh_timer_{io_};
   asio::steady_timer reach_timer_{io_};

@@ -438,6 +438,83 @@ TEST(RedisClusterClient, ACallOutWhenTheMapMovesItsSlotGoesToTheNewMaster) {
   EXPECT_EQ(stale->stats().new_owner_resends, 1u);
 }
 
+TEST(RedisClusterClient, ANodeTheMapNoLongerNamesHasItsConnectionsClosedOnceItsCallsEnd) {
+  // A failover leaves the killed master out of the map; a listener at its port stands for a node
+  // that left the cluster but still answers. A connection to it that is idle when the new map is
+  // read is closed then; one with a call out is closed when that call ends, with the answer it got
+  // there (the call is not cut and sent elsewhere). Kept, they would stay open for as long as the
+  // client runs.
+  auto cluster = StartCluster({.node_timeout = kFailoverNodeTimeout});
+  ASSERT_TRUE(cluster);
+  // A replica that has never synced with its master is not elected in its place.
+  ASSERT_TRUE(cluster->WaitReplicated(milliseconds(10000)));
+  const int slot = KeySlot(TestKey(0));
+  const int victim = cluster->MasterOfSlot(slot);
+  const int replica = cluster->ReplicaOf(static_cast<size_t>(victim));
+  ASSERT_GE(replica, 0);
+  cluster->node(static_cast<size_t>(victim)).Kill();
+  auto held = testing::HeldPort::Open(cluster->node(static_cast<size_t>(victim)).port());
+  ASSERT_TRUE(held.ok()) << held.status().ToString();
+  // Two clients that read the map before the failover.
+  auto idle = OpenClient(cluster->Seeds());
+  ASSERT_TRUE(idle);
+  auto busy = OpenClient(cluster->Seeds());
+  ASSERT_TRUE(busy);
+  ASSERT_NO_FATAL_FAILURE(FailOverTo(*cluster, replica, slot));
+  const std::string answer = "$12\r\nfrom-the-old\r\n";
+
+  // A call answered at the old master's port leaves its connection idle in the pool.
+  Result<std::string> got = Internal("not read");
+  std::thread call([&] { got = idle->Get({TestKey(0)}, kCallTimeout)[0]; });
+  ASSERT_TRUE((*held)->WaitForGet(milliseconds(5000)));
+  (*held)->Answer(answer);
+  call.join();
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  ASSERT_EQ(*got, "from-the-old");
+  ASSERT_TRUE(idle->RefreshTopology().ok());
+  EXPECT_TRUE(testing::PollUntil(milliseconds(5000), [&] { return (*held)->HeldClosedByClient(); }))
+      << "the idle connection to a node the map no longer names is still open";
+  (*held)->Release();
+
+  // The map changes while a call is out at the old master's port.
+  call = std::thread([&] { got = busy->Get({TestKey(0)}, kCallTimeout)[0]; });
+  ASSERT_TRUE((*held)->WaitForGet(milliseconds(5000)));
+  ASSERT_TRUE(busy->RefreshTopology().ok());
+  (*held)->Answer(answer);
+  call.join();
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_EQ(*got, "from-the-old");
+  EXPECT_TRUE(testing::PollUntil(milliseconds(5000), [&] { return (*held)->HeldClosedByClient(); }))
+      << "the connection of a call that ended on a node the map no longer names is still open";
+  // Calls now go to the new master.
+  EXPECT_EQ(busy->Get({TestKey(0)}, kCallTimeout)[0].status().code(), StatusCode::kNotFound);
+}
+
+TEST(RedisClusterClient, AMasterReplacedByAFailoverNoLongerCountsAsAnOpenBreaker) {
+  // The killed master's breaker opens; once the map names its replica instead, nothing will ever
+  // probe it again, and the gauge of open breakers must not count it for as long as the client
+  // runs.
+  auto cluster = StartCluster({.node_timeout = kFailoverNodeTimeout});
+  ASSERT_TRUE(cluster);
+  ASSERT_TRUE(cluster->WaitReplicated(milliseconds(10000)));
+  RedisClusterOptions options;
+  options.breaker = {.failure_threshold = 1,
+                     .initial_backoff = milliseconds(60'000),
+                     .max_backoff = milliseconds(60'000)};
+  auto client = OpenClient(cluster->Seeds(), options);
+  ASSERT_TRUE(client);
+  const int slot = KeySlot(TestKey(0));
+  const int victim = cluster->MasterOfSlot(slot);
+  const int replica = cluster->ReplicaOf(static_cast<size_t>(victim));
+  ASSERT_GE(replica, 0);
+  cluster->node(static_cast<size_t>(victim)).Kill();
+  (void)client->Get({TestKey(0)}, kCallTimeout);  // refused by the killed master
+  ASSERT_EQ(client->stats().open_breakers, 1u);
+  ASSERT_NO_FATAL_FAILURE(FailOverTo(*cluster, replica, slot));
+  ASSERT_TRUE(client->RefreshTopology().ok());
+  EXPECT_EQ(client->stats().open_breakers, 0u);
+}
+
 TEST(RedisClusterClient, AKilledMastersBlocksAreReadFromItsReplicaBeforeAnyFailover) {
   // A long node timeout: nothing is failed over during the test; the replica stays a replica.
   auto cluster = StartCluster({.node_timeout = milliseconds(60000)});
