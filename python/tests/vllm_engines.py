@@ -13,8 +13,10 @@ import json
 import os
 import pathlib
 import queue
+import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 
 VOCAB = 2048
@@ -51,8 +53,11 @@ class Engine:
 
     def __init__(self, model, url, log_path, **options):
         cfg = {"model": model, "url": url, **options}
+        # vLLM's IPC sockets go in a folder of their own, removed at close: vLLM leaves them in
+        # /tmp otherwise (seven per engine). Short, since a socket path holds 107 bytes at most.
+        self._rpc_dir = tempfile.mkdtemp(prefix="kvtier-vllm-")
         env = dict(os.environ, PYTHONHASHSEED="0", VLLM_CPU_KVCACHE_SPACE="1",
-                   VLLM_LOGGING_LEVEL="INFO")
+                   VLLM_LOGGING_LEVEL="INFO", VLLM_RPC_BASE_PATH=self._rpc_dir)
         self.log_path = log_path
         self._log = open(log_path, "wb")
         self.proc = subprocess.Popen([sys.executable, str(DRIVER), json.dumps(cfg)],
@@ -103,6 +108,7 @@ class Engine:
                 self.proc.kill()
                 self.proc.wait()
         self._log.close()
+        shutil.rmtree(self._rpc_dir, ignore_errors=True)
 
     def __enter__(self):
         return self
