@@ -243,6 +243,12 @@ void NvmeTier::Free(const Extent& extent) {
   bool had_block = false;
   {
     MutexLock lock(mu_);
+    // A stale extent (freed already, or of another length) says nothing about the block at its
+    // offset now, which may be another one's: it is counted and touches nothing.
+    if (!allocator_.IsLive(extent)) {
+      ++invalid_frees_;
+      return;
+    }
     auto it = blocks_.find(extent.offset);
     if (it != blocks_.end()) {
       entry = it->second;

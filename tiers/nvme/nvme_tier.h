@@ -153,7 +153,8 @@ class NvmeTier final : public Tier {
   // See Tier::Allocate. kRejected when the block plus its 4 KiB header can never fit.
   Result<Extent> Allocate(uint64_t bytes) override;
   // Deletes the block's catalog record (if it is still the key's current one), then frees the
-  // extent. An extent not allocated is counted in invalid_free_count().
+  // extent. An extent not allocated, or of another length, is counted in invalid_free_count()
+  // and changes nothing.
   void Free(const Extent& extent) override;
   // Stores src (0 < size <= extent.length) as block `id`. kInvalidArgument for a bad size or an
   // extent not allocated; kDeviceError when the device failed (nothing is recorded: free the
