@@ -259,14 +259,53 @@ void NvmeTier::Free(const Extent& extent) {
   if (had_block && entry.durable) {
     // The record goes before the extent can be handed out again (docs/nvme-format.md).
     MutexLock lock(catalog_mu_);
-    auto owner = owner_.find(entry.id);
-    if (owner != owner_.end() && owner->second == extent.offset) {
-      owner_.erase(owner);
-      if (!catalog_->Delete(entry.id.ns, entry.id.key).ok()) ++catalog_errors_;
-    }
+    ReleaseRecord(entry.id, extent);
   }
   MutexLock lock(mu_);
   if (!allocator_.Free(extent).ok()) ++invalid_frees_;
+}
+
+void NvmeTier::ReleaseRecord(const BlockIdentity& id, const Extent& extent) {
+  auto owner = owner_.find(id);
+  if (owner == owner_.end() || owner->second != extent.offset) {
+    ForgetCopy(id, extent.offset);
+    return;
+  }
+  owner_.erase(owner);
+  if (PassRecordOn(id)) return;
+  if (!catalog_->Delete(id.ns, id.key).ok()) ++catalog_errors_;
+}
+
+bool NvmeTier::PassRecordOn(const BlockIdentity& id) {
+  for (auto it = other_copies_.find(id); it != other_copies_.end(); it = other_copies_.find(id)) {
+    const uint64_t offset = it->second;
+    other_copies_.erase(it);
+    Entry copy;
+    {
+      MutexLock lock(mu_);
+      auto b = blocks_.find(offset);
+      // Gone or rewritten since it lost the record: not a copy any more.
+      if (b == blocks_.end() || !(b->second.id == id) || !b->second.durable) continue;
+      copy = b->second;
+    }
+    if (PutRecordLocked(offset, copy, /*access=*/false).ok()) return true;
+    // No record names it now: MustSurviveRestart must not vouch for it.
+    MutexLock lock(mu_);
+    auto b = blocks_.find(offset);
+    if (b != blocks_.end() && b->second.id == id) b->second.durable = false;
+    return false;
+  }
+  return false;
+}
+
+void NvmeTier::ForgetCopy(const BlockIdentity& id, uint64_t offset) {
+  auto [begin, end] = other_copies_.equal_range(id);
+  for (auto it = begin; it != end; ++it) {
+    if (it->second == offset) {
+      other_copies_.erase(it);
+      return;
+    }
+  }
 }
 
 Status NvmeTier::Sync() {

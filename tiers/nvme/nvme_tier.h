@@ -14,10 +14,12 @@
 // Writing. WriteBlock(extent, id, src) computes the payload's XXH3-64, writes the record header
 // (identity, size, checksum) and the payload into the extent in one batch, and only when both are
 // on the device puts the catalog record. Free(extent) deletes the record before the extent can be
-// handed out again. ReadBlock(extent, id, dst) reads header and payload and returns
-// kChecksumMismatch (one log line, a counter) unless the header names `id` and the payload matches
-// its checksum: wrong bytes are never returned as a block. Plain Write/Read work too, but their
-// blocks have no identity and no catalog record: they are checksummed, not durable.
+// handed out again, or, when an older copy of the block is still live (the freed one had taken the
+// record over from it), puts the record for that copy instead.
+// ReadBlock(extent, id, dst) reads header and payload and returns kChecksumMismatch (one log line,
+// a counter) unless the header names `id` and the payload matches its checksum: wrong bytes are
+// never returned as a block. Plain Write/Read work too, but their blocks have no identity and no
+// catalog record: they are checksummed, not durable.
 //
 // Durability contract. No fsync per block by default. A process crash (kill -9) loses no block
 // whose WriteBlock returned (O_DIRECT data is with the device, catalog writes are in the OS). A
@@ -256,6 +258,14 @@ class NvmeTier final : public Tier {
   // Records the block at `offset` in the catalog (access: a refresh of the record it owns, else
   // nothing). kDeviceError when the catalog refuses it.
   Status PutRecord(uint64_t offset, const Entry& entry, bool access);
+  Status PutRecordLocked(uint64_t offset, const Entry& entry, bool access) REQUIRES(catalog_mu_);
+  // What becomes of block `id`'s record when its copy at `extent` is freed: nothing when another
+  // copy holds it; else it passes to another live copy, or is deleted.
+  void ReleaseRecord(const BlockIdentity& id, const Extent& extent) REQUIRES(catalog_mu_);
+  // Puts `id`'s record for one of its other live copies; false when there is none or the put
+  // failed (that copy is then no longer durable).
+  bool PassRecordOn(const BlockIdentity& id) REQUIRES(catalog_mu_);
+  void ForgetCopy(const BlockIdentity& id, uint64_t offset) REQUIRES(catalog_mu_);
   Status ChecksumFailure(const Extent& extent, const std::string& why);
 
   // First, so that it is let go last: no other kvtierd takes the directory while this one still
@@ -276,6 +286,11 @@ class NvmeTier final : public Tier {
   // the record of a newer one. Put/Delete happen under this lock, in the order decided here.
   Mutex catalog_mu_ ACQUIRED_BEFORE(mu_);
   std::unordered_map<BlockIdentity, uint64_t, BlockIdentityHash> owner_ GUARDED_BY(catalog_mu_);
+  // Live, recorded copies of a block whose record a newer copy has taken over. When the newer one
+  // is freed first, the record passes back to one of these: deleting it would lose a block whose
+  // WriteBlock returned and that was never freed.
+  std::unordered_multimap<BlockIdentity, uint64_t, BlockIdentityHash> other_copies_
+      GUARDED_BY(catalog_mu_);
   uint64_t last_record_us_ GUARDED_BY(catalog_mu_) = 0;  // the last access time put in a record
 
   std::atomic<uint64_t> reads_{0}, writes_{0}, bytes_read_{0}, bytes_admitted_{0};

@@ -160,6 +160,10 @@ Status NvmeTier::MustSurviveRestart(const Extent& extent) {
 
 Status NvmeTier::PutRecord(uint64_t offset, const Entry& entry, bool access) {
   MutexLock lock(catalog_mu_);
+  return PutRecordLocked(offset, entry, access);
+}
+
+Status NvmeTier::PutRecordLocked(uint64_t offset, const Entry& entry, bool access) {
   auto owner = owner_.find(entry.id);
   if (access && (owner == owner_.end() || owner->second != offset)) return Status::Ok();
   // Strictly increasing within a run, so that two uses in the same microsecond keep their order
@@ -173,8 +177,13 @@ Status NvmeTier::PutRecord(uint64_t offset, const Entry& entry, bool access) {
     spdlog::warn("nvme: catalog put failed: {}", st.ToString());
     return DeviceError("nvme: the catalog did not record the block: " + st.message());
   }
-  // Only a record in the catalog is the block's: Free deletes what it owns.
+  if (access) return Status::Ok();
+  // Only a record in the catalog is the block's: Free deletes what it owns. A copy that held it
+  // before and is still live (its Free would have taken it out of owner_) may get it back.
+  if (owner != owner_.end() && owner->second != offset)
+    other_copies_.emplace(entry.id, owner->second);
   owner_[entry.id] = offset;
+  ForgetCopy(entry.id, offset);
   return Status::Ok();
 }
 

@@ -346,6 +346,30 @@ TEST_P(NvmeTierTest, ABlockMovedToANewExtentKeepsItsRecordWhenTheOldOneIsFreed) 
   EXPECT_EQ(rec[0].extent, second);
 }
 
+// The reverse order: the newer copy, which holds the catalog record, goes first. The older copy is
+// still live, its WriteBlock returned and it was never freed, so a restart must find it.
+TEST_P(NvmeTierTest, FreeingTheNewerCopyOfABlockKeepsTheOlderOneRecorded) {
+  auto o = Opts();
+  Extent first;
+  {
+    auto tier = OpenTier(o);
+    first = Put(*tier, 1, 8192);
+    Extent second = Put(*tier, 1, 8192);
+    tier->Free(second);
+    EXPECT_TRUE(tier->MustSurviveRestart(first).ok());
+  }
+  {
+    auto tier = OpenTier(o);
+    auto rec = tier->TakeRecovered();
+    ASSERT_EQ(rec.size(), 1u);
+    EXPECT_EQ(rec[0].extent, first);
+    EXPECT_TRUE(ReadsBack(*tier, first, 1));
+    tier->Free(first);  // the last copy: its record goes with it
+  }
+  auto tier = OpenTier(o);
+  EXPECT_TRUE(tier->TakeRecovered().empty());
+}
+
 // Freeing an extent twice is a caller bug the tier counts. When the space has meanwhile gone to a
 // block of another size at the same offset, the stale Free must not take that block's
 // bookkeeping and catalog record with it (the block would read as missing and be lost at the
