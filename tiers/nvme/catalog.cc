@@ -60,7 +60,15 @@ Catalog::~Catalog() {
   if (!s.ok()) spdlog::warn("nvme: closing catalog {}: {}", path_, s.ToString());
 }
 
+bool Catalog::InjectedFailure() {
+  uint64_t left = failing_writes_.load();
+  while (left > 0 && !failing_writes_.compare_exchange_weak(left, left - 1)) {
+  }
+  return left > 0;
+}
+
 Status Catalog::Put(const CatalogRecord& record) {
+  if (InjectedFailure()) return DeviceError("catalog put: injected failure");
   rocksdb::WriteOptions wo;
   wo.sync = sync_writes_;
   return FromRocks(
@@ -69,6 +77,7 @@ Status Catalog::Put(const CatalogRecord& record) {
 }
 
 Status Catalog::Delete(const NamespaceId& ns, const BlockKey& key) {
+  if (InjectedFailure()) return DeviceError("catalog delete: injected failure");
   rocksdb::WriteOptions wo;
   wo.sync = sync_writes_;
   return FromRocks(db_->Delete(wo, EncodeCatalogKey(ns, key)), "catalog delete");

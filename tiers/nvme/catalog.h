@@ -14,6 +14,7 @@
 // Thread safety: every method may be called from any thread (RocksDB synchronises itself).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -75,13 +76,20 @@ class Catalog {
   Status Sync();
   // Flushes the memtable into a table file (tests: makes records durable independently of data).
   Status FlushForTesting();
+  // Tests: the next `count` Put and Delete calls fail with kDeviceError and change nothing, as
+  // they do while the catalog's disk is full, and the ones after succeed again. (A power cut's
+  // DropUnsyncedFs fails every write for good; this is the transient failure.)
+  void FailWritesForTesting(uint64_t count) { failing_writes_.store(count); }
 
  private:
   Catalog(std::unique_ptr<rocksdb::DB> db, std::string path, bool sync_writes);
+  // True when a failure injected by FailWritesForTesting is due (and uses it up).
+  bool InjectedFailure();
 
   const std::unique_ptr<rocksdb::DB> db_;
   const std::string path_;
   const bool sync_writes_;
+  std::atomic<uint64_t> failing_writes_{0};
 };
 
 }  // namespace kvtier::tiers::nvme

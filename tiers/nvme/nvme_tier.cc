@@ -225,7 +225,11 @@ void NvmeTier::Drop(const CatalogRecord& r, bool claimed) {
     MutexLock lock(mu_);
     (void)allocator_.Free({r.offset, r.payload_bytes});
   }
-  if (!catalog_->Delete(r.ns, r.key).ok()) ++catalog_errors_;
+  MutexLock lock(catalog_mu_);
+  if (catalog_->Delete(r.ns, r.key).ok()) return;
+  ++catalog_errors_;
+  // Unclaimed, it overlaps a kept block; the free space around may be reused in this run.
+  undeleted_.push_back({{r.ns, r.key}, {r.offset, r.payload_bytes}});
 }
 
 std::vector<RecoveredBlock> NvmeTier::TakeRecovered() {
@@ -273,7 +277,11 @@ void NvmeTier::ReleaseRecord(const BlockIdentity& id, const Extent& extent) {
   }
   owner_.erase(owner);
   if (PassRecordOn(id)) return;
-  if (!catalog_->Delete(id.ns, id.key).ok()) ++catalog_errors_;
+  RetryUndeletedRecords();
+  if (catalog_->Delete(id.ns, id.key).ok()) return;
+  ++catalog_errors_;
+  spdlog::warn("nvme: catalog delete failed; the record stays until a retry succeeds");
+  undeleted_.push_back({id, {extent.offset, extent.length}});
 }
 
 bool NvmeTier::PassRecordOn(const BlockIdentity& id) {
@@ -308,8 +316,30 @@ void NvmeTier::ForgetCopy(const BlockIdentity& id, uint64_t offset) {
   }
 }
 
+void NvmeTier::RetryUndeletedRecords() {
+  while (!undeleted_.empty()) {
+    const Undeleted& u = undeleted_.front();
+    if (!catalog_->Delete(u.id.ns, u.id.key).ok()) return;  // counted when it first failed
+    undeleted_.erase(undeleted_.begin());
+  }
+}
+
+bool NvmeTier::OverlapsUndeleted(uint64_t offset, const Entry& entry) const {
+  const uint64_t end = offset + ExtentFootprint(entry.payload_bytes);
+  return std::any_of(undeleted_.begin(), undeleted_.end(), [&](const Undeleted& u) {
+    // A record of the same block is replaced by the put, not left beside it.
+    return !(u.id == entry.id) && u.extent.offset < end &&
+           offset < u.extent.offset + ExtentFootprint(u.extent.length);
+  });
+}
+
 Status NvmeTier::Sync() {
   MutexLock lock(sync_mu_);
+  {
+    // The periodic retry of deletes that failed, for a tier that is not writing meanwhile.
+    MutexLock catalog_lock(catalog_mu_);
+    RetryUndeletedRecords();
+  }
   // Taken before the syncs: what completes meanwhile may have missed them.
   const UnsyncedWrites before = unsynced_writes();
   const auto started = std::chrono::steady_clock::now();

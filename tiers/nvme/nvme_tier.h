@@ -15,7 +15,8 @@
 // (identity, size, checksum) and the payload into the extent in one batch, and only when both are
 // on the device puts the catalog record. Free(extent) deletes the record before the extent can be
 // handed out again, or, when an older copy of the block is still live (the freed one had taken the
-// record over from it), puts the record for that copy instead.
+// record over from it), puts the record for that copy instead. A delete the catalog refuses is
+// retried (by later puts, frees and Sync), and until it succeeds no record is put over that extent.
 // ReadBlock(extent, id, dst) reads header and payload and returns kChecksumMismatch (one log line,
 // a counter) unless the header names `id` and the payload matches its checksum: wrong bytes are
 // never returned as a block. Plain Write/Read work too, but their blocks have no identity and no
@@ -256,16 +257,21 @@ class NvmeTier final : public Tier {
   Status VerifyRead(const Extent& extent, const Entry& expected, std::span<const std::byte> header,
                     std::span<const std::byte> payload);
   // Records the block at `offset` in the catalog (access: a refresh of the record it owns, else
-  // nothing). kDeviceError when the catalog refuses it.
+  // nothing). kDeviceError when the catalog refuses it, or when a record whose delete failed still
+  // names part of the extent (two records over one extent: a restart might keep the stale one).
   Status PutRecord(uint64_t offset, const Entry& entry, bool access);
   Status PutRecordLocked(uint64_t offset, const Entry& entry, bool access) REQUIRES(catalog_mu_);
   // What becomes of block `id`'s record when its copy at `extent` is freed: nothing when another
-  // copy holds it; else it passes to another live copy, or is deleted.
+  // copy holds it; else it passes to another live copy, or is deleted. A delete that fails leaves
+  // the record in undeleted_.
   void ReleaseRecord(const BlockIdentity& id, const Extent& extent) REQUIRES(catalog_mu_);
   // Puts `id`'s record for one of its other live copies; false when there is none or the put
   // failed (that copy is then no longer durable).
   bool PassRecordOn(const BlockIdentity& id) REQUIRES(catalog_mu_);
   void ForgetCopy(const BlockIdentity& id, uint64_t offset) REQUIRES(catalog_mu_);
+  // Deletes the records of undeleted_, oldest first, until one fails.
+  void RetryUndeletedRecords() REQUIRES(catalog_mu_);
+  bool OverlapsUndeleted(uint64_t offset, const Entry& entry) const REQUIRES(catalog_mu_);
   Status ChecksumFailure(const Extent& extent, const std::string& why);
 
   // First, so that it is let go last: no other kvtierd takes the directory while this one still
@@ -291,6 +297,16 @@ class NvmeTier final : public Tier {
   // WriteBlock returned and that was never freed.
   std::unordered_multimap<BlockIdentity, uint64_t, BlockIdentityHash> other_copies_
       GUARDED_BY(catalog_mu_);
+  // Records whose delete failed (catalog_errors): each still names an extent that was given back
+  // and may be reused. Nothing is recorded over such an extent until the delete succeeds (retried
+  // by later puts, frees and Sync); the extent itself is reused, since a stale record alone never
+  // serves wrong bytes (its header or payload check fails) and holding the space would drain the
+  // tier while the catalog is down.
+  struct Undeleted {
+    BlockIdentity id;
+    Extent extent;  // extent.length is the payload size, as in the record
+  };
+  std::vector<Undeleted> undeleted_ GUARDED_BY(catalog_mu_);
   uint64_t last_record_us_ GUARDED_BY(catalog_mu_) = 0;  // the last access time put in a record
 
   std::atomic<uint64_t> reads_{0}, writes_{0}, bytes_read_{0}, bytes_admitted_{0};

@@ -166,6 +166,13 @@ Status NvmeTier::PutRecord(uint64_t offset, const Entry& entry, bool access) {
 Status NvmeTier::PutRecordLocked(uint64_t offset, const Entry& entry, bool access) {
   auto owner = owner_.find(entry.id);
   if (access && (owner == owner_.end() || owner->second != offset)) return Status::Ok();
+  if (!access && !undeleted_.empty()) {
+    RetryUndeletedRecords();
+    if (OverlapsUndeleted(offset, entry)) {
+      ++catalog_errors_;
+      return DeviceError("nvme: a record that could not be deleted still names this extent");
+    }
+  }
   // Strictly increasing within a run, so that two uses in the same microsecond keep their order
   // at the restart.
   last_record_us_ = std::max(UnixMicros(), last_record_us_ + 1);
@@ -184,6 +191,8 @@ Status NvmeTier::PutRecordLocked(uint64_t offset, const Entry& entry, bool acces
     other_copies_.emplace(entry.id, owner->second);
   owner_[entry.id] = offset;
   ForgetCopy(entry.id, offset);
+  // A record of this block that could not be deleted is replaced by this one.
+  std::erase_if(undeleted_, [&](const Undeleted& u) { return u.id == entry.id; });
   return Status::Ok();
 }
 
