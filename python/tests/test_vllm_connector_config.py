@@ -19,14 +19,11 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorRole  #
 import kvtier  # noqa: E402
 from kvtier.integrations.vllm import KvtierConnector, KvtierConnectorStats  # noqa: E402
 from vllm_connectors import (BLOCK, blocks, caches, configs, match, output, page,  # noqa: E402
-                             request, step, store_request)
+                             request, sched_and_worker, step, store_request)
 
 
 def test_other_configurations_never_match(unix_url):
-    vllm_config, kv_cache_config = configs(unix_url, "flashinfer", salt="iso")
-    sched = KvtierConnector(vllm_config, KVConnectorRole.SCHEDULER, kv_cache_config)
-    worker = KvtierConnector(vllm_config, KVConnectorRole.WORKER, kv_cache_config)
-    worker.register_kv_caches(caches("flashinfer"))
+    sched, worker = sched_and_worker(unix_url, "flashinfer", salt="iso")
     hashes = [os.urandom(32) for _ in range(2)]
     r = request("R", hashes, 2 * BLOCK + 1)
     match(sched, r, 0)

@@ -12,16 +12,16 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("vllm")
 
-from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorRole  # noqa: E402
 
 import kvtier  # noqa: E402
-from kvtier.integrations.vllm import KvtierConnector, KvtierConnectorMetadata  # noqa: E402
+from kvtier.integrations.vllm import KvtierConnectorMetadata  # noqa: E402
 from kvtier.integrations.vllm_metadata import Transfer  # noqa: E402
 from kvtierd_process import Daemon  # noqa: E402  (conftest puts it on sys.path)
 from resp_fault_proxy import FaultProxy  # noqa: E402
 from vllm_connectors import (BLOCK, LAYERS, Gate, VllmBooks, ask_until_known,  # noqa: E402
-                             b_after_a, blocks, caches, computed, configs, finished_loads, match,
-                             output, request, step, store_request, sync_load_meta, through_proxy)
+                             b_after_a, blocks, caches, computed, finished_loads, match, output,
+                             request, sched_and_worker, step, store_request, sync_load_meta,
+                             through_proxy)
 
 
 def test_a_layered_load_whose_daemon_died_ends_and_is_recomputed(tmp_path):
@@ -30,10 +30,7 @@ def test_a_layered_load_whose_daemon_died_ends_and_is_recomputed(tmp_path):
     daemon = Daemon(tmp_path, host_bytes="64MiB", slab_bytes="8MiB")
     daemon.start()
     try:
-        vllm_config, kv_cache_config = configs("unix://" + daemon.unix, "flashinfer", salt="kill")
-        sched = KvtierConnector(vllm_config, KVConnectorRole.SCHEDULER, kv_cache_config)
-        worker = KvtierConnector(vllm_config, KVConnectorRole.WORKER, kv_cache_config)
-        worker.register_kv_caches(caches("flashinfer"))
+        sched, worker = sched_and_worker("unix://" + daemon.unix, "flashinfer", salt="kill")
         meta = sync_load_meta(sched, worker, [os.urandom(32) for _ in range(2)], [1, 2], [10, 11])
         daemon.kill()
         worker.bind_connector_metadata(meta)
@@ -55,11 +52,8 @@ def test_a_synchronous_load_that_raises_is_recomputed_not_the_engines_error(unix
     """An error other than kvtierd's in a load made in the engine's step (torch failing to pin a
     staging buffer, to allocate or to copy) used to escape start_load_kv into the forward pass:
     its blocks are now reported to vLLM to recompute, and the failure logged once."""
-    vllm_config, kv_cache_config = configs(unix_url, "flashinfer", salt="raises")
-    vllm_config.kv_transfer_config.kv_connector_extra_config["layerwise"] = False
-    sched = KvtierConnector(vllm_config, KVConnectorRole.SCHEDULER, kv_cache_config)
-    worker = KvtierConnector(vllm_config, KVConnectorRole.WORKER, kv_cache_config)
-    worker.register_kv_caches(caches("flashinfer"))
+    sched, worker = sched_and_worker(unix_url, "flashinfer", salt="raises",
+                                     extra={"layerwise": False})
     meta = sync_load_meta(sched, worker, [os.urandom(32) for _ in range(2)], [1, 2], [10, 11])
 
     def no_memory(*args, **kwargs):
@@ -88,10 +82,7 @@ def test_a_key_the_daemon_did_not_store_is_counted_not_taken_for_an_outage(unix_
                                                 message="its copy to NVMe was not made")]
 
     monkeypatch.setattr(kvtier.Client, "put_pages", last_in_memory_only)
-    vllm_config, kv_cache_config = configs(unix_url, "flashinfer", salt="per-key")
-    sched = KvtierConnector(vllm_config, KVConnectorRole.SCHEDULER, kv_cache_config)
-    worker = KvtierConnector(vllm_config, KVConnectorRole.WORKER, kv_cache_config)
-    worker.register_kv_caches(caches("flashinfer"))
+    sched, worker = sched_and_worker(unix_url, "flashinfer", salt="per-key")
     store_request(sched, worker, "A", [os.urandom(32) for _ in range(3)], [0, 1, 2, 3])
     w = worker.stats()
     assert (w["stored_blocks"], w["store_error_blocks"], w["outages"], w["connects"]) == \
@@ -103,10 +94,7 @@ def test_no_kvtierd_at_start_runs_without_cache(tmp_path, caplog):
     loads already planned are reported as load errors (vLLM recomputes them), stores are skipped,
     and the outage is logged once for all of it."""
     url = "unix://" + str(tmp_path / "none.sock")
-    vllm_config, kv_cache_config = configs(url, "flashinfer")
-    sched = KvtierConnector(vllm_config, KVConnectorRole.SCHEDULER, kv_cache_config)
-    worker = KvtierConnector(vllm_config, KVConnectorRole.WORKER, kv_cache_config)
-    worker.register_kv_caches(caches("flashinfer"))
+    sched, worker = sched_and_worker(url, "flashinfer")
     hashes = [os.urandom(32) for _ in range(2)]
     for i in range(3):
         assert store_request(sched, worker, f"R{i}", hashes, [0, 1, 2])[0] == 0
@@ -125,10 +113,7 @@ def test_kvtierd_restarted_between_calls_reconnects_at_once(tmp_path, caplog):
     daemon = Daemon(tmp_path, host_bytes="64MiB", slab_bytes="8MiB")
     daemon.start()
     try:
-        vllm_config, kv_cache_config = configs("unix://" + daemon.unix, "flashinfer")
-        sched = KvtierConnector(vllm_config, KVConnectorRole.SCHEDULER, kv_cache_config)
-        worker = KvtierConnector(vllm_config, KVConnectorRole.WORKER, kv_cache_config)
-        worker.register_kv_caches(caches("flashinfer"))
+        sched, worker = sched_and_worker("unix://" + daemon.unix, "flashinfer")
         hashes = [os.urandom(32) for _ in range(2)]
 
         def lookup(req_id):
@@ -281,10 +266,7 @@ def test_a_request_whose_held_stores_were_spoiled_then_aborted_gives_its_blocks_
 def test_a_request_preempted_with_held_stores_then_aborted_gives_its_blocks_back(unix_url):
     """B's stores are held back; B is preempted (they are dropped: its blocks may be reused),
     then aborted while waiting: request_finished answered True, no worker reported B."""
-    vllm_config, kv_cache_config = configs(unix_url, "flashinfer", salt="preempt-abort")
-    sched = KvtierConnector(vllm_config, KVConnectorRole.SCHEDULER, kv_cache_config)
-    worker = KvtierConnector(vllm_config, KVConnectorRole.WORKER, kv_cache_config)
-    worker.register_kv_caches(caches("flashinfer"))
+    sched, worker = sched_and_worker(unix_url, "flashinfer", salt="preempt-abort")
     b_ids = [5, 6, 7, 8, 9]
     b, load_step = b_after_a(sched, worker, [os.urandom(32) for _ in range(4)], b_ids)
     worker_meta = step(worker, load_step)
@@ -309,11 +291,8 @@ def test_a_request_aborted_while_loading_keeps_its_blocks_until_its_load_is_done
     KV), and the load's report later named a request vLLM no longer knew (its engine core
     asserts). vLLM keeps a loading request's blocks itself until it is reported loaded; the
     connector now leaves them to it, and counts the load as running until then."""
-    vllm_config, kv_cache_config = configs(unix_url, "flashinfer", salt="abort-loading")
-    sched = KvtierConnector(vllm_config, KVConnectorRole.SCHEDULER, kv_cache_config)
-    worker = KvtierConnector(vllm_config, KVConnectorRole.WORKER, kv_cache_config)
     kv = caches("flashinfer")
-    worker.register_kv_caches(kv)
+    sched, worker = sched_and_worker(unix_url, "flashinfer", salt="abort-loading", kv=kv)
     books = VllmBooks()
     hashes = [os.urandom(32) for _ in range(4)]
     r = computed(sched, worker, "R", hashes, [1, 2, 3, 4, 5], books)

@@ -13,7 +13,6 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("vllm")
 
-from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorRole  # noqa: E402
 
 import kvtier  # noqa: E402
 from kvtier.integrations.vllm import (KvtierConnector, KvtierConnectorMetadata,  # noqa: E402
@@ -22,17 +21,14 @@ from flood import flood  # noqa: E402
 from kvtierd_process import Daemon  # noqa: E402  (conftest puts it on sys.path)
 from resp_fault_proxy import FaultProxy  # noqa: E402
 from vllm_connectors import (BLOCK, LAYERS, VllmBooks, ask_until_known, blocks,  # noqa: E402
-                             caches, computed, configs, finish, match, output, request, step,
-                             store_request, sync_load_meta, through_proxy)
+                             caches, computed, finish, match, output, request, sched_and_worker,
+                             step, store_request, sync_load_meta, through_proxy)
 
 
 def test_blocks_found_at_lookup_are_not_stored_again(unix_url):
     """A request whose prefix kvtierd already holds (in vLLM's own prefix cache or not) stores
     only its new blocks; it used to put its whole prefix again at every request."""
-    vllm_config, kv_cache_config = configs(unix_url, "flashinfer", salt="again")
-    sched = KvtierConnector(vllm_config, KVConnectorRole.SCHEDULER, kv_cache_config)
-    worker = KvtierConnector(vllm_config, KVConnectorRole.WORKER, kv_cache_config)
-    worker.register_kv_caches(caches("flashinfer"))
+    sched, worker = sched_and_worker(unix_url, "flashinfer", salt="again")
     hashes = [os.urandom(32) for _ in range(4)]
     store_request(sched, worker, "A", hashes[:3], [0, 1, 2, 3])
     # B: vLLM's prefix cache holds A's three blocks (nothing to load), B adds a fourth.
@@ -52,10 +48,7 @@ def test_lookups_are_sent_as_requests_arrive_together_while_one_is_in_flight(uni
     round trip is in flight go together in the next one. An ask before the answer is in is
     "not known yet"; the answer is then given at every ask until the request is allocated, and a
     request that ends before its answer is in is forgotten."""
-    vllm_config, kv_cache_config = configs(unix_url, "flashinfer", salt="batch")
-    sched = KvtierConnector(vllm_config, KVConnectorRole.SCHEDULER, kv_cache_config)
-    worker = KvtierConnector(vllm_config, KVConnectorRole.WORKER, kv_cache_config)
-    worker.register_kv_caches(caches("flashinfer"))
+    sched, worker = sched_and_worker(unix_url, "flashinfer", salt="batch")
     hashes = [os.urandom(32) for _ in range(3)]
     store_request(sched, worker, "A", hashes, [0, 1, 2, 3])
     new = [request("N0", hashes, 3 * BLOCK + 1),
@@ -85,11 +78,8 @@ def test_a_lookup_not_answered_in_time_is_a_miss(unix_url):
     """kvtierd alive but hung: the lookup thread waits on it for up to timeout_s, and the request
     used to be "not known yet" for all that time. After lookup_wait_s it is a miss, counted as
     a failed lookup, and the late answer is not used."""
-    vllm_config, kv_cache_config = configs(unix_url, "flashinfer", salt="hung")
-    vllm_config.kv_transfer_config.kv_connector_extra_config["lookup_wait_s"] = 0.05
-    sched = KvtierConnector(vllm_config, KVConnectorRole.SCHEDULER, kv_cache_config)
-    worker = KvtierConnector(vllm_config, KVConnectorRole.WORKER, kv_cache_config)
-    worker.register_kv_caches(caches("flashinfer"))
+    sched, worker = sched_and_worker(unix_url, "flashinfer", salt="hung",
+                                     extra={"lookup_wait_s": 0.05})
     hashes = [os.urandom(32) for _ in range(2)]
     store_request(sched, worker, "A", hashes, [0, 1, 2])
     gate = threading.Event()
@@ -113,10 +103,7 @@ def test_a_lookup_not_answered_in_time_is_a_miss(unix_url):
 def test_a_request_not_announced_is_looked_up_when_first_asked_about(unix_url):
     """A vLLM without on_new_request: the first ask sends the lookup, and with nothing else
     running waits for it (a short wait, not an engine step)."""
-    vllm_config, kv_cache_config = configs(unix_url, "flashinfer", salt="late")
-    sched = KvtierConnector(vllm_config, KVConnectorRole.SCHEDULER, kv_cache_config)
-    worker = KvtierConnector(vllm_config, KVConnectorRole.WORKER, kv_cache_config)
-    worker.register_kv_caches(caches("flashinfer"))
+    sched, worker = sched_and_worker(unix_url, "flashinfer", salt="late")
     hashes = [os.urandom(32) for _ in range(3)]
     store_request(sched, worker, "A", hashes, [0, 1, 2, 3])
     finish(sched, worker, request("A", hashes, 3 * BLOCK + 1))  # nothing else runs now
@@ -130,11 +117,8 @@ def test_a_preempted_request_alone_reloads_synchronously(unix_url):
     """R, preempted, is admitted again with nothing else running: its own entry counted as
     "something else running", and its load was asynchronous (the request waiting a step or more
     for its report) where the docstring promises a load made for the step's forward pass."""
-    vllm_config, kv_cache_config = configs(unix_url, "flashinfer", salt="resume-alone")
-    sched = KvtierConnector(vllm_config, KVConnectorRole.SCHEDULER, kv_cache_config)
-    worker = KvtierConnector(vllm_config, KVConnectorRole.WORKER, kv_cache_config)
     kv = caches("flashinfer")
-    worker.register_kv_caches(kv)
+    sched, worker = sched_and_worker(unix_url, "flashinfer", salt="resume-alone", kv=kv)
     books = VllmBooks()
     r = computed(sched, worker, "R", [os.urandom(32) for _ in range(4)], [1, 2, 3, 4, 5], books)
     books.step(sched, worker, SimpleNamespace(**vars(output()), preempted_req_ids={"R"}))
@@ -168,10 +152,7 @@ def test_a_finished_requests_chain_is_refreshed_once_its_saves_are_done(unix_url
         return prefix
 
     monkeypatch.setattr(kvtier.Client, "refresh", recording)
-    vllm_config, kv_cache_config = configs(unix_url, "flashinfer", salt="refresh")
-    sched = KvtierConnector(vllm_config, KVConnectorRole.SCHEDULER, kv_cache_config)
-    worker = KvtierConnector(vllm_config, KVConnectorRole.WORKER, kv_cache_config)
-    worker.register_kv_caches(caches("flashinfer"))
+    sched, worker = sched_and_worker(unix_url, "flashinfer", salt="refresh")
     hashes = [os.urandom(32) for _ in range(4)]
 
     def caught_up():
@@ -223,10 +204,7 @@ def test_a_lookups_hold_keeps_the_prefix_until_it_is_loaded(tmp_path):
     daemon = Daemon(tmp_path, host_bytes="16MiB", slab_bytes="8MiB")
     daemon.start()
     try:
-        vllm_config, kv_cache_config = configs("unix://" + daemon.unix, "flashinfer", salt="hold")
-        sched = KvtierConnector(vllm_config, KVConnectorRole.SCHEDULER, kv_cache_config)
-        worker = KvtierConnector(vllm_config, KVConnectorRole.WORKER, kv_cache_config)
-        worker.register_kv_caches(caches("flashinfer"))
+        sched, worker = sched_and_worker("unix://" + daemon.unix, "flashinfer", salt="hold")
         held, control = ([os.urandom(32) for _ in range(2)] for _ in range(2))
         store_request(sched, worker, "A", held, [0, 1, 2])
         store_request(sched, worker, "C", control, [3, 4, 5])
@@ -260,11 +238,8 @@ def test_a_synchronous_loads_time_is_not_counted_as_compute(unix_url, monkeypatc
     """The forward pass, timed from bind_connector_metadata to wait_for_save, used to include the
     step's synchronous load (made whole in start_load_kv, or waited for layer by layer): a slow
     load made recomputing look slow too, and slow loads were then taken."""
-    vllm_config, kv_cache_config = configs(unix_url, "flashinfer", salt=f"price-{layerwise}")
-    vllm_config.kv_transfer_config.kv_connector_extra_config["layerwise"] = layerwise
-    sched = KvtierConnector(vllm_config, KVConnectorRole.SCHEDULER, kv_cache_config)
-    worker = KvtierConnector(vllm_config, KVConnectorRole.WORKER, kv_cache_config)
-    worker.register_kv_caches(caches("flashinfer"))
+    sched, worker = sched_and_worker(unix_url, "flashinfer", salt=f"price-{layerwise}",
+                                     extra={"layerwise": layerwise})
     meta = sync_load_meta(sched, worker, [os.urandom(32) for _ in range(2)], [1, 2], [10, 11])
     meta.computed_tokens = 512
     worker.get_kv_connector_stats()  # the stats of the steps so far
@@ -340,11 +315,7 @@ def stored_then_loads_measured_slow(unix_url, salt, extra=None):
     """A scheduler and a worker; request A's two blocks stored; then the workers' stats as vLLM
     hands them over: a 1 MiB load from host in a second, 1024 tokens computed in a microsecond.
     Returns (scheduler, worker, A's block hashes)."""
-    vllm_config, kv_cache_config = configs(unix_url, "flashinfer", salt=salt)
-    vllm_config.kv_transfer_config.kv_connector_extra_config.update(extra or {})
-    sched = KvtierConnector(vllm_config, KVConnectorRole.SCHEDULER, kv_cache_config)
-    worker = KvtierConnector(vllm_config, KVConnectorRole.WORKER, kv_cache_config)
-    worker.register_kv_caches(caches("flashinfer"))
+    sched, worker = sched_and_worker(unix_url, "flashinfer", salt=salt, extra=extra)
     hashes = [os.urandom(32) for _ in range(2)]
     store_request(sched, worker, "A", hashes, [0, 1, 2])
     sched.update_connector_output(SimpleNamespace(kv_connector_stats=KvtierConnectorStats(

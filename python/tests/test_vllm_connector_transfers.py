@@ -21,16 +21,14 @@ from kvtier.integrations.vllm_metadata import Transfer  # noqa: E402
 from resp_fault_proxy import FaultProxy  # noqa: E402
 from vllm_connectors import (BLOCK, LAYERS, Gate, VllmBooks, b_after_a, blocks,  # noqa: E402
                              caches, computed, configs, finish, finished_loads, match, output, page,
-                             request, step, store_request, sync_load_meta, through_proxy)
+                             request, sched_and_worker, step, store_request, sync_load_meta,
+                             through_proxy)
 
 
 @pytest.mark.parametrize("layout", ["flash_attn", "flashinfer"])
 def test_store_then_load_across_requests(unix_url, layout):
-    vllm_config, kv_cache_config = configs(unix_url, layout)
-    sched = KvtierConnector(vllm_config, KVConnectorRole.SCHEDULER, kv_cache_config)
-    worker = KvtierConnector(vllm_config, KVConnectorRole.WORKER, kv_cache_config)
     kv = caches(layout)
-    worker.register_kv_caches(kv)
+    sched, worker = sched_and_worker(unix_url, layout, kv=kv)
 
     hashes_a = [os.urandom(32) for _ in range(5)]
     a = request("A", hashes_a, 5 * BLOCK + 3)
@@ -87,11 +85,8 @@ def test_a_synchronous_load_goes_layer_by_layer(unix_url, layout):
     """A load made for this step's forward pass runs on the layer-load thread: each attention
     layer's wait_for_layer_load returns once that layer's pages of every block are in (K and V
     apart or together), before the later layers', and the load is counted after the pass."""
-    vllm_config, kv_cache_config = configs(unix_url, layout, salt="layers")
-    sched = KvtierConnector(vllm_config, KVConnectorRole.SCHEDULER, kv_cache_config)
-    worker = KvtierConnector(vllm_config, KVConnectorRole.WORKER, kv_cache_config)
     kv = caches(layout)
-    worker.register_kv_caches(kv)
+    sched, worker = sched_and_worker(unix_url, layout, salt="layers", kv=kv)
     meta = sync_load_meta(sched, worker, [os.urandom(32) for _ in range(3)], [2, 5, 8],
                           [20, 21, 22])
     worker.bind_connector_metadata(meta)
@@ -111,12 +106,9 @@ def test_a_synchronous_load_goes_layer_by_layer(unix_url, layout):
 
 def test_layerwise_off_loads_before_the_pass(unix_url):
     """Extra config "layerwise": false: the synchronous load is made whole in start_load_kv."""
-    vllm_config, kv_cache_config = configs(unix_url, "flashinfer", salt="whole")
-    vllm_config.kv_transfer_config.kv_connector_extra_config["layerwise"] = False
-    sched = KvtierConnector(vllm_config, KVConnectorRole.SCHEDULER, kv_cache_config)
-    worker = KvtierConnector(vllm_config, KVConnectorRole.WORKER, kv_cache_config)
     kv = caches("flashinfer")
-    worker.register_kv_caches(kv)
+    sched, worker = sched_and_worker(unix_url, "flashinfer", salt="whole", kv=kv,
+                                     extra={"layerwise": False})
     meta = sync_load_meta(sched, worker, [os.urandom(32) for _ in range(2)], [1, 2], [10, 11])
     worker.bind_connector_metadata(meta)
     worker.start_load_kv(None)
@@ -217,10 +209,7 @@ def test_a_request_finished_while_its_stores_are_held_keeps_its_blocks(unix_url)
     """B finishes (aborted, say) while the stores of its step with a synchronous load are held
     back, that step's output not in yet: the worker does not report B saved, for vLLM would
     free the blocks still to be stored, until they are."""
-    vllm_config, kv_cache_config = configs(unix_url, "flashinfer", salt="held")
-    sched = KvtierConnector(vllm_config, KVConnectorRole.SCHEDULER, kv_cache_config)
-    worker = KvtierConnector(vllm_config, KVConnectorRole.WORKER, kv_cache_config)
-    worker.register_kv_caches(caches("flashinfer"))
+    sched, worker = sched_and_worker(unix_url, "flashinfer", salt="held")
     b, load_step = b_after_a(sched, worker, [os.urandom(32) for _ in range(4)], [5, 6, 7, 8, 9])
     worker_meta = step(worker, load_step)
     assert sched.request_finished(b, [5, 6, 7, 8, 9]) == (True, None)
@@ -246,10 +235,7 @@ def test_a_request_whose_held_stores_were_given_up_then_finished_gives_its_block
     _MAX_UNCONFIRMED_STEPS; B fills no block after that and finishes: no store of it ever reached
     the worker, which never reported it, and vLLM kept its blocks for ever."""
     from kvtier.integrations import vllm_scheduler as connector
-    vllm_config, kv_cache_config = configs(unix_url, "flashinfer", salt="given-up")
-    sched = KvtierConnector(vllm_config, KVConnectorRole.SCHEDULER, kv_cache_config)
-    worker = KvtierConnector(vllm_config, KVConnectorRole.WORKER, kv_cache_config)
-    worker.register_kv_caches(caches("flashinfer"))
+    sched, worker = sched_and_worker(unix_url, "flashinfer", salt="given-up")
     b_ids = [5, 6, 7, 8, 9]
     b, load_step = b_after_a(sched, worker, [os.urandom(32) for _ in range(4)], b_ids)
     step(worker, load_step)  # its output is never handed to the scheduler
@@ -271,12 +257,9 @@ def test_a_synchronous_load_has_a_link_of_its_own(unix_url):
     link the load thread was using for an asynchronous load, from the engine's thread, at the
     same time (a link serves one thread: a dropped or reconnected connection under the other's
     call). It now has a link of its own, and does not wait for the asynchronous load."""
-    vllm_config, kv_cache_config = configs(unix_url, "flashinfer", salt="sync-link")
-    vllm_config.kv_transfer_config.kv_connector_extra_config["layerwise"] = False
-    sched = KvtierConnector(vllm_config, KVConnectorRole.SCHEDULER, kv_cache_config)
-    worker = KvtierConnector(vllm_config, KVConnectorRole.WORKER, kv_cache_config)
     kv = caches("flashinfer")
-    worker.register_kv_caches(kv)
+    sched, worker = sched_and_worker(unix_url, "flashinfer", salt="sync-link", kv=kv,
+                                     extra={"layerwise": False})
     hashes = [os.urandom(32) for _ in range(2)]
     store_request(sched, worker, "A", hashes, [0, 1, 2])
     keys = sched._keys(request("A", hashes, 2 * BLOCK + 1), 2)
@@ -312,11 +295,8 @@ def test_a_device_cache_is_staged_in_pieces_of_bounded_size(unix_url, monkeypatc
     moves two blocks at most, through buffers of two rows, and a load stops at its first block
     not served."""
     from kvtier.integrations import vllm_worker
-    vllm_config, kv_cache_config = configs(unix_url, "flashinfer", salt="staged")
-    sched = KvtierConnector(vllm_config, KVConnectorRole.SCHEDULER, kv_cache_config)
-    worker = KvtierConnector(vllm_config, KVConnectorRole.WORKER, kv_cache_config)
     kv = caches("flashinfer")
-    worker.register_kv_caches(kv)
+    sched, worker = sched_and_worker(unix_url, "flashinfer", salt="staged", kv=kv)
     worker._stage = True
     monkeypatch.setattr(vllm_worker, "_STAGING_CAP_BYTES", 2 * worker._block_bytes + 1,
                         raising=False)
@@ -385,10 +365,7 @@ def test_speculative_decoding_reports_a_request_saved_once_its_last_store_is_cop
     were held back by its step's synchronous load, finishes in that step: its stores go in the
     next, and get_finished({"B"}) ran before they were handed to the save thread. B, with no
     store before, was never reported saved (its blocks held for ever); it is, once they are."""
-    vllm_config, kv_cache_config = configs(unix_url, "flashinfer", salt="spec-first")
-    sched = KvtierConnector(vllm_config, KVConnectorRole.SCHEDULER, kv_cache_config)
-    worker = KvtierConnector(vllm_config, KVConnectorRole.WORKER, kv_cache_config)
-    worker.register_kv_caches(caches("flashinfer"))
+    sched, worker = sched_and_worker(unix_url, "flashinfer", salt="spec-first")
     meta = finished_in_a_held_step(sched, worker, [os.urandom(32) for _ in range(4)],
                                    [5, 6, 7, 8, 9])
     stored = worker.stats()["stored_blocks"]
@@ -430,10 +407,7 @@ def test_stores_held_for_an_output_that_never_comes_are_dropped_not_held_for_eve
     on), the held stores, and a finished request's blocks, would wait for ever: after
     _MAX_UNCONFIRMED_STEPS steps they are dropped (never sent unchecked), and later stores flow."""
     from kvtier.integrations import vllm_scheduler as connector
-    vllm_config, kv_cache_config = configs(unix_url, "flashinfer", salt="never-confirmed")
-    sched = KvtierConnector(vllm_config, KVConnectorRole.SCHEDULER, kv_cache_config)
-    worker = KvtierConnector(vllm_config, KVConnectorRole.WORKER, kv_cache_config)
-    worker.register_kv_caches(caches("flashinfer"))
+    sched, worker = sched_and_worker(unix_url, "flashinfer", salt="never-confirmed")
     b, load_step = b_after_a(sched, worker, [os.urandom(32) for _ in range(4)], [5, 6, 7, 8, 9])
     step(worker, load_step)  # its output is never handed to the scheduler
     assert sched.request_finished(b, [5, 6, 7, 8, 9]) == (True, None)

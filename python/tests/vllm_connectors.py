@@ -53,6 +53,18 @@ def caches(layout, layers=LAYERS):
     return {name: torch.randn(shape, generator=g).to(torch.float16) for name in layers}
 
 
+def sched_and_worker(url, layout, kv=None, extra=None, **options):
+    """A scheduler and a worker of one engine, configured by configs(url, layout, **options) with
+    `extra` added to the connector's extra config; the worker's caches are `kv`, or caches(layout)
+    when it is None."""
+    vllm_config, kv_cache_config = configs(url, layout, **options)
+    vllm_config.kv_transfer_config.kv_connector_extra_config.update(extra or {})
+    sched = KvtierConnector(vllm_config, KVConnectorRole.SCHEDULER, kv_cache_config)
+    worker = KvtierConnector(vllm_config, KVConnectorRole.WORKER, kv_cache_config)
+    worker.register_kv_caches(caches(layout) if kv is None else kv)
+    return sched, worker
+
+
 def page(cache, layout, block_id):
     return cache[:, block_id] if layout == "flash_attn" else cache[block_id]
 
