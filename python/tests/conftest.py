@@ -11,6 +11,7 @@ REPO = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests" / "integration"))
 
 from kvtierd_process import BIN_DIR, Daemon  # noqa: E402
+from resp_fault_proxy import FaultProxy  # noqa: E402
 
 
 def start_daemon(tmp_path_factory, host_bytes="1GiB", slab_bytes="64MiB", **options):
@@ -46,6 +47,17 @@ def kvtierd_auth(tmp_path_factory):
         yield daemon
     finally:
         stop_daemon(daemon)
+
+
+@pytest.fixture
+def proxy(kvtierd):
+    """A FaultProxy in front of the module's kvtierd (TCP), passing answers through until its
+    `fault` is set; closed after the test."""
+    proxy = FaultProxy(kvtierd.port)
+    try:
+        yield proxy
+    finally:
+        proxy.close()
 
 
 @pytest.fixture

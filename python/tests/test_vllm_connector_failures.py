@@ -17,7 +17,6 @@ import kvtier  # noqa: E402
 from kvtier.integrations.vllm import KvtierConnectorMetadata  # noqa: E402
 from kvtier.integrations.vllm_metadata import Transfer  # noqa: E402
 from kvtierd_process import Daemon  # noqa: E402  (conftest puts it on sys.path)
-from resp_fault_proxy import FaultProxy  # noqa: E402
 from vllm_connectors import (BLOCK, LAYERS, Gate, VllmBooks, ask_until_known,  # noqa: E402
                              b_after_a, blocks, caches, computed, finished_loads, match, output,
                              request, sched_and_worker, step, store_request, sync_load_meta,
@@ -136,131 +135,116 @@ def test_kvtierd_restarted_between_calls_reconnects_at_once(tmp_path, caplog):
         daemon.stop()
 
 
-def test_a_request_whose_load_failed_is_recomputed_not_reloaded(kvtierd):
+def test_a_request_whose_load_failed_is_recomputed_not_reloaded(kvtierd, proxy):
     """vLLM asks again for a request whose asynchronous load failed entirely: it is offered
     nothing this time (loading again could fail for ever), and its recomputed blocks are stored
     again (those the lookup found may be gone)."""
-    proxy = FaultProxy(kvtierd.port)
-    try:
-        sched, fast, spoiled = through_proxy(kvtierd, proxy, "failed")
-        hashes = [os.urandom(32) for _ in range(2)]
-        store_request(sched, fast, "A", hashes, [0, 1, 2])
-        b = request("B", hashes, 2 * BLOCK + 1)
-        assert match(sched, b, 0) == (2 * BLOCK, True)
-        sched.update_state_after_alloc(b, blocks([5, 6, 7]), 2 * BLOCK)
-        proxy.fault = "error"
-        meta = sched.build_connector_meta(output())
-        spoiled.bind_connector_metadata(meta)
-        spoiled.start_load_kv(None)
-        spoiled.wait_for_save()
-        finished_loads(spoiled, {"B"})
-        invalid = spoiled.get_block_ids_with_load_errors()
-        assert invalid == {5, 6}
-        sched.update_connector_output(SimpleNamespace(invalid_block_ids=invalid,
-                                                      finished_recving={"B"}))
-        lookups = sched.stats()["lookups"]
-        assert sched.get_num_new_matched_tokens(b, 0) == (0, False)
-        assert sched.stats()["lookups"] == lookups
-        sched.update_state_after_alloc(b, blocks([5, 6, 7]), 0)
-        meta = sched.build_connector_meta(output(
-            [SimpleNamespace(req_id="B", block_ids=([5, 6, 7],), num_computed_tokens=0)],
-            scheduled={"B": 2 * BLOCK + 1}))
-        assert meta.loads == [] and [t.block_ids for t in meta.stores] == [[5, 6]]
-        for conn in (sched, fast, spoiled):
-            conn.shutdown()
-    finally:
-        proxy.close()
+    sched, fast, spoiled = through_proxy(kvtierd, proxy, "failed")
+    hashes = [os.urandom(32) for _ in range(2)]
+    store_request(sched, fast, "A", hashes, [0, 1, 2])
+    b = request("B", hashes, 2 * BLOCK + 1)
+    assert match(sched, b, 0) == (2 * BLOCK, True)
+    sched.update_state_after_alloc(b, blocks([5, 6, 7]), 2 * BLOCK)
+    proxy.fault = "error"
+    meta = sched.build_connector_meta(output())
+    spoiled.bind_connector_metadata(meta)
+    spoiled.start_load_kv(None)
+    spoiled.wait_for_save()
+    finished_loads(spoiled, {"B"})
+    invalid = spoiled.get_block_ids_with_load_errors()
+    assert invalid == {5, 6}
+    sched.update_connector_output(SimpleNamespace(invalid_block_ids=invalid,
+                                                  finished_recving={"B"}))
+    lookups = sched.stats()["lookups"]
+    assert sched.get_num_new_matched_tokens(b, 0) == (0, False)
+    assert sched.stats()["lookups"] == lookups
+    sched.update_state_after_alloc(b, blocks([5, 6, 7]), 0)
+    meta = sched.build_connector_meta(output(
+        [SimpleNamespace(req_id="B", block_ids=([5, 6, 7],), num_computed_tokens=0)],
+        scheduled={"B": 2 * BLOCK + 1}))
+    assert meta.loads == [] and [t.block_ids for t in meta.stores] == [[5, 6]]
+    for conn in (sched, fast, spoiled):
+        conn.shutdown()
 
 
-def test_blocks_whose_synchronous_load_failed_are_stored_after_the_recompute(kvtierd):
+def test_blocks_whose_synchronous_load_failed_are_stored_after_the_recompute(kvtierd, proxy):
     """A synchronous load that fails: vLLM recomputes the blocks in the running request, in the
     same blocks. The lookup had counted them as stored, and they were never stored again,
     though kvtierd may no longer hold them."""
-    proxy = FaultProxy(kvtierd.port)
-    try:
-        sched, fast, spoiled = through_proxy(kvtierd, proxy, "sync-failed")
-        meta = sync_load_meta(sched, fast, [os.urandom(32) for _ in range(2)], [0, 1], [5, 6])
-        proxy.fault = "error"
-        worker_meta = step(spoiled, meta)
-        invalid = spoiled.get_block_ids_with_load_errors()
-        assert invalid == {5, 6}
-        sched.update_connector_output(SimpleNamespace(invalid_block_ids=invalid,
-                                                      kv_connector_worker_meta=worker_meta))
-        # vLLM truncates B's computed tokens to its first failed block and computes from there.
-        meta = sched.build_connector_meta(output(cached=SimpleNamespace(
-            req_ids=["B"], new_block_ids=[None], num_computed_tokens=[0],
-            resumed_req_ids=set()), scheduled={"B": 2 * BLOCK + 1}))
-        assert meta.loads == [] and [t.block_ids for t in meta.stores] == [[5, 6]]
-        for conn in (sched, fast, spoiled):
-            conn.shutdown()
-    finally:
-        proxy.close()
+    sched, fast, spoiled = through_proxy(kvtierd, proxy, "sync-failed")
+    meta = sync_load_meta(sched, fast, [os.urandom(32) for _ in range(2)], [0, 1], [5, 6])
+    proxy.fault = "error"
+    worker_meta = step(spoiled, meta)
+    invalid = spoiled.get_block_ids_with_load_errors()
+    assert invalid == {5, 6}
+    sched.update_connector_output(SimpleNamespace(invalid_block_ids=invalid,
+                                                  kv_connector_worker_meta=worker_meta))
+    # vLLM truncates B's computed tokens to its first failed block and computes from there.
+    meta = sched.build_connector_meta(output(cached=SimpleNamespace(
+        req_ids=["B"], new_block_ids=[None], num_computed_tokens=[0],
+        resumed_req_ids=set()), scheduled={"B": 2 * BLOCK + 1}))
+    assert meta.loads == [] and [t.block_ids for t in meta.stores] == [[5, 6]]
+    for conn in (sched, fast, spoiled):
+        conn.shutdown()
 
 
-def test_blocks_computed_over_a_failed_synchronous_load_are_never_stored(kvtierd):
+def test_blocks_computed_over_a_failed_synchronous_load_are_never_stored(kvtierd, proxy):
     """B's synchronous load fails on one of two workers (as on one TP rank: here two workers of
     one namespace, whose outputs are merged as vLLM merges them). The step's forward pass runs
     anyway, on every worker, over KV that never came (on the other ranks too, through the
     all-reduce): B's blocks that became full in it, and in the next step (planned before that
     output is in, as with asynchronous scheduling), are stored by no worker. Once vLLM has
     recomputed them they are."""
-    proxy = FaultProxy(kvtierd.port)
-    try:
-        sched, fast, spoiled = through_proxy(kvtierd, proxy, "sync-spoiled")
-        b_ids = [5, 6, 7, 8, 9]
-        b, load_step = b_after_a(sched, fast, [os.urandom(32) for _ in range(5)], b_ids)
-        decode_step = sched.build_connector_meta(output(cached=SimpleNamespace(
-            req_ids=["B"], new_block_ids=[None], num_computed_tokens=[4 * BLOCK + 1],
-            resumed_req_ids=set()), scheduled={"B": BLOCK - 1}))  # fills B's fifth block
-        stored = [w.stats()["stored_blocks"] for w in (fast, spoiled)]
-        proxy.fault = "error"
-        outputs = []
-        for worker in (fast, spoiled):
-            outputs.append((step(worker, load_step), worker.get_block_ids_with_load_errors()))
-            step(worker, decode_step)
-        assert [invalid for _, invalid in outputs] == [set(), {5, 6}]
-        assert [w.stats()["stored_blocks"] for w in (fast, spoiled)] == stored
+    sched, fast, spoiled = through_proxy(kvtierd, proxy, "sync-spoiled")
+    b_ids = [5, 6, 7, 8, 9]
+    b, load_step = b_after_a(sched, fast, [os.urandom(32) for _ in range(5)], b_ids)
+    decode_step = sched.build_connector_meta(output(cached=SimpleNamespace(
+        req_ids=["B"], new_block_ids=[None], num_computed_tokens=[4 * BLOCK + 1],
+        resumed_req_ids=set()), scheduled={"B": BLOCK - 1}))  # fills B's fifth block
+    stored = [w.stats()["stored_blocks"] for w in (fast, spoiled)]
+    proxy.fault = "error"
+    outputs = []
+    for worker in (fast, spoiled):
+        outputs.append((step(worker, load_step), worker.get_block_ids_with_load_errors()))
+        step(worker, decode_step)
+    assert [invalid for _, invalid in outputs] == [set(), {5, 6}]
+    assert [w.stats()["stored_blocks"] for w in (fast, spoiled)] == stored
 
-        worker_meta = outputs[0][0].aggregate(outputs[1][0])
-        sched.update_connector_output(SimpleNamespace(invalid_block_ids={5, 6},
-                                                      kv_connector_worker_meta=worker_meta))
-        # vLLM truncates B's computed tokens to its first failed block and computes from there.
-        meta = sched.build_connector_meta(output(cached=SimpleNamespace(
-            req_ids=["B"], new_block_ids=[None], num_computed_tokens=[0],
-            resumed_req_ids=set()), scheduled={"B": 5 * BLOCK}))
-        assert meta.loads == [] and [t.block_ids for t in meta.stores] == [b_ids]
-        step(fast, meta)
-        assert fast.stats()["stored_blocks"] == stored[0] + 5
-        for conn in (sched, fast, spoiled):
-            conn.shutdown()
-    finally:
-        proxy.close()
+    worker_meta = outputs[0][0].aggregate(outputs[1][0])
+    sched.update_connector_output(SimpleNamespace(invalid_block_ids={5, 6},
+                                                  kv_connector_worker_meta=worker_meta))
+    # vLLM truncates B's computed tokens to its first failed block and computes from there.
+    meta = sched.build_connector_meta(output(cached=SimpleNamespace(
+        req_ids=["B"], new_block_ids=[None], num_computed_tokens=[0],
+        resumed_req_ids=set()), scheduled={"B": 5 * BLOCK}))
+    assert meta.loads == [] and [t.block_ids for t in meta.stores] == [b_ids]
+    step(fast, meta)
+    assert fast.stats()["stored_blocks"] == stored[0] + 5
+    for conn in (sched, fast, spoiled):
+        conn.shutdown()
 
 
-def test_a_request_whose_held_stores_were_spoiled_then_aborted_gives_its_blocks_back(kvtierd):
+def test_a_request_whose_held_stores_were_spoiled_then_aborted_gives_its_blocks_back(kvtierd,
+                                                                                     proxy):
     """B's synchronous load fails, which drops the stores held back from its step; B is aborted
     before its next step. request_finished answered True (stores had been planned) though no
     store would ever reach a worker: no worker reported B, and vLLM kept its blocks for ever."""
-    proxy = FaultProxy(kvtierd.port)
-    try:
-        sched, fast, spoiled = through_proxy(kvtierd, proxy, "spoiled-abort")
-        b_ids = [5, 6, 7, 8, 9]
-        b, load_step = b_after_a(sched, fast, [os.urandom(32) for _ in range(4)], b_ids)
-        proxy.fault = "error"
-        worker_meta = step(spoiled, load_step)
-        invalid = spoiled.get_block_ids_with_load_errors()
-        assert invalid == {5, 6}
-        sched.update_connector_output(SimpleNamespace(invalid_block_ids=invalid,
-                                                      kv_connector_worker_meta=worker_meta))
-        books = VllmBooks()
-        books.finish(sched, b, b_ids)
-        for _ in range(3):
-            books.step(sched, spoiled)
-        assert books.kept == set() and books.freed == {"B"}
-        for conn in (sched, fast, spoiled):
-            conn.shutdown()
-    finally:
-        proxy.close()
+    sched, fast, spoiled = through_proxy(kvtierd, proxy, "spoiled-abort")
+    b_ids = [5, 6, 7, 8, 9]
+    b, load_step = b_after_a(sched, fast, [os.urandom(32) for _ in range(4)], b_ids)
+    proxy.fault = "error"
+    worker_meta = step(spoiled, load_step)
+    invalid = spoiled.get_block_ids_with_load_errors()
+    assert invalid == {5, 6}
+    sched.update_connector_output(SimpleNamespace(invalid_block_ids=invalid,
+                                                  kv_connector_worker_meta=worker_meta))
+    books = VllmBooks()
+    books.finish(sched, b, b_ids)
+    for _ in range(3):
+        books.step(sched, spoiled)
+    assert books.kept == set() and books.freed == {"B"}
+    for conn in (sched, fast, spoiled):
+        conn.shutdown()
 
 
 def test_a_request_preempted_with_held_stores_then_aborted_gives_its_blocks_back(unix_url):

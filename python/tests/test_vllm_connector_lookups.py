@@ -19,7 +19,6 @@ from kvtier.integrations.vllm import (KvtierConnector, KvtierConnectorMetadata, 
                                       KvtierConnectorStats)
 from flood import flood  # noqa: E402
 from kvtierd_process import Daemon  # noqa: E402  (conftest puts it on sys.path)
-from resp_fault_proxy import FaultProxy  # noqa: E402
 from vllm_connectors import (BLOCK, LAYERS, VllmBooks, ask_until_known, blocks,  # noqa: E402
                              caches, computed, finish, match, output, request, sched_and_worker,
                              step, store_request, sync_load_meta, through_proxy)
@@ -264,51 +263,47 @@ def test_a_synchronous_loads_time_is_not_counted_as_compute(unix_url, monkeypatc
         conn.shutdown()
 
 
-def test_a_load_slower_than_the_recompute_is_skipped(kvtierd):
+def test_a_load_slower_than_the_recompute_is_skipped(kvtierd, proxy):
     """A hit is never slower than a miss: the worker times its loads and the engine's forward
     passes, vLLM carries the timings to the scheduler, and a prefix whose load would take longer
     than computing it is not offered. The slow tier is a proxy holding kvtierd's replies to
     KVT.GET for half a second; the engine computes at ~0.1 ms per token (a stand-in pass)."""
-    proxy = FaultProxy(kvtierd.port)
-    try:
-        sched, fast, slow = through_proxy(kvtierd, proxy, "slow")
-        hashes = [os.urandom(32) for _ in range(4)]
-        store_request(sched, fast, "A", hashes, [0, 1, 2, 3, 4])
-        forward_pass(slow, tokens=512, seconds=0.05)
+    sched, fast, slow = through_proxy(kvtierd, proxy, "slow")
+    hashes = [os.urandom(32) for _ in range(4)]
+    store_request(sched, fast, "A", hashes, [0, 1, 2, 3, 4])
+    forward_pass(slow, tokens=512, seconds=0.05)
 
-        # Nothing measured yet: B's load is taken, through the slow link, and timed.
-        proxy.fault = "slow"
-        matched, meta = store_request(sched, slow, "B", hashes, [5, 6, 7, 8, 9])
-        assert matched == 4 * BLOCK
-        assert [t.tiers for t in meta.loads] == [["host"] * 4]
-        assert slow.stats()["loaded_blocks"] == 4 and proxy.spoiled >= 1
-        stats = slow.get_kv_connector_stats()
-        assert isinstance(stats, KvtierConnectorStats) and len(stats.data["loads"]) == 1
-        assert stats.data["loads"][0][2] >= proxy.delay_s
-        sched.update_connector_output(SimpleNamespace(kv_connector_stats=stats))
-        est = sched.cost_estimates()
-        assert 0 < est["compute_us_per_token"] and "load_host_gib_per_s" in est
+    # Nothing measured yet: B's load is taken, through the slow link, and timed.
+    proxy.fault = "slow"
+    matched, meta = store_request(sched, slow, "B", hashes, [5, 6, 7, 8, 9])
+    assert matched == 4 * BLOCK
+    assert [t.tiers for t in meta.loads] == [["host"] * 4]
+    assert slow.stats()["loaded_blocks"] == 4 and proxy.spoiled >= 1
+    stats = slow.get_kv_connector_stats()
+    assert isinstance(stats, KvtierConnectorStats) and len(stats.data["loads"]) == 1
+    assert stats.data["loads"][0][2] >= proxy.delay_s
+    sched.update_connector_output(SimpleNamespace(kv_connector_stats=stats))
+    est = sched.cost_estimates()
+    assert 0 < est["compute_us_per_token"] and "load_host_gib_per_s" in est
 
-        # C asks for the same prefix: loading it (over half a second) loses to computing its 64
-        # tokens (a few ms). Nothing is offered, and nothing is stored again either.
-        r = request("C", hashes, 4 * BLOCK + 1)
-        assert match(sched, r, 0) == (0, False)
-        s = sched.stats()
-        assert (s["skipped_loads"], s["skipped_tokens"]) == (1, 4 * BLOCK)
-        sched.update_state_after_alloc(r, blocks([10, 11, 12, 13, 14]), 0)
-        meta = sched.build_connector_meta(output(
-            [SimpleNamespace(req_id="C", block_ids=([10, 11, 12, 13, 14],), num_computed_tokens=0)],
-            scheduled={"C": 4 * BLOCK + 1}))
-        assert meta.loads == [] and meta.stores == []
+    # C asks for the same prefix: loading it (over half a second) loses to computing its 64
+    # tokens (a few ms). Nothing is offered, and nothing is stored again either.
+    r = request("C", hashes, 4 * BLOCK + 1)
+    assert match(sched, r, 0) == (0, False)
+    s = sched.stats()
+    assert (s["skipped_loads"], s["skipped_tokens"]) == (1, 4 * BLOCK)
+    sched.update_state_after_alloc(r, blocks([10, 11, 12, 13, 14]), 0)
+    meta = sched.build_connector_meta(output(
+        [SimpleNamespace(req_id="C", block_ids=([10, 11, 12, 13, 14],), num_computed_tokens=0)],
+        scheduled={"C": 4 * BLOCK + 1}))
+    assert meta.loads == [] and meta.stores == []
 
-        # The link is fast again and the loads the worker times say so: the prefix is offered.
-        sched.update_connector_output(SimpleNamespace(kv_connector_stats=KvtierConnectorStats(
-            data={"loads": [["host", 4 * sched._block_bytes, 1e-6]] * 30})))
-        assert match(sched, request("D", hashes, 4 * BLOCK + 1), 0) == (4 * BLOCK, True)
-        for conn in (sched, fast, slow):
-            conn.shutdown()
-    finally:
-        proxy.close()
+    # The link is fast again and the loads the worker times say so: the prefix is offered.
+    sched.update_connector_output(SimpleNamespace(kv_connector_stats=KvtierConnectorStats(
+        data={"loads": [["host", 4 * sched._block_bytes, 1e-6]] * 30})))
+    assert match(sched, request("D", hashes, 4 * BLOCK + 1), 0) == (4 * BLOCK, True)
+    for conn in (sched, fast, slow):
+        conn.shutdown()
 
 
 def stored_then_loads_measured_slow(unix_url, salt, extra=None):

@@ -18,7 +18,6 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorRole  #
 import kvtier  # noqa: E402
 from kvtier.integrations.vllm import KvtierConnector, KvtierConnectorMetadata  # noqa: E402
 from kvtier.integrations.vllm_metadata import Transfer  # noqa: E402
-from resp_fault_proxy import FaultProxy  # noqa: E402
 from vllm_connectors import (BLOCK, LAYERS, Gate, VllmBooks, b_after_a, blocks,  # noqa: E402
                              caches, computed, configs, finish, finished_loads, match, output, page,
                              request, sched_and_worker, step, store_request, sync_load_meta,
@@ -121,88 +120,80 @@ def test_layerwise_off_loads_before_the_pass(unix_url):
         conn.shutdown()
 
 
-def test_loads_run_beside_the_forward_pass(kvtierd):
+def test_loads_run_beside_the_forward_pass(kvtierd, proxy):
     """A load through a link that holds kvtierd's answer for a second: start_load_kv returns at
     once, get_finished does not report the request until its blocks are in, and then they are
     the stored ones."""
-    proxy = FaultProxy(kvtierd.port)
-    try:
-        sched, fast, slow = through_proxy(kvtierd, proxy, "async", register=False)
-        kv_fast, kv_slow = caches("flashinfer"), {k: torch.zeros_like(v)
-                                                  for k, v in caches("flashinfer").items()}
-        fast.register_kv_caches(kv_fast)
-        slow.register_kv_caches(kv_slow)
-        hashes = [os.urandom(32) for _ in range(2)]
-        store_request(sched, fast, "A", hashes, [0, 1, 2])
-        b = request("B", hashes, 2 * BLOCK + 1)
-        assert match(sched, b, 0) == (2 * BLOCK, True)
-        sched.update_state_after_alloc(b, blocks([5, 6, 7]), 2 * BLOCK)
-        meta = sched.build_connector_meta(output())
-        assert [t.block_ids for t in meta.loads] == [[5, 6]]
-        meta.computed_tokens = 256  # a step that computes other requests meanwhile
-        proxy.fault, proxy.delay_s = "slow", 1.0
-        slow.bind_connector_metadata(meta)
-        slow.start_load_kv(None)
-        assert slow.get_finished(set()) == (None, None)  # the forward pass would run now
-        slow.wait_for_save()
-        finished_loads(slow, {"B"})
-        assert slow.get_block_ids_with_load_errors() == set()
-        slow.clear_connector_metadata()
-        for name in LAYERS:
-            assert torch.equal(kv_slow[name][5], kv_fast[name][0])
-            assert torch.equal(kv_slow[name][6], kv_fast[name][1])
-        assert slow.stats()["loaded_blocks"] == 2
-        for conn in (sched, fast, slow):
-            conn.shutdown()
-    finally:
-        proxy.close()
+    sched, fast, slow = through_proxy(kvtierd, proxy, "async", register=False)
+    kv_fast, kv_slow = caches("flashinfer"), {k: torch.zeros_like(v)
+                                              for k, v in caches("flashinfer").items()}
+    fast.register_kv_caches(kv_fast)
+    slow.register_kv_caches(kv_slow)
+    hashes = [os.urandom(32) for _ in range(2)]
+    store_request(sched, fast, "A", hashes, [0, 1, 2])
+    b = request("B", hashes, 2 * BLOCK + 1)
+    assert match(sched, b, 0) == (2 * BLOCK, True)
+    sched.update_state_after_alloc(b, blocks([5, 6, 7]), 2 * BLOCK)
+    meta = sched.build_connector_meta(output())
+    assert [t.block_ids for t in meta.loads] == [[5, 6]]
+    meta.computed_tokens = 256  # a step that computes other requests meanwhile
+    proxy.fault, proxy.delay_s = "slow", 1.0
+    slow.bind_connector_metadata(meta)
+    slow.start_load_kv(None)
+    assert slow.get_finished(set()) == (None, None)  # the forward pass would run now
+    slow.wait_for_save()
+    finished_loads(slow, {"B"})
+    assert slow.get_block_ids_with_load_errors() == set()
+    slow.clear_connector_metadata()
+    for name in LAYERS:
+        assert torch.equal(kv_slow[name][5], kv_fast[name][0])
+        assert torch.equal(kv_slow[name][6], kv_fast[name][1])
+    assert slow.stats()["loaded_blocks"] == 2
+    for conn in (sched, fast, slow):
+        conn.shutdown()
 
 
-def test_saves_run_after_the_step_and_keep_their_blocks_until_done(kvtierd):
+def test_saves_run_after_the_step_and_keep_their_blocks_until_done(kvtierd, proxy):
     """Saves through a link that holds kvtierd's answers to KVT.PUT for a second: the step ends
     at once, the request's blocks stay allocated (request_finished delays their free) until
     get_finished reports the request saved, and a preemption waits for its request's saves
     before the forward pass that may reuse their blocks."""
-    proxy = FaultProxy(kvtierd.port)
-    try:
-        sched, fast, slow = through_proxy(kvtierd, proxy, "save")
-        proxy.fault, proxy.delay_s, proxy.slowed = "slow", 1.0, {b"KVT.PUT"}
+    sched, fast, slow = through_proxy(kvtierd, proxy, "save")
+    proxy.fault, proxy.delay_s, proxy.slowed = "slow", 1.0, {b"KVT.PUT"}
 
-        def computed(req_id, hashes, ids):
-            """A new request's step that computes its two blocks: its saves are handed off."""
-            r = request(req_id, hashes, 2 * BLOCK + 1)
-            assert match(sched, r, 0) == (0, False)
-            sched.update_state_after_alloc(r, blocks(ids), 0)
-            slow.bind_connector_metadata(sched.build_connector_meta(output(
-                [SimpleNamespace(req_id=req_id, block_ids=(ids,), num_computed_tokens=0)],
-                scheduled={req_id: 2 * BLOCK + 1})))
-            slow.start_load_kv(None)
-            slow.wait_for_save()
-            slow.clear_connector_metadata()
-            return r
-
-        hashes = [os.urandom(32) for _ in range(2)]
-        a = computed("A", hashes, [0, 1, 2])
-        assert slow.stats()["stored_blocks"] == 0  # still on its way
-        assert sched.request_finished(a, [0, 1, 2]) == (True, None)
-        slow.bind_connector_metadata(sched.build_connector_meta(output()))
-        assert slow.get_finished({"A"}) == (None, None)  # vLLM keeps A's blocks
+    def computed(req_id, hashes, ids):
+        """A new request's step that computes its two blocks: its saves are handed off."""
+        r = request(req_id, hashes, 2 * BLOCK + 1)
+        assert match(sched, r, 0) == (0, False)
+        sched.update_state_after_alloc(r, blocks(ids), 0)
+        slow.bind_connector_metadata(sched.build_connector_meta(output(
+            [SimpleNamespace(req_id=req_id, block_ids=(ids,), num_computed_tokens=0)],
+            scheduled={req_id: 2 * BLOCK + 1})))
+        slow.start_load_kv(None)
+        slow.wait_for_save()
         slow.clear_connector_metadata()
-        deadline = time.monotonic() + 10
-        while (sent := slow.get_finished(set())[0]) is None:
-            assert time.monotonic() < deadline
-            time.sleep(0.001)
-        assert sent == {"A"} and slow.stats()["stored_blocks"] == 2
-        assert match(sched, request("B", hashes, 2 * BLOCK + 1), 0)[0] == 2 * BLOCK
+        return r
 
-        computed("C", [os.urandom(32) for _ in range(2)], [3, 4, 5])
-        assert slow.stats()["stored_blocks"] == 2
-        slow.handle_preemptions(KvtierConnectorMetadata(preempted={"C"}))
-        assert slow.stats()["stored_blocks"] == 4
-        for conn in (sched, fast, slow):
-            conn.shutdown()
-    finally:
-        proxy.close()
+    hashes = [os.urandom(32) for _ in range(2)]
+    a = computed("A", hashes, [0, 1, 2])
+    assert slow.stats()["stored_blocks"] == 0  # still on its way
+    assert sched.request_finished(a, [0, 1, 2]) == (True, None)
+    slow.bind_connector_metadata(sched.build_connector_meta(output()))
+    assert slow.get_finished({"A"}) == (None, None)  # vLLM keeps A's blocks
+    slow.clear_connector_metadata()
+    deadline = time.monotonic() + 10
+    while (sent := slow.get_finished(set())[0]) is None:
+        assert time.monotonic() < deadline
+        time.sleep(0.001)
+    assert sent == {"A"} and slow.stats()["stored_blocks"] == 2
+    assert match(sched, request("B", hashes, 2 * BLOCK + 1), 0)[0] == 2 * BLOCK
+
+    computed("C", [os.urandom(32) for _ in range(2)], [3, 4, 5])
+    assert slow.stats()["stored_blocks"] == 2
+    slow.handle_preemptions(KvtierConnectorMetadata(preempted={"C"}))
+    assert slow.stats()["stored_blocks"] == 4
+    for conn in (sched, fast, slow):
+        conn.shutdown()
 
 
 def test_a_request_finished_while_its_stores_are_held_keeps_its_blocks(unix_url):
