@@ -345,6 +345,20 @@ void FailOverTo(RedisCluster& cluster, int replica, int slot) {
   ASSERT_TRUE(cluster.WaitConverged(milliseconds(20000), slot, replica));
 }
 
+// Key 0's slot, its master and that master's replica, once the master has been killed.
+struct KilledMaster {
+  int slot = -1;
+  int victim = -1;
+  int replica = -1;
+};
+void KillMasterOfKey0(RedisCluster& cluster, KilledMaster* killed) {
+  killed->slot = KeySlot(TestKey(0));
+  killed->victim = cluster.MasterOfSlot(killed->slot);
+  killed->replica = cluster.ReplicaOf(static_cast<size_t>(killed->victim));
+  ASSERT_GE(killed->replica, 0);
+  cluster.node(static_cast<size_t>(killed->victim)).Kill();
+}
+
 TEST(RedisClusterClient, FollowsFailoverAfterAMasterIsKilled) {
   auto cluster = StartCluster({.node_timeout = kFailoverNodeTimeout});
   ASSERT_TRUE(cluster);
@@ -352,11 +366,9 @@ TEST(RedisClusterClient, FollowsFailoverAfterAMasterIsKilled) {
   ASSERT_TRUE(client);
   const std::vector<uint64_t> blocks = PutReplicatedBlocks(*cluster, *client);
 
-  const int slot = KeySlot(TestKey(0));
-  const int victim = cluster->MasterOfSlot(slot);
-  const int replica = cluster->ReplicaOf(static_cast<size_t>(victim));
-  ASSERT_GE(replica, 0);
-  cluster->node(static_cast<size_t>(victim)).Kill();
+  KilledMaster killed;
+  ASSERT_NO_FATAL_FAILURE(KillMasterOfKey0(*cluster, &killed));
+  const auto [slot, victim, replica] = killed;
   ASSERT_NO_FATAL_FAILURE(FailOverTo(*cluster, replica, slot));
 
   // Until the client has re-read the map, a call goes to the dead master first (then to its
@@ -412,11 +424,9 @@ TEST(RedisClusterClient, ACallOutWhenTheMapMovesItsSlotGoesToTheNewMaster) {
   auto client = OpenClient(cluster->Seeds());
   ASSERT_TRUE(client);
   PutReplicatedBlocks(*cluster, *client);
-  const int slot = KeySlot(TestKey(0));
-  const int victim = cluster->MasterOfSlot(slot);
-  const int replica = cluster->ReplicaOf(static_cast<size_t>(victim));
-  ASSERT_GE(replica, 0);
-  cluster->node(static_cast<size_t>(victim)).Kill();
+  KilledMaster killed;
+  ASSERT_NO_FATAL_FAILURE(KillMasterOfKey0(*cluster, &killed));
+  const auto [slot, victim, replica] = killed;
   auto held = testing::HeldPort::Open(cluster->node(static_cast<size_t>(victim)).port());
   ASSERT_TRUE(held.ok()) << held.status().ToString();
   // A client that read the map before the failover, and has no connection to the dead master.
@@ -448,11 +458,9 @@ TEST(RedisClusterClient, ANodeTheMapNoLongerNamesHasItsConnectionsClosedOnceItsC
   ASSERT_TRUE(cluster);
   // A replica that has never synced with its master is not elected in its place.
   ASSERT_TRUE(cluster->WaitReplicated(milliseconds(10000)));
-  const int slot = KeySlot(TestKey(0));
-  const int victim = cluster->MasterOfSlot(slot);
-  const int replica = cluster->ReplicaOf(static_cast<size_t>(victim));
-  ASSERT_GE(replica, 0);
-  cluster->node(static_cast<size_t>(victim)).Kill();
+  KilledMaster killed;
+  ASSERT_NO_FATAL_FAILURE(KillMasterOfKey0(*cluster, &killed));
+  const auto [slot, victim, replica] = killed;
   auto held = testing::HeldPort::Open(cluster->node(static_cast<size_t>(victim)).port());
   ASSERT_TRUE(held.ok()) << held.status().ToString();
   // Two clients that read the map before the failover.
@@ -503,11 +511,9 @@ TEST(RedisClusterClient, AMasterReplacedByAFailoverNoLongerCountsAsAnOpenBreaker
                      .max_backoff = milliseconds(60'000)};
   auto client = OpenClient(cluster->Seeds(), options);
   ASSERT_TRUE(client);
-  const int slot = KeySlot(TestKey(0));
-  const int victim = cluster->MasterOfSlot(slot);
-  const int replica = cluster->ReplicaOf(static_cast<size_t>(victim));
-  ASSERT_GE(replica, 0);
-  cluster->node(static_cast<size_t>(victim)).Kill();
+  KilledMaster killed;
+  ASSERT_NO_FATAL_FAILURE(KillMasterOfKey0(*cluster, &killed));
+  const auto [slot, victim, replica] = killed;
   (void)client->Get({TestKey(0)}, kCallTimeout);  // refused by the killed master
   ASSERT_EQ(client->stats().open_breakers, 1u);
   ASSERT_NO_FATAL_FAILURE(FailOverTo(*cluster, replica, slot));
