@@ -103,6 +103,11 @@ Result<std::vector<resp::Reply>> Client::RoundTrip(const RequestBuffer& request)
   }
 }
 
+Status Client::AbandonIfMalformed(Status failure) {
+  if (failure.code() == StatusCode::kInternal) return connection_->Abandon(std::move(failure));
+  return failure;
+}
+
 Result<size_t> Client::ServedOr(size_t served, Status failure) {
   if (served > 0 && failure.code() != StatusCode::kInvalidArgument) return served;
   return failure;

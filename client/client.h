@@ -298,11 +298,11 @@ class Client {
   // daemon end them at once rather than at their timeouts.
   template <typename T>
   Result<T> OrAbandon(Result<T> decoded) {
-    if (!decoded.ok() && decoded.status().code() == StatusCode::kInternal) {
-      return connection_->Abandon(decoded.status());
-    }
+    if (!decoded.ok()) return AbandonIfMalformed(decoded.status());
     return decoded;
   }
+  // `failure`, after giving the connection up if it is kInternal.
+  Status AbandonIfMalformed(Status failure);
   // Slot grants of a KVT.RESERVE or KVT.ACQUIRE batch, through OrAbandon.
   Result<std::vector<SlotGrant>> DecodeGrantsOrAbandon(std::span<const resp::Reply> replies,
                                                        size_t keys, std::string_view command);
