@@ -85,9 +85,8 @@ const char* kvtier_last_error(void);
 
 /* Connects to `url` ("unix:///path/to.sock" or "tcp://host:port"; NULL for the default socket)
  * and authenticates with `password` when it is non-NULL and non-empty. `timeout_ms` bounds each
- * wait for the daemon (0: wait forever; negative: the default, 10 s), but not the resolution of a
- * tcp:// host name, which takes as long as the system resolver does. On success *out is a new
- * handle to free with kvtier_close. */
+ * wait for the daemon, the resolution of a tcp:// host name included (0: wait forever; negative:
+ * the default, 10 s). On success *out is a new handle to free with kvtier_close. */
 int kvtier_connect(const char* url, const char* password, int timeout_ms, kvtier_client** out);
 
 /* Closes the connection and frees the handle. NULL is ignored. */
