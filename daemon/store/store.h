@@ -361,14 +361,19 @@ class Store {
     uint64_t written_bytes = 0;    // their payload bytes
     uint64_t already_durable = 0;  // blocks moved into their write-through copy: nothing written
     uint64_t left = 0;             // memory blocks not flushed (see FlushToNvme)
-    bool nvme_full = false;        // stopped because NVMe holds nothing older to give up
+    // Some block was left because NVMe had no room for it that dropping older blocks could make.
+    bool nvme_full = false;
   };
 
   // For a clean stop: moves the blocks of the memory tiers (GPU, then host) into the NVMe tier,
   // most recently used first, so that a restart serves them again. Room is made by dropping older
-  // NVMe blocks, never a block this flush wrote: once NVMe's least recently used block is one of
-  // those, the flush stops (nvme_full). It also stops at `deadline_us` on the store's clock (0:
-  // no deadline) and when `stop` is requested; blocks not flushed stay where they are (`left`).
+  // NVMe blocks, least recently used first, as many as a block needs (a large block among small
+  // ones may need thousands), never a block this flush wrote. A block is left in memory (counted
+  // in `left`, with nvme_full) when no room can be made for it: every older block is gone, or the
+  // blocks this flush wrote leave less than its size; no older block is dropped for it then, and
+  // later, smaller blocks still take the room that is free. The flush stops at `deadline_us` on
+  // the store's clock (0: no deadline) and when `stop` is requested; blocks not flushed stay where
+  // they are (`left`).
   // NVMe admission is not asked: at a stop, keeping a block beats saving the device a write.
   // Blocks leased, pinned by a mover or being written stay too: call it after the server has
   // closed every connection. A device error on one block leaves that block and goes on. Does
@@ -623,6 +628,12 @@ class Store {
     uint64_t deadline_us = 0;  // 0: none
     std::stop_token stop;
     uint64_t unflushed_bytes = 0;  // memory blocks after the one being flushed
+    // NVMe bytes the blocks this flush put there take (their footprints): the room no eviction
+    // can give back.
+    uint64_t flushed_reserved_bytes = 0;
+    // Every NVMe block older than the flush is gone (or cannot be evicted): later blocks only
+    // take room that is free.
+    bool nothing_older_left = false;
     // NVMe blocks the flush wrote that the policy offered as victims: out of its order until the
     // flush ends, so that the blocks after them are looked at, each once.
     std::vector<BlockKey> set_aside;
@@ -633,7 +644,13 @@ class Store {
   // `on_nvme`: where the block lies on NVMe now, when it moved.
   FlushOutcome FlushBlock(size_t level, const BlockKey& key, const index::BlockMeta& meta,
                           FlushState& flush, Extent& on_nvme);
-  Result<Extent> AllocateForFlush(uint64_t bytes, FlushState& flush);
+  // Room on NVMe for `bytes`, dropping older NVMe blocks (oldest first) until a hole fits it.
+  // kBusy when none fits and none can be made; `footprint`: the NVMe bytes the extent takes.
+  Result<Extent> AllocateForFlush(uint64_t bytes, FlushState& flush, uint64_t& footprint);
+  // True when NVMe's capacity less the flushed blocks' footprints is under `bytes`.
+  bool NoRoomCanBeMade(uint64_t bytes, const FlushState& flush) const;
+  // True when NVMe's free bytes, holes together, reach `bytes`.
+  bool FitsFreeSpace(uint64_t bytes) const;
   // Records in the departure log that `meta`'s block left the node from its tier. `used_bytes`:
   // the tier's fill before it left (pressure), for evictions; 0 when not measured.
   void RecordDeparture(const BlockKey& key, const index::BlockMeta& meta, DepartureReason reason,

@@ -13,6 +13,8 @@ namespace {
 // NVMe victims a clean-stop flush publishes per round trip above a remote tier.
 constexpr uint64_t kFlushPublishBatch = 8;
 
+Status NoRoom() { return Busy("nvme tier has no room for this block without a newer one's"); }
+
 }  // namespace
 
 using index::BlockMeta;
@@ -49,7 +51,9 @@ Store::FlushResult Store::FlushToNvme(uint64_t deadline_us, std::stop_token stop
   for (const auto& [level, blocks] : memory) {
     for (const auto& [key, meta] : blocks) {
       flush.unflushed_bytes -= meta.extent.length;
-      if (result.nvme_full || OutOfTime(flush)) {
+      // NVMe full of blocks this flush wrote does not end it: a later, smaller block may still fit
+      // the room that is left.
+      if (OutOfTime(flush) || (flush.nothing_older_left && !FitsFreeSpace(meta.extent.length))) {
         index_->Unpick(key);
         ++result.left;
         continue;
@@ -83,6 +87,11 @@ Store::FlushResult Store::FlushToNvme(uint64_t deadline_us, std::stop_token stop
   return result;
 }
 
+bool Store::FitsFreeSpace(uint64_t bytes) const {
+  const tiers::TierStats stats = tiers_[LevelOf(TierId::kNvme)]->Stats();
+  return stats.capacity_bytes - std::min(stats.capacity_bytes, stats.reserved_bytes) >= bytes;
+}
+
 bool Store::OutOfTime(const FlushState& flush) const {
   return flush.stop.stop_requested() ||
          (flush.deadline_us != 0 && clock_.NowMicros() >= flush.deadline_us);
@@ -95,26 +104,38 @@ Store::FlushOutcome Store::FlushBlock(size_t level, const BlockKey& key, const B
     if (DemoteIntoShadow(level, key, meta) != DemoteOutcome::kMoved) return FlushOutcome::kNotMoved;
     counters.demotions.fetch_add(1);
     on_nvme = meta.shadow;
+    // Its record header and rounding are not known here; the payload is a lower bound, which
+    // only makes NoRoomCanBeMade answer "try" more often.
+    flush.flushed_reserved_bytes += meta.shadow.length;
     return FlushOutcome::kAlreadyDurable;
   }
   if (!PinForMove(key, meta)) return FlushOutcome::kNotMoved;
-  Result<Extent> dst = AllocateForFlush(meta.extent.length, flush);
+  uint64_t footprint = 0;
+  Result<Extent> dst = AllocateForFlush(meta.extent.length, flush, footprint);
   if (!dst.ok()) {
     UnpinAfterMove(key);
-    // kBusy: nothing older is left in NVMe; any other error (a block larger than NVMe, the time
-    // ran out while publishing) is this block's alone.
+    // kBusy: NVMe has no room for this block and cannot be given any without dropping a block
+    // newer than it (one this flush wrote); any other error (a block larger than NVMe, the time
+    // ran out, a device error) is this block's alone.
     return dst.status().code() == StatusCode::kBusy ? FlushOutcome::kNvmeFull
                                                     : FlushOutcome::kNotMoved;
   }
   if (!MovePinned(level, LevelOf(TierId::kNvme), key, meta, *dst).ok()) {
     return FlushOutcome::kNotMoved;
   }
+  flush.flushed_reserved_bytes += footprint;
   counters.demotions.fetch_add(1);
   on_nvme = *dst;
   return FlushOutcome::kWritten;
 }
 
-Result<Extent> Store::AllocateForFlush(uint64_t bytes, FlushState& flush) {
+bool Store::NoRoomCanBeMade(uint64_t bytes, const FlushState& flush) const {
+  const tiers::TierStats stats = tiers_[LevelOf(TierId::kNvme)]->Stats();
+  return stats.capacity_bytes - std::min(stats.capacity_bytes, flush.flushed_reserved_bytes) <
+         bytes;
+}
+
+Result<Extent> Store::AllocateForFlush(uint64_t bytes, FlushState& flush, uint64_t& footprint) {
   const size_t nvme = LevelOf(TierId::kNvme);
   tiers::Tier& t = *tiers_[nvme];
   // Above a remote tier the victims are published before they are dropped (the remote client
@@ -125,10 +146,22 @@ Result<Extent> Store::AllocateForFlush(uint64_t bytes, FlushState& flush) {
   const size_t max_victims = publishes ? kFlushPublishBatch : 1;
   const uint64_t want =
       publishes ? std::min(bytes + flush.unflushed_bytes, kFlushPublishBatch * bytes) : bytes;
+  // Not max_evictions_per_allocation: that bounds a put racing other threads for freed space,
+  // and a block 257 times the size of the NVMe blocks around it (2 MiB among 4 KiB values, each
+  // with its 4 KiB header) needs more victims than that even when they lie side by side, more
+  // still where they are scattered. The flush runs alone, and every victim leaves NVMe or is set
+  // aside, so the loop ends once every block older than this one was looked at; the bound only
+  // guards against victims that come back (leased since they were picked).
+  const uint64_t max_picks = t.Stats().block_count + 1;
   std::vector<std::pair<BlockKey, BlockMeta>> victims;
-  for (int evicted = 0; evicted <= options_.max_evictions_per_allocation;) {
+  for (uint64_t picks = 0; picks <= max_picks;) {
+    const uint64_t reserved_before = t.Stats().reserved_bytes;
     Result<Extent> extent = t.Allocate(bytes);
+    if (extent.ok()) footprint = t.Stats().reserved_bytes - reserved_before;
     if (extent.ok() || extent.status().code() != StatusCode::kBusy) return extent;
+    // Nothing older is left, or the blocks this flush wrote leave too little room for this one
+    // whatever is dropped: the older blocks stay rather than go for room no block can use.
+    if (flush.nothing_older_left || NoRoomCanBeMade(bytes, flush)) return NoRoom();
     victims.clear();
     uint64_t picked = 0;
     while (picked < want && victims.size() < max_victims) {
@@ -147,17 +180,21 @@ Result<Extent> Store::AllocateForFlush(uint64_t bytes, FlushState& flush) {
       picked += victim->second.extent.length;
       victims.push_back(*std::move(victim));
     }
-    if (victims.empty()) break;
-    evicted += static_cast<int>(victims.size());
-    // Each publish may wait for remote.timeout_ms: a stop that runs out of time keeps its NVMe
-    // blocks rather than drop them unpublished.
-    if (publishes && OutOfTime(flush)) {
+    if (victims.empty()) {
+      flush.nothing_older_left = true;
+      return NoRoom();
+    }
+    picks += victims.size();
+    // A stop that runs out of time keeps its NVMe blocks (each publish may wait for
+    // remote.timeout_ms; above no remote tier, a block may need thousands of victims).
+    if (OutOfTime(flush)) {
       for (const auto& [key, meta] : victims) index_->Unpick(key);
       return Timeout("the flush ran out of time");
     }
     DropPickedVictims(nvme, victims, EvictionMode::kDemote);
   }
-  return Busy("nvme tier holds no block older than this flush");
+  // Not kBusy: older blocks are left, and the next block may still make its room.
+  return Rejected("nvme victims kept coming back; this block stays");
 }
 
 }  // namespace kvtier::store

@@ -15,6 +15,7 @@ using testing::FakeTier;
 using testing::kBlock;
 using testing::Key;
 using testing::kNs;
+using testing::kOtherNs;
 using testing::Payload;
 using testing::StoreTest;
 
@@ -127,6 +128,78 @@ TEST_F(StoreFlushTest, OlderNvmeBlocksMakeRoomUnderEveryPolicy) {
     for (uint64_t n = 9; n <= 12; ++n) EXPECT_EQ(TierOf(n), TierId::kNvme) << "block " << n;
     store_.reset();
   }
+}
+
+// Blocks of another namespace, kBigBlocks times the size of kNs's, for the tests where one flushed
+// block needs the room of many older NVMe blocks.
+class StoreFlushBigBlockTest : public StoreFlushTest {
+ protected:
+  void BuildWithBigBlocks(uint64_t host_blocks, uint64_t nvme_blocks, uint64_t big_blocks,
+                          StoreOptions options = {}) {
+    options.promote_on_read = false;  // lookups order NVMe's blocks; nothing moves them up
+    options.index.tier_policies[static_cast<size_t>(TierId::kNvme)] = "lru";
+    BuildTwoTiers(host_blocks, nvme_blocks, options);
+    big_bytes_ = big_blocks * kBlock;
+    ASSERT_TRUE(store_->RegisterNamespace({kOtherNs, 16, big_bytes_, "big"}).ok());
+  }
+  Status PutBig(uint64_t n) { return store_->Put(kOtherNs, Key(n), Payload(n, big_bytes_)); }
+  // The tier of big block n; TierId::kGpu when it is absent.
+  TierId BigTierOf(uint64_t n) {
+    std::vector<BlockKey> keys{Key(n)};
+    index::LookupResult r = store_->Lookup(kOtherNs, keys);
+    return r.ready_prefix == 1 ? r.tiers[0] : TierId::kGpu;
+  }
+  // Small blocks 1..count, written to NVMe by a first flush: older than anything put after.
+  void FillNvmeWithSmallBlocks(uint64_t count) {
+    for (uint64_t n = 1; n <= count; ++n) ASSERT_TRUE(PutBlock(n).ok());
+    ASSERT_EQ(store_->FlushToNvme(0).written, count);
+  }
+  uint64_t big_bytes_ = 0;
+};
+
+// One flushed block needed more older NVMe blocks dropped than max_evictions_per_allocation (a
+// 2 MiB block among 4 KiB values needs 257 even side by side): the flush gave up after dropping
+// that many, took the failure for "NVMe is full of newer blocks" and left every block after it.
+// It must go on dropping older blocks, least recently used first, until the block fits.
+TEST_F(StoreFlushBigBlockTest, ABlockNeedingMoreVictimsThanTheEvictionBoundIsFlushed) {
+  StoreOptions options;
+  options.max_evictions_per_allocation = 4;
+  BuildWithBigBlocks(16, 16, /*big_blocks=*/4, options);
+  FillNvmeWithSmallBlocks(16);
+  // The flush put block n at offset 16 - n. Look up the ones at even offsets first, then the odd
+  // ones: the least recently used blocks lie apart, and a 4-block hole needs 10 of them gone.
+  for (uint64_t n = 2; n <= 16; n += 2) ASSERT_TRUE(Cached(n));
+  for (uint64_t n = 1; n <= 15; n += 2) ASSERT_TRUE(Cached(n));
+  ASSERT_TRUE(PutBig(100).ok());
+  const Store::FlushResult r = store_->FlushToNvme(0);
+  EXPECT_EQ(r.written, 1u);
+  EXPECT_EQ(r.left, 0u);
+  EXPECT_FALSE(r.nvme_full);
+  EXPECT_EQ(BigTierOf(100), TierId::kNvme);
+  // Only the least recently used went: the even ones, then 1 and 3.
+  for (uint64_t n = 1; n <= 16; ++n) {
+    EXPECT_EQ(Cached(n), n % 2 == 1 && n >= 5) << "block " << n;
+  }
+}
+
+// When the blocks the flush wrote leave less room than a block needs, dropping older blocks cannot
+// help it: they stay, and a later, smaller block still takes the room they give.
+TEST_F(StoreFlushBigBlockTest, NoOlderBlockIsDroppedForABlockThatCannotFit) {
+  BuildWithBigBlocks(17, 12, /*big_blocks=*/8);
+  FillNvmeWithSmallBlocks(12);
+  ASSERT_TRUE(PutBlock(50).ok());  // oldest in memory
+  ASSERT_TRUE(PutBig(101).ok());
+  ASSERT_TRUE(PutBig(102).ok());  // newest
+  const Store::FlushResult r = store_->FlushToNvme(0);
+  EXPECT_EQ(r.written, 2u);
+  EXPECT_EQ(r.left, 1u);
+  EXPECT_TRUE(r.nvme_full);
+  EXPECT_EQ(BigTierOf(102), TierId::kNvme);
+  EXPECT_EQ(BigTierOf(101), TierId::kHost);  // 8 blocks of room: 12 less the 8 of 102
+  EXPECT_EQ(TierOf(50), TierId::kNvme);
+  uint64_t old_kept = 0;
+  for (uint64_t n = 1; n <= 12; ++n) old_kept += Cached(n);
+  EXPECT_EQ(old_kept, 3u);  // 12 less 8 for block 102 and 1 for block 50
 }
 
 TEST_F(StoreFlushTest, WriteThroughBlocksMoveIntoTheirCopyWithoutAWrite) {

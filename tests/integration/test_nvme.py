@@ -21,7 +21,7 @@ import pytest
 from helpers import RawClient, RespError, http_get, parse_metrics, wait_for
 from kvtierd_process import BIN_DIR, Daemon, free_port
 from nvme_helpers import (MIB, get_each, key, lookup_each, nvme_counters, payload,
-                          put_blocks, register_ns, tier, tier_sum)
+                          pipelined, put_blocks, register_ns, tier, tier_sum)
 
 BLOCK_BYTES = 256 << 10
 HOST_BYTES = "32MiB"
@@ -249,6 +249,32 @@ def test_a_flush_bounded_by_a_small_nvme_keeps_the_newest_values(tmp_path):
     assert all(v is not None for v in newest), "a value among the newest 100 was lost"
     assert wrong == 0
     assert served < count, "64 MiB of NVMe cannot hold 75 MiB of values"
+
+
+def test_a_flush_makes_room_for_large_values_among_many_small_ones(tmp_path):
+    """NVMe full of 4 KiB values (8 KiB records), then two 2 MiB values in memory: each needs 257
+    or more small records gone. The flush used to stop at one allocation's eviction bound (256),
+    take that for "NVMe is full of newer blocks" and keep none of the new values, the small ones
+    it dropped lost for nothing. Now older values make room until the newer ones fit."""
+    small, size = 6000, 2 << 20  # 23 MiB of small values through 16 MiB of host and 8 MiB of NVMe
+    d = Daemon(tmp_path, host_bytes="16MiB", slab_bytes="8MiB", nvme_bytes="8MiB")
+    big = [payload(10, n, size) for n in range(2)]
+    with running(d) as c:
+        replies = pipelined(c, [("SET", f"small:{n}", payload(11, n, 4000)) for n in range(small)])
+        assert replies == [b"OK"] * small
+        assert tier(c.stats(), "nvme")["blocks"] > 0, c.stats()["tiers"]
+
+        def set_big(n):
+            reply = c.call("SET", f"big:{n}", big[n])
+            # Room in the host tier for a new size is made by the mover: retry until it is.
+            assert reply == b"OK" or "BUSY" in str(reply), reply
+            return reply == b"OK"
+        for n in range(2):
+            assert wait_for(lambda: set_big(n), 10), d.log()
+    with running(d) as c:
+        assert wait_for(d.recovered, timeout_s=10), d.log()
+        assert [c.call("GET", f"big:{n}") == big[n] for n in range(2)] == [True, True], d.log()
+    assert "blocks held in memory are not kept" not in d.log(), d.log()
 
 
 def record_headers(nvme_dir):
