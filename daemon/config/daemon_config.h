@@ -99,9 +99,10 @@ struct DaemonConfig {
   // the engine and kvtierd's network threads have the CPU first; "normal" keeps kvtierd's own.
   std::string mover_cpu_priority = "low";
 
-  // shutdown: at SIGTERM/SIGINT the blocks of the memory tiers are written to NVMe (newest first)
-  // so that a restart serves them; flush_seconds bounds how long that may take (0: until NVMe is
-  // full of them). A second signal cuts the flush short.
+  // shutdown: at SIGTERM/SIGINT/SIGHUP the blocks of the memory tiers are written to NVMe (newest
+  // first) so that a restart serves them; flush_seconds bounds how long that may take (0: until
+  // NVMe is full of them). A SIGTERM/SIGINT sent while the flush runs cuts it short
+  // (daemon/kvtierd/main.cc: FlushMemoryToNvme).
   bool shutdown_flush = true;
   uint64_t shutdown_flush_seconds = 0;
 

@@ -9,9 +9,9 @@
 // to let go and waited for (at most gpu.detach_timeout_ms, server/gpu_importers.h), the RESP server
 // stops accepting and closes every connection (releasing its leases and aborting its reservations),
 // the background adoption of the previous run's blocks stops, the housekeeping threads and the
-// mover stop, the blocks held in memory are written to NVMe (shutdown.flush), the NVMe tier is
-// synced, then the store and the tiers are destroyed. Nothing is detached; every thread is joined
-// before main returns.
+// mover stop, the blocks held in memory are written to NVMe (shutdown.flush; only a SIGINT or
+// SIGTERM sent once it runs cuts it short), the NVMe tier is synced, then the store and the tiers
+// are destroyed. Nothing is detached; every thread is joined before main returns.
 #include <fcntl.h>
 #include <malloc.h>
 #include <pthread.h>
@@ -157,27 +157,53 @@ sigset_t StopSignals() {
   return signals;
 }
 
+// Takes the stop signals that are pending (they came during the shutdown steps before the flush:
+// draining GPU clients, stopping the server), so that only one sent once the flush runs cuts it
+// short. Each is logged: an operator who sent it to hurry the flush sends it again.
+void DrainStopSignals() {
+  const sigset_t signals = StopSignals();
+  const timespec now{0, 0};
+  for (int signal_number; (signal_number = sigtimedwait(&signals, nullptr, &now)) > 0;) {
+    spdlog::info("{} before the flush to NVMe began: it does not cut the flush short",
+                 strsignal(signal_number));
+  }
+}
+
+// The thread that waits, while the flush runs, for the SIGINT or SIGTERM that cuts it short (an
+// operator who cannot wait). SIGHUP never does: a terminal that closes may send it twice (the
+// shell's hangup to its jobs and the kernel's to the foreground group), and the first already
+// started the stop. The flush wakes the thread with a signal of its own when it ends first.
+std::thread WatchForCutShort(std::stop_source& cancel, const std::atomic<bool>& flushing) {
+  return std::thread([&cancel, &flushing] {
+    pthread_setname_np(pthread_self(), "kvtier-sigwait");
+    const sigset_t signals = StopSignals();
+    for (;;) {
+      int signal_number = 0;
+      sigwait(&signals, &signal_number);
+      if (!flushing.load()) return;
+      if (signal_number == SIGHUP) {
+        spdlog::info("Hangup during the flush to NVMe: ignored (SIGINT or SIGTERM cuts it short)");
+        continue;
+      }
+      spdlog::warn("{}: cutting the flush to NVMe short", strsignal(signal_number));
+      cancel.request_stop();
+      return;
+    }
+  });
+}
+
 // At a clean stop, with an NVMe tier: writes the blocks held in memory into NVMe
-// (Store::FlushToNvme) so that the restart serves them. A second SIGINT/SIGTERM cuts it short (an
-// operator who cannot wait): a thread waits for one while the flush runs, and is woken with a
-// signal of its own when the flush ends first.
+// (Store::FlushToNvme) so that the restart serves them. A SIGINT/SIGTERM sent while it runs cuts
+// it short (WatchForCutShort); one sent before it began does not (DrainStopSignals).
 void FlushMemoryToNvme(store::Store& store, const config::DaemonConfig& c) {
   if (!c.shutdown_flush) {
     spdlog::info("shutdown.flush is off: the blocks held in memory are not kept");
     return;
   }
+  DrainStopSignals();
   std::stop_source cancel;
   std::atomic<bool> flushing{true};
-  std::thread waiter([&] {
-    pthread_setname_np(pthread_self(), "kvtier-sigwait");
-    const sigset_t signals = StopSignals();
-    int signal_number = 0;
-    sigwait(&signals, &signal_number);
-    if (flushing.load()) {
-      spdlog::warn("{}: cutting the flush to NVMe short", strsignal(signal_number));
-      cancel.request_stop();
-    }
-  });
+  std::thread waiter = WatchForCutShort(cancel, flushing);
   const auto started = std::chrono::steady_clock::now();
   const uint64_t deadline_us =
       c.shutdown_flush_seconds == 0

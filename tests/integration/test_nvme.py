@@ -732,3 +732,39 @@ def test_a_hangup_is_a_clean_stop(tmp_path):
         assert wait_for(d.recovered, timeout_s=10), d.log()
         assert c.call("GET", "kept") == b"v1"
 
+
+def stopped_state(proc):
+    """True once the process is stopped (SIGSTOP taken): /proc/<pid>/stat says T."""
+    with open(f"/proc/{proc.pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()[0] == "T"
+
+
+@pytest.mark.parametrize("first, second", [(signal.SIGHUP, signal.SIGTERM),
+                                           (signal.SIGINT, signal.SIGTERM)],
+                         ids=["HUP-then-TERM", "INT-then-TERM"])
+def test_a_second_signal_before_the_flush_begins_does_not_cut_it_short(tmp_path, first, second):
+    """Two stop signals at once (a terminal closing, an impatient operator, a service manager
+    following up): the second came while the daemon was still stopping its server, and the flush's
+    watcher took it as "cut the flush short" before the flush had written anything. Only a signal
+    sent once the flush runs cuts it short. Both are sent while the daemon is stopped (SIGSTOP), so
+    both are pending when it goes on: the first starts the stop, the second is the early one."""
+    count, size = 20, 1 << 20  # 20 MiB: all of it in the 32 MiB host tier
+    d = nvme_daemon(tmp_path)
+    d.start()
+    with RawClient(d.unix) as c:
+        for n in range(count):
+            assert c.call("SET", f"early:{n}", payload(12, n, size)) == b"OK"
+        assert tier(c.stats(), "nvme")["blocks"] == 0, c.stats()["tiers"]
+    d.proc.send_signal(signal.SIGSTOP)
+    assert wait_for(lambda: stopped_state(d.proc), 10)
+    d.proc.send_signal(first)
+    d.proc.send_signal(second)
+    d.proc.send_signal(signal.SIGCONT)
+    assert d.proc.wait(timeout=60) == 0, d.log()
+    log = d.log()
+    assert "cutting the flush to NVMe short" not in log, log
+    assert "does not cut the flush short" in log, log
+    with running(d) as c:
+        assert wait_for(d.recovered, timeout_s=10), d.log()
+        assert all(c.call("GET", f"early:{n}") == payload(12, n, size) for n in range(count))
+    assert "blocks held in memory are not kept" not in d.log(), d.log()
