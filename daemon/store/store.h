@@ -446,6 +446,9 @@ class Store {
   // Empties the tier's reclaim unit (slab) around its least recently used block, for a block size
   // that LRU eviction of other sizes cannot make room for. false: nothing could go.
   bool EvictReclaimUnit(size_t level, EvictionMode mode, uint8_t requester);
+  // True when an allocation of `bytes` below the put tier should evict past
+  // max_evictions_per_allocation (see its definition).
+  bool NeedsMoreVictims(size_t level, uint64_t bytes) const;
   bool DemoteOrDrop(size_t level, const BlockKey& key, const index::BlockMeta& meta,
                     EvictionMode mode);
   // What evicting a victim of tiers_[level] may do: is there a tier below, does it admit the

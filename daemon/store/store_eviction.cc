@@ -23,10 +23,15 @@ Result<Extent> Store::AllocateWithEviction(size_t level, uint64_t bytes, Evictio
                                            uint8_t requester) {
   tiers::Tier& t = *tiers_[level];
   int reclaims = 0;
-  for (int evicted = 0;; ++evicted) {
+  uint64_t hard_cap = 0;  // past the bound: each block of the tier once more, at most
+  for (uint64_t evicted = 0;; ++evicted) {
     Result<Extent> extent = t.Allocate(bytes);
     if (extent.ok() || extent.status().code() != StatusCode::kBusy) return extent;
-    if (evicted == options_.max_evictions_per_allocation) break;
+    if (evicted >= static_cast<uint64_t>(options_.max_evictions_per_allocation)) {
+      if (!NeedsMoreVictims(level, bytes)) break;
+      if (hard_cap == 0) hard_cap = evicted + t.Stats().block_count + 1;
+      if (evicted >= hard_cap) break;  // victims handed back (leased since they were picked)
+    }
     const bool reclaim = evicted >= kEvictionsBeforeReclaim && reclaims < kReclaimAttempts;
     if (reclaim) ++reclaims;
     if (!(reclaim ? EvictReclaimUnit(level, mode, requester) : EvictOne(level, mode, requester))) {
@@ -36,6 +41,18 @@ Result<Extent> Store::AllocateWithEviction(size_t level, uint64_t bytes, Evictio
   return Busy(std::string(TierName(t.id())) +
               " tier is full and nothing can be evicted now (blocks leased, pinned or being "
               "written); retry later");
+}
+
+bool Store::NeedsMoreVictims(size_t level, uint64_t bytes) const {
+  // Below the put tier only moves allocate, on the mover's threads: no request waits for them.
+  // There a block far larger than its neighbours (2 MiB among 4 KiB values on NVMe, 8 KiB each
+  // with the record header) needs more victims than the bound even when they lie side by side;
+  // stopping at it dropped the newer block being demoted while older ones stayed. So it goes on
+  // while the tier's free bytes are under twice the block's: the victims so far freed no more
+  // than this block and the next one like it take.
+  if (level <= put_level_) return false;
+  const tiers::TierStats stats = tiers_[level]->Stats();
+  return stats.capacity_bytes - std::min(stats.capacity_bytes, stats.reserved_bytes) < 2 * bytes;
 }
 
 bool Store::EvictOne(size_t level, EvictionMode mode, uint8_t requester) {

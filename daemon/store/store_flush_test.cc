@@ -202,6 +202,23 @@ TEST_F(StoreFlushBigBlockTest, NoOlderBlockIsDroppedForABlockThatCannotFit) {
   EXPECT_EQ(old_kept, 3u);  // 12 less 8 for block 102 and 1 for block 50
 }
 
+// The same shape outside a stop: a demotion into NVMe full of small blocks stopped at
+// max_evictions_per_allocation, short of the victims a large block needs, and dropped that block,
+// newer than every NVMe block it had evicted. (Here with the fixture above, which builds it.)
+TEST_F(StoreFlushBigBlockTest, ADemotionEvictsPastTheBoundForALargeBlock) {
+  StoreOptions options;
+  options.max_evictions_per_allocation = 4;
+  BuildWithBigBlocks(16, 16, /*big_blocks=*/8, options);
+  FillNvmeWithSmallBlocks(16);
+  ASSERT_TRUE(PutBig(101).ok());
+  ASSERT_TRUE(PutBig(102).ok());
+  ASSERT_TRUE(PutBig(103).ok());  // the host holds two: 101 goes down, 8 small blocks for it
+  EXPECT_EQ(BigTierOf(101), TierId::kNvme);
+  uint64_t old_kept = 0;
+  for (uint64_t n = 1; n <= 16; ++n) old_kept += Cached(n);
+  EXPECT_EQ(old_kept, 8u);
+}
+
 TEST_F(StoreFlushTest, WriteThroughBlocksMoveIntoTheirCopyWithoutAWrite) {
   StoreOptions options;
   options.nvme_write_through = true;
