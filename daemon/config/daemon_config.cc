@@ -251,6 +251,18 @@ const std::map<std::string, Setter>& Setters() {
   return kSetters;
 }
 
+// The keys that hold a list rather than a scalar; ApplyNode reads them itself.
+bool IsListKey(const std::string& key) {
+  return key == "nvme.paths" || key == "listen.allowed_uids";
+}
+
+// True when `key` names a section of the file ("nvme"): the part before the dot of some key.
+bool IsSection(const std::string& key) {
+  const std::string prefix = key + ".";
+  auto it = Setters().lower_bound(prefix);
+  return it != Setters().end() && it->first.starts_with(prefix);
+}
+
 Status ApplyNode(const YAML::Node& node, const std::string& prefix, const std::string& source,
                  DaemonConfig& config) {
   for (const auto& entry : node) {
@@ -261,9 +273,20 @@ Status ApplyNode(const YAML::Node& node, const std::string& prefix, const std::s
       KVTIER_RETURN_IF_ERROR(ApplyQuotaNode(value, source, config));
       continue;
     }
-    if (value.IsMap()) {
+    // A section is a mapping, or nothing at all: a section whose keys are all commented out
+    // reads as null and means "the defaults", as an empty mapping does.
+    if (IsSection(key)) {
+      if (value.IsNull()) continue;
+      if (!value.IsMap()) {
+        return InvalidArgument(source + ": " + key + ": expected a section of keys (key: value)");
+      }
       KVTIER_RETURN_IF_ERROR(ApplyNode(value, key, source, config));
       continue;
+    }
+    // Checked before the shape of the value: a misspelt section given as a mapping ("foo: {}")
+    // must be refused as unknown, not read as a section without keys.
+    if (!IsListKey(key) && Setters().find(key) == Setters().end()) {
+      return InvalidArgument(source + ": unknown key '" + key + "'");
     }
     if (key == "nvme.paths") {
       if (!value.IsSequence()) return InvalidArgument(source + ": " + key + ": expected a list");
@@ -282,9 +305,6 @@ Status ApplyNode(const YAML::Node& node, const std::string& prefix, const std::s
       continue;
     }
     auto setter = Setters().find(key);
-    if (setter == Setters().end()) {
-      return InvalidArgument(source + ": unknown key '" + key + "'");
-    }
     if (!value.IsScalar()) return InvalidArgument(source + ": " + key + ": expected a value");
     Status st = setter->second(value.Scalar(), config);
     if (!st.ok()) return InvalidArgument(source + ": " + st.message());

@@ -86,6 +86,37 @@ TEST(DaemonConfigTest, YamlOverridesDefaultsAndUnknownKeysAreErrors) {
   EXPECT_FALSE(ApplyYaml("listen: [1, 2\n", "test.yaml", c).ok());
 }
 
+// Regression: a section with every key commented out (a null value) was refused as an unknown
+// key, while an unknown section given as a mapping, or a value given as a mapping, was taken
+// without a word.
+TEST(DaemonConfigTest, SectionsAreMappingsOrEmptyAndValuesAreScalars) {
+  DaemonConfig c;
+  for (const char* empty : {"store:\n  # eviction_policy: lru\n", "store: {}\n", "nvme:\n"}) {
+    Status st = ApplyYaml(empty, "test.yaml", c);
+    EXPECT_TRUE(st.ok()) << empty << ": " << st.ToString();
+  }
+  EXPECT_EQ(c.eviction_policy, DaemonConfig{}.eviction_policy);
+  struct Case {
+    const char* yaml;
+    const char* message;
+  } cases[] = {
+      {"foo: {}\n", "test.yaml: unknown key 'foo'"},
+      {"foo:\n", "test.yaml: unknown key 'foo'"},
+      {"tiers: {bar: {}}\n", "test.yaml: unknown key 'tiers.bar'"},
+      {"tiers: {host_bytes: {}}\n", "test.yaml: tiers.host_bytes: expected a value"},
+      {"tiers: {host_bytes: {a: 1}}\n", "test.yaml: tiers.host_bytes: expected a value"},
+      {"tiers:\n  host_bytes:\n", "test.yaml: tiers.host_bytes: expected a value"},
+      {"store: lru\n", "test.yaml: store: expected a section"},
+      {"nvme: {paths: {a: b}}\n", "test.yaml: nvme.paths: expected a list"},
+  };
+  for (const Case& k : cases) {
+    DaemonConfig config;
+    Status st = ApplyYaml(k.yaml, "test.yaml", config);
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << k.yaml;
+    EXPECT_NE(st.message().find(k.message), std::string::npos) << k.yaml << ": " << st.message();
+  }
+}
+
 TEST(DaemonConfigTest, NetworkListenerNeedsAPassword) {
   DaemonConfig c;
   c.unix_path = "/tmp/s";
