@@ -392,15 +392,25 @@ uint32_t DefaultIoThreads(unsigned hardware_threads) {
   return std::clamp<uint32_t>(hardware_threads / 2, 1, 8);
 }
 
-uint64_t AutoNvmeBytes(const std::string& data_dir) {
+AutoNvmeSize AutoNvmeBytes(const std::string& data_dir) {
   std::error_code ec;
   std::filesystem::path dir = data_dir;
   while (!dir.empty() && !std::filesystem::exists(dir, ec)) dir = dir.parent_path();
-  const std::filesystem::space_info space = std::filesystem::space(dir.empty() ? "." : dir, ec);
-  if (ec) return 0;
+  if (dir.empty()) dir = ".";
+  const std::filesystem::space_info space = std::filesystem::space(dir, ec);
+  if (ec) {
+    return {0, "nvme.bytes auto: 0, no NVMe tier: the free space of the file system of " +
+                   dir.string() + " cannot be read (" + ec.message() + ")"};
+  }
   const uint64_t bytes =
       std::min<uint64_t>(space.available / 10, 16ull << 30) & ~((1ull << 20) - 1);
-  return bytes < (64ull << 20) ? 0 : bytes;
+  const std::string tenth = "a tenth of the " + FormatBytes(space.available) +
+                            " free on the file system of " + dir.string();
+  if (bytes < (64ull << 20)) {
+    return {0, "nvme.bytes auto: 0, no NVMe tier: " + tenth +
+                   " is under 64MiB (set nvme.bytes to size the tier)"};
+  }
+  return {bytes, "nvme.bytes auto: " + FormatBytes(bytes) + ", " + tenth + ", at most 16GiB"};
 }
 
 namespace {
@@ -551,12 +561,22 @@ Status Finalize(DaemonConfig& config) {
     config.io_threads = DefaultIoThreads(std::thread::hardware_concurrency());
   if (config.data_dir.empty()) config.data_dir = DefaultDataDir();
   if (config.nvme_bytes == DaemonConfig::kAutoBytes) {
-    config.nvme_bytes = AutoNvmeBytes(config.data_dir);
+    AutoNvmeSize size = AutoNvmeBytes(config.data_dir);
+    config.nvme_bytes = size.bytes;
     config.nvme_bytes_auto = true;
+    config.nvme_bytes_note = std::move(size.note);
   }
   if (config.nvme_bytes != 0 && config.nvme_bytes < (8ull << 20)) {
     return InvalidArgument("nvme.bytes: at least 8MiB (or 0 to turn the tier off), got " +
                            std::to_string(config.nvme_bytes));
+  }
+  // Write-through promises that an acknowledged put is on NVMe; without the tier every put
+  // would still answer OK with nothing durable.
+  if (config.nvme_write_through && config.nvme_bytes == 0) {
+    return InvalidArgument(
+        "nvme.write_through: needs an NVMe tier, and there is none (" +
+        (config.nvme_bytes_auto ? config.nvme_bytes_note : std::string("nvme.bytes is 0")) +
+        "); set nvme.bytes or turn write_through off");
   }
   if (config.nvme_io_backend != "auto" && config.nvme_io_backend != "io_uring" &&
       config.nvme_io_backend != "threads") {

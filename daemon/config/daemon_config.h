@@ -53,6 +53,9 @@ struct DaemonConfig {
   // Set by Finalize when nvme_bytes was auto: the figure is today's default, and a tier already
   // formatted keeps its own size (and its blocks) rather than being reformatted to it.
   bool nvme_bytes_auto = false;
+  // Set by Finalize when nvme_bytes was auto: how it was resolved, for the log and for the note
+  // that says why there is no NVMe tier ("nvme.bytes auto: 0, ...").
+  std::string nvme_bytes_note;
   std::vector<std::string> nvme_paths;
   std::string nvme_io_backend = "auto";  // auto, io_uring, threads
   uint64_t nvme_queue_depth = 32;
@@ -199,11 +202,16 @@ std::optional<uint64_t> CgroupMemoryRoom(const std::string& cgroup_root,
 // (kernels before 3.14).
 std::optional<uint64_t> MemAvailableBytes(const std::string& meminfo);
 
-// The NVMe tier size "auto" resolves to: a tenth of the free space of the file system holding
-// `data_dir` (or its nearest existing parent), capped at 16 GiB, rounded down to 1 MiB; 0 (the
-// tier off) when that is under 64 MiB. It sizes a tier that is formatted afresh: the free space
-// moves (the tier's own file takes some), so a tier already formatted keeps its size.
-uint64_t AutoNvmeBytes(const std::string& data_dir);
+// The NVMe tier size "auto" resolves to, and how (`note`, for the log and the reason the tier is
+// off): a tenth of the free space of the file system holding `data_dir` (or its nearest existing
+// parent), capped at 16 GiB, rounded down to 1 MiB; 0 (the tier off) when that is under 64 MiB or
+// the free space cannot be read. It sizes a tier that is formatted afresh: the free space moves
+// (the tier's own file takes some), so a tier already formatted keeps its size.
+struct AutoNvmeSize {
+  uint64_t bytes = 0;
+  std::string note;
+};
+AutoNvmeSize AutoNvmeBytes(const std::string& data_dir);
 
 // What gpu.bytes "auto" means, for --help and errors: it is resolved when the tier is created,
 // from the device itself (an eighth of its memory, at most half of what is free), so here it stays

@@ -16,6 +16,13 @@ Result<ParseOutcome> Parse(std::vector<const char*> args) {
   return ParseCommandLine(static_cast<int>(args.size()), args.data());
 }
 
+// Writes `yaml` to a file in the test's temporary directory and returns its path.
+std::string WriteConfig(const std::string& name, const std::string& yaml) {
+  const std::string path = ::testing::TempDir() + "/" + name;
+  std::ofstream(path) << yaml;
+  return path;
+}
+
 TEST(DaemonConfigTest, RunsOnEmbeddedDefaults) {
   auto r = Parse({});
   ASSERT_TRUE(r.ok()) << r.status().ToString();
@@ -296,6 +303,43 @@ TEST(DaemonConfigTest, AnAutomaticNvmeSizeIsMarkedAsADefault) {
   EXPECT_NE(c.nvme_bytes, DaemonConfig::kAutoBytes);  // resolved to a figure
 }
 
+// Regression: nvme.write_through was taken with no NVMe tier (nvme.bytes 0, or auto finding too
+// little free space), and every put answered OK with nothing durable.
+TEST(DaemonConfigTest, WriteThroughNeedsAnNvmeTier) {
+  const std::string file = WriteConfig("write_through.yaml", "nvme: {write_through: true}\n");
+  auto r = Parse({"--config", file.c_str(), "--nvme-bytes", "0"});
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("nvme.write_through"), std::string::npos)
+      << r.status().message();
+  EXPECT_NE(r.status().message().find("nvme.bytes is 0"), std::string::npos)
+      << r.status().message();
+  // /proc has no free space: auto resolves to 0, and the error says why.
+  r = Parse({"--config", file.c_str(), "--data-dir", "/proc/kvtier-test"});
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("nvme.write_through"), std::string::npos)
+      << r.status().message();
+  EXPECT_NE(r.status().message().find("free on the file system of /proc"), std::string::npos)
+      << r.status().message();
+  r = Parse({"--config", file.c_str(), "--nvme-bytes", "64MiB"});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE(r->config.nvme_write_through);
+}
+
+// The log says how auto was resolved, and when it gives no tier, which file system was too full.
+TEST(DaemonConfigTest, AnAutomaticNvmeSizeSaysHowItWasResolved) {
+  const AutoNvmeSize none = AutoNvmeBytes("/proc/kvtier-test/data");
+  EXPECT_EQ(none.bytes, 0u);
+  EXPECT_NE(none.note.find("nvme.bytes auto: 0, no NVMe tier"), std::string::npos) << none.note;
+  EXPECT_NE(none.note.find("free on the file system of /proc "), std::string::npos) << none.note;
+  DaemonConfig c;
+  c.unix_path = "/tmp/s";
+  c.data_dir = ::testing::TempDir();
+  ASSERT_TRUE(Finalize(c).ok());
+  EXPECT_NE(c.nvme_bytes_note.find("nvme.bytes auto: "), std::string::npos) << c.nvme_bytes_note;
+  EXPECT_NE(c.nvme_bytes_note.find(::testing::TempDir()), std::string::npos) << c.nvme_bytes_note;
+}
+
 TEST(DaemonConfigTest, NvmeKeysAndFlags) {
   const char* argv[] = {"kvtierd", "--nvme-bytes", "2GiB", "--cold-start", "--data-dir", "/tmp/x"};
   auto r = ParseCommandLine(6, argv);
@@ -437,13 +481,6 @@ TEST(DaemonConfigTest, BadGpuSettingsNameTheirKey) {
     ASSERT_FALSE(st.ok()) << c.yaml;
     EXPECT_NE(st.message().find(c.key), std::string::npos) << st.message();
   }
-}
-
-// Writes `yaml` to a file in the test's temporary directory and returns its path.
-std::string WriteConfig(const std::string& name, const std::string& yaml) {
-  const std::string path = ::testing::TempDir() + "/" + name;
-  std::ofstream(path) << yaml;
-  return path;
 }
 
 // Regression: a directory (a trailing slash, a mistyped path) opened and read as empty, so

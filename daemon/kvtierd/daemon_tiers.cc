@@ -104,10 +104,11 @@ Result<DaemonTiers> OpenTiers(const config::DaemonConfig& c) {
   if (!remote.ok()) return remote.status();
   t.remote = std::move(remote).value();
   if (c.nvme_bytes == 0) {
-    t.nvme_note = "no NVMe tier: nvme.bytes is 0";
+    t.nvme_note = c.nvme_bytes_auto ? c.nvme_bytes_note : "no NVMe tier: nvme.bytes is 0";
     spdlog::info("{}", t.nvme_note);
     return t;
   }
+  if (c.nvme_bytes_auto) spdlog::info("{}", c.nvme_bytes_note);
   auto nvme = OpenNvme(c, arena);
   if (!nvme.ok()) return Status(nvme.status().code(), "NVMe tier: " + nvme.status().message());
   t.nvme = std::move(nvme).value();

@@ -642,6 +642,15 @@ def test_bad_nvme_config_is_refused_naming_the_key(workdir, config_text, named):
     assert named in out, out
 
 
+def test_write_through_without_an_nvme_tier_is_a_config_error(workdir):
+    """Regression: write-through was accepted with the NVMe tier off, and puts answered OK with
+    nothing durable."""
+    status, out = run_with_config(workdir, "nvme: {write_through: true}\n", "--nvme-bytes", "0")
+    assert status == 2, out
+    assert "nvme.write_through" in out and "nvme.bytes is 0" in out, out
+    assert not any((workdir / "data").iterdir()), "a refused start left files behind"
+
+
 def test_without_nvme_tier_stats_say_why_and_all_works(tmp_path):
     d = nvme_daemon(tmp_path, nvme_bytes="0")
     with running(d) as c:
