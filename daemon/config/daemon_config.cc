@@ -1,5 +1,6 @@
 #include "daemon/config/daemon_config.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <yaml-cpp/yaml.h>
@@ -10,6 +11,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -392,25 +394,83 @@ uint32_t DefaultIoThreads(unsigned hardware_threads) {
   return std::clamp<uint32_t>(hardware_threads / 2, 1, 8);
 }
 
-AutoNvmeSize AutoNvmeBytes(const std::string& data_dir) {
+namespace {
+
+// The room where one share of the NVMe tier goes: the free space of the file system holding a
+// directory, or the size of a raw block device (which holds nothing else).
+struct NvmeRoom {
+  std::string where;   // "the file system of /data", "the device /dev/nvme1n1"
+  uint64_t fs_id = 0;  // shares on one file system (st_dev) share its free space
+  uint64_t available_bytes = 0;
+  std::string error;  // why the room could not be measured; empty when it was
+};
+
+NvmeRoom DirectoryRoom(std::filesystem::path dir) {
   std::error_code ec;
-  std::filesystem::path dir = data_dir;
   while (!dir.empty() && !std::filesystem::exists(dir, ec)) dir = dir.parent_path();
   if (dir.empty()) dir = ".";
+  NvmeRoom room{.where = "the file system of " + dir.string()};
   const std::filesystem::space_info space = std::filesystem::space(dir, ec);
-  if (ec) {
-    return {0, "nvme.bytes auto: 0, no NVMe tier: the free space of the file system of " +
-                   dir.string() + " cannot be read (" + ec.message() + ")"};
+  struct stat st {};
+  if (ec || stat(dir.c_str(), &st) != 0) {
+    room.error = ec ? ec.message() : std::strerror(errno);
+    return room;
+  }
+  room.fs_id = st.st_dev;
+  room.available_bytes = space.available;
+  return room;
+}
+
+// An nvme.paths entry: a raw block device is measured itself; a file by its directory, where
+// its file system's free space is (the file may not exist yet).
+NvmeRoom PathRoom(const std::string& path) {
+  struct stat st {};
+  if (stat(path.c_str(), &st) != 0 || !S_ISBLK(st.st_mode)) {
+    return DirectoryRoom(std::filesystem::path(path).parent_path());
+  }
+  NvmeRoom room{.where = "the device " + path, .fs_id = st.st_rdev};
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  const off_t size = fd < 0 ? -1 : lseek(fd, 0, SEEK_END);
+  if (size < 0) room.error = std::strerror(errno);
+  if (fd >= 0) close(fd);
+  room.available_bytes = size < 0 ? 0 : static_cast<uint64_t>(size);
+  return room;
+}
+
+}  // namespace
+
+AutoNvmeSize AutoNvmeBytes(const std::string& data_dir, const std::vector<std::string>& paths) {
+  std::vector<NvmeRoom> rooms;
+  if (paths.empty()) rooms.push_back(DirectoryRoom(data_dir));
+  for (const std::string& path : paths) rooms.push_back(PathRoom(path));
+  std::map<uint64_t, uint64_t> shares_on;  // fs_id -> how many shares it holds
+  for (const NvmeRoom& room : rooms) ++shares_on[room.fs_id];
+  // The tier is split equally between its paths, so the tightest share sets every share: each
+  // file system gives a tenth of its free space, divided between the shares it holds.
+  uint64_t share = UINT64_MAX;
+  std::string measured;
+  for (const NvmeRoom& room : rooms) {
+    if (!room.error.empty()) {
+      return {0, "nvme.bytes auto: 0, no NVMe tier: the free space of " + room.where +
+                     " cannot be read (" + room.error + ")"};
+    }
+    share = std::min(share, room.available_bytes / 10 / shares_on[room.fs_id]);
+    measured += (measured.empty() ? "" : ", ") + FormatBytes(room.available_bytes) + " free on " +
+                room.where;
   }
   const uint64_t bytes =
-      std::min<uint64_t>(space.available / 10, 16ull << 30) & ~((1ull << 20) - 1);
-  const std::string tenth = "a tenth of the " + FormatBytes(space.available) +
-                            " free on the file system of " + dir.string();
+      std::min<uint64_t>(share * rooms.size(), 16ull << 30) & ~((1ull << 20) - 1);
+  const std::string rule =
+      rooms.size() == 1
+          ? "a tenth of the " + measured
+          : "a tenth of the free space of each nvme.paths entry's file system, shared by the "
+            "entries on it, the tightest share times " +
+                std::to_string(rooms.size()) + " (" + measured + ")";
   if (bytes < (64ull << 20)) {
-    return {0, "nvme.bytes auto: 0, no NVMe tier: " + tenth +
+    return {0, "nvme.bytes auto: 0, no NVMe tier: " + rule +
                    " is under 64MiB (set nvme.bytes to size the tier)"};
   }
-  return {bytes, "nvme.bytes auto: " + FormatBytes(bytes) + ", " + tenth + ", at most 16GiB"};
+  return {bytes, "nvme.bytes auto: " + FormatBytes(bytes) + ", " + rule + ", at most 16GiB"};
 }
 
 namespace {
@@ -561,7 +621,7 @@ Status Finalize(DaemonConfig& config) {
     config.io_threads = DefaultIoThreads(std::thread::hardware_concurrency());
   if (config.data_dir.empty()) config.data_dir = DefaultDataDir();
   if (config.nvme_bytes == DaemonConfig::kAutoBytes) {
-    AutoNvmeSize size = AutoNvmeBytes(config.data_dir);
+    AutoNvmeSize size = AutoNvmeBytes(config.data_dir, config.nvme_paths);
     config.nvme_bytes = size.bytes;
     config.nvme_bytes_auto = true;
     config.nvme_bytes_note = std::move(size.note);
@@ -635,8 +695,8 @@ Result<ParseOutcome> ParseCommandLine(int argc, const char* const* argv) {
                  "Host tier size, e.g. 512MiB, 4GiB, or auto (a quarter of free RAM, cap 64GiB)");
   app.add_option("--data-dir", data_dir, "Directory for the NVMe tier and state");
   app.add_option("--nvme-bytes", nvme_bytes,
-                 "NVMe tier size, e.g. 64GiB; 0 turns it off; auto (a tenth of the data "
-                 "directory's free space, cap 16GiB)");
+                 "NVMe tier size, e.g. 64GiB; 0 turns it off; auto (a tenth of the free space "
+                 "of the data directory's file system, or of nvme.paths' ones; cap 16GiB)");
   app.add_option(
       "--gpu-bytes", gpu_bytes,
       std::string("GPU tier size, e.g. 8GiB; 0 turns it off; auto (") + kAutoGpuBytesMeaning + ")");

@@ -205,13 +205,17 @@ std::optional<uint64_t> MemAvailableBytes(const std::string& meminfo);
 // The NVMe tier size "auto" resolves to, and how (`note`, for the log and the reason the tier is
 // off): a tenth of the free space of the file system holding `data_dir` (or its nearest existing
 // parent), capped at 16 GiB, rounded down to 1 MiB; 0 (the tier off) when that is under 64 MiB or
-// the free space cannot be read. It sizes a tier that is formatted afresh: the free space moves
-// (the tier's own file takes some), so a tier already formatted keeps its size.
+// the free space cannot be read. With `paths` (nvme.paths) the blocks go there, not to data_dir,
+// and the tier is split equally between them: each path's file system (of its directory; a raw
+// block device: the device's size) gives a tenth of its room, divided between the paths it holds,
+// and the tightest of these shares times the number of paths is the size, with the same cap and
+// floor. It sizes a tier that is formatted afresh: the free space moves (the tier's own files take
+// some), so a tier already formatted keeps its size.
 struct AutoNvmeSize {
   uint64_t bytes = 0;
   std::string note;
 };
-AutoNvmeSize AutoNvmeBytes(const std::string& data_dir);
+AutoNvmeSize AutoNvmeBytes(const std::string& data_dir, const std::vector<std::string>& paths = {});
 
 // What gpu.bytes "auto" means, for --help and errors: it is resolved when the tier is created,
 // from the device itself (an eighth of its memory, at most half of what is free), so here it stays

@@ -340,6 +340,36 @@ TEST(DaemonConfigTest, AnAutomaticNvmeSizeSaysHowItWasResolved) {
   EXPECT_NE(c.nvme_bytes_note.find(::testing::TempDir()), std::string::npos) << c.nvme_bytes_note;
 }
 
+// Regression: with nvme.paths, auto was sized from the data directory's file system, where the
+// blocks do not go: the tier was off when that one was small, or the paths' disks got a tenth of
+// another disk's free space.
+TEST(DaemonConfigTest, AnAutomaticNvmeSizeMeasuresWhereThePathsAre) {
+  const std::string disk = ::testing::TempDir() + "/auto-disk";
+  std::filesystem::create_directories(disk);
+  // The data directory has no room (/proc), the path's file system has.
+  const AutoNvmeSize on_disk = AutoNvmeBytes("/proc/kvtier-test", {disk + "/blocks.data"});
+  EXPECT_NE(on_disk.note.find("free on the file system of " + disk), std::string::npos)
+      << on_disk.note;
+  EXPECT_EQ(on_disk.note.find("/proc"), std::string::npos) << on_disk.note;
+  // The other way round: the path's file system has no room, so there is no tier.
+  const AutoNvmeSize no_room = AutoNvmeBytes(disk, {"/proc/kvtier-test/blocks.data"});
+  EXPECT_EQ(no_room.bytes, 0u);
+  EXPECT_NE(no_room.note.find("free on the file system of /proc "), std::string::npos)
+      << no_room.note;
+  // Two paths on one file system share its tenth.
+  const AutoNvmeSize two = AutoNvmeBytes(disk, {disk + "/a.data", disk + "/b.data"});
+  EXPECT_NE(two.note.find("times 2"), std::string::npos) << two.note;
+  EXPECT_EQ(two.bytes % (1ull << 20), 0u);
+  // Finalize takes the paths into account.
+  DaemonConfig c;
+  c.unix_path = "/tmp/s";
+  c.data_dir = disk;
+  c.nvme_paths = {"/proc/kvtier-test/blocks.data"};
+  ASSERT_TRUE(Finalize(c).ok());
+  EXPECT_EQ(c.nvme_bytes, 0u);
+  EXPECT_NE(c.nvme_bytes_note.find("/proc"), std::string::npos) << c.nvme_bytes_note;
+}
+
 TEST(DaemonConfigTest, NvmeKeysAndFlags) {
   const char* argv[] = {"kvtierd", "--nvme-bytes", "2GiB", "--cold-start", "--data-dir", "/tmp/x"};
   auto r = ParseCommandLine(6, argv);
