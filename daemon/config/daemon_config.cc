@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 #include <yaml-cpp/yaml.h>
 
@@ -388,6 +389,25 @@ Status FinalizeGpu(const DaemonConfig& config) {
   return Status::Ok();
 }
 
+// A quota in a tier that is off protects nothing: the operator meant a tier the daemon lacks.
+// Checked here, with the sizes resolved, so that the start stops before any tier is created.
+// (A GPU tier configured but not found on the machine is caught when the tiers open, before
+// NVMe: daemon/kvtierd/daemon_tiers.cc.)
+Status CheckQuotaTiers(const DaemonConfig& config) {
+  for (const DaemonConfig::Quota& q : config.quotas) {
+    std::string why;
+    if (q.tier == TierId::kGpu && config.gpu_bytes == 0) why = "gpu.bytes is 0";
+    if (q.tier == TierId::kNvme && config.nvme_bytes == 0) {
+      why = config.nvme_bytes_auto ? config.nvme_bytes_note : "nvme.bytes is 0";
+    }
+    if (why.empty()) continue;
+    return InvalidArgument(std::string("quotas.") + (q.is_namespace ? "namespaces." : "tenants.") +
+                           q.subject + "." + std::string(TierName(q.tier)) + ": no " +
+                           std::string(TierName(q.tier)) + " tier to set a quota in (" + why + ")");
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 uint32_t DefaultIoThreads(unsigned hardware_threads) {
@@ -575,6 +595,14 @@ Status Finalize(DaemonConfig& config) {
   if (config.unix_path.empty() && config.tcp_port == 0) {
     return InvalidArgument("listen: both the Unix socket and TCP are off; nothing to serve");
   }
+  // The socket's path must fit sockaddr_un; found at bind time, it failed the start after the
+  // tiers had been opened (the NVMe file preallocated).
+  if (config.unix_path.size() >= sizeof(sockaddr_un::sun_path)) {
+    return InvalidArgument("listen.unix (--unix): '" + config.unix_path + "' is " +
+                           std::to_string(config.unix_path.size()) + " bytes, at most " +
+                           std::to_string(sizeof(sockaddr_un::sun_path) - 1) +
+                           " fit a Unix socket address");
+  }
   KVTIER_ASSIGN_OR_RETURN(config.tcp_host, ListenAddress("listen.tcp_host", config.tcp_host));
   KVTIER_ASSIGN_OR_RETURN(config.http_host, ListenAddress("listen.http_host", config.http_host));
   if (config.tcp_port != 0 && !IsLoopbackAddress(config.tcp_host) && config.password.empty()) {
@@ -649,6 +677,7 @@ Status Finalize(DaemonConfig& config) {
     return InvalidArgument("nvme: queue_depth and rings must be positive");
   }
   KVTIER_RETURN_IF_ERROR(FinalizeGpu(config));
+  KVTIER_RETURN_IF_ERROR(CheckQuotaTiers(config));
   if (config.mover_threads == 0) {
     return InvalidArgument("placement.mover_threads: must be at least 1");
   }

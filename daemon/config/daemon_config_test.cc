@@ -632,6 +632,8 @@ TEST(DaemonConfigTest, QuotasPerTenantAndNamespace) {
   EXPECT_EQ(c.quotas[2].subject, ns);
   EXPECT_EQ(c.quotas[2].tier, TierId::kGpu);
   EXPECT_EQ(c.quotas[2].bytes, 512ull << 20);
+  c.gpu_bytes = DaemonConfig::kAutoBytes;
+  c.nvme_bytes = 1ull << 30;
   ASSERT_TRUE(Finalize(c).ok());
 
   auto expect_error = [](const std::string& yaml, const std::string& key) {
@@ -646,6 +648,45 @@ TEST(DaemonConfigTest, QuotasPerTenantAndNamespace) {
   expect_error("quotas: {tenants: {a: 1GiB}}", "quotas.tenants.a: expected sizes per tier");
   expect_error("quotas: {namespaces: {abc: {host: 1GiB}}}", "quotas.namespaces.abc");
   expect_error("quotas: [1, 2]", "quotas: expected tenants and namespaces");
+}
+
+// Regression: a quota in a tier that is off was found only after the tiers had opened (the NVMe
+// file preallocated), and the start failed with 1 rather than the config error's 2.
+TEST(DaemonConfigTest, AQuotaInATierThatIsOffIsAConfigError) {
+  const std::string file =
+      WriteConfig("quota_gpu.yaml", "quotas: {tenants: {acme: {gpu: 1GiB}}}\n");
+  auto r = Parse({"--config", file.c_str(), "--nvme-bytes", "0"});
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("quotas.tenants.acme.gpu: no gpu tier"), std::string::npos)
+      << r.status().message();
+  EXPECT_NE(r.status().message().find("gpu.bytes is 0"), std::string::npos);
+  EXPECT_TRUE(Parse({"--config", file.c_str(), "--nvme-bytes", "0", "--gpu-bytes", "auto"}).ok());
+
+  const std::string ns = "0123456789abcdef0123456789abcdef";
+  const std::string nvme =
+      WriteConfig("quota_nvme.yaml", "quotas: {namespaces: {" + ns + ": {nvme: 1GiB}}}\n");
+  r = Parse({"--config", nvme.c_str(), "--nvme-bytes", "0"});
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("quotas.namespaces." + ns + ".nvme: no nvme tier"),
+            std::string::npos)
+      << r.status().message();
+  EXPECT_TRUE(Parse({"--config", nvme.c_str(), "--nvme-bytes", "64MiB"}).ok());
+  const std::string host = WriteConfig("quota_host.yaml", "quotas: {tenants: {a: {host: 1GiB}}}\n");
+  EXPECT_TRUE(Parse({"--config", host.c_str(), "--nvme-bytes", "0"}).ok());
+}
+
+// Regression: a socket path longer than a Unix socket address holds was refused only at bind,
+// after the tiers had opened.
+TEST(DaemonConfigTest, AUnixSocketPathMustFitTheAddress) {
+  const std::string longest = "/tmp/" + std::string(102, 's');  // 107 bytes
+  EXPECT_TRUE(Parse({"--unix", longest.c_str(), "--nvme-bytes", "0"}).ok());
+  const std::string too_long = longest + "s";
+  auto r = Parse({"--unix", too_long.c_str(), "--nvme-bytes", "0"});
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("listen.unix"), std::string::npos) << r.status().message();
+  EXPECT_NE(r.status().message().find("at most 107"), std::string::npos) << r.status().message();
 }
 
 TEST(DaemonConfigTest, HelpListsEveryConfigKey) {

@@ -94,6 +94,13 @@ Result<DaemonTiers> OpenTiers(const config::DaemonConfig& c) {
                : arena.lock_status().ok() ? ", not locked (tiers.mlock is off)"
                                           : ", not locked: " + arena.lock_status().message());
   OpenGpu(c, t);
+  // A GPU tier asked for but not found (no device, no CUDA) leaves its quotas nothing to protect;
+  // said here, before the NVMe tier opens and preallocates its file, rather than by ApplyQuotas.
+  for (const config::DaemonConfig::Quota& q : c.quotas) {
+    if (q.tier != TierId::kGpu || t.gpu) continue;
+    return NotFound(std::string("quotas.") + (q.is_namespace ? "namespaces." : "tenants.") +
+                    q.subject + ".gpu: no gpu tier to set a quota in (" + t.gpu_note + ")");
+  }
   // Pinning serves the copies between the arena and the GPU tier; without one it would only
   // create a CUDA context and lock RAM for nothing.
   if (t.gpu && !c.gpu_fake) {

@@ -44,7 +44,8 @@ struct DaemonTiers {
 // Creates the host tier, registers it with CUDA where possible, creates the GPU tier where there
 // is one (its absence is not an error: gpu_note says why), and opens the NVMe tier (which may find
 // blocks from a previous run). Errors name the setting to fix: a data directory of an
-// incompatible format version is refused here, with both versions in the message.
+// incompatible format version is refused here, with both versions in the message; a quota in a
+// GPU tier that could not be created is kNotFound, returned before the NVMe tier opens.
 Result<DaemonTiers> OpenTiers(const config::DaemonConfig& config);
 
 // Connects to the remote tier's cluster when remote.url is set (OpenTiers calls it). Errors name

@@ -1,6 +1,9 @@
 // kvtierd: the kvtier daemon. Wires configuration, tiers, the store, the RESP server and the HTTP
 // endpoint together, then waits for SIGINT, SIGTERM or SIGHUP.
 //
+// Every listen address is bound once and let go before anything else (ProbeListeners), so that
+// a start that cannot listen fails before the data directory is locked or written.
+//
 // Start-up order: config -> data directory lock -> tiers (host, GPU, NVMe: which finds the blocks
 // of the previous run) -> store (adopting those blocks) -> RESP server -> HTTP -> housekeeping
 // threads (deadlines, NVMe sync, the statistics' history). The tier mover (daemon/mover/) starts
@@ -40,6 +43,7 @@
 #include "daemon/metrics/stats_format.h"
 #include "daemon/metrics/stats_history.h"
 #include "daemon/mover/tier_mover.h"
+#include "daemon/server/listen_probe.h"
 #include "daemon/server/server.h"
 #include "daemon/store/store.h"
 #include "tiers/nvme/sync_schedule.h"
@@ -78,6 +82,20 @@ Status EnsureSocketDir(const std::string& unix_path) {
   std::filesystem::create_directories(dir, ec);
   if (ec) return ErrnoStatus(ec.value(), "listen.unix: create " + dir.string());
   return Status::Ok();
+}
+
+// Binds and lets go of every address kvtierd listens on (daemon/server/listen_probe.h); errors
+// name the key to change.
+Status ProbeListeners(const config::DaemonConfig& c) {
+  auto named = [](const char* key, Status st) {
+    return st.ok() ? st : Status(st.code(), std::string(key) + ": " + st.message());
+  };
+  if (!c.unix_path.empty()) {
+    KVTIER_RETURN_IF_ERROR(
+        named("listen.unix", server::ProbeUnixListener(c.unix_path, c.unix_mode)));
+  }
+  KVTIER_RETURN_IF_ERROR(named("listen.port", server::ProbeTcpListener(c.tcp_host, c.tcp_port)));
+  return named("listen.http_port", server::ProbeTcpListener(c.http_host, c.http_port));
 }
 
 server::ServerOptions ServerOptionsFrom(const config::DaemonConfig& c) {
@@ -238,13 +256,19 @@ int Run(const config::DaemonConfig& c) {
       return 1;
     }
   }
+  if (Status st = EnsureSocketDir(c.unix_path); !st.ok()) {
+    spdlog::error("{}", st.ToString());
+    return 1;
+  }
+  // Before the data directory is touched (the NVMe tier preallocates its file): a start that
+  // cannot listen leaves nothing behind.
+  if (Status st = ProbeListeners(c); !st.ok()) {
+    spdlog::error("{}", st.ToString());
+    return 1;
+  }
   auto lock = DataDirLock::Acquire(c.data_dir);
   if (!lock.ok()) {
     spdlog::error("{}", lock.status().ToString());
-    return 1;
-  }
-  if (Status st = EnsureSocketDir(c.unix_path); !st.ok()) {
-    spdlog::error("{}", st.ToString());
     return 1;
   }
   auto opened = daemon::OpenTiers(c);

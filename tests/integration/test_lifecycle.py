@@ -130,6 +130,33 @@ def test_busy_tcp_port_fails_start_and_leaves_no_socket(daemon, tmp_path):
     assert not pathlib.Path(sock).exists(), "a failed start left its socket file behind"
 
 
+@pytest.mark.parametrize("busy", ["port", "http-port"])
+def test_a_start_that_cannot_listen_writes_nothing(daemon, tmp_path, busy):
+    """Regression: the listeners were bound after the tiers had opened, so a port in use failed
+    the start only once the NVMe tier had preallocated its file in a fresh data directory."""
+    data_dir = tmp_path / "fresh"
+    sock = tmp_path / "fresh.sock"
+    ports = {"port": "0", "http-port": "0", busy: str(daemon.port)}
+    done = subprocess.run([str(BIN_DIR / "kvtierd"), "--unix", str(sock), "--port", ports["port"],
+                           "--http-port", ports["http-port"], "--host-bytes", "16MiB",
+                           "--nvme-bytes", "64MiB", "--data-dir", str(data_dir)],
+                          capture_output=True, timeout=15, stdin=subprocess.DEVNULL)
+    out = (done.stdout + done.stderr).decode(errors="replace")
+    assert done.returncode == 1, out
+    assert "in use" in out and ("listen." + busy.replace("-", "_")) in out, out
+    assert not data_dir.exists(), list(data_dir.rglob("*"))
+    assert not sock.exists()
+
+
+def test_a_unix_socket_path_too_long_is_a_config_error(tmp_path):
+    sock = tmp_path / ("s" * (120 - len(str(tmp_path))))
+    rc, out = kvtierd_once(tmp_path, "--unix", str(sock), "--port", "0", "--http-port", "0",
+                           "--host-bytes", "16MiB", "--data-dir", str(tmp_path / "d"))
+    assert rc == 2, out
+    assert "listen.unix" in out and "at most 107" in out, out
+    assert not (tmp_path / "d").exists()
+
+
 def test_bad_flags(tmp_path):
     rc, out = kvtierd_once(tmp_path, "--no-such-flag")
     assert rc == 2 and "no-such-flag" in out

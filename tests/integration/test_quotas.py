@@ -2,6 +2,7 @@
 noisy tenant streaming through a full host tier leaves a quiet tenant's blocks within its quota
 alone, KVT.QUOTA is an admin's (the Unix socket, as the daemon's user) and never a TCP client's,
 and a quota in a tier the daemon does not have stops it at start with the key named."""
+import pathlib
 import struct
 
 import pytest
@@ -101,4 +102,17 @@ def test_a_quota_in_a_tier_the_daemon_lacks_stops_it_at_start(tmp_path):
                extra_config="quotas:\n  tenants:\n    quiet: {nvme: 1GiB}\n")
     with pytest.raises(RuntimeError):
         d.start()
-    assert "quotas: tenant quiet nvme: no nvme tier to set a quota in" in d.log(), d.log()
+    assert "quotas.tenants.quiet.nvme: no nvme tier to set a quota in" in d.log(), d.log()
+    assert d.proc.returncode == 2, d.log()
+
+
+def test_a_gpu_quota_without_a_gpu_tier_is_a_config_error_that_writes_nothing(tmp_path):
+    """Regression: the quota was checked after the tiers had opened, so the start failed with 1
+    (not the config error's 2) and left the NVMe tier's preallocated file behind."""
+    d = Daemon(tmp_path, host_bytes="32MiB", slab_bytes="4MiB", nvme_bytes="64MiB",
+               extra_config="quotas:\n  tenants:\n    acme: {gpu: 1GiB}\n")
+    with pytest.raises(RuntimeError):
+        d.start()
+    assert "quotas.tenants.acme.gpu: no gpu tier to set a quota in" in d.log(), d.log()
+    assert d.proc.returncode == 2, d.log()
+    assert not pathlib.Path(d.data_dir).exists(), list(pathlib.Path(d.data_dir).rglob("*"))
