@@ -410,6 +410,18 @@ Status CheckQuotaTiers(const DaemonConfig& config) {
 
 }  // namespace
 
+uint64_t MaxCommandBytes(uint64_t max_bulk_bytes, uint64_t max_key_bytes) {
+  // The array and bulk headers, the command's name and its options (SET ... EX n NX, KVT.PUT's
+  // namespace): far below this.
+  constexpr uint64_t kFramingBytes = 64 << 10;
+  uint64_t sum = 0;
+  if (__builtin_add_overflow(max_bulk_bytes, max_key_bytes, &sum) ||
+      __builtin_add_overflow(sum, kFramingBytes, &sum)) {
+    return UINT64_MAX;  // no command can be that long anyway: the bulk limit is what binds
+  }
+  return std::max(kDefaultMaxCommandBytes, sum);
+}
+
 uint32_t DefaultIoThreads(unsigned hardware_threads) {
   return std::clamp<uint32_t>(hardware_threads / 2, 1, 8);
 }
@@ -639,6 +651,7 @@ Status Finalize(DaemonConfig& config) {
     return InvalidArgument(
         "limits: max_bulk_bytes, max_array_len and max_clients must be positive");
   }
+  config.max_command_bytes = MaxCommandBytes(config.max_bulk_bytes, config.max_key_bytes);
   // The file's key is bounded as it is read; the flag only here, before any tier opens (the
   // server would refuse it too, after the tiers had been opened and recovered).
   if (config.io_threads > 256) {

@@ -29,6 +29,11 @@ namespace kvtier::config {
 // compare runs with KVTIERD_ARGS="--io-threads N").
 uint32_t DefaultIoThreads(unsigned hardware_threads);
 
+// The most wire bytes of one command (all its arguments and their framing) when max_bulk_bytes
+// is at most its default: Redis' client-query-buffer-limit, which bounds an MSET of many values
+// as a whole.
+inline constexpr uint64_t kDefaultMaxCommandBytes = 1ull << 30;
+
 struct DaemonConfig {
   // listen
   std::string unix_path;  // default: DefaultSocketPath(); "" turns the socket off
@@ -121,6 +126,9 @@ struct DaemonConfig {
 
   // limits
   uint64_t max_bulk_bytes = 512ull << 20;
+  // Not a key: the most wire bytes of one command, set by Finalize from max_bulk_bytes (see
+  // MaxCommandBytes).
+  uint64_t max_command_bytes = kDefaultMaxCommandBytes;
   uint64_t max_array_len = 1u << 20;
   uint64_t max_inline_bytes = 64u << 10;
   uint64_t max_key_bytes = 64u << 10;
@@ -222,6 +230,13 @@ AutoNvmeSize AutoNvmeBytes(const std::string& data_dir, const std::vector<std::s
 // DaemonConfig::kAutoBytes.
 inline constexpr const char* kAutoGpuBytesMeaning =
     "an eighth of the device's memory, at most half of its free memory";
+
+// The most wire bytes of one command kvtierd takes: one value of `max_bulk_bytes` with a key of
+// `max_key_bytes` and the command's name, options and framing, and never less than
+// kDefaultMaxCommandBytes. A fixed limit made a max_bulk_bytes above it have no effect (a larger
+// SET was refused as "too big command"); this way a command costs at most the memory one value
+// was allowed, and an MSET is bounded as before.
+uint64_t MaxCommandBytes(uint64_t max_bulk_bytes, uint64_t max_key_bytes);
 
 // Parses flags (and the file named by --config). Returns the resolved, validated configuration.
 // `help_text` receives the --help output when --help was given (the caller prints it and exits

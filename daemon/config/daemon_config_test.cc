@@ -689,6 +689,26 @@ TEST(DaemonConfigTest, AUnixSocketPathMustFitTheAddress) {
   EXPECT_NE(r.status().message().find("at most 107"), std::string::npos) << r.status().message();
 }
 
+// Regression: limits.max_bulk_bytes above 1GiB had no effect, since a whole command was held to
+// a fixed 1GiB: a 1.5GB SET was refused as "too big command".
+TEST(DaemonConfigTest, TheCommandLimitMakesRoomForTheLargestValue) {
+  DaemonConfig c;
+  c.unix_path = "/tmp/s";
+  c.nvme_bytes = 0;
+  ASSERT_TRUE(Finalize(c).ok());
+  EXPECT_EQ(c.max_command_bytes, kDefaultMaxCommandBytes);  // the default stays
+
+  const std::string file = WriteConfig("big_bulk.yaml", "limits: {max_bulk_bytes: 1500MB}\n");
+  auto r = Parse({"--config", file.c_str(), "--nvme-bytes", "0"});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->config.max_bulk_bytes, 1'500'000'000u);
+  // A SET of the largest value with the longest key fits.
+  EXPECT_GE(r->config.max_command_bytes, r->config.max_bulk_bytes + r->config.max_key_bytes + 64);
+  EXPECT_LE(r->config.max_command_bytes, r->config.max_bulk_bytes + (1u << 20));
+
+  EXPECT_EQ(MaxCommandBytes(UINT64_MAX - 10, 64 << 10), UINT64_MAX);
+}
+
 TEST(DaemonConfigTest, HelpListsEveryConfigKey) {
   auto r = Parse({"--help"});
   ASSERT_TRUE(r.ok());

@@ -108,6 +108,7 @@ server::ServerOptions ServerOptionsFrom(const config::DaemonConfig& c) {
   o.password = c.password;
   o.io_threads = static_cast<int>(c.io_threads);
   o.max_bulk_bytes = c.max_bulk_bytes;
+  o.max_command_bytes = c.max_command_bytes;
   o.max_array_len = c.max_array_len;
   o.max_inline_bytes = c.max_inline_bytes;
   o.max_key_bytes = c.max_key_bytes;

@@ -8,6 +8,7 @@ import urllib.request
 import pytest
 
 from helpers import RawClient, http_get
+from kvtierd_process import Daemon
 
 # A TLS 1.2 ClientHello, as a client that mistook the port for a TLS one would start.
 TLS_CLIENT_HELLO = bytes.fromhex(
@@ -105,6 +106,24 @@ def test_declared_length_is_not_allocated(kvtierd):
         for s in socks:
             s.close()
     assert_serves(kvtierd)
+
+
+def test_a_bulk_limit_above_a_gib_lets_a_value_that_large_in(tmp_path):
+    """Regression: limits.max_bulk_bytes above 1 GiB had no effect, since a whole command was held
+    to a fixed 1 GiB: a 1.5 GB SET was refused as "too big command" as soon as its length came.
+    The length alone shows it; no value that large is sent."""
+    d = Daemon(tmp_path, extra_config="limits:\n  max_bulk_bytes: 1500MB\n")
+    d.start()
+    try:
+        with socket.create_connection((d.host, d.port), timeout=5) as s:
+            s.sendall(b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$1500000000\r\nabc")
+            s.shutdown(socket.SHUT_WR)  # the client gives up: the server only sees the end
+            reply, closed = read_until_closed(s)
+        assert closed
+        assert b"too big command" not in reply, reply
+        assert_serves(d)
+    finally:
+        assert d.stop() == 0
 
 
 def test_protocol_errors_are_counted(kvtierd):
