@@ -619,8 +619,8 @@ Status Finalize(DaemonConfig& config) {
   KVTIER_ASSIGN_OR_RETURN(config.http_host, ListenAddress("listen.http_host", config.http_host));
   if (config.tcp_port != 0 && !IsLoopbackAddress(config.tcp_host) && config.password.empty()) {
     return InvalidArgument("listen.tcp_host: '" + config.tcp_host +
-                           "' is not a loopback address; set listen.password (--password) "
-                           "before serving on the network");
+                           "' is not a loopback address; set listen.password (or $" + kPasswordEnv +
+                           ") before serving on the network");
   }
   if (config.host_bytes == 0) config.host_bytes = AutoHostBytes();
   if (config.host_bytes < (1ull << 20)) {
@@ -744,7 +744,10 @@ Result<ParseOutcome> ParseCommandLine(int argc, const char* const* argv) {
       std::string("GPU tier size, e.g. 8GiB; 0 turns it off; auto (") + kAutoGpuBytesMeaning + ")");
   app.add_flag("--cold-start", cold_start,
                "Discard the NVMe tier's blocks at start (default: serve them again)");
-  app.add_option("--password", password, "Password clients must AUTH with");
+  app.add_option("--password", password,
+                 "Password clients must AUTH with. Every user of the node can read it in the "
+                 "process list: prefer listen.password in the config file, or $KVTIER_PASSWORD "
+                 "(taken when neither sets one)");
   app.add_option("--remote", remote_url,
                  "Remote tier: redis://[user@]host:port[,host:port...] (a Redis Cluster or "
                  "server; rediss:// for TLS, see remote.tls_*; the password goes in "
@@ -773,6 +776,9 @@ Result<ParseOutcome> ParseCommandLine(int argc, const char* const* argv) {
   if (http_port) c.http_port = *http_port;
   if (data_dir) c.data_dir = *data_dir;
   if (password) c.password = *password;
+  if (const char* pw = std::getenv(kPasswordEnv); c.password.empty() && pw != nullptr) {
+    c.password = pw;
+  }
   if (remote_url) c.remote_url = *remote_url;
   if (const char* pw = std::getenv(kRemotePasswordEnv); pw != nullptr && *pw != '\0') {
     c.remote_password = pw;

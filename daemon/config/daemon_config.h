@@ -43,7 +43,9 @@ struct DaemonConfig {
   uint16_t tcp_port = 6380;  // 0 turns TCP off
   std::string http_host = "127.0.0.1";
   uint16_t http_port = 9480;  // 0 turns HTTP (metrics, stats, dashboard) off
-  std::string password;       // required for a non-loopback tcp_host
+  // Required for a non-loopback tcp_host. From --password, listen.password, or, when neither
+  // sets one, $KVTIER_PASSWORD (kPasswordEnv): the flag is visible to every user of the node.
+  std::string password;
 
   // tiers
   uint64_t host_bytes = 0;  // 0 in the file or flags means "auto": sized from RAM
@@ -251,6 +253,12 @@ Result<ParseOutcome> ParseCommandLine(int argc, const char* const* argv);
 // Applies a YAML document (the config file's text) over `config`. `source` names the file in
 // errors.
 Status ApplyYaml(const std::string& yaml_text, const std::string& source, DaemonConfig& config);
+
+// The environment variable that carries the listen password (listen.password) when neither the
+// config file nor --password sets one. Every user of the node can read a process's command line
+// (/proc/PID/cmdline, ps), but only its own user and root its environment: the deploy files pass
+// the password here, from a Kubernetes Secret or `docker run -e`.
+inline constexpr const char* kPasswordEnv = "KVTIER_PASSWORD";
 
 // The environment variable that carries remote.password (it overrides the config file's): a
 // password never goes on a command line, which every user of the node can read.

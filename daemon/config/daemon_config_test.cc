@@ -581,6 +581,31 @@ TEST(DaemonConfigTest, RemotePasswordFromTheEnvironmentOverridesTheFile) {
   EXPECT_EQ(r->config.remote_password, "from-env");
 }
 
+// Regression: the deploy files passed the password as --password "$KVTIER_PASSWORD", where every
+// user of the node reads it (/proc/PID/cmdline). The environment variable is read itself.
+TEST(DaemonConfigTest, ListenPasswordFromTheEnvironmentWhenNoneIsConfigured) {
+  ASSERT_EQ(setenv(kPasswordEnv, "from-env", 1), 0);
+  auto r = Parse({"--unix", "/tmp/s", "--nvme-bytes", "0"});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->config.password, "from-env");
+  // It lets a network listener start, as a configured password does.
+  const std::string network = WriteConfig("net.yaml", "listen: {tcp_host: 0.0.0.0}\n");
+  r = Parse({"--config", network.c_str(), "--nvme-bytes", "0"});
+  EXPECT_TRUE(r.ok()) << r.status().ToString();
+  // A password configured in the file or by the flag is the one.
+  const std::string file = WriteConfig("listen_pw.yaml", "listen: {password: from-file}\n");
+  r = Parse({"--config", file.c_str(), "--nvme-bytes", "0"});
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->config.password, "from-file");
+  r = Parse({"--password", "from-flag", "--nvme-bytes", "0"});
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->config.password, "from-flag");
+  unsetenv(kPasswordEnv);
+  r = Parse({"--config", network.c_str(), "--nvme-bytes", "0"});
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("listen.tcp_host"), std::string::npos);
+}
+
 TEST(DaemonConfigTest, RemotePasswordIsNeverAFlagNorRepeatedInAnError) {
   EXPECT_FALSE(Parse({"--remote", "127.0.0.1:7000", "--remote-password", "pw"}).ok());
   auto r = Parse({"--remote", "redis://alice:s3cret@127.0.0.1:7000"});

@@ -136,10 +136,15 @@ def test_daemonset_ports_probes_and_password(objs, pod_config):
     assert ports == {"resp": pod_config["listen"]["port"], "http": pod_config["listen"]["http_port"]}
     for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
         assert container[probe]["httpGet"] == {"path": "/healthz", "port": "http"}
-    # A non-loopback TCP listener needs a password; the image's entry point passes this one.
+    # A non-loopback TCP listener needs a password; kvtierd reads this one from its environment.
     assert pod_config["listen"]["tcp_host"] == "0.0.0.0"
     (env,) = [e for e in container["env"] if e["name"] == "KVTIER_PASSWORD"]
     assert "secretKeyRef" in env["valueFrom"]
+    # Never as a flag: every user of the node reads a command line in /proc/PID/cmdline.
+    assert "--password" not in container.get("args", []) + container.get("command", [])
+    entrypoint = [line for line in (REPO / "deploy" / "Dockerfile").read_text().splitlines()
+                  if line.startswith("ENTRYPOINT")]
+    assert entrypoint and not any("--password" in line for line in entrypoint), entrypoint
     assert objs["DaemonSet"]["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] >= 60
 
 
@@ -183,11 +188,14 @@ def test_the_configmap_config_starts_kvtierd(tmp_path, objs):
     config = tmp_path / "kvtierd.yaml"
     config.write_text(objs["ConfigMap"]["data"]["kvtierd.yaml"])
     unix = str(tmp_path / "kvtierd.sock")
-    cmd = [str(BIN_DIR / "kvtierd"), "--config", str(config), "--password", "pw",
+    cmd = [str(BIN_DIR / "kvtierd"), "--config", str(config),
            "--host-bytes", "64MiB", "--nvme-bytes", "0", "--io-threads", "1",
            "--unix", unix, "--port", "0", "--http-port", "0", "--data-dir", str(tmp_path / "d")]
     log = open(tmp_path / "kvtierd.log", "wb")
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    # The password as the DaemonSet gives it: in the environment.
+    env = dict(os.environ, KVTIER_PASSWORD="pw")
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                            env=env)
     try:
         deadline = time.monotonic() + 15
         answered = False

@@ -90,16 +90,19 @@ class Daemon:
             cmd = [str(BIN_DIR / "kvtierd"), "--config", str(config), "--unix", self.unix,
                    "--port", str(self.port), "--http-port", str(self.http_port),
                    "--host-bytes", self.host_bytes, "--data-dir", self.data_dir]
-            if self.password:
-                cmd += ["--password", self.password]
             if self.nvme_bytes is not None:
                 cmd += ["--nvme-bytes", str(self.nvme_bytes)]
             if self.gpu_bytes is not None:
                 cmd += ["--gpu-bytes", str(self.gpu_bytes)]
             cmd += list(extra_args)
+            # The password goes in the environment, as the deploy files pass it: a flag would
+            # show it to every user of the machine.
+            env = {k: v for k, v in os.environ.items() if k != "KVTIER_PASSWORD"}
+            if self.password:
+                env["KVTIER_PASSWORD"] = self.password
             with open(self.log_path, "ab") as log:
                 self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
-                                             stdin=subprocess.DEVNULL)
+                                             stdin=subprocess.DEVNULL, env=env)
             if not wait or self._wait_ready():
                 return
             if self.proc.poll() is None:

@@ -158,7 +158,19 @@ def test_errors_in_redis_wording(kvtierd):
     r.close()
 
 
-# --- AUTH, against a daemon started with --password -------------------------------------------
+# --- AUTH, against a daemon given a password in KVTIER_PASSWORD ----------------------------------
+
+def test_the_password_comes_from_the_environment_not_the_command_line(kvtierd_auth):
+    """Regression: the deploy files passed --password "$KVTIER_PASSWORD", which every user of the
+    node reads in /proc/PID/cmdline. kvtierd reads the variable itself (the fixture sets only
+    it), and AUTH is required with it."""
+    with open(f"/proc/{kvtierd_auth.proc.pid}/cmdline", "rb") as f:
+        cmdline = f.read()
+    assert PASSWORD.encode() not in cmdline and b"--password" not in cmdline
+    with RawClient((kvtierd_auth.host, kvtierd_auth.port)) as c:
+        assert str(c.call("GET", "k")) == "NOAUTH Authentication required."
+        assert c.call("AUTH", PASSWORD) == b"OK"
+
 
 @pytest.mark.parametrize("unix", [False, True], ids=["tcp", "unix"])
 def test_auth_required(kvtierd_auth, unix):
