@@ -799,7 +799,12 @@ Result<ParseOutcome> ParseCommandLine(int argc, const char* const* argv) {
     Status st = Size(&DaemonConfig::host_bytes, "--host-bytes", true)(host_bytes, c);
     if (!st.ok()) return st;
   }
-  KVTIER_RETURN_IF_ERROR(Finalize(c));
+  // The rules across keys see the file and the flags together; the file is named so that an
+  // operator knows where to look, as the errors of its own keys do.
+  if (Status st = Finalize(c); !st.ok()) {
+    if (config_file.empty()) return st;
+    return Status(st.code(), st.message() + " (--config " + config_file + " and the flags)");
+  }
   return outcome;
 }
 

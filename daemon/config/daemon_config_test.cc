@@ -321,6 +321,9 @@ TEST(DaemonConfigTest, WriteThroughNeedsAnNvmeTier) {
       << r.status().message();
   EXPECT_NE(r.status().message().find("free on the file system of /proc"), std::string::npos)
       << r.status().message();
+  // A rule across keys names the file as well as the key.
+  EXPECT_NE(r.status().message().find("(--config " + file + " and the flags)"), std::string::npos)
+      << r.status().message();
   r = Parse({"--config", file.c_str(), "--nvme-bytes", "64MiB"});
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_TRUE(r->config.nvme_write_through);
