@@ -143,6 +143,10 @@ class Tier {
   // size. Tiers whose allocator merges free space freely return `extent` itself.
   virtual Extent ReclaimUnit(const Extent& extent) const { return extent; }
 
+  // The bytes of this tier's space that a block of `bytes` payload bytes takes (the NVMe tier adds
+  // its record header and rounds to its alignment): what a caller that plans room must count.
+  virtual uint64_t FootprintOf(uint64_t bytes) const { return bytes; }
+
   // Records that the block at `extent` was just used, for a tier that keeps recency across a
   // restart (the NVMe tier's catalog); a no-op for the others. Best effort: nothing to report.
   virtual void RecordUse(const Extent& extent) {}

@@ -236,8 +236,8 @@ inline constexpr const char* kAutoGpuBytesMeaning =
 // The most wire bytes of one command kvtierd takes: one value of `max_bulk_bytes` with a key of
 // `max_key_bytes` and the command's name, options and framing, and never less than
 // kDefaultMaxCommandBytes. A fixed limit made a max_bulk_bytes above it have no effect (a larger
-// SET was refused as "too big command"); this way a command costs at most the memory one value
-// was allowed, and an MSET is bounded as before.
+// SET was refused as "too big command"); this way a command above 1 GiB costs at most the memory
+// one value was allowed, and an MSET is bounded as before.
 uint64_t MaxCommandBytes(uint64_t max_bulk_bytes, uint64_t max_key_bytes);
 
 // Parses flags (and the file named by --config). Returns the resolved, validated configuration.

@@ -90,12 +90,11 @@ Status ProbeListeners(const config::DaemonConfig& c) {
   auto named = [](const char* key, Status st) {
     return st.ok() ? st : Status(st.code(), std::string(key) + ": " + st.message());
   };
-  if (!c.unix_path.empty()) {
-    KVTIER_RETURN_IF_ERROR(
-        named("listen.unix", server::ProbeUnixListener(c.unix_path, c.unix_mode)));
-  }
   KVTIER_RETURN_IF_ERROR(named("listen.port", server::ProbeTcpListener(c.tcp_host, c.tcp_port)));
-  return named("listen.http_port", server::ProbeTcpListener(c.http_host, c.http_port));
+  KVTIER_RETURN_IF_ERROR(
+      named("listen.http_port", server::ProbeTcpListener(c.http_host, c.http_port)));
+  if (c.unix_path.empty()) return Status::Ok();
+  return named("listen.unix", server::ProbeUnixListener(c.unix_path, c.unix_mode));
 }
 
 server::ServerOptions ServerOptionsFrom(const config::DaemonConfig& c) {

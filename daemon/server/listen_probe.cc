@@ -10,8 +10,10 @@ Status ProbeUnixListener(const std::string& path, uint32_t mode) {
   boost::asio::io_context io;
   KVTIER_ASSIGN_OR_RETURN(boost::asio::local::stream_protocol::acceptor acceptor,
                           OpenUnixListener(io, path, mode));
-  acceptor.close();
+  // Removed while still listening: meanwhile another daemon that looks at the path finds a live
+  // server and refuses it, never a stale file to replace, so the unlink cannot remove its socket.
   unlink(path.c_str());
+  acceptor.close();
   return Status::Ok();
 }
 

@@ -44,15 +44,19 @@ Result<Extent> Store::AllocateWithEviction(size_t level, uint64_t bytes, Evictio
 }
 
 bool Store::NeedsMoreVictims(size_t level, uint64_t bytes) const {
-  // Below the put tier only moves allocate, on the mover's threads: no request waits for them.
-  // There a block far larger than its neighbours (2 MiB among 4 KiB values on NVMe, 8 KiB each
-  // with the record header) needs more victims than the bound even when they lie side by side;
-  // stopping at it dropped the newer block being demoted while older ones stayed. So it goes on
-  // while the tier's free bytes are under twice the block's: the victims so far freed no more
-  // than this block and the next one like it take.
+  // Below the put tier only moves allocate, on the mover's threads; a request waits for one only
+  // through nvme.write_through, and then at most limits.mover_wait_ms. There a block far larger
+  // than its neighbours (2 MiB among 4 KiB values on NVMe, 8 KiB each with the record header)
+  // needs more victims than the bound even when they lie side by side; stopping at it dropped the
+  // newer block being demoted while older ones stayed. So it goes on while the tier's free bytes
+  // are under twice the block's footprint: the victims so far freed no more than this block and
+  // the next one like it take. Where the victims lie scattered, free bytes can pass that with no
+  // hole large enough, and the block is dropped after twice the victims it needed.
   if (level <= put_level_) return false;
-  const tiers::TierStats stats = tiers_[level]->Stats();
-  return stats.capacity_bytes - std::min(stats.capacity_bytes, stats.reserved_bytes) < 2 * bytes;
+  const tiers::Tier& t = *tiers_[level];
+  const tiers::TierStats stats = t.Stats();
+  return stats.capacity_bytes - std::min(stats.capacity_bytes, stats.reserved_bytes) <
+         2 * t.FootprintOf(bytes);
 }
 
 bool Store::EvictOne(size_t level, EvictionMode mode, uint8_t requester) {

@@ -88,8 +88,10 @@ Store::FlushResult Store::FlushToNvme(uint64_t deadline_us, std::stop_token stop
 }
 
 bool Store::FitsFreeSpace(uint64_t bytes) const {
-  const tiers::TierStats stats = tiers_[LevelOf(TierId::kNvme)]->Stats();
-  return stats.capacity_bytes - std::min(stats.capacity_bytes, stats.reserved_bytes) >= bytes;
+  const tiers::Tier& t = *tiers_[LevelOf(TierId::kNvme)];
+  const tiers::TierStats stats = t.Stats();
+  return stats.capacity_bytes - std::min(stats.capacity_bytes, stats.reserved_bytes) >=
+         t.FootprintOf(bytes);
 }
 
 bool Store::OutOfTime(const FlushState& flush) const {
@@ -104,9 +106,7 @@ Store::FlushOutcome Store::FlushBlock(size_t level, const BlockKey& key, const B
     if (DemoteIntoShadow(level, key, meta) != DemoteOutcome::kMoved) return FlushOutcome::kNotMoved;
     counters.demotions.fetch_add(1);
     on_nvme = meta.shadow;
-    // Its record header and rounding are not known here; the payload is a lower bound, which
-    // only makes NoRoomCanBeMade answer "try" more often.
-    flush.flushed_reserved_bytes += meta.shadow.length;
+    flush.flushed_reserved_bytes += tiers_[LevelOf(TierId::kNvme)]->FootprintOf(meta.shadow.length);
     return FlushOutcome::kAlreadyDurable;
   }
   if (!PinForMove(key, meta)) return FlushOutcome::kNotMoved;
@@ -130,9 +130,13 @@ Store::FlushOutcome Store::FlushBlock(size_t level, const BlockKey& key, const B
 }
 
 bool Store::NoRoomCanBeMade(uint64_t bytes, const FlushState& flush) const {
-  const tiers::TierStats stats = tiers_[LevelOf(TierId::kNvme)]->Stats();
-  return stats.capacity_bytes - std::min(stats.capacity_bytes, flush.flushed_reserved_bytes) <
-         bytes;
+  // In the tier's own bytes (NVMe: with the record header): measured against the payload, a block
+  // that needs a little more than the room left would drop every older block and still not fit.
+  // Where nvme.paths splits the tier into files, an extent must fit within one of them: the
+  // capacity here overstates the room, and such a block may still drop older ones for nothing.
+  const tiers::Tier& t = *tiers_[LevelOf(TierId::kNvme)];
+  const uint64_t capacity = t.Stats().capacity_bytes;
+  return capacity - std::min(capacity, flush.flushed_reserved_bytes) < t.FootprintOf(bytes);
 }
 
 Result<Extent> Store::AllocateForFlush(uint64_t bytes, FlushState& flush, uint64_t& footprint) {

@@ -58,6 +58,7 @@
 #include "tiers/nvme/data_file.h"
 #include "tiers/nvme/extent_allocator.h"
 #include "tiers/nvme/io_backend.h"
+#include "tiers/nvme/nvme_format.h"
 #include "tiers/tier.h"
 
 namespace kvtier::tiers::nvme {
@@ -185,6 +186,8 @@ class NvmeTier final : public Tier {
   // their schedule.
   Status MustSurviveRestart(const Extent& extent) override;
   TierStats Stats() const override;
+  // The record header and the payload rounded to 4 KiB (ExtentFootprint).
+  uint64_t FootprintOf(uint64_t bytes) const override { return ExtentFootprint(bytes); }
   // The NvmeStats fields, through VisitNvmeStats.
   void VisitDeviceStats(const std::function<void(std::string_view, double)>& visit) const override {
     VisitNvmeStats(nvme_stats(), visit);
