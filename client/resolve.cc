@@ -1,5 +1,6 @@
 #include "client/resolve.h"
 
+#include <atomic>
 #include <condition_variable>
 #include <mutex>
 #include <system_error>
@@ -29,6 +30,11 @@ Result<AddrInfoList> ResolveHere(const std::string& host, const std::string& por
   return AddrInfoList(list);
 }
 
+// Resolver threads still running in this process, including those whose callers gave up: while
+// the DNS server is down each runs for glibc's whole retry time, and an engine that reconnects in
+// a loop would otherwise pile them up without bound.
+std::atomic<int> resolver_threads{0};
+
 // Shared between the caller and the resolving thread, so that whichever finishes last frees it
 // (and the answer, if the caller stopped waiting).
 struct PendingLookup {
@@ -41,6 +47,8 @@ struct PendingLookup {
 
 }  // namespace
 
+int RunningResolverThreads() { return resolver_threads.load(); }
+
 Result<AddrInfoList> ResolveStream(const std::string& host, uint16_t port,
                                    std::chrono::milliseconds timeout,
                                    const AddrInfoFunction& resolve) {
@@ -51,6 +59,12 @@ Result<AddrInfoList> ResolveStream(const std::string& host, uint16_t port,
   if (::getaddrinfo(host.c_str(), service.c_str(), &numeric, &list) == 0) return AddrInfoList(list);
   if (timeout.count() <= 0) return ResolveHere(host, service, resolve);
 
+  if (resolver_threads.fetch_add(1) >= kMaxResolverThreads) {
+    resolver_threads.fetch_sub(1);
+    return Busy("resolving '" + host + "': " + std::to_string(kMaxResolverThreads) +
+                " earlier lookups are still waiting for the resolver (is the DNS server "
+                "reachable? an address instead of a name avoids it)");
+  }
   auto pending = std::make_shared<PendingLookup>();
   try {
     std::thread([pending, host, service, resolve] {
@@ -62,8 +76,10 @@ Result<AddrInfoList> ResolveStream(const std::string& host, uint16_t port,
       pending->list.reset(rc == 0 ? answer : nullptr);
       pending->done = true;
       pending->done_cv.notify_all();
+      resolver_threads.fetch_sub(1);
     }).detach();
   } catch (const std::system_error&) {
+    resolver_threads.fetch_sub(1);
     // No thread to be had (a process at its thread limit): resolve here, unbounded as before,
     // rather than fail a connect that the resolver may answer at once.
     return ResolveHere(host, service, resolve);

@@ -24,10 +24,17 @@ using AddrInfoList = std::unique_ptr<addrinfo, AddrInfoFree>;
 using AddrInfoFunction =
     std::function<int(const char* host, const char* port, const addrinfo* hints, addrinfo** list)>;
 
+// Resolver threads that may run at once in a process (callers that gave up included); past it a
+// lookup of a name fails at once with kBusy.
+inline constexpr int kMaxResolverThreads = 8;
+// The resolver threads running now.
+int RunningResolverThreads();
+
 // The stream addresses of `host`:`port`. A numeric address is converted in place; a name is
 // resolved on a thread of its own, waited for at most `timeout` (0: no bound, resolved on the
 // calling thread). kTimeout when the resolver has not answered by then: the thread is left to
-// finish and frees its late answer itself. kNotFound for a name the resolver does not know.
+// finish and frees its late answer itself. kNotFound for a name the resolver does not know;
+// kBusy while kMaxResolverThreads lookups are still running.
 Result<AddrInfoList> ResolveStream(const std::string& host, uint16_t port,
                                    std::chrono::milliseconds timeout,
                                    const AddrInfoFunction& resolve = ::getaddrinfo);

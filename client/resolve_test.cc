@@ -76,6 +76,31 @@ TEST(ResolveTest, AResolverSlowerThanTheTimeoutIsATimeout) {
   while (*resolver.finished == 0) std::this_thread::sleep_for(milliseconds(10));
 }
 
+// While the DNS server is down every lookup's thread runs long after its caller gave up; a
+// client that reconnects in a loop must not pile them up without bound.
+TEST(ResolveTest, ResolverThreadsAreCapped) {
+  for (int waits = 0; RunningResolverThreads() > 0 && waits < 500; ++waits) {
+    std::this_thread::sleep_for(milliseconds(10));  // those of the tests before
+  }
+  ASSERT_EQ(RunningResolverThreads(), 0);
+  SlowResolver resolver{milliseconds(1000)};
+  for (int i = 0; i < kMaxResolverThreads; ++i) {
+    auto list = ResolveStream("kvtierd.example", 6380, milliseconds(1), resolver.Function());
+    ASSERT_EQ(list.status().code(), StatusCode::kTimeout) << i << ": " << list.status().ToString();
+  }
+  auto refused = ResolveStream("kvtierd.example", 6380, milliseconds(1), resolver.Function());
+  EXPECT_EQ(refused.status().code(), StatusCode::kBusy) << refused.status().ToString();
+  // An address needs no thread, and is still converted.
+  EXPECT_TRUE(ResolveStream("127.0.0.1", 6380, milliseconds(1), resolver.Function()).ok());
+  // Once the resolver answers, the threads end and a name is resolved again.
+  for (int waits = 0; RunningResolverThreads() > 0 && waits < 500; ++waits) {
+    std::this_thread::sleep_for(milliseconds(10));
+  }
+  ASSERT_EQ(RunningResolverThreads(), 0);
+  SlowResolver quick{milliseconds(0)};
+  EXPECT_TRUE(ResolveStream("kvtierd.example", 6380, milliseconds(5000), quick.Function()).ok());
+}
+
 TEST(ResolveTest, NoTimeoutResolvesOnTheCallingThread) {
   SlowResolver resolver{milliseconds(0)};
   const std::thread::id caller = std::this_thread::get_id();
