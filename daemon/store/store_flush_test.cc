@@ -202,6 +202,28 @@ TEST_F(StoreFlushBigBlockTest, NoOlderBlockIsDroppedForABlockThatCannotFit) {
   EXPECT_EQ(old_kept, 3u);  // 12 less 8 for block 102 and 1 for block 50
 }
 
+// The same where the tier adds to each block (NVMe: a 4 KiB record header): the room left was
+// measured against the block's payload, so a block a little larger than that room dropped every
+// older block and still did not fit.
+TEST_F(StoreFlushBigBlockTest, NoOlderBlockIsDroppedForABlockWhoseHeaderDoesNotFit) {
+  BuildWithBigBlocks(17, 17, /*big_blocks=*/8);
+  const uint64_t header = kBlock * 3 / 4;
+  nvme().set_block_overhead(header);
+  FillNvmeWithSmallBlocks(9);  // 9 x 1.75 blocks of the 17
+  ASSERT_TRUE(PutBig(101).ok());
+  ASSERT_TRUE(PutBig(102).ok());  // newest
+  // 102 takes 8.75 blocks; the 8.25 left hold 101's payload but not its header.
+  const Store::FlushResult r = store_->FlushToNvme(0);
+  EXPECT_EQ(r.written, 1u);
+  EXPECT_EQ(r.left, 1u);
+  EXPECT_TRUE(r.nvme_full);
+  EXPECT_EQ(BigTierOf(102), TierId::kNvme);
+  EXPECT_EQ(BigTierOf(101), TierId::kHost);
+  uint64_t old_kept = 0;
+  for (uint64_t n = 1; n <= 9; ++n) old_kept += Cached(n);
+  EXPECT_EQ(old_kept, 4u);  // 5 of 1.75 blocks made 102's room (with the 1.25 free)
+}
+
 // The same shape outside a stop: a demotion into NVMe full of small blocks stopped at
 // max_evictions_per_allocation, short of the victims a large block needs, and dropped that block,
 // newer than every NVMe block it had evicted. (Here with the fixture above, which builds it.)

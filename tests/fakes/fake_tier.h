@@ -39,19 +39,25 @@ class FakeTier final : public tiers::Tier {
 
   TierId id() const override { return id_; }
 
+  // Space every block takes beyond its bytes, as the NVMe tier's record header: set before the
+  // first allocation.
+  void set_block_overhead(uint64_t bytes) { overhead_ = bytes; }
+  uint64_t FootprintOf(uint64_t bytes) const override { return bytes + overhead_; }
+
   Result<Extent> Allocate(uint64_t bytes) override {
     if (std::function<void()> hook = std::exchange(on_allocate_, nullptr)) hook();
     if (bytes == 0) return InvalidArgument("empty allocation");
-    if (bytes > capacity_) return Rejected("larger than the fake tier");
+    const uint64_t footprint = FootprintOf(bytes);
+    if (footprint > capacity_) return Rejected("larger than the fake tier");
     MutexLock lock(mu_);
     for (auto it = free_.begin(); it != free_.end(); ++it) {
-      if (it->second < bytes) continue;
+      if (it->second < footprint) continue;
       Extent e{it->first, bytes};
-      uint64_t rest = it->second - bytes;
-      uint64_t rest_offset = it->first + bytes;
+      uint64_t rest = it->second - footprint;
+      uint64_t rest_offset = it->first + footprint;
       free_.erase(it);
       if (rest > 0) free_[rest_offset] = rest;
-      used_ += bytes;
+      used_ += footprint;
       ++blocks_;
       allocated_[e.offset] = bytes;
       return e;
@@ -68,9 +74,9 @@ class FakeTier final : public tiers::Tier {
     }
     allocated_.erase(it);
     must_survive_.erase(e.offset);
-    used_ -= e.length;
+    used_ -= FootprintOf(e.length);
     --blocks_;
-    auto [pos, inserted] = free_.emplace(e.offset, e.length);
+    auto [pos, inserted] = free_.emplace(e.offset, FootprintOf(e.length));
     // Merge with the neighbours so the space can hold larger blocks again.
     auto next = std::next(pos);
     if (next != free_.end() && pos->first + pos->second == next->first) {
@@ -236,6 +242,7 @@ class FakeTier final : public tiers::Tier {
 
   const TierId id_;
   const uint64_t capacity_;
+  uint64_t overhead_ = 0;
   const bool addressable_;
   std::vector<std::byte> bytes_;
   std::atomic<bool> fail_io_{false};
