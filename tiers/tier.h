@@ -10,6 +10,7 @@
 // guarantees one writer and no readers while a block is being written).
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -57,6 +58,9 @@ struct TierStats {
   // 1 - used / reserved: the share of set-aside space that holds no block bytes (slot rounding
   // and empty slots in partly used slabs). 0 when nothing is reserved.
   double fragmentation = 0.0;
+
+  // Room not set aside: what one allocation could get at most (in one hole or not).
+  uint64_t free_bytes() const { return capacity_bytes - std::min(capacity_bytes, reserved_bytes); }
 };
 
 // How a client on the node maps a tier's memory, so that it reads leased blocks (and writes

@@ -648,8 +648,8 @@ class Store {
   FlushOutcome FlushBlock(size_t level, const BlockKey& key, const index::BlockMeta& meta,
                           FlushState& flush, Extent& on_nvme);
   // Room on NVMe for `bytes`, dropping older NVMe blocks (oldest first) until a hole fits it.
-  // kBusy when none fits and none can be made; `footprint`: the NVMe bytes the extent takes.
-  Result<Extent> AllocateForFlush(uint64_t bytes, FlushState& flush, uint64_t& footprint);
+  // kBusy when none fits and none can be made.
+  Result<Extent> AllocateForFlush(uint64_t bytes, FlushState& flush);
   // True when NVMe's capacity less the flushed blocks' footprints is under `bytes`.
   bool NoRoomCanBeMade(uint64_t bytes, const FlushState& flush) const;
   // True when NVMe's free bytes, holes together, reach `bytes`.

@@ -54,9 +54,7 @@ bool Store::NeedsMoreVictims(size_t level, uint64_t bytes) const {
   // hole large enough, and the block is dropped after twice the victims it needed.
   if (level <= put_level_) return false;
   const tiers::Tier& t = *tiers_[level];
-  const tiers::TierStats stats = t.Stats();
-  return stats.capacity_bytes - std::min(stats.capacity_bytes, stats.reserved_bytes) <
-         2 * t.FootprintOf(bytes);
+  return t.Stats().free_bytes() < 2 * t.FootprintOf(bytes);
 }
 
 bool Store::EvictOne(size_t level, EvictionMode mode, uint8_t requester) {
@@ -229,11 +227,7 @@ bool Store::AdmitBelow(size_t level, const BlockKey& key, const BlockMeta& meta)
   // victim: writing it would only push out a block more likely to be read again.
   tiers::Tier& below = *tiers_[level + 1];
   if (!EvictionDrops(level + 1)) return true;
-  const tiers::TierStats stats = below.Stats();
-  if (stats.capacity_bytes - std::min(stats.capacity_bytes, stats.reserved_bytes) >=
-      meta.extent.length) {
-    return true;
-  }
+  if (below.Stats().free_bytes() >= meta.extent.length) return true;
   return LastTierAdmits(level + 1, key, meta.quota_group);
 }
 

@@ -89,9 +89,7 @@ Store::FlushResult Store::FlushToNvme(uint64_t deadline_us, std::stop_token stop
 
 bool Store::FitsFreeSpace(uint64_t bytes) const {
   const tiers::Tier& t = *tiers_[LevelOf(TierId::kNvme)];
-  const tiers::TierStats stats = t.Stats();
-  return stats.capacity_bytes - std::min(stats.capacity_bytes, stats.reserved_bytes) >=
-         t.FootprintOf(bytes);
+  return t.Stats().free_bytes() >= t.FootprintOf(bytes);
 }
 
 bool Store::OutOfTime(const FlushState& flush) const {
@@ -110,8 +108,7 @@ Store::FlushOutcome Store::FlushBlock(size_t level, const BlockKey& key, const B
     return FlushOutcome::kAlreadyDurable;
   }
   if (!PinForMove(key, meta)) return FlushOutcome::kNotMoved;
-  uint64_t footprint = 0;
-  Result<Extent> dst = AllocateForFlush(meta.extent.length, flush, footprint);
+  Result<Extent> dst = AllocateForFlush(meta.extent.length, flush);
   if (!dst.ok()) {
     UnpinAfterMove(key);
     // kBusy: NVMe has no room for this block and cannot be given any without dropping a block
@@ -123,7 +120,7 @@ Store::FlushOutcome Store::FlushBlock(size_t level, const BlockKey& key, const B
   if (!MovePinned(level, LevelOf(TierId::kNvme), key, meta, *dst).ok()) {
     return FlushOutcome::kNotMoved;
   }
-  flush.flushed_reserved_bytes += footprint;
+  flush.flushed_reserved_bytes += tiers_[LevelOf(TierId::kNvme)]->FootprintOf(meta.extent.length);
   counters.demotions.fetch_add(1);
   on_nvme = *dst;
   return FlushOutcome::kWritten;
@@ -139,7 +136,7 @@ bool Store::NoRoomCanBeMade(uint64_t bytes, const FlushState& flush) const {
   return capacity - std::min(capacity, flush.flushed_reserved_bytes) < t.FootprintOf(bytes);
 }
 
-Result<Extent> Store::AllocateForFlush(uint64_t bytes, FlushState& flush, uint64_t& footprint) {
+Result<Extent> Store::AllocateForFlush(uint64_t bytes, FlushState& flush) {
   const size_t nvme = LevelOf(TierId::kNvme);
   tiers::Tier& t = *tiers_[nvme];
   // Above a remote tier the victims are published before they are dropped (the remote client
@@ -159,9 +156,7 @@ Result<Extent> Store::AllocateForFlush(uint64_t bytes, FlushState& flush, uint64
   const uint64_t max_picks = t.Stats().block_count + 1;
   std::vector<std::pair<BlockKey, BlockMeta>> victims;
   for (uint64_t picks = 0; picks <= max_picks;) {
-    const uint64_t reserved_before = t.Stats().reserved_bytes;
     Result<Extent> extent = t.Allocate(bytes);
-    if (extent.ok()) footprint = t.Stats().reserved_bytes - reserved_before;
     if (extent.ok() || extent.status().code() != StatusCode::kBusy) return extent;
     // Nothing older is left, or the blocks this flush wrote leave too little room for this one
     // whatever is dropped: the older blocks stay rather than go for room no block can use.

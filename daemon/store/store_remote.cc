@@ -214,7 +214,7 @@ void Store::MakeRoomBelowByPublishing(size_t level,
   }
   tiers::Tier& below = *tiers_[level + 1];
   const tiers::TierStats stats = below.Stats();
-  const uint64_t free = stats.capacity_bytes - std::min(stats.capacity_bytes, stats.reserved_bytes);
+  const uint64_t free = stats.free_bytes();
   if (needed <= free) return;
   const uint64_t target = stats.used_bytes - std::min(stats.used_bytes, needed - free);
   (void)EvictToTarget(below.id(), target, std::max<size_t>(victims.size(), kPublishBatch));
