@@ -141,6 +141,10 @@ class NvmeTier final : public Tier {
     // sees recency. Costs one small unsynced RocksDB write per read.
     bool record_access_on_read = true;
     rocksdb::Env* catalog_env = nullptr;  // tests: a power-cut emulator; nullptr: default
+    // Tests only (empty otherwise): called on the writing thread once a WriteBlock has put its
+    // catalog record, before the write returns and with no lock held, so that a test can run
+    // other calls at exactly that point. Not on the writing thread: a batch's state is per thread.
+    std::function<void(const Extent&)> record_put_hook;
   };
 
   // Opens or creates the tier. `backend` replaces the one Options::io would build (tests wrap the

@@ -117,6 +117,7 @@ Status NvmeTier::FinishWrite(const Extent& extent, bool must_survive_restart, Pl
     Status recorded = PutRecord(extent.offset, p.entry, /*access=*/false);
     if (!recorded.ok() && must_survive_restart) return recorded;
     p.entry.durable = recorded.ok();
+    if (p.entry.durable && options_.record_put_hook) options_.record_put_hook(extent);
   }
   {
     MutexLock lock(mu_);
