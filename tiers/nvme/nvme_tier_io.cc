@@ -112,17 +112,22 @@ Status NvmeTier::FinishWrite(const Extent& extent, bool must_survive_restart, Pl
   device_bytes_written_ += p.plan.device_bytes;
   if (options_.sync_writes) KVTIER_RETURN_IF_ERROR(io_->Sync(p.file->fd()));
   if (p.entry.durable) {
+    // The record and the block's entry change under one hold of catalog_mu_: in between, the
+    // Free of a newer copy that took the record over would look for this copy in blocks_, not
+    // find it, and delete the record instead of passing it back (PassRecordOn).
+    MutexLock catalog_lock(catalog_mu_);
     // A block the catalog cannot record is served until the restart and gone after it: kept as
     // such, except a copy the caller acknowledges as durable (a write-through copy), which fails.
-    Status recorded = PutRecord(extent.offset, p.entry, /*access=*/false);
+    Status recorded = PutRecordLocked(extent.offset, p.entry, /*access=*/false);
     if (!recorded.ok() && must_survive_restart) return recorded;
     p.entry.durable = recorded.ok();
-    if (p.entry.durable && options_.record_put_hook) options_.record_put_hook(extent);
-  }
-  {
+    MutexLock lock(mu_);
+    blocks_[extent.offset] = p.entry;
+  } else {
     MutexLock lock(mu_);
     blocks_[extent.offset] = p.entry;
   }
+  if (p.entry.durable && options_.record_put_hook) options_.record_put_hook(extent);
   ++writes_;
   bytes_admitted_ += p.entry.payload_bytes;
   unsynced_blocks_.fetch_add(1, std::memory_order_acq_rel);

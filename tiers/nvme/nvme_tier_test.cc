@@ -370,6 +370,34 @@ TEST_P(NvmeTierTest, FreeingTheNewerCopyOfABlockKeepsTheOlderOneRecorded) {
   EXPECT_TRUE(tier->TakeRecovered().empty());
 }
 
+// Two copies of one block written at once: the older copy's record is put, and before its
+// WriteBlock returns, a newer copy takes the record over and is freed. The record must pass back
+// to the older copy, whose write returned and which was never freed, rather than be deleted
+// because the older copy is not yet among the tier's blocks.
+TEST_P(NvmeTierTest, ACopyFinishingItsWriteGetsTheRecordBackWhenANewerCopyIsFreedMeanwhile) {
+  auto o = Opts();
+  std::unique_ptr<NvmeTier> tier;
+  Extent older;
+  o.record_put_hook = [&](const Extent& e) {
+    if (e != older) return;
+    std::thread newer([&] { tier->Free(Put(*tier, 1, 8192)); });
+    newer.join();
+  };
+  tier = OpenTier(o);
+  older = *tier->Allocate(8192);
+  AlignedBuffer buf(8192);
+  Fill(buf.span(), 1);
+  ASSERT_TRUE(tier->WriteBlock(older, Id(1), buf.span()).ok());
+  EXPECT_TRUE(tier->MustSurviveRestart(older).ok());
+  tier.reset();
+  o.record_put_hook = nullptr;
+  tier = OpenTier(o);
+  auto rec = tier->TakeRecovered();
+  ASSERT_EQ(rec.size(), 1u);
+  EXPECT_EQ(rec[0].extent, older);
+  EXPECT_TRUE(ReadsBack(*tier, older, 1));
+}
+
 // Freeing an extent twice is a caller bug the tier counts. When the space has meanwhile gone to a
 // block of another size at the same offset, the stale Free must not take that block's
 // bookkeeping and catalog record with it (the block would read as missing and be lost at the
