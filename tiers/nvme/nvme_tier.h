@@ -166,7 +166,8 @@ class NvmeTier final : public Tier {
   void Free(const Extent& extent) override;
   // Stores src (0 < size <= extent.length) as block `id`. kInvalidArgument for a bad size or an
   // extent not allocated; kDeviceError when the device failed (nothing is recorded: free the
-  // extent). A catalog failure is not an error (the block is served, but lost at restart).
+  // extent). A catalog failure is not an error (the block is served, but lost at restart). A block
+  // the extent still holds is replaced: it and its record go first, as at a Free.
   Status WriteBlock(const Extent& extent, const BlockIdentity& id,
                     std::span<const std::byte> src) override;
   // Reads block `id` into dst: the whole block, or its first dst.size() bytes (the whole block is

@@ -429,6 +429,30 @@ TEST(NvmeTierCatalogFaultTest, WhileTheDeleteKeepsFailingTheExtentsNextBlockIsNo
   }
 }
 
+// A rewrite of an extent that fails on the device leaves no block there (WriteBlock: free the
+// extent), and no record either: the one of the block the extent held must not outlive the Free
+// and bring that block back at the restart.
+TEST(NvmeTierRewriteFaultTest, AFailedRewriteLeavesNoRecordOfTheBlockTheExtentHeld) {
+  testing::TempDir dir;
+  auto faults = std::make_shared<FaultInjector>();
+  NvmeTier::Options o = Opts(dir.path());
+  o.io.fault_filter = faults;
+  {
+    auto tier = MustOpen(o);
+    AlignedBuffer buf(8192);
+    Fill(buf.span(), 1);
+    const Extent e = *tier->Allocate(buf.size());
+    ASSERT_TRUE(tier->WriteBlock(e, Id(1), buf.span()).ok());
+    faults->Set({.fault = Fault::kEio, .reads = false, .nth = 1});
+    EXPECT_EQ(tier->WriteBlock(e, Id(1), buf.span()).code(), StatusCode::kDeviceError);
+    EXPECT_EQ(tier->MustSurviveRestart(e).code(), StatusCode::kNotFound);
+    tier->Free(e);
+  }
+  o.io.fault_filter = nullptr;
+  auto tier = MustOpen(o);
+  EXPECT_TRUE(tier->TakeRecovered().empty());
+}
+
 // ---------------------------------------------------------------------------------------------
 // (c) Bit flips in payloads, record headers and catalog values: all detected.
 
