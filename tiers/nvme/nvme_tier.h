@@ -259,7 +259,8 @@ class NvmeTier final : public Tier {
   Result<Entry> ExpectedAt(const BlockRead& r, bool check_identity);
   Status FinishBlockRead(const BlockRead& r, const PlannedIo& p,
                          std::span<const IoRequest> requests, bool record_access);
-  Status ReadPrefix(const BlockRead& r, bool check_identity);
+  Status ReadPrefix(const BlockRead& r, const Entry& expected, bool record_access,
+                    std::vector<IoRequest>& requests);
   void SubmitPlanned(std::span<PlannedIo> planned, std::vector<IoRequest>& requests);
   Status IoStatus(const PlannedIo& p, std::span<const IoRequest> requests);
   Status VerifyRead(const Extent& extent, const Entry& expected, std::span<const std::byte> header,

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "common/clock.h"
@@ -237,14 +238,14 @@ void NvmeTier::ReadBatch(std::span<BlockRead> reads, bool check_identity) {
   planned.clear();
   // Reads of a block's first bytes only need the whole block for its checksum: they go one by one
   // through ReadPrefix after the batch, which has planned into the same staging slots.
-  std::vector<size_t> prefixes;
+  std::vector<std::pair<size_t, Entry>> prefixes;
   for (size_t i = 0; i < reads.size(); ++i) {
     BlockRead& r = reads[i];
     Result<Entry> expected = ExpectedAt(r, check_identity);
     if (!expected.ok()) {
       r.status = expected.status();
     } else if (r.dst.size() < expected->payload_bytes) {
-      prefixes.push_back(i);
+      prefixes.emplace_back(i, *expected);
     } else {
       planned.push_back(PlanBlockRead(r, *expected, i, planned.size()));
     }
@@ -254,7 +255,9 @@ void NvmeTier::ReadBatch(std::span<BlockRead> reads, bool check_identity) {
     // Read (no identity) is the checksummed plain path: it leaves recency alone.
     reads[p.block].status = FinishBlockRead(reads[p.block], p, requests, check_identity);
   }
-  for (size_t i : prefixes) reads[i].status = ReadPrefix(reads[i], check_identity);
+  for (const auto& [i, expected] : prefixes) {
+    reads[i].status = ReadPrefix(reads[i], expected, check_identity, requests);
+  }
 }
 
 // Block `block` of a batch, the whole of which r.dst takes, read into staging slot `slot`.
@@ -299,15 +302,17 @@ Status NvmeTier::FinishBlockRead(const BlockRead& r, const PlannedIo& p,
 }
 
 // A prefix (Tier::Read's contract): the checksum needs the whole payload, so the whole block is
-// read into a per-thread buffer and the prefix copied out.
-Status NvmeTier::ReadPrefix(const BlockRead& r, bool check_identity) {
-  KVTIER_ASSIGN_OR_RETURN(Entry expected, ExpectedAt(r, check_identity));
+// read into a per-thread buffer and the prefix copied out. `expected` is what the batch found at
+// the extent; `requests` is the batch's list, done with by now.
+Status NvmeTier::ReadPrefix(const BlockRead& r, const Entry& expected, bool record_access,
+                            std::vector<IoRequest>& requests) {
   thread_local AlignedBuffer whole;
   if (whole.size() < expected.payload_bytes) whole = AlignedBuffer(expected.payload_bytes);
   if (whole.data() == nullptr) return Busy("nvme: out of memory for a partial read");
-  BlockRead all{r.extent, expected.id, {whole.data(), expected.payload_bytes}, {}};
-  ReadBatch({&all, 1}, check_identity);
-  KVTIER_RETURN_IF_ERROR(all.status);
+  const BlockRead all{r.extent, expected.id, {whole.data(), expected.payload_bytes}, {}};
+  PlannedIo p = PlanBlockRead(all, expected, /*block=*/0, /*slot=*/0);
+  SubmitPlanned({&p, 1}, requests);
+  KVTIER_RETURN_IF_ERROR(FinishBlockRead(all, p, requests, record_access));
   std::memcpy(r.dst.data(), whole.data(), r.dst.size());
   return Status::Ok();
 }
