@@ -576,8 +576,8 @@ Result<ParseOutcome> ParseCommandLine(int argc, const char* const* argv) {
                "Discard the NVMe tier's blocks at start (default: serve them again)");
   app.add_option("--password", password,
                  "Password clients must AUTH with. Every user of the node can read it in the "
-                 "process list: prefer listen.password in the config file, or $KVTIER_PASSWORD "
-                 "(taken when neither sets one)");
+                 "process list: prefer $KVTIER_PASSWORD (which overrides listen.password) or "
+                 "listen.password in the config file");
   app.add_option("--remote", remote_url,
                  "Remote tier: redis://[user@]host:port[,host:port...] (a Redis Cluster or "
                  "server; rediss:// for TLS, see remote.tls_*; the password goes in "
@@ -605,10 +605,10 @@ Result<ParseOutcome> ParseCommandLine(int argc, const char* const* argv) {
   if (port) c.tcp_port = *port;
   if (http_port) c.http_port = *http_port;
   if (data_dir) c.data_dir = *data_dir;
+  // Both passwords: the flag, else the environment, else the file (a Secret handed to the
+  // environment overrides a config map's key, as the kvtier CLI's --password does its variable).
+  if (const char* pw = std::getenv(kPasswordEnv); pw != nullptr && *pw != '\0') c.password = pw;
   if (password) c.password = *password;
-  if (const char* pw = std::getenv(kPasswordEnv); c.password.empty() && pw != nullptr) {
-    c.password = pw;
-  }
   if (remote_url) c.remote_url = *remote_url;
   if (const char* pw = std::getenv(kRemotePasswordEnv); pw != nullptr && *pw != '\0') {
     c.remote_password = pw;

@@ -43,8 +43,8 @@ struct DaemonConfig {
   uint16_t tcp_port = 6380;  // 0 turns TCP off
   std::string http_host = "127.0.0.1";
   uint16_t http_port = 9480;  // 0 turns HTTP (metrics, stats, dashboard) off
-  // Required for a non-loopback tcp_host. From --password, listen.password, or, when neither
-  // sets one, $KVTIER_PASSWORD (kPasswordEnv): the flag is visible to every user of the node.
+  // Required for a non-loopback tcp_host. From --password, else $KVTIER_PASSWORD (kPasswordEnv)
+  // when set and not empty, else listen.password: the flag is visible to every user of the node.
   std::string password;
 
   // tiers

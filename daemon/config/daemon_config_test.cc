@@ -586,7 +586,7 @@ TEST(DaemonConfigTest, RemotePasswordFromTheEnvironmentOverridesTheFile) {
 
 // Regression: the deploy files passed the password as --password "$KVTIER_PASSWORD", where every
 // user of the node reads it (/proc/PID/cmdline). The environment variable is read itself.
-TEST(DaemonConfigTest, ListenPasswordFromTheEnvironmentWhenNoneIsConfigured) {
+TEST(DaemonConfigTest, ListenPasswordFromTheEnvironmentOverridesTheFile) {
   ASSERT_EQ(setenv(kPasswordEnv, "from-env", 1), 0);
   auto r = Parse({"--unix", "/tmp/s", "--nvme-bytes", "0"});
   ASSERT_TRUE(r.ok()) << r.status().ToString();
@@ -595,14 +595,19 @@ TEST(DaemonConfigTest, ListenPasswordFromTheEnvironmentWhenNoneIsConfigured) {
   const std::string network = WriteConfig("net.yaml", "listen: {tcp_host: 0.0.0.0}\n");
   r = Parse({"--config", network.c_str(), "--nvme-bytes", "0"});
   EXPECT_TRUE(r.ok()) << r.status().ToString();
-  // A password configured in the file or by the flag is the one.
+  // The flag, else the environment, else the file: as KVTIER_REMOTE_PASSWORD and the kvtier CLI.
   const std::string file = WriteConfig("listen_pw.yaml", "listen: {password: from-file}\n");
   r = Parse({"--config", file.c_str(), "--nvme-bytes", "0"});
   ASSERT_TRUE(r.ok());
-  EXPECT_EQ(r->config.password, "from-file");
-  r = Parse({"--password", "from-flag", "--nvme-bytes", "0"});
+  EXPECT_EQ(r->config.password, "from-env");
+  r = Parse({"--config", file.c_str(), "--password", "from-flag", "--nvme-bytes", "0"});
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->config.password, "from-flag");
+  // An empty variable sets nothing (as KVTIER_REMOTE_PASSWORD's).
+  ASSERT_EQ(setenv(kPasswordEnv, "", 1), 0);
+  r = Parse({"--config", file.c_str(), "--nvme-bytes", "0"});
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->config.password, "from-file");
   unsetenv(kPasswordEnv);
   r = Parse({"--config", network.c_str(), "--nvme-bytes", "0"});
   ASSERT_FALSE(r.ok());
