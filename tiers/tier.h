@@ -141,11 +141,12 @@ class Tier {
     return Status(StatusCode::kRejected, "this tier cannot be mapped by clients");
   }
 
-  // The range of this tier's space that is given back as a whole once every block in it is freed
-  // (a slab, for slab allocators), containing `extent`. The store evicts every block in that range
-  // when evicting least-recently-used blocks one by one cannot make room for a block of another
-  // size. Tiers whose allocator merges free space freely return `extent` itself.
-  virtual Extent ReclaimUnit(const Extent& extent) const { return extent; }
+  // The range the store empties (it evicts every block that starts inside it) when evicting
+  // least-recently-used blocks one by one cannot make room for a block of `room_bytes` payload
+  // bytes: for slab allocators the slab (or run of slabs) containing `victim`, given back as a
+  // whole once its blocks are gone; for the NVMe tier, whose free space merges freely, the block's
+  // footprint from the victim on (tiers/room_window.h). The default: `victim` itself.
+  virtual Extent ReclaimUnit(const Extent& victim, uint64_t room_bytes) const { return victim; }
 
   // The bytes of this tier's space that a block of `bytes` payload bytes takes (the NVMe tier adds
   // its record header and rounds to its alignment): what a caller that plans room must count.

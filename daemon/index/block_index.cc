@@ -419,8 +419,9 @@ std::vector<std::pair<BlockKey, BlockMeta>> BlockIndex::EvictableInRange(TierId 
                                                                          uint64_t now_us) const {
   std::vector<std::pair<BlockKey, BlockMeta>> found;
   ForEach([&](const BlockKey& key, const BlockMeta& meta) {
+    // Starts inside, not lies inside: an NVMe block's extent is its payload, its footprint longer.
     if (meta.tier == tier && Evictable(meta, now_us) && meta.extent.offset >= range.offset &&
-        meta.extent.offset + meta.extent.length <= range.offset + range.length) {
+        meta.extent.offset - range.offset < range.length) {
       found.emplace_back(key, meta);
     }
   });

@@ -158,8 +158,9 @@ class BlockIndex {
   // use (EvictionPolicy::PutBack).
   void Unpick(const BlockKey& key);
 
-  // Ready, unleased blocks of `tier` unpinned at `now_us` whose extent lies inside `range`: what
-  // the store evicts to give a whole slab back. A full scan of the index, for a rare event.
+  // Ready, unleased blocks of `tier` unpinned at `now_us` whose extent starts inside `range` (a
+  // Tier::ReclaimUnit): what the store evicts to give a whole slab back, or to free a contiguous
+  // range on NVMe. A full scan of the index, for a rare event.
   std::vector<std::pair<BlockKey, BlockMeta>> EvictableInRange(TierId tier, const Extent& range,
                                                                uint64_t now_us) const;
 

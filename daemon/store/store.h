@@ -445,7 +445,7 @@ class Store {
   bool EvictOne(size_t level, EvictionMode mode = EvictionMode::kDemote, uint8_t requester = 0);
   // Empties the tier's reclaim unit (slab) around its least recently used block, for a block size
   // that LRU eviction of other sizes cannot make room for. false: nothing could go.
-  bool EvictReclaimUnit(size_t level, EvictionMode mode, uint8_t requester);
+  bool EvictReclaimUnit(size_t level, EvictionMode mode, uint8_t requester, uint64_t bytes);
   // True when an allocation of `bytes` below the put tier should evict past
   // max_evictions_per_allocation (see its definition).
   bool NeedsMoreVictims(size_t level, uint64_t bytes) const;

@@ -15,7 +15,8 @@ using index::BlockState;
 
 // How many single LRU victims an allocation tries before it empties a whole reclaim unit instead.
 // Blocks of one size free slots of their own size after one eviction; a long streak of failures
-// means the space is held by slabs of other sizes (slab calcification).
+// means the space is held by slabs of other sizes (slab calcification), or, on NVMe, by smaller
+// blocks whose least recently used ones lie apart.
 constexpr int kEvictionsBeforeReclaim = 4;
 constexpr int kReclaimAttempts = 4;
 
@@ -34,7 +35,8 @@ Result<Extent> Store::AllocateWithEviction(size_t level, uint64_t bytes, Evictio
     }
     const bool reclaim = evicted >= kEvictionsBeforeReclaim && reclaims < kReclaimAttempts;
     if (reclaim) ++reclaims;
-    if (!(reclaim ? EvictReclaimUnit(level, mode, requester) : EvictOne(level, mode, requester))) {
+    if (!(reclaim ? EvictReclaimUnit(level, mode, requester, bytes)
+                  : EvictOne(level, mode, requester))) {
       break;
     }
   }
@@ -50,8 +52,10 @@ bool Store::NeedsMoreVictims(size_t level, uint64_t bytes) const {
   // needs more victims than the bound even when they lie side by side; stopping at it dropped the
   // newer block being demoted while older ones stayed. So it goes on while the tier's free bytes
   // are under twice the block's footprint: the victims so far freed no more than this block and
-  // the next one like it take. Where the victims lie scattered, free bytes can pass that with no
-  // hole large enough, and the block is dropped after twice the victims it needed.
+  // the next one like it take. Where the victims lie scattered, the reclaims between them (the
+  // NVMe tier's ReclaimUnit: the block's room from a victim on) make one hole; should those fail
+  // too (blocks in the room leased or being written), free bytes can pass that mark with no hole
+  // large enough, and the block is dropped after twice the victims it needed.
   if (level <= put_level_) return false;
   const tiers::Tier& t = *tiers_[level];
   return t.Stats().free_bytes() < 2 * t.FootprintOf(bytes);
@@ -90,13 +94,13 @@ std::vector<BlockKey> Store::PublishBeforeDrop(
   return {};
 }
 
-bool Store::EvictReclaimUnit(size_t level, EvictionMode mode, uint8_t requester) {
+bool Store::EvictReclaimUnit(size_t level, EvictionMode mode, uint8_t requester, uint64_t bytes) {
   tiers::Tier& t = *tiers_[level];
   const uint64_t now = clock_.NowMicros();
   std::optional<std::pair<BlockKey, BlockMeta>> victim = index_->PickVictim(t.id(), now, requester);
   if (!victim) return false;
   index_->Unpick(victim->first);
-  const Extent unit = t.ReclaimUnit(victim->second.extent);
+  const Extent unit = t.ReclaimUnit(victim->second.extent, bytes);
   bool any = false;
   const std::vector<std::pair<BlockKey, BlockMeta>> victims =
       index_->EvictableInRange(t.id(), unit, now);

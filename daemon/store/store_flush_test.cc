@@ -241,6 +241,30 @@ TEST_F(StoreFlushBigBlockTest, ADemotionEvictsPastTheBoundForALargeBlock) {
   EXPECT_EQ(old_kept, 8u);
 }
 
+// Where the least recently used NVMe blocks lie apart, evicting them one by one leaves holes that
+// meet late: here a 8-block hole needed every even block and then 4 odd ones (12 evicted for 8
+// blocks of room). After a few single victims the store empties the block's room from the next
+// victim on instead (Tier::ReclaimUnit, the NVMe tier's window).
+TEST_F(StoreFlushBigBlockTest, ALargeBlocksRoomIsMadeAroundTheVictimNotAllOverTheTier) {
+  StoreOptions options;
+  options.max_evictions_per_allocation = 4;
+  BuildWithBigBlocks(16, 16, /*big_blocks=*/8, options);
+  nvme().set_room_windows(true);
+  FillNvmeWithSmallBlocks(16);
+  // Block n lies at offset 16 - n: the even ones are the least recently used, one apart.
+  for (uint64_t n = 2; n <= 16; n += 2) ASSERT_TRUE(Cached(n));
+  for (uint64_t n = 1; n <= 15; n += 2) ASSERT_TRUE(Cached(n));
+  ASSERT_TRUE(PutBig(101).ok());
+  ASSERT_TRUE(PutBig(102).ok());
+  ASSERT_TRUE(PutBig(103).ok());  // the host holds two: 101 goes down
+  EXPECT_EQ(BigTierOf(101), TierId::kNvme);
+  // 2, 4, 6 and 8 one by one, then the window of 8 blocks from 10 (offset 6) on: 10, 9, 7, 5, 3.
+  for (uint64_t n = 1; n <= 16; ++n) {
+    const bool evicted = (n % 2 == 0 && n <= 10) || (n % 2 == 1 && n >= 3 && n <= 9);
+    EXPECT_EQ(Cached(n), !evicted) << "block " << n;
+  }
+}
+
 TEST_F(StoreFlushTest, WriteThroughBlocksMoveIntoTheirCopyWithoutAWrite) {
   StoreOptions options;
   options.nvme_write_through = true;

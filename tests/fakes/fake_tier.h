@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "common/thread_annotations.h"
+#include "tiers/room_window.h"
 #include "tiers/tier.h"
 
 namespace kvtier::testing {
@@ -43,6 +44,15 @@ class FakeTier final : public tiers::Tier {
   // first allocation.
   void set_block_overhead(uint64_t bytes) { overhead_ = bytes; }
   uint64_t FootprintOf(uint64_t bytes) const override { return bytes + overhead_; }
+  // ReclaimUnit answers as the NVMe tier's does (tiers/room_window.h) rather than the victim
+  // alone: set before the store evicts.
+  void set_room_windows(bool on) { room_windows_ = on; }
+  Extent ReclaimUnit(const Extent& victim, uint64_t room_bytes) const override {
+    if (!room_windows_) return victim;
+    MutexLock lock(mu_);
+    return tiers::RoomWindow(free_, victim.offset, FootprintOf(room_bytes), 0, capacity_)
+        .value_or(victim);
+  }
 
   Result<Extent> Allocate(uint64_t bytes) override {
     if (std::function<void()> hook = std::exchange(on_allocate_, nullptr)) hook();
@@ -243,6 +253,7 @@ class FakeTier final : public tiers::Tier {
   const TierId id_;
   const uint64_t capacity_;
   uint64_t overhead_ = 0;
+  bool room_windows_ = false;
   const bool addressable_;
   std::vector<std::byte> bytes_;
   std::atomic<bool> fail_io_{false};

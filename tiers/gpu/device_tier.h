@@ -67,7 +67,9 @@ class DeviceTier : public Tier {
   Result<Extent> Allocate(uint64_t bytes) final { return pool_.Allocate(bytes); }
   void Free(const Extent& extent) final { pool_.Free(extent); }
   TierStats Stats() const final { return pool_.Stats(); }
-  Extent ReclaimUnit(const Extent& extent) const final { return pool_.ReclaimUnit(extent); }
+  Extent ReclaimUnit(const Extent& victim, uint64_t /*room_bytes*/) const final {
+    return pool_.ReclaimUnit(victim);
+  }
 
  protected:
   explicit DeviceTier(SlabAllocator allocator) : pool_(std::move(allocator)) {}

@@ -117,7 +117,7 @@ TYPED_TEST_P(DeviceTierTest, StatsFollowAllocations) {
   EXPECT_EQ(tier->Allocate(16 * kSuiteKiB).status().code(), StatusCode::kBusy);
   EXPECT_EQ(tier->Allocate(257 * kSuiteKiB).status().code(), StatusCode::kRejected);
   EXPECT_EQ(tier->Allocate(0).status().code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(tier->ReclaimUnit(extents[0]), (Extent{0, 64 * kSuiteKiB}));
+  EXPECT_EQ(tier->ReclaimUnit(extents[0], 4096), (Extent{0, 64 * kSuiteKiB}));
   for (const Extent& extent : extents) tier->Free(extent);
   stats = tier->Stats();
   EXPECT_EQ(stats.used_bytes, 0u);

@@ -81,9 +81,9 @@ bool HostTier::InArena(const Extent& extent) const {
   return extent.offset <= arena_->size() && extent.length <= arena_->size() - extent.offset;
 }
 
-Extent HostTier::ReclaimUnit(const Extent& extent) const {
+Extent HostTier::ReclaimUnit(const Extent& victim, uint64_t /*room_bytes*/) const {
   MutexLock lock(mu_);
-  return allocator_.ReclaimUnit(extent);
+  return allocator_.ReclaimUnit(victim);
 }
 
 }  // namespace kvtier::tiers

@@ -62,8 +62,8 @@ class HostTier final : public Tier {
   // The arena's memfd (kMemfd, device -1): clients map it for the shared-memory path.
   Result<PoolExport> ExportForClients() override;
   TierStats Stats() const override;
-  // The slab (or run of slabs) around `extent`; see Tier::ReclaimUnit.
-  Extent ReclaimUnit(const Extent& extent) const override;
+  // The slab (or run of slabs) around `victim`, whatever room is wanted; see Tier::ReclaimUnit.
+  Extent ReclaimUnit(const Extent& victim, uint64_t room_bytes) const override;
 
   // The arena, for reporting huge-page and mlock state and for pinning it.
   const HostArena& arena() const { return *arena_; }

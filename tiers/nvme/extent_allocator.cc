@@ -4,6 +4,7 @@
 #include <string>
 
 #include "tiers/nvme/nvme_format.h"
+#include "tiers/room_window.h"
 
 namespace kvtier::tiers::nvme {
 
@@ -114,6 +115,14 @@ uint64_t ExtentAllocator::largest_free_bytes() const {
     if (!holes.empty()) largest = std::max(largest, holes.rbegin()->first);
   }
   return largest;
+}
+
+std::optional<Extent> ExtentAllocator::RoomAround(uint64_t victim_offset,
+                                                  uint64_t payload_bytes) const {
+  if (victim_offset >= capacity_bytes_) return std::nullopt;
+  const uint64_t segment_begin = Segment(victim_offset) * segment_bytes_;
+  return RoomWindow(free_by_offset_, victim_offset, ExtentFootprint(payload_bytes), segment_begin,
+                    segment_begin + segment_bytes_);
 }
 
 void ExtentAllocator::InsertFree(uint64_t offset, uint64_t bytes) {

@@ -30,6 +30,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <set>
 #include <unordered_map>
 #include <utility>
@@ -76,6 +77,11 @@ class ExtentAllocator {
   uint32_t Segment(uint64_t offset) const { return static_cast<uint32_t>(offset / segment_bytes_); }
   // The largest free hole, in bytes.
   uint64_t largest_free_bytes() const;
+
+  // Where a block of `payload_bytes` fits once every extent that starts in the range is freed: its
+  // footprint from the extent at `victim_offset` on, or from the free hole that ends there
+  // (tiers/room_window.h); nullopt when that would run past the victim's segment.
+  std::optional<Extent> RoomAround(uint64_t victim_offset, uint64_t payload_bytes) const;
 
  private:
   void InsertFree(uint64_t offset, uint64_t bytes);

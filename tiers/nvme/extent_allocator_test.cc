@@ -1,9 +1,11 @@
 #include "tiers/nvme/extent_allocator.h"
 
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <optional>
 #include <random>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "tiers/nvme/nvme_format.h"
 
@@ -118,6 +120,50 @@ TEST(ExtentAllocatorTest, RandomChurnKeepsExactAccounting) {
   }
   for (const Extent& e : live) ASSERT_TRUE(a.Free(e).ok());
   EXPECT_EQ(a.largest_free_bytes(), 256 * kMiB);  // everything coalesced back into one hole
+}
+
+// RoomAround: the range whose extents, once freed, leave one hole a larger block fits, and Allocate
+// then places the block there.
+TEST(ExtentAllocatorTest, RoomAroundAVictimIsOneHoleOnceItsExtentsAreFreed) {
+  const uint64_t small = ExtentFootprint(4096);     // 8 KiB
+  const uint64_t big = ExtentFootprint(64 * 1024);  // 68 KiB: 8.5 small extents
+  ExtentAllocator a(64 * small);
+  std::vector<Extent> extents;
+  for (int i = 0; i < 64; ++i) extents.push_back(*a.Allocate(4096));
+  // Every other extent freed: 32 holes of 8 KiB, none large enough.
+  for (int i = 0; i < 64; i += 2) ASSERT_TRUE(a.Free(extents[i]).ok());
+  EXPECT_EQ(a.Allocate(64 * 1024).status().code(), StatusCode::kBusy);
+  // From extent 21: the hole of extent 20 before it is used too.
+  std::optional<Extent> room = a.RoomAround(extents[21].offset, 64 * 1024);
+  ASSERT_TRUE(room.has_value());
+  EXPECT_EQ(*room, (Extent{extents[20].offset, big}));
+  // Freeing every live extent that starts inside it makes the hole.
+  for (const Extent& e : extents) {
+    if (a.IsLive(e) && e.offset >= room->offset && e.offset < room->offset + room->length) {
+      ASSERT_TRUE(a.Free(e).ok());
+    }
+  }
+  Result<Extent> placed = a.Allocate(64 * 1024);
+  ASSERT_TRUE(placed.ok());
+  EXPECT_EQ(placed->offset, room->offset);
+  // A victim too near the end of its segment has no room after it.
+  EXPECT_FALSE(a.RoomAround(extents[63].offset, 64 * 1024).has_value());
+  EXPECT_FALSE(a.RoomAround(64 * small, 4096).has_value());  // outside the region
+}
+
+// With several segments the room stays in the victim's: a hole that ends at a segment boundary
+// belongs to the segment before it.
+TEST(ExtentAllocatorTest, RoomAroundStaysInTheVictimsSegment) {
+  const uint64_t small = ExtentFootprint(4096);
+  ExtentAllocator a(8 * small, /*segments=*/2);
+  std::vector<Extent> extents;
+  for (int i = 0; i < 16; ++i) extents.push_back(*a.Allocate(4096));
+  std::sort(extents.begin(), extents.end(),
+            [](const Extent& x, const Extent& y) { return x.offset < y.offset; });
+  ASSERT_TRUE(a.Free(extents[7]).ok());  // the last of segment 0
+  std::optional<Extent> room = a.RoomAround(extents[8].offset, 2 * 4096);
+  ASSERT_TRUE(room.has_value());
+  EXPECT_EQ(room->offset, 8 * small);  // not the hole at 7 * small
 }
 
 TEST(ExtentAllocatorTest, SegmentsTakeTurnsAndNeverShareAnExtent) {

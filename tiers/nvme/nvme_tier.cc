@@ -363,6 +363,11 @@ TierStats NvmeTier::Stats() const {
   return allocator_.Stats();
 }
 
+Extent NvmeTier::ReclaimUnit(const Extent& victim, uint64_t room_bytes) const {
+  MutexLock lock(mu_);
+  return allocator_.RoomAround(victim.offset, room_bytes).value_or(victim);
+}
+
 NvmeStats NvmeTier::nvme_stats() const {
   NvmeStats s;
   s.reads = reads_;

@@ -193,6 +193,10 @@ class NvmeTier final : public Tier {
   TierStats Stats() const override;
   // The record header and the payload rounded to 4 KiB (ExtentFootprint).
   uint64_t FootprintOf(uint64_t bytes) const override { return ExtentFootprint(bytes); }
+  // The footprint of a `room_bytes` block from `victim` (or the free hole before it) on: once the
+  // blocks starting there are freed, it is one hole the block fits (tiers/room_window.h). `victim`
+  // itself when that would run past the victim's data file.
+  Extent ReclaimUnit(const Extent& victim, uint64_t room_bytes) const override;
   // The NvmeStats fields, through VisitNvmeStats.
   void VisitDeviceStats(const std::function<void(std::string_view, double)>& visit) const override {
     VisitNvmeStats(nvme_stats(), visit);
