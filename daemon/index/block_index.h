@@ -215,6 +215,10 @@ class BlockIndex {
     // The order PickVictim takes its next candidate from (an empty group order is passed
     // over); nullptr when none may give one.
     EvictionPolicy* VictimOrder(uint8_t requester) REQUIRES(mu);
+    // Whether group g holds more than its quota here and has a block to give.
+    bool OverQuota(size_t g) const REQUIRES(mu) {
+      return quota_bytes[g] != 0 && used_bytes[g] > quota_bytes[g] && group_policies[g]->size() > 0;
+    }
     size_t TrackedBlocks() const REQUIRES(mu);
   };
 

@@ -23,16 +23,13 @@ void BlockIndex::TierOrder::Leave(const BlockKey& key, const BlockMeta& meta) {
 
 EvictionPolicy* BlockIndex::TierOrder::VictimOrder(uint8_t requester) {
   if (groups_with_quota == 0) return policy.get();
-  auto over = [&](size_t g) {
-    return quota_bytes[g] != 0 && used_bytes[g] > quota_bytes[g] && group_policies[g]->size() > 0;
-  };
   const bool member = requester != 0 && requester < kMaxQuotaGroups;
   // A group over its quota gives up its own blocks first: the requester's, else the furthest over.
-  if (member && over(requester)) return group_policies[requester].get();
+  if (member && OverQuota(requester)) return group_policies[requester].get();
   size_t furthest = 0;
   for (size_t g = 1; g < kMaxQuotaGroups; ++g) {
-    if (over(g) && (furthest == 0 || used_bytes[g] - quota_bytes[g] >
-                                         used_bytes[furthest] - quota_bytes[furthest])) {
+    if (OverQuota(g) && (furthest == 0 || used_bytes[g] - quota_bytes[g] >
+                                              used_bytes[furthest] - quota_bytes[furthest])) {
       furthest = g;
     }
   }

@@ -174,7 +174,9 @@ TEST_F(StoreQuotaTest, ANamespaceRuleTakesPrecedenceOverItsTenants) {
   for (uint64_t n = 1; n <= 3; ++n) Put(kThirdNs, n);
   EXPECT_EQ(UsedBy("quiet"), kBlock);
   for (const Store::QuotaReport& r : store_->Quotas()) {
-    if (r.subject == third) EXPECT_EQ(r.used_bytes[static_cast<size_t>(TierId::kHost)], 3 * kBlock);
+    if (r.subject == third) {
+      EXPECT_EQ(r.used_bytes[static_cast<size_t>(TierId::kHost)], 3 * kBlock);
+    }
   }
   EXPECT_EQ(store_->SetQuota(Tenant("quiet"), TierId::kNvme, kBlock).code(), StatusCode::kNotFound);
 }
