@@ -59,6 +59,12 @@ Progress Ping(CommandContext& ctx, Command& cmd) {
   return Progress::kDone;
 }
 
+// ECHO: redis-cli --pipe ends its stream with one and waits for the echo to know every reply is in.
+Progress Echo(CommandContext& ctx, Command& cmd) {
+  ctx.reply.AppendBulk(cmd.args[1]);
+  return Progress::kDone;
+}
+
 Progress Auth(CommandContext& ctx, Command& cmd) {
   if (cmd.size() > 3) {
     ctx.reply.AppendError("ERR syntax error");
@@ -253,6 +259,7 @@ constexpr CommandSpec kCommands[] = {
     {"AUTH", -2, true, Auth},      {"QUIT", -1, true, Quit, true},
     {"CLIENT", -2, false, Client}, {"COMMAND", -1, false, CommandCmd},
     {"CONFIG", -2, false, Config}, {"SELECT", 2, false, Select},
+    {"ECHO", 2, false, Echo},
 };
 
 }  // namespace

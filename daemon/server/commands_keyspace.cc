@@ -6,10 +6,12 @@
 // their own namespaces (KVT.*) are a cache the Redis commands never list, and stay.
 #include <algorithm>
 #include <charconv>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "daemon/server/commands.h"
+#include "daemon/server/generic_keyspace.h"
 #include "daemon/server/generic_values.h"
 #include "daemon/server/wire.h"
 #include "daemon/store/store.h"
@@ -110,6 +112,21 @@ Progress Type(CommandContext& ctx, Command& cmd) {
   const GenericKeyRef key = RefOf(ctx.server, cmd.args[1]);
   MutexLock lock(key.stripe.lock);
   ctx.reply.AppendSimpleString(LiveEntry(ctx.server, key, UnixNowMs()) ? "string" : "none");
+  return Progress::kDone;
+}
+
+// STRLEN: the value's length (0 for a key that does not exist), from the index: nothing is read.
+// redis-cli --bigkeys sizes string keys with it.
+Progress StrLen(CommandContext& ctx, Command& cmd) {
+  if (KeyTooLong(ctx, cmd.args[1])) return Progress::kDone;
+  const GenericKeyRef key = RefOf(ctx.server, cmd.args[1]);
+  MutexLock lock(key.stripe.lock);
+  uint64_t length = 0;
+  if (LiveEntry(ctx.server, key, UnixNowMs()) != nullptr) {
+    const std::optional<uint64_t> block = ctx.server.store.SizeOf(ctx.server.generic_ns, key.block);
+    if (block && *block >= kGenericValueHeaderBytes) length = *block - kGenericValueHeaderBytes;
+  }
+  ctx.reply.AppendInteger(static_cast<int64_t>(length));
   return Progress::kDone;
 }
 
@@ -263,6 +280,7 @@ constexpr CommandSpec kCommands[] = {
     {"SCAN", -2, false, Scan},
     {"KEYS", 2, false, Keys},
     {"TYPE", 2, false, Type},
+    {"STRLEN", 2, false, StrLen},
     {"TTL", 2, false, Ttl},
     {"PTTL", 2, false, PTtl},
     {"EXPIRE", -3, false, Expire},

@@ -41,6 +41,15 @@ TEST_F(ConnectionCommandsTest, Ping) {
   EXPECT_EQ(c.ReadReply(), "+PONG\r\n");
 }
 
+// redis-cli --pipe sends ECHO with 20 random bytes last and reads until their echo comes back.
+TEST_F(ConnectionCommandsTest, Echo) {
+  TestClient c = ts_.ConnectUnix();
+  EXPECT_EQ(c.Call({"ECHO", "hello"}), "$5\r\nhello\r\n");
+  EXPECT_EQ(c.Call({"echo", std::string("\0\r\n", 3)}), std::string("$3\r\n\0\r\n\r\n", 9));
+  EXPECT_EQ(c.Call({"ECHO"}), "-ERR wrong number of arguments for 'echo' command\r\n");
+  EXPECT_EQ(c.Call({"ECHO", "a", "b"}), "-ERR wrong number of arguments for 'echo' command\r\n");
+}
+
 TEST_F(ConnectionCommandsTest, HelloSwitchesTheProtocol) {
   TestClient c = ts_.ConnectTcp();
   const std::string id = IdOf(c.Call({"CLIENT", "ID"}));

@@ -143,6 +143,7 @@ TEST_F(GenericCommandsTest, InfoSections) {
     EXPECT_NE(all.find(section), std::string::npos) << section;
   }
   EXPECT_NE(all.find("connected_clients:1\r\n"), std::string::npos);
+  EXPECT_NE(all.find("blocked_clients:0\r\n"), std::string::npos);  // redis-cli --stat reads it
   EXPECT_NE(all.find("tier_host_capacity_bytes:67108864\r\n"), std::string::npos);
 
   EXPECT_EQ(c_.Call({"SET", "k", "v"}), "+OK\r\n");

@@ -53,6 +53,9 @@ void MemorySection(const store::StoreStats& stats, std::string& out) {
 void ClientsSection(const ServerContext& server, std::string& out) {
   Field(out, "connected_clients", server.counters.connected_clients.load());
   Field(out, "maxclients", server.options.max_clients);
+  // No command blocks a client (no BLPOP and the like); redis-cli --stat prints a garbage count
+  // when the field is missing.
+  Field(out, "blocked_clients", uint64_t{0});
 }
 
 void StatsSection(const ServerContext& server, const store::StoreStats& stats, std::string& out) {

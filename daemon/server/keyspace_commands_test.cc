@@ -131,6 +131,19 @@ TEST_F(KeyspaceCommandsTest, ExpireTtlPersist) {
   EXPECT_EQ(Integer({"EXISTS", "k"}), 0);
 }
 
+// STRLEN answers from the index (redis-cli --bigkeys sizes strings with it): the value's bytes, 0
+// for a key that does not exist or whose time is up.
+TEST_F(KeyspaceCommandsTest, StrLenIsTheValuesLength) {
+  ASSERT_EQ(c_.Call({"SET", "small", "seven b"}), "+OK\r\n");
+  ASSERT_EQ(c_.Call({"SET", "large", testing::Value(2000, 'l')}), "+OK\r\n");
+  ASSERT_EQ(c_.Call({"SET", "gone", "v", "PX", "1"}), "+OK\r\n");
+  EXPECT_EQ(Integer({"STRLEN", "small"}), 7);
+  EXPECT_EQ(Integer({"STRLEN", "large"}), 2000);
+  EXPECT_EQ(Integer({"STRLEN", "missing"}), 0);
+  EXPECT_TRUE(WaitFor([&] { return Integer({"STRLEN", "gone"}) == 0; }));
+  EXPECT_EQ(c_.Call({"STRLEN"}), "-ERR wrong number of arguments for 'strlen' command\r\n");
+}
+
 // An expired value is a miss at once, and the expiry sweep gives its space back without anyone
 // reading it.
 TEST_F(KeyspaceCommandsTest, ExpiredValuesAreMissesAndTheSweepFreesThem) {
@@ -203,7 +216,9 @@ TEST_F(KeyspaceCommandsTest, ScanReturnsKeysPresentThroughoutWhileOthersComeAndG
     // Churn: keys added and removed between the calls.
     const std::string churn = "churn:" + std::to_string(round++);
     ASSERT_EQ(c_.Call({"SET", churn, "v"}), "+OK\r\n");
-    if (round % 2 == 0) ASSERT_EQ(Integer({"DEL", "churn:" + std::to_string(round - 2)}), 1);
+    if (round % 2 == 0) {
+      ASSERT_EQ(Integer({"DEL", "churn:" + std::to_string(round - 2)}), 1);
+    }
   } while (cursor != "0" && round < 10'000);
   for (const std::string& key : stable) EXPECT_TRUE(seen.contains(key)) << key;
 }

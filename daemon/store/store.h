@@ -404,6 +404,8 @@ class Store {
   // For each of `keys`, the tier holding it ready in namespace `ns`, or nullopt. Touches nothing.
   std::vector<std::optional<TierId>> Where(const NamespaceId& ns,
                                            std::span<const BlockKey> keys) const;
+  // The bytes of block `key` when it is ready in namespace `ns`, or nullopt. Touches nothing.
+  std::optional<uint64_t> SizeOf(const NamespaceId& ns, const BlockKey& key) const;
   // The log Explain reads: its capacity and how many departures it saw.
   const DepartureLog& departures() const { return departures_; }
   // The name of `tier`'s eviction policy ("lru", ...; tiers may differ: index.policy per tier).

@@ -63,4 +63,10 @@ std::vector<std::optional<TierId>> Store::Where(const NamespaceId& ns,
   return out;
 }
 
+std::optional<uint64_t> Store::SizeOf(const NamespaceId& ns, const BlockKey& key) const {
+  std::optional<BlockMeta> meta = index_->Get(key);
+  if (!meta || meta->ns != ns || meta->state != BlockState::kReady) return std::nullopt;
+  return meta->extent.length;
+}
+
 }  // namespace kvtier::store

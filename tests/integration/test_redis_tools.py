@@ -1,4 +1,5 @@
 """The stock redis-cli and redis-benchmark binaries against kvtierd, on TCP and the Unix socket."""
+import re
 import shutil
 import subprocess
 
@@ -89,3 +90,43 @@ def test_redis_benchmark(kvtierd, unix):
     finished = [line for line in lines if "requests per second" in line]
     assert any(line.startswith("SET:") for line in finished), out
     assert any(line.startswith("GET:") for line in finished), out
+
+
+def _resp(*args):
+    """One command in the RESP protocol, as redis-cli --pipe wants its input."""
+    out = [b"*%d\r\n" % len(args)]
+    for arg in args:
+        arg = arg if isinstance(arg, bytes) else str(arg).encode()
+        out.append(b"$%d\r\n%s\r\n" % (len(arg), arg))
+    return b"".join(out)
+
+
+@pytest.mark.parametrize("unix", [False, True], ids=["tcp", "unix"])
+def test_mass_insertion_with_pipe(kvtierd, unix):
+    """redis-cli --pipe (Redis' mass insertion) sends ECHO last and waits for its echo."""
+    count = 2000
+    stream = b"".join(_resp("SET", f"pipe:{unix}:{i}", b"v" * (i % 300 + 1)) for i in range(count))
+    rc, out, err = cli(kvtierd, "--pipe", unix=unix, input=stream, timeout=60)
+    assert rc == 0, (out, err)
+    assert f"errors: 0, replies: {count}" in out, out
+    assert cli(kvtierd, "get", f"pipe:{unix}:{count - 1}", unix=unix)[1] == "v" * ((count - 1) % 300 + 1)
+
+
+def test_bigkeys_and_stat(kvtierd):
+    """redis-cli --bigkeys sizes strings with STRLEN; --stat reads INFO's client fields."""
+    assert cli(kvtierd, "set", "big:largest", "x" * 2000)[1] == "OK"
+    assert cli(kvtierd, "set", "big:small", "x")[1] == "OK"
+    rc, out, _ = cli(kvtierd, "--bigkeys")
+    assert rc == 0, out
+    # "N strings with B bytes": B was 0 while STRLEN was unknown.
+    summary = re.search(r"(\d+) strings with (\d+) bytes", out)
+    assert summary and int(summary.group(2)) >= 2001, out
+    # --stat prints a line per interval until stopped, buffered without a terminal: run it for
+    # a second on a pseudo-terminal.
+    stat = subprocess.run(["script", "-qc", f"timeout 1 redis-cli -h {kvtierd.host} "
+                           f"-p {kvtierd.port} --stat -i 0.2", "/dev/null"],
+                          capture_output=True, timeout=20, input=b"")
+    lines = stat.stdout.decode(errors="replace").splitlines()
+    assert any("blocked" in line for line in lines), lines
+    rows = [line.split() for line in lines if line[:1].isdigit()]
+    assert rows and all(row[3] == "0" for row in rows), lines  # blocked clients
