@@ -52,13 +52,18 @@ Awaitable<Status> RedisClusterClient::Refresh() {
   Status denied;
   for (const HostPort& candidate : RefreshCandidates()) {
     if (stopping_) co_return ShuttingDown("remote store client is shutting down");
+    const uint64_t read = ++map_reads_started_;
     Result<SlotMap> map = co_await QueryTopology(candidate);
     if (map.ok()) {
-      const bool changed = !map->SameRoutesAs(slot_map_);
-      refresh_spacing_ = changed ? options_.min_refresh_interval
-                                 : std::max(options_.min_refresh_interval,
-                                            std::min(refresh_spacing_ * 2, kMaxRefreshSpacing));
-      InstallMap(std::move(map).value());
+      // Otherwise a read started later has installed a newer map meanwhile: this one is dropped.
+      if (read > installed_map_read_) {
+        const bool changed = !map->SameRoutesAs(slot_map_);
+        refresh_spacing_ = changed ? options_.min_refresh_interval
+                                   : std::max(options_.min_refresh_interval,
+                                              std::min(refresh_spacing_ * 2, kMaxRefreshSpacing));
+        installed_map_read_ = read;
+        InstallMap(std::move(map).value());
+      }
       Add(counters_.topology_refreshes);
       if (refresh_failing_) spdlog::info("remote: the slot map is readable again");
       refresh_failing_ = false;

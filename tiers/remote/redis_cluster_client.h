@@ -122,7 +122,8 @@ class RedisClusterClient final : public RemoteStore {
   RemoteStats stats() const { return counters_.Snapshot(); }
   // The masters of the current slot map ("host:port"), sorted. Blocks until the I/O thread answers.
   std::vector<std::string> Masters();
-  // Re-reads the slot map now (not rate-limited) and waits for it. Errors as Open.
+  // Re-reads the slot map now (not rate-limited) and waits for it. The map in use afterwards is
+  // the one read, or a newer one that a read started later installed meanwhile. Errors as Open.
   Status RefreshTopology();
 
  protected:
@@ -209,6 +210,13 @@ class RedisClusterClient final : public RemoteStore {
   std::chrono::milliseconds refresh_spacing_{0};
   bool refreshing_ = false;
   bool refresh_again_ = false;
+  // Slot-map reads are numbered as they start, and a read installs its map only when no read
+  // started after it has installed one: reads may be out at once (RefreshTopology's beside
+  // RefreshLoop's or ReachLoop's), and the one asked first may be answered last, by a node that
+  // has not heard of a failover yet. Numbering, rather than one read at a time, keeps each read
+  // bounded by its own candidates and deadline instead of queueing behind a slow one.
+  uint64_t map_reads_started_ = 0;
+  uint64_t installed_map_read_ = 0;  // the number of the read whose map is installed
   bool refresh_failing_ = false;    // the last refresh found no node: log once per episode
   bool use_cluster_slots_ = false;  // CLUSTER SHARDS was refused: an older server
 
