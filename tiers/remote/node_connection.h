@@ -1,7 +1,9 @@
 // NodeConnection: one TCP connection to one Redis node, for pipelined batches of commands.
 //
-// Open() connects (with TLS: and completes the handshake, verifying the node's certificate),
-// authenticates and, for a cluster node, asks for replica reads (READONLY);
+// Open() resolves the node's host name (on a thread of its own: getaddrinfo has no timeout, and
+// the deadline must hold while a DNS server does not answer), connects (with TLS: and completes
+// the handshake, verifying the node's certificate), authenticates and, for a cluster node, asks
+// for replica reads (READONLY);
 // Exchange() writes a whole CommandBatch and reads its replies,
 // one per command, in order. One exchange at a time (the pool in ClusterNode hands a connection to
 // one caller). Every operation has a deadline: when it passes, the socket is closed, which ends the
@@ -12,11 +14,16 @@
 // for a refused, reset or closed connection or bytes that are not RESP (each message names the
 // node), kPermissionDenied when the node refuses AUTH (the message never contains the password).
 //
-// Lives on the client's I/O thread: every method, and the coroutines, run there. Held by
-// shared_ptr because a deadline timer's handler may outlive the caller's use of it.
+// Lives on the client's I/O thread: every method, and the coroutines, run there; only a host
+// name's getaddrinfo runs on a thread of its own, which nobody joins (it cannot be cancelled) and
+// which wakes the connection only while the connection exists. Held by shared_ptr because a
+// deadline timer's handler may outlive the caller's use of it.
 #pragma once
 
+#include <netdb.h>
+
 #include <array>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -43,7 +50,15 @@ struct ConnectionOptions {
   // certificate checked against tls_server_name, or the node's host when that is empty.
   std::shared_ptr<asio::ssl::context> tls;
   std::string tls_server_name;
+  // getaddrinfo's signature: resolves a node's host name, on a resolver thread. Tests stand in a
+  // slow resolver.
+  std::function<int(const char* host, const char* port, const addrinfo* hints, addrinfo** list)>
+      resolve = ::getaddrinfo;
 };
+
+// Resolver threads that may run at once in a process, those whose connection gave up included:
+// past it, opening a connection to a node named by a host name fails at once with kBusy.
+inline constexpr int kMaxResolverThreads = 8;
 
 class NodeConnection : public std::enable_shared_from_this<NodeConnection> {
  public:
@@ -52,8 +67,10 @@ class NodeConnection : public std::enable_shared_from_this<NodeConnection> {
                  RemoteCounters& counters);
   ~NodeConnection();
 
-  // Resolves, connects and (with a password) authenticates by `deadline`. Errors: kTimeout,
-  // kDeviceError (no such host, refused), kPermissionDenied (AUTH refused: the node's words).
+  // Resolves, connects and (with a password) authenticates by `deadline`. Errors: kTimeout (the
+  // resolver too is given up at the deadline), kDeviceError (no such host, refused),
+  // kPermissionDenied (AUTH refused: the node's words), kBusy (kMaxResolverThreads lookups are
+  // still waiting for the resolver).
   Awaitable<Status> Open(Deadline deadline);
 
   // Sends `batch` in one write and reads batch.commands() replies. An error reply of a command is
@@ -76,6 +93,12 @@ class NodeConnection : public std::enable_shared_from_this<NodeConnection> {
   void Disarm();
   Status Fail(const boost::system::error_code& ec, std::string_view what);
   Awaitable<Status> Connect(Deadline deadline);
+  // The first address of the node's host name, from options_.resolve on a thread of its own,
+  // waited for until the armed deadline passes or Close() is called.
+  Awaitable<Result<asio::ip::tcp::endpoint>> Resolve();
+  // Runs options_.resolve for the node's host on a new thread (lookup_). Errors: kBusy
+  // (kMaxResolverThreads already run), kDeviceError (no thread to be had).
+  Status StartLookup();
   Awaitable<Status> Handshake();
   // The TCP socket, under TLS or not.
   asio::ip::tcp::socket& Socket() { return tls_ ? tls_->next_layer() : socket_; }
@@ -97,7 +120,11 @@ class NodeConnection : public std::enable_shared_from_this<NodeConnection> {
   HostPort node_;
   const ConnectionOptions& options_;
   RemoteCounters& counters_;
-  asio::ip::tcp::resolver resolver_;
+  struct Lookup;
+  // Resolve() waits on it until the lookup's thread, or Close() (which the deadline calls),
+  // cancels it.
+  asio::steady_timer lookup_wait_;
+  std::shared_ptr<Lookup> lookup_;  // the one lookup of Open; shared with its thread
   asio::ip::tcp::socket socket_;                                   // without TLS
   std::unique_ptr<asio::ssl::stream<asio::ip::tcp::socket>> tls_;  // with TLS: owns its socket
   asio::steady_timer timer_;
