@@ -4,19 +4,15 @@
 #include <netinet/tcp.h>
 #include <openssl/err.h>
 #include <openssl/ssl.h>
-#include <pthread.h>
 #include <spdlog/spdlog.h>
 #include <sys/socket.h>
 
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <optional>
 #include <span>
-#include <system_error>
-#include <thread>
 #include <utility>
-
-#include "common/thread_annotations.h"
 
 namespace kvtier::tiers::remote {
 namespace {
@@ -26,28 +22,7 @@ using asio::use_awaitable;
 using boost::system::error_code;
 using tcp = asio::ip::tcp;
 
-// Resolver threads still running in this process, including those whose connection gave up:
-// while a DNS server does not answer, each runs for glibc's whole retry time, and nodes that are
-// reconnected to over and over would otherwise pile them up without bound.
-std::atomic<int> resolver_threads{0};
-
 }  // namespace
-
-// A lookup, shared by the connection and the thread that runs it, so that whichever is done with
-// it last frees it (and the answer, if the connection gave up).
-struct NodeConnection::Lookup {
-  Mutex mu;
-  // The connection exists and waits: the thread wakes it with the answer (its io_context is then
-  // still there: a connection never outlives it).
-  bool waited_for GUARDED_BY(mu) = true;
-  bool done GUARDED_BY(mu) = false;
-  int rc GUARDED_BY(mu) = 0;
-  addrinfo* list GUARDED_BY(mu) = nullptr;
-
-  ~Lookup() NO_THREAD_SAFETY_ANALYSIS {
-    if (list != nullptr) ::freeaddrinfo(list);
-  }
-};
 
 NodeConnection::NodeConnection(asio::io_context& io, HostPort node,
                                const ConnectionOptions& options, RemoteCounters& counters)
@@ -62,10 +37,9 @@ NodeConnection::NodeConnection(asio::io_context& io, HostPort node,
 }
 
 NodeConnection::~NodeConnection() {
-  if (lookup_) {
-    MutexLock lock(lookup_->mu);
-    lookup_->waited_for = false;
-  }
+  // The lookup's thread must not wake a connection that is gone (nor post to an io_context that
+  // may be next).
+  if (lookup_) lookup_->Abandon();
 }
 
 void NodeConnection::Close() {
@@ -182,82 +156,45 @@ Awaitable<Status> NodeConnection::Connect(Deadline deadline) {
 }
 
 Awaitable<Result<tcp::endpoint>> NodeConnection::Resolve() {
-  // getaddrinfo cannot be cancelled. Asio's resolver runs every lookup of an io_context on one
-  // thread, and a coroutine awaiting it resumes only with getaddrinfo's answer: while a DNS server
-  // does not answer, that held the call past its deadline (and every other lookup, and the
-  // client's destruction, which waits for pending operations) for glibc's whole retry time. So
-  // the lookup runs on a thread of its own that nobody joins, as in client/resolve.cc, and the
-  // coroutine waits for its answer only until the deadline or Close(); whichever of the two is
-  // done with the lookup last frees it, a late answer included.
-  if (const Status started = StartLookup(); !started.ok()) {
+  // Asio's resolver runs every lookup of an io_context on one thread, and a coroutine awaiting it
+  // resumes only with getaddrinfo's answer, which cannot be cancelled: while a DNS server does
+  // not answer, that held the call past its deadline (and every other lookup, and the client's
+  // destruction, which waits for pending operations) for glibc's whole retry time. A HostLookup
+  // runs on a thread of its own; this coroutine waits for its answer only until the deadline or
+  // Close().
+  Result<std::shared_ptr<HostLookup>> started =
+      HostLookup::Start(node_.host, std::to_string(node_.port), options_.resolve,
+                        [executor = lookup_wait_.get_executor(), self = weak_from_this()] {
+                          // On the lookup's thread, before the connection abandoned the lookup: the
+                          // connection, and so its io_context, still exist.
+                          asio::post(executor, [self] {
+                            if (const auto conn = self.lock()) conn->lookup_wait_.cancel();
+                          });
+                        });
+  if (!started.ok()) {
     Disarm();
     Close();
-    co_return started;
+    co_return Status(started.status().code(), node_.ToString() + ": " + started.status().message());
   }
+  lookup_ = std::move(started).value();
   lookup_wait_.expires_at(Deadline::max());
   error_code ec;
   co_await lookup_wait_.async_wait(redirect_error(use_awaitable, ec));
-  bool done = false;
-  int rc = 0;
-  const addrinfo* first = nullptr;  // the thread is done with it; lookup_ keeps it
-  {
-    MutexLock lock(lookup_->mu);
-    lookup_->waited_for = false;
-    done = lookup_->done;
-    rc = lookup_->rc;
-    first = lookup_->list;
-  }
+  lookup_->Abandon();
+  std::optional<HostLookup::Answer> answer = lookup_->Take();
   // The deadline passed (Fail says kTimeout) or the connection was closed first.
-  if (!done) co_return Fail(asio::error::operation_aborted, "resolve");
+  if (!answer) co_return Fail(asio::error::operation_aborted, "resolve");
+  const addrinfo* first = answer->list.get();
   tcp::endpoint endpoint;
-  if (rc != 0 || first == nullptr || first->ai_addrlen > endpoint.capacity()) {
+  if (answer->rc != 0 || first == nullptr || first->ai_addrlen > endpoint.capacity()) {
     Disarm();
     Close();
-    co_return DeviceError(node_.ToString() +
-                          ": resolve: " + (rc != 0 ? ::gai_strerror(rc) : "no stream address"));
+    co_return DeviceError(node_.ToString() + ": resolve: " +
+                          (answer->rc != 0 ? ::gai_strerror(answer->rc) : "no stream address"));
   }
   std::memcpy(endpoint.data(), first->ai_addr, first->ai_addrlen);
   endpoint.resize(first->ai_addrlen);
   co_return endpoint;
-}
-
-Status NodeConnection::StartLookup() {
-  if (resolver_threads.fetch_add(1) >= kMaxResolverThreads) {
-    resolver_threads.fetch_sub(1);
-    return Busy(node_.ToString() + ": " + std::to_string(kMaxResolverThreads) +
-                " earlier lookups are still waiting for the resolver (is the DNS server " +
-                "reachable? an address instead of a name avoids it)");
-  }
-  lookup_ = std::make_shared<Lookup>();
-  try {
-    std::thread([lookup = lookup_, resolve = options_.resolve, host = node_.host,
-                 service = std::to_string(node_.port), executor = lookup_wait_.get_executor(),
-                 self = weak_from_this()] {
-      pthread_setname_np(pthread_self(), "kvtier-resolve");
-      addrinfo hints{};
-      hints.ai_family = AF_UNSPEC;
-      hints.ai_socktype = SOCK_STREAM;
-      hints.ai_flags = AI_NUMERICSERV;
-      addrinfo* list = nullptr;
-      const int rc = resolve(host.c_str(), service.c_str(), &hints, &list);
-      MutexLock lock(lookup->mu);
-      lookup->rc = rc;
-      lookup->list = rc == 0 ? list : nullptr;
-      lookup->done = true;
-      if (lookup->waited_for) {
-        asio::post(executor, [self] {
-          if (const auto conn = self.lock()) conn->lookup_wait_.cancel();
-        });
-      }
-      resolver_threads.fetch_sub(1);
-    }).detach();
-  } catch (const std::system_error& e) {
-    // No thread to be had (a process at its thread limit): getaddrinfo must not block the I/O
-    // thread, which serves every other node.
-    resolver_threads.fetch_sub(1);
-    return DeviceError(node_.ToString() + ": resolve: no thread for the lookup: " + e.what());
-  }
-  return Status::Ok();
 }
 
 Awaitable<Status> NodeConnection::Handshake() {

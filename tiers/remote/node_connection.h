@@ -29,6 +29,7 @@
 #include <string_view>
 #include <vector>
 
+#include "common/host_lookup.h"
 #include "common/resp/reply.h"
 #include "common/resp/reply_parser.h"
 #include "common/status.h"
@@ -50,15 +51,11 @@ struct ConnectionOptions {
   // certificate checked against tls_server_name, or the node's host when that is empty.
   std::shared_ptr<asio::ssl::context> tls;
   std::string tls_server_name;
-  // getaddrinfo's signature: resolves a node's host name, on a resolver thread. Tests stand in a
-  // slow resolver.
-  std::function<int(const char* host, const char* port, const addrinfo* hints, addrinfo** list)>
-      resolve = ::getaddrinfo;
+  // Resolves a node's host name, on a resolver thread (common/host_lookup.h: at most
+  // kMaxResolverThreads in a process; past it, opening a connection to a node named by a host
+  // name fails at once with kBusy). Tests stand in a slow resolver.
+  AddrInfoFunction resolve = ::getaddrinfo;
 };
-
-// Resolver threads that may run at once in a process, those whose connection gave up included:
-// past it, opening a connection to a node named by a host name fails at once with kBusy.
-inline constexpr int kMaxResolverThreads = 8;
 
 class NodeConnection : public std::enable_shared_from_this<NodeConnection> {
  public:
@@ -96,9 +93,6 @@ class NodeConnection : public std::enable_shared_from_this<NodeConnection> {
   // The first address of the node's host name, from options_.resolve on a thread of its own,
   // waited for until the armed deadline passes or Close() is called.
   Awaitable<Result<asio::ip::tcp::endpoint>> Resolve();
-  // Runs options_.resolve for the node's host on a new thread (lookup_). Errors: kBusy
-  // (kMaxResolverThreads already run), kDeviceError (no thread to be had).
-  Status StartLookup();
   Awaitable<Status> Handshake();
   // The TCP socket, under TLS or not.
   asio::ip::tcp::socket& Socket() { return tls_ ? tls_->next_layer() : socket_; }
@@ -120,11 +114,10 @@ class NodeConnection : public std::enable_shared_from_this<NodeConnection> {
   HostPort node_;
   const ConnectionOptions& options_;
   RemoteCounters& counters_;
-  struct Lookup;
   // Resolve() waits on it until the lookup's thread, or Close() (which the deadline calls),
   // cancels it.
   asio::steady_timer lookup_wait_;
-  std::shared_ptr<Lookup> lookup_;  // the one lookup of Open; shared with its thread
+  std::shared_ptr<HostLookup> lookup_;  // the one lookup of Open; shared with its thread
   asio::ip::tcp::socket socket_;                                   // without TLS
   std::unique_ptr<asio::ssl::stream<asio::ip::tcp::socket>> tls_;  // with TLS: owns its socket
   asio::steady_timer timer_;
