@@ -163,6 +163,12 @@ std::optional<uint64_t> MemAvailableBytes(const std::string& meminfo) {
   return std::nullopt;
 }
 
+uint64_t AutoSlabBytes(uint64_t host_bytes) {
+  uint64_t slab = uint64_t{64} << 20;
+  while (slab > (uint64_t{1} << 20) && host_bytes / slab < kAutoSlabsPerTier) slab /= 2;
+  return slab;
+}
+
 uint64_t AutoHostBytes() {
   std::ifstream meminfo("/proc/meminfo");
   std::stringstream meminfo_text;

@@ -145,7 +145,7 @@ const std::map<std::string, Setter>& Setters() {
       {"listen.http_port", Uint(&DaemonConfig::http_port, 65535, "listen.http_port")},
       {"listen.password", Text(&DaemonConfig::password)},
       {"tiers.host_bytes", Size(&DaemonConfig::host_bytes, "tiers.host_bytes", true)},
-      {"tiers.slab_bytes", Size(&DaemonConfig::slab_bytes, "tiers.slab_bytes", false)},
+      {"tiers.slab_bytes", Size(&DaemonConfig::slab_bytes, "tiers.slab_bytes", true)},
       {"tiers.huge_pages", Bool(&DaemonConfig::huge_pages, "tiers.huge_pages")},
       {"tiers.mlock", Bool(&DaemonConfig::mlock, "tiers.mlock")},
       {"tiers.data_dir", Text(&DaemonConfig::data_dir)},
@@ -457,6 +457,7 @@ Status Finalize(DaemonConfig& config) {
     return InvalidArgument("tiers.host_bytes: at least 1MiB, got " +
                            std::to_string(config.host_bytes));
   }
+  if (config.slab_bytes == 0) config.slab_bytes = AutoSlabBytes(config.host_bytes);
   if (config.slab_bytes < 4096 || config.slab_bytes % 4096 != 0) {
     return InvalidArgument("tiers.slab_bytes: must be a positive multiple of 4KiB");
   }

@@ -49,7 +49,7 @@ struct DaemonConfig {
 
   // tiers
   uint64_t host_bytes = 0;  // 0 in the file or flags means "auto": sized from RAM
-  uint64_t slab_bytes = 64ull << 20;
+  uint64_t slab_bytes = 0;  // 0 in the file or flags means "auto": AutoSlabBytes(host_bytes)
   bool huge_pages = true;
   bool mlock = true;
   std::string data_dir;  // default: DefaultDataDir()
@@ -202,6 +202,13 @@ struct DaemonConfig {
 // memory cgroup (a container, a systemd unit with MemoryMax), the room left below its limit,
 // whichever is less: a pod's daemon must not size itself from the node.
 uint64_t AutoHostBytes();
+// The slab size "auto" resolves to for a host tier of `host_bytes`: 64 MiB (one 512-token block of
+// Llama 3.1 8B), halved until the tier holds at least kAutoSlabsPerTier slabs, down to 1 MiB.
+// Every block size in use takes slabs of its own, and a tier of a few slabs gives a whole size's
+// blocks up whenever another size needs a slab (a 64 MiB tier was one slab: a SET of a value of a
+// new size dropped every other value). Larger blocks take runs of slabs.
+inline constexpr uint64_t kAutoSlabsPerTier = 32;
+uint64_t AutoSlabBytes(uint64_t host_bytes);
 // The room left below the memory limits of the cgroup that `proc_self_cgroup` (the text of
 // /proc/self/cgroup) names and of its ancestors, read under `cgroup_root` (/sys/fs/cgroup):
 // cgroup v2's memory.max and memory.current, or v1's memory.limit_in_bytes and

@@ -55,6 +55,25 @@ TEST(DaemonConfigTest, FlagsTakeSizesWithSuffixes) {
   EXPECT_EQ(r->config.eviction_policy, "arc");
 }
 
+// Regression: slabs were 64 MiB whatever the host tier's size, so a 64 MiB tier was one slab and a
+// SET of a value of a new size gave up every other value. "auto" keeps 32 slabs down to 1 MiB.
+TEST(DaemonConfigTest, AutoSlabsLeaveTheHostTierManyOfThem) {
+  EXPECT_EQ(AutoSlabBytes(64ull << 30), 64ull << 20);
+  EXPECT_EQ(AutoSlabBytes(2ull << 30), 64ull << 20);
+  EXPECT_EQ(AutoSlabBytes(1ull << 30), 32ull << 20);
+  EXPECT_EQ(AutoSlabBytes(256ull << 20), 8ull << 20);
+  EXPECT_EQ(AutoSlabBytes(64ull << 20), 2ull << 20);
+  EXPECT_EQ(AutoSlabBytes(4ull << 20), 1ull << 20);  // the floor
+  auto r = Parse({"--host-bytes", "64MiB", "--nvme-bytes", "0"});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->config.slab_bytes, 2ull << 20);
+  // A size given is kept, whatever the tier's.
+  const std::string file = WriteConfig("slab.yaml", "tiers: {slab_bytes: 64MiB}\n");
+  r = Parse({"--config", file.c_str(), "--host-bytes", "64MiB", "--nvme-bytes", "0"});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->config.slab_bytes, 64ull << 20);
+}
+
 TEST(DaemonConfigTest, BadFlagValuesNameTheFlag) {
   auto r = Parse({"--host-bytes", "12 furlongs"});
   ASSERT_FALSE(r.ok());

@@ -6,6 +6,7 @@ import subprocess
 import pytest
 
 from helpers import PASSWORD
+from kvtierd_process import Daemon
 
 pytestmark = pytest.mark.skipif(shutil.which("redis-cli") is None,
                                 reason="redis-tools is not installed")
@@ -130,3 +131,21 @@ def test_bigkeys_and_stat(kvtierd):
     assert any("blocked" in line for line in lines), lines
     rows = [line.split() for line in lines if line[:1].isdigit()]
     assert rows and all(row[3] == "0" for row in rows), lines  # blocked clients
+
+
+def test_a_small_host_tier_keeps_values_of_other_sizes(tmp_path_factory):
+    """Regression: slabs were 64 MiB whatever the tier's size, so --host-bytes 64MiB was one slab
+    and a value of a new size gave up every value of another size. tiers.slab_bytes: auto keeps
+    32 slabs (here 2 MiB each)."""
+    daemon = Daemon(tmp_path_factory.mktemp("slabs"), host_bytes="64MiB", slab_bytes="auto")
+    daemon.start()
+    try:
+        for i in range(20):
+            assert cli(daemon, "set", f"small:{i}", "v" * 10)[1] == "OK"
+        for size in (5000, 20_000, 100_000):
+            assert cli(daemon, "set", f"size:{size}", "x" * size)[1] == "OK"
+        assert cli(daemon, "exists", *[f"small:{i}" for i in range(20)])[1] == "20"
+        assert cli(daemon, "exists", "size:5000", "size:20000", "size:100000")[1] == "3"
+    finally:
+        rc = daemon.stop()
+    assert rc == 0, daemon.log()
