@@ -243,8 +243,7 @@ Result<Extent> NvmeTier::Allocate(uint64_t bytes) {
 }
 
 void NvmeTier::Free(const Extent& extent) {
-  Entry entry;
-  bool had_block = false;
+  std::optional<Entry> held;
   {
     MutexLock lock(mu_);
     // A stale extent (freed already, or of another length) says nothing about the block at its
@@ -253,20 +252,24 @@ void NvmeTier::Free(const Extent& extent) {
       ++invalid_frees_;
       return;
     }
-    auto it = blocks_.find(extent.offset);
-    if (it != blocks_.end()) {
-      entry = it->second;
-      had_block = true;
-      blocks_.erase(it);
-    }
+    held = TakeBlock(extent.offset);
   }
-  if (had_block && entry.durable) {
-    // The record goes before the extent can be handed out again (docs/nvme-format.md).
-    MutexLock lock(catalog_mu_);
-    ReleaseRecord(entry.id, extent);
-  }
+  // The record goes before the extent can be handed out again (docs/nvme-format.md).
+  ReleaseRecordOf(held, extent);
   MutexLock lock(mu_);
   if (!allocator_.Free(extent).ok()) ++invalid_frees_;
+}
+
+std::optional<NvmeTier::Entry> NvmeTier::TakeBlock(uint64_t offset) {
+  auto node = blocks_.extract(offset);
+  if (node.empty()) return std::nullopt;
+  return std::move(node.mapped());
+}
+
+void NvmeTier::ReleaseRecordOf(const std::optional<Entry>& block, const Extent& extent) {
+  if (!block || !block->durable) return;
+  MutexLock lock(catalog_mu_);
+  ReleaseRecord(block->id, extent);
 }
 
 void NvmeTier::ReleaseRecord(const BlockIdentity& id, const Extent& extent) {

@@ -44,6 +44,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -274,6 +275,11 @@ class NvmeTier final : public Tier {
   // names part of the extent (two records over one extent: a restart might keep the stale one).
   Status PutRecord(uint64_t offset, const Entry& entry, bool access);
   Status PutRecordLocked(uint64_t offset, const Entry& entry, bool access) REQUIRES(catalog_mu_);
+  // Takes the block at `offset` out of blocks_ (a Free, or a write over it); nullopt when none.
+  std::optional<Entry> TakeBlock(uint64_t offset) REQUIRES(mu_);
+  // ReleaseRecord for a block TakeBlock took out of `extent`, if it had a record.
+  void ReleaseRecordOf(const std::optional<Entry>& block, const Extent& extent)
+      EXCLUDES(catalog_mu_);
   // What becomes of block `id`'s record when its copy at `extent` is freed: nothing when another
   // copy holds it; else it passes to another live copy, or is deleted. A delete that fails leaves
   // the record in undeleted_.

@@ -89,28 +89,19 @@ Status NvmeTier::PlanBlockWrite(const BlockWrite& w, bool durable, size_t slot, 
     return InvalidArgument("nvme: write of " + std::to_string(w.src.size()) +
                            " bytes into an extent of " + std::to_string(w.extent.length));
   }
-  Entry held;
-  bool had_block = false;
+  std::optional<Entry> held;
   {
     // A rewrite of the extent invalidates what it held until the new block is complete.
     MutexLock lock(mu_);
     if (!allocator_.IsLive(w.extent)) {
       return InvalidArgument("nvme: write to an unallocated extent");
     }
-    auto it = blocks_.find(w.extent.offset);
-    if (it != blocks_.end()) {
-      held = it->second;
-      had_block = true;
-      blocks_.erase(it);
-    }
+    held = TakeBlock(w.extent.offset);
   }
-  if (had_block && held.durable) {
-    // The block it held goes as at a Free, and its record with it: left naming the extent, that
-    // record would outlive a failed rewrite and a later Free, and compete with the new block's at
-    // the restart.
-    MutexLock lock(catalog_mu_);
-    ReleaseRecord(held.id, w.extent);
-  }
+  // The block it held goes as at a Free, and its record with it: left naming the extent, that
+  // record would outlive a failed rewrite and a later Free, and compete with the new block's at
+  // the restart.
+  ReleaseRecordOf(held, w.extent);
   p.entry = Entry{w.identity, w.src.size(), PayloadChecksum(w.src), durable};
   Place place = Locate(w.extent.offset);
   p.file = place.file;
