@@ -19,6 +19,7 @@ NodeOptions MakeNodeOptions(const RedisClusterOptions& o, bool read_only,
                             std::shared_ptr<asio::ssl::context> tls) {
   NodeOptions n;
   n.connection.read_only = read_only;
+  n.connection.resolve = o.resolve;
   n.connection.tls = std::move(tls);
   n.connection.tls_server_name = o.tls.server_name;
   n.connection.user = o.user;

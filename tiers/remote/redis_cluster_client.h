@@ -42,6 +42,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/host_lookup.h"
 #include "common/status.h"
 #include "tiers/remote/asio.h"
 #include "tiers/remote/cluster_node.h"
@@ -59,6 +60,9 @@ struct RedisClusterOptions {
   std::string password;         // empty: no AUTH
   // Each connection attempt and each slot-map query, below the call's own timeout.
   std::chrono::milliseconds connect_timeout{1000};
+  // Resolves the host names of seeds and nodes (ConnectionOptions::resolve); tests stand in a slow
+  // resolver.
+  AddrInfoFunction resolve = ::getaddrinfo;
   size_t connections_per_node = 4;
   CircuitBreaker::Options breaker;
   int max_redirects = 5;  // per key and call
