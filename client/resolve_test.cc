@@ -11,28 +11,13 @@
 #include <memory>
 #include <thread>
 
+#include "common/testing/slow_resolver.h"
+
 namespace kvtier::client {
 namespace {
 
+using kvtier::testing::SlowResolver;
 using std::chrono::milliseconds;
-
-// A resolver that answers 127.0.0.1 after `delay`, counting its calls and the calls finished.
-struct SlowResolver {
-  milliseconds delay;
-  std::shared_ptr<std::atomic<int>> calls = std::make_shared<std::atomic<int>>(0);
-  std::shared_ptr<std::atomic<int>> finished = std::make_shared<std::atomic<int>>(0);
-
-  AddrInfoFunction Function() const {
-    return [delay = delay, calls = calls, finished = finished](
-               const char*, const char* port, const addrinfo* hints, addrinfo** list) {
-      ++*calls;
-      std::this_thread::sleep_for(delay);
-      const int rc = ::getaddrinfo("127.0.0.1", port, hints, list);
-      ++*finished;
-      return rc;
-    };
-  }
-};
 
 uint16_t PortOf(const addrinfo& ai) {
   return ntohs(reinterpret_cast<const sockaddr_in*>(ai.ai_addr)->sin_port);
@@ -45,7 +30,7 @@ TEST(ResolveTest, AnAddressNeedsNoResolver) {
     ASSERT_TRUE(list.ok()) << host << ": " << list.status().ToString();
     EXPECT_EQ((*list)->ai_socktype, SOCK_STREAM);
   }
-  EXPECT_EQ(*resolver.calls, 0);
+  EXPECT_EQ(*resolver.started, 0);
 }
 
 TEST(ResolveTest, ANameResolvedInTimeGivesItsAddresses) {
@@ -54,7 +39,7 @@ TEST(ResolveTest, ANameResolvedInTimeGivesItsAddresses) {
   ASSERT_TRUE(list.ok()) << list.status().ToString();
   EXPECT_EQ((*list)->ai_family, AF_INET);
   EXPECT_EQ(PortOf(**list), 6380);
-  EXPECT_EQ(*resolver.calls, 1);
+  EXPECT_EQ(*resolver.started, 1);
 }
 
 // Regression: a resolver that hung (a DNS server down) held the connect for as long as glibc's

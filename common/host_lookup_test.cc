@@ -10,18 +10,13 @@
 #include <future>
 #include <thread>
 
+#include "common/testing/slow_resolver.h"
+
 namespace kvtier {
 namespace {
 
+using kvtier::testing::HeldResolver;
 using std::chrono::milliseconds;
-
-// Answers 127.0.0.1 once `release` is set.
-AddrInfoFunction HeldResolver(std::shared_future<void> release) {
-  return [release](const char*, const char* port, const addrinfo* hints, addrinfo** list) {
-    release.wait();
-    return ::getaddrinfo("127.0.0.1", port, hints, list);
-  };
-}
 
 TEST(HostLookupTest, TheAnswerIsTakenOnceAndOnAnswerRunsWithIt) {
   std::promise<void> release;

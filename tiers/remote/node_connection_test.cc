@@ -12,32 +12,16 @@
 #include <thread>
 #include <vector>
 
+#include "common/testing/slow_resolver.h"
 #include "tiers/remote/redis_cluster_client.h"
 #include "tiers/remote/testing/fake_cluster_node.h"
 
 namespace kvtier::tiers::remote {
 namespace {
 
+using kvtier::testing::SlowResolver;
 using std::chrono::milliseconds;
 using Clock = std::chrono::steady_clock;
-
-// A resolver that answers 127.0.0.1 after `delay`, counting the lookups started and finished.
-struct SlowResolver {
-  milliseconds delay;
-  std::shared_ptr<std::atomic<int>> started = std::make_shared<std::atomic<int>>(0);
-  std::shared_ptr<std::atomic<int>> finished = std::make_shared<std::atomic<int>>(0);
-
-  AddrInfoFunction Function() const {
-    return [delay = delay, started = started, finished = finished](
-               const char*, const char* port, const addrinfo* hints, addrinfo** list) {
-      ++*started;
-      std::this_thread::sleep_for(delay);
-      const int rc = ::getaddrinfo("127.0.0.1", port, hints, list);
-      ++*finished;
-      return rc;
-    };
-  }
-};
 
 TEST(NodeConnection, AHostNameResolvedInTimeIsConnectedTo) {
   auto node = testing::FakeClusterNode::Start();
