@@ -144,6 +144,22 @@ TEST_F(KeyspaceCommandsTest, StrLenIsTheValuesLength) {
   EXPECT_EQ(c_.Call({"STRLEN"}), "-ERR wrong number of arguments for 'strlen' command\r\n");
 }
 
+// MEMORY USAGE (redis-cli --memkeys): the bytes the value takes in its tier (the host tier here:
+// the value and its 1-byte header) plus the key's name; nil for a key that does not exist.
+TEST_F(KeyspaceCommandsTest, MemoryUsageIsTheValuesBytesInItsTierAndTheName) {
+  ASSERT_EQ(c_.Call({"SET", "small", "seven b"}), "+OK\r\n");
+  ASSERT_EQ(c_.Call({"SET", "large", testing::Value(2000, 'l')}), "+OK\r\n");
+  EXPECT_EQ(Integer({"MEMORY", "USAGE", "small"}), 7 + 1 + 5);
+  EXPECT_EQ(Integer({"memory", "usage", "large", "SAMPLES", "0"}), 2000 + 1 + 5);
+  EXPECT_EQ(c_.Call({"MEMORY", "USAGE", "missing"}), kNull);
+  EXPECT_EQ(c_.Call({"MEMORY", "USAGE", "small", "SAMPLES"}), "-ERR syntax error\r\n");
+  EXPECT_EQ(c_.Call({"MEMORY", "USAGE", "small", "SAMPLES", "-1"}),
+            "-ERR value is out of range, must be positive\r\n");
+  EXPECT_EQ(c_.Call({"MEMORY", "DOCTOR"}),
+            "-ERR unknown subcommand or wrong number of arguments for 'memory|DOCTOR'\r\n");
+  EXPECT_EQ(c_.Call({"MEMORY"}), "-ERR wrong number of arguments for 'memory' command\r\n");
+}
+
 // An expired value is a miss at once, and the expiry sweep gives its space back without anyone
 // reading it.
 TEST_F(KeyspaceCommandsTest, ExpiredValuesAreMissesAndTheSweepFreesThem) {

@@ -70,6 +70,13 @@ struct Reservation {
   std::byte* address = nullptr;  // where to write, for memory tiers; nullptr otherwise
 };
 
+// The size of one ready block (Store::SizeOf).
+struct StoredSize {
+  uint64_t bytes = 0;            // the block as put
+  uint64_t footprint_bytes = 0;  // the space it takes in its tier (Tier::FootprintOf)
+  TierId tier = TierId::kHost;
+};
+
 // What the store can say of one block of a namespace, for KVT.EXPLAIN (Store::Explain).
 struct BlockExplanation {
   enum class State : uint8_t {
@@ -404,8 +411,8 @@ class Store {
   // For each of `keys`, the tier holding it ready in namespace `ns`, or nullopt. Touches nothing.
   std::vector<std::optional<TierId>> Where(const NamespaceId& ns,
                                            std::span<const BlockKey> keys) const;
-  // The bytes of block `key` when it is ready in namespace `ns`, or nullopt. Touches nothing.
-  std::optional<uint64_t> SizeOf(const NamespaceId& ns, const BlockKey& key) const;
+  // The size of block `key` when it is ready in namespace `ns`, or nullopt. Touches nothing.
+  std::optional<StoredSize> SizeOf(const NamespaceId& ns, const BlockKey& key) const;
   // The log Explain reads: its capacity and how many departures it saw.
   const DepartureLog& departures() const { return departures_; }
   // The name of `tier`'s eviction policy ("lru", ...; tiers may differ: index.policy per tier).

@@ -63,10 +63,13 @@ std::vector<std::optional<TierId>> Store::Where(const NamespaceId& ns,
   return out;
 }
 
-std::optional<uint64_t> Store::SizeOf(const NamespaceId& ns, const BlockKey& key) const {
+std::optional<StoredSize> Store::SizeOf(const NamespaceId& ns, const BlockKey& key) const {
   std::optional<BlockMeta> meta = index_->Get(key);
   if (!meta || meta->ns != ns || meta->state != BlockState::kReady) return std::nullopt;
-  return meta->extent.length;
+  return StoredSize{
+      .bytes = meta->extent.length,
+      .footprint_bytes = tiers_[LevelOf(meta->tier)]->FootprintOf(meta->extent.length),
+      .tier = meta->tier};
 }
 
 }  // namespace kvtier::store

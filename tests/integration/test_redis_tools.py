@@ -113,8 +113,9 @@ def test_mass_insertion_with_pipe(kvtierd, unix):
     assert cli(kvtierd, "get", f"pipe:{unix}:{count - 1}", unix=unix)[1] == "v" * ((count - 1) % 300 + 1)
 
 
-def test_bigkeys_and_stat(kvtierd):
-    """redis-cli --bigkeys sizes strings with STRLEN; --stat reads INFO's client fields."""
+def test_bigkeys_memkeys_and_stat(kvtierd):
+    """redis-cli --bigkeys sizes strings with STRLEN, --memkeys with MEMORY USAGE; --stat reads
+    INFO's client fields."""
     assert cli(kvtierd, "set", "big:largest", "x" * 2000)[1] == "OK"
     assert cli(kvtierd, "set", "big:small", "x")[1] == "OK"
     rc, out, _ = cli(kvtierd, "--bigkeys")
@@ -122,6 +123,11 @@ def test_bigkeys_and_stat(kvtierd):
     # "N strings with B bytes": B was 0 while STRLEN was unknown.
     summary = re.search(r"(\d+) strings with (\d+) bytes", out)
     assert summary and int(summary.group(2)) >= 2001, out
+    # --memkeys sizes keys with MEMORY USAGE (an unknown command before: every key was 0 bytes).
+    rc, out, _ = cli(kvtierd, "--memkeys")
+    assert rc == 0, out
+    summary = re.search(r"(\d+) strings with (\d+) bytes", out)
+    assert summary and int(summary.group(2)) >= 2001 + len("big:largest"), out
     # --stat prints a line per interval until stopped, buffered without a terminal: run it for
     # a second on a pseudo-terminal.
     stat = subprocess.run(["script", "-qc", f"timeout 1 redis-cli -h {kvtierd.host} "
