@@ -14,9 +14,11 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "common/keys.h"
 #include "common/status.h"
@@ -147,6 +149,13 @@ class Tier {
   // whole once its blocks are gone; for the NVMe tier, whose free space merges freely, the block's
   // footprint from the victim on (tiers/room_window.h). The default: `victim` itself.
   virtual Extent ReclaimUnit(const Extent& victim, uint64_t room_bytes) const { return victim; }
+
+  // The blocks whose extents start inside `range` (a ReclaimUnit), for a tier that knows which
+  // block each extent holds (the NVMe tier: its catalog entries); nullopt for one that does not,
+  // and the store then scans its index for them.
+  virtual std::optional<std::vector<BlockIdentity>> BlocksStartingIn(const Extent& range) const {
+    return std::nullopt;
+  }
 
   // The bytes of this tier's space that a block of `bytes` payload bytes takes (the NVMe tier adds
   // its record header and rounds to its alignment): what a caller that plans room must count.

@@ -414,17 +414,37 @@ void BlockIndex::ReturnToPolicy(const BlockKey& key, std::optional<TierId> tier)
   order.OrderOf(meta->quota_group).PutBack(key);
 }
 
+namespace {
+
+// Starts inside, not lies inside: an NVMe block's extent is its payload, its footprint longer.
+bool EvictableStartingIn(const BlockMeta& meta, TierId tier, const Extent& range, uint64_t now_us) {
+  return meta.tier == tier && Evictable(meta, now_us) && meta.extent.offset >= range.offset &&
+         meta.extent.offset - range.offset < range.length;
+}
+
+}  // namespace
+
 std::vector<std::pair<BlockKey, BlockMeta>> BlockIndex::EvictableInRange(TierId tier,
                                                                          const Extent& range,
                                                                          uint64_t now_us) const {
   std::vector<std::pair<BlockKey, BlockMeta>> found;
   ForEach([&](const BlockKey& key, const BlockMeta& meta) {
-    // Starts inside, not lies inside: an NVMe block's extent is its payload, its footprint longer.
-    if (meta.tier == tier && Evictable(meta, now_us) && meta.extent.offset >= range.offset &&
-        meta.extent.offset - range.offset < range.length) {
-      found.emplace_back(key, meta);
-    }
+    if (EvictableStartingIn(meta, tier, range, now_us)) found.emplace_back(key, meta);
   });
+  return found;
+}
+
+std::vector<std::pair<BlockKey, BlockMeta>> BlockIndex::EvictableInRange(
+    TierId tier, const Extent& range, std::span<const BlockKey> keys, uint64_t now_us) const {
+  std::vector<std::pair<BlockKey, BlockMeta>> found;
+  for (const BlockKey& key : keys) {
+    Shard& shard = ShardFor(key);
+    MutexLock lock(shard.mu);
+    const BlockMeta* meta = shard.entries.Find(key);
+    if (meta != nullptr && EvictableStartingIn(*meta, tier, range, now_us)) {
+      found.emplace_back(key, *meta);
+    }
+  }
   return found;
 }
 

@@ -163,6 +163,10 @@ class BlockIndex {
   // range on NVMe. A full scan of the index, for a rare event.
   std::vector<std::pair<BlockKey, BlockMeta>> EvictableInRange(TierId tier, const Extent& range,
                                                                uint64_t now_us) const;
+  // The same among `keys` only (the blocks the tier says start in `range`): a lookup each.
+  std::vector<std::pair<BlockKey, BlockMeta>> EvictableInRange(TierId tier, const Extent& range,
+                                                               std::span<const BlockKey> keys,
+                                                               uint64_t now_us) const;
 
   // Keys of every entry (any state) of namespace `ns`.
   std::vector<BlockKey> KeysOfNamespace(const NamespaceId& ns) const;

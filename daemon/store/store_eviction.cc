@@ -102,14 +102,30 @@ bool Store::EvictReclaimUnit(size_t level, EvictionMode mode, uint8_t requester,
   index_->Unpick(victim->first);
   const Extent unit = t.ReclaimUnit(victim->second.extent, bytes);
   bool any = false;
+  // A unit that is the victim alone (a tier without larger units) holds no other block.
   const std::vector<std::pair<BlockKey, BlockMeta>> victims =
-      index_->EvictableInRange(t.id(), unit, now);
+      unit == victim->second.extent
+          ? index_->EvictableInRange(t.id(), unit, {&victim->first, 1}, now)
+          : EvictableInUnit(t, unit, now);
   const std::vector<BlockKey> kept = PublishBeforeDrop(level, victims);
   for (const auto& [key, meta] : victims) {
     if (std::find(kept.begin(), kept.end(), key) != kept.end()) continue;
     any |= DemoteOrDrop(level, key, meta, mode);
   }
   return any;
+}
+
+std::vector<std::pair<BlockKey, index::BlockMeta>> Store::EvictableInUnit(const tiers::Tier& t,
+                                                                          const Extent& unit,
+                                                                          uint64_t now_us) const {
+  // A scan of the whole index (tens of milliseconds a million blocks) only where the tier cannot
+  // name the blocks itself: the slab tiers, whose units are whole slabs.
+  std::optional<std::vector<tiers::BlockIdentity>> named = t.BlocksStartingIn(unit);
+  if (!named) return index_->EvictableInRange(t.id(), unit, now_us);
+  std::vector<BlockKey> keys;
+  keys.reserve(named->size());
+  for (const tiers::BlockIdentity& id : *named) keys.push_back(id.key);
+  return index_->EvictableInRange(t.id(), unit, keys, now_us);
 }
 
 Store::EvictionPlan Store::PlanEviction(size_t level, const BlockKey& key, const BlockMeta& meta,

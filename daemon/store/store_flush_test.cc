@@ -245,11 +245,17 @@ TEST_F(StoreFlushBigBlockTest, ADemotionEvictsPastTheBoundForALargeBlock) {
 // meet late: here a 8-block hole needed every even block and then 4 odd ones (12 evicted for 8
 // blocks of room). After a few single victims the store empties the block's room from the next
 // victim on instead (Tier::ReclaimUnit, the NVMe tier's window).
-TEST_F(StoreFlushBigBlockTest, ALargeBlocksRoomIsMadeAroundTheVictimNotAllOverTheTier) {
+// The blocks in the window are found by a scan of the index, or named by the tier where it can
+// (Tier::BlocksStartingIn, as the NVMe tier does): the same blocks either way.
+class StoreRoomWindowTest : public StoreFlushBigBlockTest,
+                            public ::testing::WithParamInterface<bool> {};
+
+TEST_P(StoreRoomWindowTest, ALargeBlocksRoomIsMadeAroundTheVictimNotAllOverTheTier) {
   StoreOptions options;
   options.max_evictions_per_allocation = 4;
   BuildWithBigBlocks(16, 16, /*big_blocks=*/8, options);
   nvme().set_room_windows(true);
+  nvme().set_names_blocks(GetParam());
   FillNvmeWithSmallBlocks(16);
   // Block n lies at offset 16 - n: the even ones are the least recently used, one apart.
   for (uint64_t n = 2; n <= 16; n += 2) ASSERT_TRUE(Cached(n));
@@ -264,6 +270,11 @@ TEST_F(StoreFlushBigBlockTest, ALargeBlocksRoomIsMadeAroundTheVictimNotAllOverTh
     EXPECT_EQ(Cached(n), !evicted) << "block " << n;
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(ScannedOrNamed, StoreRoomWindowTest, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return info.param ? "NamedByTheTier" : "ScannedFromTheIndex";
+                         });
 
 TEST_F(StoreFlushTest, WriteThroughBlocksMoveIntoTheirCopyWithoutAWrite) {
   StoreOptions options;

@@ -19,6 +19,7 @@
 #include <cstring>
 #include <functional>
 #include <map>
+#include <optional>
 #include <set>
 #include <string_view>
 #include <thread>
@@ -52,6 +53,22 @@ class FakeTier final : public tiers::Tier {
     MutexLock lock(mu_);
     return tiers::RoomWindow(free_, victim.offset, FootprintOf(room_bytes), 0, capacity_)
         .value_or(victim);
+  }
+
+  // BlocksStartingIn names the blocks written with WriteBlock(s), as the NVMe tier does, rather
+  // than leaving the store to scan its index: set before the store evicts.
+  void set_names_blocks(bool on) { names_blocks_ = on; }
+  std::optional<std::vector<tiers::BlockIdentity>> BlocksStartingIn(
+      const Extent& range) const override {
+    if (!names_blocks_) return std::nullopt;
+    std::vector<tiers::BlockIdentity> found;
+    MutexLock lock(mu_);
+    for (auto it = allocated_.lower_bound(range.offset);
+         it != allocated_.end() && it->first - range.offset < range.length; ++it) {
+      if (auto w = written_.find(it->first); w != written_.end())
+        found.push_back(w->second.identity);
+    }
+    return found;
   }
 
   Result<Extent> Allocate(uint64_t bytes) override {
@@ -254,6 +271,7 @@ class FakeTier final : public tiers::Tier {
   const uint64_t capacity_;
   uint64_t overhead_ = 0;
   bool room_windows_ = false;
+  bool names_blocks_ = false;
   const bool addressable_;
   std::vector<std::byte> bytes_;
   std::atomic<bool> fail_io_{false};

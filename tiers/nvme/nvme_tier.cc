@@ -371,6 +371,25 @@ Extent NvmeTier::ReclaimUnit(const Extent& victim, uint64_t room_bytes) const {
   return allocator_.RoomAround(victim.offset, room_bytes).value_or(victim);
 }
 
+std::optional<std::vector<BlockIdentity>> NvmeTier::BlocksStartingIn(const Extent& range) const {
+  std::vector<BlockIdentity> found;
+  const auto inside = [&](uint64_t offset) {
+    return offset >= range.offset && offset - range.offset < range.length;
+  };
+  MutexLock lock(mu_);
+  if (range.length / kBlockAlignment > blocks_.size()) {
+    for (const auto& [offset, entry] : blocks_) {
+      if (inside(offset)) found.push_back(entry.id);
+    }
+    return found;
+  }
+  const uint64_t first = (range.offset + kBlockAlignment - 1) / kBlockAlignment * kBlockAlignment;
+  for (uint64_t offset = first; inside(offset); offset += kBlockAlignment) {
+    if (auto it = blocks_.find(offset); it != blocks_.end()) found.push_back(it->second.id);
+  }
+  return found;
+}
+
 NvmeStats NvmeTier::nvme_stats() const {
   NvmeStats s;
   s.reads = reads_;

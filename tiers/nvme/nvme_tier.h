@@ -198,6 +198,9 @@ class NvmeTier final : public Tier {
   // blocks starting there are freed, it is one hole the block fits (tiers/room_window.h). `victim`
   // itself when that would run past the victim's data file.
   Extent ReclaimUnit(const Extent& victim, uint64_t room_bytes) const override;
+  // From blocks_: every block starts on a kBlockAlignment boundary, so a range is probed offset by
+  // offset (or blocks_ walked, when it holds fewer blocks than the range has offsets).
+  std::optional<std::vector<BlockIdentity>> BlocksStartingIn(const Extent& range) const override;
   // The NvmeStats fields, through VisitNvmeStats.
   void VisitDeviceStats(const std::function<void(std::string_view, double)>& visit) const override {
     VisitNvmeStats(nvme_stats(), visit);
