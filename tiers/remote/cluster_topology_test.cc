@@ -8,6 +8,7 @@
 #include <thread>
 #include <vector>
 
+#include "tiers/remote/cluster_slots.h"
 #include "tiers/remote/redis_cluster_client.h"
 #include "tiers/remote/testing/fake_cluster_node.h"
 
@@ -57,6 +58,49 @@ TEST(ClusterTopology, AnEarlierMapReadAnsweredLastDoesNotReplaceALaterOnesMap) {
   earlier_read.join();
   EXPECT_TRUE(earlier.ok()) << earlier.ToString();
   EXPECT_EQ(client.Masters(), std::vector<std::string>{new_view->address().ToString()});
+}
+
+// Regression: a MOVED corrects its slot in the map at once, but a slot-map read started before it
+// and answered after it, by a node that had not heard of the move, put the old owner back: the
+// next call to that slot was redirected again.
+TEST(ClusterTopology, AMapReadStartedBeforeAMovedDoesNotUndoIt) {
+  auto old_owner = StartNode();
+  auto new_owner = StartNode();
+  ASSERT_TRUE(old_owner && new_owner);
+  // Both nodes say the old owner serves every slot, until the test says otherwise.
+  new_owner->SetShards(FakeClusterNode::ShardsOwnedBy(old_owner->address()));
+  RedisClusterOptions options;
+  options.seeds = {old_owner->address(), new_owner->address()};
+  options.connect_timeout = milliseconds(10'000);  // the held read must not time out
+  options.refresh_interval = milliseconds(0);
+  // The read the MOVED asks for waits past the test: only the held read answers in it.
+  options.min_refresh_interval = milliseconds(600'000);
+  auto opened = RedisClusterClient::Open(options);
+  ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+  RedisClusterClient& client = **opened;
+  ASSERT_EQ(client.Masters(), std::vector<std::string>{old_owner->address().ToString()});
+
+  old_owner->HoldNextShards();
+  Status earlier = Internal("not read");
+  std::thread earlier_read([&] { earlier = client.RefreshTopology(); });
+  ASSERT_TRUE(old_owner->WaitForHeld(milliseconds(10'000)));
+
+  // The key's slot has moved: the old owner redirects, the new one answers.
+  const std::string key = "moved-key";
+  old_owner->SetReply("GET", "-MOVED " + std::to_string(KeySlot(key)) + " " +
+                                 new_owner->address().ToString() + "\r\n");
+  new_owner->SetReply("GET", "$5\r\nvalue\r\n");
+  std::vector<Result<std::string>> got = client.Get({key}, milliseconds(10'000));
+  ASSERT_TRUE(got[0].ok()) << got[0].status().ToString();
+  ASSERT_EQ(client.stats().moved_redirects, 1u);
+
+  // The read started before the MOVED is answered after it, with the view from before.
+  old_owner->AnswerHeld(FakeClusterNode::ShardsOwnedBy(old_owner->address()));
+  earlier_read.join();
+  EXPECT_TRUE(earlier.ok()) << earlier.ToString();
+  got = client.Get({key}, milliseconds(10'000));
+  ASSERT_TRUE(got[0].ok()) << got[0].status().ToString();
+  EXPECT_EQ(client.stats().moved_redirects, 1u);  // straight to the new owner
 }
 
 }  // namespace

@@ -220,7 +220,9 @@ class RedisClusterClient final : public RemoteStore {
   // has not heard of a failover yet. Numbering, rather than one read at a time, keeps each read
   // bounded by its own candidates and deadline instead of queueing behind a slow one.
   uint64_t map_reads_started_ = 0;
-  uint64_t installed_map_read_ = 0;  // the number of the read whose map is installed
+  // The number of the read whose map is installed; a MOVED, which corrects the map itself,
+  // raises it to the last read started.
+  uint64_t installed_map_read_ = 0;
   bool refresh_failing_ = false;    // the last refresh found no node: log once per episode
   bool use_cluster_slots_ = false;  // CLUSTER SHARDS was refused: an older server
 
