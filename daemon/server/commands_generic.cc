@@ -339,10 +339,10 @@ Progress Exists(CommandContext& ctx, Command& cmd) {
   for (size_t i = 1; i < cmd.size(); ++i) {
     const GenericKeyRef key = RefOf(ctx.server, cmd.args[i]);
     MutexLock lock(key.stripe.lock);
-    TierId tier = TierId::kHost;
-    if (LiveEntry(ctx.server, key, now_ms, &tier) == nullptr) continue;
+    store::StoredSize stored;
+    if (LiveEntry(ctx.server, key, now_ms, &stored) == nullptr) continue;
     ++found;
-    ctx.Found(tier);
+    ctx.Found(stored.tier);
   }
   ctx.reply.AppendInteger(found);
   return Progress::kDone;

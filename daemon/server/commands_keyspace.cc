@@ -123,12 +123,10 @@ Progress StrLen(CommandContext& ctx, Command& cmd) {
   const GenericKeyRef key = RefOf(ctx.server, cmd.args[1]);
   MutexLock lock(key.stripe.lock);
   uint64_t length = 0;
-  if (LiveEntry(ctx.server, key, UnixNowMs()) != nullptr) {
-    const std::optional<store::StoredSize> block =
-        ctx.server.store.SizeOf(ctx.server.generic_ns, key.block);
-    if (block && block->bytes >= kGenericValueHeaderBytes) {
-      length = block->bytes - kGenericValueHeaderBytes;
-    }
+  store::StoredSize block;
+  if (LiveEntry(ctx.server, key, UnixNowMs(), &block) != nullptr &&
+      block.bytes >= kGenericValueHeaderBytes) {
+    length = block.bytes - kGenericValueHeaderBytes;
   }
   ctx.reply.AppendInteger(static_cast<int64_t>(length));
   return Progress::kDone;
@@ -153,12 +151,9 @@ Progress MemoryUsage(CommandContext& ctx, Command& cmd) {
   if (KeyTooLong(ctx, cmd.args[2])) return Progress::kDone;
   const GenericKeyRef key = RefOf(ctx.server, cmd.args[2]);
   MutexLock lock(key.stripe.lock);
-  std::optional<store::StoredSize> block;
-  if (LiveEntry(ctx.server, key, UnixNowMs()) != nullptr) {
-    block = ctx.server.store.SizeOf(ctx.server.generic_ns, key.block);
-  }
-  if (block) {
-    ctx.reply.AppendInteger(static_cast<int64_t>(block->footprint_bytes + cmd.args[2].size()));
+  store::StoredSize block;
+  if (LiveEntry(ctx.server, key, UnixNowMs(), &block) != nullptr) {
+    ctx.reply.AppendInteger(static_cast<int64_t>(block.footprint_bytes + cmd.args[2].size()));
   } else {
     ctx.reply.AppendNull();
   }

@@ -14,10 +14,6 @@ GenericKeyRef RefOf(ServerContext& server, std::string_view name) {
 
 namespace {
 
-std::optional<TierId> Where(ServerContext& server, const BlockKey& block) {
-  return server.store.Where(server.generic_ns, std::span(&block, 1))[0];
-}
-
 // While the blocks found on NVMe at a restart join the index, an entry whose block is not there
 // yet (loaded from the key-names file) is kept: its block may still come.
 bool Adopting(ServerContext& server) { return server.store.pending_adoptions() > 0; }
@@ -30,7 +26,7 @@ bool Adopting(ServerContext& server) { return server.store.pending_adoptions() >
 struct Settled {
   bool live = false;
   bool keep = false;
-  TierId tier = TierId::kHost;
+  store::StoredSize stored;  // when live
 };
 
 Settled Settle(ServerContext& server, const BlockKey& block, const GenericKeys::Entry* entry,
@@ -40,15 +36,15 @@ Settled Settle(ServerContext& server, const BlockKey& block, const GenericKeys::
     return {.keep = removed == StatusCode::kBusy ||
                     (removed == StatusCode::kNotFound && Adopting(server))};
   }
-  const std::optional<TierId> where = Where(server, block);
-  if (!where) return {.keep = entry != nullptr && Adopting(server)};
-  return {.live = true, .keep = true, .tier = *where};
+  const std::optional<store::StoredSize> stored = server.store.SizeOf(server.generic_ns, block);
+  if (!stored) return {.keep = entry != nullptr && Adopting(server)};
+  return {.live = true, .keep = true, .stored = *stored};
 }
 
 }  // namespace
 
 GenericKeys::Entry* LiveEntry(ServerContext& server, const GenericKeyRef& key, uint64_t now_ms,
-                              TierId* tier) {
+                              store::StoredSize* stored) {
   GenericKeys& keys = server.generic_keys;
   GenericKeys::Entry* entry = keys.Find(key.stripe, key.block);
   const Settled s = Settle(server, key.block, entry, now_ms);
@@ -58,7 +54,7 @@ GenericKeys::Entry* LiveEntry(ServerContext& server, const GenericKeyRef& key, u
     keys.Record(key.stripe, key.block, key.name, 0);
     entry = keys.Find(key.stripe, key.block);
   }
-  if (tier != nullptr) *tier = s.tier;
+  if (stored != nullptr) *stored = s.stored;
   return entry;
 }
 

@@ -33,10 +33,10 @@ GenericKeyRef RefOf(ServerContext& server, std::string_view name);
 // still leases it, left as an expired entry for the sweep to remove), an entry whose block the
 // store evicted is dropped (unless the blocks found at a restart are still joining the index), and
 // a value present without an entry (one from before a restart the key-names file did not cover)
-// is entered, without an expiry. Does not touch the block's recency. `tier`, when given, is set to
-// the tier a live key's value is in.
+// is entered, without an expiry. Does not touch the block's recency. `stored`, when given, is set
+// to a live key's block: its size and the tier it is in.
 GenericKeys::Entry* LiveEntry(ServerContext& server, const GenericKeyRef& key, uint64_t now_ms,
-                              TierId* tier = nullptr) REQUIRES(key.stripe.lock);
+                              store::StoredSize* stored = nullptr) REQUIRES(key.stripe.lock);
 
 // Removes the key's value and its entry. kBusy (both kept) while a reader leases the value;
 // kNotFound when there was no value (the entry, if any, is dropped).
