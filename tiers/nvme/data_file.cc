@@ -6,6 +6,7 @@
 #include <sys/file.h>
 #include <sys/ioctl.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -16,6 +17,7 @@
 #include <thread>
 
 #include "common/clock.h"
+#include "common/units.h"
 #include "tiers/nvme/aligned_buffer.h"
 
 namespace kvtier::tiers::nvme {
@@ -115,8 +117,7 @@ Result<std::unique_ptr<DataFile>> DataFile::Open(const Options& options) {
     KVTIER_RETURN_IF_ERROR(file->Format(capacity));
   } else if (static_cast<uint64_t>(st.st_size) < file->data_offset() + capacity) {
     // A truncated file: grow it back; records beyond the old end fail their header check.
-    int rc = ::posix_fallocate(fd, 0, static_cast<off_t>(file->data_offset() + capacity));
-    if (rc != 0) return ErrnoStatus(rc, "posix_fallocate " + options.path);
+    KVTIER_RETURN_IF_ERROR(file->Preallocate(file->data_offset() + capacity));
   }
   return file;
 }
@@ -169,8 +170,7 @@ Status DataFile::Format(uint64_t capacity_bytes) {
   sb.created_unix_us = UnixMicros();
   if (!block_device_) {
     if (::ftruncate(fd_, 0) != 0) return ErrnoStatus(errno, "truncate " + path_);
-    int rc = ::posix_fallocate(fd_, 0, static_cast<off_t>(sb.data_offset + capacity_bytes));
-    if (rc != 0) return ErrnoStatus(rc, "posix_fallocate " + path_);
+    KVTIER_RETURN_IF_ERROR(Preallocate(sb.data_offset + capacity_bytes));
   }
   AlignedBuffer buf(kSuperblockBytes);
   if (buf.data() == nullptr) return Busy("nvme: out of memory for a superblock buffer");
@@ -182,6 +182,29 @@ Status DataFile::Format(uint64_t capacity_bytes) {
   superblock_ = sb;
   formatted_ = true;
   return Status::Ok();
+}
+
+Status DataFile::Preallocate(uint64_t bytes) {
+  struct stat st {};
+  struct statvfs fs {};
+  if (::fstat(fd_, &st) != 0) return ErrnoStatus(errno, "stat " + path_);
+  if (::fstatvfs(fd_, &fs) != 0) return ErrnoStatus(errno, "statvfs " + path_);
+  // What the file holds already counts; the room is what an unprivileged user may still take
+  // (f_bavail), so the file system's reserve for root is left alone.
+  const uint64_t held = static_cast<uint64_t>(st.st_blocks) * 512;
+  const uint64_t free_bytes = static_cast<uint64_t>(fs.f_bavail) * fs.f_frsize;
+  if (bytes > held && bytes - held > free_bytes) {
+    return Rejected("NVMe data file " + path_ + " needs " + FormatBytes(bytes - held) +
+                    " more for its capacity, and its file system has " + FormatBytes(free_bytes) +
+                    " free: lower nvme.bytes (--nvme-bytes), or free space there");
+  }
+  const int rc = ::posix_fallocate(fd_, 0, static_cast<off_t>(bytes));
+  if (rc == 0) return Status::Ok();
+  if (::ftruncate(fd_, st.st_size) != 0) {
+    spdlog::warn("nvme: {} could not be cut back to {} bytes after a failed allocation: {}", path_,
+                 st.st_size, std::strerror(errno));
+  }
+  return ErrnoStatus(rc, "posix_fallocate " + path_);
 }
 
 bool DataFile::SuperblockNeverWritten() const {

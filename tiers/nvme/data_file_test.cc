@@ -1,12 +1,13 @@
 #include "tiers/nvme/data_file.h"
 
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
-#include <gtest/gtest.h>
-
 #include "tiers/nvme/aligned_buffer.h"
+#include "tiers/nvme/testing/small_file_system.h"
 #include "tiers/nvme/testing/temp_dir.h"
 
 namespace kvtier::tiers::nvme {
@@ -139,6 +140,44 @@ TEST(DataFileTest, TinyCapacityIsRejectedByName) {
   Status st = DataFile::Open({.path = dir.file("d"), .capacity_bytes = 4096}).status();
   EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(st.message().find("capacity_bytes"), std::string::npos);
+}
+
+uint64_t AllocatedBytes(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 ? static_cast<uint64_t>(st.st_blocks) * 512 : 0;
+}
+
+uint64_t FreeBytes(const std::string& dir) {
+  struct statvfs fs {};
+  return ::statvfs(dir.c_str(), &fs) == 0 ? static_cast<uint64_t>(fs.f_bavail) * fs.f_frsize : 0;
+}
+
+// A capacity the file system cannot hold is refused by name before anything is allocated.
+TEST(DataFileTest, ACapacityLargerThanTheFileSystemsRoomIsRefusedUpFront) {
+  testing::TempDir dir;
+  Status st = DataFile::Open({.path = dir.file("d"), .capacity_bytes = uint64_t{1} << 60}).status();
+  EXPECT_EQ(st.code(), StatusCode::kRejected) << st.ToString();
+  EXPECT_NE(st.message().find("nvme.bytes"), std::string::npos) << st.ToString();
+  EXPECT_EQ(AllocatedBytes(dir.file("d")), 0u);
+}
+
+// Regression: on ext4 a posix_fallocate that runs out of space keeps what it allocated, so
+// --nvme-bytes larger than the disk's free space filled the file system to the last block and
+// left the file that size after kvtierd gave up. Here on a 64 MiB ext4 of the test's own.
+TEST(DataFileTest, ACapacityTheFileSystemCannotHoldLeavesItsSpaceFree) {
+  testing::TempDir dir;
+  testing::SmallFileSystem fs(dir.path(), 64 << 20);
+  if (!fs.ok()) GTEST_SKIP() << "needs root, mkfs.ext4 and mount";
+  const uint64_t free_before = FreeBytes(fs.path());
+  const std::string path = fs.path() + "/d";
+  Status st = DataFile::Open({.path = path, .capacity_bytes = 128 << 20}).status();
+  EXPECT_EQ(st.code(), StatusCode::kRejected) << st.ToString();
+  EXPECT_LT(AllocatedBytes(path), uint64_t{1} << 20);
+  EXPECT_GT(FreeBytes(fs.path()), free_before - (uint64_t{1} << 20));
+  // What fits is still allocated in full.
+  auto fits = DataFile::Open({.path = path, .capacity_bytes = 16 << 20});
+  ASSERT_TRUE(fits.ok()) << fits.status().ToString();
+  EXPECT_GE(AllocatedBytes(path), uint64_t{16} << 20);
 }
 
 // Two daemons on one file, or one file named twice (a device and a link to it), would overwrite
