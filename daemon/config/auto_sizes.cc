@@ -163,13 +163,26 @@ std::optional<uint64_t> MemAvailableBytes(const std::string& meminfo) {
   return std::nullopt;
 }
 
+uint64_t FreeHugePageBytes(const std::string& meminfo) {
+  std::istringstream lines(meminfo);
+  std::string name, unit;
+  uint64_t value = 0, free_pages = 0, page_bytes = 0;
+  while (lines >> name >> value) {
+    std::getline(lines, unit);
+    if (name == "HugePages_Free:") free_pages = value;
+    if (name == "Hugepagesize:")
+      page_bytes = unit.find("kB") != std::string::npos ? value << 10 : value;
+  }
+  return free_pages * page_bytes;
+}
+
 uint64_t AutoSlabBytes(uint64_t host_bytes) {
   uint64_t slab = uint64_t{64} << 20;
   while (slab > (uint64_t{1} << 20) && host_bytes / slab < kAutoSlabsPerTier) slab /= 2;
   return slab;
 }
 
-uint64_t AutoHostBytes() {
+uint64_t AvailableMemoryBytes(bool with_huge_pages) {
   std::ifstream meminfo("/proc/meminfo");
   std::stringstream meminfo_text;
   meminfo_text << meminfo.rdbuf();
@@ -187,7 +200,11 @@ uint64_t AutoHostBytes() {
   if (std::optional<uint64_t> room = CgroupMemoryRoom("/sys/fs/cgroup", text.str())) {
     available = std::min(available, *room);
   }
-  return std::clamp<uint64_t>(available / 4, 64ull << 20, 64ull << 30);
+  return available + (with_huge_pages ? FreeHugePageBytes(meminfo_text.str()) : 0);
+}
+
+uint64_t AutoHostBytes() {
+  return std::clamp<uint64_t>(AvailableMemoryBytes(false) / 4, 64ull << 20, 64ull << 30);
 }
 
 }  // namespace kvtier::config

@@ -202,6 +202,9 @@ struct DaemonConfig {
 // memory cgroup (a container, a systemd unit with MemoryMax), the room left below its limit,
 // whichever is less: a pod's daemon must not size itself from the node.
 uint64_t AutoHostBytes();
+// That available memory, in bytes; with `with_huge_pages` (tiers.huge_pages), plus the free pages
+// of the huge-page pool, which MemAvailable leaves out and a huge-page arena takes first.
+uint64_t AvailableMemoryBytes(bool with_huge_pages);
 // The slab size "auto" resolves to for a host tier of `host_bytes`: 64 MiB (one 512-token block of
 // Llama 3.1 8B), halved until the tier holds at least kAutoSlabsPerTier slabs, down to 1 MiB.
 // Every block size in use takes slabs of its own, and a tier of a few slabs gives a whole size's
@@ -218,6 +221,8 @@ std::optional<uint64_t> CgroupMemoryRoom(const std::string& cgroup_root,
 // The MemAvailable line of `meminfo` (the text of /proc/meminfo), in bytes; nullopt without one
 // (kernels before 3.14).
 std::optional<uint64_t> MemAvailableBytes(const std::string& meminfo);
+// HugePages_Free x Hugepagesize of `meminfo`, in bytes; 0 without those lines.
+uint64_t FreeHugePageBytes(const std::string& meminfo);
 
 // The NVMe tier size "auto" resolves to, and how (`note`, for the log and the reason the tier is
 // off): a tenth of the free space of the file system holding `data_dir` (or its nearest existing

@@ -430,6 +430,17 @@ TEST(DaemonConfigTest, AvailableMemoryIsMemAvailableNotMemFree) {
   EXPECT_EQ(MemAvailableBytes(""), std::nullopt);
 }
 
+// A huge-page arena takes the pool's free pages, which MemAvailable leaves out.
+TEST(DaemonConfigTest, FreeHugePagesAreCountedFromThePool) {
+  EXPECT_EQ(FreeHugePageBytes("MemAvailable:    9000000 kB\nHugePages_Total:     512\n"
+                              "HugePages_Free:      500\nHugePages_Rsvd:        0\n"
+                              "Hugepagesize:       2048 kB\n"),
+            500ull * (2048ull << 10));
+  EXPECT_EQ(FreeHugePageBytes("MemAvailable:    9000000 kB\n"), 0u);
+  EXPECT_GT(AvailableMemoryBytes(false), 0u);
+  EXPECT_GE(AvailableMemoryBytes(true), AvailableMemoryBytes(false));
+}
+
 // Whole numbers are read as YAML 1.2 writes them: a leading zero is still decimal.
 TEST(DaemonConfigTest, WholeNumbersAreDecimalHexOrOctalAsYamlSays) {
   for (const auto& [text, want] :

@@ -81,6 +81,15 @@ std::vector<tiers::Tier*> DaemonTiers::chain() const {
 
 Result<DaemonTiers> OpenTiers(const config::DaemonConfig& c) {
   DaemonTiers t;
+  // The arena is locked (faulted in) at start and filled later: a tier larger than the memory
+  // there is gets kvtierd killed for memory, and the kernel's choice may be the engine beside it.
+  const uint64_t memory = config::AvailableMemoryBytes(c.huge_pages);
+  if (c.host_bytes > memory) {
+    return Rejected("tiers.host_bytes (--host-bytes) " + FormatBytes(c.host_bytes) +
+                    " is more than the " + FormatBytes(memory) +
+                    " of memory available (MemAvailable, within kvtierd's cgroup limit): lower it, "
+                    "or leave it to auto (a quarter of what is available)");
+  }
   auto host = tiers::HostTier::Create({.capacity_bytes = c.host_bytes,
                                        .slab_bytes = c.slab_bytes,
                                        .try_huge_pages = c.huge_pages,
