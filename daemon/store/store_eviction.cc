@@ -125,6 +125,9 @@ std::vector<std::pair<BlockKey, index::BlockMeta>> Store::EvictableInUnit(const 
   std::vector<BlockKey> keys;
   keys.reserve(named->size());
   for (const tiers::BlockIdentity& id : *named) keys.push_back(id.key);
+  // Two copies of one block (a newer one written before the older was freed) name it twice.
+  std::sort(keys.begin(), keys.end());
+  keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
   return index_->EvictableInRange(t.id(), unit, keys, now_us);
 }
 
