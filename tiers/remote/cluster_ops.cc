@@ -301,9 +301,7 @@ bool RedisClusterClient::FollowRedirect(Op& op, size_t i, const std::string& err
     // The slot moved for good: correct the map now for the next calls, and re-read all of it
     // soon, since a resharding or failover rarely moves one slot alone.
     slot_map_.Assign(redirect->slot, redirect->slot, redirect->target);
-    // A map read already out may have been answered before the move: it must not install the
-    // old owner back. The read asked for here starts later, and installs.
-    installed_map_read_ = map_reads_started_;
+    RememberMovedSlot(redirect->slot, redirect->target);
     RequestRefresh();
   } else {
     // A slot being migrated: only this key, only the next try, goes to the importing node.

@@ -57,6 +57,7 @@ Awaitable<Status> RedisClusterClient::Refresh() {
     if (map.ok()) {
       // Otherwise a read started later has installed a newer map meanwhile: this one is dropped.
       if (read > installed_map_read_) {
+        ApplyMovedSlots(read, *map);
         const bool changed = !map->SameRoutesAs(slot_map_);
         refresh_spacing_ = changed ? options_.min_refresh_interval
                                    : std::max(options_.min_refresh_interval,
@@ -142,6 +143,18 @@ Awaitable<Result<SlotMap>> RedisClusterClient::AskTopology(NodeConnection& conn,
   const resp::Reply& reply = slot_replies->front();
   if (reply.is_error()) co_return DeviceError(node.ToString() + " answered: " + reply.str);
   co_return ParseClusterSlots(reply, node);
+}
+
+void RedisClusterClient::RememberMovedSlot(int slot, const HostPort& owner) {
+  const auto same_slot = [&](const MovedSlot& m) { return m.slot == slot; };
+  std::erase_if(moved_slots_, same_slot);
+  moved_slots_.push_back({slot, owner, map_reads_started_});
+}
+
+void RedisClusterClient::ApplyMovedSlots(uint64_t read, SlotMap& map) {
+  // A read started after a move knows of it (or of a later one); one started before may not.
+  std::erase_if(moved_slots_, [&](const MovedSlot& m) { return m.after_read < read; });
+  for (const MovedSlot& m : moved_slots_) map.Assign(m.slot, m.slot, m.owner);
 }
 
 void RedisClusterClient::InstallMap(SlotMap map) {

@@ -2,6 +2,7 @@
 // the test, not a real cluster, decides when each slot-map read is answered.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <memory>
 #include <string>
@@ -101,6 +102,42 @@ TEST(ClusterTopology, AMapReadStartedBeforeAMovedDoesNotUndoIt) {
   got = client.Get({key}, milliseconds(10'000));
   ASSERT_TRUE(got[0].ok()) << got[0].status().ToString();
   EXPECT_EQ(client.stats().moved_redirects, 1u);  // straight to the new owner
+}
+
+// And such a read's news of the other slots is installed, not dropped: here a failover to a
+// third node that it learnt of, with the moved slot still on its new owner.
+TEST(ClusterTopology, AMapReadStartedBeforeAMovedStillInstallsItsNews) {
+  auto old_owner = StartNode();
+  auto new_owner = StartNode();
+  auto promoted = StartNode();
+  ASSERT_TRUE(old_owner && new_owner && promoted);
+  new_owner->SetShards(FakeClusterNode::ShardsOwnedBy(old_owner->address()));
+  RedisClusterOptions options;
+  options.seeds = {old_owner->address(), new_owner->address()};
+  options.connect_timeout = milliseconds(10'000);
+  options.refresh_interval = milliseconds(0);
+  options.min_refresh_interval = milliseconds(600'000);
+  auto opened = RedisClusterClient::Open(options);
+  ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+  RedisClusterClient& client = **opened;
+
+  old_owner->HoldNextShards();
+  Status earlier = Internal("not read");
+  std::thread earlier_read([&] { earlier = client.RefreshTopology(); });
+  ASSERT_TRUE(old_owner->WaitForHeld(milliseconds(10'000)));
+  const std::string key = "moved-key";
+  old_owner->SetReply("GET", "-MOVED " + std::to_string(KeySlot(key)) + " " +
+                                 new_owner->address().ToString() + "\r\n");
+  new_owner->SetReply("GET", "$5\r\nvalue\r\n");
+  ASSERT_TRUE(client.Get({key}, milliseconds(10'000))[0].ok());
+
+  old_owner->AnswerHeld(FakeClusterNode::ShardsOwnedBy(promoted->address()));
+  earlier_read.join();
+  EXPECT_TRUE(earlier.ok()) << earlier.ToString();
+  std::vector<std::string> masters = {new_owner->address().ToString(),
+                                      promoted->address().ToString()};
+  std::sort(masters.begin(), masters.end());
+  EXPECT_EQ(client.Masters(), masters);
 }
 
 }  // namespace

@@ -179,6 +179,9 @@ class RedisClusterClient final : public RemoteStore {
   // Asks the seeds again, with backoff, until one answers (open_unreachable).
   Awaitable<void> ReachLoop();
   void InstallMap(SlotMap map);
+  void RememberMovedSlot(int slot, const HostPort& owner);
+  // Applies to `map`, read by read number `read`, the moves it may not know of (moved_slots_).
+  void ApplyMovedSlots(uint64_t read, SlotMap& map);
   // Drops from nodes_ every node that slot_map_ no longer names, closing its connections as its
   // calls end (ClusterNode::Retire).
   void DropNodesOffTheMap();
@@ -220,9 +223,16 @@ class RedisClusterClient final : public RemoteStore {
   // has not heard of a failover yet. Numbering, rather than one read at a time, keeps each read
   // bounded by its own candidates and deadline instead of queueing behind a slow one.
   uint64_t map_reads_started_ = 0;
-  // The number of the read whose map is installed; a MOVED, which corrects the map itself,
-  // raises it to the last read started.
-  uint64_t installed_map_read_ = 0;
+  uint64_t installed_map_read_ = 0;  // the number of the read whose map is installed
+  // The slots MOVED answers moved since the reads then out started, each with the number of the
+  // last read started before it: a map those reads installs gets the move applied again (the
+  // node that answered may not have heard of it), until a read started after it installs.
+  struct MovedSlot {
+    int slot = 0;
+    HostPort owner;
+    uint64_t after_read = 0;
+  };
+  std::vector<MovedSlot> moved_slots_;
   bool refresh_failing_ = false;    // the last refresh found no node: log once per episode
   bool use_cluster_slots_ = false;  // CLUSTER SHARDS was refused: an older server
 
