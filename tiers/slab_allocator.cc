@@ -357,6 +357,12 @@ void SlabAllocator::Remove(SlabList& list, uint32_t slab_index) {
   slab.next = kNone;
 }
 
+uint64_t SlabAllocator::FootprintOf(uint64_t bytes) const {
+  if (const uint64_t small = SmallSlotBytes(bytes); small != 0) return small;
+  const uint64_t unit = bytes <= slab_bytes_ ? alignment_ : slab_bytes_;
+  return (bytes + unit - 1) / unit * unit;
+}
+
 Extent SlabAllocator::ReclaimUnit(const Extent& extent) const {
   if (slabs_.empty()) return extent;
   const uint64_t first = std::min<uint64_t>(extent.offset / slab_bytes_, slabs_.size() - 1);

@@ -87,6 +87,9 @@ class SlabAllocator {
   // shared pool, so that any size class can use it. The store empties such a range when LRU
   // eviction of other sizes cannot make room for a block (slab calcification).
   Extent ReclaimUnit(const Extent& extent) const;
+  // The bytes a block of `bytes` takes: its small slot, its slot (rounded up to alignment), or
+  // its run of whole slabs. Depends on the options only.
+  uint64_t FootprintOf(uint64_t bytes) const;
 
   uint64_t capacity_bytes() const { return capacity_bytes_; }
   uint64_t slab_bytes() const { return slab_bytes_; }

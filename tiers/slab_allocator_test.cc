@@ -165,6 +165,25 @@ TEST(SlabAllocatorTest, OneClassFillsEverySlotThenIsBusy) {
   EXPECT_EQ(allocator.Stats().reserved_bytes, 256 * kKiB);
 }
 
+// What a block takes (MEMORY USAGE, room planning): its small slot, its slot, or its run of slabs.
+TEST(SlabAllocatorTest, AFootprintIsTheSlotTheBlockGets) {
+  SlabAllocator allocator =
+      SlabAllocator::Create(
+          {.capacity_bytes = 2 * kMiB, .slab_bytes = 128 * kKiB, .small_slot_max_bytes = 2 * kKiB})
+          .value();
+  EXPECT_EQ(allocator.FootprintOf(28), 64u);
+  EXPECT_EQ(allocator.FootprintOf(1500), 2 * kKiB);
+  EXPECT_EQ(allocator.FootprintOf(4 * kKiB), 4 * kKiB);
+  EXPECT_EQ(allocator.FootprintOf(5000), 8 * kKiB);
+  EXPECT_EQ(allocator.FootprintOf(128 * kKiB), 128 * kKiB);
+  EXPECT_EQ(allocator.FootprintOf(128 * kKiB + 1), 256 * kKiB);
+  // Two blocks of 5000 bytes lie a footprint apart.
+  const Result<Extent> first = allocator.Allocate(5000), second = allocator.Allocate(5000);
+  ASSERT_TRUE(first.ok() && second.ok());
+  EXPECT_EQ(std::max(first->offset, second->offset) - std::min(first->offset, second->offset),
+            allocator.FootprintOf(5000));
+}
+
 TEST(SlabAllocatorTest, FragmentationCountsRoundingAndEmptySlots) {
   SlabAllocator allocator = MakeAllocator(256 * kKiB, 64 * kKiB);
   MustAllocate(allocator, 4 * kKiB);

@@ -133,18 +133,23 @@ Progress StrLen(CommandContext& ctx, Command& cmd) {
 }
 
 // MEMORY USAGE key [SAMPLES n]: the bytes the value takes in the tier that holds it (its block,
-// header included, as that tier lays it out: NVMe adds its record header and alignment) plus the
-// key's name; nil for a key that does not exist. SAMPLES is accepted and has nothing to sample.
-// The index's own bytes per block are INFO's. redis-cli --memkeys sizes keys with it.
+// header included, as that tier lays it out: the slot a memory tier gives it, or on NVMe its record
+// header and alignment) plus the key's name; nil for a key that does not exist. SAMPLES is
+// checked as Redis does and has nothing to sample. The index's own bytes per block are INFO's.
+// redis-cli --memkeys sizes keys with it.
 Progress MemoryUsage(CommandContext& ctx, Command& cmd) {
-  if (cmd.size() != 3 && !(cmd.size() == 5 && resp::EqualsIgnoreCase(cmd.args[3], "SAMPLES"))) {
-    ctx.reply.AppendError("ERR syntax error");
-    return Progress::kDone;
-  }
-  if (cmd.size() == 5) {
-    const std::optional<int64_t> samples = resp::ParseInt64(cmd.args[4]);
-    if (!samples || *samples < 0) {
-      ctx.reply.AppendError("ERR value is out of range, must be positive");
+  for (size_t i = 3; i < cmd.size(); i += 2) {
+    if (!resp::EqualsIgnoreCase(cmd.args[i], "SAMPLES") || i + 1 >= cmd.size()) {
+      ctx.reply.AppendError("ERR syntax error");
+      return Progress::kDone;
+    }
+    const std::optional<int64_t> samples = resp::ParseInt64(cmd.args[i + 1]);
+    if (!samples) {
+      ctx.reply.AppendError("ERR value is not an integer or out of range");
+      return Progress::kDone;
+    }
+    if (*samples < 0) {
+      ctx.reply.AppendError("ERR syntax error");
       return Progress::kDone;
     }
   }
@@ -160,9 +165,14 @@ Progress MemoryUsage(CommandContext& ctx, Command& cmd) {
   return Progress::kDone;
 }
 
+// MEMORY, as Redis 7 answers it, for USAGE and HELP.
 Progress Memory(CommandContext& ctx, Command& cmd) {
   const std::string sub = resp::ToUpperAscii(cmd.args[1]);
-  if (sub == "USAGE" && cmd.size() >= 3) return MemoryUsage(ctx, cmd);
+  if (sub == "USAGE") {
+    if (cmd.size() >= 3) return MemoryUsage(ctx, cmd);
+    ctx.reply.AppendError("ERR wrong number of arguments for 'memory|usage' command");
+    return Progress::kDone;
+  }
   if (sub == "HELP" && cmd.size() == 2) {
     ctx.reply.AppendArrayHeader(2);
     ctx.reply.AppendSimpleString("USAGE <key> [SAMPLES <count>]");
@@ -170,8 +180,8 @@ Progress Memory(CommandContext& ctx, Command& cmd) {
         "    The bytes <key>'s value takes in its tier, plus the key's name.");
     return Progress::kDone;
   }
-  ctx.reply.AppendError("ERR unknown subcommand or wrong number of arguments for 'memory|" +
-                        sub.substr(0, 64) + "'");
+  ctx.reply.AppendError("ERR unknown subcommand '" + std::string(cmd.args[1].substr(0, 128)) +
+                        "'. Try MEMORY HELP.");
   return Progress::kDone;
 }
 

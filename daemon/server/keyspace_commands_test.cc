@@ -145,18 +145,23 @@ TEST_F(KeyspaceCommandsTest, StrLenIsTheValuesLength) {
 }
 
 // MEMORY USAGE (redis-cli --memkeys): the bytes the value takes in its tier (the host tier here:
-// the value and its 1-byte header) plus the key's name; nil for a key that does not exist.
+// the slot of the value and its 1-byte header) plus the key's name; nil for a key that does not
+// exist. Arguments and errors as Redis 7's.
 TEST_F(KeyspaceCommandsTest, MemoryUsageIsTheValuesBytesInItsTierAndTheName) {
   ASSERT_EQ(c_.Call({"SET", "small", "seven b"}), "+OK\r\n");
-  ASSERT_EQ(c_.Call({"SET", "large", testing::Value(2000, 'l')}), "+OK\r\n");
-  EXPECT_EQ(Integer({"MEMORY", "USAGE", "small"}), 7 + 1 + 5);
-  EXPECT_EQ(Integer({"memory", "usage", "large", "SAMPLES", "0"}), 2000 + 1 + 5);
+  ASSERT_EQ(c_.Call({"SET", "large", testing::Value(5000, 'l')}), "+OK\r\n");
+  EXPECT_EQ(Integer({"MEMORY", "USAGE", "small"}), 64 + 5);  // a 64-byte small slot
+  EXPECT_EQ(Integer({"memory", "usage", "large", "SAMPLES", "0"}), 8192 + 5);  // two pages
+  EXPECT_EQ(Integer({"MEMORY", "USAGE", "large", "SAMPLES", "5", "samples", "6"}), 8192 + 5);
   EXPECT_EQ(c_.Call({"MEMORY", "USAGE", "missing"}), kNull);
   EXPECT_EQ(c_.Call({"MEMORY", "USAGE", "small", "SAMPLES"}), "-ERR syntax error\r\n");
-  EXPECT_EQ(c_.Call({"MEMORY", "USAGE", "small", "SAMPLES", "-1"}),
-            "-ERR value is out of range, must be positive\r\n");
+  EXPECT_EQ(c_.Call({"MEMORY", "USAGE", "small", "SAMPLES", "-1"}), "-ERR syntax error\r\n");
+  EXPECT_EQ(c_.Call({"MEMORY", "USAGE", "small", "SAMPLES", "x"}),
+            "-ERR value is not an integer or out of range\r\n");
+  EXPECT_EQ(c_.Call({"MEMORY", "USAGE"}),
+            "-ERR wrong number of arguments for 'memory|usage' command\r\n");
   EXPECT_EQ(c_.Call({"MEMORY", "DOCTOR"}),
-            "-ERR unknown subcommand or wrong number of arguments for 'memory|DOCTOR'\r\n");
+            "-ERR unknown subcommand 'DOCTOR'. Try MEMORY HELP.\r\n");
   EXPECT_EQ(c_.Call({"MEMORY"}), "-ERR wrong number of arguments for 'memory' command\r\n");
 }
 

@@ -15,6 +15,7 @@
 
 #include "common/fd_passing.h"
 #include "common/resp/reply_parser.h"
+#include "daemon/config/daemon_config.h"
 
 namespace kvtier::server::testing {
 namespace {
@@ -252,10 +253,14 @@ Status TestServer::Init(bool with_arena, uint64_t capacity_bytes,
   dir_ = dir;
   options_.unix_path = dir_ + "/kvtierd.sock";
   if (options_.tcp_port == 0) options_.tcp_ephemeral = true;
-  KVTIER_ASSIGN_OR_RETURN(tier_, tiers::HostTier::Create({.capacity_bytes = capacity_bytes,
-                                                          .try_huge_pages = false,
-                                                          .try_mlock = false,
-                                                          .name = ""}));
+  // Slabs as kvtierd cuts them by default (tiers.slab_bytes: auto): a 64 MiB tier of one 64 MiB
+  // slab would give up every value of one size for the first value of another.
+  KVTIER_ASSIGN_OR_RETURN(
+      tier_, tiers::HostTier::Create({.capacity_bytes = capacity_bytes,
+                                      .slab_bytes = config::AutoSlabBytes(capacity_bytes),
+                                      .try_huge_pages = false,
+                                      .try_mlock = false,
+                                      .name = ""}));
   gpu_ = std::move(gpu);
   std::vector<tiers::Tier*> chain = {tier_.get()};
   if (gpu_ != nullptr) chain.insert(chain.begin(), gpu_.get());

@@ -67,6 +67,7 @@ class DeviceTier : public Tier {
   Result<Extent> Allocate(uint64_t bytes) final { return pool_.Allocate(bytes); }
   void Free(const Extent& extent) final { pool_.Free(extent); }
   TierStats Stats() const final { return pool_.Stats(); }
+  uint64_t FootprintOf(uint64_t bytes) const final { return pool_.FootprintOf(bytes); }
   Extent ReclaimUnit(const Extent& victim, uint64_t /*room_bytes*/) const final {
     return pool_.ReclaimUnit(victim);
   }

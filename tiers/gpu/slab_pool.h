@@ -34,6 +34,10 @@ class SlabPool {
     MutexLock lock(mu_);
     return allocator_.Stats();
   }
+  uint64_t FootprintOf(uint64_t bytes) const {
+    MutexLock lock(mu_);
+    return allocator_.FootprintOf(bytes);
+  }
   Extent ReclaimUnit(const Extent& extent) const {
     MutexLock lock(mu_);
     return allocator_.ReclaimUnit(extent);

@@ -81,6 +81,11 @@ bool HostTier::InArena(const Extent& extent) const {
   return extent.offset <= arena_->size() && extent.length <= arena_->size() - extent.offset;
 }
 
+uint64_t HostTier::FootprintOf(uint64_t bytes) const {
+  MutexLock lock(mu_);
+  return allocator_.FootprintOf(bytes);
+}
+
 Extent HostTier::ReclaimUnit(const Extent& victim, uint64_t /*room_bytes*/) const {
   MutexLock lock(mu_);
   return allocator_.ReclaimUnit(victim);

@@ -64,6 +64,8 @@ class HostTier final : public Tier {
   TierStats Stats() const override;
   // The slab (or run of slabs) around `victim`, whatever room is wanted; see Tier::ReclaimUnit.
   Extent ReclaimUnit(const Extent& victim, uint64_t room_bytes) const override;
+  // The slot (or run of slabs) the block takes (SlabAllocator::FootprintOf).
+  uint64_t FootprintOf(uint64_t bytes) const override;
 
   // The arena, for reporting huge-page and mlock state and for pinning it.
   const HostArena& arena() const { return *arena_; }
