@@ -12,6 +12,7 @@
 #include <fstream>
 #include <map>
 #include <sstream>
+#include <string_view>
 
 #include "common/units.h"
 #include "daemon/config/daemon_config.h"
@@ -109,20 +110,19 @@ std::optional<uint64_t> ReadNumber(const std::filesystem::path& path) {
   return std::stoull(text);
 }
 
-// The room below one cgroup's limit, for the files of one cgroup version.
+// The room below one cgroup's limit (its limit alone without `usage_file`), for the files of one
+// cgroup version.
 std::optional<uint64_t> RoomIn(const std::filesystem::path& dir, const char* limit_file,
                                const char* usage_file) {
   std::optional<uint64_t> limit = ReadNumber(dir / limit_file);
   // cgroup v1 spells "no limit" as a huge number near 2^63.
   if (!limit || *limit >= (1ull << 62)) return std::nullopt;
-  const uint64_t usage = ReadNumber(dir / usage_file).value_or(0);
+  const uint64_t usage = usage_file == nullptr ? 0 : ReadNumber(dir / usage_file).value_or(0);
   return *limit > usage ? *limit - usage : 0;
 }
 
-}  // namespace
-
-std::optional<uint64_t> CgroupMemoryRoom(const std::string& cgroup_root,
-                                         const std::string& proc_self_cgroup) {
+std::optional<uint64_t> CgroupMemory(const std::string& cgroup_root,
+                                     const std::string& proc_self_cgroup, bool less_usage) {
   std::optional<uint64_t> room;
   auto take = [&room](std::optional<uint64_t> r) {
     if (r) room = room ? std::min(*room, *r) : *r;
@@ -143,8 +143,9 @@ std::optional<uint64_t> CgroupMemoryRoom(const std::string& cgroup_root,
     // Inside a container's cgroup namespace the path is "/" and the root is its own cgroup.
     std::filesystem::path rel = std::filesystem::path(line.substr(second + 1)).relative_path();
     for (;;) {
-      take(v2 ? RoomIn(base / rel, "memory.max", "memory.current")
-              : RoomIn(base / rel, "memory.limit_in_bytes", "memory.usage_in_bytes"));
+      take(v2 ? RoomIn(base / rel, "memory.max", less_usage ? "memory.current" : nullptr)
+              : RoomIn(base / rel, "memory.limit_in_bytes",
+                       less_usage ? "memory.usage_in_bytes" : nullptr));
       if (rel.empty()) break;
       rel = rel.parent_path();
     }
@@ -152,28 +153,45 @@ std::optional<uint64_t> CgroupMemoryRoom(const std::string& cgroup_root,
   return room;
 }
 
-std::optional<uint64_t> MemAvailableBytes(const std::string& meminfo) {
+}  // namespace
+
+std::optional<uint64_t> CgroupMemoryRoom(const std::string& cgroup_root,
+                                         const std::string& proc_self_cgroup) {
+  return CgroupMemory(cgroup_root, proc_self_cgroup, /*less_usage=*/true);
+}
+
+std::optional<uint64_t> CgroupMemoryLimit(const std::string& cgroup_root,
+                                          const std::string& proc_self_cgroup) {
+  return CgroupMemory(cgroup_root, proc_self_cgroup, /*less_usage=*/false);
+}
+
+namespace {
+
+// The line `field` of `meminfo` (the text of /proc/meminfo), in bytes (counts as they are).
+std::optional<uint64_t> MeminfoBytes(const std::string& meminfo, std::string_view field) {
   std::istringstream lines(meminfo);
   std::string name, unit;
   uint64_t value = 0;
   while (lines >> name >> value) {
     std::getline(lines, unit);
-    if (name == "MemAvailable:") return unit.find("kB") != std::string::npos ? value << 10 : value;
+    if (name.size() == field.size() + 1 && name.starts_with(field) && name.back() == ':') {
+      return unit.find("kB") != std::string::npos ? value << 10 : value;
+    }
   }
   return std::nullopt;
 }
 
+}  // namespace
+
+std::optional<uint64_t> MemAvailableBytes(const std::string& meminfo) {
+  return MeminfoBytes(meminfo, "MemAvailable");
+}
+
 uint64_t FreeHugePageBytes(const std::string& meminfo) {
-  std::istringstream lines(meminfo);
-  std::string name, unit;
-  uint64_t value = 0, free_pages = 0, page_bytes = 0;
-  while (lines >> name >> value) {
-    std::getline(lines, unit);
-    if (name == "HugePages_Free:") free_pages = value;
-    if (name == "Hugepagesize:")
-      page_bytes = unit.find("kB") != std::string::npos ? value << 10 : value;
-  }
-  return free_pages * page_bytes;
+  const uint64_t free_pages = MeminfoBytes(meminfo, "HugePages_Free").value_or(0);
+  const uint64_t reserved = MeminfoBytes(meminfo, "HugePages_Rsvd").value_or(0);
+  return (free_pages - std::min(free_pages, reserved)) *
+         MeminfoBytes(meminfo, "Hugepagesize").value_or(0);
 }
 
 uint64_t AutoSlabBytes(uint64_t host_bytes) {
@@ -182,29 +200,39 @@ uint64_t AutoSlabBytes(uint64_t host_bytes) {
   return slab;
 }
 
-uint64_t AvailableMemoryBytes(bool with_huge_pages) {
+HostMemory HostMemoryNow(bool with_huge_pages) {
   std::ifstream meminfo("/proc/meminfo");
   std::stringstream meminfo_text;
   meminfo_text << meminfo.rdbuf();
-  uint64_t available = 0;
-  if (std::optional<uint64_t> bytes = MemAvailableBytes(meminfo_text.str())) {
-    available = *bytes;
+  const std::string info = meminfo_text.str();
+  HostMemory m;
+  if (std::optional<uint64_t> bytes = MemAvailableBytes(info)) {
+    m.available = *bytes;
   } else {  // MemFree alone: the page cache counts as used
     const long pages = sysconf(_SC_AVPHYS_PAGES);
     const long page_size = sysconf(_SC_PAGE_SIZE);
-    available = pages > 0 && page_size > 0 ? uint64_t(pages) * uint64_t(page_size) : 0;
+    m.available = pages > 0 && page_size > 0 ? uint64_t(pages) * uint64_t(page_size) : 0;
   }
+  const long pages = sysconf(_SC_PHYS_PAGES);
+  const long page_size = sysconf(_SC_PAGE_SIZE);
+  m.total = MeminfoBytes(info, "MemTotal")
+                .value_or(pages > 0 && page_size > 0 ? uint64_t(pages) * uint64_t(page_size) : 0);
   std::ifstream self("/proc/self/cgroup");
   std::stringstream text;
   text << self.rdbuf();
   if (std::optional<uint64_t> room = CgroupMemoryRoom("/sys/fs/cgroup", text.str())) {
-    available = std::min(available, *room);
+    m.available = std::min(m.available, *room);
   }
-  return available + (with_huge_pages ? FreeHugePageBytes(meminfo_text.str()) : 0);
+  if (std::optional<uint64_t> limit = CgroupMemoryLimit("/sys/fs/cgroup", text.str())) {
+    m.total = std::min(m.total, *limit);
+  }
+  // A huge-page arena is all huge pages or all normal ones (HostArena): it fits in either.
+  if (with_huge_pages) m.available = std::max(m.available, FreeHugePageBytes(info));
+  return m;
 }
 
 uint64_t AutoHostBytes() {
-  return std::clamp<uint64_t>(AvailableMemoryBytes(false) / 4, 64ull << 20, 64ull << 30);
+  return std::clamp<uint64_t>(HostMemoryNow(false).available / 4, 64ull << 20, 64ull << 30);
 }
 
 }  // namespace kvtier::config

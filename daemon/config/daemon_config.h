@@ -202,9 +202,15 @@ struct DaemonConfig {
 // memory cgroup (a container, a systemd unit with MemoryMax), the room left below its limit,
 // whichever is less: a pod's daemon must not size itself from the node.
 uint64_t AutoHostBytes();
-// That available memory, in bytes; with `with_huge_pages` (tiers.huge_pages), plus the free pages
-// of the huge-page pool, which MemAvailable leaves out and a huge-page arena takes first.
-uint64_t AvailableMemoryBytes(bool with_huge_pages);
+// The memory a host arena may take, in bytes: `total` the machine's (MemTotal) or its cgroup's
+// limit, whichever is less; `available` that available memory, or with `with_huge_pages`
+// (tiers.huge_pages) the huge-page pool's free unreserved pages where they are more (MemAvailable
+// leaves them out; an arena is all huge pages or none).
+struct HostMemory {
+  uint64_t total = 0;
+  uint64_t available = 0;
+};
+HostMemory HostMemoryNow(bool with_huge_pages);
 // The slab size "auto" resolves to for a host tier of `host_bytes`: 64 MiB (one 512-token block of
 // Llama 3.1 8B), halved until the tier holds at least kAutoSlabsPerTier slabs, down to 1 MiB.
 // Every block size in use takes slabs of its own, and a tier of a few slabs gives a whole size's
@@ -218,10 +224,13 @@ uint64_t AutoSlabBytes(uint64_t host_bytes);
 // memory.usage_in_bytes. nullopt when no limit is set or none can be read.
 std::optional<uint64_t> CgroupMemoryRoom(const std::string& cgroup_root,
                                          const std::string& proc_self_cgroup);
+// The lowest of those limits themselves; nullopt when none is set.
+std::optional<uint64_t> CgroupMemoryLimit(const std::string& cgroup_root,
+                                          const std::string& proc_self_cgroup);
 // The MemAvailable line of `meminfo` (the text of /proc/meminfo), in bytes; nullopt without one
 // (kernels before 3.14).
 std::optional<uint64_t> MemAvailableBytes(const std::string& meminfo);
-// HugePages_Free x Hugepagesize of `meminfo`, in bytes; 0 without those lines.
+// (HugePages_Free - HugePages_Rsvd) x Hugepagesize of `meminfo`, in bytes; 0 without them.
 uint64_t FreeHugePageBytes(const std::string& meminfo);
 
 // The NVMe tier size "auto" resolves to, and how (`note`, for the log and the reason the tier is

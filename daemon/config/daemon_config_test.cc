@@ -433,12 +433,13 @@ TEST(DaemonConfigTest, AvailableMemoryIsMemAvailableNotMemFree) {
 // A huge-page arena takes the pool's free pages, which MemAvailable leaves out.
 TEST(DaemonConfigTest, FreeHugePagesAreCountedFromThePool) {
   EXPECT_EQ(FreeHugePageBytes("MemAvailable:    9000000 kB\nHugePages_Total:     512\n"
-                              "HugePages_Free:      500\nHugePages_Rsvd:        0\n"
+                              "HugePages_Free:      500\nHugePages_Rsvd:       20\n"
                               "Hugepagesize:       2048 kB\n"),
-            500ull * (2048ull << 10));
+            480ull * (2048ull << 10));  // reserved pages are promised to others
   EXPECT_EQ(FreeHugePageBytes("MemAvailable:    9000000 kB\n"), 0u);
-  EXPECT_GT(AvailableMemoryBytes(false), 0u);
-  EXPECT_GE(AvailableMemoryBytes(true), AvailableMemoryBytes(false));
+  const HostMemory now = HostMemoryNow(false);
+  EXPECT_GT(now.available, 0u);
+  EXPECT_GE(now.total, now.available);
 }
 
 // Whole numbers are read as YAML 1.2 writes them: a leading zero is still decimal.
@@ -814,6 +815,7 @@ TEST_F(CgroupTest, V2TakesTheTightestLimitOnThePathUp) {
   Write("kubepods/pod1/ctr/memory.max", "max");  // the container itself: no limit of its own
   Write("kubepods/pod1/ctr/memory.current", "6442450944");
   EXPECT_EQ(CgroupMemoryRoom(root_, "0::/kubepods/pod1/ctr\n"), 2ull << 30);
+  EXPECT_EQ(CgroupMemoryLimit(root_, "0::/kubepods/pod1/ctr\n"), 8ull << 30);  // the limit alone
 }
 
 TEST_F(CgroupTest, InsideANamespaceTheRootIsTheContainersOwn) {
@@ -827,6 +829,7 @@ TEST_F(CgroupTest, V1UsesTheMemoryController) {
   Write("memory/docker/abc/memory.usage_in_bytes", "1073741824");
   Write("memory/memory.limit_in_bytes", "9223372036854771712");  // v1's "no limit"
   EXPECT_EQ(CgroupMemoryRoom(root_, "5:cpu:/docker/abc\n4:memory:/docker/abc\n"), 1ull << 30);
+  EXPECT_EQ(CgroupMemoryLimit(root_, "5:cpu:/docker/abc\n4:memory:/docker/abc\n"), 2ull << 30);
 }
 
 TEST_F(CgroupTest, NoLimitOrNothingReadableIsNoAnswer) {

@@ -81,27 +81,39 @@ std::vector<tiers::Tier*> DaemonTiers::chain() const {
 
 Result<DaemonTiers> OpenTiers(const config::DaemonConfig& c) {
   DaemonTiers t;
-  // The arena is locked (faulted in) at start and filled later: a tier larger than the memory
-  // there is gets kvtierd killed for memory, and the kernel's choice may be the engine beside it.
-  const uint64_t memory = config::AvailableMemoryBytes(c.huge_pages);
-  if (c.host_bytes > memory) {
+  // The arena is locked (faulted in) at start and filled later: a tier larger than the machine
+  // gets kvtierd killed for memory, and the kernel's choice may be the engine beside it. One
+  // larger than what is available now only is not locked at start: a restart finds the old
+  // arena still held by clients that have not attached again yet, and refusing would keep it so.
+  const config::HostMemory memory = config::HostMemoryNow(c.huge_pages);
+  if (c.host_bytes > memory.total) {
     return Rejected("tiers.host_bytes (--host-bytes) " + FormatBytes(c.host_bytes) +
-                    " is more than the " + FormatBytes(memory) +
-                    " of memory available (MemAvailable, within kvtierd's cgroup limit): lower it, "
-                    "or leave it to auto (a quarter of what is available)");
+                    " is more than this machine's " + FormatBytes(memory.total) +
+                    " of memory (MemTotal, or kvtierd's cgroup limit): lower it, or leave it to "
+                    "auto (a quarter of what is available)");
+  }
+  const bool fits_now = c.host_bytes <= memory.available;
+  if (!fits_now) {
+    spdlog::warn(
+        "host tier: {} is more than the {} of memory available now: not locked at start "
+        "(its pages are taken as blocks arrive), and the node may run out of memory as "
+        "it fills",
+        FormatBytes(c.host_bytes), FormatBytes(memory.available));
   }
   auto host = tiers::HostTier::Create({.capacity_bytes = c.host_bytes,
                                        .slab_bytes = c.slab_bytes,
                                        .try_huge_pages = c.huge_pages,
-                                       .try_mlock = c.mlock});
+                                       .try_mlock = c.mlock && fits_now});
   if (!host.ok()) return Status(host.status().code(), "host tier: " + host.status().message());
   t.host = std::move(host).value();
   const tiers::HostArena& arena = t.host->arena();
   spdlog::info("host tier: {} ({} pages{})", FormatBytes(c.host_bytes),
                arena.huge_pages() ? "huge" : "normal",
-               arena.locked()             ? ", locked in RAM"
-               : arena.lock_status().ok() ? ", not locked (tiers.mlock is off)"
-                                          : ", not locked: " + arena.lock_status().message());
+               arena.locked() ? ", locked in RAM"
+               : !arena.lock_status().ok()
+                   ? ", not locked: " + arena.lock_status().message()
+                   : std::string(c.mlock ? ", not locked (more than is available now)"
+                                         : ", not locked (tiers.mlock is off)"));
   OpenGpu(c, t);
   // A GPU tier asked for but not found (no device, no CUDA) leaves its quotas nothing to protect;
   // said here, before the NVMe tier opens and preallocates its file, rather than by ApplyQuotas.

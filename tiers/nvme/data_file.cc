@@ -169,8 +169,10 @@ Status DataFile::Format(uint64_t capacity_bytes) {
   sb.file_id = RandomFileId();
   sb.created_unix_us = UnixMicros();
   if (!block_device_) {
+    // Checked before the truncate: a size refused must leave the old cache where it was.
+    KVTIER_RETURN_IF_ERROR(CheckRoomFor(sb.data_offset + capacity_bytes));
     if (::ftruncate(fd_, 0) != 0) return ErrnoStatus(errno, "truncate " + path_);
-    KVTIER_RETURN_IF_ERROR(Preallocate(sb.data_offset + capacity_bytes));
+    KVTIER_RETURN_IF_ERROR(Preallocate(sb.data_offset + capacity_bytes, /*checked=*/true));
   }
   AlignedBuffer buf(kSuperblockBytes);
   if (buf.data() == nullptr) return Busy("nvme: out of memory for a superblock buffer");
@@ -184,13 +186,11 @@ Status DataFile::Format(uint64_t capacity_bytes) {
   return Status::Ok();
 }
 
-Status DataFile::Preallocate(uint64_t bytes) {
+Status DataFile::CheckRoomFor(uint64_t bytes) const {
   struct stat st {};
   struct statvfs fs {};
   if (::fstat(fd_, &st) != 0) return ErrnoStatus(errno, "stat " + path_);
   if (::fstatvfs(fd_, &fs) != 0) return ErrnoStatus(errno, "statvfs " + path_);
-  // What the file holds already counts; the room is what an unprivileged user may still take
-  // (f_bavail), so the file system's reserve for root is left alone.
   const uint64_t held = static_cast<uint64_t>(st.st_blocks) * 512;
   const uint64_t free_bytes = static_cast<uint64_t>(fs.f_bavail) * fs.f_frsize;
   if (bytes > held && bytes - held > free_bytes) {
@@ -198,6 +198,13 @@ Status DataFile::Preallocate(uint64_t bytes) {
                     " more for its capacity, and its file system has " + FormatBytes(free_bytes) +
                     " free: lower nvme.bytes (--nvme-bytes), or free space there");
   }
+  return Status::Ok();
+}
+
+Status DataFile::Preallocate(uint64_t bytes, bool checked) {
+  if (!checked) KVTIER_RETURN_IF_ERROR(CheckRoomFor(bytes));
+  struct stat st {};
+  if (::fstat(fd_, &st) != 0) return ErrnoStatus(errno, "stat " + path_);
   const int rc = ::posix_fallocate(fd_, 0, static_cast<off_t>(bytes));
   if (rc == 0) return Status::Ok();
   if (::ftruncate(fd_, st.st_size) != 0) {

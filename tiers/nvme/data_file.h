@@ -73,10 +73,13 @@ class DataFile {
   // Finishes Open for a raw block device.
   Status OpenDevice(uint64_t capacity, const Options& options);
   Status Format(uint64_t capacity_bytes);
-  // Allocates the file up to `bytes` (posix_fallocate), after checking that its file system has
-  // the room. On ext4 a posix_fallocate that runs out of space keeps what it got: it filled the
-  // file system and left the file at that size. A failure now gives the space back.
-  Status Preallocate(uint64_t bytes);
+  // kRejected, by name, when the file cannot grow to `bytes`: its file system has less free room
+  // than that less what the file holds already (f_bavail: root's reserve is left alone).
+  Status CheckRoomFor(uint64_t bytes) const;
+  // Allocates the file up to `bytes` (posix_fallocate), checked first unless `checked`. On ext4 a
+  // posix_fallocate that runs out of space keeps what it got: it filled the file system and left
+  // the file at that size. A failure now gives the space back.
+  Status Preallocate(uint64_t bytes, bool checked = false);
   Status ReadSuperblock();
   // Whether the superblock's place holds only zeros (or less than a superblock, all zeros): a
   // Format that preallocated the file and stopped before its superblock went out.

@@ -175,9 +175,20 @@ TEST(DataFileTest, ACapacityTheFileSystemCannotHoldLeavesItsSpaceFree) {
   EXPECT_LT(AllocatedBytes(path), uint64_t{1} << 20);
   EXPECT_GT(FreeBytes(fs.path()), free_before - (uint64_t{1} << 20));
   // What fits is still allocated in full.
-  auto fits = DataFile::Open({.path = path, .capacity_bytes = 16 << 20});
-  ASSERT_TRUE(fits.ok()) << fits.status().ToString();
-  EXPECT_GE(AllocatedBytes(path), uint64_t{16} << 20);
+  uint64_t file_id = 0;
+  {
+    auto fits = DataFile::Open({.path = path, .capacity_bytes = 16 << 20});
+    ASSERT_TRUE(fits.ok()) << fits.status().ToString();
+    EXPECT_GE(AllocatedBytes(path), uint64_t{16} << 20);
+    file_id = (*fits)->superblock().file_id;
+  }
+  // A new capacity too large is refused before the reformat: the cache there stays.
+  st = DataFile::Open({.path = path, .capacity_bytes = 128 << 20}).status();
+  EXPECT_EQ(st.code(), StatusCode::kRejected) << st.ToString();
+  auto again = DataFile::Open({.path = path, .capacity_bytes = 16 << 20});
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_FALSE((*again)->formatted());
+  EXPECT_EQ((*again)->superblock().file_id, file_id);
 }
 
 // Two daemons on one file, or one file named twice (a device and a link to it), would overwrite
