@@ -61,83 +61,76 @@ TEST(ClusterTopology, AnEarlierMapReadAnsweredLastDoesNotReplaceALaterOnesMap) {
   EXPECT_EQ(client.Masters(), std::vector<std::string>{new_view->address().ToString()});
 }
 
+// A MOVED that comes while a slot-map read is held: both nodes say `old_owner_` serves every
+// slot; the read goes to it and is held; then a GET of `key_` meets a MOVED to `new_owner_`.
+// The read started before the MOVED is answered after it (AnswerTheHeldRead).
+class MovedDuringAMapRead : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    old_owner_ = StartNode();
+    new_owner_ = StartNode();
+    ASSERT_TRUE(old_owner_ && new_owner_);
+    new_owner_->SetShards(FakeClusterNode::ShardsOwnedBy(old_owner_->address()));
+    RedisClusterOptions options;
+    options.seeds = {old_owner_->address(), new_owner_->address()};
+    options.connect_timeout = milliseconds(10'000);  // the held read must not time out
+    options.refresh_interval = milliseconds(0);
+    // The read the MOVED asks for waits past the test: only the held read answers in it.
+    options.min_refresh_interval = milliseconds(600'000);
+    auto opened = RedisClusterClient::Open(options);
+    ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+    client_ = std::move(opened).value();
+    ASSERT_EQ(client_->Masters(), std::vector<std::string>{old_owner_->address().ToString()});
+
+    old_owner_->HoldNextShards();
+    earlier_read_ = std::thread([this] { earlier_ = client_->RefreshTopology(); });
+    ASSERT_TRUE(old_owner_->WaitForHeld(milliseconds(10'000)));
+    old_owner_->SetReply("GET", "-MOVED " + std::to_string(KeySlot(key_)) + " " +
+                                    new_owner_->address().ToString() + "\r\n");
+    new_owner_->SetReply("GET", "$5\r\nvalue\r\n");
+    std::vector<Result<std::string>> got = client_->Get({key_}, milliseconds(10'000));
+    ASSERT_TRUE(got[0].ok()) << got[0].status().ToString();
+    ASSERT_EQ(client_->stats().moved_redirects, 1u);
+  }
+  void TearDown() override {
+    if (earlier_read_.joinable()) {
+      old_owner_->AnswerHeld(FakeClusterNode::ShardsOwnedBy(old_owner_->address()));
+      earlier_read_.join();
+    }
+  }
+  void AnswerTheHeldRead(const HostPort& master_of_every_slot) {
+    old_owner_->AnswerHeld(FakeClusterNode::ShardsOwnedBy(master_of_every_slot));
+    earlier_read_.join();
+    EXPECT_TRUE(earlier_.ok()) << earlier_.ToString();
+  }
+
+  const std::string key_ = "moved-key";
+  std::unique_ptr<FakeClusterNode> old_owner_, new_owner_;
+  std::unique_ptr<RedisClusterClient> client_;
+  std::thread earlier_read_;
+  Status earlier_ = Internal("not read");
+};
+
 // Regression: a MOVED corrects its slot in the map at once, but a slot-map read started before it
 // and answered after it, by a node that had not heard of the move, put the old owner back: the
 // next call to that slot was redirected again.
-TEST(ClusterTopology, AMapReadStartedBeforeAMovedDoesNotUndoIt) {
-  auto old_owner = StartNode();
-  auto new_owner = StartNode();
-  ASSERT_TRUE(old_owner && new_owner);
-  // Both nodes say the old owner serves every slot, until the test says otherwise.
-  new_owner->SetShards(FakeClusterNode::ShardsOwnedBy(old_owner->address()));
-  RedisClusterOptions options;
-  options.seeds = {old_owner->address(), new_owner->address()};
-  options.connect_timeout = milliseconds(10'000);  // the held read must not time out
-  options.refresh_interval = milliseconds(0);
-  // The read the MOVED asks for waits past the test: only the held read answers in it.
-  options.min_refresh_interval = milliseconds(600'000);
-  auto opened = RedisClusterClient::Open(options);
-  ASSERT_TRUE(opened.ok()) << opened.status().ToString();
-  RedisClusterClient& client = **opened;
-  ASSERT_EQ(client.Masters(), std::vector<std::string>{old_owner->address().ToString()});
-
-  old_owner->HoldNextShards();
-  Status earlier = Internal("not read");
-  std::thread earlier_read([&] { earlier = client.RefreshTopology(); });
-  ASSERT_TRUE(old_owner->WaitForHeld(milliseconds(10'000)));
-
-  // The key's slot has moved: the old owner redirects, the new one answers.
-  const std::string key = "moved-key";
-  old_owner->SetReply("GET", "-MOVED " + std::to_string(KeySlot(key)) + " " +
-                                 new_owner->address().ToString() + "\r\n");
-  new_owner->SetReply("GET", "$5\r\nvalue\r\n");
-  std::vector<Result<std::string>> got = client.Get({key}, milliseconds(10'000));
+TEST_F(MovedDuringAMapRead, TheReadDoesNotUndoTheMove) {
+  AnswerTheHeldRead(old_owner_->address());
+  std::vector<Result<std::string>> got = client_->Get({key_}, milliseconds(10'000));
   ASSERT_TRUE(got[0].ok()) << got[0].status().ToString();
-  ASSERT_EQ(client.stats().moved_redirects, 1u);
-
-  // The read started before the MOVED is answered after it, with the view from before.
-  old_owner->AnswerHeld(FakeClusterNode::ShardsOwnedBy(old_owner->address()));
-  earlier_read.join();
-  EXPECT_TRUE(earlier.ok()) << earlier.ToString();
-  got = client.Get({key}, milliseconds(10'000));
-  ASSERT_TRUE(got[0].ok()) << got[0].status().ToString();
-  EXPECT_EQ(client.stats().moved_redirects, 1u);  // straight to the new owner
+  EXPECT_EQ(client_->stats().moved_redirects, 1u);  // straight to the new owner
 }
 
-// And such a read's news of the other slots is installed, not dropped: here a failover to a
-// third node that it learnt of, with the moved slot still on its new owner.
-TEST(ClusterTopology, AMapReadStartedBeforeAMovedStillInstallsItsNews) {
-  auto old_owner = StartNode();
-  auto new_owner = StartNode();
+// And the read's news of the other slots is installed, not dropped: here a failover to a third
+// node that it learnt of, with the moved slot still on its new owner.
+TEST_F(MovedDuringAMapRead, TheReadsNewsIsInstalledWithTheMove) {
   auto promoted = StartNode();
-  ASSERT_TRUE(old_owner && new_owner && promoted);
-  new_owner->SetShards(FakeClusterNode::ShardsOwnedBy(old_owner->address()));
-  RedisClusterOptions options;
-  options.seeds = {old_owner->address(), new_owner->address()};
-  options.connect_timeout = milliseconds(10'000);
-  options.refresh_interval = milliseconds(0);
-  options.min_refresh_interval = milliseconds(600'000);
-  auto opened = RedisClusterClient::Open(options);
-  ASSERT_TRUE(opened.ok()) << opened.status().ToString();
-  RedisClusterClient& client = **opened;
-
-  old_owner->HoldNextShards();
-  Status earlier = Internal("not read");
-  std::thread earlier_read([&] { earlier = client.RefreshTopology(); });
-  ASSERT_TRUE(old_owner->WaitForHeld(milliseconds(10'000)));
-  const std::string key = "moved-key";
-  old_owner->SetReply("GET", "-MOVED " + std::to_string(KeySlot(key)) + " " +
-                                 new_owner->address().ToString() + "\r\n");
-  new_owner->SetReply("GET", "$5\r\nvalue\r\n");
-  ASSERT_TRUE(client.Get({key}, milliseconds(10'000))[0].ok());
-
-  old_owner->AnswerHeld(FakeClusterNode::ShardsOwnedBy(promoted->address()));
-  earlier_read.join();
-  EXPECT_TRUE(earlier.ok()) << earlier.ToString();
-  std::vector<std::string> masters = {new_owner->address().ToString(),
+  ASSERT_TRUE(promoted);
+  AnswerTheHeldRead(promoted->address());
+  std::vector<std::string> masters = {new_owner_->address().ToString(),
                                       promoted->address().ToString()};
   std::sort(masters.begin(), masters.end());
-  EXPECT_EQ(client.Masters(), masters);
+  EXPECT_EQ(client_->Masters(), masters);
 }
 
 }  // namespace
