@@ -110,14 +110,29 @@ std::optional<uint64_t> ReadNumber(const std::filesystem::path& path) {
   return std::stoull(text);
 }
 
+// The value of `key` in a cgroup's memory.stat ("inactive_file 123"); 0 when absent.
+uint64_t StatValue(const std::filesystem::path& stat_file, std::string_view key) {
+  std::ifstream in(stat_file);
+  std::string name;
+  uint64_t value = 0;
+  while (in >> name >> value) {
+    if (name == key) return value;
+  }
+  return 0;
+}
+
 // The room below one cgroup's limit (its limit alone without `usage_file`), for the files of one
-// cgroup version.
+// cgroup version. The usage leaves out the inactive file cache (`inactive_file_key` of
+// memory.stat), which the kernel reclaims before it goes over the limit, as the kubelet's working
+// set does: an engine that read its weights through the page cache has not used that room up.
 std::optional<uint64_t> RoomIn(const std::filesystem::path& dir, const char* limit_file,
-                               const char* usage_file) {
+                               const char* usage_file, std::string_view inactive_file_key) {
   std::optional<uint64_t> limit = ReadNumber(dir / limit_file);
   // cgroup v1 spells "no limit" as a huge number near 2^63.
   if (!limit || *limit >= (1ull << 62)) return std::nullopt;
-  const uint64_t usage = usage_file == nullptr ? 0 : ReadNumber(dir / usage_file).value_or(0);
+  uint64_t usage = usage_file == nullptr ? 0 : ReadNumber(dir / usage_file).value_or(0);
+  if (usage_file != nullptr)
+    usage -= std::min(usage, StatValue(dir / "memory.stat", inactive_file_key));
   return *limit > usage ? *limit - usage : 0;
 }
 
@@ -143,9 +158,10 @@ std::optional<uint64_t> CgroupMemory(const std::string& cgroup_root,
     // Inside a container's cgroup namespace the path is "/" and the root is its own cgroup.
     std::filesystem::path rel = std::filesystem::path(line.substr(second + 1)).relative_path();
     for (;;) {
-      take(v2 ? RoomIn(base / rel, "memory.max", less_usage ? "memory.current" : nullptr)
+      take(v2 ? RoomIn(base / rel, "memory.max", less_usage ? "memory.current" : nullptr,
+                       "inactive_file")
               : RoomIn(base / rel, "memory.limit_in_bytes",
-                       less_usage ? "memory.usage_in_bytes" : nullptr));
+                       less_usage ? "memory.usage_in_bytes" : nullptr, "total_inactive_file"));
       if (rel.empty()) break;
       rel = rel.parent_path();
     }

@@ -221,7 +221,9 @@ uint64_t AutoSlabBytes(uint64_t host_bytes);
 // The room left below the memory limits of the cgroup that `proc_self_cgroup` (the text of
 // /proc/self/cgroup) names and of its ancestors, read under `cgroup_root` (/sys/fs/cgroup):
 // cgroup v2's memory.max and memory.current, or v1's memory.limit_in_bytes and
-// memory.usage_in_bytes. nullopt when no limit is set or none can be read.
+// memory.usage_in_bytes, the usage less the inactive file cache of memory.stat (inactive_file,
+// v1 total_inactive_file), which the kernel reclaims first (the kubelet's working set). nullopt
+// when no limit is set or none can be read.
 std::optional<uint64_t> CgroupMemoryRoom(const std::string& cgroup_root,
                                          const std::string& proc_self_cgroup);
 // The lowest of those limits themselves; nullopt when none is set.

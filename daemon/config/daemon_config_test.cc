@@ -832,6 +832,21 @@ TEST_F(CgroupTest, V1UsesTheMemoryController) {
   EXPECT_EQ(CgroupMemoryLimit(root_, "5:cpu:/docker/abc\n4:memory:/docker/abc\n"), 2ull << 30);
 }
 
+// The inactive file cache (an engine's weights read through the page cache) is reclaimed before
+// the limit bites: it does not count as used, as in the kubelet's working set.
+TEST_F(CgroupTest, TheInactiveFileCacheIsRoom) {
+  Write("kubepods/pod1/memory.max", "8589934592");      // 8 GiB
+  Write("kubepods/pod1/memory.current", "6442450944");  // 6 GiB, 4 of them inactive file cache
+  Write("kubepods/pod1/memory.stat",
+        "anon 2147483648\nfile 4294967296\nactive_file 0\n"
+        "inactive_file 4294967296\n");
+  EXPECT_EQ(CgroupMemoryRoom(root_, "0::/kubepods/pod1\n"), 6ull << 30);
+  Write("memory/docker/abc/memory.limit_in_bytes", "2147483648");
+  Write("memory/docker/abc/memory.usage_in_bytes", "2147483648");
+  Write("memory/docker/abc/memory.stat", "cache 1073741824\ntotal_inactive_file 1073741824\n");
+  EXPECT_EQ(CgroupMemoryRoom(root_, "4:memory:/docker/abc\n"), 1ull << 30);
+}
+
 TEST_F(CgroupTest, NoLimitOrNothingReadableIsNoAnswer) {
   Write("user.slice/memory.max", "max");
   EXPECT_FALSE(CgroupMemoryRoom(root_, "0::/user.slice\n").has_value());
