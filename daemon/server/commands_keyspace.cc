@@ -158,7 +158,8 @@ Progress MemoryUsage(CommandContext& ctx, Command& cmd) {
   MutexLock lock(key.stripe.lock);
   store::StoredSize block;
   if (LiveEntry(ctx.server, key, UnixNowMs(), &block) != nullptr) {
-    ctx.reply.AppendInteger(static_cast<int64_t>(block.footprint_bytes + cmd.args[2].size()));
+    const uint64_t footprint = ctx.server.store.FootprintOf(block.tier, block.bytes);
+    ctx.reply.AppendInteger(static_cast<int64_t>(footprint + cmd.args[2].size()));
   } else {
     ctx.reply.AppendNull();
   }

@@ -70,10 +70,9 @@ struct Reservation {
   std::byte* address = nullptr;  // where to write, for memory tiers; nullptr otherwise
 };
 
-// The size of one ready block (Store::SizeOf).
+// The size of one ready block and where it is (Store::SizeOf).
 struct StoredSize {
-  uint64_t bytes = 0;            // the block as put
-  uint64_t footprint_bytes = 0;  // the space it takes in its tier (Tier::FootprintOf)
+  uint64_t bytes = 0;  // the block as put
   TierId tier = TierId::kHost;
 };
 
@@ -413,6 +412,10 @@ class Store {
                                            std::span<const BlockKey> keys) const;
   // The size of block `key` when it is ready in namespace `ns`, or nullopt. Touches nothing.
   std::optional<StoredSize> SizeOf(const NamespaceId& ns, const BlockKey& key) const;
+  // The space a block of `bytes` takes in tier `tier` (Tier::FootprintOf), or `bytes` for a tier
+  // this store does not have. Asked apart from SizeOf, which every generic command's liveness
+  // check reads: the memory tiers answer under their allocator's lock.
+  uint64_t FootprintOf(TierId tier, uint64_t bytes) const;
   // The log Explain reads: its capacity and how many departures it saw.
   const DepartureLog& departures() const { return departures_; }
   // The name of `tier`'s eviction policy ("lru", ...; tiers may differ: index.policy per tier).

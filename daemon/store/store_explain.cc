@@ -66,10 +66,14 @@ std::vector<std::optional<TierId>> Store::Where(const NamespaceId& ns,
 std::optional<StoredSize> Store::SizeOf(const NamespaceId& ns, const BlockKey& key) const {
   std::optional<BlockMeta> meta = index_->Get(key);
   if (!meta || meta->ns != ns || meta->state != BlockState::kReady) return std::nullopt;
-  return StoredSize{
-      .bytes = meta->extent.length,
-      .footprint_bytes = tiers_[LevelOf(meta->tier)]->FootprintOf(meta->extent.length),
-      .tier = meta->tier};
+  return StoredSize{.bytes = meta->extent.length, .tier = meta->tier};
+}
+
+uint64_t Store::FootprintOf(TierId tier, uint64_t bytes) const {
+  for (const tiers::Tier* t : tiers_) {
+    if (t->id() == tier) return t->FootprintOf(bytes);
+  }
+  return bytes;
 }
 
 }  // namespace kvtier::store

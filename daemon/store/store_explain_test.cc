@@ -73,8 +73,8 @@ TEST_F(StoreExplainTest, ABlockBeingWrittenIsNotPresentYet) {
   EXPECT_EQ(Explain({1})[0].state, State::kPresent);
 }
 
-// SizeOf (STRLEN, MEMORY USAGE): the block's bytes and, in the tier holding it, its footprint.
-TEST_F(StoreExplainTest, SizeOfGivesTheBlocksBytesAndItsFootprintInItsTier) {
+// SizeOf (STRLEN, MEMORY USAGE): the block's bytes and tier; FootprintOf: what it takes there.
+TEST_F(StoreExplainTest, SizeOfGivesTheBlocksBytesAndTierAndFootprintOfWhatItTakesThere) {
   Build({1, 8});
   tiers_.back()->set_block_overhead(100);  // as NVMe adds its record header
   ASSERT_TRUE(PutBlock(1).ok());
@@ -82,13 +82,13 @@ TEST_F(StoreExplainTest, SizeOfGivesTheBlocksBytesAndItsFootprintInItsTier) {
   ASSERT_TRUE(size);
   EXPECT_EQ(size->tier, TierId::kHost);
   EXPECT_EQ(size->bytes, kBlock);
-  EXPECT_EQ(size->footprint_bytes, kBlock);
+  EXPECT_EQ(store_->FootprintOf(size->tier, size->bytes), kBlock);
   ASSERT_TRUE(PutBlock(2).ok());  // moves block 1 down
   size = store_->SizeOf(kNs, Key(1));
   ASSERT_TRUE(size);
   EXPECT_EQ(size->tier, tiers_.back()->id());
   EXPECT_EQ(size->bytes, kBlock);
-  EXPECT_EQ(size->footprint_bytes, kBlock + 100);
+  EXPECT_EQ(store_->FootprintOf(size->tier, size->bytes), kBlock + 100);
   EXPECT_FALSE(store_->SizeOf(kNs, Key(3)));
   EXPECT_FALSE(store_->SizeOf(NamespaceId{}, Key(1)));  // another namespace's
 }
