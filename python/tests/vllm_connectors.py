@@ -53,12 +53,19 @@ def caches(layout, layers=LAYERS):
     return {name: torch.randn(shape, generator=g).to(torch.float16) for name in layers}
 
 
+# How long a request waits for its lookup here: the default (0.2 s) is a deadline a loaded
+# two-core CI machine can miss, and a test that is not about the deadline would then see a miss
+# where it checks a hit. The test of the deadline gives its own.
+TEST_LOOKUP_WAIT_S = 10.0
+
+
 def sched_and_worker(url, layout, kv=None, extra=None, **options):
     """A scheduler and a worker of one engine, configured by configs(url, layout, **options) with
-    `extra` added to the connector's extra config; the worker's caches are `kv`, or caches(layout)
-    when it is None."""
+    `extra` added to the connector's extra config (lookup_wait_s: TEST_LOOKUP_WAIT_S unless it
+    says); the worker's caches are `kv`, or caches(layout) when it is None."""
     vllm_config, kv_cache_config = configs(url, layout, **options)
-    vllm_config.kv_transfer_config.kv_connector_extra_config.update(extra or {})
+    vllm_config.kv_transfer_config.kv_connector_extra_config.update(
+        {"lookup_wait_s": TEST_LOOKUP_WAIT_S, **(extra or {})})
     sched = KvtierConnector(vllm_config, KVConnectorRole.SCHEDULER, kv_cache_config)
     worker = KvtierConnector(vllm_config, KVConnectorRole.WORKER, kv_cache_config)
     worker.register_kv_caches(caches(layout) if kv is None else kv)
