@@ -10,6 +10,7 @@
 #   replay_nvme_drop_lag_drop_fraction    host victims dropped because the disk lagged (drop)
 #   replay_*_nvme_get_s, replay_*_put_s   seconds the daemon's gets of NVMe blocks and its puts
 #                                         took in all (its per-request statistics)
+#   replay_*_nvme_written_gib             what the NVMe tier wrote to its device (demotions)
 #   replay_paced_nvme_ratio_to_host_only  the NVMe (defaults) and host-only replays again, each
 #                                         request sent at its trace time over replay_paced_speed:
 #                                         the pace at which the trace's puts come at half the
@@ -23,7 +24,8 @@
 # the daemon stopped. --quick: the first 500 requests instead of 2,000. KVTIER_REPLAY_WRITE_DEPTH
 # sets placement.write_depth_bytes (default 2MiB, kvtierd's own), KVTIER_REPLAY_MOVER_PRIORITY
 # placement.mover_cpu_priority (default low, kvtierd's own). With TMPDIR=/dev/shm the NVMe tier
-# is on tmpfs: no disk waits, only the CPU the tiers cost.
+# is on tmpfs: no disk waits, only the CPU the tiers cost. KVTIER_REPLAY_COPY_SHARE sets
+# placement.nvme_copy_share (default kvtierd's own; 0 frees the NVMe copy of every block read up).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=${KVTIER_BIN_DIR:-build/bin}
@@ -45,6 +47,9 @@ replay() {
   local sock="$tmp/$name.sock"
   printf 'placement:\n  when_disk_lags: %s\n  write_depth_bytes: %s\n  mover_cpu_priority: %s\n' \
     "$lags" "$write_depth" "$mover_priority" >"$tmp/$name.yaml"
+  if [[ -n ${KVTIER_REPLAY_COPY_SHARE:-} ]]; then
+    printf '  nvme_copy_share: %s\n' "$KVTIER_REPLAY_COPY_SHARE" >>"$tmp/$name.yaml"
+  fi
   start_kvtierd "$sock" --config "$tmp/$name.yaml" --host-bytes 256MiB --nvme-bytes "$nvme" \
     --data-dir "$tmp/$name.data"
   "$bin/kvtier" replay "$trace" --url "unix://$sock" --block-bytes 256KiB --limit "$limit" \
@@ -94,6 +99,8 @@ for name in ("host_only", "nvme", "nvme_drop", "host_only_paced", "nvme_paced"):
                                          if r["op"] == op and tier in (None, r["tier"])) / 1e6
         print(f"replay_{name}_nvme_get_s {took('get', 'nvme'):.3g} s")
         print(f"replay_{name}_put_s {took('put'):.3g} s")
+        nvme = next(t for t in stats["tiers"] if t["tier"] == "nvme")
+        print(f"replay_{name}_nvme_written_gib {nvme['device']['device_bytes_written'] / 2**30:.4g} GiB")
 host_rate = runs["host_only"][0]["requests_per_s"]
 for name in ("nvme", "nvme_drop"):
     print(f"replay_{name}_ratio_to_host_only {runs[name][0]['requests_per_s'] / host_rate:.4g} ratio")

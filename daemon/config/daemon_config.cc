@@ -88,19 +88,23 @@ Setter SizeOrAuto(uint64_t DaemonConfig::*field, const std::string& key) {
   };
 }
 
-Status ParseFraction(const std::string& key, const std::string& value, double& out) {
+// A fraction in (0, 1], or [0, 1] when `zero_ok` (a share that may be none).
+Status ParseFraction(const std::string& key, const std::string& value, double& out,
+                     bool zero_ok = false) {
   char* end = nullptr;
   const double v = std::strtod(value.c_str(), &end);
-  if (value.empty() || *end != '\0' || !(v > 0.0 && v <= 1.0)) {
-    return InvalidArgument(key + ": expected a fraction in (0, 1], got '" + value + "'");
+  const bool in_range = (zero_ok ? v >= 0.0 : v > 0.0) && v <= 1.0;
+  if (value.empty() || *end != '\0' || !in_range) {
+    return InvalidArgument(key + ": expected a fraction in " + (zero_ok ? "[0, 1]" : "(0, 1]") +
+                           ", got '" + value + "'");
   }
   out = v;
   return Status::Ok();
 }
 
-Setter Fraction(double DaemonConfig::*field, const std::string& key) {
+Setter Fraction(double DaemonConfig::*field, const std::string& key, bool zero_ok = false) {
   return [=](const std::string& value, DaemonConfig& c) {
-    return ParseFraction(key, value, c.*field);
+    return ParseFraction(key, value, c.*field, zero_ok);
   };
 }
 
@@ -182,6 +186,8 @@ const std::map<std::string, Setter>& Setters() {
       {"placement.write_depth_bytes",
        Size(&DaemonConfig::write_depth_bytes, "placement.write_depth_bytes", false)},
       {"placement.when_disk_lags", Text(&DaemonConfig::when_disk_lags)},
+      {"placement.nvme_copy_share",
+       Fraction(&DaemonConfig::nvme_copy_share, "placement.nvme_copy_share", true)},
       {"placement.mover_cpu_priority", Text(&DaemonConfig::mover_cpu_priority)},
       {"shutdown.flush", Bool(&DaemonConfig::shutdown_flush, "shutdown.flush")},
       {"shutdown.flush_seconds",

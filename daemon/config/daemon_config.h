@@ -105,6 +105,9 @@ struct DaemonConfig {
   // the disk's pace, and every block reaches NVMe), or "drop" the coldest host blocks it has not
   // reached (puts run at memory speed; the cache keeps what the disk could take).
   std::string when_disk_lags = "wait";
+  // The share of the NVMe tier that copies of blocks read up from NVMe may hold, so that evicting
+  // such a block again writes nothing (StoreOptions::nvme_copy_share). 0: no copy is kept.
+  double nvme_copy_share = 0.125;
   // The mover threads' CPU priority: "low" (nice 19, as RocksDB runs its background threads) lets
   // the engine and kvtierd's network threads have the CPU first; "normal" keeps kvtierd's own.
   std::string mover_cpu_priority = "low";

@@ -407,7 +407,8 @@ TEST(DaemonConfigTest, NvmeKeysAndFlags) {
   DaemonConfig c;
   ASSERT_TRUE(ApplyYaml("nvme:\n  bytes: 1GiB\n  admission: reused\n  paths: [/dev/a, /dev/b]\n"
                         "placement:\n  high_watermark: 0.8\n  low_watermark: 0.5\n"
-                        "  when_disk_lags: wait\n  mover_cpu_priority: normal\n",
+                        "  when_disk_lags: wait\n  mover_cpu_priority: normal\n"
+                        "  nvme_copy_share: 0\n",
                         "test.yaml", c)
                   .ok());
   ASSERT_TRUE(Finalize(c).ok());
@@ -419,6 +420,8 @@ TEST(DaemonConfigTest, NvmeKeysAndFlags) {
   EXPECT_EQ(c.when_disk_lags, "wait");
   EXPECT_EQ(c.mover_cpu_priority, "normal");
   EXPECT_EQ(DaemonConfig{}.mover_cpu_priority, "low");
+  EXPECT_EQ(c.nvme_copy_share, 0.0);  // a share may be none
+  EXPECT_EQ(DaemonConfig{}.nvme_copy_share, 0.125);
 }
 
 TEST(DaemonConfigTest, AvailableMemoryIsMemAvailableNotMemFree) {
@@ -475,6 +478,8 @@ TEST(DaemonConfigTest, BadNvmeSettingsNameTheirKey) {
       {"placement:\n  high_watermark: 1.5\n", "placement.high_watermark"},
       {"placement:\n  when_disk_lags: panic\n", "placement.when_disk_lags"},
       {"placement:\n  mover_cpu_priority: idle\n", "placement.mover_cpu_priority"},
+      {"placement:\n  nvme_copy_share: 1.5\n", "placement.nvme_copy_share"},
+      {"placement:\n  nvme_copy_share: -0.1\n", "placement.nvme_copy_share"},
       {"placement:\n  high_watermark: 0.5\n  low_watermark: 0.6\n", "placement.low_watermark"},
       {"nvme:\n  flavour: fast\n", "nvme.flavour"},
   };

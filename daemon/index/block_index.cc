@@ -245,6 +245,7 @@ Status BlockIndex::InsertWriting(const BlockKey& key, const BlockMeta& meta) {
   }
   entry->state = BlockState::kWriting;
   entry->lease_count = 0;
+  CountShadow(0, ShadowLength(*entry));
   return Status::Ok();
 }
 
@@ -267,6 +268,7 @@ Status BlockIndex::InsertReady(const BlockKey& key, const BlockMeta& meta) {
   auto [entry, inserted] = shard.entries.TryEmplace(key, meta);
   if (!inserted) return AlreadyExists("block is already stored");
   entry->state = BlockState::kReady;
+  CountShadow(0, ShadowLength(*entry));
   TierOrder& order = tiers_[TierIndex(meta.tier)];
   MutexLock policy_lock(order.mu);
   order.Join(key, *entry);
@@ -278,9 +280,11 @@ Status BlockIndex::Update(const BlockKey& key, const std::function<Status(BlockM
   MutexLock lock(shard.mu);
   BlockMeta* meta = shard.entries.Find(key);
   if (meta == nullptr) return NotFound("no such block");
+  const uint64_t shadow_before = ShadowLength(*meta);
   const TierId tier = meta->tier;
   const BlockState state = meta->state;
   Status st = fn(*meta);
+  CountShadow(shadow_before, ShadowLength(*meta));
   if (meta->tier != tier || meta->state != state) {
     meta->tier = tier;
     meta->state = state;
@@ -308,6 +312,7 @@ std::optional<BlockMeta> BlockIndex::EraseIf(const BlockKey& key,
   const std::optional<BlockMeta> erased = shard.entries.EraseIf(key, pred);
   if (!erased) return std::nullopt;
   const BlockMeta& meta = *erased;
+  CountShadow(ShadowLength(meta), 0);
   if (meta.state == BlockState::kReady) {
     TierOrder& order = tiers_[TierIndex(meta.tier)];
     MutexLock policy_lock(order.mu);
@@ -342,6 +347,7 @@ Status BlockIndex::MoveTier(const BlockKey& key, const BlockMeta& from, TierId t
     meta.window_start_us = 0;
     meta.window_reads = 0;
   }
+  const uint64_t shadow_before = ShadowLength(meta);
   switch (shadow) {
     case ShadowAfterMove::kForget:
       meta.has_shadow = false;
@@ -355,10 +361,16 @@ Status BlockIndex::MoveTier(const BlockKey& key, const BlockMeta& from, TierId t
   }
   meta.tier = tier;
   meta.extent = extent;
+  CountShadow(shadow_before, ShadowLength(meta));
   TierOrder& to = tiers_[TierIndex(tier)];
   MutexLock policy_lock(to.mu);
   to.Join(key, meta);
   return Status::Ok();
+}
+
+void BlockIndex::CountShadow(uint64_t gone, uint64_t come) {
+  if (come > gone) shadow_bytes_.fetch_add(come - gone, std::memory_order_relaxed);
+  if (gone > come) shadow_bytes_.fetch_sub(gone - come, std::memory_order_relaxed);
 }
 
 std::optional<std::pair<BlockKey, BlockMeta>> BlockIndex::PickVictim(TierId tier, uint64_t now_us,

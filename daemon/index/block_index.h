@@ -176,6 +176,9 @@ class BlockIndex {
 
   size_t size() const;                      // entries in any state
   size_t TrackedBlocks(TierId tier) const;  // blocks in `tier`'s policy
+  // Bytes of the NVMe copies of blocks that live in memory (BlockMeta::shadow), counted as each
+  // entry gains or loses one: what the store bounds when it keeps a copy it may let go.
+  uint64_t shadow_bytes() const { return shadow_bytes_.load(std::memory_order_relaxed); }
 
   // Whether a new block of quota `group` may push a resident of full `tier` out now
   // (EvictionPolicy::AdmitsNew); when not, the caller does not store it and calls NotAdmitted.
@@ -248,6 +251,12 @@ class BlockIndex {
   void TouchPrefix(std::span<const BlockKey> keys, const std::vector<TierId>& tiers,
                    const std::vector<uint8_t>& groups, PrefixUse use);
   void MoveBetweenOrders(TierId tier, uint8_t group, EvictionPolicy* from, EvictionPolicy* to);
+  // Follows a change of an entry's shadow, `gone` bytes before and `come` after (ShadowLength;
+  // 0 for an entry that is new or erased).
+  void CountShadow(uint64_t gone, uint64_t come);
+  static uint64_t ShadowLength(const BlockMeta& meta) {
+    return meta.has_shadow ? meta.shadow.length : 0;
+  }
 
   // Held across the whole of SetGroupQuota and AssignQuotaGroups (taken before any shard's or
   // order's lock): each reads which order a block is in and moves it, in steps under other locks,
@@ -259,6 +268,7 @@ class BlockIndex {
   // Set by the first quota (SetGroupQuota), never cleared. Until then every block is in its
   // tier's common order, and Lookup does not collect the blocks' groups for TouchPrefix.
   std::atomic<bool> quota_groups_in_use_{false};
+  std::atomic<uint64_t> shadow_bytes_{0};
 };
 
 }  // namespace kvtier::index

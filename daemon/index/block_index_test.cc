@@ -193,6 +193,48 @@ TEST(BlockIndexTest, MoveTierFollowsPoliciesAndRefusesLeasedOrChangedBlocks) {
             StatusCode::kBusy);
 }
 
+// shadow_bytes follows every way an entry gains or loses its NVMe copy: a move that keeps the
+// old extent, one between memory tiers, one into the copy, an update, an erase.
+TEST(BlockIndexTest, ShadowBytesFollowTheCopiesOfEveryEntry) {
+  auto index = MakeIndex();
+  using Shadow = BlockIndex::ShadowAfterMove;
+  ASSERT_TRUE(index->InsertReady(Key(1), Meta(TierId::kNvme, 0)).ok());
+  ASSERT_TRUE(index->InsertReady(Key(2), Meta(TierId::kNvme, 4096)).ok());
+  EXPECT_EQ(index->shadow_bytes(), 0u);
+  // Read up: each keeps the NVMe extent it leaves as its copy.
+  ASSERT_TRUE(
+      index->MoveTier(Key(1), *index->Get(Key(1)), TierId::kHost, {0, 4096}, 0, Shadow::kOldExtent)
+          .ok());
+  ASSERT_TRUE(index
+                  ->MoveTier(Key(2), *index->Get(Key(2)), TierId::kHost, {4096, 4096}, 0,
+                             Shadow::kOldExtent)
+                  .ok());
+  EXPECT_EQ(index->shadow_bytes(), 8192u);
+  // Up to the GPU and back: the copy stays right.
+  ASSERT_TRUE(
+      index->MoveTier(Key(1), *index->Get(Key(1)), TierId::kGpu, {0, 4096}, 0, Shadow::kKeep).ok());
+  EXPECT_EQ(index->shadow_bytes(), 8192u);
+  // Down into the copy: it is the block now, no longer a copy.
+  const BlockMeta one = *index->Get(Key(1));
+  ASSERT_TRUE(index->MoveTier(Key(1), one, TierId::kNvme, one.shadow).ok());
+  EXPECT_EQ(index->shadow_bytes(), 4096u);
+  // A copy attached by an update (a write-through), and one erased with its entry.
+  ASSERT_TRUE(index->InsertReady(Key(3), Meta(TierId::kHost, 8192)).ok());
+  ASSERT_TRUE(index
+                  ->Update(Key(3),
+                           [](BlockMeta& m) {
+                             m.has_shadow = true;
+                             m.shadow = {8192, 4096};
+                             return Status::Ok();
+                           })
+                  .ok());
+  EXPECT_EQ(index->shadow_bytes(), 8192u);
+  ASSERT_TRUE(index->Erase(Key(2)).has_value());
+  EXPECT_EQ(index->shadow_bytes(), 4096u);
+  ASSERT_TRUE(index->EraseIf(Key(3), [](const BlockMeta&) { return true; }).has_value());
+  EXPECT_EQ(index->shadow_bytes(), 0u);
+}
+
 TEST(BlockIndexTest, UpdateMayNotChangeTierOrState) {
   auto index = MakeIndex();
   ASSERT_TRUE(index->InsertReady(Key(1), Meta()).ok());

@@ -19,8 +19,9 @@ struct BlockMeta {
   // mover that copied the old bytes can tell that the block changed under it even when the new
   // incarnation landed at the same extent. Set by the store; the index only compares it.
   uint64_t generation = 0;
-  // A copy of a memory block (host, or GPU after a promotion) already written to NVMe
-  // (write-through): its demotion to NVMe needs no write, and it survives a restart. Freed with
+  // A copy of a memory block (host, or GPU after a promotion) already on NVMe (written through,
+  // or left there when the block was read up): its demotion to NVMe needs no write, and it
+  // survives a restart. Freed with
   // the block; MoveTier keeps it on a move between memory tiers and drops it otherwise (the block
   // then lives in the shadow's place or a new one).
   Extent shadow;

@@ -236,6 +236,7 @@ store::StoreOptions StoreOptionsFrom(const config::DaemonConfig& c,
   o.promote_on_read = c.nvme_promote_on_hit;
   o.nvme_admission = c.nvme_admission;
   o.nvme_write_through = c.nvme_write_through;
+  o.nvme_copy_share = c.nvme_copy_share;
   // With a disk below the host tier, or the remote tier's network, every move that waits for it
   // belongs to the tier mover.
   o.background_disk_moves = c.nvme_bytes != 0 || remote != nullptr;

@@ -121,8 +121,12 @@ const TotalField kTotalFields[] = {
      "Slots of puts that timed out, held until the late writer finishes.",
      &store::StoreStats::blocks_quarantined},
     {"blocks_shadowed", "kvtier_blocks_shadowed", "gauge",
-     "Memory blocks that also have a write-through copy on NVMe.",
+     "Memory blocks that also have a copy on NVMe (write-through, or kept from a read up from "
+     "NVMe), so that their eviction writes nothing.",
      &store::StoreStats::blocks_shadowed},
+    {"shadow_bytes", "kvtier_shadow_bytes", "gauge",
+     "Bytes of NVMe held by those copies (in the NVMe tier's used bytes, not evictable there).",
+     &store::StoreStats::shadow_bytes},
     {"leases_active", "kvtier_leases_active", "gauge", "Read leases held now.",
      &store::StoreStats::leases_active},
     {"committed_puts", "kvtier_puts_total", "counter", "Committed puts.",

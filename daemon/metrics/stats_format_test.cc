@@ -122,17 +122,29 @@ TEST(StatsFormatTest, InfoSaysWhyATierIsAbsent) {
 TEST(StatsFormatTest, EveryJsonCountIsAlsoAPrometheusSample) {
   store::StoreStats s = SampleStats();
   uint64_t next = 1001;
-  for (uint64_t* f : {&s.blocks_present,         &s.blocks_writing,
-                      &s.blocks_quarantined,     &s.blocks_shadowed,
-                      &s.leases_active,          &s.committed_puts,
-                      &s.aborted_puts,           &s.busy_puts,
-                      &s.removed_blocks,         &s.evicted_blocks,
-                      &s.adopted_blocks,         &s.write_throughs,
-                      &s.write_through_failures, &s.write_through_timeouts,
-                      &s.gpu_candidates,         &s.gpu_candidates_dropped,
-                      &s.gpu_promotions_skipped, &s.pending_promotions,
-                      &s.pending_adoptions,      &s.expired_leases,
-                      &s.expired_reservations,   &s.not_admitted_blocks}) {
+  for (uint64_t* f : {&s.blocks_present,
+                      &s.blocks_writing,
+                      &s.blocks_quarantined,
+                      &s.blocks_shadowed,
+                      &s.leases_active,
+                      &s.committed_puts,
+                      &s.aborted_puts,
+                      &s.busy_puts,
+                      &s.removed_blocks,
+                      &s.evicted_blocks,
+                      &s.adopted_blocks,
+                      &s.write_throughs,
+                      &s.write_through_failures,
+                      &s.write_through_timeouts,
+                      &s.gpu_candidates,
+                      &s.gpu_candidates_dropped,
+                      &s.gpu_promotions_skipped,
+                      &s.pending_promotions,
+                      &s.pending_adoptions,
+                      &s.expired_leases,
+                      &s.expired_reservations,
+                      &s.not_admitted_blocks,
+                      &s.shadow_bytes}) {
     *f = next++;
   }
   store::NamespaceStats& ns = s.namespaces[0];

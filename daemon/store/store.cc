@@ -43,6 +43,9 @@ Result<std::unique_ptr<Store>> Store::Create(const StoreOptions& options,
   if (options.max_evictions_per_allocation < 1) {
     return InvalidArgument("max_evictions_per_allocation must be at least 1");
   }
+  if (!(options.nvme_copy_share >= 0.0 && options.nvme_copy_share <= 1.0)) {
+    return InvalidArgument("nvme_copy_share must be between 0 and 1");
+  }
   index::BlockIndex::Options index_options = options.index;
   // Policies that learn from time (sticky) read the store's clock, a fake one in tests.
   if (!index_options.policy_clock) {

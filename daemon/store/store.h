@@ -13,8 +13,9 @@
 // - Puts land in the host tier (the first tier when there is none), never in the GPU tier: a
 //   block earns its place on the device by being read (GpuPromotionPolicy). A read only records
 //   the block as a candidate; PromoteCandidates, called by the daemon's GPU mover thread, copies
-//   candidates up. Tiers are exclusive: a block lives in one tier at a time (plus, with
-//   write-through, its shadow on NVMe).
+//   candidates up. Tiers are exclusive: a block lives in one tier at a time, plus a shadow
+//   on NVMe for a memory block with a copy there (write-through, or a block read up from NVMe
+//   that kept its copy: StoreOptions::nvme_copy_share), which its eviction moves into.
 // - When a tier is full, its policy's victim (ready, unleased, unpinned) is demoted to the next
 //   tier or, from the last tier, dropped. When nothing can go, the put fails with kBusy and reads
 //   keep working.
@@ -520,6 +521,10 @@ class Store {
   // finished as MovePinned finishes one; each move's status is MovePinned's answer for it.
   void MovePinnedBatch(size_t level, size_t to_level, std::span<PinnedMove> moves);
   Status FinishMove(tiers::Tier& from, tiers::Tier& to, const PinnedMove& move);
+  // Whether a block moved from `from` to `to` keeps its old extent as its NVMe copy (a read up
+  // from NVMe: StoreOptions::nvme_write_through, nvme_copy_share).
+  bool KeepsCopyOnNvme(const tiers::Tier& from, const tiers::Tier& to,
+                       const index::BlockMeta& meta) const;
   // The copies of a batch (Tier::WriteBlocks / ReadBlocks between memory and a device).
   // `must_survive_restart`: write-through copies, acknowledged as durable (BlockWrite).
   void CopyBatch(tiers::Tier& from, tiers::Tier& to, std::span<PinnedMove> moves,

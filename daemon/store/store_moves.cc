@@ -74,10 +74,7 @@ void Store::MovePinnedBatch(size_t level, size_t to_level, std::span<PinnedMove>
 }
 
 Status Store::FinishMove(tiers::Tier& from, tiers::Tier& to, const PinnedMove& move) {
-  // With write-through a block read up from NVMe keeps its NVMe copy as its shadow: the put was
-  // acknowledged as durable, and moving it out of NVMe would lose it at the next crash.
-  const bool keep_copy =
-      options_.nvme_write_through && from.id() == TierId::kNvme && to.id() != TierId::kNvme;
+  const bool keep_copy = KeepsCopyOnNvme(from, to, move.meta);
   Status st = move.status;
   if (st.ok()) st = MoveInIndex(move.key, move.meta, to.id(), move.dst, keep_copy);
   if (st.ok()) {
@@ -88,6 +85,18 @@ Status Store::FinishMove(tiers::Tier& from, tiers::Tier& to, const PinnedMove& m
   UnpinAfterMove(move.key);
   if (st.code() == StatusCode::kDeviceError) CountCopyError(from, to);
   return st;
+}
+
+bool Store::KeepsCopyOnNvme(const tiers::Tier& from, const tiers::Tier& to,
+                            const BlockMeta& meta) const {
+  if (from.id() != TierId::kNvme || to.id() == TierId::kNvme) return false;
+  // With write-through the copy is what makes the acknowledged put survive a crash: always kept.
+  if (options_.nvme_write_through) return true;
+  // Otherwise it only saves the write of the next demotion, within its share of the tier (read
+  // and added apart: concurrent promotions may pass the share by a block each).
+  const uint64_t share = static_cast<uint64_t>(options_.nvme_copy_share *
+                                               static_cast<double>(from.Stats().capacity_bytes));
+  return index_->shadow_bytes() + meta.extent.length <= share;
 }
 
 // Sets each move's status to its copy's. Blocks going between memory and a device go to the

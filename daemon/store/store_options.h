@@ -57,6 +57,13 @@ struct StoreOptions {
   // that cannot be evicted, a device error), the put still succeeds in memory only and
   // write_through_failures counts it.
   bool nvme_write_through = false;
+  // A block read up from NVMe keeps its NVMe copy as its shadow (as a write-through block does),
+  // so that when it is evicted again it moves back into that copy and nothing is written
+  // (bench/replay_bench.sh: 16% fewer bytes written to NVMe). The copy holds NVMe room the tier
+  // cannot evict (it is not an NVMe block), so the copies together are kept to this share of the
+  // NVMe tier's capacity; past it a promotion frees the copy as before. 0: never kept. Ignored
+  // with nvme_write_through, which keeps every copy.
+  double nvme_copy_share = 0.125;
   // Which host blocks move up into the GPU tier, when the chain has one (see
   // placement/gpu_promotion_policy.h), and how many candidates may wait for the GPU mover.
   placement::GpuPromotionOptions gpu_promotion;

@@ -79,6 +79,7 @@ StoreStats Store::Stats() const {
       ++s.blocks_writing;
     }
   });
+  s.shadow_bytes = index_->shadow_bytes();
   s.leases_active = leases_.size();
   s.blocks_quarantined = reservations_.quarantined();
   s.committed_puts = counters_.committed_puts.load();

@@ -324,6 +324,82 @@ TEST_F(StorePlacementTest, AWriteThroughBlockReadUpFromNvmeKeepsItsNvmeCopy) {
   EXPECT_EQ(nvme().block_writes(), writes + 2);  // 4's and 5's own write-throughs only
 }
 
+// Without write-through, a block read up from NVMe keeps its copy there too (within
+// nvme_copy_share of the tier: by default an eighth, one block of these eight), so that its next
+// eviction moves it back into the copy and writes nothing.
+TEST_F(StorePlacementTest, ABlockReadUpFromNvmeKeepsItsCopyAndGoesBackWithoutAWrite) {
+  BuildTwoTiers(2, 8);
+  for (uint64_t n = 1; n <= 3; ++n) ASSERT_TRUE(PutBlock(n).ok());
+  ASSERT_EQ(TierOf(1), TierId::kNvme);
+  std::vector<std::byte> out;
+  ASSERT_TRUE(store_->Get(kNs, Key(1), out).ok());  // promoted on read; 2 goes down for room
+  ASSERT_EQ(TierOf(1), TierId::kHost);
+  EXPECT_EQ(nvme().Stats().block_count, 2u);  // 1's copy and 2
+  StoreStats s = store_->Stats();
+  EXPECT_EQ(s.blocks_shadowed, 1u);
+  EXPECT_EQ(s.shadow_bytes, kBlock);
+  const uint64_t writes = nvme().block_writes();
+  ASSERT_TRUE(PutBlock(4).ok());  // evicts 3: written
+  ASSERT_TRUE(PutBlock(5).ok());  // evicts 1: into its copy
+  EXPECT_EQ(TierOf(1), TierId::kNvme);
+  EXPECT_EQ(nvme().block_writes(), writes + 1);
+  s = store_->Stats();
+  EXPECT_EQ(s.blocks_shadowed, 0u);
+  EXPECT_EQ(s.shadow_bytes, 0u);
+  EXPECT_EQ(TierStatsOf(s, TierId::kHost).demotions, 4u);  // 1, 2, 3 and 1 again
+  ASSERT_TRUE(store_->Get(kNs, Key(1), out).ok());
+  EXPECT_EQ(out, Payload(1));
+}
+
+TEST_F(StorePlacementTest, CopiesKeptOnNvmeStayWithinTheirShare) {
+  BuildTwoTiers(2, 8);  // the default share, an eighth: one block
+  for (uint64_t n = 1; n <= 4; ++n) ASSERT_TRUE(PutBlock(n).ok());
+  ASSERT_EQ(TierOf(1), TierId::kNvme);
+  ASSERT_EQ(TierOf(2), TierId::kNvme);
+  std::vector<std::byte> out;
+  ASSERT_TRUE(store_->Get(kNs, Key(1), out).ok());  // keeps its copy: the share is full
+  ASSERT_TRUE(store_->Get(kNs, Key(2), out).ok());  // its copy is freed
+  ASSERT_EQ(TierOf(1), TierId::kHost);
+  ASSERT_EQ(TierOf(2), TierId::kHost);
+  const StoreStats s = store_->Stats();
+  EXPECT_EQ(s.blocks_shadowed, 1u);
+  EXPECT_EQ(s.shadow_bytes, kBlock);
+  // 3 and 4 went down for 1's and 2's room; 1's copy is the fourth block there.
+  EXPECT_EQ(nvme().Stats().block_count, 3u);
+  // Removing a block frees its copy with it.
+  ASSERT_TRUE(store_->Remove(kNs, Key(1)).ok());
+  EXPECT_EQ(nvme().Stats().block_count, 2u);
+  EXPECT_EQ(store_->Stats().shadow_bytes, 0u);
+}
+
+TEST_F(StorePlacementTest, AZeroCopyShareFreesTheCopyOfABlockReadUp) {
+  StoreOptions options;
+  options.nvme_copy_share = 0;
+  BuildTwoTiers(2, 8, options);
+  for (uint64_t n = 1; n <= 3; ++n) ASSERT_TRUE(PutBlock(n).ok());
+  std::vector<std::byte> out;
+  ASSERT_TRUE(store_->Get(kNs, Key(1), out).ok());
+  ASSERT_EQ(TierOf(1), TierId::kHost);
+  EXPECT_EQ(nvme().Stats().block_count, 1u);  // 2 alone
+  EXPECT_EQ(store_->Stats().blocks_shadowed, 0u);
+  const uint64_t writes = nvme().block_writes();
+  ASSERT_TRUE(PutBlock(4).ok());
+  ASSERT_TRUE(PutBlock(5).ok());
+  EXPECT_EQ(nvme().block_writes(), writes + 2);
+}
+
+TEST_F(StorePlacementTest, AnInvalidCopyShareIsRefused) {
+  for (double share : {-0.1, 1.5}) {
+    StoreOptions options;
+    options.nvme_copy_share = share;
+    std::vector<tiers::Tier*> tiers;
+    FakeTier host(TierId::kHost, 4 * kBlock, true);
+    tiers.push_back(&host);
+    EXPECT_EQ(Store::Create(options, tiers, clock_).status().code(), StatusCode::kInvalidArgument)
+        << share;
+  }
+}
+
 TEST_F(StorePlacementTest, AFailingNvmeKeepsAWriteThroughPutInMemory) {
   StoreOptions options;
   options.nvme_write_through = true;
