@@ -459,11 +459,12 @@ class Store {
   // Empties the tier's reclaim unit (slab) around its least recently used block, for a block size
   // that LRU eviction of other sizes cannot make room for. false: nothing could go.
   bool EvictReclaimUnit(size_t level, EvictionMode mode, uint8_t requester, uint64_t bytes);
-  // The evictable blocks of tier `t` starting inside `unit`: named by the tier where it can
+  // The evictable blocks of tier `t` starting inside `unit`, the reclaim unit around `victim`:
+  // the victim alone when the unit is its extent, else named by the tier where it can
   // (Tier::BlocksStartingIn), else found by a scan of the index.
-  std::vector<std::pair<BlockKey, index::BlockMeta>> EvictableInUnit(const tiers::Tier& t,
-                                                                     const Extent& unit,
-                                                                     uint64_t now_us) const;
+  std::vector<std::pair<BlockKey, index::BlockMeta>> EvictableInUnit(
+      const tiers::Tier& t, const Extent& unit,
+      const std::pair<BlockKey, index::BlockMeta>& victim, uint64_t now_us) const;
   // True when an allocation of `bytes` below the put tier should evict past
   // max_evictions_per_allocation (see its definition).
   bool NeedsMoreVictims(size_t level, uint64_t bytes) const;

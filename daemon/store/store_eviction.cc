@@ -102,11 +102,8 @@ bool Store::EvictReclaimUnit(size_t level, EvictionMode mode, uint8_t requester,
   index_->Unpick(victim->first);
   const Extent unit = t.ReclaimUnit(victim->second.extent, bytes);
   bool any = false;
-  // A unit that is the victim alone (a tier without larger units) holds no other block.
   const std::vector<std::pair<BlockKey, BlockMeta>> victims =
-      unit == victim->second.extent
-          ? index_->EvictableInRange(t.id(), unit, {&victim->first, 1}, now)
-          : EvictableInUnit(t, unit, now);
+      EvictableInUnit(t, unit, *victim, now);
   const std::vector<BlockKey> kept = PublishBeforeDrop(level, victims);
   for (const auto& [key, meta] : victims) {
     if (std::find(kept.begin(), kept.end(), key) != kept.end()) continue;
@@ -115,11 +112,15 @@ bool Store::EvictReclaimUnit(size_t level, EvictionMode mode, uint8_t requester,
   return any;
 }
 
-std::vector<std::pair<BlockKey, index::BlockMeta>> Store::EvictableInUnit(const tiers::Tier& t,
-                                                                          const Extent& unit,
-                                                                          uint64_t now_us) const {
-  // A scan of the whole index (tens of milliseconds a million blocks) only where the tier cannot
-  // name the blocks itself: the slab tiers, whose units are whole slabs.
+std::vector<std::pair<BlockKey, index::BlockMeta>> Store::EvictableInUnit(
+    const tiers::Tier& t, const Extent& unit, const std::pair<BlockKey, BlockMeta>& victim,
+    uint64_t now_us) const {
+  // A unit that is the victim alone (a tier without larger units) holds no other block.
+  if (unit == victim.second.extent) {
+    return index_->EvictableInRange(t.id(), unit, {&victim.first, 1}, now_us);
+  }
+  // A scan of the whole index (every entry, under each shard's lock in turn) only where the tier
+  // cannot name the blocks itself: the slab tiers, whose units are whole slabs.
   std::optional<std::vector<tiers::BlockIdentity>> named = t.BlocksStartingIn(unit);
   if (!named) return index_->EvictableInRange(t.id(), unit, now_us);
   std::vector<BlockKey> keys;
@@ -277,6 +278,7 @@ Store::DemoteOutcome Store::DemoteIntoShadow(size_t level, const BlockKey& key,
     return DemoteOutcome::kBlockChanged;
   }
   tiers_[level]->Free(meta.extent);
+  tier_counters_[static_cast<size_t>(meta.tier)].copy_demotions.fetch_add(1);
   RemoveIfNamespaceDropped(key, meta);
   return DemoteOutcome::kMoved;
 }
