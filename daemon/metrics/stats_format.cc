@@ -55,6 +55,10 @@ const TierField kTierFields[] = {
      [](const store::TierStatsSnapshot& t) { return double(t.evictions); }},
     {"demotions", "kvtier_tier_demotions_total", "counter", "Blocks moved to the next tier.",
      [](const store::TierStatsSnapshot& t) { return double(t.demotions); }},
+    {"copy_demotions", "kvtier_tier_copy_demotions_total", "counter",
+     "Of the demotions, blocks moved into their copy already on the next tier (write-through, "
+     "or kept from a read up): nothing was written.",
+     [](const store::TierStatsSnapshot& t) { return double(t.copy_demotions); }},
     {"drops", "kvtier_tier_drops_total", "counter", "Blocks dropped from the tier.",
      [](const store::TierStatsSnapshot& t) { return double(t.drops); }},
     {"admission_drops", "kvtier_tier_admission_drops_total", "counter",

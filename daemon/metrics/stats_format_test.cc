@@ -155,8 +155,8 @@ TEST(StatsFormatTest, EveryJsonCountIsAlsoAPrometheusSample) {
   store::TierStatsSnapshot& t = s.tiers[1];
   for (uint64_t* f :
        {&t.space.capacity_bytes, &t.space.used_bytes, &t.space.reserved_bytes, &t.space.block_count,
-        &t.evictions, &t.demotions, &t.drops, &t.admission_drops, &t.lag_drops, &t.promotions,
-        &t.corrupt_drops, &t.copy_errors}) {
+        &t.evictions, &t.demotions, &t.copy_demotions, &t.drops, &t.admission_drops, &t.lag_drops,
+        &t.promotions, &t.corrupt_drops, &t.copy_errors}) {
     *f = next++;
   }
   const nlohmann::json doc = nlohmann::json::parse(StatsToJson(s, {}));

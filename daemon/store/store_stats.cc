@@ -34,6 +34,7 @@ StoreStats Store::Stats() const {
                        t->Stats(),
                        c.evictions.load(),
                        c.demotions.load(),
+                       c.copy_demotions.load(),
                        c.drops.load(),
                        c.admission_drops.load(),
                        c.lag_drops.load(),

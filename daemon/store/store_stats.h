@@ -35,14 +35,16 @@ struct NamespaceCounters {
 };
 
 struct TierCounters {
-  Counter evictions{0};        // victims that left this tier (demoted or dropped)
-  Counter demotions{0};        // victims moved to the next tier
+  Counter evictions{0};  // victims that left this tier (demoted or dropped)
+  Counter demotions{0};  // victims moved to the next tier
+  // Of those, victims moved into their copy already there (BlockMeta::shadow): nothing written.
+  Counter copy_demotions{0};
   Counter drops{0};            // victims dropped because there is no next tier (or it failed)
   Counter admission_drops{0};  // victims dropped because the next tier's admission refused them
   // Victims a put dropped because the next tier is a disk the mover had not yet written them to
   // (StoreOptions::drop_when_disk_lags): cache the disk was too slow to keep.
   Counter lag_drops{0};
-  Counter promotions{0};     // blocks moved up out of this tier (read often, or read on NVMe)
+  Counter promotions{0};  // blocks moved up out of this tier (read often, or read on NVMe)
   Counter corrupt_drops{
       0};  // blocks of this tier whose bytes failed verification or a read (dropped)
   // Moves into or out of this tier whose copy failed with a device error (counted on the device
@@ -104,6 +106,7 @@ struct TierStatsSnapshot {
   tiers::TierStats space;
   uint64_t evictions = 0;
   uint64_t demotions = 0;
+  uint64_t copy_demotions = 0;
   uint64_t drops = 0;
   uint64_t admission_drops = 0;
   uint64_t lag_drops = 0;

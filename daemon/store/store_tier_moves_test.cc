@@ -346,7 +346,8 @@ TEST_F(StorePlacementTest, ABlockReadUpFromNvmeKeepsItsCopyAndGoesBackWithoutAWr
   s = store_->Stats();
   EXPECT_EQ(s.blocks_shadowed, 0u);
   EXPECT_EQ(s.shadow_bytes, 0u);
-  EXPECT_EQ(TierStatsOf(s, TierId::kHost).demotions, 4u);  // 1, 2, 3 and 1 again
+  EXPECT_EQ(TierStatsOf(s, TierId::kHost).demotions, 4u);       // 1, 2, 3 and 1 again
+  EXPECT_EQ(TierStatsOf(s, TierId::kHost).copy_demotions, 1u);  // 1 again
   ASSERT_TRUE(store_->Get(kNs, Key(1), out).ok());
   EXPECT_EQ(out, Payload(1));
 }
@@ -386,6 +387,7 @@ TEST_F(StorePlacementTest, AZeroCopyShareFreesTheCopyOfABlockReadUp) {
   ASSERT_TRUE(PutBlock(4).ok());
   ASSERT_TRUE(PutBlock(5).ok());
   EXPECT_EQ(nvme().block_writes(), writes + 2);
+  EXPECT_EQ(TierStatsOf(store_->Stats(), TierId::kHost).copy_demotions, 0u);
 }
 
 TEST_F(StorePlacementTest, AnInvalidCopyShareIsRefused) {

@@ -118,7 +118,8 @@ def test_spill_to_nvme_and_serve_from_it(tmp_path, backend):
         assert tier_sum(stats, "promotions") > 0, stats["tiers"]
         assert tier_sum(stats, "corrupt_drops") == 0, stats["tiers"]
         counters = nvme_counters(stats)
-        demoted = tier(stats, "host")["demotions"]
+        # A block read up keeps its copy on NVMe, and goes back into it without a write.
+        demoted = tier(stats, "host")["demotions"] - tier(stats, "host")["copy_demotions"]
         assert counters["writes"] >= demoted
         assert counters["bytes_admitted"] >= demoted * BLOCK_BYTES
         assert counters["device_bytes_written"] >= counters["bytes_admitted"]
