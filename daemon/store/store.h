@@ -459,6 +459,9 @@ class Store {
   // Empties the tier's reclaim unit (slab) around its least recently used block, for a block size
   // that LRU eviction of other sizes cannot make room for. false: nothing could go.
   bool EvictReclaimUnit(size_t level, EvictionMode mode, uint8_t requester, uint64_t bytes);
+  // Frees the NVMe copies of memory blocks (kept from a read up, not write-through ones) that
+  // start inside `unit`; the blocks stay where they are. Returns how many.
+  size_t DropCopiesIn(tiers::Tier& t, const Extent& unit);
   // The evictable blocks of tier `t` starting inside `unit`, the reclaim unit around `victim`:
   // the victim alone when the unit is its extent, else named by the tier where it can
   // (Tier::BlocksStartingIn), else found by a scan of the index.

@@ -25,6 +25,7 @@ Result<Extent> Store::AllocateWithEviction(size_t level, uint64_t bytes, Evictio
   tiers::Tier& t = *tiers_[level];
   int reclaims = 0;
   uint64_t hard_cap = 0;  // past the bound: each block of the tier once more, at most
+  bool copies_dropped = false;
   for (uint64_t evicted = 0;; ++evicted) {
     Result<Extent> extent = t.Allocate(bytes);
     if (extent.ok() || extent.status().code() != StatusCode::kBusy) return extent;
@@ -37,6 +38,12 @@ Result<Extent> Store::AllocateWithEviction(size_t level, uint64_t bytes, Evictio
     if (reclaim) ++reclaims;
     if (!(reclaim ? EvictReclaimUnit(level, mode, requester, bytes)
                   : EvictOne(level, mode, requester))) {
+      // Nothing left to evict: copies of memory blocks kept on NVMe may still hold the room. A
+      // walk of the tier's blocks, once, where the alternative is refusing the block.
+      if (!copies_dropped && DropCopiesIn(t, {0, t.Stats().capacity_bytes}) > 0) {
+        copies_dropped = true;
+        continue;
+      }
       break;
     }
   }
@@ -109,7 +116,37 @@ bool Store::EvictReclaimUnit(size_t level, EvictionMode mode, uint8_t requester,
     if (std::find(kept.begin(), kept.end(), key) != kept.end()) continue;
     any |= DemoteOrDrop(level, key, meta, mode);
   }
+  // A copy kept from a read up lies in the unit like a block, and no victim search finds it.
+  if (unit != victim->second.extent) any |= DropCopiesIn(t, unit) > 0;
   return any;
+}
+
+size_t Store::DropCopiesIn(tiers::Tier& t, const Extent& unit) {
+  // Write-through copies make their puts durable: they are never given up for room.
+  if (options_.nvme_write_through) return 0;
+  // Only the NVMe tier holds copies, and it names its blocks.
+  std::optional<std::vector<tiers::BlockIdentity>> named = t.BlocksStartingIn(unit);
+  if (!named) return 0;
+  size_t dropped = 0;
+  for (const tiers::BlockIdentity& id : *named) {
+    const std::optional<BlockMeta> meta = index_->Get(id.key);
+    if (!meta || meta->tier == t.id() || !meta->has_shadow) continue;
+    const Extent copy = meta->shadow;
+    if (copy.offset < unit.offset || copy.offset - unit.offset >= unit.length) continue;
+    // Under the entry's lock, so that a move into the copy (DemoteIntoShadow, which checks the
+    // copy is still there) and this drop cannot both have it.
+    const Status cleared = index_->Update(id.key, [&](BlockMeta& m) {
+      if (m.generation != meta->generation || !m.has_shadow || !(m.shadow == copy)) {
+        return NotFound("the copy changed");
+      }
+      m.has_shadow = false;
+      return Status::Ok();
+    });
+    if (!cleared.ok()) continue;
+    t.Free(copy);
+    ++dropped;
+  }
+  return dropped;
 }
 
 std::vector<std::pair<BlockKey, index::BlockMeta>> Store::EvictableInUnit(

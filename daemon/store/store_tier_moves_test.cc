@@ -13,6 +13,7 @@ using testing::FakeTier;
 using testing::kBlock;
 using testing::Key;
 using testing::kNs;
+using testing::kOtherNs;
 using testing::Payload;
 using testing::StoreTest;
 
@@ -388,6 +389,73 @@ TEST_F(StorePlacementTest, AZeroCopyShareFreesTheCopyOfABlockReadUp) {
   ASSERT_TRUE(PutBlock(5).ok());
   EXPECT_EQ(nvme().block_writes(), writes + 2);
   EXPECT_EQ(TierStatsOf(store_->Stats(), TierId::kHost).copy_demotions, 0u);
+}
+
+// A copy lies in NVMe's room like a block but is none: a large block whose room on NVMe takes
+// the copy's place gives the copy up (its block stays in memory) instead of being dropped.
+TEST_F(StorePlacementTest, ACopyInTheRoomALargeBlockNeedsOnNvmeIsGivenUp) {
+  StoreOptions options;
+  options.index.tier_policies[static_cast<size_t>(TierId::kNvme)] = "lru";
+  BuildTwoTiers(9, 8, options);
+  nvme().set_room_windows(true);
+  nvme().set_names_blocks(true);
+  const uint64_t big = 8 * kBlock;
+  ASSERT_TRUE(store_->RegisterNamespace({kOtherNs, 16, big, "big"}).ok());
+  for (uint64_t n = 1; n <= 8; ++n) ASSERT_TRUE(PutBlock(n).ok());
+  ASSERT_EQ(store_->FlushToNvme(0).written, 8u);  // NVMe is full
+  std::vector<std::byte> out;
+  ASSERT_TRUE(store_->Get(kNs, Key(4), out).ok());  // read up; its copy stays, an eighth
+  ASSERT_EQ(store_->Stats().shadow_bytes, kBlock);
+  ASSERT_TRUE(store_->Put(kOtherNs, Key(101), Payload(101, big)).ok());
+  ASSERT_TRUE(Cached(4));  // more recent than 101
+  // 102 needs 101's room: 101 goes down and needs the whole of NVMe, the copy's place too.
+  ASSERT_TRUE(store_->Put(kOtherNs, Key(102), Payload(102, big)).ok());
+  std::vector<BlockKey> keys{Key(101)};
+  const index::LookupResult r = store_->Lookup(kOtherNs, keys);
+  ASSERT_EQ(r.ready_prefix, 1u) << "101 was dropped";
+  EXPECT_EQ(r.tiers[0], TierId::kNvme);
+  EXPECT_EQ(TierOf(4), TierId::kHost);
+  const StoreStats s = store_->Stats();
+  EXPECT_EQ(s.blocks_shadowed, 0u);
+  EXPECT_EQ(s.shadow_bytes, 0u);
+  ASSERT_TRUE(store_->Get(kNs, Key(4), out).ok());
+  EXPECT_EQ(out, Payload(4));
+}
+
+// The same where the room is a window around an NVMe victim (Tier::ReclaimUnit) that a copy
+// lies in: the window is emptied of the copy too, and no further block is evicted.
+TEST_F(StorePlacementTest, ACopyInTheWindowAroundAVictimIsGivenUp) {
+  StoreOptions options;
+  options.index.tier_policies[static_cast<size_t>(TierId::kNvme)] = "lru";
+  BuildTwoTiers(16, 16, options);
+  nvme().set_room_windows(true);
+  nvme().set_names_blocks(true);
+  const uint64_t big = 4 * kBlock;
+  ASSERT_TRUE(store_->RegisterNamespace({kOtherNs, 16, big, "big"}).ok());
+  for (uint64_t n = 1; n <= 16; ++n) ASSERT_TRUE(PutBlock(n).ok());
+  ASSERT_EQ(store_->FlushToNvme(0).written, 16u);  // block n at offset 16 - n; NVMe is full
+  std::vector<std::byte> out;
+  ASSERT_TRUE(store_->Get(kNs, Key(11), out).ok());  // read up; its copy stays at offset 5
+  ASSERT_EQ(store_->Stats().shadow_bytes, kBlock);
+  // NVMe's least recently used: 16, 14, 7 and 5 (offsets 0, 2, 9, 11: no two side by side),
+  // then 12 (offset 4), whose window of four runs over 11's copy, 10 and 9.
+  for (uint64_t n : {16, 14, 7, 5, 12, 1, 2, 3, 4, 6, 8, 9, 10, 13, 15}) ASSERT_TRUE(Cached(n));
+  ASSERT_TRUE(store_->Put(kOtherNs, Key(101), Payload(101, big)).ok());
+  ASSERT_TRUE(Cached(11));  // more recent than 101
+  // 11 and three large blocks fill 13 of the host's 16: the fourth sends 101 down.
+  for (uint64_t n = 102; n <= 104; ++n) {
+    ASSERT_TRUE(store_->Put(kOtherNs, Key(n), Payload(n, big)).ok());
+  }
+  std::vector<BlockKey> keys{Key(101)};
+  const index::LookupResult r = store_->Lookup(kOtherNs, keys);
+  ASSERT_EQ(r.ready_prefix, 1u) << "101 was dropped";
+  EXPECT_EQ(r.tiers[0], TierId::kNvme);
+  EXPECT_EQ(TierOf(11), TierId::kHost);
+  EXPECT_EQ(store_->Stats().shadow_bytes, 0u);
+  for (uint64_t n = 1; n <= 16; ++n) {
+    const bool evicted = n == 16 || n == 14 || n == 7 || n == 5 || n == 12 || n == 10 || n == 9;
+    EXPECT_EQ(Cached(n), !evicted) << "block " << n;
+  }
 }
 
 TEST_F(StorePlacementTest, AnInvalidCopyShareIsRefused) {
