@@ -1,6 +1,8 @@
 // Generic commands on the values of the generic key space (generic_keyspace.h): SET (with its
-// NX, XX, GET and expiry options), GET, MSET, MGET, EXISTS, DEL, UNLINK, DBSIZE. The key-space
+// NX, XX, GET and expiry options), SETNX, GET, GETDEL, MSET, MGET, EXISTS, DEL, UNLINK, DBSIZE,
+// TIME. The key-space
 // commands (SCAN, TTL, EXPIRE, FLUSHDB, ...) are in commands_keyspace.cc, INFO in info.cc.
+#include <chrono>
 #include <cstring>
 #include <limits>
 #include <vector>
@@ -214,10 +216,13 @@ std::optional<SetOptions> ParseSetOptions(CommandContext& ctx, const Command& cm
   return o;
 }
 
-// One call of SET (it may be called again after kRetryLater): under the key's lock, answers the
-// old value for GET, honours NX/XX, and replaces the value.
-Progress Set(CommandContext& ctx, Command& cmd) {
-  const std::optional<SetOptions> o = ParseSetOptions(ctx, cmd);
+// How SET answers, and how SETNX does (1 when it stored the value, 0 when the key existed).
+enum class SetReply : uint8_t { kOk, kInteger };
+
+// One call of SET or SETNX (it may be called again after kRetryLater): under the key's lock,
+// answers the old value for GET, honours NX/XX, and replaces the value.
+Progress SetWith(CommandContext& ctx, Command& cmd, const std::optional<SetOptions>& o,
+                 SetReply reply) {
   if (!o) return Progress::kDone;
   if (KeyTooLong(ctx, cmd.args[1])) return Progress::kDone;
   ctx.Time(metrics::RequestOp::kPut, metrics::RequestPath::kGeneric);
@@ -247,7 +252,11 @@ Progress Set(CommandContext& ctx, Command& cmd) {
   }
   if (o->get && !exists) ctx.reply.AppendNull();
   if ((o->if_absent && exists) || (o->if_present && !exists)) {
-    if (!o->get) ctx.reply.AppendNull();
+    if (reply == SetReply::kInteger) {
+      ctx.reply.AppendInteger(0);
+    } else if (!o->get) {
+      ctx.reply.AppendNull();
+    }
     return Progress::kDone;
   }
   const uint64_t expires_at_ms = o->keep_ttl ? old_expiry : o->expires_at_ms.value_or(0);
@@ -258,12 +267,25 @@ Progress Set(CommandContext& ctx, Command& cmd) {
   if (stored.ok() && !*stored && ctx.KeepWaitingForReaders()) return retry();
   if (ctx.WaitsForMover(stored.status())) return retry();
   if (stored.ok() && *stored) {
-    if (!o->get) ctx.reply.AppendSimpleString("OK");
+    if (reply == SetReply::kInteger) {
+      ctx.reply.AppendInteger(1);
+    } else if (!o->get) {
+      ctx.reply.AppendSimpleString("OK");
+    }
   } else {
     ctx.reply.buffer()->resize(reply_mark);
     AppendStatusError(ctx.reply, stored.ok() ? ReadersDidNotFinish() : stored.status());
   }
   return Progress::kDone;
+}
+
+Progress Set(CommandContext& ctx, Command& cmd) {
+  return SetWith(ctx, cmd, ParseSetOptions(ctx, cmd), SetReply::kOk);
+}
+
+// SETNX key value: SET key value NX, answered 1 or 0 (deprecated in Redis, still sent by tools).
+Progress SetNx(CommandContext& ctx, Command& cmd) {
+  return SetWith(ctx, cmd, SetOptions{.if_absent = true}, SetReply::kInteger);
 }
 
 Progress Get(CommandContext& ctx, Command& cmd) {
@@ -279,6 +301,38 @@ Progress Get(CommandContext& ctx, Command& cmd) {
   } else if (!st.ok()) {
     AppendStatusError(ctx.reply, st);
   }
+  return Progress::kDone;
+}
+
+// GETDEL key: the value, then the key removed, under the key's lock (no SET in between). The
+// value is copied into the reply rather than sent from its slot, which the removal gives back.
+Progress GetDel(CommandContext& ctx, Command& cmd) {
+  if (KeyTooLong(ctx, cmd.args[1])) return Progress::kDone;
+  ctx.Time(metrics::RequestOp::kGet, metrics::RequestPath::kGeneric);
+  const GenericKeyRef key = RefOf(ctx.server, cmd.args[1]);
+  MutexLock lock(key.stripe.lock);
+  const size_t reply_mark = ctx.reply.buffer()->size();
+  LeasedOutput* leased = std::exchange(ctx.leased, nullptr);
+  const Status st = AppendValue(ctx, key);
+  ctx.leased = leased;
+  if (ctx.WaitsForMover(st)) return Progress::kRetryLater;
+  if (ReadsAsMiss(st)) {
+    ctx.reply.AppendNull();
+    return Progress::kDone;
+  }
+  if (!st.ok()) {
+    AppendStatusError(ctx.reply, st);
+    return Progress::kDone;
+  }
+  const Status removed = RemoveValue(ctx.server, key);
+  if (removed.ok()) return Progress::kDone;
+  // Another client still reads it: take the value back out of the reply and ask again later.
+  ctx.reply.buffer()->resize(reply_mark);
+  if (removed.code() == StatusCode::kBusy && ctx.KeepWaitingForReaders()) {
+    return Progress::kRetryLater;
+  }
+  AppendStatusError(ctx.reply,
+                    removed.code() == StatusCode::kBusy ? ReadersDidNotFinish() : removed);
   return Progress::kDone;
 }
 
@@ -376,10 +430,21 @@ Progress DbSize(CommandContext& ctx, Command&) {
   return Progress::kDone;
 }
 
+// TIME: the server's clock as Unix seconds and the microseconds within that second.
+Progress ServerTime(CommandContext& ctx, Command&) {
+  const auto since_epoch = std::chrono::system_clock::now().time_since_epoch();
+  const int64_t us = std::chrono::duration_cast<std::chrono::microseconds>(since_epoch).count();
+  ctx.reply.AppendArrayHeader(2);
+  ctx.reply.AppendBulk(std::to_string(us / 1'000'000));
+  ctx.reply.AppendBulk(std::to_string(us % 1'000'000));
+  return Progress::kDone;
+}
+
 constexpr CommandSpec kCommands[] = {
-    {"SET", -3, false, Set},    {"GET", 2, false, Get},        {"MSET", -3, false, MSet},
-    {"MGET", -2, false, MGet},  {"EXISTS", -2, false, Exists}, {"DEL", -2, false, Del},
-    {"UNLINK", -2, false, Del}, {"DBSIZE", 1, false, DbSize},  {"INFO", -1, false, Info},
+    {"SET", -3, false, Set},       {"SETNX", 3, false, SetNx},     {"GET", 2, false, Get},
+    {"GETDEL", 2, false, GetDel},  {"MSET", -3, false, MSet},      {"MGET", -2, false, MGet},
+    {"EXISTS", -2, false, Exists}, {"DEL", -2, false, Del},        {"UNLINK", -2, false, Del},
+    {"DBSIZE", 1, false, DbSize},  {"TIME", 1, false, ServerTime}, {"INFO", -1, false, Info},
 };
 
 }  // namespace

@@ -1,5 +1,9 @@
-// The generic commands (SET, GET, MSET, MGET, EXISTS, DEL, DBSIZE, INFO), byte for byte.
+// The generic commands (SET, SETNX, GET, GETDEL, MSET, MGET, EXISTS, DEL, DBSIZE, TIME, INFO),
+// byte for byte.
 #include <gtest/gtest.h>
+
+#include <chrono>
+#include <thread>
 
 #include "daemon/server/generic_keyspace.h"
 #include "daemon/server/test_client.h"
@@ -35,6 +39,51 @@ TEST_F(GenericCommandsTest, SetThenGet) {
   EXPECT_EQ(c_.Call({"GET", "k"}), "$5\r\nhello\r\n");
   EXPECT_EQ(c_.Call({"SET", "k", "replaced"}), "+OK\r\n");
   EXPECT_EQ(c_.Call({"GET", "k"}), "$8\r\nreplaced\r\n");
+}
+
+TEST_F(GenericCommandsTest, SetNxStoresOnlyAnAbsentKey) {
+  EXPECT_EQ(c_.Call({"SETNX", "k", "first"}), ":1\r\n");
+  EXPECT_EQ(c_.Call({"SETNX", "k", "second"}), ":0\r\n");
+  EXPECT_EQ(c_.Call({"GET", "k"}), "$5\r\nfirst\r\n");
+  EXPECT_EQ(c_.Call({"SET", "gone", "v", "PX", "1"}), "+OK\r\n");
+  std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  EXPECT_EQ(c_.Call({"SETNX", "gone", "again"}), ":1\r\n");  // an expired key is absent
+  EXPECT_EQ(c_.Call({"GET", "gone"}), "$5\r\nagain\r\n");
+  EXPECT_EQ(c_.Call({"SETNX", "k"}), "-ERR wrong number of arguments for 'setnx' command\r\n");
+}
+
+TEST_F(GenericCommandsTest, GetDelAnswersTheValueAndRemovesTheKey) {
+  EXPECT_EQ(c_.Call({"SET", "k", "hello"}), "+OK\r\n");
+  EXPECT_EQ(c_.Call({"GETDEL", "k"}), "$5\r\nhello\r\n");
+  EXPECT_EQ(c_.Call({"EXISTS", "k"}), ":0\r\n");
+  EXPECT_EQ(c_.Call({"GETDEL", "k"}), "$-1\r\n");
+  EXPECT_EQ(c_.Call({"SET", "again", "v"}), "+OK\r\n");  // the key space takes it back
+  EXPECT_EQ(c_.Call({"GETDEL", "again"}), "$1\r\nv\r\n");
+  EXPECT_EQ(c_.Call({"DBSIZE"}), ":0\r\n");
+  EXPECT_EQ(c_.Call({"GETDEL"}), "-ERR wrong number of arguments for 'getdel' command\r\n");
+}
+
+TEST_F(GenericCommandsTest, TimeIsTheServersClock) {
+  const int64_t before = std::chrono::duration_cast<std::chrono::seconds>(
+                             std::chrono::system_clock::now().time_since_epoch())
+                             .count();
+  const std::string reply = c_.Call({"TIME"});
+  ASSERT_EQ(reply.rfind("*2\r\n$", 0), 0u) << reply;
+  // *2 $<n> seconds $<m> microseconds
+  std::vector<std::string> parts;
+  size_t at = 0;
+  while ((at = reply.find("\r\n", at)) != std::string::npos) {
+    const size_t next = reply.find("\r\n", at + 2);
+    if (next == std::string::npos) break;
+    parts.push_back(reply.substr(at + 2, next - at - 2));
+    at = next;
+  }
+  ASSERT_EQ(parts.size(), 4u) << reply;
+  const int64_t seconds = std::stoll(parts[1]);
+  EXPECT_GE(seconds, before);
+  EXPECT_LE(seconds, before + 5);
+  EXPECT_LT(std::stoll(parts[3]), 1'000'000);
+  EXPECT_EQ(c_.Call({"TIME", "x"}), "-ERR wrong number of arguments for 'time' command\r\n");
 }
 
 TEST_F(GenericCommandsTest, ValuesAreBinarySafeAndMayBeEmpty) {

@@ -274,8 +274,27 @@ def set_option_errors(r, p):
     return out
 
 
+def setnx_getdel_time(r, p):
+    """SETNX, GETDEL and TIME: what tools and client libraries send besides SET and GET."""
+    k = p + "k"
+    now = int(time.time())
+    seconds, micros = r.time()
+    out = [
+        r.setnx(k, "first"), r.setnx(k, "second"), r.get(k),
+        r.getdel(k), r.exists(k), r.getdel(k), r.getdel(p + "missing"),
+        r.set(p + "short", "v", px=1), time.sleep(0.01), r.setnx(p + "short", "again"),
+        r.getdel(p + "short"), r.dbsize(),
+        within(seconds, now - 1, now + 5), 0 <= micros < 1_000_000,
+        attempt(lambda: r.execute_command("SETNX", k)),
+        attempt(lambda: r.execute_command("GETDEL")),
+        attempt(lambda: r.execute_command("TIME", "now")),
+    ]
+    return out
+
+
 SCENARIOS = [basics, flush_variants, scan_patterns, keys_patterns, type_unlink_del, ttl_pttl,
-             expire_pexpire_persist, keys_expire, set_options, set_option_errors]
+             expire_pexpire_persist, keys_expire, set_options, set_option_errors,
+             setnx_getdel_time]
 
 
 def set_absolute_expiry_and_keepttl(r, p):
