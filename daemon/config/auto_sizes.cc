@@ -210,6 +210,24 @@ uint64_t FreeHugePageBytes(const std::string& meminfo) {
          MeminfoBytes(meminfo, "Hugepagesize").value_or(0);
 }
 
+namespace {
+
+// sysconf's count of pages `name` (_SC_PHYS_PAGES, _SC_AVPHYS_PAGES) in bytes; 0 when unknown.
+uint64_t SysconfPageBytes(int name) {
+  const long pages = sysconf(name);
+  const long page_size = sysconf(_SC_PAGE_SIZE);
+  return pages > 0 && page_size > 0 ? uint64_t(pages) * uint64_t(page_size) : 0;
+}
+
+std::string FileText(const char* path) {
+  std::ifstream file(path);
+  std::stringstream text;
+  text << file.rdbuf();
+  return text.str();
+}
+
+}  // namespace
+
 uint64_t AutoSlabBytes(uint64_t host_bytes) {
   uint64_t slab = uint64_t{64} << 20;
   while (slab > (uint64_t{1} << 20) && host_bytes / slab < kAutoSlabsPerTier) slab /= 2;
@@ -217,29 +235,16 @@ uint64_t AutoSlabBytes(uint64_t host_bytes) {
 }
 
 HostMemory HostMemoryNow(bool with_huge_pages) {
-  std::ifstream meminfo("/proc/meminfo");
-  std::stringstream meminfo_text;
-  meminfo_text << meminfo.rdbuf();
-  const std::string info = meminfo_text.str();
+  const std::string info = FileText("/proc/meminfo");
   HostMemory m;
-  if (std::optional<uint64_t> bytes = MemAvailableBytes(info)) {
-    m.available = *bytes;
-  } else {  // MemFree alone: the page cache counts as used
-    const long pages = sysconf(_SC_AVPHYS_PAGES);
-    const long page_size = sysconf(_SC_PAGE_SIZE);
-    m.available = pages > 0 && page_size > 0 ? uint64_t(pages) * uint64_t(page_size) : 0;
-  }
-  const long pages = sysconf(_SC_PHYS_PAGES);
-  const long page_size = sysconf(_SC_PAGE_SIZE);
-  m.total = MeminfoBytes(info, "MemTotal")
-                .value_or(pages > 0 && page_size > 0 ? uint64_t(pages) * uint64_t(page_size) : 0);
-  std::ifstream self("/proc/self/cgroup");
-  std::stringstream text;
-  text << self.rdbuf();
-  if (std::optional<uint64_t> room = CgroupMemoryRoom("/sys/fs/cgroup", text.str())) {
+  // Without MemAvailable, free pages alone: the page cache counts as used.
+  m.available = MemAvailableBytes(info).value_or(SysconfPageBytes(_SC_AVPHYS_PAGES));
+  m.total = MeminfoBytes(info, "MemTotal").value_or(SysconfPageBytes(_SC_PHYS_PAGES));
+  const std::string cgroups = FileText("/proc/self/cgroup");
+  if (std::optional<uint64_t> room = CgroupMemoryRoom("/sys/fs/cgroup", cgroups)) {
     m.available = std::min(m.available, *room);
   }
-  if (std::optional<uint64_t> limit = CgroupMemoryLimit("/sys/fs/cgroup", text.str())) {
+  if (std::optional<uint64_t> limit = CgroupMemoryLimit("/sys/fs/cgroup", cgroups)) {
     m.total = std::min(m.total, *limit);
   }
   // A huge-page arena is all huge pages or all normal ones (HostArena): it fits in either.
