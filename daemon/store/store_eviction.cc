@@ -3,6 +3,7 @@
 // dropping them; and the mover's eviction down to a target (EvictToTarget).
 #include <algorithm>
 #include <cstring>
+#include <limits>
 #include <vector>
 
 #include "common/stream_copy.h"
@@ -19,6 +20,8 @@ using index::BlockState;
 // blocks whose least recently used ones lie apart.
 constexpr int kEvictionsBeforeReclaim = 4;
 constexpr int kReclaimAttempts = 4;
+// Every offset of a tier, whatever its layout (the NVMe tier's files follow one another).
+constexpr Extent kWholeTier{0, std::numeric_limits<uint64_t>::max()};
 
 Result<Extent> Store::AllocateWithEviction(size_t level, uint64_t bytes, EvictionMode mode,
                                            uint8_t requester) {
@@ -40,7 +43,7 @@ Result<Extent> Store::AllocateWithEviction(size_t level, uint64_t bytes, Evictio
                   : EvictOne(level, mode, requester))) {
       // Nothing left to evict: copies of memory blocks kept on NVMe may still hold the room. A
       // walk of the tier's blocks, once, where the alternative is refusing the block.
-      if (!copies_dropped && DropCopiesIn(t, {0, t.Stats().capacity_bytes}) > 0) {
+      if (!copies_dropped && DropCopiesIn(t, kWholeTier) > 0) {
         copies_dropped = true;
         continue;
       }
