@@ -30,6 +30,7 @@ Result<std::unique_ptr<BlockIndex>> BlockIndex::Create(const Options& options) {
     return InvalidArgument("index shard_count must be between 1 and 2^32 - 1");
   }
   std::unique_ptr<BlockIndex> index(new BlockIndex(options.shard_count));
+  index->shadow_footprint_ = options.shadow_footprint;
   for (size_t t = 0; t < index->tiers_.size(); ++t) {
     const std::string& name =
         options.tier_policies[t].empty() ? options.policy : options.tier_policies[t];

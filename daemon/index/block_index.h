@@ -64,6 +64,10 @@ class BlockIndex {
     // Per tier (indexed by TierId), a policy other than `policy`; empty: `policy`.
     std::array<std::string, kTierCount> tier_policies{};
     PolicyClock policy_clock;  // the time of policies that learn from it; empty: steady clock
+    // The room an NVMe copy of `bytes` takes there (Tier::FootprintOf of the NVMe tier: record
+    // header, 4 KiB rounding), which shadow_bytes adds up; empty: the bytes themselves. Called
+    // under a shard lock: it must not call back into the index.
+    std::function<uint64_t(uint64_t)> shadow_footprint;
   };
 
   // kInvalidArgument for a zero shard count or an unknown policy name (of any tier).
@@ -176,8 +180,9 @@ class BlockIndex {
 
   size_t size() const;                      // entries in any state
   size_t TrackedBlocks(TierId tier) const;  // blocks in `tier`'s policy
-  // Bytes of the NVMe copies of blocks that live in memory (BlockMeta::shadow), counted as each
-  // entry gains or loses one: what the store bounds when it keeps a copy it may let go.
+  // Room on NVMe held by the copies of blocks that live in memory (BlockMeta::shadow; each copy's
+  // Options::shadow_footprint), counted as each entry gains or loses one: what the store bounds
+  // when it keeps a copy it may let go.
   uint64_t shadow_bytes() const { return shadow_bytes_.load(std::memory_order_relaxed); }
 
   // Whether a new block of quota `group` may push a resident of full `tier` out now
@@ -254,8 +259,9 @@ class BlockIndex {
   // Follows a change of an entry's shadow, `gone` bytes before and `come` after (ShadowLength;
   // 0 for an entry that is new or erased).
   void CountShadow(uint64_t gone, uint64_t come);
-  static uint64_t ShadowLength(const BlockMeta& meta) {
-    return meta.has_shadow ? meta.shadow.length : 0;
+  uint64_t ShadowLength(const BlockMeta& meta) const {
+    if (!meta.has_shadow) return 0;
+    return shadow_footprint_ ? shadow_footprint_(meta.shadow.length) : meta.shadow.length;
   }
 
   // Held across the whole of SetGroupQuota and AssignQuotaGroups (taken before any shard's or
@@ -269,6 +275,7 @@ class BlockIndex {
   // tier's common order, and Lookup does not collect the blocks' groups for TouchPrefix.
   std::atomic<bool> quota_groups_in_use_{false};
   std::atomic<uint64_t> shadow_bytes_{0};
+  std::function<uint64_t(uint64_t)> shadow_footprint_;  // Options::shadow_footprint
 };
 
 }  // namespace kvtier::index

@@ -233,6 +233,35 @@ TEST(BlockIndexTest, ShadowBytesFollowTheCopiesOfEveryEntry) {
   EXPECT_EQ(index->shadow_bytes(), 4096u);
   ASSERT_TRUE(index->EraseIf(Key(3), [](const BlockMeta&) { return true; }).has_value());
   EXPECT_EQ(index->shadow_bytes(), 0u);
+  // An entry inserted with its copy (a warm restart's), and a move the index refuses.
+  BlockMeta with_copy = Meta(TierId::kHost, 0);
+  with_copy.has_shadow = true;
+  with_copy.shadow = {12288, 4096};
+  ASSERT_TRUE(index->InsertReady(Key(4), with_copy).ok());
+  EXPECT_EQ(index->shadow_bytes(), 4096u);
+  BlockMeta stale = *index->Get(Key(4));
+  stale.generation = 7;
+  EXPECT_EQ(index->MoveTier(Key(4), stale, TierId::kNvme, stale.shadow).code(),
+            StatusCode::kNotFound);
+  EXPECT_EQ(index->shadow_bytes(), 4096u);
+}
+
+// Copies are counted in the room they take on NVMe (the tier's footprint: a record header and
+// rounding), not their payload.
+TEST(BlockIndexTest, ShadowBytesCountTheRoomACopyTakes) {
+  auto created = BlockIndex::Create({.shard_count = 4,
+                                     .policy = "lru",
+                                     .shadow_footprint = [](uint64_t b) { return b + 4096; }});
+  ASSERT_TRUE(created.ok());
+  BlockIndex& index = **created;
+  ASSERT_TRUE(index.InsertReady(Key(1), Meta(TierId::kNvme, 0)).ok());
+  ASSERT_TRUE(index
+                  .MoveTier(Key(1), *index.Get(Key(1)), TierId::kHost, {0, 4096}, 0,
+                            BlockIndex::ShadowAfterMove::kOldExtent)
+                  .ok());
+  EXPECT_EQ(index.shadow_bytes(), 8192u);
+  ASSERT_TRUE(index.Erase(Key(1)).has_value());
+  EXPECT_EQ(index.shadow_bytes(), 0u);
 }
 
 TEST(BlockIndexTest, UpdateMayNotChangeTierOrState) {

@@ -233,7 +233,7 @@ void FlushMemoryToNvme(store::Store& store, const config::DaemonConfig& c) {
   waiter.join();
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-  spdlog::info("flushed {} blocks ({}) to NVMe in {:.1f} s; {} were there already (write-through)",
+  spdlog::info("flushed {} blocks ({}) to NVMe in {:.1f} s; {} had their copy there already",
                r.written, FormatBytes(r.written_bytes), seconds, r.already_durable);
   if (r.left > 0) {
     spdlog::warn("{} blocks held in memory are not kept: {}", r.left,

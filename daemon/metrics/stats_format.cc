@@ -129,7 +129,8 @@ const TotalField kTotalFields[] = {
      "NVMe), so that their eviction writes nothing.",
      &store::StoreStats::blocks_shadowed},
     {"shadow_bytes", "kvtier_shadow_bytes", "gauge",
-     "Bytes of NVMe held by those copies (in the NVMe tier's used bytes, not evictable there).",
+     "Room on NVMe those copies take (with their record headers; part of the NVMe tier's used "
+     "room, and not evictable there).",
      &store::StoreStats::shadow_bytes},
     {"leases_active", "kvtier_leases_active", "gauge", "Read leases held now.",
      &store::StoreStats::leases_active},

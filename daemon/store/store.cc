@@ -47,6 +47,13 @@ Result<std::unique_ptr<Store>> Store::Create(const StoreOptions& options,
     return InvalidArgument("nvme_copy_share must be between 0 and 1");
   }
   index::BlockIndex::Options index_options = options.index;
+  // Copies on NVMe are counted in the room they take there, which the share is a part of.
+  if (const size_t nvme = PositionOf(tiers, TierId::kNvme); nvme < tiers.size()) {
+    const tiers::Tier* nvme_tier = tiers[nvme];
+    index_options.shadow_footprint = [nvme_tier](uint64_t bytes) {
+      return nvme_tier->FootprintOf(bytes);
+    };
+  }
   // Policies that learn from time (sticky) read the store's clock, a fake one in tests.
   if (!index_options.policy_clock) {
     index_options.policy_clock = [&clock] { return clock.NowMillisCoarse(); };

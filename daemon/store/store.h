@@ -31,6 +31,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <span>
@@ -366,7 +367,7 @@ class Store {
   struct FlushResult {
     uint64_t written = 0;          // blocks copied into NVMe
     uint64_t written_bytes = 0;    // their payload bytes
-    uint64_t already_durable = 0;  // blocks moved into their write-through copy: nothing written
+    uint64_t already_durable = 0;  // blocks moved into their copy on NVMe: nothing written
     uint64_t left = 0;             // memory blocks not flushed (see FlushToNvme)
     // Some block was left because NVMe had no room for it that dropping older blocks could make.
     bool nvme_full = false;
@@ -459,9 +460,13 @@ class Store {
   // Empties the tier's reclaim unit (slab) around its least recently used block, for a block size
   // that LRU eviction of other sizes cannot make room for. false: nothing could go.
   bool EvictReclaimUnit(size_t level, EvictionMode mode, uint8_t requester, uint64_t bytes);
+  // Every offset of a tier, whatever its layout (the NVMe tier's files follow one another).
+  static constexpr Extent kWholeTier{0, std::numeric_limits<uint64_t>::max()};
   // Frees the NVMe copies of memory blocks (kept from a read up, not write-through ones) that
-  // start inside `unit`; the blocks stay where they are. Returns how many.
-  size_t DropCopiesIn(tiers::Tier& t, const Extent& unit);
+  // start inside `unit`, until they free `enough_bytes` of room; the blocks stay where they are.
+  // Returns how many.
+  size_t DropCopiesIn(tiers::Tier& t, const Extent& unit,
+                      uint64_t enough_bytes = std::numeric_limits<uint64_t>::max());
   // The evictable blocks of tier `t` starting inside `unit`, the reclaim unit around `victim`:
   // the victim alone when the unit is its extent, else named by the tier where it can
   // (Tier::BlocksStartingIn), else found by a scan of the index.

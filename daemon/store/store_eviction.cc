@@ -20,15 +20,12 @@ using index::BlockState;
 // blocks whose least recently used ones lie apart.
 constexpr int kEvictionsBeforeReclaim = 4;
 constexpr int kReclaimAttempts = 4;
-// Every offset of a tier, whatever its layout (the NVMe tier's files follow one another).
-constexpr Extent kWholeTier{0, std::numeric_limits<uint64_t>::max()};
 
 Result<Extent> Store::AllocateWithEviction(size_t level, uint64_t bytes, EvictionMode mode,
                                            uint8_t requester) {
   tiers::Tier& t = *tiers_[level];
   int reclaims = 0;
   uint64_t hard_cap = 0;  // past the bound: each block of the tier once more, at most
-  bool copies_dropped = false;
   for (uint64_t evicted = 0;; ++evicted) {
     Result<Extent> extent = t.Allocate(bytes);
     if (extent.ok() || extent.status().code() != StatusCode::kBusy) return extent;
@@ -41,12 +38,10 @@ Result<Extent> Store::AllocateWithEviction(size_t level, uint64_t bytes, Evictio
     if (reclaim) ++reclaims;
     if (!(reclaim ? EvictReclaimUnit(level, mode, requester, bytes)
                   : EvictOne(level, mode, requester))) {
-      // Nothing left to evict: copies of memory blocks kept on NVMe may still hold the room. A
-      // walk of the tier's blocks, once, where the alternative is refusing the block.
-      if (!copies_dropped && DropCopiesIn(t, kWholeTier) > 0) {
-        copies_dropped = true;
-        continue;
-      }
+      // Nothing left to evict: copies of memory blocks kept on NVMe may still hold the room,
+      // given up as much as the block takes at a time (each time a walk of the tier's blocks,
+      // where the alternative is refusing the block).
+      if (DropCopiesIn(t, kWholeTier, t.FootprintOf(bytes)) > 0) continue;
       break;
     }
   }
@@ -124,29 +119,34 @@ bool Store::EvictReclaimUnit(size_t level, EvictionMode mode, uint8_t requester,
   return any;
 }
 
-size_t Store::DropCopiesIn(tiers::Tier& t, const Extent& unit) {
+size_t Store::DropCopiesIn(tiers::Tier& t, const Extent& unit, uint64_t enough_bytes) {
   // Write-through copies make their puts durable: they are never given up for room.
-  if (options_.nvme_write_through) return 0;
+  if (options_.nvme_write_through || index_->shadow_bytes() == 0) return 0;
   // Only the NVMe tier holds copies, and it names its blocks.
   std::optional<std::vector<tiers::BlockIdentity>> named = t.BlocksStartingIn(unit);
   if (!named) return 0;
   size_t dropped = 0;
+  uint64_t freed = 0;
   for (const tiers::BlockIdentity& id : *named) {
+    if (freed >= enough_bytes) break;
     const std::optional<BlockMeta> meta = index_->Get(id.key);
     if (!meta || meta->tier == t.id() || !meta->has_shadow) continue;
     const Extent copy = meta->shadow;
     if (copy.offset < unit.offset || copy.offset - unit.offset >= unit.length) continue;
     // Under the entry's lock, so that a move into the copy (DemoteIntoShadow, which checks the
-    // copy is still there) and this drop cannot both have it.
+    // copy is still there) and this drop cannot both have it. A block pinned for a move is left:
+    // the move, which decided from the copy, would be refused.
     const Status cleared = index_->Update(id.key, [&](BlockMeta& m) {
       if (m.generation != meta->generation || !m.has_shadow || !(m.shadow == copy)) {
         return NotFound("the copy changed");
       }
+      if (m.lease_count != 0) return Busy("the block is being read or moved");
       m.has_shadow = false;
       return Status::Ok();
     });
     if (!cleared.ok()) continue;
     t.Free(copy);
+    freed += t.FootprintOf(copy.length);
     ++dropped;
   }
   return dropped;

@@ -53,7 +53,9 @@ Store::FlushResult Store::FlushToNvme(uint64_t deadline_us, std::stop_token stop
       flush.unflushed_bytes -= meta.extent.length;
       // NVMe full of blocks this flush wrote does not end it: a later, smaller block may still fit
       // the room that is left.
-      if (OutOfTime(flush) || (flush.nothing_older_left && !FitsFreeSpace(meta.extent.length))) {
+      // A block with its copy on NVMe moves into it: it needs no room.
+      if (OutOfTime(flush) || (flush.nothing_older_left && !meta.has_shadow &&
+                               !FitsFreeSpace(meta.extent.length))) {
         index_->Unpick(key);
         ++result.left;
         continue;
@@ -180,6 +182,9 @@ Result<Extent> Store::AllocateForFlush(uint64_t bytes, FlushState& flush) {
       victims.push_back(*std::move(victim));
     }
     if (victims.empty()) {
+      // Copies on NVMe of memory blocks not flushed yet (kept from reads up) are the last room:
+      // their blocks come later in the flush's order, and are written if room is left then.
+      if (DropCopiesIn(t, kWholeTier, t.FootprintOf(bytes)) > 0) continue;
       flush.nothing_older_left = true;
       return NoRoom();
     }

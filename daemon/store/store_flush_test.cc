@@ -276,6 +276,32 @@ INSTANTIATE_TEST_SUITE_P(ScannedOrNamed, StoreRoomWindowTest, ::testing::Bool(),
                            return info.param ? "NamedByTheTier" : "ScannedFromTheIndex";
                          });
 
+// A copy kept on NVMe from a read up holds room a newer block needs: the flush goes newest first,
+// so the copy gives way, and its (older) block is written only if room is left for it.
+TEST_F(StoreFlushTest, AnOlderBlocksCopyGivesWayToANewerBlock) {
+  StoreOptions options;
+  options.nvme_copy_share = 0.5;  // one of NVMe's two blocks
+  BuildTwoTiers(8, 2, options);
+  nvme().set_names_blocks(true);  // as the NVMe tier does: how copies are found
+  ASSERT_TRUE(PutBlock(1).ok());
+  ASSERT_TRUE(PutBlock(2).ok());
+  ASSERT_EQ(store_->FlushToNvme(0).written, 2u);
+  std::vector<std::byte> out;
+  ASSERT_TRUE(store_->Get(kNs, Key(1), out).ok());  // read up, its copy kept
+  ASSERT_EQ(store_->Stats().blocks_shadowed, 1u);
+  ASSERT_TRUE(PutBlock(3).ok());
+  ASSERT_TRUE(PutBlock(4).ok());  // memory, newest first: 4, 3, 1
+  const Store::FlushResult r = store_->FlushToNvme(0);
+  EXPECT_EQ(r.written, 2u);  // 4 in 2's place, 3 in 1's copy's
+  EXPECT_EQ(r.already_durable, 0u);
+  EXPECT_EQ(r.left, 1u);  // 1, whose copy gave way
+  EXPECT_EQ(TierOf(4), TierId::kNvme);
+  EXPECT_EQ(TierOf(3), TierId::kNvme);
+  EXPECT_EQ(TierOf(1), TierId::kHost);
+  EXPECT_EQ(store_->Stats().shadow_bytes, 0u);
+  ExpectBytes(1);
+}
+
 TEST_F(StoreFlushTest, WriteThroughBlocksMoveIntoTheirCopyWithoutAWrite) {
   StoreOptions options;
   options.nvme_write_through = true;

@@ -126,7 +126,7 @@ struct StoreStats {
   uint64_t blocks_writing = 0;      // reserved, not yet committed
   uint64_t blocks_quarantined = 0;  // reservations that timed out; space held for the late writer
   uint64_t blocks_shadowed = 0;     // memory blocks with a copy on NVMe (BlockMeta::shadow)
-  uint64_t shadow_bytes = 0;        // bytes of those copies (BlockIndex::shadow_bytes)
+  uint64_t shadow_bytes = 0;        // NVMe room those copies take (BlockIndex::shadow_bytes)
   uint64_t leases_active = 0;
   uint64_t committed_puts = 0;
   uint64_t aborted_puts = 0;

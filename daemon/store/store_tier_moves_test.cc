@@ -374,6 +374,22 @@ TEST_F(StorePlacementTest, CopiesKeptOnNvmeStayWithinTheirShare) {
   EXPECT_EQ(store_->Stats().shadow_bytes, 0u);
 }
 
+// The share is of the NVMe tier's room, and a copy takes its record header there too: with a
+// header as large as the block, an eighth of 16 blocks' room holds one copy, not two.
+TEST_F(StorePlacementTest, TheCopyShareCountsTheRoomCopiesTakeOnNvme) {
+  BuildTwoTiers(2, 16);
+  nvme().set_block_overhead(kBlock);
+  for (uint64_t n = 1; n <= 4; ++n) ASSERT_TRUE(PutBlock(n).ok());
+  ASSERT_EQ(TierOf(1), TierId::kNvme);
+  ASSERT_EQ(TierOf(2), TierId::kNvme);
+  std::vector<std::byte> out;
+  ASSERT_TRUE(store_->Get(kNs, Key(1), out).ok());
+  ASSERT_TRUE(store_->Get(kNs, Key(2), out).ok());
+  const StoreStats s = store_->Stats();
+  EXPECT_EQ(s.blocks_shadowed, 1u);
+  EXPECT_EQ(s.shadow_bytes, 2 * kBlock);
+}
+
 TEST_F(StorePlacementTest, AZeroCopyShareFreesTheCopyOfABlockReadUp) {
   StoreOptions options;
   options.nvme_copy_share = 0;
