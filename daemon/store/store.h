@@ -467,6 +467,9 @@ class Store {
   // Returns how many.
   size_t DropCopiesIn(tiers::Tier& t, const Extent& unit,
                       uint64_t enough_bytes = std::numeric_limits<uint64_t>::max());
+  // Frees `meta`'s copy on `nvme` (the NVMe tier) if the entry still has it and nothing pins
+  // the block; false when it was not there to free (or is a write-through copy).
+  bool DropCopyOf(tiers::Tier& nvme, const BlockKey& key, const index::BlockMeta& meta);
   // The evictable blocks of tier `t` starting inside `unit`, the reclaim unit around `victim`:
   // the victim alone when the unit is its extent, else named by the tier where it can
   // (Tier::BlocksStartingIn), else found by a scan of the index.
@@ -671,7 +674,14 @@ class Store {
     // NVMe blocks the flush wrote that the policy offered as victims: out of its order until the
     // flush ends, so that the blocks after them are looked at, each once.
     std::vector<BlockKey> set_aside;
+    // The memory blocks with a copy on NVMe, in the flush's order: when no older NVMe block is
+    // left, the copies of the last ones (not flushed yet) give way to the block being flushed.
+    std::vector<std::pair<BlockKey, index::BlockMeta>> with_copies;
+    std::unordered_set<BlockKey, Key128Hash> copies_dropped;  // by DropLastCopies
   };
+  // Drops the copies of the last blocks in `flush.with_copies` until `enough_bytes` of room is
+  // free; false when none could be dropped.
+  bool DropLastCopies(uint64_t enough_bytes, FlushState& flush);
   bool OutOfTime(const FlushState& flush) const;
   std::vector<std::pair<BlockKey, index::BlockMeta>> TakeNewestFirst(TierId id);
   enum class FlushOutcome { kWritten, kAlreadyDurable, kNvmeFull, kNotMoved };

@@ -26,6 +26,7 @@ Result<Extent> Store::AllocateWithEviction(size_t level, uint64_t bytes, Evictio
   tiers::Tier& t = *tiers_[level];
   int reclaims = 0;
   uint64_t hard_cap = 0;  // past the bound: each block of the tier once more, at most
+  uint64_t copy_room = t.FootprintOf(bytes);  // what the next drop of NVMe copies frees
   for (uint64_t evicted = 0;; ++evicted) {
     Result<Extent> extent = t.Allocate(bytes);
     if (extent.ok() || extent.status().code() != StatusCode::kBusy) return extent;
@@ -38,10 +39,13 @@ Result<Extent> Store::AllocateWithEviction(size_t level, uint64_t bytes, Evictio
     if (reclaim) ++reclaims;
     if (!(reclaim ? EvictReclaimUnit(level, mode, requester, bytes)
                   : EvictOne(level, mode, requester))) {
-      // Nothing left to evict: copies of memory blocks kept on NVMe may still hold the room,
-      // given up as much as the block takes at a time (each time a walk of the tier's blocks,
-      // where the alternative is refusing the block).
-      if (DropCopiesIn(t, kWholeTier, t.FootprintOf(bytes)) > 0) continue;
+      // Nothing left to evict: copies of memory blocks kept on NVMe may still hold the room.
+      // Each drop walks the tier's blocks and frees twice what the last one did: a few walks,
+      // where the alternative is refusing the block.
+      if (DropCopiesIn(t, kWholeTier, copy_room) > 0) {
+        copy_room *= 2;
+        continue;
+      }
       break;
     }
   }
@@ -121,8 +125,9 @@ bool Store::EvictReclaimUnit(size_t level, EvictionMode mode, uint8_t requester,
 
 size_t Store::DropCopiesIn(tiers::Tier& t, const Extent& unit, uint64_t enough_bytes) {
   // Write-through copies make their puts durable: they are never given up for room.
-  if (options_.nvme_write_through || index_->shadow_bytes() == 0) return 0;
-  // Only the NVMe tier holds copies, and it names its blocks.
+  if (options_.nvme_write_through || t.id() != TierId::kNvme || index_->shadow_bytes() == 0) {
+    return 0;
+  }
   std::optional<std::vector<tiers::BlockIdentity>> named = t.BlocksStartingIn(unit);
   if (!named) return 0;
   size_t dropped = 0;
@@ -133,23 +138,31 @@ size_t Store::DropCopiesIn(tiers::Tier& t, const Extent& unit, uint64_t enough_b
     if (!meta || meta->tier == t.id() || !meta->has_shadow) continue;
     const Extent copy = meta->shadow;
     if (copy.offset < unit.offset || copy.offset - unit.offset >= unit.length) continue;
-    // Under the entry's lock, so that a move into the copy (DemoteIntoShadow, which checks the
-    // copy is still there) and this drop cannot both have it. A block pinned for a move is left:
-    // the move, which decided from the copy, would be refused.
-    const Status cleared = index_->Update(id.key, [&](BlockMeta& m) {
-      if (m.generation != meta->generation || !m.has_shadow || !(m.shadow == copy)) {
-        return NotFound("the copy changed");
-      }
-      if (m.lease_count != 0) return Busy("the block is being read or moved");
-      m.has_shadow = false;
-      return Status::Ok();
-    });
-    if (!cleared.ok()) continue;
-    t.Free(copy);
-    freed += t.FootprintOf(copy.length);
-    ++dropped;
+    if (DropCopyOf(t, id.key, *meta)) {
+      freed += t.FootprintOf(copy.length);
+      ++dropped;
+    }
   }
   return dropped;
+}
+
+bool Store::DropCopyOf(tiers::Tier& nvme, const BlockKey& key, const BlockMeta& meta) {
+  if (options_.nvme_write_through || !meta.has_shadow) return false;
+  const Extent copy = meta.shadow;
+  // Under the entry's lock, so that a move into the copy (DemoteIntoShadow, which checks the
+  // copy is still there) and this drop cannot both have it. A block pinned for a move is left:
+  // the move, which decided from the copy, would be refused.
+  const Status cleared = index_->Update(key, [&](BlockMeta& m) {
+    if (m.generation != meta.generation || !m.has_shadow || !(m.shadow == copy)) {
+      return NotFound("the copy changed");
+    }
+    if (m.lease_count != 0) return Busy("the block is being read or moved");
+    m.has_shadow = false;
+    return Status::Ok();
+  });
+  if (!cleared.ok()) return false;
+  nvme.Free(copy);
+  return true;
 }
 
 std::vector<std::pair<BlockKey, index::BlockMeta>> Store::EvictableInUnit(

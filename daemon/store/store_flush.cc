@@ -46,11 +46,20 @@ Store::FlushResult Store::FlushToNvme(uint64_t deadline_us, std::stop_token stop
     memory.emplace_back(level, TakeNewestFirst(tiers_[level]->id()));
     for (const auto& [key, meta] : memory.back().second) {
       flush.unflushed_bytes += meta.extent.length;
+      if (meta.has_shadow) flush.with_copies.emplace_back(key, meta);
     }
   }
   for (const auto& [level, blocks] : memory) {
-    for (const auto& [key, meta] : blocks) {
-      flush.unflushed_bytes -= meta.extent.length;
+    for (const auto& [key, picked] : blocks) {
+      flush.unflushed_bytes -= picked.extent.length;
+      // A block whose copy gave way to an earlier block's room is written like the others.
+      BlockMeta meta = picked;
+      if (meta.has_shadow && flush.copies_dropped.contains(key)) {
+        if (std::optional<BlockMeta> now = index_->Get(key);
+            now && now->generation == meta.generation && !now->has_shadow) {
+          meta = *now;
+        }
+      }
       // NVMe full of blocks this flush wrote does not end it: a later, smaller block may still fit
       // the room that is left.
       // A block with its copy on NVMe moves into it: it needs no room.
@@ -128,6 +137,20 @@ Store::FlushOutcome Store::FlushBlock(size_t level, const BlockKey& key, const B
   return FlushOutcome::kWritten;
 }
 
+bool Store::DropLastCopies(uint64_t enough_bytes, FlushState& flush) {
+  tiers::Tier& nvme = *tiers_[LevelOf(TierId::kNvme)];
+  uint64_t freed = 0;
+  while (freed < enough_bytes && !flush.with_copies.empty()) {
+    const auto [key, meta] = flush.with_copies.back();
+    flush.with_copies.pop_back();
+    // Gone already: moved into it by this flush, or removed.
+    if (!DropCopyOf(nvme, key, meta)) continue;
+    flush.copies_dropped.insert(key);
+    freed += nvme.FootprintOf(meta.shadow.length);
+  }
+  return freed > 0;
+}
+
 bool Store::NoRoomCanBeMade(uint64_t bytes, const FlushState& flush) const {
   // In the tier's own bytes (NVMe: with the record header): measured against the payload, a block
   // that needs a little more than the room left would drop every older block and still not fit.
@@ -184,7 +207,7 @@ Result<Extent> Store::AllocateForFlush(uint64_t bytes, FlushState& flush) {
     if (victims.empty()) {
       // Copies on NVMe of memory blocks not flushed yet (kept from reads up) are the last room:
       // their blocks come later in the flush's order, and are written if room is left then.
-      if (DropCopiesIn(t, kWholeTier, t.FootprintOf(bytes)) > 0) continue;
+      if (DropLastCopies(t.FootprintOf(bytes), flush)) continue;
       flush.nothing_older_left = true;
       return NoRoom();
     }

@@ -282,7 +282,6 @@ TEST_F(StoreFlushTest, AnOlderBlocksCopyGivesWayToANewerBlock) {
   StoreOptions options;
   options.nvme_copy_share = 0.5;  // one of NVMe's two blocks
   BuildTwoTiers(8, 2, options);
-  nvme().set_names_blocks(true);  // as the NVMe tier does: how copies are found
   ASSERT_TRUE(PutBlock(1).ok());
   ASSERT_TRUE(PutBlock(2).ok());
   ASSERT_EQ(store_->FlushToNvme(0).written, 2u);
@@ -300,6 +299,35 @@ TEST_F(StoreFlushTest, AnOlderBlocksCopyGivesWayToANewerBlock) {
   EXPECT_EQ(TierOf(1), TierId::kHost);
   EXPECT_EQ(store_->Stats().shadow_bytes, 0u);
   ExpectBytes(1);
+}
+
+// Copies that gave way, whose room the earlier block could not use after all (it needs one hole,
+// and they lie apart), leave their blocks to be written like the others when their turn comes.
+TEST_F(StoreFlushTest, ABlockWhoseCopyGaveWayIsWrittenWhenRoomIsLeft) {
+  StoreOptions options;
+  options.nvme_copy_share = 0.5;  // two of NVMe's four blocks
+  options.index.tier_policies[static_cast<size_t>(TierId::kNvme)] = "lru";
+  BuildTwoTiers(8, 4, options);
+  const uint64_t big = 2 * kBlock;
+  ASSERT_TRUE(store_->RegisterNamespace({kOtherNs, 16, big, "big"}).ok());
+  for (uint64_t n = 1; n <= 4; ++n) ASSERT_TRUE(PutBlock(n).ok());
+  ASSERT_EQ(store_->FlushToNvme(0).written, 4u);  // block n at offset 4 - n
+  std::vector<std::byte> out;
+  ASSERT_TRUE(store_->Get(kNs, Key(1), out).ok());  // its copy at offset 3
+  ASSERT_TRUE(store_->Get(kNs, Key(3), out).ok());  // its copy at offset 1
+  ASSERT_EQ(store_->Stats().blocks_shadowed, 2u);
+  ASSERT_TRUE(store_->Put(kOtherNs, Key(101), Payload(101, big)).ok());
+  // Newest first: 101, then 3 and 1. 101 needs two blocks side by side: 4 and 2 go (offsets 0
+  // and 2), then the copies (offsets 3 and 1), which makes one hole of four.
+  const Store::FlushResult r = store_->FlushToNvme(0);
+  EXPECT_EQ(r.written, 3u);
+  EXPECT_EQ(r.left, 0u);
+  std::vector<BlockKey> keys{Key(101)};
+  EXPECT_EQ(store_->Lookup(kOtherNs, keys).ready_prefix, 1u);
+  EXPECT_EQ(TierOf(3), TierId::kNvme);
+  EXPECT_EQ(TierOf(1), TierId::kNvme);
+  ExpectBytes(1);
+  ExpectBytes(3);
 }
 
 TEST_F(StoreFlushTest, WriteThroughBlocksMoveIntoTheirCopyWithoutAWrite) {
