@@ -8,6 +8,9 @@
 #   bench_quick ARGS         succeeds when ARGS (the script's own) hold --quick
 #   fio_write_kibps MIB      fio's sequential O_DIRECT write of MIB MiB in 2 MiB blocks at queue
 #                            depth 16 (io_uring) into $tmp, in KiB/s: the disk's write baseline
+#   fio_randread_kibps MIB BS DEPTH
+#                            fio's random O_DIRECT reads of BS blocks at queue depth DEPTH
+#                            (io_uring) over a file of MIB MiB in $tmp for 5 s, in KiB/s
 pid=""
 
 bench_quick() {
@@ -52,6 +55,14 @@ start_kvtierd() {
   done
   echo "kvtierd did not answer on $sock" >&2
   return 1
+}
+
+fio_randread_kibps() {
+  fio --name=kvtier-read --filename="$tmp/fio.data" --size="$1M" --bs="$2" --iodepth="$3" \
+      --ioengine=io_uring --direct=1 --rw=randread --runtime=5 --time_based \
+      --output-format=json |
+    python3 -c "import json,sys; print(json.load(sys.stdin)['jobs'][0]['read']['bw'])"
+  rm -f "$tmp/fio.data"
 }
 
 fio_write_kibps() {

@@ -11,6 +11,14 @@
 #   replay_*_nvme_get_s, replay_*_put_s   seconds the daemon's gets of NVMe blocks and its puts
 #                                         took in all (its per-request statistics)
 #   replay_*_nvme_written_gib             what the NVMe tier wrote to its device (demotions)
+#   replay_nvme_read_gib                  what the NVMe run read from its device: the hits it
+#                                         serves from NVMe, which the host-only run misses
+#   replay_fio_randread_mib_per_s         fio's random 256 KiB reads at queue depth 8, same run
+#   replay_nvme_ratio_bound_by_reads      the host-only run's time over that time plus those
+#                                         reads at fio's speed: the most replay_nvme_ratio_to_
+#                                         host_only can be with every write free (the replay
+#                                         sends one request at a time, and a miss costs it
+#                                         nothing)
 #   replay_paced_nvme_ratio_to_host_only  the NVMe (defaults) and host-only replays again, each
 #                                         request sent at its trace time over replay_paced_speed:
 #                                         the pace at which the trace's puts come at half the
@@ -65,6 +73,7 @@ replay nvme_drop 2GiB drop
 # The paced pair: the speed at which the puts of the host-only run (its stored blocks over the
 # trace's span) come at half of fio's write bandwidth.
 fio_kibps=$(fio_write_kibps 1024)
+read_kibps=$(fio_randread_kibps 1024 256k 8)
 speed=$(python3 - "$tmp/host_only.json" "$trace" "$limit" "$fio_kibps" <<'PY'
 import json, sys
 summary, trace, limit, fio_kibps = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
@@ -78,9 +87,10 @@ PY
 replay host_only_paced 0 wait "$speed"
 replay nvme_paced 2GiB wait "$speed"
 
-python3 - "$tmp" "$speed" "$fio_kibps" <<'PY'
+python3 - "$tmp" "$speed" "$fio_kibps" "$read_kibps" <<'PY'
 import json, sys, os
-tmp, speed, fio_kibps = sys.argv[1], float(sys.argv[2]), float(sys.argv[3])
+tmp, speed, fio_kibps, read_kibps = (sys.argv[1], float(sys.argv[2]), float(sys.argv[3]),
+                                     float(sys.argv[4]))
 runs = {}
 for name in ("host_only", "nvme", "nvme_drop", "host_only_paced", "nvme_paced"):
     summary = json.load(open(os.path.join(tmp, name + ".json")))
@@ -104,6 +114,12 @@ for name in ("host_only", "nvme", "nvme_drop", "host_only_paced", "nvme_paced"):
 host_rate = runs["host_only"][0]["requests_per_s"]
 for name in ("nvme", "nvme_drop"):
     print(f"replay_{name}_ratio_to_host_only {runs[name][0]['requests_per_s'] / host_rate:.4g} ratio")
+nvme_read = next(t for t in runs["nvme"][1]["tiers"] if t["tier"] == "nvme")["device"]["bytes_read"]
+host_only_s = runs["host_only"][0]["wall_s"]
+read_s = nvme_read / (read_kibps * 1024)
+print(f"replay_nvme_read_gib {nvme_read / 2**30:.4g} GiB")
+print(f"replay_fio_randread_mib_per_s {read_kibps / 1024:.4g} MiB/s")
+print(f"replay_nvme_ratio_bound_by_reads {host_only_s / (host_only_s + read_s):.4g} ratio")
 host = next(t for t in runs["nvme_drop"][1]["tiers"] if t["tier"] == "host")
 left = host["demotions"] + host["lag_drops"]
 print(f"replay_nvme_drop_lag_drop_fraction {host['lag_drops'] / left if left else 0:.4g} ratio")
