@@ -325,7 +325,9 @@ Progress GetDel(CommandContext& ctx, Command& cmd) {
     return Progress::kDone;
   }
   const Status removed = RemoveValue(ctx.server, key);
-  if (removed.ok()) return Progress::kDone;
+  // Evicted since it was read (eviction does not take the key's lock): gone all the same, and
+  // the value read is the answer.
+  if (removed.ok() || removed.code() == StatusCode::kNotFound) return Progress::kDone;
   // Another client still reads it: take the value back out of the reply and ask again later.
   ctx.reply.buffer()->resize(reply_mark);
   if (removed.code() == StatusCode::kBusy && ctx.KeepWaitingForReaders()) {

@@ -43,7 +43,9 @@ Result<Extent> Store::AllocateWithEviction(size_t level, uint64_t bytes, Evictio
       // Each drop walks the tier's blocks and frees twice what the last one did: a few walks,
       // where the alternative is refusing the block.
       if (DropCopiesIn(t, kWholeTier, copy_room) > 0) {
-        copy_room *= 2;
+        copy_room = copy_room > std::numeric_limits<uint64_t>::max() / 2
+                        ? std::numeric_limits<uint64_t>::max()
+                        : copy_room * 2;
         continue;
       }
       break;

@@ -55,8 +55,10 @@ Store::FlushResult Store::FlushToNvme(uint64_t deadline_us, std::stop_token stop
       // A block whose copy gave way to an earlier block's room is written like the others.
       BlockMeta meta = picked;
       if (meta.has_shadow && flush.copies_dropped.contains(key)) {
+        // Still where it was picked (a move between memory tiers keeps the generation).
         if (std::optional<BlockMeta> now = index_->Get(key);
-            now && now->generation == meta.generation && !now->has_shadow) {
+            now && now->generation == meta.generation && now->tier == meta.tier &&
+            now->extent == meta.extent && !now->has_shadow) {
           meta = *now;
         }
       }
