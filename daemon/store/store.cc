@@ -78,6 +78,11 @@ Store::Store(const StoreOptions& options, std::vector<tiers::Tier*> tiers,
                      ? PositionOf(tiers_, TierId::kHost)
                      : 0),
       gpu_level_(PositionOf(tiers_, TierId::kGpu)),
+      nvme_copy_room_(tier(TierId::kNvme) == nullptr
+                          ? 0
+                          : static_cast<uint64_t>(
+                                options.nvme_copy_share *
+                                static_cast<double>(tier(TierId::kNvme)->Stats().capacity_bytes))),
       admission_(std::move(admission)),
       gpu_promotion_(std::move(gpu_promotion)),
       promotion_queue_(options.max_promotion_candidates),

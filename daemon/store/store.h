@@ -677,7 +677,6 @@ class Store {
     // The memory blocks with a copy on NVMe, in the flush's order: when no older NVMe block is
     // left, the copies of the last ones (not flushed yet) give way to the block being flushed.
     std::vector<std::pair<BlockKey, index::BlockMeta>> with_copies;
-    std::unordered_set<BlockKey, Key128Hash> copies_dropped;  // by DropLastCopies
   };
   // Drops the copies of the last blocks in `flush.with_copies` until `enough_bytes` of room is
   // free; false when none could be dropped.
@@ -733,6 +732,9 @@ class Store {
   const std::vector<tiers::Tier*> tiers_;
   const size_t put_level_;  // the host tier's position: where puts land
   const size_t gpu_level_;  // the GPU tier's position (0), or tiers_.size() without one
+  // The room NVMe copies may take (nvme_copy_share of the NVMe tier's capacity, which does not
+  // change), read once: KeepsCopyOnNvme asks on every promotion. 0 without an NVMe tier.
+  const uint64_t nvme_copy_room_;
   std::unique_ptr<placement::AdmissionPolicy> admission_;
   std::unique_ptr<placement::GpuPromotionPolicy> gpu_promotion_;
   placement::PromotionQueue promotion_queue_;

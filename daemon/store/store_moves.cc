@@ -94,9 +94,7 @@ bool Store::KeepsCopyOnNvme(const tiers::Tier& from, const tiers::Tier& to,
   if (options_.nvme_write_through) return true;
   // Otherwise it only saves the write of the next demotion, within its share of the tier (read
   // and added apart: concurrent promotions may pass the share by a block each).
-  const uint64_t share = static_cast<uint64_t>(options_.nvme_copy_share *
-                                               static_cast<double>(from.Stats().capacity_bytes));
-  return index_->shadow_bytes() + from.FootprintOf(meta.extent.length) <= share;
+  return index_->shadow_bytes() + from.FootprintOf(meta.extent.length) <= nvme_copy_room_;
 }
 
 // Sets each move's status to its copy's. Blocks going between memory and a device go to the
