@@ -48,9 +48,13 @@ struct BlockMeta {
   // decided from `picked` may act only while this holds; a field that a move decides from belongs
   // here, so that every such check sees it.
   bool SameIncarnationAs(const BlockMeta& picked) const {
-    return state == BlockState::kReady && generation == picked.generation && tier == picked.tier &&
-           extent == picked.extent && has_shadow == picked.has_shadow &&
+    return SamePlaceAs(picked) && has_shadow == picked.has_shadow &&
            (!has_shadow || shadow == picked.shadow);
+  }
+  // The same, whatever became of its copy on NVMe (one may have been dropped since `picked`).
+  bool SamePlaceAs(const BlockMeta& picked) const {
+    return state == BlockState::kReady && generation == picked.generation && tier == picked.tier &&
+           extent == picked.extent;
   }
 };
 

@@ -52,13 +52,12 @@ Store::FlushResult Store::FlushToNvme(uint64_t deadline_us, std::stop_token stop
   for (const auto& [level, blocks] : memory) {
     for (const auto& [key, picked] : blocks) {
       flush.unflushed_bytes -= picked.extent.length;
-      // A block whose copy gave way to an earlier block's room is written like the others.
+      // A block whose copy gave way to an earlier block's room (DropLastCopies) is written like
+      // the others, where it still lies where it was picked.
       BlockMeta meta = picked;
-      if (meta.has_shadow && flush.copies_dropped.contains(key)) {
-        // Still where it was picked (a move between memory tiers keeps the generation).
+      if (meta.has_shadow) {
         if (std::optional<BlockMeta> now = index_->Get(key);
-            now && now->generation == meta.generation && now->tier == meta.tier &&
-            now->extent == meta.extent && !now->has_shadow) {
+            now && !now->has_shadow && now->SamePlaceAs(meta)) {
           meta = *now;
         }
       }
@@ -147,7 +146,6 @@ bool Store::DropLastCopies(uint64_t enough_bytes, FlushState& flush) {
     flush.with_copies.pop_back();
     // Gone already: moved into it by this flush, or removed.
     if (!DropCopyOf(nvme, key, meta)) continue;
-    flush.copies_dropped.insert(key);
     freed += nvme.FootprintOf(meta.shadow.length);
   }
   return freed > 0;
