@@ -154,6 +154,15 @@ Status AppendValue(CommandContext& ctx, const GenericKeyRef& key) REQUIRES(key.s
   return st;
 }
 
+// AppendValue, copied into the reply rather than sent from its slot (ctx.leased set aside): for a
+// command that replaces or removes the value right after (SET ... GET, GETDEL).
+Status AppendValueCopy(CommandContext& ctx, const GenericKeyRef& key) REQUIRES(key.stripe.lock) {
+  LeasedOutput* leased = std::exchange(ctx.leased, nullptr);
+  const Status st = AppendValue(ctx, key);
+  ctx.leased = leased;
+  return st;
+}
+
 // A value that failed verification is gone (dropped): a miss, like any other; so is one still on
 // NVMe when the wait ran out.
 bool ReadsAsMiss(const Status& st) {
@@ -238,10 +247,7 @@ Progress SetWith(CommandContext& ctx, Command& cmd, const std::optional<SetOptio
   bool exists = entry != nullptr;
   uint64_t old_expiry = exists ? entry->expires_at_ms : 0;
   if (o->get && exists) {
-    // Copied into the reply (never sent from its slot): the value is replaced right after.
-    LeasedOutput* leased = std::exchange(ctx.leased, nullptr);
-    const Status st = AppendValue(ctx, key);
-    ctx.leased = leased;
+    const Status st = AppendValueCopy(ctx, key);
     if (ctx.WaitsForMover(st)) return retry();
     if (!st.ok() && !ReadsAsMiss(st)) {
       AppendStatusError(ctx.reply, st);
@@ -312,9 +318,7 @@ Progress GetDel(CommandContext& ctx, Command& cmd) {
   const GenericKeyRef key = RefOf(ctx.server, cmd.args[1]);
   MutexLock lock(key.stripe.lock);
   const size_t reply_mark = ctx.reply.buffer()->size();
-  LeasedOutput* leased = std::exchange(ctx.leased, nullptr);
-  const Status st = AppendValue(ctx, key);
-  ctx.leased = leased;
+  const Status st = AppendValueCopy(ctx, key);
   if (ctx.WaitsForMover(st)) return Progress::kRetryLater;
   if (ReadsAsMiss(st)) {
     ctx.reply.AppendNull();
