@@ -181,6 +181,30 @@ struct SetOptions {
   std::optional<uint64_t> expires_at_ms;  // EX, PX, EXAT, PXAT: Unix milliseconds
 };
 
+// The Unix time in milliseconds that an expiry option (EX, PX, EXAT, PXAT) with `value` names;
+// nullopt after writing Redis' error (not an integer, not above 0, or out of range). An absolute
+// time may be in the past.
+std::optional<int64_t> ParseExpiryOption(CommandContext& ctx, std::string_view option,
+                                         std::string_view value, std::string_view command) {
+  const std::optional<int64_t> n = resp::ParseInt64(value);
+  if (!n) {
+    ctx.reply.AppendError("ERR value is not an integer or out of range");
+    return std::nullopt;
+  }
+  const bool seconds = (option[0] | 0x20) == 'e';  // EX, EXAT; PX, PXAT are milliseconds
+  const bool absolute = option.size() == 4;
+  const std::optional<int64_t> at =
+      *n > 0 ? ExpiryTime(*n, seconds, absolute, UnixNowMs()) : std::nullopt;
+  if (!at)
+    ctx.reply.AppendError("ERR invalid expire time in '" + std::string(command) + "' command");
+  return at;
+}
+
+bool IsExpiryOption(std::string_view arg) {
+  return resp::EqualsIgnoreCase(arg, "EX") || resp::EqualsIgnoreCase(arg, "PX") ||
+         resp::EqualsIgnoreCase(arg, "EXAT") || resp::EqualsIgnoreCase(arg, "PXAT");
+}
+
 // Parses SET's options after the value, as Redis 7 does (an option given twice is taken again,
 // the last one winning; NX with XX, or two kinds of expiry, is a syntax error); nullopt after
 // writing Redis' error.
@@ -189,9 +213,7 @@ std::optional<SetOptions> ParseSetOptions(CommandContext& ctx, const Command& cm
   std::string_view expiry_kind;  // EX, PX, EXAT or PXAT, once one was given
   for (size_t i = 3; i < cmd.size(); ++i) {
     const std::string_view arg = cmd.args[i];
-    const bool is_expiry = resp::EqualsIgnoreCase(arg, "EX") || resp::EqualsIgnoreCase(arg, "PX") ||
-                           resp::EqualsIgnoreCase(arg, "EXAT") ||
-                           resp::EqualsIgnoreCase(arg, "PXAT");
+    const bool is_expiry = IsExpiryOption(arg);
     if (resp::EqualsIgnoreCase(arg, "NX") && !o.if_present) {
       o.if_absent = true;
     } else if (resp::EqualsIgnoreCase(arg, "XX") && !o.if_absent) {
@@ -203,19 +225,8 @@ std::optional<SetOptions> ParseSetOptions(CommandContext& ctx, const Command& cm
     } else if (is_expiry && i + 1 < cmd.size() && !o.keep_ttl &&
                (expiry_kind.empty() || resp::EqualsIgnoreCase(arg, expiry_kind))) {
       expiry_kind = arg;
-      const std::optional<int64_t> n = resp::ParseInt64(cmd.args[++i]);
-      if (!n) {
-        ctx.reply.AppendError("ERR value is not an integer or out of range");
-        return std::nullopt;
-      }
-      const bool seconds = (arg[0] | 0x20) == 'e';  // EX, EXAT; PX, PXAT are milliseconds
-      const bool absolute = arg.size() == 4;
-      const std::optional<int64_t> at =
-          *n > 0 ? ExpiryTime(*n, seconds, absolute, UnixNowMs()) : std::nullopt;
-      if (!at) {
-        ctx.reply.AppendError("ERR invalid expire time in 'set' command");
-        return std::nullopt;
-      }
+      const std::optional<int64_t> at = ParseExpiryOption(ctx, arg, cmd.args[++i], "set");
+      if (!at) return std::nullopt;
       o.expires_at_ms = static_cast<uint64_t>(*at);
     } else {
       ctx.reply.AppendError("ERR syntax error");
@@ -310,6 +321,24 @@ Progress Get(CommandContext& ctx, Command& cmd) {
   return Progress::kDone;
 }
 
+// After the value of `key` was appended to the reply (from reply_mark on), copied: removes the key,
+// as GETDEL and a GETEX with a past time do. When another client still reads it, the value is
+// taken back out of the reply and the command asked again later (or BUSY, past the wait).
+Progress RemoveAfterReply(CommandContext& ctx, const GenericKeyRef& key, size_t reply_mark)
+    REQUIRES(key.stripe.lock) {
+  const Status removed = RemoveValue(ctx.server, key);
+  // Evicted since it was read (eviction does not take the key's lock): gone all the same, and
+  // the value read is the answer.
+  if (removed.ok() || removed.code() == StatusCode::kNotFound) return Progress::kDone;
+  ctx.reply.buffer()->resize(reply_mark);
+  if (removed.code() == StatusCode::kBusy && ctx.KeepWaitingForReaders()) {
+    return Progress::kRetryLater;
+  }
+  AppendStatusError(ctx.reply,
+                    removed.code() == StatusCode::kBusy ? ReadersDidNotFinish() : removed);
+  return Progress::kDone;
+}
+
 // GETDEL key: the value, then the key removed, under the key's lock (no SET in between). The
 // value is copied into the reply rather than sent from its slot, which the removal gives back.
 Progress GetDel(CommandContext& ctx, Command& cmd) {
@@ -328,17 +357,67 @@ Progress GetDel(CommandContext& ctx, Command& cmd) {
     AppendStatusError(ctx.reply, st);
     return Progress::kDone;
   }
-  const Status removed = RemoveValue(ctx.server, key);
-  // Evicted since it was read (eviction does not take the key's lock): gone all the same, and
-  // the value read is the answer.
-  if (removed.ok() || removed.code() == StatusCode::kNotFound) return Progress::kDone;
-  // Another client still reads it: take the value back out of the reply and ask again later.
-  ctx.reply.buffer()->resize(reply_mark);
-  if (removed.code() == StatusCode::kBusy && ctx.KeepWaitingForReaders()) {
-    return Progress::kRetryLater;
+  return RemoveAfterReply(ctx, key, reply_mark);
+}
+
+// GETEX's options (Redis 6.2): a new expiry, PERSIST, or none (then it is GET).
+struct GetExOptions {
+  bool persist = false;
+  std::optional<int64_t> expires_at_ms;  // Unix milliseconds; in the past: the key is removed
+};
+
+// As Redis parses them: one kind of expiry or PERSIST, the same one given again taken again;
+// nullopt after writing Redis' error.
+std::optional<GetExOptions> ParseGetExOptions(CommandContext& ctx, const Command& cmd) {
+  GetExOptions o;
+  std::string_view expiry_kind;
+  for (size_t i = 2; i < cmd.size(); ++i) {
+    const std::string_view arg = cmd.args[i];
+    if (resp::EqualsIgnoreCase(arg, "PERSIST") && expiry_kind.empty()) {
+      o.persist = true;
+    } else if (IsExpiryOption(arg) && i + 1 < cmd.size() && !o.persist &&
+               (expiry_kind.empty() || resp::EqualsIgnoreCase(arg, expiry_kind))) {
+      expiry_kind = arg;
+      o.expires_at_ms = ParseExpiryOption(ctx, arg, cmd.args[++i], "getex");
+      if (!o.expires_at_ms) return std::nullopt;
+    } else {
+      ctx.reply.AppendError("ERR syntax error");
+      return std::nullopt;
+    }
   }
-  AppendStatusError(ctx.reply,
-                    removed.code() == StatusCode::kBusy ? ReadersDidNotFinish() : removed);
+  return o;
+}
+
+// GETEX key [EX s | PX ms | EXAT t | PXAT t | PERSIST]: the value, and its expiry set or cleared
+// under the key's lock. A time already past removes the key after reading it, as GETDEL does
+// (the value copied into the reply, not sent from its slot).
+Progress GetEx(CommandContext& ctx, Command& cmd) {
+  const std::optional<GetExOptions> o = ParseGetExOptions(ctx, cmd);
+  if (!o) return Progress::kDone;
+  if (KeyTooLong(ctx, cmd.args[1])) return Progress::kDone;
+  ctx.Time(metrics::RequestOp::kGet, metrics::RequestPath::kGeneric);
+  const GenericKeyRef key = RefOf(ctx.server, cmd.args[1]);
+  MutexLock lock(key.stripe.lock);
+  const uint64_t now_ms = UnixNowMs();
+  const bool removes = o->expires_at_ms && *o->expires_at_ms <= static_cast<int64_t>(now_ms);
+  const size_t reply_mark = ctx.reply.buffer()->size();
+  const Status st = removes ? AppendValueCopy(ctx, key) : AppendValue(ctx, key);
+  if (ctx.WaitsForMover(st)) return Progress::kRetryLater;
+  if (ReadsAsMiss(st)) {
+    ctx.reply.AppendNull();
+    return Progress::kDone;
+  }
+  if (!st.ok()) {
+    AppendStatusError(ctx.reply, st);
+    return Progress::kDone;
+  }
+  if (removes) return RemoveAfterReply(ctx, key, reply_mark);
+  // The value was read under this lock: its entry is there (LiveEntry records one for a value
+  // from before a restart).
+  if (GenericKeys::Entry* entry = LiveEntry(ctx.server, key, now_ms); entry != nullptr) {
+    if (o->persist) entry->expires_at_ms = 0;
+    if (o->expires_at_ms) entry->expires_at_ms = static_cast<uint64_t>(*o->expires_at_ms);
+  }
   return Progress::kDone;
 }
 
@@ -447,10 +526,11 @@ Progress ServerTime(CommandContext& ctx, Command&) {
 }
 
 constexpr CommandSpec kCommands[] = {
-    {"SET", -3, false, Set},       {"SETNX", 3, false, SetNx},     {"GET", 2, false, Get},
-    {"GETDEL", 2, false, GetDel},  {"MSET", -3, false, MSet},      {"MGET", -2, false, MGet},
-    {"EXISTS", -2, false, Exists}, {"DEL", -2, false, Del},        {"UNLINK", -2, false, Del},
-    {"DBSIZE", 1, false, DbSize},  {"TIME", 1, false, ServerTime}, {"INFO", -1, false, Info},
+    {"SET", -3, false, Set},      {"SETNX", 3, false, SetNx},    {"GET", 2, false, Get},
+    {"GETDEL", 2, false, GetDel}, {"GETEX", -2, false, GetEx},   {"MSET", -3, false, MSet},
+    {"MGET", -2, false, MGet},    {"EXISTS", -2, false, Exists}, {"DEL", -2, false, Del},
+    {"UNLINK", -2, false, Del},   {"DBSIZE", 1, false, DbSize},  {"TIME", 1, false, ServerTime},
+    {"INFO", -1, false, Info},
 };
 
 }  // namespace

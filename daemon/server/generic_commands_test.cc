@@ -1,5 +1,5 @@
-// The generic commands (SET, SETNX, GET, GETDEL, MSET, MGET, EXISTS, DEL, DBSIZE, TIME, INFO),
-// byte for byte.
+// The generic commands (SET, SETNX, GET, GETDEL, GETEX, MSET, MGET, EXISTS, DEL, DBSIZE, TIME,
+// INFO), byte for byte.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -61,6 +61,43 @@ TEST_F(GenericCommandsTest, GetDelAnswersTheValueAndRemovesTheKey) {
   EXPECT_EQ(c_.Call({"GETDEL", "again"}), "$1\r\nv\r\n");
   EXPECT_EQ(c_.Call({"DBSIZE"}), ":0\r\n");
   EXPECT_EQ(c_.Call({"GETDEL"}), "-ERR wrong number of arguments for 'getdel' command\r\n");
+}
+
+TEST_F(GenericCommandsTest, GetExAnswersTheValueAndSetsOrClearsItsExpiry) {
+  EXPECT_EQ(c_.Call({"GETEX", "k", "EX", "100"}), "$-1\r\n");  // no key: nothing set
+  EXPECT_EQ(c_.Call({"SET", "k", "hello"}), "+OK\r\n");
+  EXPECT_EQ(c_.Call({"GETEX", "k"}), "$5\r\nhello\r\n");
+  EXPECT_EQ(c_.Call({"TTL", "k"}), ":-1\r\n");
+  EXPECT_EQ(c_.Call({"GETEX", "k", "EX", "100"}), "$5\r\nhello\r\n");
+  EXPECT_EQ(c_.Call({"TTL", "k"}), ":100\r\n");
+  EXPECT_EQ(c_.Call({"GETEX", "k", "px", "5000", "PX", "200000"}), "$5\r\nhello\r\n");
+  EXPECT_EQ(c_.Call({"TTL", "k"}), ":200\r\n");  // the same option again: the last one
+  EXPECT_EQ(c_.Call({"GETEX", "k", "PERSIST"}), "$5\r\nhello\r\n");
+  EXPECT_EQ(c_.Call({"TTL", "k"}), ":-1\r\n");
+  const int64_t in_a_minute = std::chrono::duration_cast<std::chrono::seconds>(
+                                  std::chrono::system_clock::now().time_since_epoch())
+                                  .count() +
+                              60;
+  EXPECT_EQ(c_.Call({"GETEX", "k", "EXAT", std::to_string(in_a_minute)}), "$5\r\nhello\r\n");
+  const std::string ttl = c_.Call({"TTL", "k"});
+  EXPECT_TRUE(ttl == ":60\r\n" || ttl == ":59\r\n" || ttl == ":61\r\n") << ttl;
+  // A time already past: the value, then the key is gone.
+  EXPECT_EQ(c_.Call({"GETEX", "k", "PXAT", "1"}), "$5\r\nhello\r\n");
+  EXPECT_EQ(c_.Call({"EXISTS", "k"}), ":0\r\n");
+  EXPECT_EQ(c_.Call({"DBSIZE"}), ":0\r\n");
+  // Refused options change nothing.
+  EXPECT_EQ(c_.Call({"SET", "k", "v"}), "+OK\r\n");
+  EXPECT_EQ(c_.Call({"GETEX", "k", "EX", "10", "PERSIST"}), "-ERR syntax error\r\n");
+  EXPECT_EQ(c_.Call({"GETEX", "k", "PERSIST", "EX", "10"}), "-ERR syntax error\r\n");
+  EXPECT_EQ(c_.Call({"GETEX", "k", "EX", "10", "PX", "10"}), "-ERR syntax error\r\n");
+  EXPECT_EQ(c_.Call({"GETEX", "k", "EX"}), "-ERR syntax error\r\n");
+  EXPECT_EQ(c_.Call({"GETEX", "k", "KEEPTTL"}), "-ERR syntax error\r\n");
+  EXPECT_EQ(c_.Call({"GETEX", "k", "EX", "0"}), "-ERR invalid expire time in 'getex' command\r\n");
+  EXPECT_EQ(c_.Call({"GETEX", "k", "EX", "x"}), "-ERR value is not an integer or out of range\r\n");
+  EXPECT_EQ(c_.Call({"GETEX", std::string(17, 'k')}), "-ERR key too long\r\n");
+  EXPECT_EQ(c_.Call({"GETEX"}), "-ERR wrong number of arguments for 'getex' command\r\n");
+  EXPECT_EQ(c_.Call({"TTL", "k"}), ":-1\r\n");
+  EXPECT_EQ(c_.Call({"GET", "k"}), "$1\r\nv\r\n");
 }
 
 TEST_F(GenericCommandsTest, TimeIsTheServersClock) {

@@ -292,9 +292,38 @@ def setnx_getdel_time(r, p):
     return out
 
 
+def getex_options(r, p):
+    """GETEX: the value, with its expiry set, cleared or (a time past) the key removed."""
+    k = p + "k"
+    now = int(time.time())
+    out = [
+        r.getex(p + "missing", ex=100), r.exists(p + "missing"),
+        r.set(k, "v"), r.getex(k), r.ttl(k),
+        r.getex(k, ex=100), within(r.ttl(k), 99, 100),
+        r.getex(k, px=200_000), within(r.pttl(k), 199_000, 200_000),
+        r.getex(k, persist=True), r.ttl(k),
+        r.getex(k, exat=now + 60), within(r.ttl(k), 58, 61),
+        r.getex(k, pxat=1), r.exists(k), r.dbsize(),
+        r.set(k, "w"),
+        attempt(lambda: r.execute_command("GETEX", k, "EX", "10", "PERSIST")),
+        attempt(lambda: r.execute_command("GETEX", k, "PERSIST", "EX", "10")),
+        attempt(lambda: r.execute_command("GETEX", k, "EX", "10", "PX", "10")),
+        attempt(lambda: r.execute_command("GETEX", k, "EX", "10", "EX", "20")),
+        within(r.ttl(k), 19, 20),
+        attempt(lambda: r.execute_command("GETEX", k, "EX")),
+        attempt(lambda: r.execute_command("GETEX", k, "KEEPTTL")),
+        attempt(lambda: r.execute_command("GETEX", k, "EX", "0")),
+        attempt(lambda: r.execute_command("GETEX", k, "PX", "-5")),
+        attempt(lambda: r.execute_command("GETEX", k, "EX", "ten")),
+        attempt(lambda: r.execute_command("GETEX")),
+        r.get(k),
+    ]
+    return out
+
+
 SCENARIOS = [basics, flush_variants, scan_patterns, keys_patterns, type_unlink_del, ttl_pttl,
              expire_pexpire_persist, keys_expire, set_options, set_option_errors,
-             setnx_getdel_time]
+             setnx_getdel_time, getex_options]
 
 
 def set_absolute_expiry_and_keepttl(r, p):
