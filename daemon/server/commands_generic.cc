@@ -170,6 +170,20 @@ bool ReadsAsMiss(const Status& st) {
          st.code() == StatusCode::kPending;
 }
 
+// The answer of GET, GETDEL or GETEX to a read (AppendValue) that did not succeed: kRetryLater
+// while the mover reads the value up from NVMe, else null for a miss or the error. nullopt when
+// the read succeeded and the command goes on.
+std::optional<Progress> AnswerUnsuccessfulRead(CommandContext& ctx, const Status& st) {
+  if (ctx.WaitsForMover(st)) return Progress::kRetryLater;
+  if (st.ok()) return std::nullopt;
+  if (ReadsAsMiss(st)) {
+    ctx.reply.AppendNull();
+  } else {
+    AppendStatusError(ctx.reply, st);
+  }
+  return Progress::kDone;
+}
+
 Status ReadersDidNotFinish() { return Busy("the old value is still being read by another client"); }
 
 // SET's options, as Redis 7 takes them.
@@ -310,15 +324,8 @@ Progress Get(CommandContext& ctx, Command& cmd) {
   ctx.Time(metrics::RequestOp::kGet, metrics::RequestPath::kGeneric);
   const GenericKeyRef key = RefOf(ctx.server, cmd.args[1]);
   MutexLock lock(key.stripe.lock);
-  Status st = AppendValue(ctx, key);
   // On NVMe: the mover reads it up while this connection waits (and the thread serves others).
-  if (ctx.WaitsForMover(st)) return Progress::kRetryLater;
-  if (ReadsAsMiss(st)) {
-    ctx.reply.AppendNull();
-  } else if (!st.ok()) {
-    AppendStatusError(ctx.reply, st);
-  }
-  return Progress::kDone;
+  return AnswerUnsuccessfulRead(ctx, AppendValue(ctx, key)).value_or(Progress::kDone);
 }
 
 // After the value of `key` was appended to the reply (from reply_mark on), copied: removes the key,
@@ -347,16 +354,7 @@ Progress GetDel(CommandContext& ctx, Command& cmd) {
   const GenericKeyRef key = RefOf(ctx.server, cmd.args[1]);
   MutexLock lock(key.stripe.lock);
   const size_t reply_mark = ctx.reply.buffer()->size();
-  const Status st = AppendValueCopy(ctx, key);
-  if (ctx.WaitsForMover(st)) return Progress::kRetryLater;
-  if (ReadsAsMiss(st)) {
-    ctx.reply.AppendNull();
-    return Progress::kDone;
-  }
-  if (!st.ok()) {
-    AppendStatusError(ctx.reply, st);
-    return Progress::kDone;
-  }
+  if (std::optional<Progress> p = AnswerUnsuccessfulRead(ctx, AppendValueCopy(ctx, key))) return *p;
   return RemoveAfterReply(ctx, key, reply_mark);
 }
 
@@ -402,15 +400,7 @@ Progress GetEx(CommandContext& ctx, Command& cmd) {
   const bool removes = o->expires_at_ms && *o->expires_at_ms <= static_cast<int64_t>(now_ms);
   const size_t reply_mark = ctx.reply.buffer()->size();
   const Status st = removes ? AppendValueCopy(ctx, key) : AppendValue(ctx, key);
-  if (ctx.WaitsForMover(st)) return Progress::kRetryLater;
-  if (ReadsAsMiss(st)) {
-    ctx.reply.AppendNull();
-    return Progress::kDone;
-  }
-  if (!st.ok()) {
-    AppendStatusError(ctx.reply, st);
-    return Progress::kDone;
-  }
+  if (std::optional<Progress> p = AnswerUnsuccessfulRead(ctx, st)) return *p;
   if (removes) return RemoveAfterReply(ctx, key, reply_mark);
   // The value was read under this lock: its entry is there (LiveEntry records one for a value
   // from before a restart).
