@@ -409,7 +409,8 @@ class Store {
   // a scan of the whole log (DepartureLog::Find): for diagnostics, not for the request path.
   std::vector<BlockExplanation> Explain(const NamespaceId& ns,
                                         std::span<const BlockKey> keys) const;
-  // For each of `keys`, the tier holding it ready in namespace `ns`, or nullopt. Touches nothing.
+  // For each of `keys`, the tier holding it ready in namespace `ns` (SizeOf's), or nullopt.
+  // Touches nothing.
   std::vector<std::optional<TierId>> Where(const NamespaceId& ns,
                                            std::span<const BlockKey> keys) const;
   // The size of block `key` when it is ready in namespace `ns`, or nullopt. Touches nothing.

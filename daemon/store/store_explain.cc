@@ -57,8 +57,7 @@ std::vector<std::optional<TierId>> Store::Where(const NamespaceId& ns,
                                                 std::span<const BlockKey> keys) const {
   std::vector<std::optional<TierId>> out(keys.size());
   for (size_t i = 0; i < keys.size(); ++i) {
-    std::optional<BlockMeta> meta = index_->Get(keys[i]);
-    if (meta && meta->ns == ns && meta->state == BlockState::kReady) out[i] = meta->tier;
+    if (const std::optional<StoredSize> stored = SizeOf(ns, keys[i])) out[i] = stored->tier;
   }
   return out;
 }
