@@ -59,6 +59,7 @@ void PrintJson(const ReplayFlags& flags, uint64_t block_bytes, const ReplayTotal
   j["path"] = flags.path;
   j["block_bytes"] = block_bytes;
   j["refresh"] = !flags.no_refresh;
+  j["hold_ms"] = flags.hold_ms;
   j["requests"] = t.requests;
   j["blocks"] = t.blocks;
   j["served_blocks"] = t.served_blocks;
@@ -187,7 +188,7 @@ int RunReplay(const ReplayFlags& flags, std::ostream& out, std::ostream& err) {
 
   Replayer replayer(&*client, ns.id,
                     ReplayOptions{*block_bytes, flags.path == "shm", flags.block_tokens,
-                                  !flags.no_refresh});
+                                  !flags.no_refresh, std::chrono::milliseconds(flags.hold_ms)});
   const auto start = Clock::now();
   auto last_progress = start;
   for (const TraceRequest& request : *trace) {
@@ -260,6 +261,12 @@ Command AddReplayCommand(CLI::App& app) {
   sub->add_flag("--no-refresh", flags->no_refresh,
                 "Do not send KVT.REFRESH after a request's puts (as a client that leaves its new "
                 "blocks more recent than their prefix; docs/simulate.md)");
+  sub->add_option("--hold-ms", flags->hold_ms,
+                  "Each lookup holds the prefix it found from eviction this long (KVT.LOOKUP ... "
+                  "HOLD), as the vLLM connector does until it has loaded it (0: no hold; a block "
+                  "evicted between the lookup and the get counts as lost)")
+      ->check(CLI::Range(uint64_t{0}, static_cast<uint64_t>(client::kMaxLookupHold.count())))
+      ->capture_default_str();
   sub->add_flag("--json", flags->json, "Print one JSON object instead of a table");
   sub->callback([flags] {});
   return Command{sub, [flags] { return RunReplay(*flags, std::cout, std::cerr); }};

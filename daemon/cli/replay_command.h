@@ -43,6 +43,7 @@ struct ReplayFlags {
   std::string salt;
   double speed = 0;  // 0: as fast as possible; X: the trace's arrival times, X times faster
   bool no_refresh = false;  // ReplayOptions::refresh off
+  uint64_t hold_ms = 0;     // ReplayOptions::hold
   bool json = false;
   double progress_interval_s = 2.0;
 };

@@ -137,10 +137,18 @@ Status Replayer::StoreRest(std::span<const BlockKey> keys, std::span<const uint6
   return Status::Ok();
 }
 
+Result<client::LookupResult> Replayer::Lookup(std::span<const BlockKey> keys) {
+  if (options_.hold.count() == 0) return client_->Lookup(ns_, keys);
+  const std::span<const BlockKey> chains[] = {keys};
+  KVTIER_ASSIGN_OR_RETURN(std::vector<client::LookupResult> found,
+                          client_->LookupMany(ns_, chains, options_.hold));
+  return std::move(found.front());
+}
+
 Status Replayer::Replay(const TraceRequest& request) {
   const auto start = Clock::now();
   const std::vector<BlockKey> keys = TraceKeys(ns_, request.hash_ids);
-  KVTIER_ASSIGN_OR_RETURN(client::LookupResult lookup, client_->Lookup(ns_, keys));
+  KVTIER_ASSIGN_OR_RETURN(client::LookupResult lookup, Lookup(keys));
   const auto looked_up = Clock::now();
   totals_.lookup_latency.Add(looked_up - start);
 

@@ -6,13 +6,15 @@
 // (through shared memory or inline), and a Put of every block after the prefix that was actually
 // served. Each block's payload is derived from its hash id (FillTracePayload), so a Get can be
 // verified: a block whose bytes differ counts as corrupt and ends the served prefix there. Blocks
-// that Lookup reported but Get did not serve (evicted in between) count as lost.
+// that Lookup reported but Get did not serve (evicted in between, unless the lookup held them:
+// ReplayOptions::hold) count as lost.
 //
 // A Replayer borrows one Client (not thread-safe: one thread), and owns its buffers. Payloads move
 // in calls of at most 256 MiB so memory stays bounded whatever the block size.
 #pragma once
 
 #include <array>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -46,6 +48,10 @@ struct ReplayOptions {
   // After a request's puts, KVT.REFRESH of its chain, as the vLLM connector does: the puts left
   // its new blocks more recent than the prefix its lookup touched.
   bool refresh = true;
+  // Above 0: each lookup holds the prefix it finds from eviction this long (KVT.LOOKUP ... HOLD),
+  // as the vLLM connector does until it has loaded it. At 0 a block the lookup found may be
+  // evicted before the get (counted in lost_blocks).
+  std::chrono::milliseconds hold{0};
 };
 
 struct ReplayTotals {
@@ -80,6 +86,8 @@ class Replayer {
   const ReplayTotals& totals() const { return totals_; }
 
  private:
+  // Lookup of one request's keys, held when options_.hold says so.
+  Result<client::LookupResult> Lookup(std::span<const BlockKey> keys);
   // Gets and verifies keys[0, prefix); returns the blocks served intact.
   Result<size_t> FetchPrefix(std::span<const BlockKey> keys, std::span<const uint64_t> ids);
   Status StoreRest(std::span<const BlockKey> keys, std::span<const uint64_t> ids);

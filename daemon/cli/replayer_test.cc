@@ -112,6 +112,31 @@ TEST_P(ReplayerTest, WrongBytesAreCorruptNotHits) {
   EXPECT_EQ(t.lost_blocks, 1u);  // block 11 was reported but is past the corrupt one
 }
 
+// With a hold, what a lookup found stays until the engine has read it, whatever is put meanwhile;
+// without one, puts that need the room evict it (the lost_blocks of a replay without --hold-ms).
+TEST_P(ReplayerTest, AHeldPrefixSurvivesPutsThatFillTheTier) {
+  Replayer held(client_.get(), ns_,
+                ReplayOptions{kBlockBytes, GetParam(), 512, true, std::chrono::minutes(1)});
+  ASSERT_TRUE(replayer_->Replay(Request({50, 51}, 1024)).ok());
+  ASSERT_TRUE(replayer_->Replay(Request({60, 61}, 1024)).ok());
+  ASSERT_TRUE(held.Replay(Request({50, 51}, 1024)).ok());        // found, and held
+  ASSERT_TRUE(replayer_->Replay(Request({60, 61}, 1024)).ok());  // found, not held
+  ASSERT_EQ(held.totals().served_blocks, 2u);
+  // New blocks worth twice the host tier (4 MiB), in requests of 64.
+  for (uint64_t r = 0; r < 32; ++r) {
+    std::vector<uint64_t> ids;
+    for (uint64_t i = 0; i < 64; ++i) ids.push_back(1000 + r * 64 + i);
+    ASSERT_TRUE(replayer_->Replay(Request(ids, 64 * 512)).ok());
+  }
+  ASSERT_LT(server_.block_count(), 32u * 64);  // the tier did evict
+  const auto cached = [&](std::vector<uint64_t> ids) {
+    Result<client::LookupResult> found = client_->Lookup(ns_, TraceKeys(ns_, ids));
+    return found.ok() ? found->prefix : size_t{99};
+  };
+  EXPECT_EQ(cached({50, 51}), 2u);
+  EXPECT_EQ(cached({60, 61}), 0u);
+}
+
 // A kvtierd older than KVT.REFRESH answers "unknown command": the replay stops with an error
 // that names the command and the flag that leaves it out.
 TEST_P(ReplayerTest, ADaemonWithoutRefreshIsToldAboutNoRefresh) {

@@ -350,10 +350,14 @@ TRACE = REPO / "tests" / "data" / "mooncake_conversation_trace.jsonl"
 
 
 def start_replay(node, trace, salt):
-    """`kvtier replay` of `trace` through `node`, in the background; its JSON summary on stdout."""
+    """`kvtier replay` of `trace` through `node`, in the background; its JSON summary on stdout.
+    Each lookup holds what it found for 5 s (the vLLM connector's default hold_s), as the
+    connector does until it has loaded it: with a 4 MiB host tier the mover would otherwise evict
+    a block between the lookup and the get, and while a master is down its publish fails, so the
+    block is gone (a miss, counted lost)."""
     return subprocess.Popen(
         [str(BIN_DIR / "kvtier"), "replay", str(trace), "--url", f"unix://{node.unix}",
-         "--block-bytes", "16KiB", "--salt", salt, "--json"],
+         "--block-bytes", "16KiB", "--salt", salt, "--hold-ms", "5000", "--json"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
 
@@ -391,6 +395,12 @@ def test_a_master_killed_during_replays_on_both_nodes_loses_no_block(tmp_path):
             out, err = replay.communicate(timeout=300)
             assert replay.returncode == 0, err.decode()
             summaries.append(json.loads(out))
+        for node, summary in zip(nodes, summaries):
+            if summary["lost_blocks"]:  # what the node saw of the remote tier, to tell why
+                stats = json.loads(http_get(node, "/stats"))
+                print("lost after a lookup:", json.dumps(summary), json.dumps(
+                    {"remote_client": stats["remote_client"],
+                     "totals": {k: v for k, v in stats["totals"].items() if "remote" in k}}))
         for summary in summaries:
             assert summary["corrupt_blocks"] == 0, summary
             # A block a lookup found stays readable: from the victim's replica while the victim
