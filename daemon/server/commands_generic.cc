@@ -1,7 +1,7 @@
 // Generic commands on the values of the generic key space (generic_keyspace.h): SET (with its
-// NX, XX, GET and expiry options), SETNX, GET, GETDEL, MSET, MGET, EXISTS, DEL, UNLINK, DBSIZE,
-// TIME. The key-space
-// commands (SCAN, TTL, EXPIRE, FLUSHDB, ...) are in commands_keyspace.cc, INFO in info.cc.
+// NX, XX, GET and expiry options), SETNX, GET, GETDEL, GETEX, MSET, MGET, EXISTS, DEL, UNLINK,
+// DBSIZE, TIME. The key-space commands (SCAN, TTL, EXPIRE, FLUSHDB, ...) are in
+// commands_keyspace.cc, INFO in info.cc.
 #include <chrono>
 #include <cstring>
 #include <limits>
@@ -195,11 +195,12 @@ struct SetOptions {
   std::optional<uint64_t> expires_at_ms;  // EX, PX, EXAT, PXAT: Unix milliseconds
 };
 
-// The Unix time in milliseconds that an expiry option (EX, PX, EXAT, PXAT) with `value` names;
-// nullopt after writing Redis' error (not an integer, not above 0, or out of range). An absolute
-// time may be in the past.
+// The Unix time in milliseconds that an expiry option (EX, PX, EXAT, PXAT) with `value` names at
+// `now_ms`; nullopt after writing Redis' error (not an integer, not above 0, or out of range).
+// Only an absolute time (EXAT, PXAT) may be in the past.
 std::optional<int64_t> ParseExpiryOption(CommandContext& ctx, std::string_view option,
-                                         std::string_view value, std::string_view command) {
+                                         std::string_view value, std::string_view command,
+                                         uint64_t now_ms) {
   const std::optional<int64_t> n = resp::ParseInt64(value);
   if (!n) {
     ctx.reply.AppendError("ERR value is not an integer or out of range");
@@ -208,7 +209,7 @@ std::optional<int64_t> ParseExpiryOption(CommandContext& ctx, std::string_view o
   const bool seconds = (option[0] | 0x20) == 'e';  // EX, EXAT; PX, PXAT are milliseconds
   const bool absolute = option.size() == 4;
   const std::optional<int64_t> at =
-      *n > 0 ? ExpiryTime(*n, seconds, absolute, UnixNowMs()) : std::nullopt;
+      *n > 0 ? ExpiryTime(*n, seconds, absolute, now_ms) : std::nullopt;
   if (!at)
     ctx.reply.AppendError("ERR invalid expire time in '" + std::string(command) + "' command");
   return at;
@@ -239,7 +240,8 @@ std::optional<SetOptions> ParseSetOptions(CommandContext& ctx, const Command& cm
     } else if (is_expiry && i + 1 < cmd.size() && !o.keep_ttl &&
                (expiry_kind.empty() || resp::EqualsIgnoreCase(arg, expiry_kind))) {
       expiry_kind = arg;
-      const std::optional<int64_t> at = ParseExpiryOption(ctx, arg, cmd.args[++i], "set");
+      const std::optional<int64_t> at =
+          ParseExpiryOption(ctx, arg, cmd.args[++i], "set", UnixNowMs());
       if (!at) return std::nullopt;
       o.expires_at_ms = static_cast<uint64_t>(*at);
     } else {
@@ -328,21 +330,33 @@ Progress Get(CommandContext& ctx, Command& cmd) {
   return AnswerUnsuccessfulRead(ctx, AppendValue(ctx, key)).value_or(Progress::kDone);
 }
 
-// After the value of `key` was appended to the reply (from reply_mark on), copied: removes the key,
-// as GETDEL and a GETEX with a past time do. When another client still reads it, the value is
-// taken back out of the reply and the command asked again later (or BUSY, past the wait).
-Progress RemoveAfterReply(CommandContext& ctx, const GenericKeyRef& key, size_t reply_mark)
-    REQUIRES(key.stripe.lock) {
+// What a removal after a read does when other clients still read the value past reader_wait_ms:
+// GETDEL answers BUSY and the key stays; GETEX with a time past answers the value and leaves the
+// key expired for every reader, as EXPIREAT does (its room comes back once they are done).
+enum class StillRead : uint8_t { kAnswerBusy, kExpire };
+
+// After the value of `key` was copied into the reply (from reply_mark on): removes the key. While
+// another client still reads it, the value is taken back out of the reply and the command asked
+// again later; past the wait, as `still_read` says.
+Progress RemoveAfterReply(CommandContext& ctx, const GenericKeyRef& key, size_t reply_mark,
+                          StillRead still_read) REQUIRES(key.stripe.lock) {
   const Status removed = RemoveValue(ctx.server, key);
   // Evicted since it was read (eviction does not take the key's lock): gone all the same, and
   // the value read is the answer.
   if (removed.ok() || removed.code() == StatusCode::kNotFound) return Progress::kDone;
-  ctx.reply.buffer()->resize(reply_mark);
-  if (removed.code() == StatusCode::kBusy && ctx.KeepWaitingForReaders()) {
+  const bool busy = removed.code() == StatusCode::kBusy;
+  if (busy && ctx.KeepWaitingForReaders()) {
+    ctx.reply.buffer()->resize(reply_mark);
     return Progress::kRetryLater;
   }
-  AppendStatusError(ctx.reply,
-                    removed.code() == StatusCode::kBusy ? ReadersDidNotFinish() : removed);
+  if (busy && still_read == StillRead::kExpire) {
+    if (GenericKeys::Entry* entry = ctx.server.generic_keys.Find(key.stripe, key.block)) {
+      entry->expires_at_ms = 1;
+    }
+    return Progress::kDone;
+  }
+  ctx.reply.buffer()->resize(reply_mark);
+  AppendStatusError(ctx.reply, busy ? ReadersDidNotFinish() : removed);
   return Progress::kDone;
 }
 
@@ -355,29 +369,30 @@ Progress GetDel(CommandContext& ctx, Command& cmd) {
   MutexLock lock(key.stripe.lock);
   const size_t reply_mark = ctx.reply.buffer()->size();
   if (std::optional<Progress> p = AnswerUnsuccessfulRead(ctx, AppendValueCopy(ctx, key))) return *p;
-  return RemoveAfterReply(ctx, key, reply_mark);
+  return RemoveAfterReply(ctx, key, reply_mark, StillRead::kAnswerBusy);
 }
 
-// GETEX's options (Redis 6.2): a new expiry, PERSIST, or none (then it is GET).
+// GETEX's options (Redis 6.2): a new expiry, PERSIST, or none (then it is GET). The expiry's
+// number is checked only once the key is found, as Redis does (a missing key is null whatever it
+// says).
 struct GetExOptions {
   bool persist = false;
-  std::optional<int64_t> expires_at_ms;  // Unix milliseconds; in the past: the key is removed
+  std::string_view expiry_option;  // EX, PX, EXAT or PXAT; empty: none
+  std::string_view expiry_value;   // the last one given
 };
 
 // As Redis parses them: one kind of expiry or PERSIST, the same one given again taken again;
 // nullopt after writing Redis' error.
 std::optional<GetExOptions> ParseGetExOptions(CommandContext& ctx, const Command& cmd) {
   GetExOptions o;
-  std::string_view expiry_kind;
   for (size_t i = 2; i < cmd.size(); ++i) {
     const std::string_view arg = cmd.args[i];
-    if (resp::EqualsIgnoreCase(arg, "PERSIST") && expiry_kind.empty()) {
+    if (resp::EqualsIgnoreCase(arg, "PERSIST") && o.expiry_option.empty()) {
       o.persist = true;
     } else if (IsExpiryOption(arg) && i + 1 < cmd.size() && !o.persist &&
-               (expiry_kind.empty() || resp::EqualsIgnoreCase(arg, expiry_kind))) {
-      expiry_kind = arg;
-      o.expires_at_ms = ParseExpiryOption(ctx, arg, cmd.args[++i], "getex");
-      if (!o.expires_at_ms) return std::nullopt;
+               (o.expiry_option.empty() || resp::EqualsIgnoreCase(arg, o.expiry_option))) {
+      o.expiry_option = arg;
+      o.expiry_value = cmd.args[++i];
     } else {
       ctx.reply.AppendError("ERR syntax error");
       return std::nullopt;
@@ -387,8 +402,8 @@ std::optional<GetExOptions> ParseGetExOptions(CommandContext& ctx, const Command
 }
 
 // GETEX key [EX s | PX ms | EXAT t | PXAT t | PERSIST]: the value, and its expiry set or cleared
-// under the key's lock. A time already past removes the key after reading it, as GETDEL does
-// (the value copied into the reply, not sent from its slot).
+// under the key's lock. An EXAT or PXAT already past removes the key after reading it, as GETDEL
+// does (the value copied into the reply, not sent from its slot).
 Progress GetEx(CommandContext& ctx, Command& cmd) {
   const std::optional<GetExOptions> o = ParseGetExOptions(ctx, cmd);
   if (!o) return Progress::kDone;
@@ -397,16 +412,26 @@ Progress GetEx(CommandContext& ctx, Command& cmd) {
   const GenericKeyRef key = RefOf(ctx.server, cmd.args[1]);
   MutexLock lock(key.stripe.lock);
   const uint64_t now_ms = UnixNowMs();
-  const bool removes = o->expires_at_ms && *o->expires_at_ms <= static_cast<int64_t>(now_ms);
+  // A value the mover has read up for this command is there; otherwise its entry says.
+  if (!ctx.disk_read.Reads(key.block) && LiveEntry(ctx.server, key, now_ms) == nullptr) {
+    ctx.reply.AppendNull();
+    return Progress::kDone;
+  }
+  std::optional<int64_t> expires_at_ms;
+  if (!o->expiry_option.empty()) {
+    expires_at_ms = ParseExpiryOption(ctx, o->expiry_option, o->expiry_value, "getex", now_ms);
+    if (!expires_at_ms) return Progress::kDone;
+  }
+  const bool removes = expires_at_ms && *expires_at_ms <= static_cast<int64_t>(now_ms);
   const size_t reply_mark = ctx.reply.buffer()->size();
   const Status st = removes ? AppendValueCopy(ctx, key) : AppendValue(ctx, key);
   if (std::optional<Progress> p = AnswerUnsuccessfulRead(ctx, st)) return *p;
-  if (removes) return RemoveAfterReply(ctx, key, reply_mark);
+  if (removes) return RemoveAfterReply(ctx, key, reply_mark, StillRead::kExpire);
   // The value was read under this lock: its entry is there (LiveEntry records one for a value
   // from before a restart).
   if (GenericKeys::Entry* entry = LiveEntry(ctx.server, key, now_ms); entry != nullptr) {
     if (o->persist) entry->expires_at_ms = 0;
-    if (o->expires_at_ms) entry->expires_at_ms = static_cast<uint64_t>(*o->expires_at_ms);
+    if (expires_at_ms) entry->expires_at_ms = static_cast<uint64_t>(*expires_at_ms);
   }
   return Progress::kDone;
 }

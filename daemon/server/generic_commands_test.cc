@@ -65,6 +65,8 @@ TEST_F(GenericCommandsTest, GetDelAnswersTheValueAndRemovesTheKey) {
 
 TEST_F(GenericCommandsTest, GetExAnswersTheValueAndSetsOrClearsItsExpiry) {
   EXPECT_EQ(c_.Call({"GETEX", "k", "EX", "100"}), "$-1\r\n");  // no key: nothing set
+  // As Redis: a missing key is null before its expiry's number is looked at.
+  EXPECT_EQ(c_.Call({"GETEX", "k", "EX", "0"}), "$-1\r\n");
   EXPECT_EQ(c_.Call({"SET", "k", "hello"}), "+OK\r\n");
   EXPECT_EQ(c_.Call({"GETEX", "k"}), "$5\r\nhello\r\n");
   EXPECT_EQ(c_.Call({"TTL", "k"}), ":-1\r\n");
@@ -72,6 +74,8 @@ TEST_F(GenericCommandsTest, GetExAnswersTheValueAndSetsOrClearsItsExpiry) {
   EXPECT_EQ(c_.Call({"TTL", "k"}), ":100\r\n");
   EXPECT_EQ(c_.Call({"GETEX", "k", "px", "5000", "PX", "200000"}), "$5\r\nhello\r\n");
   EXPECT_EQ(c_.Call({"TTL", "k"}), ":200\r\n");  // the same option again: the last one
+  EXPECT_EQ(c_.Call({"GETEX", "k", "EX", "x", "EX", "300"}), "$5\r\nhello\r\n");
+  EXPECT_EQ(c_.Call({"TTL", "k"}), ":300\r\n");  // only the last one's number is read
   EXPECT_EQ(c_.Call({"GETEX", "k", "PERSIST"}), "$5\r\nhello\r\n");
   EXPECT_EQ(c_.Call({"TTL", "k"}), ":-1\r\n");
   const int64_t in_a_minute = std::chrono::duration_cast<std::chrono::seconds>(

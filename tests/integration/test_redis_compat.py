@@ -298,6 +298,8 @@ def getex_options(r, p):
     now = int(time.time())
     out = [
         r.getex(p + "missing", ex=100), r.exists(p + "missing"),
+        attempt(lambda: r.execute_command("GETEX", p + "missing", "EX", "0")),
+        attempt(lambda: r.execute_command("GETEX", p + "missing", "PX", "ten")),
         r.set(k, "v"), r.getex(k), r.ttl(k),
         r.getex(k, ex=100), within(r.ttl(k), 99, 100),
         r.getex(k, px=200_000), within(r.pttl(k), 199_000, 200_000),
@@ -310,6 +312,8 @@ def getex_options(r, p):
         attempt(lambda: r.execute_command("GETEX", k, "EX", "10", "PX", "10")),
         attempt(lambda: r.execute_command("GETEX", k, "EX", "10", "EX", "20")),
         within(r.ttl(k), 19, 20),
+        attempt(lambda: r.execute_command("GETEX", k, "EX", "ten", "EX", "30")),
+        within(r.ttl(k), 29, 30),
         attempt(lambda: r.execute_command("GETEX", k, "EX")),
         attempt(lambda: r.execute_command("GETEX", k, "KEEPTTL")),
         attempt(lambda: r.execute_command("GETEX", k, "EX", "0")),
