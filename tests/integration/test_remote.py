@@ -351,13 +351,14 @@ TRACE = REPO / "tests" / "data" / "mooncake_conversation_trace.jsonl"
 
 def start_replay(node, trace, salt):
     """`kvtier replay` of `trace` through `node`, in the background; its JSON summary on stdout.
-    Each lookup holds what it found for 5 s (the vLLM connector's default hold_s), as the
-    connector does until it has loaded it: with a 4 MiB host tier the mover would otherwise evict
-    a block between the lookup and the get, and while a master is down its publish fails, so the
-    block is gone (a miss, counted lost)."""
+    Each lookup holds what it found for a second, as the vLLM connector does until it has loaded
+    it (hold_s): with a 4 MiB host tier the mover would otherwise evict a block between the lookup
+    and the get, and while a master is down its publish fails, so the block is gone (a miss,
+    counted lost). A hold no longer than that: held blocks cannot make room for puts, and 256 of
+    them fill the tier."""
     return subprocess.Popen(
         [str(BIN_DIR / "kvtier"), "replay", str(trace), "--url", f"unix://{node.unix}",
-         "--block-bytes", "16KiB", "--salt", salt, "--hold-ms", "5000", "--json"],
+         "--block-bytes", "16KiB", "--salt", salt, "--hold-ms", "1000", "--json"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
 
