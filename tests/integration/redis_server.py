@@ -66,10 +66,25 @@ def redis_server(workdir, port, *extra_args, timeout_s=10.0):
         proc.wait()
 
 
+def _ephemeral_ports_start():
+    """Where the kernel starts picking ports for outgoing connections (32768 by default)."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def free_cluster_port():
-    """A free port whose cluster bus port (port + 10000, Redis' rule) is free and valid too."""
+    """A free port whose cluster bus port (port + 10000, Redis' rule) is free and valid too. Both
+    below the ports the kernel gives outgoing connections where it can (20000-22767 by default):
+    the tests open thousands of connections, and one of them could take a port checked free here
+    before redis-server binds it."""
+    highest = _ephemeral_ports_start() - 1 - 10000
+    if highest < 20000 + 64:
+        highest = 50000
     while True:
-        port = random.randint(20000, 50000)
+        port = random.randint(20000, highest)
         try:
             for p in (port, port + 10000):
                 with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
@@ -114,7 +129,9 @@ class RedisCluster:
             self.ports.append(port)
         for port in self.ports:
             if not _wait(lambda: self.cli(port, "PING") == "PONG", timeout_s=10):
-                raise RuntimeError(f"redis-server on port {port} did not start")
+                log = self.workdir / str(port) / "redis.log"
+                raise RuntimeError(f"redis-server on port {port} did not start:\n" +
+                                   (log.read_text()[-2000:] if log.exists() else ""))
         subprocess.run([REDIS_CLI, "--cluster", "create",
                         *[f"127.0.0.1:{p}" for p in self.ports],
                         "--cluster-replicas", str(replicas), "--cluster-yes"],
