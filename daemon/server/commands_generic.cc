@@ -330,16 +330,13 @@ Progress Get(CommandContext& ctx, Command& cmd) {
   return AnswerUnsuccessfulRead(ctx, AppendValue(ctx, key)).value_or(Progress::kDone);
 }
 
-// What a removal after a read does when other clients still read the value past reader_wait_ms:
-// GETDEL answers BUSY and the key stays; GETEX with a time past answers the value and leaves the
-// key expired for every reader, as EXPIREAT does (its room comes back once they are done).
-enum class StillRead : uint8_t { kAnswerBusy, kExpire };
-
-// After the value of `key` was copied into the reply (from reply_mark on): removes the key. While
-// another client still reads it, the value is taken back out of the reply and the command asked
-// again later; past the wait, as `still_read` says.
-Progress RemoveAfterReply(CommandContext& ctx, const GenericKeyRef& key, size_t reply_mark,
-                          StillRead still_read) REQUIRES(key.stripe.lock) {
+// After the value of `key` was copied into the reply (from reply_mark on): removes the key, for
+// GETDEL and GETEX with a time past. While another client still reads it, the value is taken back
+// out of the reply and the command asked again later; past reader_wait_ms, the reply is the value
+// all the same and the key is left expired, gone for every reader, as EXPIREAT leaves it (its
+// room comes back once the readers are done: the key sweep removes it).
+Progress RemoveAfterReply(CommandContext& ctx, const GenericKeyRef& key, size_t reply_mark)
+    REQUIRES(key.stripe.lock) {
   const Status removed = RemoveValue(ctx.server, key);
   // Evicted since it was read (eviction does not take the key's lock): gone all the same, and
   // the value read is the answer.
@@ -349,14 +346,14 @@ Progress RemoveAfterReply(CommandContext& ctx, const GenericKeyRef& key, size_t 
     ctx.reply.buffer()->resize(reply_mark);
     return Progress::kRetryLater;
   }
-  if (busy && still_read == StillRead::kExpire) {
+  if (busy) {
     if (GenericKeys::Entry* entry = ctx.server.generic_keys.Find(key.stripe, key.block)) {
       entry->expires_at_ms = 1;
     }
     return Progress::kDone;
   }
   ctx.reply.buffer()->resize(reply_mark);
-  AppendStatusError(ctx.reply, busy ? ReadersDidNotFinish() : removed);
+  AppendStatusError(ctx.reply, removed);
   return Progress::kDone;
 }
 
@@ -369,7 +366,7 @@ Progress GetDel(CommandContext& ctx, Command& cmd) {
   MutexLock lock(key.stripe.lock);
   const size_t reply_mark = ctx.reply.buffer()->size();
   if (std::optional<Progress> p = AnswerUnsuccessfulRead(ctx, AppendValueCopy(ctx, key))) return *p;
-  return RemoveAfterReply(ctx, key, reply_mark, StillRead::kAnswerBusy);
+  return RemoveAfterReply(ctx, key, reply_mark);
 }
 
 // GETEX's options (Redis 6.2): a new expiry, PERSIST, or none (then it is GET). The expiry's
@@ -426,7 +423,7 @@ Progress GetEx(CommandContext& ctx, Command& cmd) {
   const size_t reply_mark = ctx.reply.buffer()->size();
   const Status st = removes ? AppendValueCopy(ctx, key) : AppendValue(ctx, key);
   if (std::optional<Progress> p = AnswerUnsuccessfulRead(ctx, st)) return *p;
-  if (removes) return RemoveAfterReply(ctx, key, reply_mark, StillRead::kExpire);
+  if (removes) return RemoveAfterReply(ctx, key, reply_mark);
   // The value was read under this lock: its entry is there (LiveEntry records one for a value
   // from before a restart).
   if (GenericKeys::Entry* entry = LiveEntry(ctx.server, key, now_ms); entry != nullptr) {
