@@ -142,16 +142,29 @@ TEST(LeasedReplyStallTest, AReaderThatStopsTakingTheReplyIsClosedBeforeItsLeaseC
   EXPECT_EQ(c.Call({"EXISTS", "k"}), ":1\r\n") << "the value stays";
 }
 
-TEST(LeasedReplyWaitTest, WriterGivesUpAfterReaderWaitAndDelLeavesTheKey) {
-  ServerOptions o;
-  o.reader_wait_ms = 50;
-  TestServer ts(o);
-  ASSERT_TRUE(ts.status().ok());
-  TestClient c = ts.ConnectUnix();
-  ASSERT_EQ(c.Call({"SET", "k", "old"}), "+OK\r\n");
+// Key "k" holds "old", which another client reads (its lease held) for longer than the server
+// waits for readers (50 ms).
+class LeasedReplyWaitTest : public ::testing::Test {
+ protected:
+  static ServerOptions Options() {
+    ServerOptions o;
+    o.reader_wait_ms = 50;
+    return o;
+  }
+  void SetUp() override {
+    ASSERT_TRUE(ts.status().ok());
+    c = ts.ConnectUnix();
+    ASSERT_EQ(c.Call({"SET", "k", "old"}), "+OK\r\n");
+    lease = ts.store().Acquire(ns, GenericKey(ns, "k"));
+    ASSERT_TRUE(lease.ok());
+  }
+  TestServer ts{Options()};
+  TestClient c;
   const NamespaceId ns = GenericNamespaceId();
-  Result<store::Lease> lease = ts.store().Acquire(ns, GenericKey(ns, "k"));
-  ASSERT_TRUE(lease.ok());
+  Result<store::Lease> lease = Status(StatusCode::kNotFound, "not acquired yet");
+};
+
+TEST_F(LeasedReplyWaitTest, WriterGivesUpAfterReaderWaitAndDelLeavesTheKey) {
   EXPECT_EQ(c.Call({"SET", "k", "new"}),
             "-BUSY the old value is still being read by another client\r\n");
   EXPECT_EQ(c.Call({"MSET", "a", "1", "k", "new", "b", "2"}),
@@ -166,16 +179,7 @@ TEST(LeasedReplyWaitTest, WriterGivesUpAfterReaderWaitAndDelLeavesTheKey) {
 // Removals after a read while another client still reads the value past the wait: GETDEL and
 // GETEX with a time past answer the value, as Redis does, and the key is gone for every reader
 // from then on, as EXPIREAT leaves it; its room comes back once the reader is done.
-TEST(LeasedReplyWaitTest, RemovalsAfterAReadOfAValueStillReadElsewhere) {
-  ServerOptions o;
-  o.reader_wait_ms = 50;
-  TestServer ts(o);
-  ASSERT_TRUE(ts.status().ok());
-  TestClient c = ts.ConnectUnix();
-  ASSERT_EQ(c.Call({"SET", "k", "old"}), "+OK\r\n");
-  const NamespaceId ns = GenericNamespaceId();
-  Result<store::Lease> lease = ts.store().Acquire(ns, GenericKey(ns, "k"));
-  ASSERT_TRUE(lease.ok());
+TEST_F(LeasedReplyWaitTest, RemovalsAfterAReadOfAValueStillReadElsewhere) {
   EXPECT_EQ(c.Call({"GETDEL", "k"}), Bulk("old"));
   EXPECT_EQ(c.Call({"GET", "k"}), "$-1\r\n");
   EXPECT_EQ(c.Call({"EXISTS", "k"}), ":0\r\n");
