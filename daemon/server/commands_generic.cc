@@ -347,9 +347,8 @@ Progress RemoveAfterReply(CommandContext& ctx, const GenericKeyRef& key, size_t 
     return Progress::kRetryLater;
   }
   if (busy) {
-    if (GenericKeys::Entry* entry = ctx.server.generic_keys.Find(key.stripe, key.block)) {
-      entry->expires_at_ms = 1;
-    }
+    // Expired at 1 ms past the epoch: gone for every reader, never revived by a later option.
+    ctx.server.generic_keys.Record(key.stripe, key.block, key.name, 1);
     return Progress::kDone;
   }
   ctx.reply.buffer()->resize(reply_mark);
