@@ -75,7 +75,7 @@ def _ephemeral_ports_start():
         return 32768
 
 
-def free_cluster_port():
+def free_cluster_port(taken=()):
     """A free port whose cluster bus port (port + 10000, Redis' rule) is free and valid too. Both
     below the ports the kernel gives outgoing connections where it can (20000-22767 by default):
     the tests open thousands of connections, and one of them could take a port checked free here
@@ -85,6 +85,8 @@ def free_cluster_port():
         highest = 50000
     while True:
         port = random.randint(20000, highest)
+        if port in taken:  # drawn already for a node not listening yet
+            continue
         try:
             for p in (port, port + 10000):
                 with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
@@ -113,7 +115,7 @@ class RedisCluster:
         self.ports = []
         self.procs = {}
         for _ in range(masters * (1 + replicas)):
-            port = free_cluster_port()
+            port = free_cluster_port(taken=self.ports)
             node_dir = workdir / str(port)
             node_dir.mkdir(parents=True)
             self.procs[port] = start_redis(
