@@ -28,6 +28,10 @@ using Clock = std::chrono::steady_clock;
 
 constexpr milliseconds kTtl{600'000};
 constexpr milliseconds kCallTimeout{5'000};
+// How long the cluster may take to replicate, converge or learn of its replicas: they return as
+// soon as it has; the bound only matters on a machine whose disk is busy (each node fsyncs its
+// nodes.conf on every change), where 10 s once did not suffice.
+constexpr milliseconds kClusterSettles{30'000};
 
 std::unique_ptr<RedisCluster> StartCluster(RedisCluster::Options options = {}) {
   auto cluster = RedisCluster::Start(options);
@@ -96,7 +100,7 @@ std::vector<uint64_t> PutReplicatedBlocks(RedisCluster& cluster, RemoteStore& st
   std::vector<uint64_t> blocks;
   for (uint64_t i = 0; i < 300; ++i) blocks.push_back(i);
   PutBlocks(store, blocks, 256);
-  EXPECT_TRUE(cluster.WaitReplicated(milliseconds(10000)));
+  EXPECT_TRUE(cluster.WaitReplicated(kClusterSettles));
   return blocks;
 }
 
@@ -115,7 +119,7 @@ uint64_t ExistsCallsAt(RedisCluster& cluster, size_t n) {
 // The map read at Open may predate the replicas' joining (the periodic refresh would find them):
 // once every node's view of the shards names the three replicas, reads it again.
 void RefreshOnceReplicasAreKnown(RedisCluster& cluster, RedisClusterClient& client) {
-  ASSERT_TRUE(testing::PollUntil(milliseconds(10000), [&] {
+  ASSERT_TRUE(testing::PollUntil(kClusterSettles, [&] {
     for (size_t n = 0; n < cluster.nodes().size(); ++n) {
       const Result<std::string> shards = cluster.Cli(n, {"CLUSTER", "SHARDS"});
       size_t replicas = 0;
@@ -229,7 +233,7 @@ TEST(RedisClusterClient, ATlsClusterIsReachedOnItsTlsPortsFromOneSeed) {
   PutBlocks(*client, {1, 2}, 2 << 20);  // large values, read in place through TLS
   ExpectBlocks(*client, {1, 2}, 2 << 20);
   // Lookups at the replicas, over TLS too.
-  ASSERT_TRUE(cluster->WaitReplicated(milliseconds(10000)));
+  ASSERT_TRUE(cluster->WaitReplicated(kClusterSettles));
   RefreshOnceReplicasAreKnown(*cluster, *client);
   std::vector<std::string> keys;
   for (size_t n = 0; n < 100; ++n) keys.push_back(TestKey(blocks[n]));
@@ -262,7 +266,7 @@ TEST(RedisClusterClient, FollowsMovedAfterASlotIsResharded) {
   const int from = cluster->MasterOfSlot(slot);
   const size_t to = static_cast<size_t>((from + 1) % 3);
   ASSERT_TRUE(cluster->MoveSlot(slot, to).ok());
-  ASSERT_TRUE(cluster->WaitConverged(milliseconds(10000), slot, static_cast<int>(to)));
+  ASSERT_TRUE(cluster->WaitConverged(kClusterSettles, slot, static_cast<int>(to)));
 
   ExpectBlocks(*client, {7}, 128);
   EXPECT_GE(client->stats().moved_redirects, 1u);
@@ -457,7 +461,7 @@ TEST(RedisClusterClient, ANodeTheMapNoLongerNamesHasItsConnectionsClosedOnceItsC
   auto cluster = StartCluster({.node_timeout = kFailoverNodeTimeout});
   ASSERT_TRUE(cluster);
   // A replica that has never synced with its master is not elected in its place.
-  ASSERT_TRUE(cluster->WaitReplicated(milliseconds(10000)));
+  ASSERT_TRUE(cluster->WaitReplicated(kClusterSettles));
   KilledMaster killed;
   ASSERT_NO_FATAL_FAILURE(KillMasterOfKey0(*cluster, &killed));
   const auto [slot, victim, replica] = killed;
@@ -504,7 +508,7 @@ TEST(RedisClusterClient, AMasterReplacedByAFailoverNoLongerCountsAsAnOpenBreaker
   // runs.
   auto cluster = StartCluster({.node_timeout = kFailoverNodeTimeout});
   ASSERT_TRUE(cluster);
-  ASSERT_TRUE(cluster->WaitReplicated(milliseconds(10000)));
+  ASSERT_TRUE(cluster->WaitReplicated(kClusterSettles));
   RedisClusterOptions options;
   options.breaker = {.failure_threshold = 1,
                      .initial_backoff = milliseconds(60'000),

@@ -56,7 +56,8 @@ Status RedisCluster::Create() {
   args.insert(args.end(), {"--cluster-replicas", std::to_string(options_.replicas_per_master),
                            "--cluster-yes"});
   KVTIER_RETURN_IF_ERROR(RunProgram(args).status());
-  if (!WaitConverged(milliseconds(10000))) return Timeout("cluster did not reach cluster_state:ok");
+  // Returns as soon as it has; 30 s for a machine whose disk is busy (nodes fsync nodes.conf).
+  if (!WaitConverged(milliseconds(30000))) return Timeout("cluster did not reach cluster_state:ok");
   return Status::Ok();
 }
 
