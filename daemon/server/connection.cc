@@ -34,8 +34,19 @@ constexpr size_t kKeepOutputBytes = 16 << 10;
 constexpr size_t kPayloadPieceBytes = 4 << 20;
 // How many reads in a row may skip the readiness wait (see Receive).
 constexpr int kMaxReadsWithoutWait = 8;
-// How long a command that waits for readers (Progress::kRetryLater) pauses between attempts.
+// How long a command that waits for readers (Progress::kRetryLater) pauses between attempts: at
+// first kRetryPause, then an eighth of the time it has waited, up to kLongestRetryPause. A reader
+// that is done soon costs the command a millisecond; one that takes seconds costs it about a
+// hundred attempts instead of thousands (GETDEL, GETEX and SET ... GET copy the value at each).
 constexpr std::chrono::milliseconds kRetryPause{1};
+constexpr std::chrono::milliseconds kLongestRetryPause{32};
+
+std::chrono::milliseconds ReaderRetryPause(const CommandContext& ctx) {
+  if (ctx.waiting_since == std::chrono::steady_clock::time_point{}) return kRetryPause;
+  const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(
+      std::chrono::steady_clock::now() - ctx.waiting_since);
+  return std::clamp(waited / 8, kRetryPause, kLongestRetryPause);
+}
 // The same for a command that waits for the tier mover: the mover's progress wakes it sooner
 // (MoverWaiters); this bounds the wait if that signal never comes.
 constexpr std::chrono::milliseconds kMoverRetryPause{20};
@@ -313,7 +324,8 @@ Connection::Awaitable<bool> Connection::RunHandler(const CommandSpec* spec, Comm
     const bool flushed = co_await Flush();
     if (!flushed) co_return false;
     if (progress == Progress::kRetryLater) {
-      const bool open = co_await PauseBeforeRetry(ctx.waits_for_mover_now, mover_generation);
+      const bool open = co_await PauseBeforeRetry(ctx.waits_for_mover_now, mover_generation,
+                                                  ReaderRetryPause(ctx));
       if (!open) co_return false;
     }
   }
@@ -355,7 +367,7 @@ Connection::Awaitable<bool> Connection::AwaitWriteThroughs(CommandContext& ctx) 
                       [](const auto& f) { return f.first.word_at; });
     for (const auto& [ack, why] : failed) SettleFailedAck(ctx, ack, why);
     if (ctx.write_throughs.empty()) co_return true;
-    const bool open = co_await PauseBeforeRetry(true, mover_generation);
+    const bool open = co_await PauseBeforeRetry(true, mover_generation, kRetryPause);
     if (!open) {
       for (const PendingAck& ack : ctx.write_throughs) store.ForgetWriteThrough(ack.reservation_id);
       co_return false;
@@ -404,10 +416,10 @@ void Connection::ReplaceAt(CommandContext& ctx, size_t at, size_t length,
   for (CommandContext::PendingAck& ack : ctx.write_throughs) ack.word_at = moved(ack.word_at);
 }
 
-Connection::Awaitable<bool> Connection::PauseBeforeRetry(bool for_mover,
-                                                         uint64_t mover_generation) {
+Connection::Awaitable<bool> Connection::PauseBeforeRetry(bool for_mover, uint64_t mover_generation,
+                                                         std::chrono::milliseconds reader_pause) {
   auto pause =
-      std::make_shared<asio::steady_timer>(strand_, for_mover ? kMoverRetryPause : kRetryPause);
+      std::make_shared<asio::steady_timer>(strand_, for_mover ? kMoverRetryPause : reader_pause);
   if (!for_mover || server_.mover_waiters->Register(mover_generation, pause)) {
     error_code ec;  // operation_aborted: the mover moved something
     co_await pause->async_wait(redirect_error(use_awaitable, ec));

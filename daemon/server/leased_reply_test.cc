@@ -198,5 +198,33 @@ TEST_F(LeasedReplyWaitTest, RemovalsAfterAReadOfAValueStillReadElsewhere) {
   EXPECT_EQ(ts.store().Stats().blocks_present, 0u);
 }
 
+// A command that waits a long time for a reader tries again less and less often: a GETDEL, which
+// copies the value at each attempt, makes about 65 attempts over a 1 s wait, not a thousand
+// (pauses of 1 ms at first, then an eighth of the time waited, at most 32 ms; a timer never ends
+// early, so this count is a bound, whatever the machine's speed).
+TEST(LeasedReplyRetryTest, AWaitForAReaderBacksOff) {
+  ServerOptions o;
+  o.reader_wait_ms = 1000;
+  TestServer ts(o);
+  ASSERT_TRUE(ts.status().ok());
+  TestClient c = ts.ConnectUnix();
+  ASSERT_EQ(c.Call({"SET", "k", "value"}), "+OK\r\n");
+  const NamespaceId ns = GenericNamespaceId();
+  Result<store::Lease> lease = ts.store().Acquire(ns, GenericKey(ns, "k"));
+  ASSERT_TRUE(lease.ok());
+  const auto gets = [&] {
+    for (const store::NamespaceStats& n : ts.store().Stats().namespaces) {
+      if (n.id == ns) return n.gets;
+    }
+    return uint64_t{0};
+  };
+  const uint64_t before = gets();
+  EXPECT_EQ(c.Call({"GETDEL", "k"}), Bulk("value"));
+  const uint64_t attempts = gets() - before;
+  EXPECT_GE(attempts, 2u);
+  EXPECT_LE(attempts, 100u);
+  ASSERT_TRUE(ts.store().Release(lease->id).ok());
+}
+
 }  // namespace
 }  // namespace kvtier::server
