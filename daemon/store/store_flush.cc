@@ -52,8 +52,9 @@ Store::FlushResult Store::FlushToNvme(uint64_t deadline_us, std::stop_token stop
   for (const auto& [level, blocks] : memory) {
     for (const auto& [key, picked] : blocks) {
       flush.unflushed_bytes -= picked.extent.length;
-      // A block whose copy gave way to an earlier block's room (DropLastCopies) is written like
-      // the others, where it still lies where it was picked.
+      // A block whose copy gave way to an earlier block's room (DropLastCopies, or the reclaim
+      // window of an allocation) is written like the others, where it still lies where it was
+      // picked.
       BlockMeta meta = picked;
       if (meta.has_shadow) {
         if (std::optional<BlockMeta> now = index_->Get(key);
