@@ -134,8 +134,15 @@ Result<bool> PublishStagedValue(CommandContext& ctx, const GenericKeyRef& key, u
 // value leased by a reader that has not started, and a GET never sees the gap between a SET's
 // remove and its commit), as a bulk string. kNotFound (nothing appended) on a miss, an expired
 // value included; another error (nothing appended) when the stored block is not a generic value.
+// Whether `key` has a value to read at `now_ms`: one the mover has read up for this command, or a
+// live entry.
+bool HasValue(CommandContext& ctx, const GenericKeyRef& key, uint64_t now_ms)
+    REQUIRES(key.stripe.lock) {
+  return ctx.disk_read.Reads(key.block) || LiveEntry(ctx.server, key, now_ms) != nullptr;
+}
+
 Status AppendValue(CommandContext& ctx, const GenericKeyRef& key) REQUIRES(key.stripe.lock) {
-  if (!ctx.disk_read.Reads(key.block) && LiveEntry(ctx.server, key, UnixNowMs()) == nullptr) {
+  if (!HasValue(ctx, key, UnixNowMs())) {
     return NotFound("no such key");
   }
   // Read into the reply, from host memory: its reads never promote the value to the GPU pool.
@@ -408,8 +415,7 @@ Progress GetEx(CommandContext& ctx, Command& cmd) {
   const GenericKeyRef key = RefOf(ctx.server, cmd.args[1]);
   MutexLock lock(key.stripe.lock);
   const uint64_t now_ms = UnixNowMs();
-  // A value the mover has read up for this command is there; otherwise its entry says.
-  if (!ctx.disk_read.Reads(key.block) && LiveEntry(ctx.server, key, now_ms) == nullptr) {
+  if (!HasValue(ctx, key, now_ms)) {
     ctx.reply.AppendNull();
     return Progress::kDone;
   }
