@@ -34,6 +34,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -94,13 +95,13 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // out_[at, at + length) becomes `replacement`; leased payloads and pending words after it move
   // with it.
   void ReplaceAt(CommandContext& ctx, size_t at, size_t length, std::string_view replacement);
-  // The pause of a command that tries again: `reader_pause` (one that waits for readers:
-  // ReaderRetryPause), or for one that waits for the mover (RunHandler's kRetryLater with
-  // waits_for_mover_now, AwaitWriteThroughs) up to kMoverRetryPause, cut short by the mover's
-  // progress since `mover_generation` (none at all when it moved something since). false: the
+  // The pause of a command that tries again: `pause_for` (ReaderRetryPause for one that waits for
+  // readers; kMoverRetryPause for one that waits for the mover: RunHandler's kRetryLater with
+  // waits_for_mover_now, AwaitWriteThroughs), cut short with `mover_generation` by the mover's
+  // progress since that generation (no pause at all when it moved something since). false: the
   // connection is closing.
-  Awaitable<bool> PauseBeforeRetry(bool for_mover, uint64_t mover_generation,
-                                   std::chrono::milliseconds reader_pause);
+  Awaitable<bool> PauseBeforeRetry(std::chrono::milliseconds pause_for,
+                                   std::optional<uint64_t> mover_generation);
   Awaitable<bool> FailProtocol(const Status& status);
   // Writes the buffered replies. false: the write failed (the peer is gone) or a leased payload's
   // lease lapsed (the connection must close before the reply completes).
