@@ -97,10 +97,18 @@ Result<std::unique_ptr<DataFile>> DataFile::Open(const Options& options) {
     KVTIER_RETURN_IF_ERROR(file->Format(capacity));
     return file;
   }
-  if (Status read = file->ReadSuperblock(); !read.ok()) {
-    if (read.code() != StatusCode::kCorruption || !file->SuperblockNeverWritten()) return read;
-    spdlog::warn("nvme: {} has no superblock yet (its formatting was cut short); formatting it",
-                 options.path);
+  if (Status read = file->ReadSuperblock(); !read.ok() || file->superblock_.capacity_bytes == 0) {
+    // A superblock of capacity 0, or (the first write not out yet) a page of zeros at most.
+    const bool cut_short = read.ok() || (read.code() == StatusCode::kCorruption &&
+                                         static_cast<uint64_t>(st.st_size) <= kSuperblockBytes &&
+                                         file->SuperblockNeverWritten());
+    if (!cut_short && read.code() == StatusCode::kCorruption) {
+      return Corruption(read.message() +
+                        "; it is left as it is: name another file in "
+                        "nvme.data_paths, or remove this one");
+    }
+    if (!cut_short) return read;
+    spdlog::warn("nvme: {} was being formatted when kvtierd stopped; formatting it", options.path);
     KVTIER_RETURN_IF_ERROR(file->Format(capacity));
     return file;
   }
@@ -160,9 +168,12 @@ DataFile::DataFile(int fd, std::string path, bool direct_io)
 
 DataFile::~DataFile() { ::close(fd_); }
 
-// Writes a fresh superblock after allocating the whole file. The superblock goes last and is
-// synced, so a crash while formatting leaves a file without one (zeros where it goes), which Open
-// formats again, never one that looks valid with the wrong size.
+// Writes a fresh superblock after allocating the whole file. A file is first cut to nothing and
+// given a superblock of capacity 0 (synced): "being formatted". The superblock of the format's
+// capacity goes last and is synced. So a crash while formatting leaves an empty file, 4 KiB at
+// most of zeros (the first write's page not yet out), or one being formatted, which Open formats
+// again, never one that looks valid with the wrong size; and Open can tell a file of someone
+// else's, whose first 4 KiB happen to be zeros, from one of these.
 Status DataFile::Format(uint64_t capacity_bytes) {
   Superblock sb;
   sb.capacity_bytes = capacity_bytes;
@@ -172,8 +183,18 @@ Status DataFile::Format(uint64_t capacity_bytes) {
     // Checked before the truncate: a size refused must leave the old cache where it was.
     KVTIER_RETURN_IF_ERROR(CheckRoomFor(sb.data_offset + capacity_bytes));
     if (::ftruncate(fd_, 0) != 0) return ErrnoStatus(errno, "truncate " + path_);
+    Superblock being_formatted = sb;
+    being_formatted.capacity_bytes = 0;
+    KVTIER_RETURN_IF_ERROR(WriteSuperblock(being_formatted));
     KVTIER_RETURN_IF_ERROR(Preallocate(sb.data_offset + capacity_bytes, /*checked=*/true));
   }
+  KVTIER_RETURN_IF_ERROR(WriteSuperblock(sb));
+  superblock_ = sb;
+  formatted_ = true;
+  return Status::Ok();
+}
+
+Status DataFile::WriteSuperblock(const Superblock& sb) {
   AlignedBuffer buf(kSuperblockBytes);
   if (buf.data() == nullptr) return Busy("nvme: out of memory for a superblock buffer");
   EncodeSuperblock(sb, buf.span());
@@ -181,8 +202,6 @@ Status DataFile::Format(uint64_t capacity_bytes) {
     return ErrnoStatus(errno == 0 ? EIO : errno, "write superblock of " + path_);
   }
   if (::fdatasync(fd_) != 0) return ErrnoStatus(errno, "fdatasync " + path_);
-  superblock_ = sb;
-  formatted_ = true;
   return Status::Ok();
 }
 

@@ -81,8 +81,8 @@ class DataFile {
   // the file at that size. A failure now gives the space back.
   Status Preallocate(uint64_t bytes, bool checked = false);
   Status ReadSuperblock();
-  // Whether the superblock's place holds only zeros (or less than a superblock, all zeros): a
-  // Format that preallocated the file and stopped before its superblock went out.
+  Status WriteSuperblock(const Superblock& sb);  // at offset 0, synced
+  // Whether the superblock's place holds only zeros (or less than a superblock, all zeros).
   bool SuperblockNeverWritten() const;
 
   const int fd_;

@@ -6,6 +6,9 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include <string>
+#include <vector>
+
 #include "tiers/nvme/aligned_buffer.h"
 #include "tiers/nvme/testing/small_file_system.h"
 #include "tiers/nvme/testing/temp_dir.h"
@@ -113,25 +116,65 @@ TEST(DataFileTest, AForeignFileIsRefused) {
   EXPECT_NE(st.message().find(path), std::string::npos);
 }
 
-// A crash while formatting leaves the file preallocated (whole, or in part where the file system
-// lacks fallocate and the C library writes it out) with zeros where the superblock goes: the next
+// A crash while formatting leaves the file empty, a page of zeros at most (the first write not
+// out yet), or marked as being formatted (a superblock of capacity 0) and preallocated in whole or
+// in part (where the file system lacks fallocate and the C library writes it out): the next
 // start formats it again instead of refusing a "foreign" file for good.
 TEST(DataFileTest, AFileWhoseFormattingWasCutShortIsFormattedAgain) {
-  for (const off_t size : {off_t{100}, off_t{kCapacity / 2}, off_t{kCapacity + kSuperblockBytes}}) {
+  struct CutShort {
+    off_t size;
+    bool marked;
+  };
+  for (const CutShort c : {CutShort{100, false}, CutShort{off_t{kSuperblockBytes}, false},
+                           CutShort{off_t{kSuperblockBytes}, true}, CutShort{kCapacity / 2, true},
+                           CutShort{off_t{kCapacity + kSuperblockBytes}, true}}) {
     testing::TempDir dir;
     std::string path = dir.file("d");
     int fd = ::open(path.c_str(), O_RDWR | O_CREAT, 0600);
-    ASSERT_EQ(::ftruncate(fd, size), 0);
+    ASSERT_EQ(::ftruncate(fd, c.size), 0);
+    if (c.marked) {
+      std::vector<std::byte> marker(kSuperblockBytes);
+      EncodeSuperblock(Superblock{.capacity_bytes = 0, .file_id = 7}, marker);
+      ASSERT_EQ(::pwrite(fd, marker.data(), marker.size(), 0), ssize_t{kSuperblockBytes});
+    }
     ::close(fd);
     auto f = DataFile::Open({.path = path, .capacity_bytes = kCapacity});
-    ASSERT_TRUE(f.ok()) << size << ": " << f.status().ToString();
+    ASSERT_TRUE(f.ok()) << c.size << ": " << f.status().ToString();
     EXPECT_TRUE((*f)->formatted());
+    EXPECT_EQ((*f)->capacity_bytes(), kCapacity);
     const uint64_t file_id = (*f)->superblock().file_id;
     f->reset();  // closed, as at a restart
     auto again = DataFile::Open({.path = path, .capacity_bytes = kCapacity});
     ASSERT_TRUE(again.ok());
     EXPECT_FALSE((*again)->formatted());
     EXPECT_EQ((*again)->superblock().file_id, file_id);
+  }
+}
+
+// A file named by mistake whose first 4 KiB are zeros (an ISO image's first 32 KiB are) is not a
+// format cut short: it is refused, byte for byte as it was, whatever its size.
+TEST(DataFileTest, AFileWithZerosWhereTheSuperblockGoesIsNotFormattedOver) {
+  const std::string precious = "PRECIOUS USER DATA";
+  for (const off_t size : {off_t{kSuperblockBytes + 4096}, off_t{kCapacity + kSuperblockBytes}}) {
+    testing::TempDir dir;
+    const std::string path = dir.file("d");
+    int fd = ::open(path.c_str(), O_RDWR | O_CREAT, 0600);
+    ASSERT_EQ(::ftruncate(fd, size), 0);
+    const off_t at = size - 4096;
+    ASSERT_EQ(::pwrite(fd, precious.data(), precious.size(), at),
+              static_cast<ssize_t>(precious.size()));
+    ::close(fd);
+    const Status st = DataFile::Open({.path = path, .capacity_bytes = kCapacity}).status();
+    EXPECT_EQ(st.code(), StatusCode::kCorruption) << size;
+    EXPECT_NE(st.message().find("nvme.data_paths"), std::string::npos) << st.message();
+    struct stat after {};
+    ASSERT_EQ(::stat(path.c_str(), &after), 0);
+    EXPECT_EQ(after.st_size, size);
+    std::string read(precious.size(), '\0');
+    fd = ::open(path.c_str(), O_RDONLY);
+    ASSERT_EQ(::pread(fd, read.data(), read.size(), at), static_cast<ssize_t>(read.size()));
+    ::close(fd);
+    EXPECT_EQ(read, precious);
   }
 }
 
