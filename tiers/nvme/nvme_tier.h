@@ -278,6 +278,8 @@ class NvmeTier final : public Tier {
   // names part of the extent (two records over one extent: a restart might keep the stale one).
   Status PutRecord(uint64_t offset, const Entry& entry, bool access);
   Status PutRecordLocked(uint64_t offset, const Entry& entry, bool access) REQUIRES(catalog_mu_);
+  // Whether the block at `offset` is still `entry` (same identity, size and checksum).
+  bool StillHolds(uint64_t offset, const Entry& entry) const REQUIRES(catalog_mu_);
   // Takes the block at `offset` out of blocks_ (a Free, or a write over it); nullopt when none.
   std::optional<Entry> TakeBlock(uint64_t offset) REQUIRES(mu_);
   // ReleaseRecord for a block TakeBlock took out of `extent`, if it had a record.

@@ -178,6 +178,7 @@ Status NvmeTier::PutRecord(uint64_t offset, const Entry& entry, bool access) {
 Status NvmeTier::PutRecordLocked(uint64_t offset, const Entry& entry, bool access) {
   auto owner = owner_.find(entry.id);
   if (access && (owner == owner_.end() || owner->second != offset)) return Status::Ok();
+  if (access && !StillHolds(offset, entry)) return Status::Ok();
   if (!access && !undeleted_.empty()) {
     RetryUndeletedRecords();
     if (OverlapsUndeleted(offset, entry)) {
@@ -206,6 +207,18 @@ Status NvmeTier::PutRecordLocked(uint64_t offset, const Entry& entry, bool acces
   // A record of this block that could not be deleted is replaced by this one.
   std::erase_if(undeleted_, [&](const Undeleted& u) { return u.id == entry.id; });
   return Status::Ok();
+}
+
+// A refresh comes after a read (or a use) of `entry`, which may have gone since: a lease that
+// lapsed mid-read lets the block be freed, and another of the same key may have taken its extent
+// and its record. That record must keep the new block's size and checksum, or the new block fails
+// its header check at the restart. Blocks change under catalog_mu_ (FinishWrite), which the
+// caller holds.
+bool NvmeTier::StillHolds(uint64_t offset, const Entry& entry) const {
+  MutexLock lock(mu_);
+  auto it = blocks_.find(offset);
+  return it != blocks_.end() && it->second.id == entry.id &&
+         it->second.payload_bytes == entry.payload_bytes && it->second.checksum == entry.checksum;
 }
 
 Status NvmeTier::ReadBlock(const Extent& extent, const BlockIdentity& id,
