@@ -143,6 +143,9 @@ def test_sglangs_factory_builds_the_backend_from_the_dynamic_config(unix_url, sa
 
 
 @pytest.mark.parametrize("extra, key", [({"timeout_s": "soon"}, "timeout_s"),
+                                        ({"timeout_s": 0}, "timeout_s"),
+                                        ({"hold_s": 3601}, "hold_s"),
+                                        ({"tenant_salt": 42}, "tenant_salt"),
                                         ({"path": "carrier-pigeon"}, "path")])
 def test_a_bad_extra_config_key_is_named_at_start(unix_url, salt, extra, key):
     with pytest.raises(kvtier.InvalidArgumentError, match=key):

@@ -1,8 +1,8 @@
 """The vLLM connector's configuration: which caches share a namespace (layout, dtype, fp8
 encoding, salt); the parallel layouts refused at start (PP, DCP) or served (TP: each rank's own
-pages, the prefix every rank holds); the warning about kv_load_failure_policy "fail"; and the
-stats and Prometheus metrics vLLM collects from the connector. The stand-ins are in
-vllm_connectors.py.
+pages, the prefix every rank holds); extra config values checked at start; the warning about
+kv_load_failure_policy "fail"; and the stats and Prometheus metrics vLLM collects from the
+connector. The stand-ins are in vllm_connectors.py.
 """
 import functools
 import os
@@ -70,6 +70,36 @@ def test_decode_context_parallelism_is_refused_at_start(unix_url):
     for role in (KVConnectorRole.SCHEDULER, KVConnectorRole.WORKER):
         with pytest.raises(NotImplementedError, match="decode-context-parallel-size 2"):
             KvtierConnector(vllm_config, role, kv_cache_config)
+
+
+# Values the connector used to take without a word: a hold longer than kvtierd allows (every
+# lookup an error), a timeout of 0 (the client's "wait for ever"), a negative one (every connect
+# failed, reported as an outage), a path misspelt (every transfer failed), a flag "maybe" (read as
+# true), a salt or url that is not a string.
+BAD_EXTRA = [("hold_s", 3601), ("hold_s", -1), ("timeout_s", 0), ("timeout_s", -2),
+             ("timeout_s", "soon"), ("retry_s", -1), ("lookup_wait_s", "a while"),
+             ("path", "SHM"), ("layerwise", "maybe"), ("skip_slow_loads", "perhaps"),
+             ("tenant_salt", 42), ("url", 7)]
+
+
+@pytest.mark.parametrize("key, value", BAD_EXTRA)
+def test_a_bad_extra_config_value_is_named_at_start(unix_url, key, value):
+    vllm_config, kv_cache_config = configs(unix_url, "flashinfer", salt="bad-extra")
+    vllm_config.kv_transfer_config.kv_connector_extra_config[key] = value
+    for role in (KVConnectorRole.SCHEDULER, KVConnectorRole.WORKER):
+        with pytest.raises(kvtier.InvalidArgumentError, match=f"{key}="):
+            KvtierConnector(vllm_config, role, kv_cache_config)
+
+
+@pytest.mark.parametrize("word, on", [("off", False), ("no", False), ("0", False), (False, False),
+                                      ("on", True), ("yes", True), ("true", True), (1, True)])
+def test_flags_read_the_words_they_say(unix_url, word, on):
+    """"layerwise": "off" used to be read as on (only "0" and "false" were off)."""
+    sched, worker = sched_and_worker(unix_url, "flashinfer", salt="flags",
+                                     extra={"layerwise": word, "skip_slow_loads": word})
+    assert (worker._layerwise, sched._skip_slow_loads) == (on, on)
+    for conn in (sched, worker):
+        conn.shutdown()
 
 
 def test_fail_policy_is_warned_about_once(unix_url, caplog):

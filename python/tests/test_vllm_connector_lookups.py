@@ -223,6 +223,42 @@ def test_a_lookups_hold_keeps_the_prefix_until_it_is_loaded(tmp_path):
         daemon.stop()
 
 
+def test_a_request_queued_past_half_its_hold_is_looked_up_again(tmp_path):
+    """A request vLLM cannot admit yet (queued behind a full engine) is asked about at every
+    step; the answer of its lookup on arrival used to be offered however old, after its hold had
+    ended and other puts had evicted what it found: vLLM then allocated for a load that failed
+    (and with kv_load_failure_policy "fail", failed the request). Past half its hold the request
+    is looked up again: a miss once the prefix is gone, and, while it stays, held again."""
+    daemon = Daemon(tmp_path, host_bytes="16MiB", slab_bytes="8MiB")
+    daemon.start()
+    try:
+        sched, worker = sched_and_worker("unix://" + daemon.unix, "flashinfer", salt="rehold",
+                                         extra={"hold_s": 0.4})
+        gone, kept = ([os.urandom(32) for _ in range(2)] for _ in range(2))
+        store_request(sched, worker, "A", gone, [0, 1, 2])
+        b = request("B", gone, 2 * BLOCK + 1)
+        assert match(sched, b, 0) == (2 * BLOCK, True)
+        time.sleep(0.5)  # B waits in vLLM's queue past its hold
+        flood("unix://" + daemon.unix, sched._block_bytes, BLOCK, 12)  # 1.5x the tier
+        assert ask_until_known(sched, b, 0) == (0, False)
+
+        store_request(sched, worker, "C", kept, [3, 4, 5])
+        d = request("D", kept, 2 * BLOCK + 1)
+        assert match(sched, d, 0) == (2 * BLOCK, True)
+        lookups = sched.stats()["lookups"]
+        time.sleep(0.25)  # past half its hold: looked up (and held) again, found again
+        assert ask_until_known(sched, d, 0) == (2 * BLOCK, True)
+        assert sched.stats()["lookups"] == lookups + 1
+        sched.update_state_after_alloc(d, blocks([6, 7, 8]), 2 * BLOCK)
+        step(worker, sched.build_connector_meta(output()))
+        assert worker.stats()["loaded_blocks"] == 2
+        assert worker.get_block_ids_with_load_errors() == set()
+        for conn in (sched, worker):
+            conn.shutdown()
+    finally:
+        daemon.stop()
+
+
 def forward_pass(worker, tokens, seconds):
     """One engine step that computes `tokens` tokens in `seconds`, as the worker times it."""
     worker.bind_connector_metadata(KvtierConnectorMetadata(computed_tokens=tokens))

@@ -153,6 +153,20 @@ def test_loads_run_beside_the_forward_pass(kvtierd, proxy):
         conn.shutdown()
 
 
+def saves_handed_off(sched, worker, req_id, hashes, ids):
+    """A new request's step that computes its two blocks: its saves are handed off."""
+    r = request(req_id, hashes, 2 * BLOCK + 1)
+    assert match(sched, r, 0) == (0, False)
+    sched.update_state_after_alloc(r, blocks(ids), 0)
+    worker.bind_connector_metadata(sched.build_connector_meta(output(
+        [SimpleNamespace(req_id=req_id, block_ids=(ids,), num_computed_tokens=0)],
+        scheduled={req_id: 2 * BLOCK + 1})))
+    worker.start_load_kv(None)
+    worker.wait_for_save()
+    worker.clear_connector_metadata()
+    return r
+
+
 def test_saves_run_after_the_step_and_keep_their_blocks_until_done(kvtierd, proxy):
     """Saves through a link that holds kvtierd's answers to KVT.PUT for a second: the step ends
     at once, the request's blocks stay allocated (request_finished delays their free) until
@@ -162,17 +176,7 @@ def test_saves_run_after_the_step_and_keep_their_blocks_until_done(kvtierd, prox
     proxy.fault, proxy.delay_s, proxy.slowed = "slow", 1.0, {b"KVT.PUT"}
 
     def computed(req_id, hashes, ids):
-        """A new request's step that computes its two blocks: its saves are handed off."""
-        r = request(req_id, hashes, 2 * BLOCK + 1)
-        assert match(sched, r, 0) == (0, False)
-        sched.update_state_after_alloc(r, blocks(ids), 0)
-        slow.bind_connector_metadata(sched.build_connector_meta(output(
-            [SimpleNamespace(req_id=req_id, block_ids=(ids,), num_computed_tokens=0)],
-            scheduled={req_id: 2 * BLOCK + 1})))
-        slow.start_load_kv(None)
-        slow.wait_for_save()
-        slow.clear_connector_metadata()
-        return r
+        return saves_handed_off(sched, slow, req_id, hashes, ids)
 
     hashes = [os.urandom(32) for _ in range(2)]
     a = computed("A", hashes, [0, 1, 2])
@@ -191,6 +195,23 @@ def test_saves_run_after_the_step_and_keep_their_blocks_until_done(kvtierd, prox
     computed("C", [os.urandom(32) for _ in range(2)], [3, 4, 5])
     assert slow.stats()["stored_blocks"] == 2
     slow.handle_preemptions(KvtierConnectorMetadata(preempted={"C"}))
+    assert slow.stats()["stored_blocks"] == 4
+    for conn in (sched, fast, slow):
+        conn.shutdown()
+
+
+def test_a_preemption_waits_only_for_its_requests_saves(kvtierd, proxy):
+    """Saves through a link that holds kvtierd's answers to KVT.PUT for a second each: a
+    preemption of C waits for C's saves (and those queued before them), not for the saves queued
+    after them (E's); it used to wait for every save queued, all of which held the engine's
+    step."""
+    sched, fast, slow = through_proxy(kvtierd, proxy, "preempt")
+    proxy.fault, proxy.delay_s, proxy.slowed = "slow", 1.0, {b"KVT.PUT"}
+    saves_handed_off(sched, slow, "C", [os.urandom(32) for _ in range(2)], [0, 1, 2])
+    saves_handed_off(sched, slow, "E", [os.urandom(32) for _ in range(2)], [3, 4, 5])
+    slow.handle_preemptions(KvtierConnectorMetadata(preempted={"C"}))
+    assert slow.stats()["stored_blocks"] == 2  # C's; E's take another second
+    slow.wait_for_saves()
     assert slow.stats()["stored_blocks"] == 4
     for conn in (sched, fast, slow):
         conn.shutdown()

@@ -43,6 +43,9 @@ class Found:
     keys: list[bytes]
     tiers: list[str]
     failed: bool = False  # the lookup failed: answered as a miss
+    # time.monotonic() when its round trip was sent: kvtierd's hold of the prefix found began
+    # after it, and ends hold_s after that at the earliest
+    sent_at: float = 0.0
 
 
 class PrefixLookups:
@@ -165,6 +168,7 @@ class PrefixLookups:
             return [c.lookup_many(n, [chain[i] for chain in chains], self._hold_s)
                     for i, n in enumerate([ns, *self._other_namespaces])]
 
+        sent_at = time.monotonic()
         started = time.perf_counter()
         answers = self._guarded(lambda: self._call("lookup", look_up))
         # The whole batch's time, all namespaces': what a lookup costs a request.
@@ -178,8 +182,10 @@ class PrefixLookups:
                 self._in_flight.discard(req_id)
                 if req_id in self._queued:
                     continue  # submitted again meanwhile: that lookup answers
-                self._answers[req_id] = (_common(request_chains[0], [a[j] for a in answers])
-                                         if answers is not None else Found([], [], failed=True))
+                answer = (_common(request_chains[0], [a[j] for a in answers])
+                          if answers is not None else Found([], [], failed=True))
+                answer.sent_at = sent_at
+                self._answers[req_id] = answer
             self._cond.notify_all()
 
     @staticmethod

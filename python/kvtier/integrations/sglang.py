@@ -59,6 +59,7 @@ from sglang.srt.mem_cache.hicache_storage import (HiCacheStorage, HiCacheStorage
 from sglang.srt.mem_cache.pool_host.mha import MHATokenToKVPoolHost
 
 import kvtier
+from kvtier.integrations.extra_config import MAX_HOLD_S, ExtraConfig
 from kvtier.integrations.link import Engine, Link
 
 __all__ = ["KvtierHiCacheStorage"]
@@ -88,14 +89,6 @@ def _sglang_kv_cache_dtype() -> Optional[str]:
         return str(get_model().kv_cache_dtype)
     except Exception:  # noqa: BLE001  not published, or a SGLang without it
         return None
-
-
-def _option(extra: dict, key: str, default: Any, convert: Callable[[Any], Any]) -> Any:
-    try:
-        return convert(extra.get(key, default))
-    except (TypeError, ValueError) as e:
-        raise kvtier.InvalidArgumentError(
-            f"--hicache-storage-backend-extra-config: {key}={extra.get(key)!r}: {e}") from e
 
 
 def _mha_page_views(pool: Any) -> Optional[tuple[list[torch.Tensor], bool]]:
@@ -136,20 +129,16 @@ class KvtierHiCacheStorage(HiCacheStorage):
     def __init__(self, storage_config: HiCacheStorageConfig, kwargs: Optional[dict] = None):
         # kwargs: the factory's extra keyword arguments, as a dict (none in 0.5.23).
         self._config = storage_config
-        extra = dict(storage_config.extra_config or {})
-        self._url = _option(extra, "url", None, lambda v: v if v is None else str(v))
-        self._salt = _option(extra, "tenant_salt", "", str).encode()
-        self._path = _option(extra, "path", "auto", str)
-        if self._path not in ("auto", "shm", "inline"):
-            raise kvtier.InvalidArgumentError(
-                f"--hicache-storage-backend-extra-config: path={self._path!r}: expected auto, "
-                "shm or inline")
-        self._timeout_s = _option(extra, "timeout_s", 5.0, float)
-        self._retry_s = _option(extra, "retry_s", 1.0, float)
-        self._hold_s = _option(extra, "hold_s", 5.0, float)
-        self._model_id = _option(extra, "model_id", storage_config.model_name or "", str)
-        self._kv_cache_dtype = _option(extra, "kv_cache_dtype", None,
-                                       lambda v: v if v is None else str(v))
+        extra = ExtraConfig(dict(storage_config.extra_config or {}).get,
+                            "--hicache-storage-backend-extra-config")
+        self._url = extra.text("url", None)
+        self._salt = extra.text("tenant_salt", "").encode()
+        self._path = extra.text("path", "auto", ("auto", "shm", "inline"))
+        self._timeout_s = extra.seconds("timeout_s", 5.0, above_zero=True)
+        self._retry_s = extra.seconds("retry_s", 1.0)
+        self._hold_s = extra.seconds("hold_s", 5.0, maximum=MAX_HOLD_S)
+        self._model_id = extra.text("model_id", storage_config.model_name or "")
+        self._kv_cache_dtype = extra.text("kv_cache_dtype", None)
         if not self._model_id:
             raise kvtier.InvalidArgumentError(
                 "--hicache-storage-backend-extra-config: model_id: SGLang gave no model name; "

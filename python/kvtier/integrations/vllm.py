@@ -129,6 +129,7 @@ from vllm.distributed.kv_transfer.kv_connector.v1.metrics import (KVConnectorPro
                                                                    KVConnectorStats)
 
 import kvtier
+from kvtier.integrations.extra_config import ExtraConfig
 from kvtier.integrations.link import Engine, Link
 from kvtier.integrations.vllm_metadata import (KvtierConnectorMetadata, KvtierConnectorStats,
                                                KvtierPromMetrics, KvtierWorkerMetadata)
@@ -205,15 +206,16 @@ class KvtierConnector(SchedulerSide, WorkerSide, KVConnectorBase_V1):
 
     def __init__(self, vllm_config: Any, role: KVConnectorRole, kv_cache_config: Any):
         super().__init__(vllm_config=vllm_config, role=role, kv_cache_config=kv_cache_config)
-        extra = self._kv_transfer_config.get_from_extra_config
+        extra = ExtraConfig(self._kv_transfer_config.get_from_extra_config,
+                            "--kv-transfer-config kv_connector_extra_config")
         self._block_size = vllm_config.cache_config.block_size
         _refuse_decode_context_parallel(vllm_config.parallel_config)
         _refuse_pipeline_parallel(vllm_config.parallel_config)
         self._layers, spec = _attention_layers(kv_cache_config)
-        descriptor = self._init_namespaces(vllm_config, spec, extra("tenant_salt", ""))
+        descriptor = self._init_namespaces(vllm_config, spec, extra.text("tenant_salt", ""))
         self._block_bytes = spec.page_size_bytes * len(self._layers)
-        self._link = Link(extra("url", None), float(extra("timeout_s", 5.0)),
-                          float(extra("retry_s", 1.0)), descriptor, self._block_bytes, _ENGINE)
+        self._link = Link(extra.text("url", None), extra.seconds("timeout_s", 5.0, above_zero=True),
+                          extra.seconds("retry_s", 1.0), descriptor, self._block_bytes, _ENGINE)
         # Counters (stats()).
         self._counts = dict.fromkeys(
             ("lookups", "lookup_errors", "hit_tokens", "skipped_loads", "skipped_tokens",

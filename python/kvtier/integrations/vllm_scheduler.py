@@ -13,22 +13,29 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import time
 from typing import Any, Callable, Optional
 
 from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorMetadata, KVConnectorRole
 
 import kvtier
+from kvtier.integrations.extra_config import MAX_HOLD_S, ExtraConfig
 from kvtier.integrations.load_cost import LoadCostModel
-from kvtier.integrations.prefix_lookups import PrefixLookups
+from kvtier.integrations.prefix_lookups import Found, PrefixLookups
 from kvtier.integrations.vllm_metadata import KvtierConnectorMetadata, Transfer
 
 logger = logging.getLogger("vllm.kvtier")  # vLLM's child logger, as in vllm.py
 
 # How long a prefix found at lookup is held (kept from eviction) by default: a request is
-# allocated and loaded within a few steps of its lookup unless the engine is full, and then it
-# is looked up again when it is rescheduled. The hold expires on its own: a pin is not counted
-# per holder, so it cannot be handed back without ending someone else's.
+# allocated and loaded within a few steps of its lookup unless the engine is full. One that waits
+# longer (queued behind a full engine) is looked up again once half its hold has passed
+# (_HOLD_SHARE_USED), and a preempted one when it is rescheduled. The hold expires on its own: a
+# pin is not counted per holder, so it cannot be handed back without ending someone else's.
 _DEFAULT_HOLD_S = 5.0
+
+# The share of hold_s after which a lookup's answer is no longer offered: the other half covers
+# the allocation and the load that follow the offer (a few steps).
+_HOLD_SHARE_USED = 0.5
 
 # The longest the scheduler waits for a request's lookup (sent when it arrived) when nothing else
 # runs or loads: the alternative is an empty engine step, which costs the request as much and
@@ -82,18 +89,18 @@ class _Offer:
 class SchedulerSide:
     """KvtierConnector's scheduler-side methods (see the module docstring)."""
 
-    def _init_scheduler_side(self, extra: Callable[[str, Any], Any]) -> None:
+    def _init_scheduler_side(self, extra: ExtraConfig) -> None:
         """The scheduler's settings (extra config) and state. Set up in either role: the
         connector's methods for both roles (shutdown) read some of it."""
         self._warn_unless_recompute()
         # Loads slower than the engine's recompute are skipped (load_cost.py), from the timings
         # the worker reports through vLLM's connector stats.
-        self._skip_slow_loads = str(extra("skip_slow_loads", True)).lower() not in ("0", "false")
+        self._skip_slow_loads = extra.flag("skip_slow_loads", True)
         # How long kvtierd keeps a prefix found at lookup from eviction, so that it is still
         # there when the worker loads it.
-        self._hold_s = float(extra("hold_s", _DEFAULT_HOLD_S))
+        self._hold_s = extra.seconds("hold_s", _DEFAULT_HOLD_S, maximum=MAX_HOLD_S)
         # How long a request is "not known yet" at most, before it runs as a miss.
-        self._lookup_wait_s = float(extra("lookup_wait_s", _DEFAULT_LOOKUP_WAIT_S))
+        self._lookup_wait_s = extra.seconds("lookup_wait_s", _DEFAULT_LOOKUP_WAIT_S)
         self._cost = LoadCostModel()
         self._tracked: dict[str, _Tracked] = {}
         self._loads: list[Transfer] = []
@@ -101,7 +108,7 @@ class SchedulerSide:
         # about), and their answers (keys of the prefix found, tier of each) until the request
         # is allocated.
         self._lookups: Optional[PrefixLookups] = None
-        self._found: dict[str, tuple[list[bytes], list[str]]] = {}
+        self._found: dict[str, Found] = {}
         self._offered: dict[str, _Offer] = {}
         self._load_decisions: dict[str, bool] = {}  # _worth_loading's, until allocated
         # Blocks each request is loading into asynchronously, until the workers report it loaded
@@ -193,11 +200,18 @@ class SchedulerSide:
         if not keys or request.request_id in self._failed_loads:
             return 0, False
         found = self._found.get(request.request_id)
+        if found is not None and self._outlived_hold(found):
+            # Queued since its lookup, past the time kvtierd keeps its prefix: what it found may
+            # be gone or moved to a slower tier. Looked up again (held again), decided again.
+            del self._found[request.request_id]
+            self._load_decisions.pop(request.request_id, None)
+            self._submit(request, keys)
+            found = None
         if found is None:
             found = self._take_lookup(request, keys)
             if found is None:
                 return None, False
-        found_keys, tiers = found
+        found_keys, tiers = found.keys, found.tiers
         if not found_keys:
             return 0, False
         offered = max(len(found_keys) * self._block_size - num_computed_tokens, 0)
@@ -213,14 +227,20 @@ class SchedulerSide:
         offer.load_async = offered > 0 and self._others_busy(request.request_id)
         return offered, offer.load_async
 
+    def _outlived_hold(self, found: Found) -> bool:
+        """Whether a lookup's answer is too old to offer: it found blocks and is past
+        _HOLD_SHARE_USED of their hold (a miss holds nothing; with no hold, hold_s 0, nothing is
+        kept for any answer and each is offered)."""
+        return (bool(found.keys) and self._hold_s > 0
+                and time.monotonic() - found.sent_at >= self._hold_s * _HOLD_SHARE_USED)
+
     def _others_busy(self, req_id: str) -> bool:
         """Whether a request other than req_id runs (or waits, preempted) or loads. A request
         resumed after a preemption is still tracked itself: it is not "something else"."""
         return (any(r != req_id for r in self._tracked)
                 or any(r != req_id for r in self._loading_blocks))
 
-    def _take_lookup(self, request: Any,
-                     keys: list[bytes]) -> Optional[tuple[list[bytes], list[str]]]:
+    def _take_lookup(self, request: Any, keys: list[bytes]) -> Optional[Found]:
         """request's lookup answer (kept in _found until the request is allocated), or None while
         it is not in; submits the lookup if it was not (a vLLM without on_new_request, a
         request asked about again after its answer was used)."""
@@ -234,8 +254,8 @@ class SchedulerSide:
             return None
         self._counts["lookups"] += 1
         self._counts["lookup_errors"] += int(answer.failed)
-        found = self._found[req_id] = (answer.keys, answer.tiers)
-        return found
+        self._found[req_id] = answer
+        return answer
 
     def _observe_round_trips(self) -> None:
         for seconds in self._lookups.round_trips():

@@ -24,6 +24,7 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import (KVConnectorMetada
 
 import kvtier
 from kvtier import _kvtier
+from kvtier.integrations.extra_config import ExtraConfig
 from kvtier.integrations.link import Link
 from kvtier.integrations.load_cost import slowest_tier
 from kvtier.integrations.vllm_metadata import KvtierWorkerMetadata, Transfer
@@ -76,10 +77,12 @@ class _Mover:
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
-    def submit(self, job: Any) -> None:
+    def submit(self, job: Any) -> int:
+        """Queues job; its ticket (wait_until's): jobs run in the order of their tickets."""
         with self._cond:
             self._submitted += 1
-        self._queue.put(job)
+            self._queue.put(job)
+            return self._submitted
 
     def take(self) -> list[tuple[Any, Any, float]]:
         """The jobs finished since the last call: (job, result, seconds)."""
@@ -91,6 +94,11 @@ class _Mover:
         """Waits until every job submitted so far has finished, or timeout_s has passed."""
         with self._cond:
             self._cond.wait_for(lambda: self._finished == self._submitted, timeout_s)
+
+    def wait_until(self, ticket: int) -> None:
+        """Waits until the job of `ticket` (submit's), and so every job before it, has finished."""
+        with self._cond:
+            self._cond.wait_for(lambda: self._finished >= ticket)
 
     def _run(self) -> None:
         while (job := self._queue.get()) is not None:
@@ -153,11 +161,11 @@ def _page_views(t: torch.Tensor, num_blocks: int) -> list[torch.Tensor]:
 class WorkerSide:
     """KvtierConnector's worker-side methods (see the module docstring)."""
 
-    def _init_worker_side(self, extra: Callable[[str, Any], Any]) -> None:
+    def _init_worker_side(self, extra: ExtraConfig) -> None:
         """The worker's settings (extra config) and state; the pages and threads come with
         register_kv_caches. Set up in either role: the connector's methods for both roles
         (shutdown) read some of it."""
-        self._path = extra("path", "auto")
+        self._path = extra.text("path", "auto", ("auto", "shm", "inline"))
         self._step_started: Optional[float] = None  # bind_connector_metadata of this step
         # Of this step's time, what its synchronous loads took (made in start_load_kv, or waited
         # for in wait_for_layer_load): not the recompute's price.
@@ -170,6 +178,7 @@ class WorkerSide:
         self._load_exception_logged = False
         self._loading: dict[str, int] = {}  # request id -> its loads not finished yet
         self._saving: dict[str, int] = {}   # request id -> its saves not finished yet
+        self._last_save: dict[str, int] = {}  # request id -> its last save's ticket (_Mover)
         # Finished requests whose blocks vLLM keeps until they are reported saved (the
         # scheduler's delayed_frees): reported once their saves are done.
         self._delayed_frees: set[str] = set()
@@ -181,7 +190,7 @@ class WorkerSide:
         # the pass, on the engine's thread. Either way through a link of their own, never the
         # load thread's: a link serves one thread, and the step must not wait behind an
         # asynchronous load (a disk-bound one, say) to use it.
-        self._layerwise = str(extra("layerwise", True)).lower() not in ("0", "false")
+        self._layerwise = extra.flag("layerwise", True)
         self._layer_loader: Optional[_Mover] = None
         self._sync_link: Optional[Link] = None
         self._layer_loads: list[_LayeredLoad] = []  # this step's
@@ -394,7 +403,8 @@ class WorkerSide:
                 if blocks:
                     self._counts[key] += blocks
                     self._note(key, blocks)
-            _count_down(self._saving, t.req_id)
+            if _count_down(self._saving, t.req_id):
+                self._last_save.pop(t.req_id, None)
 
     def wait_for_saves(self) -> None:
         """Returns once every save handed to the save thread has finished, and counted in stats()
@@ -407,8 +417,13 @@ class WorkerSide:
         """Before the forward pass of a step that preempted requests: their blocks may be given
         to other requests and written in this pass, so their saves must end first."""
         preempted = getattr(kv_connector_metadata, "preempted", None) or set()
-        if any(r in self._saving for r in preempted):
-            self.wait_for_saves()
+        if self._saver is None or not any(r in self._saving for r in preempted):
+            return
+        self._collect_saves()  # saves finished since the last step need no wait
+        tickets = [self._last_save[r] for r in preempted if r in self._last_save]
+        if tickets:  # the saves queued after theirs are not waited for
+            self._saver.wait_until(max(tickets))
+            self._collect_saves()
 
     def wait_for_layer_load(self, layer_name: str) -> None:
         """Before an attention layer computes: waits (the GIL released) until that layer's pages
@@ -443,7 +458,8 @@ class WorkerSide:
             if on_device:  # the copy waits for the kernels that wrote the blocks
                 ready = torch.cuda.Event()
                 ready.record(torch.cuda.current_stream(self._pages[0].device))
-            self._saver.submit(_Save(t, ready))  # counted in _saving since bind
+            # Counted in _saving since bind.
+            self._last_save[t.req_id] = self._saver.submit(_Save(t, ready))
 
     def _save(self, job: _Save) -> int:
         """On the save thread: job's blocks out of vLLM's pages into kvtierd; how many it stored."""
