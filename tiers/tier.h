@@ -173,6 +173,11 @@ class Tier {
   // Tiers that keep nothing across a restart have nothing to do.
   virtual Status MustSurviveRestart(const Extent& extent) { return Status::Ok(); }
 
+  // The key `id` was removed or written again: a tier that found blocks at start-up which the
+  // store has not adopted yet (the NVMe tier) frees those of `id`, so that none comes back at a
+  // later restart. A no-op for the others.
+  virtual void DropRecoveredCopies(const BlockIdentity& id) {}
+
   virtual TierStats Stats() const = 0;
 
   // Device counters beyond TierStats (NVMe: reads, bytes written to the device, checksum

@@ -197,6 +197,8 @@ size_t AdoptRecoveredBlocks(DaemonTiers& tiers, store::Store& store,
     // A gauge for operators and tests: refreshed every 4096 blocks, not every one.
     if (handed % 4096 == 0) store.SetPendingAdoptions(found.size() - handed);
     const tiers::nvme::RecoveredBlock& b = found[handed];
+    // Dropped since: its key was removed or written again, and the extent may be reused.
+    if (!tiers.nvme->SettleRecovered(b.extent)) continue;
     Status st = store.AdoptBlock(TierId::kNvme, b.ns, b.key, b.extent, b.payload_checksum);
     if (st.ok()) {
       ++adopted;

@@ -294,7 +294,7 @@ size_t Store::Refresh(const NamespaceId& ns, std::span<const BlockKey> keys) {
 }
 
 Status Store::Remove(const NamespaceId& ns, const BlockKey& key) {
-  NoteChangedDuringAdoption(key);
+  NoteChangedDuringAdoption(ns, key);
   std::optional<BlockMeta> gone = index_->EraseIf(key, [&](const BlockMeta& m) {
     return m.ns == ns && m.state == BlockState::kReady && m.lease_count == 0;
   });
@@ -421,10 +421,13 @@ void Store::SetPendingAdoptions(uint64_t blocks) {
   changed_during_adoption_.clear();
 }
 
-void Store::NoteChangedDuringAdoption(const BlockKey& key) {
+void Store::NoteChangedDuringAdoption(const NamespaceId& ns, const BlockKey& key) {
   if (pending_adoptions_.load(std::memory_order_relaxed) == 0) return;
-  MutexLock lock(adoption_mu_);
-  changed_during_adoption_.insert(key);
+  {
+    MutexLock lock(adoption_mu_);
+    changed_during_adoption_.insert(key);
+  }
+  for (tiers::Tier* t : tiers_) t->DropRecoveredCopies({ns, key});
 }
 
 }  // namespace kvtier::store

@@ -747,8 +747,10 @@ class Store {
   // refused. Cleared when adoption ends.
   Mutex adoption_mu_;
   std::unordered_set<BlockKey, Key128Hash> changed_during_adoption_ GUARDED_BY(adoption_mu_);
-  // Records `key` in changed_during_adoption_ while adoption is pending.
-  void NoteChangedDuringAdoption(const BlockKey& key);
+  // While adoption is pending: records `key` in changed_during_adoption_, and has the tiers drop
+  // its recovered copies not adopted yet (Tier::DropRecoveredCopies), which would otherwise come
+  // back at the next restart if this run ended before adopting them.
+  void NoteChangedDuringAdoption(const NamespaceId& ns, const BlockKey& key);
   // Per tier: bytes of victims EvictToTarget has picked and not moved yet.
   std::array<std::atomic<uint64_t>, kTierCount> evicting_bytes_{};
   MoveRequests move_requests_;

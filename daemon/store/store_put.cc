@@ -122,7 +122,7 @@ Status Store::CommitPutAs(uint64_t reservation_id, const BlockKey& key,
 }
 
 Status Store::Publish(const ReservationRecord& record, std::optional<uint64_t> checksum) {
-  NoteChangedDuringAdoption(record.key);
+  NoteChangedDuringAdoption(record.ns, record.key);
   if (!namespaces_.Registered(record.ns)) {
     DiscardWriting(record);
     return NotFound("namespace " + record.ns.ToHex() + " was dropped during the put");

@@ -209,7 +209,8 @@ TEST_F(StorePlacementTest, AdoptedBlocksAreServedFromWhereTheyLie) {
 
 // A key removed (or written again) while the blocks found at start-up are still being adopted:
 // its recovered copy is older than what the client did since and is refused, so that a DEL is
-// not undone by the adoption that reaches the key later.
+// not undone by the adoption that reaches the key later; and the tiers are told at once to drop
+// it, so that a run that ends before adopting it does not leave it for the next start.
 TEST_F(StorePlacementTest, AKeyRemovedOrPutDuringAdoptionDoesNotGetItsOldCopyBack) {
   BuildTwoTiers(2, 8);
   std::vector<Extent> found;
@@ -223,6 +224,8 @@ TEST_F(StorePlacementTest, AKeyRemovedOrPutDuringAdoptionDoesNotGetItsOldCopyBac
   EXPECT_EQ(store_->Remove(kNs, Key(1)).code(), StatusCode::kNotFound);  // not adopted yet
   ASSERT_TRUE(PutBlock(2).ok());
   ASSERT_TRUE(store_->Remove(kNs, Key(2)).ok());  // written again, then removed
+  // Key 1 once (its remove), key 2 twice (its put, its remove); key 3 untouched.
+  EXPECT_EQ(nvme().dropped_recovered(), (std::vector<BlockKey>{Key(1), Key(2), Key(2)}));
   EXPECT_EQ(store_->AdoptBlock(TierId::kNvme, kNs, Key(1), found[0], std::nullopt).code(),
             StatusCode::kRejected);
   EXPECT_EQ(store_->AdoptBlock(TierId::kNvme, kNs, Key(2), found[1], std::nullopt).code(),
@@ -234,6 +237,8 @@ TEST_F(StorePlacementTest, AKeyRemovedOrPutDuringAdoptionDoesNotGetItsOldCopyBac
   EXPECT_FALSE(Cached(1));
   EXPECT_FALSE(Cached(2));
   EXPECT_TRUE(Cached(3));
+  ASSERT_TRUE(store_->Remove(kNs, Key(3)).ok());  // adoption over: nothing to drop
+  EXPECT_EQ(nvme().dropped_recovered().size(), 3u);
   // Once adoption is over, nothing is remembered: a later start adopts what it finds.
   Result<Extent> later = nvme().Allocate(kBlock);
   ASSERT_TRUE(later.ok());

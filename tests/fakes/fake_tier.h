@@ -217,6 +217,16 @@ class FakeTier final : public tiers::Tier {
     return uses_;
   }
 
+  void DropRecoveredCopies(const tiers::BlockIdentity& id) override {
+    MutexLock lock(mu_);
+    dropped_recovered_.push_back(id.key);
+  }
+  // The keys DropRecoveredCopies was called with, in order.
+  std::vector<BlockKey> dropped_recovered() const {
+    MutexLock lock(mu_);
+    return dropped_recovered_;
+  }
+
   // WriteBlock calls that stored a block.
   uint64_t block_writes() const {
     MutexLock lock(mu_);
@@ -288,6 +298,7 @@ class FakeTier final : public tiers::Tier {
   uint64_t checksum_failures_ GUARDED_BY(mu_) = 0;
   uint64_t block_writes_ GUARDED_BY(mu_) = 0;
   std::vector<uint64_t> uses_ GUARDED_BY(mu_);
+  std::vector<BlockKey> dropped_recovered_ GUARDED_BY(mu_);
   std::vector<size_t> write_batches_ GUARDED_BY(mu_);
   std::vector<size_t> read_batches_ GUARDED_BY(mu_);
   std::vector<BlockKey> failing_keys_ GUARDED_BY(mu_);

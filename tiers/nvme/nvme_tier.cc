@@ -211,7 +211,8 @@ void NvmeTier::ClaimRecords(std::span<const CatalogRecord> records) {
       }
       BlockIdentity id{r.ns, r.key};
       owner_[id] = r.offset;
-      blocks_[r.offset] = Entry{id, r.payload_bytes, r.payload_checksum, true};
+      blocks_[r.offset] = Entry{id, r.payload_bytes, r.payload_checksum, /*durable=*/true,
+                                /*awaiting_adoption=*/true};
       recovered_.push_back(
           {r.ns, r.key, {r.offset, r.payload_bytes}, r.payload_checksum, r.last_access_unix_us});
     }
@@ -235,6 +236,34 @@ void NvmeTier::Drop(const CatalogRecord& r, bool claimed) {
 std::vector<RecoveredBlock> NvmeTier::TakeRecovered() {
   MutexLock lock(mu_);
   return std::move(recovered_);
+}
+
+bool NvmeTier::SettleRecovered(const Extent& extent) {
+  MutexLock lock(mu_);
+  auto it = blocks_.find(extent.offset);
+  if (it == blocks_.end() || !it->second.awaiting_adoption) return false;
+  it->second.awaiting_adoption = false;
+  return true;
+}
+
+void NvmeTier::DropRecoveredCopies(const BlockIdentity& id) {
+  std::vector<Extent> dropped;
+  {
+    MutexLock catalog_lock(catalog_mu_);
+    std::vector<uint64_t> offsets;
+    if (auto owner = owner_.find(id); owner != owner_.end()) offsets.push_back(owner->second);
+    for (auto [it, end] = other_copies_.equal_range(id); it != end; ++it) {
+      offsets.push_back(it->second);
+    }
+    MutexLock lock(mu_);
+    for (const uint64_t offset : offsets) {
+      auto it = blocks_.find(offset);
+      if (it == blocks_.end() || !(it->second.id == id) || !it->second.awaiting_adoption) continue;
+      it->second.awaiting_adoption = false;  // settled here: the adoption leaves it alone
+      dropped.push_back({offset, it->second.payload_bytes});
+    }
+  }
+  for (const Extent& extent : dropped) Free(extent);
 }
 
 Result<Extent> NvmeTier::Allocate(uint64_t bytes) {

@@ -207,7 +207,17 @@ class NvmeTier final : public Tier {
   }
 
   // The blocks found at open, oldest access first; empty on later calls. Call once after Open.
+  // Each awaits adoption until the caller settles it (SettleRecovered) or the tier drops it
+  // (DropRecoveredCopies).
   std::vector<RecoveredBlock> TakeRecovered();
+  // Whether the block found at open at `extent` still awaits adoption; it no longer does after
+  // this call, and the caller adopts it or frees it. false: dropped since (its key changed), and
+  // its extent may be another block's by now: the caller leaves it alone.
+  bool SettleRecovered(const Extent& extent);
+  // Frees the blocks of `id` found at open that still await adoption: the key was removed or
+  // written again since the start, and such a block, left with its record, would come back at
+  // the next restart if this run ended before adopting it.
+  void DropRecoveredCopies(const BlockIdentity& id) override;
   // Makes every block written so far durable: fdatasync of the data file, then of the catalog log.
   Status Sync();
   // Blocks written (WriteBlock, WriteBlocks) since the last successful Sync, and of them those
@@ -234,6 +244,9 @@ class NvmeTier final : public Tier {
     uint64_t payload_bytes = 0;
     uint64_t checksum = 0;
     bool durable = false;  // has a catalog record
+    // Found at open and not settled yet (SettleRecovered, DropRecoveredCopies): the store does
+    // not know it.
+    bool awaiting_adoption = false;
   };
 
   // The data file holding region offset `offset`, and the file offset of it.

@@ -397,6 +397,40 @@ TEST_P(NvmeTierTest, FreeingTheNewerCopyOfABlockKeepsTheOlderOneRecorded) {
   EXPECT_TRUE(tier->TakeRecovered().empty());
 }
 
+// Keys changed while the blocks found at open await adoption: key 1 written again (its record
+// moves to the new copy) and that copy freed (a DEL), which used to pass the record back to the
+// copy found at open; key 2 removed before its adoption. The store has the tier drop their copies
+// found at open (DropRecoveredCopies): none comes back at the next restart, the adoption leaves
+// them alone (SettleRecovered), and the block nobody changed is adopted as before.
+TEST_P(NvmeTierTest, CopiesFoundAtOpenDroppedBeforeTheirAdoptionStayGone) {
+  auto o = Opts();
+  Extent kept;
+  {
+    auto tier = OpenTier(o);
+    Put(*tier, 1, 8192);
+    Put(*tier, 2, 8192);
+    kept = Put(*tier, 3, 8192);
+  }
+  {
+    auto tier = OpenTier(o);
+    const std::vector<RecoveredBlock> found = tier->TakeRecovered();
+    ASSERT_EQ(found.size(), 3u);
+    const Extent again = Put(*tier, 1, 8192);
+    tier->DropRecoveredCopies(Id(1));
+    tier->Free(again);
+    tier->DropRecoveredCopies(Id(2));
+    for (const RecoveredBlock& b : found) {
+      EXPECT_EQ(tier->SettleRecovered(b.extent), b.extent == kept) << b.extent.offset;
+    }
+    EXPECT_FALSE(tier->SettleRecovered(kept));  // settled once
+    EXPECT_TRUE(ReadsBack(*tier, kept, 3));
+  }
+  auto tier = OpenTier(o);
+  const std::vector<RecoveredBlock> rec = tier->TakeRecovered();
+  ASSERT_EQ(rec.size(), 1u);
+  EXPECT_EQ(rec[0].extent, kept);
+}
+
 // Two copies of one block written at once: the older copy's record is put, and before its
 // WriteBlock returns, a newer copy takes the record over and is freed. The record must pass back
 // to the older copy, whose write returned and which was never freed, rather than be deleted
