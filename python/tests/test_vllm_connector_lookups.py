@@ -213,14 +213,20 @@ def test_a_lookups_hold_keeps_the_prefix_until_it_is_loaded(tmp_path):
         flood("unix://" + daemon.unix, sched._block_bytes, BLOCK, 12)  # 6,000 blocks of the same size class: 1.5x the tier
         assert match(sched, request("D", control, 2 * BLOCK + 1), 0) == (0, False)
 
-        sched.update_state_after_alloc(b, blocks([6, 7, 8]), 2 * BLOCK)
-        step(worker, sched.build_connector_meta(output()))
-        assert worker.stats()["loaded_blocks"] == 2
-        assert worker.get_block_ids_with_load_errors() == set()
+        assert loads_its_two_blocks(sched, worker, b, [6, 7, 8])
         for conn in (sched, worker):
             conn.shutdown()
     finally:
         daemon.stop()
+
+
+def loads_its_two_blocks(sched, worker, r, ids):
+    """Whether r, offered two blocks, allocated `ids` and loaded in one step gets both, with none
+    to recompute."""
+    sched.update_state_after_alloc(r, blocks(ids), 2 * BLOCK)
+    step(worker, sched.build_connector_meta(output()))
+    return (worker.stats()["loaded_blocks"] == 2
+            and worker.get_block_ids_with_load_errors() == set())
 
 
 def test_a_request_queued_past_half_its_hold_is_looked_up_again(tmp_path):
@@ -249,10 +255,7 @@ def test_a_request_queued_past_half_its_hold_is_looked_up_again(tmp_path):
         time.sleep(0.25)  # past half its hold: looked up (and held) again, found again
         assert ask_until_known(sched, d, 0) == (2 * BLOCK, True)
         assert sched.stats()["lookups"] == lookups + 1
-        sched.update_state_after_alloc(d, blocks([6, 7, 8]), 2 * BLOCK)
-        step(worker, sched.build_connector_meta(output()))
-        assert worker.stats()["loaded_blocks"] == 2
-        assert worker.get_block_ids_with_load_errors() == set()
+        assert loads_its_two_blocks(sched, worker, d, [6, 7, 8])
         for conn in (sched, worker):
             conn.shutdown()
     finally:
