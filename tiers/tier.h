@@ -173,10 +173,11 @@ class Tier {
   // Tiers that keep nothing across a restart have nothing to do.
   virtual Status MustSurviveRestart(const Extent& extent) { return Status::Ok(); }
 
-  // The key `id` was removed or written again: a tier that found blocks at start-up which the
-  // store has not adopted yet (the NVMe tier) frees those of `id`, so that none comes back at a
-  // later restart. A no-op for the others.
-  virtual void DropRecoveredCopies(const BlockIdentity& id) {}
+  // Key `key` of `ns` was removed or written again, or with no key the namespace `ns` was
+  // dropped: a tier that found blocks at start-up which the store has not adopted yet (the NVMe
+  // tier) frees those of the key (of the namespace), so that none comes back at a later restart.
+  // A no-op for the others.
+  virtual void DropRecoveredCopies(const NamespaceId& ns, const std::optional<BlockKey>& key) {}
 
   virtual TierStats Stats() const = 0;
 

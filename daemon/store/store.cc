@@ -342,9 +342,13 @@ void Store::Hold(const NamespaceId& ns, std::span<const BlockKey> keys, uint64_t
 }
 
 Result<uint64_t> Store::DropNamespace(const NamespaceId& ns) {
-  // Blocks of it that the daemon adopts from disk after this must not come back.
-  KVTIER_RETURN_IF_ERROR(
-      namespaces_.Drop(ns, pending_adoptions_.load(std::memory_order_relaxed) > 0));
+  // Blocks of it that the daemon adopts from disk after this must not come back, in this run
+  // (the registry refuses them) or the next (the tiers drop them now).
+  const bool adopting = pending_adoptions_.load(std::memory_order_relaxed) > 0;
+  KVTIER_RETURN_IF_ERROR(namespaces_.Drop(ns, adopting));
+  if (adopting) {
+    for (tiers::Tier* t : tiers_) t->DropRecoveredCopies(ns, std::nullopt);
+  }
   uint64_t removed = 0;
   for (const BlockKey& key : index_->KeysOfNamespace(ns)) {
     std::optional<BlockMeta> gone = index_->EraseIf(key, [&](const BlockMeta& m) {
@@ -427,7 +431,7 @@ void Store::NoteChangedDuringAdoption(const NamespaceId& ns, const BlockKey& key
     MutexLock lock(adoption_mu_);
     changed_during_adoption_.insert(key);
   }
-  for (tiers::Tier* t : tiers_) t->DropRecoveredCopies({ns, key});
+  for (tiers::Tier* t : tiers_) t->DropRecoveredCopies(ns, key);
 }
 
 }  // namespace kvtier::store

@@ -246,7 +246,8 @@ TEST_F(StorePlacementTest, AKeyRemovedOrPutDuringAdoptionDoesNotGetItsOldCopyBac
 }
 
 // Blocks found at start-up are adopted while the daemon serves: a namespace dropped meanwhile
-// must not get the rest of its blocks back.
+// must not get the rest of its blocks back, in this run or (the tiers told to drop them) the
+// next.
 TEST_F(StorePlacementTest, ANamespaceDroppedDuringAdoptionGetsNoMoreBlocks) {
   BuildTwoTiers(2, 8);
   Result<Extent> first = nvme().Allocate(kBlock);
@@ -257,6 +258,7 @@ TEST_F(StorePlacementTest, ANamespaceDroppedDuringAdoptionGetsNoMoreBlocks) {
   Result<uint64_t> dropped = store_->DropNamespace(kNs);
   ASSERT_TRUE(dropped.ok());
   EXPECT_EQ(*dropped, 1u);
+  EXPECT_EQ(nvme().dropped_recovered(), std::vector<BlockKey>{FakeTier::kWholeNamespace});
   EXPECT_EQ(store_->AdoptBlock(TierId::kNvme, kNs, Key(2), *second, std::nullopt).code(),
             StatusCode::kRejected);
   nvme().Free(*second);

@@ -217,10 +217,12 @@ class FakeTier final : public tiers::Tier {
     return uses_;
   }
 
-  void DropRecoveredCopies(const tiers::BlockIdentity& id) override {
+  void DropRecoveredCopies(const NamespaceId& ns, const std::optional<BlockKey>& key) override {
     MutexLock lock(mu_);
-    dropped_recovered_.push_back(id.key);
+    dropped_recovered_.push_back(key.value_or(kWholeNamespace));
   }
+  // A whole namespace's drop, in dropped_recovered().
+  static constexpr BlockKey kWholeNamespace{{~uint64_t{0}, ~uint64_t{0}}};
   // The keys DropRecoveredCopies was called with, in order.
   std::vector<BlockKey> dropped_recovered() const {
     MutexLock lock(mu_);

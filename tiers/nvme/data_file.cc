@@ -99,13 +99,14 @@ Result<std::unique_ptr<DataFile>> DataFile::Open(const Options& options) {
   }
   if (Status read = file->ReadSuperblock(); !read.ok() || file->superblock_.capacity_bytes == 0) {
     // A superblock of capacity 0, or (the first write not out yet) a page of zeros at most.
-    const bool cut_short = read.ok() || (read.code() == StatusCode::kCorruption &&
-                                         static_cast<uint64_t>(st.st_size) <= kSuperblockBytes &&
-                                         file->SuperblockNeverWritten());
-    if (!cut_short && read.code() == StatusCode::kCorruption) {
+    const bool zeros =
+        !read.ok() && read.code() == StatusCode::kCorruption && file->SuperblockNeverWritten();
+    const bool cut_short =
+        read.ok() || (zeros && static_cast<uint64_t>(st.st_size) <= kSuperblockBytes);
+    if (!cut_short && zeros) {
       return Corruption(read.message() +
-                        "; it is left as it is: name another file in "
-                        "nvme.data_paths, or remove this one");
+                        "; its first 4 KiB are zeros, and it is left as it is: "
+                        "name another file in nvme.data_paths, or remove this one");
     }
     if (!cut_short) return read;
     spdlog::warn("nvme: {} was being formatted when kvtierd stopped; formatting it", options.path);

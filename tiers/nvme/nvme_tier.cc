@@ -246,19 +246,30 @@ bool NvmeTier::SettleRecovered(const Extent& extent) {
   return true;
 }
 
-void NvmeTier::DropRecoveredCopies(const BlockIdentity& id) {
+void NvmeTier::DropRecoveredCopies(const NamespaceId& ns, const std::optional<BlockKey>& key) {
   std::vector<Extent> dropped;
   {
     MutexLock catalog_lock(catalog_mu_);
     std::vector<uint64_t> offsets;
-    if (auto owner = owner_.find(id); owner != owner_.end()) offsets.push_back(owner->second);
-    for (auto [it, end] = other_copies_.equal_range(id); it != end; ++it) {
-      offsets.push_back(it->second);
+    if (key) {
+      const BlockIdentity id{ns, *key};
+      if (auto owner = owner_.find(id); owner != owner_.end()) offsets.push_back(owner->second);
+      for (auto [it, end] = other_copies_.equal_range(id); it != end; ++it) {
+        offsets.push_back(it->second);
+      }
     }
     MutexLock lock(mu_);
+    if (!key) {
+      for (const auto& [offset, entry] : blocks_) {
+        if (entry.awaiting_adoption && entry.id.ns == ns) offsets.push_back(offset);
+      }
+    }
     for (const uint64_t offset : offsets) {
       auto it = blocks_.find(offset);
-      if (it == blocks_.end() || !(it->second.id == id) || !it->second.awaiting_adoption) continue;
+      if (it == blocks_.end() || !it->second.awaiting_adoption || !(it->second.id.ns == ns) ||
+          (key && !(it->second.id.key == *key))) {
+        continue;
+      }
       it->second.awaiting_adoption = false;  // settled here: the adoption leaves it alone
       dropped.push_back({offset, it->second.payload_bytes});
     }

@@ -214,10 +214,11 @@ class NvmeTier final : public Tier {
   // this call, and the caller adopts it or frees it. false: dropped since (its key changed), and
   // its extent may be another block's by now: the caller leaves it alone.
   bool SettleRecovered(const Extent& extent);
-  // Frees the blocks of `id` found at open that still await adoption: the key was removed or
-  // written again since the start, and such a block, left with its record, would come back at
-  // the next restart if this run ended before adopting it.
-  void DropRecoveredCopies(const BlockIdentity& id) override;
+  // Frees the blocks of `key` in `ns` (of every key of `ns` when none is given) found at open
+  // that still await adoption: the key was removed or written again since the start (the
+  // namespace dropped), and such a block, left with its record, would come back at the next
+  // restart if this run ended before adopting it. For a namespace, a walk of every block.
+  void DropRecoveredCopies(const NamespaceId& ns, const std::optional<BlockKey>& key) override;
   // Makes every block written so far durable: fdatasync of the data file, then of the catalog log.
   Status Sync();
   // Blocks written (WriteBlock, WriteBlocks) since the last successful Sync, and of them those

@@ -416,14 +416,44 @@ TEST_P(NvmeTierTest, CopiesFoundAtOpenDroppedBeforeTheirAdoptionStayGone) {
     const std::vector<RecoveredBlock> found = tier->TakeRecovered();
     ASSERT_EQ(found.size(), 3u);
     const Extent again = Put(*tier, 1, 8192);
-    tier->DropRecoveredCopies(Id(1));
+    tier->DropRecoveredCopies(Id(1).ns, Id(1).key);
     tier->Free(again);
-    tier->DropRecoveredCopies(Id(2));
+    tier->DropRecoveredCopies(Id(2).ns, Id(2).key);
     for (const RecoveredBlock& b : found) {
       EXPECT_EQ(tier->SettleRecovered(b.extent), b.extent == kept) << b.extent.offset;
     }
     EXPECT_FALSE(tier->SettleRecovered(kept));  // settled once
     EXPECT_TRUE(ReadsBack(*tier, kept, 3));
+  }
+  auto tier = OpenTier(o);
+  const std::vector<RecoveredBlock> rec = tier->TakeRecovered();
+  ASSERT_EQ(rec.size(), 1u);
+  EXPECT_EQ(rec[0].extent, kept);
+}
+
+// A namespace dropped while the blocks found at open await adoption: its blocks are dropped at
+// once, and another namespace's are adopted as before.
+TEST_P(NvmeTierTest, ANamespaceDroppedBeforeItsBlocksAreAdoptedGetsNoneBack) {
+  auto o = Opts();
+  const BlockIdentity other{NamespaceId{{9, 9}}, Id(3).key};
+  Extent kept;
+  {
+    auto tier = OpenTier(o);
+    Put(*tier, 1, 8192);
+    Put(*tier, 2, 8192);
+    kept = *tier->Allocate(8192);
+    AlignedBuffer buf(8192);
+    Fill(buf.span(), 3);
+    ASSERT_TRUE(tier->WriteBlock(kept, other, buf.span()).ok());
+  }
+  {
+    auto tier = OpenTier(o);
+    const std::vector<RecoveredBlock> found = tier->TakeRecovered();
+    ASSERT_EQ(found.size(), 3u);
+    tier->DropRecoveredCopies(Id(1).ns, std::nullopt);
+    for (const RecoveredBlock& b : found) {
+      EXPECT_EQ(tier->SettleRecovered(b.extent), b.extent == kept) << b.extent.offset;
+    }
   }
   auto tier = OpenTier(o);
   const std::vector<RecoveredBlock> rec = tier->TakeRecovered();
