@@ -15,6 +15,8 @@ import subprocess
 import time
 import urllib.request
 
+from free_ports import free_port  # noqa: F401  (re-exported for the tests)
+
 REPO = pathlib.Path(__file__).resolve().parents[2]
 BIN_DIR = pathlib.Path(os.environ.get("KVTIER_BIN_DIR", REPO / "build" / "bin"))
 START_TIMEOUT_S = 15
@@ -31,12 +33,6 @@ server:
   io_threads: 2
   log_level: info
 """
-
-
-def free_port():
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Daemon:

@@ -7,7 +7,6 @@ set, as scripts/test.sh sets it), where its absence fails: scripts/install-deps.
 """
 import contextlib
 import os
-import random
 import shutil
 import signal
 import socket
@@ -15,6 +14,8 @@ import subprocess
 import time
 
 import pytest
+
+from free_ports import free_cluster_port  # noqa: F401  (re-exported for the tests)
 
 REDIS_SERVER = shutil.which("redis-server")
 REDIS_CLI = shutil.which("redis-cli")
@@ -64,36 +65,6 @@ def redis_server(workdir, port, *extra_args, timeout_s=10.0):
     finally:
         proc.kill()
         proc.wait()
-
-
-def _ephemeral_ports_start():
-    """Where the kernel starts picking ports for outgoing connections (32768 by default)."""
-    try:
-        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
-            return int(f.read().split()[0])
-    except (OSError, ValueError, IndexError):
-        return 32768
-
-
-def free_cluster_port(taken=()):
-    """A free port whose cluster bus port (port + 10000, Redis' rule) is free and valid too. Both
-    below the ports the kernel gives outgoing connections where it can (20000-22767 by default):
-    the tests open thousands of connections, and one of them could take a port checked free here
-    before redis-server binds it."""
-    highest = _ephemeral_ports_start() - 1 - 10000
-    if highest < 20000 + 64:
-        highest = 50000
-    while True:
-        port = random.randint(20000, highest)
-        if port in taken:  # drawn already for a node not listening yet
-            continue
-        try:
-            for p in (port, port + 10000):
-                with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-                    s.bind(("127.0.0.1", p))
-            return port
-        except OSError:
-            continue
 
 
 def _wait(predicate, timeout_s):
