@@ -414,6 +414,41 @@ def test_speculative_decoding_never_reports_a_request_saved_before_its_last_stor
     worker.shutdown()
 
 
+def test_saves_that_fall_behind_are_dropped_not_waited_for(unix_url):
+    """vLLM keeps a finished request's blocks until its saves are done: saves slower than the
+    engine (held at a gate here) used to queue without bound, and the blocks they held took the
+    engine's cache from the requests it runs. The saves queued may cover a quarter of the
+    engine's blocks (8 of 32 here); a step's stores past that are dropped at once, uncached, and
+    their request is reported saved without waiting. One store larger than that still goes when
+    nothing is queued."""
+    vllm_config, kv_cache_config = configs(unix_url, "flashinfer", salt="backlog")
+    worker = KvtierConnector(vllm_config, KVConnectorRole.WORKER, kv_cache_config)
+    worker.register_kv_caches(caches("flashinfer"))
+    keys = kvtier.fold_foreign_keys(bytes(16), [os.urandom(32) for _ in range(19)])
+
+    def handed_off(meta):
+        worker.bind_connector_metadata(meta)
+        worker.start_load_kv(None)
+        worker.wait_for_save()
+        worker.clear_connector_metadata()
+
+    gate = Gate(worker._link)
+    for i, req_id in enumerate("ABCD"):  # 8 blocks: the first save at the gate, three queued
+        handed_off(KvtierConnectorMetadata(
+            stores=[Transfer(req_id, keys[2 * i:2 * i + 2], [2 * i, 2 * i + 1])]))
+    assert gate.entered.wait(10)
+    handed_off(KvtierConnectorMetadata(stores=[Transfer("E", keys[8:10], [8, 9])],
+                                       delayed_frees={"E"}))
+    assert worker.stats()["store_error_blocks"] == 2  # E's, dropped
+    assert worker.get_finished(set()) == ({"E"}, None)  # nothing of E's to wait for
+    gate.open_.set()
+    worker.wait_for_saves()
+    assert worker.stats()["stored_blocks"] == 8
+    step(worker, KvtierConnectorMetadata(stores=[Transfer("F", keys[10:19], list(range(10, 19)))]))
+    assert worker.stats()["stored_blocks"] == 17
+    worker.shutdown()
+
+
 def test_stores_held_for_an_output_that_never_comes_are_dropped_not_held_for_ever(unix_url):
     """Were the step's output never to name it (a vLLM that does not pass the workers' metadata
     on), the held stores, and a finished request's blocks, would wait for ever: after

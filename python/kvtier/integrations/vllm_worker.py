@@ -35,6 +35,13 @@ logger = logging.getLogger("vllm.kvtier")  # vLLM's child logger, as in vllm.py
 # request that arrives meanwhile waits at most this long for its first step.
 _IDLE_STEP_LOAD_WAIT_S = 0.02
 
+# The most of the engine's KV blocks that saves queued on the save thread may cover. vLLM keeps a
+# finished request's blocks until its saves are done: saves slower than the engine makes KV (a
+# tcp:// kvtierd, nvme.write_through) would otherwise take the engine's cache away from the
+# requests it runs. Past it a step's stores are dropped (uncached, counted in
+# store_error_blocks), never waited for.
+_SAVE_BACKLOG_SHARE = 0.25
+
 # The most pinned host memory one transfer of a device cache stages at a time, as the C++
 # client caps its own staging: a buffer sized to the whole transfer would be 16 GiB for a
 # 128K-token Llama-3-8B prefix, pinned (unswappable) on every load and store.
@@ -179,6 +186,11 @@ class WorkerSide:
         self._loading: dict[str, int] = {}  # request id -> its loads not finished yet
         self._saving: dict[str, int] = {}   # request id -> its saves not finished yet
         self._last_save: dict[str, int] = {}  # request id -> its last save's ticket (_Mover)
+        # Blocks of the saves handed to the save thread and not collected yet, and the most
+        # there may be (_SAVE_BACKLOG_SHARE of the engine's blocks; set by register_kv_caches).
+        self._save_backlog = 0
+        self._save_backlog_limit = 0
+        self._backlog_logged = False
         # Finished requests whose blocks vLLM keeps until they are reported saved (the
         # scheduler's delayed_frees): reported once their saves are done.
         self._delayed_frees: set[str] = set()
@@ -203,6 +215,7 @@ class WorkerSide:
 
     def register_kv_caches(self, kv_caches: dict[str, torch.Tensor]):
         num_blocks = self._kv_cache_config.num_blocks
+        self._save_backlog_limit = max(1, int(num_blocks * _SAVE_BACKLOG_SHARE))
         self._pages = [v for name in self._layers for v in _page_views(kv_caches[name], num_blocks)]
         self._stage = self._pages[0].device.type != "cpu"
         page_bytes = sum(p.shape[1] for p in self._pages)
@@ -394,17 +407,19 @@ class WorkerSide:
 
     def _collect_saves(self) -> None:
         for job, stored, _ in (self._saver.take() if self._saver else ()):
-            t = job.transfer
-            stored = stored or 0  # None: the save raised (a staging copy failed, say)
-            # A failed store (no room, kvtierd gone) leaves blocks uncached; the request is
-            # unaffected.
-            for key, blocks in (("stored_blocks", stored),
-                                ("store_error_blocks", len(t.keys) - stored)):
-                if blocks:
-                    self._counts[key] += blocks
-                    self._note(key, blocks)
-            if _count_down(self._saving, t.req_id):
-                self._last_save.pop(t.req_id, None)
+            self._save_backlog -= len(job.transfer.keys)
+            self._saved(job.transfer, stored or 0)  # None: the save raised (a staging copy, say)
+
+    def _saved(self, t: Transfer, stored: int) -> None:
+        """Counts a save that has ended, having stored `stored` of t's blocks. A failed store (no
+        room, kvtierd gone, a backlog too long) leaves blocks uncached; the request is
+        unaffected."""
+        for key, blocks in (("stored_blocks", stored), ("store_error_blocks", len(t.keys) - stored)):
+            if blocks:
+                self._counts[key] += blocks
+                self._note(key, blocks)
+        if _count_down(self._saving, t.req_id):
+            self._last_save.pop(t.req_id, None)
 
     def wait_for_saves(self) -> None:
         """Returns once every save handed to the save thread has finished, and counted in stats()
@@ -453,13 +468,30 @@ class WorkerSide:
             self._note("computes", [meta.computed_tokens, forward_s])
         self._step_started = None
         on_device = bool(self._pages) and self._pages[0].device.type != "cpu"
-        for t in meta.stores:
+        self._collect_saves()  # their blocks leave the backlog
+        for t in meta.stores:  # each counted in _saving since bind
+            # One store larger than the limit still goes when nothing is queued.
+            if self._save_backlog and self._save_backlog + len(t.keys) > self._save_backlog_limit:
+                self._drop_save(t)
+                continue
             ready = None
             if on_device:  # the copy waits for the kernels that wrote the blocks
                 ready = torch.cuda.Event()
                 ready.record(torch.cuda.current_stream(self._pages[0].device))
-            # Counted in _saving since bind.
+            self._save_backlog += len(t.keys)
             self._last_save[t.req_id] = self._saver.submit(_Save(t, ready))
+
+    def _drop_save(self, t: Transfer) -> None:
+        """A store the save thread has no room for (_SAVE_BACKLOG_SHARE): ended at once, uncached,
+        so that no request's blocks wait for it."""
+        if not self._backlog_logged:
+            logger.warning("kvtier: saves to kvtierd fall behind the engine (%d blocks queued, at "
+                           "most %d): stores are dropped until they catch up, so that finished "
+                           "requests' blocks are not held for them (counted in "
+                           "store_error_blocks; further drops are not logged)",
+                           self._save_backlog, self._save_backlog_limit)
+            self._backlog_logged = True
+        self._saved(t, 0)
 
     def _save(self, job: _Save) -> int:
         """On the save thread: job's blocks out of vLLM's pages into kvtierd; how many it stored."""
