@@ -64,6 +64,22 @@ class NvmeTierTest : public ::testing::TestWithParam<IoBackendKind> {
     return ::testing::AssertionSuccess();
   }
 
+  // Settles the blocks found at open as the adoption does: of them only `kept` still awaits it
+  // (and only once); then, the tier closed and opened again, `kept` is the one block found.
+  void ExpectOnlyKeptAwaitsAndComesBack(std::unique_ptr<NvmeTier> tier,
+                                        const std::vector<RecoveredBlock>& found,
+                                        const Extent& kept) {
+    for (const RecoveredBlock& b : found) {
+      EXPECT_EQ(tier->SettleRecovered(b.extent), b.extent == kept) << b.extent.offset;
+    }
+    EXPECT_FALSE(tier->SettleRecovered(kept));
+    tier.reset();
+    tier = OpenTier(Opts());
+    const std::vector<RecoveredBlock> rec = tier->TakeRecovered();
+    ASSERT_EQ(rec.size(), 1u);
+    EXPECT_EQ(rec[0].extent, kept);
+  }
+
   testing::TempDir dir_;
 };
 
@@ -419,16 +435,9 @@ TEST_P(NvmeTierTest, CopiesFoundAtOpenDroppedBeforeTheirAdoptionStayGone) {
     tier->DropRecoveredCopies(Id(1).ns, Id(1).key);
     tier->Free(again);
     tier->DropRecoveredCopies(Id(2).ns, Id(2).key);
-    for (const RecoveredBlock& b : found) {
-      EXPECT_EQ(tier->SettleRecovered(b.extent), b.extent == kept) << b.extent.offset;
-    }
-    EXPECT_FALSE(tier->SettleRecovered(kept));  // settled once
     EXPECT_TRUE(ReadsBack(*tier, kept, 3));
+    ExpectOnlyKeptAwaitsAndComesBack(std::move(tier), found, kept);
   }
-  auto tier = OpenTier(o);
-  const std::vector<RecoveredBlock> rec = tier->TakeRecovered();
-  ASSERT_EQ(rec.size(), 1u);
-  EXPECT_EQ(rec[0].extent, kept);
 }
 
 // A namespace dropped while the blocks found at open await adoption: its blocks are dropped at
@@ -451,14 +460,8 @@ TEST_P(NvmeTierTest, ANamespaceDroppedBeforeItsBlocksAreAdoptedGetsNoneBack) {
     const std::vector<RecoveredBlock> found = tier->TakeRecovered();
     ASSERT_EQ(found.size(), 3u);
     tier->DropRecoveredCopies(Id(1).ns, std::nullopt);
-    for (const RecoveredBlock& b : found) {
-      EXPECT_EQ(tier->SettleRecovered(b.extent), b.extent == kept) << b.extent.offset;
-    }
+    ExpectOnlyKeptAwaitsAndComesBack(std::move(tier), found, kept);
   }
-  auto tier = OpenTier(o);
-  const std::vector<RecoveredBlock> rec = tier->TakeRecovered();
-  ASSERT_EQ(rec.size(), 1u);
-  EXPECT_EQ(rec[0].extent, kept);
 }
 
 // Two copies of one block written at once: the older copy's record is put, and before its
