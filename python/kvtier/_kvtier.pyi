@@ -4,6 +4,7 @@ from typing import Any, Iterable, Optional, Sequence
 import numpy as np
 
 HASH_SCHEME_VERSION: int
+MAX_LOOKUP_HOLD_S: float  # kvtierd's longest lookup hold (KVT.LOOKUP ... HOLD)
 
 # A key argument: a list/tuple of 16-byte bytes-like objects, or one buffer of N x 16 bytes.
 Keys = Any

@@ -8,6 +8,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <chrono>
 #include <string>
 #include <vector>
 
@@ -212,6 +213,9 @@ PYBIND11_MODULE(_kvtier, m) {
   BindValueTypes(m);
   BindClient(m);
   m.attr("HASH_SCHEME_VERSION") = hashing::kCurrentHashSchemeVersion;
+  // kvtierd's longest lookup hold (KVT.LOOKUP ... HOLD), in seconds: the engines' connectors check
+  // their configured hold against it at start.
+  m.attr("MAX_LOOKUP_HOLD_S") = std::chrono::duration<double>(client::kMaxLookupHold).count();
   m.def(
       "bytes_per_element", [](const std::string& dtype) { return hashing::BytesPerElement(dtype); },
       py::arg("kv_dtype"), "Bytes of one element of a kvtier dtype name, 0 when unknown.");

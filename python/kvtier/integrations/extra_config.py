@@ -10,9 +10,10 @@ import math
 from typing import Any, Callable, Optional, Sequence
 
 import kvtier
+from kvtier._kvtier import MAX_LOOKUP_HOLD_S
 
-# kvtierd's longest hold (KVT.LOOKUP ... HOLD, docs/protocol.md).
-MAX_HOLD_S = 3600.0
+# kvtierd's longest hold (KVT.LOOKUP ... HOLD, docs/protocol.md), as the C++ client knows it.
+MAX_HOLD_S = MAX_LOOKUP_HOLD_S
 
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off")
