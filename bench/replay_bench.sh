@@ -19,6 +19,11 @@
 #                                         host_only can be with every write free (the replay
 #                                         sends one request at a time, and a miss costs it
 #                                         nothing)
+#   replay_nvme_disk_busy_share           the seconds the NVMe run's reads and writes take at fio's
+#                                         speeds (random reads, sequential writes; same run) over
+#                                         that run's wall time: near 1 or above, the run went at
+#                                         the pace of the disk, and only a faster disk or fewer
+#                                         bytes written moves replay_nvme_ratio_to_host_only
 #   replay_paced_nvme_ratio_to_host_only  the NVMe (defaults) and host-only replays again, each
 #                                         request sent at its trace time over replay_paced_speed:
 #                                         the pace at which the trace's puts come at half the
@@ -120,6 +125,9 @@ read_s = nvme_read / (read_kibps * 1024)
 print(f"replay_nvme_read_gib {nvme_read / 2**30:.4g} GiB")
 print(f"replay_fio_randread_mib_per_s {read_kibps / 1024:.4g} MiB/s")
 print(f"replay_nvme_ratio_bound_by_reads {host_only_s / (host_only_s + read_s):.4g} ratio")
+nvme_written = next(t for t in runs["nvme"][1]["tiers"] if t["tier"] == "nvme")["device"]["device_bytes_written"]
+write_s = nvme_written / (fio_kibps * 1024)
+print(f"replay_nvme_disk_busy_share {(read_s + write_s) / runs['nvme'][0]['wall_s']:.4g} ratio")
 host = next(t for t in runs["nvme_drop"][1]["tiers"] if t["tier"] == "host")
 left = host["demotions"] + host["lag_drops"]
 print(f"replay_nvme_drop_lag_drop_fraction {host['lag_drops'] / left if left else 0:.4g} ratio")
