@@ -9,7 +9,8 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 import kvtier  # noqa: E402
-from kvtier.integrations.transformers import KVTierCache, forward, layer_kv  # noqa: E402
+from kvtier.integrations.transformers import (KVTierCache, descriptor_for, forward,  # noqa: E402
+                                              layer_kv)
 
 
 def tiny_gpt2():
@@ -52,3 +53,20 @@ def test_a_model_off_the_cpu_is_refused_where_it_enters(unix_url):
         cache.update(torch.empty(shape, device="meta"), torch.empty(shape, device="meta"), layer)
     with pytest.raises(NotImplementedError, match="layer 0 of the cache is on meta"):
         kv.save(list(range(32)), cache)
+
+
+@pytest.mark.parametrize("windowed", [{"sliding_window": 32}, {"attention_chunk_size": 32}])
+def test_a_windowed_model_whose_config_names_no_layer_types_is_refused(windowed):
+    """Mistral's config has a sliding window and no layer_types; transformers builds a windowed
+    cache from it, which keeps only the last window of tokens. Only layer_types was checked, so
+    save stored those tokens' KV under the prompt's first blocks: a later restore of the prefix
+    got another span's KV, with no error."""
+    cfg = transformers.MistralConfig(num_hidden_layers=2, hidden_size=64, num_attention_heads=4,
+                                     num_key_value_heads=2, intermediate_size=128,
+                                     sliding_window=None)
+    descriptor_for(cfg, torch.float32)  # full attention: accepted
+    for key, value in windowed.items():
+        setattr(cfg, key, value)
+    assert getattr(cfg, "layer_types", None) is None
+    with pytest.raises(NotImplementedError, match="only full-attention layers"):
+        descriptor_for(cfg, torch.float32)

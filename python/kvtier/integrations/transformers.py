@@ -74,6 +74,22 @@ def _text_config(config: Any) -> Any:
     return get(decoder=True) if get is not None else config
 
 
+def _layer_types(cfg: Any) -> list:
+    """The attention kind of the model's layers. A config that names none is read as transformers
+    reads it when it builds the cache (``get_layer_types_and_kwargs`` in ``cache_utils``): a
+    ``sliding_window`` or an ``attention_chunk_size`` makes the layers windowed. Mistral's config,
+    for one, names no layer types and has a 4,096-token window: its cache keeps only the last
+    window of tokens, whose KV saved under the prompt's first blocks would be wrong bytes."""
+    layer_types = getattr(cfg, "layer_types", None)
+    if layer_types:
+        return list(layer_types)
+    if getattr(cfg, "sliding_window", None) is not None:
+        return ["sliding_attention"]
+    if getattr(cfg, "attention_chunk_size", None) is not None:
+        return ["chunked_attention"]
+    return ["full_attention"]
+
+
 def _config_digest(config: Any) -> str:
     d = {k: v for k, v in config.to_dict().items() if k not in _VOLATILE_CONFIG_KEYS}
     text = json.dumps(d, sort_keys=True, default=str)
@@ -93,8 +109,8 @@ def descriptor_for(config: Any, dtype: torch.dtype, tokens_per_block: int = 16, 
     and NotImplementedError for sliding-window or hybrid layers (their caches keep only a window).
     """
     cfg = _text_config(config)
-    layer_types = getattr(cfg, "layer_types", None)
-    if layer_types and any(t != "full_attention" for t in layer_types):
+    layer_types = _layer_types(cfg)
+    if any(t != "full_attention" for t in layer_types):
         raise NotImplementedError(
             f"kvtier: layer types {sorted(set(layer_types))}: only full-attention layers are supported")
     if dtype not in _KV_DTYPES:
