@@ -15,6 +15,7 @@ What is SGLang's and what stands in:
 
 Skipped when sglang is not importable.
 """
+import dataclasses
 import functools
 import logging
 import queue
@@ -146,11 +147,24 @@ def test_sglangs_factory_builds_the_backend_from_the_dynamic_config(unix_url, sa
                                         ({"timeout_s": 0}, "timeout_s"),
                                         ({"hold_s": 3601}, "hold_s"),
                                         ({"tenant_salt": 42}, "tenant_salt"),
-                                        ({"path": "carrier-pigeon"}, "path")])
+                                        ({"path": "carrier-pigeon"}, "path"),
+                                        ({"timeout_s": 1e10}, "timeout_s"),
+                                        ({"retry_s": float("inf")}, "retry_s"),
+                                        ({"url": "tcp://127.0.0.1:1", "path": "shm"}, "path")])
 def test_a_bad_extra_config_key_is_named_at_start(unix_url, salt, extra, key):
+    extra = dict(extra)
+    url = extra.pop("url", unix_url)
     with pytest.raises(kvtier.InvalidArgumentError, match=key):
-        StorageBackendFactory.create_backend("dynamic", storage_config(unix_url, salt, **extra),
-                                             None)
+        StorageBackendFactory.create_backend("dynamic", storage_config(url, salt, **extra), None)
+
+
+def test_an_unknown_extra_config_key_is_named_in_a_warning(unix_url, salt, caplog):
+    """A misspelled tenant_salt left the pages unsalted without a word; SGLang's own keys
+    (backend_name, module_path, ...) are not warned about."""
+    backend = attach(storage_config(unix_url, salt, **{"tenant-salt": "x"}), host_pool())
+    warned = [r.getMessage() for r in caplog.records if "unknown key" in r.getMessage()]
+    assert len(warned) == 1 and "'tenant-salt'" in warned[0] and "'tenant_salt'" in warned[0]
+    backend.close()
 
 
 @pytest.mark.parametrize("interface_v1", [True, False], ids=["v1", "generic"])
@@ -273,6 +287,30 @@ def test_two_tp_ranks_do_not_see_each_others_pages(unix_url, salt):
     assert ranks[1].batch_get_v1(hashes, pools[1].alloc(3 * PAGE)) == [False] * 3
 
     # Rank 1 stores its own pages under the same hashes; each rank reads its own.
+    _, _, rank1_bytes, _ = backup(controller(ranks[1], pools[1], True), pools[1], token_ids)
+    assert rank1_bytes != rank0_bytes
+    for r, expected in ((0, rank0_bytes), (1, rank1_bytes)):
+        dest = pools[r].alloc(3 * PAGE)
+        assert ranks[r].batch_get_v1(hashes, dest) == [True] * 3
+        assert page_bytes(pools[r], dest) == expected
+    for backend in ranks:
+        backend.close()
+
+
+def test_two_dcp_ranks_of_an_mla_model_do_not_see_each_others_shards(unix_url, salt):
+    """Decode context parallelism (MLA only): each DCP rank holds its own shard of a page, and
+    every rank of the group stores, under the same hashes. MLA namespaces name no TP rank, so the
+    second rank's store was "already stored" and its reads returned the first rank's shard. The
+    CPU MHA pool stands for the MLA pool here (no MLA host pool runs without SGLang's kernels):
+    what is checked is that the ranks' pages stay apart."""
+    pools = [host_pool(), host_pool()]
+    ranks = [attach(dataclasses.replace(storage_config(unix_url, salt, tp_rank=r, tp_size=2),
+                                        is_mla_model=True, dcp_size=2, dcp_rank=r,
+                                        logical_page_size=2 * PAGE), pools[r])
+             for r in (0, 1)]
+    token_ids = tokens(3, seed=16)
+    hashes, _, rank0_bytes, _ = backup(controller(ranks[0], pools[0], True), pools[0], token_ids)
+    assert ranks[1].batch_exists(hashes) == 0
     _, _, rank1_bytes, _ = backup(controller(ranks[1], pools[1], True), pools[1], token_ids)
     assert rank1_bytes != rank0_bytes
     for r, expected in ((0, rank0_bytes), (1, rank1_bytes)):

@@ -79,7 +79,10 @@ def test_decode_context_parallelism_is_refused_at_start(unix_url):
 BAD_EXTRA = [("hold_s", 3601), ("hold_s", -1), ("timeout_s", 0), ("timeout_s", -2),
              ("timeout_s", "soon"), ("retry_s", -1), ("lookup_wait_s", "a while"),
              ("path", "SHM"), ("layerwise", "maybe"), ("skip_slow_loads", "perhaps"),
-             ("tenant_salt", 42), ("url", 7)]
+             ("tenant_salt", 42), ("url", 7),
+             # The client refuses a timeout past 1e9 s at every connect (read as kvtierd being
+             # down); an infinite retry pause never retries.
+             ("timeout_s", 1e10), ("retry_s", float("inf")), ("lookup_wait_s", float("inf"))]
 
 
 @pytest.mark.parametrize("key, value", BAD_EXTRA)
@@ -89,6 +92,27 @@ def test_a_bad_extra_config_value_is_named_at_start(unix_url, key, value):
     for role in (KVConnectorRole.SCHEDULER, KVConnectorRole.WORKER):
         with pytest.raises(kvtier.InvalidArgumentError, match=f"{key}="):
             KvtierConnector(vllm_config, role, kv_cache_config)
+
+
+def test_shm_with_a_tcp_url_is_refused_at_start(unix_url):
+    """The shared-memory path maps kvtierd's arena: with a tcp:// url every load and save
+    failed, one warning for all."""
+    vllm_config, kv_cache_config = configs(unix_url, "flashinfer", salt="shm-tcp")
+    vllm_config.kv_transfer_config.kv_connector_extra_config.update(
+        url="tcp://127.0.0.1:1", path="shm")
+    for role in (KVConnectorRole.SCHEDULER, KVConnectorRole.WORKER):
+        with pytest.raises(kvtier.InvalidArgumentError, match="path='shm'.*unix://"):
+            KvtierConnector(vllm_config, role, kv_cache_config)
+
+
+def test_an_unknown_key_is_named_in_a_warning(unix_url, caplog):
+    """A misspelled tenant_salt left the namespace unsalted (shared with every unsalted engine)
+    without a word."""
+    vllm_config, kv_cache_config = configs(unix_url, "flashinfer", salt="unknown-key")
+    vllm_config.kv_transfer_config.kv_connector_extra_config["tenant-salt"] = "x"
+    KvtierConnector(vllm_config, KVConnectorRole.SCHEDULER, kv_cache_config).shutdown()
+    warned = [r.getMessage() for r in caplog.records if "unknown key" in r.getMessage()]
+    assert len(warned) == 1 and "'tenant-salt'" in warned[0] and "'tenant_salt'" in warned[0]
 
 
 @pytest.mark.parametrize("word, on", [("off", False), ("no", False), ("0", False), (False, False),

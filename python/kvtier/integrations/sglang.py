@@ -44,7 +44,8 @@ from three threads (the prefetch query, the prefetch I/O and the backup thread):
 connection of its own, so a lookup never waits behind a large put.
 
 Not done: the v2 interface (``batch_*_v2``: hybrid models' extra pools, Mamba and DSA
-sidecars), heads split across heterogeneous TP sizes (``tp_lcm_size``), DCP.
+sidecars), heads split across heterogeneous TP sizes (``tp_lcm_size``). DCP ranks each keep
+their own namespace, as PP and CP ranks do; not run with a real DCP engine.
 """
 from __future__ import annotations
 
@@ -65,6 +66,8 @@ from kvtier.integrations.link import Engine, Link
 __all__ = ["KvtierHiCacheStorage"]
 
 logger = logging.getLogger("sglang.kvtier")
+# Keys of the extra config that SGLang itself reads (its dynamic backend factory).
+_SGLANG_KEYS = ("backend_name", "module_path", "class_name", "interface_v1")
 
 _ENGINE = Engine(client_name="sglang", logger=logger,
                  without_data="SGLang goes on without these pages",
@@ -133,7 +136,7 @@ class KvtierHiCacheStorage(HiCacheStorage):
                             "--hicache-storage-backend-extra-config")
         self._url = extra.text("url", None)
         self._salt = extra.text("tenant_salt", "").encode()
-        self._path = extra.text("path", "auto", ("auto", "shm", "inline"))
+        self._path = extra.transfer_path()
         self._timeout_s = extra.seconds("timeout_s", 5.0, above_zero=True)
         self._retry_s = extra.seconds("retry_s", 1.0)
         self._hold_s = extra.seconds("hold_s", 5.0, maximum=MAX_HOLD_S)
@@ -143,6 +146,7 @@ class KvtierHiCacheStorage(HiCacheStorage):
             raise kvtier.InvalidArgumentError(
                 "--hicache-storage-backend-extra-config: model_id: SGLang gave no model name; "
                 "set \"model_id\"")
+        extra.warn_unknown((storage_config.extra_config or {}).keys(), logger, _SGLANG_KEYS)
         self.mem_pool_host = None
         self._desc: Optional[kvtier.NamespaceDescriptor] = None
         self._ns_id = b""
@@ -201,6 +205,11 @@ class KvtierHiCacheStorage(HiCacheStorage):
             layout += f":pp{c.pp_rank}/{c.pp_size}"
         if c.attn_cp_size > 1:
             layout += f":cp{c.attn_cp_rank}/{c.attn_cp_size}"
+        # Decode context parallelism: each DCP rank holds its own shard of an MLA page, and the
+        # ranks of a DCP group all store (under the same hashes). MLA names no TP rank, so
+        # without the DCP rank a rank would read another's shard as its own.
+        if getattr(c, "dcp_size", 1) > 1:
+            layout += f":dcp{c.dcp_rank}/{c.dcp_size}"
         return kvtier.NamespaceDescriptor(
             model_id=self._model_id, kv_dtype=dtype, num_layers=int(pool.layer_num),
             num_kv_heads=heads, head_dim=head_dim, tokens_per_block=int(pool.page_size),

@@ -227,6 +227,7 @@ class KvtierConnector(SchedulerSide, WorkerSide, KVConnectorBase_V1):
         self._reported: dict[str, int] = {}
         self._init_scheduler_side(extra)
         self._init_worker_side(extra)
+        extra.warn_unknown(self._kv_transfer_config.kv_connector_extra_config.keys(), logger)
         if role == KVConnectorRole.SCHEDULER:
             self._start_lookups()
 

@@ -172,7 +172,7 @@ class WorkerSide:
         """The worker's settings (extra config) and state; the pages and threads come with
         register_kv_caches. Set up in either role: the connector's methods for both roles
         (shutdown) read some of it."""
-        self._path = extra.text("path", "auto", ("auto", "shm", "inline"))
+        self._path = extra.transfer_path()
         self._step_started: Optional[float] = None  # bind_connector_metadata of this step
         # Of this step's time, what its synchronous loads took (made in start_load_kv, or waited
         # for in wait_for_layer_load): not the recompute's price.
