@@ -63,11 +63,26 @@ std::vector<NamespaceInfo> NamespaceRegistry::List() const {
   return out;
 }
 
-Status NamespaceRegistry::Drop(const NamespaceId& ns, bool refuse_adoption) {
+Status NamespaceRegistry::Drop(const NamespaceId& ns, bool refuse_adoption,
+                               uint64_t generation_watermark) {
   MutexLock lock(mu_);
   if (namespaces_.erase(ns) == 0) return NotFound("namespace " + ns.ToHex() + " is not registered");
   if (refuse_adoption) refused_adoption_.insert(ns);
+  dropped_at_[ns] = generation_watermark;
   return Status::Ok();
+}
+
+bool NamespaceRegistry::Holds(const NamespaceId& ns, uint64_t generation) const {
+  MutexLock lock(mu_);
+  if (!namespaces_.contains(ns)) return false;
+  const auto dropped = dropped_at_.find(ns);
+  return dropped == dropped_at_.end() || generation >= dropped->second;
+}
+
+bool NamespaceRegistry::DroppedSince(const NamespaceId& ns, uint64_t generation) const {
+  MutexLock lock(mu_);
+  const auto dropped = dropped_at_.find(ns);
+  return dropped != dropped_at_.end() && generation < dropped->second;
 }
 
 bool NamespaceRegistry::AdoptionRefused(const NamespaceId& ns) const {

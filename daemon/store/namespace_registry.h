@@ -78,9 +78,18 @@ class NamespaceRegistry {
   NamespaceCounters* Counters(const NamespaceId& ns) const;
   std::vector<NamespaceInfo> List() const;
   // Forgets `ns`. `refuse_adoption`: blocks of it found on disk and adopted after this are
-  // refused (AdoptionRefused). kNotFound when not registered.
-  Status Drop(const NamespaceId& ns, bool refuse_adoption);
+  // refused (AdoptionRefused). `generation_watermark`: the store's next generation at the drop,
+  // above every block of `ns` there was then (see Holds). kNotFound when not registered.
+  Status Drop(const NamespaceId& ns, bool refuse_adoption, uint64_t generation_watermark);
   bool AdoptionRefused(const NamespaceId& ns) const;
+  // Whether a block of `ns` of generation `generation` belongs to the namespace as it is now:
+  // `ns` is registered and was not dropped after the block was made. A block a drop skipped (a
+  // leased one, one being written or moved) must go even when the namespace was registered
+  // again before its lease or move ended: a drop invalidates what it finds.
+  bool Holds(const NamespaceId& ns, uint64_t generation) const;
+  // Whether `ns` was dropped after the block of generation `generation` was made (registered
+  // again since or not).
+  bool DroppedSince(const NamespaceId& ns, uint64_t generation) const;
   // Whether `ns` was ever registered as node_local (kept after a drop).
   bool NodeLocal(const NamespaceId& ns) const;
   // Calls `visit` for every namespace ever registered, with its info when registered now.
@@ -95,6 +104,9 @@ class NamespaceRegistry {
   // Few: drops are rare, and adoption is short.
   std::unordered_set<NamespaceId, Key128Hash> refused_adoption_ GUARDED_BY(mu_);
   std::unordered_set<NamespaceId, Key128Hash> node_local_ GUARDED_BY(mu_);
+  // The generation watermark of each namespace's last drop (one entry per namespace ever
+  // dropped: few).
+  std::unordered_map<NamespaceId, uint64_t, Key128Hash> dropped_at_ GUARDED_BY(mu_);
 };
 
 }  // namespace kvtier::store

@@ -240,10 +240,10 @@ void Store::EndLease(const LeaseRecord& lease) {
 }
 
 void Store::RemoveIfNamespaceDropped(const BlockKey& key, const BlockMeta& meta) {
-  if (namespaces_.Registered(meta.ns)) return;
-  // DropNamespace skipped the block while it was leased or pinned for a move: it goes now. Only
-  // this incarnation: were the namespace registered again and the key put anew meanwhile, the
-  // new block (being written, say) is not this one's to remove.
+  if (namespaces_.Holds(meta.ns, meta.generation)) return;
+  // DropNamespace skipped the block while it was leased or pinned for a move: it goes now, even
+  // if the namespace was registered again meanwhile. Only this incarnation: were the key put
+  // anew since, the new block (being written, say) is not this one's to remove.
   std::optional<BlockMeta> gone = index_->EraseIf(key, [&](const BlockMeta& m) {
     return m.lease_count == 0 && m.ns == meta.ns && m.generation == meta.generation &&
            m.state == BlockState::kReady;
@@ -345,7 +345,10 @@ Result<uint64_t> Store::DropNamespace(const NamespaceId& ns) {
   // Blocks of it that the daemon adopts from disk after this must not come back, in this run
   // (the registry refuses them) or the next (the tiers drop them now).
   const bool adopting = pending_adoptions_.load(std::memory_order_relaxed) > 0;
-  KVTIER_RETURN_IF_ERROR(namespaces_.Drop(ns, adopting));
+  // Every block of `ns` made before this point has a lower generation: those the loop below
+  // skips (leased, being written or moved) are removed when that ends (RemoveIfNamespaceDropped,
+  // Publish), whether or not the namespace is registered again by then.
+  KVTIER_RETURN_IF_ERROR(namespaces_.Drop(ns, adopting, next_id_.fetch_add(1)));
   if (adopting) {
     for (tiers::Tier* t : tiers_) t->DropRecoveredCopies(ns, std::nullopt);
   }
@@ -389,6 +392,9 @@ Status Store::AdoptBlock(TierId id, const NamespaceId& ns, const BlockKey& key,
     return InvalidArgument("cannot adopt a block of tier '" + std::string(TierName(id)) +
                            "': the store does not have it");
   }
+  // Taken before the check below: a drop that runs between the check and the insert then has a
+  // watermark above it, and the check after the insert sees it.
+  const uint64_t generation = next_id_.fetch_add(1);
   if (namespaces_.AdoptionRefused(ns)) {
     return Rejected("namespace " + ns.ToHex() + " was dropped after the start");
   }
@@ -403,7 +409,7 @@ Status Store::AdoptBlock(TierId id, const NamespaceId& ns, const BlockKey& key,
   meta.extent = extent;
   meta.tier = id;
   meta.state = BlockState::kReady;
-  meta.generation = next_id_.fetch_add(1);
+  meta.generation = generation;
   meta.has_checksum = checksum.has_value();
   meta.checksum = checksum.value_or(0);
   {
@@ -413,6 +419,14 @@ Status Store::AdoptBlock(TierId id, const NamespaceId& ns, const BlockKey& key,
     const std::optional<NamespaceRegistry::Entry> entry = namespaces_.Find(ns);
     meta.quota_group = entry ? entry->quota_group : 0;
     KVTIER_RETURN_IF_ERROR(index_->InsertReady(key, meta));
+  }
+  if (namespaces_.DroppedSince(ns, generation)) {
+    // DropNamespace ran after the check above and its scan may have passed the key before the
+    // insert. Taken back out unless already gone (leased at once: then its lease's end removes
+    // it); the caller frees the copy on a refusal.
+    const std::optional<BlockMeta> gone = index_->EraseIf(
+        key, [&](const BlockMeta& m) { return m.generation == generation && m.lease_count == 0; });
+    if (gone) return Rejected("namespace " + ns.ToHex() + " was dropped during the adoption");
   }
   counters_.adopted_blocks.fetch_add(1);
   return Status::Ok();

@@ -123,7 +123,9 @@ Status Store::CommitPutAs(uint64_t reservation_id, const BlockKey& key,
 
 Status Store::Publish(const ReservationRecord& record, std::optional<uint64_t> checksum) {
   NoteChangedDuringAdoption(record.ns, record.key);
-  if (!namespaces_.Registered(record.ns)) {
+  // Held: registered, and not dropped since the reservation (whose id is the block's generation)
+  // even if registered again since. A put in flight at a drop is aborted, as DropNamespace says.
+  if (!namespaces_.Holds(record.ns, record.generation)) {
     DiscardWriting(record);
     return NotFound("namespace " + record.ns.ToHex() + " was dropped during the put");
   }
@@ -142,7 +144,7 @@ Status Store::Publish(const ReservationRecord& record, std::optional<uint64_t> c
     return published;
   }
   counters_.committed_puts.fetch_add(1);
-  if (!namespaces_.Registered(record.ns)) {
+  if (!namespaces_.Holds(record.ns, record.generation)) {
     // DropNamespace ran between the check above and MarkReady and skipped this block while it was
     // being written: remove it now, as the drop would have.
     std::optional<BlockMeta> gone = index_->EraseIf(record.key, [&](const BlockMeta& m) {

@@ -320,6 +320,30 @@ TEST_F(StoreTest, DropNamespaceRemovesItsBlocksAndLeasedOnesOnRelease) {
   EXPECT_EQ(store_->DropNamespace(kNs).status().code(), StatusCode::kNotFound);
 }
 
+TEST_F(StoreTest, ANamespaceRegisteredAgainDoesNotGetBackWhatItsDropSkipped) {
+  // A drop invalidates what it finds: a block leased at the drop, and a put in flight, must not
+  // come back because the engine registered the namespace again before the lease or the put
+  // ended (the registry was asked only whether the namespace was registered now).
+  Build({4});
+  ASSERT_TRUE(PutBlock(1).ok());
+  auto lease = store_->Acquire(kNs, Key(1));
+  auto pending = store_->BeginPut(kNs, Key(2), kBlock);
+  ASSERT_TRUE(lease.ok() && pending.ok());
+  ASSERT_EQ(*store_->DropNamespace(kNs), 0u);
+  ASSERT_TRUE(store_->RegisterNamespace({kNs, 16, kBlock, "test"}).ok());
+  EXPECT_EQ(store_->CommitPut(pending->id).code(), StatusCode::kNotFound);
+  ASSERT_TRUE(store_->Release(lease->id).ok());
+  EXPECT_EQ(store_->Lookup(kNs, std::vector<BlockKey>{Key(1)}).ready_prefix, 0u);
+  EXPECT_EQ(store_->Lookup(kNs, std::vector<BlockKey>{Key(2)}).ready_prefix, 0u);
+  EXPECT_EQ(store_->Stats().blocks_present, 0u);
+  // The namespace as registered now is whole: a block put after the drop stays.
+  ASSERT_TRUE(PutBlock(3).ok());
+  auto later = store_->Acquire(kNs, Key(3));
+  ASSERT_TRUE(later.ok());
+  ASSERT_TRUE(store_->Release(later->id).ok());
+  EXPECT_EQ(store_->Lookup(kNs, std::vector<BlockKey>{Key(3)}).ready_prefix, 1u);
+}
+
 TEST_F(StoreTest, RejectsBadTierLists) {
   FakeTier a(TierId::kHost, kBlock), b(TierId::kHost, kBlock);
   EXPECT_EQ(Store::Create({}, {}, clock_).status().code(), StatusCode::kInvalidArgument);

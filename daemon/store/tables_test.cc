@@ -81,8 +81,13 @@ TEST(NamespaceRegistryTest, CountersOutliveADropAndAdoptionCanBeRefused) {
   EXPECT_EQ(e->counters, r.Counters(kNs));
   e->counters->puts.fetch_add(3);
 
-  EXPECT_EQ(r.Drop(kOther, false).code(), StatusCode::kNotFound);
-  ASSERT_TRUE(r.Drop(kNs, /*refuse_adoption=*/true).ok());
+  EXPECT_EQ(r.Drop(kOther, false, 1).code(), StatusCode::kNotFound);
+  EXPECT_TRUE(r.Holds(kNs, 5));
+  ASSERT_TRUE(r.Drop(kNs, /*refuse_adoption=*/true, /*generation_watermark=*/10).ok());
+  EXPECT_FALSE(r.Holds(kNs, 12));  // not registered
+  EXPECT_TRUE(r.DroppedSince(kNs, 9));
+  EXPECT_FALSE(r.DroppedSince(kNs, 10));
+  EXPECT_FALSE(r.DroppedSince(kOther, 0));
   EXPECT_FALSE(r.Registered(kNs));
   EXPECT_FALSE(r.Find(kNs).has_value());
   EXPECT_TRUE(r.AdoptionRefused(kNs));
