@@ -199,6 +199,26 @@ TEST_F(StoreBatchMovesTest, AWriteThroughWhoseBlockWasDemotedFirstMakesThatCopyD
   EXPECT_EQ(nvme().block_writes(), 1u) << "no second copy";
 }
 
+// Regression: the same, with the block read up again before its write-through came: the copy
+// the read kept on NVMe (its shadow, written as cache) was taken for the write-through's copy
+// and the put acknowledged without making it one a restart finds.
+TEST_F(StoreBatchMovesTest, AWriteThroughWhoseBlockWasDemotedAndReadUpFirstMakesItsCopyDurable) {
+  BuildWriteThrough();
+  uint64_t id = 0;
+  ASSERT_TRUE(store_->Put(kNs, Key(0), Payload(0), &id).ok());
+  store_->EvictToTarget(TierId::kHost, 0, 8);
+  ASSERT_EQ(TierOf(0), TierId::kNvme);
+  store_->Fetch(Keys(0, 1));  // read up for a reader; write-through keeps the NVMe copy
+  ASSERT_EQ(TierOf(0), TierId::kHost);
+  EXPECT_EQ(nvme().must_survive_count(), 0u) << "written as cache";
+  store_->WriteThrough(store_->TakeWriteThroughRequests(8));
+  EXPECT_FALSE(store_->WriteThroughPending(id));
+  EXPECT_TRUE(store_->TakeWriteThroughOutcome(id).value_or(Internal("pending")).ok());
+  EXPECT_EQ(nvme().must_survive_count(), 1u) << "now acknowledged as durable";
+  EXPECT_EQ(nvme().block_writes(), 1u) << "no second copy";
+  EXPECT_TRUE(ReadsBack(0));
+}
+
 // Regression: KVT.DROP skips a block the mover has pinned for a copy; when the copy ended the
 // block stayed, with its tier space, and came back at the next restart from the NVMe catalog.
 TEST_F(StoreBatchMovesTest, ABlockBeingMovedWhenItsNamespaceIsDroppedGoesWhenTheMoveEnds) {

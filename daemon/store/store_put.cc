@@ -273,12 +273,12 @@ std::optional<Store::PinnedMove> Store::PrepareWriteThrough(size_t level,
   BlockMeta meta;
   std::optional<Extent> on_nvme;
   Status pinned = index_->Update(r.key, [&](BlockMeta& m) {
-    if (m.generation != r.generation || m.has_shadow) {
-      return NotFound("block changed");  // replaced or removed, or copied: nothing to write
-    }
-    if (m.tier == TierId::kNvme) {
-      // Demoted before its copy was made: written as cache, it is the copy the put is owed.
-      on_nvme = m.extent;
+    if (m.generation != r.generation) return NotFound("block changed");  // nothing owed now
+    if (m.tier == TierId::kNvme || m.has_shadow) {
+      // Demoted before its copy was made, and perhaps read up again since with its NVMe copy
+      // kept: written as cache, that copy is the one the put is owed, once it is made one that
+      // a restart finds (a cache write's record may have failed, and cache copies sync late).
+      on_nvme = m.tier == TierId::kNvme ? m.extent : m.shadow;
       return NotFound("on NVMe");
     }
     if (m.state != BlockState::kReady || m.tier != TierId::kHost) {
