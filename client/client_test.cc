@@ -10,6 +10,8 @@
 #include <vector>
 
 #include "client/testing/in_process_daemon.h"
+#include "daemon/config/daemon_config.h"
+#include "daemon/server/server.h"
 
 namespace kvtier::client {
 namespace {
@@ -440,6 +442,22 @@ TEST(ClientTcpTest, InlinePathWorksAndAttachIsRefused) {
   const void* blocks[] = {nullptr};
   EXPECT_EQ(client->Put(NamespaceId{}, keys, blocks, 0).status().code(),
             StatusCode::kInvalidArgument);
+}
+
+// kvtierd holds a SET, DEL or GETDEL of a value another client is still receiving for
+// reader_wait_ms, and a put or read waiting for the mover for mover_wait_ms, then answers
+// (BUSY, or a miss), after one more retry pause (at most 32 ms). A client on its default
+// timeout must hear that answer: with both at 10 s it timed out first, lost its connection, and
+// a GETDEL's value went to a closed socket. A quarter of the timeout is left for the network and
+// a loaded daemon.
+TEST(ClientDefaultsTest, KvtierdAnswersItsBoundedWaitsBeforeTheDefaultTimeout) {
+  constexpr std::chrono::milliseconds kLongestRetryPause{32};
+  const std::chrono::milliseconds timeout = ConnectOptions{}.timeout * 3 / 4;
+  for (const uint64_t wait_ms :
+       {server::ServerOptions{}.reader_wait_ms, server::ServerOptions{}.mover_wait_ms,
+        config::DaemonConfig{}.reader_wait_ms, config::DaemonConfig{}.mover_wait_ms}) {
+    EXPECT_LE(std::chrono::milliseconds(wait_ms) + kLongestRetryPause, timeout) << wait_ms;
+  }
 }
 
 }  // namespace

@@ -142,7 +142,7 @@ struct DaemonConfig {
   uint64_t max_keys_reply = 100'000;  // KEYS refuses a larger key space (use SCAN)
   uint64_t max_inflight_bytes_per_client = 1ull << 30;
   uint64_t idle_timeout_ms = 0;
-  uint64_t reader_wait_ms = 10'000;
+  uint64_t reader_wait_ms = 5'000;  // below the client's default timeout (ServerOptions)
   uint64_t mover_wait_ms = 2'000;  // puts and reads waiting for the background mover
   uint64_t max_clients = 10'000;
   uint64_t max_leases = 1u << 20;        // open read leases, all clients together

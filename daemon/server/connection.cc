@@ -37,8 +37,8 @@ constexpr int kMaxReadsWithoutWait = 8;
 // How long a command that waits for readers (Progress::kRetryLater) pauses between attempts: at
 // first kRetryPause, then an eighth of the time it has waited, up to kLongestRetryPause. A reader
 // that is done soon costs the command a millisecond; one that takes seconds costs it about 60
-// attempts in the first second and 31 a second after that (about 340 over reader_wait_ms's
-// default 10 s) instead of a thousand a second (GETDEL, GETEX and SET ... GET copy the value at
+// attempts in the first second and 31 a second after that (about 190 over reader_wait_ms's
+// default 5 s) instead of a thousand a second (GETDEL, GETEX and SET ... GET copy the value at
 // each).
 constexpr std::chrono::milliseconds kRetryPause{1};
 constexpr std::chrono::milliseconds kLongestRetryPause{32};

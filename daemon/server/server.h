@@ -78,7 +78,9 @@ struct ServerOptions {
   uint64_t idle_timeout_ms = 0;
   // SET, MSET and DEL of a value that another client is still receiving (a large GET reply goes
   // out straight from the value's slot, under a lease) wait this long for it, then answer BUSY.
-  uint64_t reader_wait_ms = 10'000;
+  // Well below the client's default timeout (10 s), so that a client waiting on its defaults hears
+  // BUSY rather than timing out and losing its connection (client_test checks the two).
+  uint64_t reader_wait_ms = 5'000;
   // A large reply goes out straight from the value's slot, in pieces of up to 4 MiB, each under
   // a lease renewed just before it. A client that has not taken a piece within this time is
   // disconnected: once the lease lapses (store.lease_timeout_ms) the slot may hold another block,
