@@ -49,7 +49,8 @@ install(FILES
     ${PROJECT_SOURCE_DIR}/common/status.h
     ${PROJECT_SOURCE_DIR}/common/thread_annotations.h ${PROJECT_SOURCE_DIR}/common/types.h
   DESTINATION ${_kvtier_include}/common COMPONENT client)
-install(FILES ${PROJECT_SOURCE_DIR}/common/resp/reply.h DESTINATION ${_kvtier_include}/common/resp COMPONENT client)
+install(FILES ${PROJECT_SOURCE_DIR}/common/resp/reply.h ${PROJECT_SOURCE_DIR}/common/resp/status_words.h
+  DESTINATION ${_kvtier_include}/common/resp COMPONENT client)
 install(FILES
     ${PROJECT_SOURCE_DIR}/hashing/block_hasher.h ${PROJECT_SOURCE_DIR}/hashing/namespace_descriptor.h
   DESTINATION ${_kvtier_include}/hashing COMPONENT client)

@@ -1,9 +1,18 @@
 // Uses the installed C++ API without a daemon: hashing, URL parsing and a refused connection.
+// Includes every installed client header, so that one that names a header not installed fails.
 #include <cstdio>
 #include <vector>
 
+#include "client/async_client.h"
 #include "client/client.h"
+#include "client/client_types.h"
 #include "client/default_url.h"
+#include "client/endpoint.h"
+#include "client/kvtier_c.h"
+#include "client/reply_mapping.h"
+#include "client/request_buffer.h"
+#include "client/shared_arena.h"
+#include "client/unique_fd.h"
 
 int main() {
   kvtier::hashing::NamespaceDescriptor d;
