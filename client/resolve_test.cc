@@ -42,6 +42,15 @@ TEST(ResolveTest, ANameResolvedInTimeGivesItsAddresses) {
   EXPECT_EQ(*resolver.started, 1);
 }
 
+// Regression: milliseconds::max() (a caller's "no real limit") wrapped to a deadline already past
+// when added to the clock, and every host name timed out at once.
+TEST(ResolveTest, TheLongestTimeoutWaitsForTheResolver) {
+  SlowResolver resolver{milliseconds(50)};
+  auto list = ResolveStream("kvtierd.example", 6380, milliseconds::max(), resolver.Function());
+  ASSERT_TRUE(list.ok()) << list.status().ToString();
+  EXPECT_EQ(PortOf(**list), 6380);
+}
+
 // Regression: a resolver that hung (a DNS server down) held the connect for as long as glibc's
 // retries took, whatever the client's timeout said.
 TEST(ResolveTest, AResolverSlowerThanTheTimeoutIsATimeout) {

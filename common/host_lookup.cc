@@ -63,7 +63,13 @@ Result<std::shared_ptr<HostLookup>> HostLookup::Start(const std::string& host,
 }
 
 bool HostLookup::WaitFor(std::chrono::milliseconds timeout) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  // A timeout past the clock's range (milliseconds::max(), say) waits for ever: added to now in
+  // the clock's nanoseconds it would wrap to a deadline already past.
+  const auto now = std::chrono::steady_clock::now();
+  const auto room = std::chrono::duration_cast<std::chrono::milliseconds>(
+      std::chrono::steady_clock::time_point::max() - now);
+  const auto deadline =
+      timeout >= room ? std::chrono::steady_clock::time_point::max() : now + timeout;
   MutexLock lock(mu_);
   // The condition variable unlocks and relocks mu_ itself, which the analysis cannot follow.
   while (!done_) {
