@@ -444,6 +444,19 @@ TEST(ClientTcpTest, InlinePathWorksAndAttachIsRefused) {
             StatusCode::kInvalidArgument);
 }
 
+// A connection past kvtierd's limit is closed with an error that says to retry later: it was an
+// ERR, which the client read as the caller's mistake (INVALID_ARGUMENT, KVTIER_EINVAL in C).
+TEST(ClientLimitTest, AConnectionPastTheDaemonsLimitIsBusy) {
+  InProcessDaemon daemon({.tcp = true, .max_clients = 1});
+  auto first = Client::Connect(daemon.url());
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  ASSERT_TRUE(first->Ping().ok());
+  auto second = Client::Connect(daemon.url());
+  const Status refused = second.ok() ? second->Ping() : second.status();
+  EXPECT_EQ(refused.code(), StatusCode::kBusy) << refused.ToString();
+  EXPECT_NE(refused.message().find("max number of clients"), std::string::npos);
+}
+
 // kvtierd holds a SET, DEL or GETDEL of a value another client is still receiving for
 // reader_wait_ms, and a put or read waiting for the mover for mover_wait_ms, then answers
 // (BUSY, or a miss), after one more retry pause (at most 32 ms). A client on its default

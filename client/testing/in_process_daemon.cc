@@ -15,6 +15,7 @@ constexpr uint64_t kPastEveryDeadlineUs = uint64_t{3600} * 1'000'000;
 InProcessDaemon::InProcessDaemon(Options options) {
   server::ServerOptions server_options;
   server_options.password = options.password;
+  if (options.max_clients > 0) server_options.max_clients = options.max_clients;
   server_ = std::make_unique<server::testing::TestServer>(
       server_options, /*with_arena=*/true, options.arena_bytes, options.gpu_pool_bytes);
   if (!server_->status().ok()) {

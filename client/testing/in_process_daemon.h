@@ -34,6 +34,7 @@ class InProcessDaemon {
     // PlaceOutsideArena is one an attached client cannot lease (KVT.ACQUIRE answers NOTFOUND) and
     // must read inline, as a block on NVMe or in a pool it has not mapped.
     uint64_t gpu_pool_bytes = 0;
+    size_t max_clients = 0;  // > 0: the server's connection limit (kvtierd's own otherwise)
   };
 
   // Starts the server (and the proxy). Aborts the test binary when that fails.

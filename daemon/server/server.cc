@@ -233,7 +233,7 @@ bool Server::Impl::TakeSlot(uint64_t id, const std::shared_ptr<Connection>& conn
     return false;
   }
   if (connections.size() >= context.options.max_clients) {
-    *why = "-ERR max number of clients reached\r\n";
+    *why = "-BUSY max number of clients reached\r\n";
     return false;
   }
   connections.emplace(id, conn);

@@ -212,7 +212,7 @@ TEST(ServerTest, ClosesClientsBeyondMaxClients) {
   EXPECT_EQ(first.Call({"PING"}), "+PONG\r\n");
   TestClient second = ts.ConnectTcp();
   bool closed = false;
-  EXPECT_EQ(second.ReadUntilClosed(&closed), "-ERR max number of clients reached\r\n");
+  EXPECT_EQ(second.ReadUntilClosed(&closed), "-BUSY max number of clients reached\r\n");
   EXPECT_TRUE(closed);
   first.Close();
   ASSERT_TRUE(ts.WaitForClients(0));

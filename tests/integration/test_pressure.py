@@ -187,7 +187,7 @@ def test_client_limit(small):
             if reply == b"+PONG\r\n":
                 socks.append(s)
             else:
-                assert reply.startswith(b"-ERR max number of clients reached"), reply
+                assert reply.startswith(b"-BUSY max number of clients reached"), reply
                 refused += 1
                 s.close()
         assert MAX_CLIENTS - 1 <= len(socks) <= MAX_CLIENTS
