@@ -270,7 +270,17 @@ bool Store::HasCopyBelow(size_t level, const BlockMeta& meta) const {
 Store::DemoteOutcome Store::Demote(size_t level, const BlockKey& key, const BlockMeta& meta) {
   if (HasCopyBelow(level, meta)) return DemoteIntoShadow(level, key, meta);
   Result<PinnedMove> move = PrepareMove(level + 1, key, meta);
-  if (!move.ok()) return UnpreparedOutcome(move.status());
+  if (!move.ok()) {
+    const DemoteOutcome outcome = UnpreparedOutcome(move.status());
+    // A GPU block whose copy on NVMe is further down than the next tier: when the host cannot
+    // take it, it moves into that copy rather than being dropped (which frees the copy too, a
+    // write-through one that its put was told is durable).
+    if (outcome == DemoteOutcome::kNoRoomBelow && meta.has_shadow &&
+        tier(TierId::kNvme) != nullptr) {
+      return DemoteIntoShadow(level, key, meta);
+    }
+    return outcome;
+  }
   MovePinnedBatch(level, level + 1, {&*move, 1});
   return MovedOutcome(move->status);
 }

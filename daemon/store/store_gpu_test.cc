@@ -329,6 +329,26 @@ TEST_F(StoreGpuTest, AWriteThroughShadowStaysWithTheBlockInTheGpu) {
   for (uint64_t n = 1; n <= 5; ++n) ExpectBytes(n);
 }
 
+// Regression: a GPU victim that the host tier could not take (full, its only block the candidate
+// being moved up) was dropped, and its durable write-through copy on NVMe freed with it. It now
+// moves into that copy: an index change, no write.
+TEST_F(StoreGpuTest, AGpuVictimTheHostCannotTakeMovesIntoItsCopyOnNvme) {
+  StoreOptions options;
+  options.nvme_write_through = true;
+  BuildWithGpu(1, 1, 8, 2, options);
+  PutAndPromote(1);
+  FakeTier& nvme = *tiers_[1];
+  const uint64_t writes = nvme.block_writes();
+  ASSERT_TRUE(PutBlock(2).ok());
+  for (int i = 0; i < 2; ++i) ExpectBytes(2);
+  store_->PromoteCandidates(16);
+  EXPECT_EQ(TierOf(1), TierId::kNvme);
+  EXPECT_EQ(nvme.block_writes(), writes + 1) << "block 2's write-through only";
+  EXPECT_EQ(TierStatsOf(store_->Stats(), TierId::kGpu).drops, 0u);
+  ExpectBytes(1);
+  ExpectBytes(2);
+}
+
 TEST_F(StoreGpuTest, AFullCandidateQueueRefusesAndCounts) {
   StoreOptions options;
   options.max_promotion_candidates = 1;
