@@ -61,6 +61,7 @@ constexpr size_t kMaxRemoteLookupKeys = 1024;
 // blocks it holds. The answer arrives on the remote client's thread.
 struct RemoteLookup {
   NamespaceId ns;
+  size_t asked = 0;  // keys of the whole lookup, local prefix included
   index::LookupResult local;
   size_t found = 0;  // written before `answered` is set
   std::atomic<bool> answered{false};
@@ -76,7 +77,7 @@ Progress FinishRemoteLookup(CommandContext& ctx) {
     return Progress::kRetryLater;
   }
   const size_t found = state->answered.load(std::memory_order_acquire) ? state->found : 0;
-  ctx.server.store.CountRemoteHits(state->ns, found);
+  ctx.server.store.CountLookup(state->ns, state->asked, state->local, found);
   AppendLookup(ctx, state->local, found);
   return Progress::kDone;
 }
@@ -113,12 +114,14 @@ Progress Lookup(CommandContext& ctx, Command& cmd) {
     return Progress::kDone;
   }
   std::vector<BlockKey> keys = PackedKeys(cmd.args[2], 0, *count);
-  result = ctx.server.store.Lookup(ns->id, keys);
   store::Store& store = ctx.server.store;
+  // With a remote tier the lookup may go on there: counted once it ends.
+  result = store.Lookup(ns->id, keys, /*count_later=*/store.HasRemoteTier());
   if (*hold_ms > 0) {
     store.Hold(ns->id, std::span<const BlockKey>(keys).first(result.ready_prefix), *hold_ms * 1000);
   }
   if (result.ready_prefix == *count || !store.HasRemoteTier()) {
+    if (store.HasRemoteTier()) store.CountLookup(ns->id, *count, result, 0);
     AppendLookup(ctx, result, 0);
     return Progress::kDone;
   }
@@ -126,6 +129,7 @@ Progress Lookup(CommandContext& ctx, Command& cmd) {
   // connection waits without holding its thread, as it waits for the mover.
   auto state = std::make_shared<RemoteLookup>();
   state->ns = ns->id;
+  state->asked = *count;
   keys.erase(keys.begin(), keys.begin() + static_cast<ptrdiff_t>(result.ready_prefix));
   if (keys.size() > kMaxRemoteLookupKeys) keys.resize(kMaxRemoteLookupKeys);
   state->local = std::move(result);

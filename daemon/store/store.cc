@@ -267,25 +267,33 @@ Status Store::Get(const NamespaceId& ns, const BlockKey& key, std::vector<std::b
   return released.ok() ? st : released;
 }
 
-index::LookupResult Store::Lookup(const NamespaceId& ns, std::span<const BlockKey> keys) {
-  std::optional<NamespaceRegistry::Entry> entry = namespaces_.Find(ns);
-  if (!entry) return {};
+index::LookupResult Store::Lookup(const NamespaceId& ns, std::span<const BlockKey> keys,
+                                  bool count_later) {
+  if (!namespaces_.Registered(ns)) return {};
   index::LookupResult result = index_->Lookup(keys, /*touch=*/true, ns);
-  {
-    NamespaceCounters* c = entry->counters;
-    c->lookups.fetch_add(1, std::memory_order_relaxed);
-    c->lookup_blocks.fetch_add(keys.size(), std::memory_order_relaxed);
-    // Counted here and added once per tier: an atomic add per block was a locked instruction
-    // per key on the lookup path.
-    std::array<uint64_t, kTierCount> hits{};
-    for (TierId t : result.tiers) ++hits[static_cast<size_t>(t)];
-    for (size_t t = 0; t < kTierCount; ++t) {
-      if (hits[t] != 0) c->hit_blocks[t].fetch_add(hits[t], std::memory_order_relaxed);
-    }
-    c->hit_tokens.fetch_add(result.ready_prefix * entry->tokens_per_block,
-                            std::memory_order_relaxed);
-  }
+  if (!count_later) CountLookup(ns, keys.size(), result, 0);
   return result;
+}
+
+void Store::CountLookup(const NamespaceId& ns, size_t asked, const index::LookupResult& local,
+                        size_t remote_found) {
+  std::optional<NamespaceRegistry::Entry> entry = namespaces_.Find(ns);
+  if (!entry) return;
+  NamespaceCounters* c = entry->counters;
+  // The blocks asked for first: Stats reads them last (see there).
+  c->lookups.fetch_add(1, std::memory_order_relaxed);
+  c->lookup_blocks.fetch_add(asked, std::memory_order_release);
+  // Counted here and added once per tier: an atomic add per block was a locked instruction per
+  // key on the lookup path.
+  std::array<uint64_t, kTierCount> hits{};
+  for (TierId t : local.tiers) ++hits[static_cast<size_t>(t)];
+  hits[static_cast<size_t>(TierId::kRemote)] += remote_found;
+  for (size_t t = 0; t < kTierCount; ++t) {
+    if (hits[t] != 0) c->hit_blocks[t].fetch_add(hits[t], std::memory_order_relaxed);
+  }
+  const size_t found = local.ready_prefix + remote_found;
+  if (asked > found) c->miss_blocks.fetch_add(asked - found, std::memory_order_relaxed);
+  c->hit_tokens.fetch_add(found * entry->tokens_per_block, std::memory_order_relaxed);
 }
 
 size_t Store::Refresh(const NamespaceId& ns, std::span<const BlockKey> keys) {

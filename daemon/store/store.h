@@ -234,9 +234,16 @@ class Store {
   Status Get(const NamespaceId& ns, const BlockKey& key, std::vector<std::byte>& out);
 
   // The longest ready prefix of `keys` in namespace `ns` and the tier of each of its blocks;
-  // touches that prefix (tail first) and counts the lookup in the namespace's statistics. An
+  // touches that prefix (tail first) and counts the lookup in the namespace's statistics, unless
+  // `count_later` (a lookup that may go on in the remote tier: its caller counts it with
+  // CountLookup once it ends, so that its blocks, hits and misses are counted together). An
   // unregistered namespace is a miss, not an error.
-  index::LookupResult Lookup(const NamespaceId& ns, std::span<const BlockKey> keys);
+  index::LookupResult Lookup(const NamespaceId& ns, std::span<const BlockKey> keys,
+                             bool count_later = false);
+  // Counts a lookup of `asked` keys whose local prefix was `local` and which found `remote_found`
+  // more blocks in the remote tier.
+  void CountLookup(const NamespaceId& ns, size_t asked, const index::LookupResult& local,
+                   size_t remote_found);
   // Puts the ready prefix of `keys` in `ns` back in the order Lookup leaves it (head most recent),
   // without counting a lookup, a read or a use (BlockIndex::Refresh): for a client that put a
   // request's new blocks after looking the request up. Returns the prefix's length; 0 for an
@@ -351,8 +358,6 @@ class Store {
   // (SetMoveListener). `done` must not block. false without a remote tier (`done` never runs).
   bool StartRemoteLookup(const NamespaceId& ns, std::vector<BlockKey> keys,
                          std::function<void(size_t found)> done);
-  // Counts blocks StartRemoteLookup found as hits of tier remote in the namespace's statistics.
-  void CountRemoteHits(const NamespaceId& ns, size_t blocks);
   bool HasRemoteTier() const { return options_.remote.store != nullptr; }
   // Whether the mover keeps room in the host tier ahead of demand: a tier lies below it, local
   // (NVMe) or remote (where the blocks it drops are published).

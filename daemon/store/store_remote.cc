@@ -386,12 +386,4 @@ bool Store::StartRemoteLookup(const NamespaceId& ns, std::vector<BlockKey> keys,
   return true;
 }
 
-void Store::CountRemoteHits(const NamespaceId& ns, size_t blocks) {
-  std::optional<NamespaceRegistry::Entry> entry = namespaces_.Find(ns);
-  if (!entry || blocks == 0) return;
-  NamespaceCounters* c = entry->counters;
-  c->hit_blocks[static_cast<size_t>(TierId::kRemote)].fetch_add(blocks, std::memory_order_relaxed);
-  c->hit_tokens.fetch_add(blocks * entry->tokens_per_block, std::memory_order_relaxed);
-}
-
 }  // namespace kvtier::store

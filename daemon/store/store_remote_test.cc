@@ -357,12 +357,36 @@ TEST_F(StoreRemoteTest, ARemoteLookupCountsTheLeadingBlocksTheRemoteTierHolds) {
   PublishElsewhere(remote_, 1);
   PublishElsewhere(remote_, 2);
   PublishElsewhere(remote_, 4);  // after a gap: useless without block 3
+  const std::vector<BlockKey> keys{Key(1), Key(2), Key(3), Key(4)};
+  const index::LookupResult local = store_->Lookup(kNs, keys, /*count_later=*/true);
+  EXPECT_EQ(local.ready_prefix, 0u);
+  EXPECT_EQ(store_->Stats().namespaces[0].lookup_blocks, 0u) << "counted when it ends";
   size_t found = 99;
-  ASSERT_TRUE(store_->StartRemoteLookup(kNs, {Key(1), Key(2), Key(3), Key(4)},
-                                        [&](size_t n) { found = n; }));
+  ASSERT_TRUE(store_->StartRemoteLookup(kNs, keys, [&](size_t n) { found = n; }));
   EXPECT_EQ(found, 2u);
-  store_->CountRemoteHits(kNs, found);
-  EXPECT_EQ(store_->Stats().namespaces[0].hit_blocks[static_cast<size_t>(TierId::kRemote)], 2u);
+  store_->CountLookup(kNs, keys.size(), local, found);
+  const NamespaceStats ns = store_->Stats().namespaces[0];
+  EXPECT_EQ(ns.hit_blocks[static_cast<size_t>(TierId::kRemote)], 2u);
+  EXPECT_EQ(ns.lookup_blocks, 4u);
+  EXPECT_EQ(ns.miss_blocks, 2u);
+}
+
+// Regression: the misses were the blocks asked for less the hits, so a scrape between a lookup
+// and the remote hits counted after it saw them go down (Prometheus reads a counter that goes down
+// as a reset). Misses are a counter of their own, counted when the lookup ends.
+TEST_F(StoreRemoteTest, MissesNeverGoDownAsRemoteHitsAreCounted) {
+  Build({4}, true, WithRemote(/*background=*/true));
+  PublishElsewhere(remote_, 1);
+  PublishElsewhere(remote_, 2);
+  const std::vector<BlockKey> keys{Key(1), Key(2)};
+  const index::LookupResult first = store_->Lookup(kNs, keys, /*count_later=*/true);
+  store_->CountLookup(kNs, keys.size(), first, 0);  // the remote tier did not answer in time
+  const uint64_t before = store_->Stats().namespaces[0].miss_blocks;
+  EXPECT_EQ(before, 2u);
+  const index::LookupResult second = store_->Lookup(kNs, keys, /*count_later=*/true);
+  store_->CountLookup(kNs, keys.size(), second, 2);  // it did
+  EXPECT_EQ(store_->Stats().namespaces[0].miss_blocks, before);
+  EXPECT_EQ(store_->Stats().namespaces[0].lookup_blocks, 4u);
 }
 
 }  // namespace

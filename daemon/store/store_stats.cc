@@ -58,11 +58,13 @@ StoreStats Store::Stats() const {
           ns.label = info->label;
           ns.tokens_per_block = info->tokens_per_block;
         }
+        // Hits and misses before the blocks asked for, which a lookup counts first (CountLookup):
+        // a lookup counted in between adds to the blocks asked for only, never hits without them.
+        for (size_t t = 0; t < kTierCount; ++t) ns.hit_blocks[t] = counters.hit_blocks[t].load();
+        ns.miss_blocks = counters.miss_blocks.load();
+        ns.hit_tokens = counters.hit_tokens.load();
         ns.lookups = counters.lookups.load();
         ns.lookup_blocks = counters.lookup_blocks.load();
-        for (size_t t = 0; t < kTierCount; ++t) ns.hit_blocks[t] = counters.hit_blocks[t].load();
-        ns.hit_tokens = counters.hit_tokens.load();
-        ns.miss_blocks = ns.lookup_blocks - std::min(ns.lookup_blocks, ns.total_hit_blocks());
         ns.puts = counters.puts.load();
         ns.put_bytes = counters.put_bytes.load();
         ns.gets = counters.gets.load();

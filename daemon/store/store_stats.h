@@ -26,6 +26,10 @@ struct NamespaceCounters {
   Counter lookups{0};                            // Lookup calls
   Counter lookup_blocks{0};                      // keys asked for
   std::array<Counter, kTierCount> hit_blocks{};  // blocks of the ready prefix, by tier
+  // Keys asked for and not found, counted when the lookup ends (after the remote tier's answer):
+  // a counter of its own, so that it never goes down (lookup_blocks less the hits did, for a
+  // scrape between a lookup and its remote hits).
+  Counter miss_blocks{0};
   Counter hit_tokens{0};
   Counter puts{0};  // committed puts
   Counter put_bytes{0};
