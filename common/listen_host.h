@@ -22,4 +22,7 @@ Result<std::string> ListenAddress(std::string_view key, const std::string& host)
 // 127.0.0.0/8, or ::1 however written.
 bool IsLoopbackAddress(const std::string& host);
 
+// Whether `host` is the address of every interface: 0.0.0.0, or :: however written.
+bool IsWildcardAddress(const std::string& host);
+
 }  // namespace kvtier

@@ -72,6 +72,11 @@ Setter Size(uint64_t DaemonConfig::*field, const std::string& key, bool allow_au
     }
     Result<uint64_t> bytes = ParseBytes(value);
     if (!bytes.ok()) return InvalidArgument(key + ": " + bytes.status().message());
+    // 0 stands for "auto" inside the config; written out it would read as "off", which it is
+    // for the GPU and NVMe tiers, and got a host tier sized from RAM (and locked) instead.
+    if (allow_auto && *bytes == 0) {
+      return InvalidArgument(key + ": 0 is not a size here; write auto to have it sized for you");
+    }
     c.*field = *bytes;
     return Status::Ok();
   };
@@ -484,9 +489,26 @@ Status Finalize(DaemonConfig& config) {
   if (config.lease_timeout_ms == 0 || config.reservation_timeout_ms == 0) {
     return InvalidArgument("store: lease and reservation timeouts must be positive");
   }
-  if (config.max_bulk_bytes == 0 || config.max_array_len == 0 || config.max_clients == 0) {
-    return InvalidArgument(
-        "limits: max_bulk_bytes, max_array_len and max_clients must be positive");
+  // All here, before any tier opens: the server refuses some of them too, but only after the
+  // tiers were opened (and an NVMe file preallocated); and 0 leases or reservations would refuse
+  // every read or put of a daemon that says it is ready.
+  for (const auto& [key, value] :
+       {std::pair{"limits.max_bulk_bytes", config.max_bulk_bytes},
+        std::pair{"limits.max_array_len", config.max_array_len},
+        std::pair{"limits.max_clients", config.max_clients},
+        std::pair{"limits.max_leases", config.max_leases},
+        std::pair{"limits.max_reservations", config.max_reservations},
+        std::pair{"limits.max_key_bytes", config.max_key_bytes},
+        std::pair{"limits.max_inline_bytes", config.max_inline_bytes},
+        std::pair{"limits.max_lookup_keys", config.max_lookup_keys},
+        std::pair{"limits.max_inflight_bytes_per_client", config.max_inflight_bytes_per_client}}) {
+    if (value == 0) return InvalidArgument(std::string(key) + ": must be positive");
+  }
+  if (config.tcp_port != 0 && config.tcp_port == config.http_port &&
+      (config.tcp_host == config.http_host || IsWildcardAddress(config.tcp_host) ||
+       IsWildcardAddress(config.http_host))) {
+    return InvalidArgument("listen.http_port: " + std::to_string(config.http_port) +
+                           " is listen.port too; the two listeners need ports of their own");
   }
   config.max_command_bytes = MaxCommandBytes(config.max_bulk_bytes, config.max_key_bytes);
   // The file's key is bounded as it is read; the flag only here, before any tier opens (the

@@ -168,6 +168,51 @@ TEST(DaemonConfigTest, CrossFieldRulesNameTheKey) {
   EXPECT_NE(Finalize(c).message().find("server.log_level"), std::string::npos);
 }
 
+// Limits of 0 passed: max_leases or max_reservations 0 made a daemon that said it was ready refuse
+// every read or put, and the others were refused by the server only after the tiers had opened.
+TEST(DaemonConfigTest, ZeroLimitsAreRefusedBeforeAnyTierOpens) {
+  for (const char* key : {"max_leases", "max_reservations", "max_key_bytes", "max_inline_bytes",
+                          "max_lookup_keys", "max_inflight_bytes_per_client", "max_clients"}) {
+    DaemonConfig c;
+    c.unix_path = "/tmp/s";
+    ASSERT_TRUE(ApplyYaml("limits:\n  " + std::string(key) + ": 0\n", "test.yaml", c).ok());
+    const Status st = Finalize(c);
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << key;
+    EXPECT_NE(st.message().find(std::string("limits.") + key), std::string::npos) << st.message();
+  }
+}
+
+// One port for both listeners passed the start's bind probe (each was bound and closed in turn)
+// and failed once the tiers had opened.
+TEST(DaemonConfigTest, TheHttpListenerNeedsAPortOfItsOwn) {
+  auto same = Parse({"--port", "7000", "--http-port", "7000", "--nvme-bytes", "0"});
+  ASSERT_FALSE(same.ok());
+  EXPECT_NE(same.status().message().find("listen.http_port"), std::string::npos);
+  DaemonConfig c;
+  c.unix_path = "/tmp/s";
+  c.tcp_port = c.http_port = 7000;
+  c.http_host = "0.0.0.0";
+  EXPECT_FALSE(Finalize(c).ok()) << "the wildcard takes the port on loopback too";
+  c.http_host = "::";
+  EXPECT_FALSE(Finalize(c).ok());
+  c.tcp_port = 7001;
+  EXPECT_TRUE(Finalize(c).ok());
+}
+
+// A host tier of 0 meant "auto" (0 is "auto" inside the config): a quarter of the memory,
+// locked, where the GPU and NVMe tiers read 0 as off.
+TEST(DaemonConfigTest, AHostTierOfZeroIsRefusedNotSizedFromMemory) {
+  for (const char* zero : {"0", "0MiB"}) {
+    auto parsed = Parse({"--host-bytes", zero});
+    ASSERT_FALSE(parsed.ok()) << zero;
+    EXPECT_NE(parsed.status().message().find("auto"), std::string::npos);
+  }
+  DaemonConfig c;
+  EXPECT_FALSE(ApplyYaml("tiers:\n  host_bytes: 0\n", "test.yaml", c).ok());
+  EXPECT_FALSE(ApplyYaml("tiers:\n  slab_bytes: 0\n", "test.yaml", c).ok());
+  EXPECT_TRUE(ApplyYaml("tiers:\n  host_bytes: auto\n", "test.yaml", c).ok());
+}
+
 }  // namespace
 }  // namespace kvtier::config
 
