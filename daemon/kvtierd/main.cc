@@ -427,12 +427,16 @@ int Run(const config::DaemonConfig& c) {
   mover.reset();
   s.SetMoverWakeup({});
   if (tiers.nvme) {
-    FlushMemoryToNvme(s, c);
+    // Before the flush, which may take minutes (a large host tier, no flush_seconds) and be cut
+    // short by a SIGKILL past the service's grace period: the puts acknowledged as durable are
+    // synced now, as the periodic sync (stopped above) would have, and the generic key names
+    // are kept (a name whose value does not reach NVMe is dropped at the next start).
     if (Status st = tiers.nvme->Sync(); !st.ok()) spdlog::warn("NVMe sync: {}", st.ToString());
-    // After the values: a name whose value did not fit is dropped at the next start.
     Result<size_t> saved = (*server)->SaveKeyNames(key_names_path);
     if (saved.ok()) spdlog::info("{} generic key names kept for the restart", *saved);
     if (!saved.ok()) spdlog::warn("generic key names not kept: {}", saved.status().ToString());
+    FlushMemoryToNvme(s, c);
+    if (Status st = tiers.nvme->Sync(); !st.ok()) spdlog::warn("NVMe sync: {}", st.ToString());
   }
   store::StoreStats final_stats = (*store)->Stats();
   spdlog::info("stopped with {} blocks cached, {} leases left", final_stats.blocks_present,
