@@ -44,7 +44,12 @@ void Route(const std::string& path, const HttpProviders& providers, Response& re
     res.body() = providers.history();
   } else if (path == "/healthz") {
     res.set(bhttp::field::content_type, "text/plain");
-    res.body() = "ok\n";
+    if (!providers.serving || providers.serving()) {
+      res.body() = "ok\n";
+    } else {
+      res.result(bhttp::status::service_unavailable);
+      res.body() = "starting\n";
+    }
   } else if (path == "/") {
     res.set(bhttp::field::content_type, "text/html; charset=utf-8");
     res.body() = DashboardHtml();

@@ -3,7 +3,7 @@
 //   GET /metrics        Prometheus text (kvtier_* metrics)
 //   GET /stats          the statistics as JSON (the document of KVT.STATS, `kvtier stats --json`)
 //   GET /stats/history  their recent past as JSON (daemon/metrics/stats_history.h)
-//   GET /healthz        "ok" while the daemon serves
+//   GET /healthz        "ok" while the daemon serves; 503 "starting" before its listeners are up
 //   GET /               the dashboard: charts of /stats/history and tables of /stats, drawn by
 //                       the page itself (no external resource: the daemon's machine may have no
 //                       internet)
@@ -38,6 +38,10 @@ struct HttpProviders {
   std::function<std::string()> metrics;  // Prometheus text
   std::function<std::string()> stats;    // JSON
   std::function<std::string()> history;  // JSON; unset: /stats/history is 404
+  // Whether the daemon serves requests yet (its RESP listeners are up); unset: from the start.
+  // HTTP starts first (its port is checked before anything else is done), so a probe must not
+  // hear "ok" while engines' connections would still be refused.
+  std::function<bool()> serving;
   // Where the server counts its failed accepts, so that the providers can report them; unset: a
   // counter of its own (failed_accepts() reads it either way).
   std::shared_ptr<std::atomic<uint64_t>> failed_accepts;

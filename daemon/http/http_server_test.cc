@@ -86,6 +86,24 @@ TEST(HttpServerTest, ServesMetricsStatsHealthAndDashboard) {
   EXPECT_NE(Get(port, "/healthz").find("200 OK"), std::string::npos);
 }
 
+// HTTP starts before kvtierd's RESP listeners (it binds first, and the generic key names are read
+// in between): /healthz said ok while engines' connections were still refused, and a readiness
+// probe sent them there.
+TEST(HttpServerTest, HealthzIsUnavailableUntilTheDaemonServes) {
+  std::atomic<bool> serving{false};
+  auto server = HttpServer::Start("127.0.0.1", 0,
+                                  {.metrics = [] { return std::string(); },
+                                   .stats = [] { return std::string("{}"); },
+                                   .serving = [&] { return serving.load(); }});
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  const std::string starting = Get((*server)->port(), "/healthz");
+  EXPECT_NE(starting.find("503"), std::string::npos) << starting;
+  EXPECT_NE(starting.find("starting"), std::string::npos);
+  EXPECT_NE(Get((*server)->port(), "/metrics").find("200 OK"), std::string::npos);
+  serving = true;
+  EXPECT_NE(Get((*server)->port(), "/healthz").find("200 OK"), std::string::npos);
+}
+
 TEST(HttpServerTest, ServesTheHistoryAsJson) {
   auto server = HttpServer::Start("127.0.0.1", 0,
                                   {.metrics = [] { return std::string(); },

@@ -144,7 +144,8 @@ mover::TierMover::Options MoverOptionsFrom(const config::DaemonConfig& c, bool b
 Result<std::unique_ptr<http::HttpServer>> StartHttp(const config::DaemonConfig& c,
                                                     const store::Store& store,
                                                     const server::Server& server,
-                                                    const metrics::StatsHistory* history) {
+                                                    const metrics::StatsHistory* history,
+                                                    const std::atomic<bool>& serving) {
   auto http_failed_accepts = std::make_shared<std::atomic<uint64_t>>(0);
   auto process = [sv = &server, http_failed_accepts] {
     metrics::ProcessInfo p = sv->ProcessInfo();
@@ -160,6 +161,7 @@ Result<std::unique_ptr<http::HttpServer>> StartHttp(const config::DaemonConfig& 
            [history] {
              return history ? history->ToJson() : metrics::StatsHistory::DisabledJson();
            },
+       .serving = [&serving] { return serving.load(std::memory_order_acquire); },
        .failed_accepts = http_failed_accepts});
 }
 
@@ -322,8 +324,9 @@ int Run(const config::DaemonConfig& c) {
   // HTTP binds before the generic key names are read (and their file removed): a start that
   // fails on a port in use must leave them for the next one.
   std::unique_ptr<http::HttpServer> http;
+  std::atomic<bool> serving{false};  // /healthz: ok once the RESP listeners are up
   if (c.http_port != 0) {
-    auto h = StartHttp(c, **store, **server, history.get());
+    auto h = StartHttp(c, **store, **server, history.get(), serving);
     if (!h.ok()) {
       spdlog::error("{}", h.status().ToString());
       return 1;
@@ -352,6 +355,7 @@ int Run(const config::DaemonConfig& c) {
     if (tiers.nvme && !c.cold_start) (void)(*server)->SaveKeyNames(key_names_path);
     return 1;
   }
+  serving.store(true, std::memory_order_release);
   // The NVMe blocks of the previous run join the index while the daemon serves: until a block is
   // adopted it is a miss, and a restart does not wait for a million index inserts.
   std::jthread recovery(

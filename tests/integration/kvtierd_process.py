@@ -129,7 +129,7 @@ class Daemon:
 
     def ping(self):
         """True when the daemon answers PING on both the Unix socket and TCP, and HTTP answers
-        /healthz (it starts last)."""
+        /healthz ok (once the RESP listeners are up)."""
         try:
             for family, address in ((socket.AF_UNIX, self.unix),
                                     (socket.AF_INET, (self.host, self.port))):
