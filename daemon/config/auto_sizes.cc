@@ -26,7 +26,8 @@ namespace {
 struct NvmeRoom {
   std::string where;   // "the file system of /data", "the device /dev/nvme1n1"
   uint64_t fs_id = 0;  // shares on one file system (st_dev) share its free space
-  uint64_t available_bytes = 0;
+  uint64_t available_bytes = 0;  // free space, and what the tier's own files take there
+  uint64_t own_bytes = 0;        // of it, the tier's own files (a tier formatted before)
   std::string error;  // why the room could not be measured; empty when it was
 };
 
@@ -46,12 +47,34 @@ NvmeRoom DirectoryRoom(std::filesystem::path dir) {
   return room;
 }
 
+// The bytes the file system holds for `path` (a regular file; 0 when absent), or for the regular
+// files under it (a directory).
+uint64_t AllocatedBytes(const std::filesystem::path& path) {
+  struct stat st {};
+  if (lstat(path.c_str(), &st) != 0) return 0;
+  if (S_ISREG(st.st_mode)) return static_cast<uint64_t>(st.st_blocks) * 512;
+  if (!S_ISDIR(st.st_mode)) return 0;
+  uint64_t bytes = 0;
+  std::error_code ec;
+  for (auto it = std::filesystem::recursive_directory_iterator(path, ec);
+       !ec && it != std::filesystem::recursive_directory_iterator(); it.increment(ec)) {
+    if (!it->is_symlink(ec) && it->is_regular_file(ec)) bytes += AllocatedBytes(it->path());
+  }
+  return bytes;
+}
+
 // An nvme.paths entry: a raw block device is measured itself; a file by its directory, where
-// its file system's free space is (the file may not exist yet).
+// its file system's free space is (the file may not exist yet), plus what the file already
+// takes: a tier formatted at an earlier start counts its own file as room, or a disk that has
+// filled up since would size it at 0 and turn it off, its cached blocks (write-through ones
+// included) unread.
 NvmeRoom PathRoom(const std::string& path) {
   struct stat st {};
   if (stat(path.c_str(), &st) != 0 || !S_ISBLK(st.st_mode)) {
-    return DirectoryRoom(std::filesystem::path(path).parent_path());
+    NvmeRoom room = DirectoryRoom(std::filesystem::path(path).parent_path());
+    if (room.error.empty()) room.own_bytes = AllocatedBytes(path);
+    room.available_bytes += room.own_bytes;
+    return room;
   }
   NvmeRoom room{.where = "the device " + path, .fs_id = st.st_rdev};
   const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
@@ -66,7 +89,14 @@ NvmeRoom PathRoom(const std::string& path) {
 
 AutoNvmeSize AutoNvmeBytes(const std::string& data_dir, const std::vector<std::string>& paths) {
   std::vector<NvmeRoom> rooms;
-  if (paths.empty()) rooms.push_back(DirectoryRoom(data_dir));
+  if (paths.empty()) {
+    // The tier's files are in data_dir/nvme: counted as room, as PathRoom counts a path's file.
+    NvmeRoom room = DirectoryRoom(data_dir);
+    if (room.error.empty())
+      room.own_bytes = AllocatedBytes(std::filesystem::path(data_dir) / "nvme");
+    room.available_bytes += room.own_bytes;
+    rooms.push_back(std::move(room));
+  }
   for (const std::string& path : paths) rooms.push_back(PathRoom(path));
   std::map<uint64_t, uint64_t> shares_on;  // fs_id -> how many shares it holds
   for (const NvmeRoom& room : rooms) ++shares_on[room.fs_id];
@@ -82,6 +112,8 @@ AutoNvmeSize AutoNvmeBytes(const std::string& data_dir, const std::vector<std::s
     share = std::min(share, room.available_bytes / 10 / shares_on[room.fs_id]);
     measured += (measured.empty() ? "" : ", ") + FormatBytes(room.available_bytes) + " free on " +
                 room.where;
+    if (room.own_bytes > 0)
+      measured += " (" + FormatBytes(room.own_bytes) + " of it the tier's own files)";
   }
   const uint64_t bytes =
       std::min<uint64_t>(share * rooms.size(), 16ull << 30) & ~((1ull << 20) - 1);

@@ -1,5 +1,6 @@
 #include "daemon/config/daemon_config.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -405,6 +406,28 @@ TEST(DaemonConfigTest, AnAutomaticNvmeSizeSaysHowItWasResolved) {
   ASSERT_TRUE(Finalize(c).ok());
   EXPECT_NE(c.nvme_bytes_note.find("nvme.bytes auto: "), std::string::npos) << c.nvme_bytes_note;
   EXPECT_NE(c.nvme_bytes_note.find(::testing::TempDir()), std::string::npos) << c.nvme_bytes_note;
+}
+
+// Regression: auto was sized from the free space alone, where a tier formatted at an earlier start
+// takes room of its own: once the disk had filled up, the next start sized the tier at 0 and
+// turned it off (its blocks, write-through ones included, unread; with write-through the start
+// refused). The tier's own files count as room.
+TEST(DaemonConfigTest, AnAutomaticNvmeSizeCountsTheTiersOwnFilesAsRoom) {
+  const std::string data = ::testing::TempDir() + "/auto-own";
+  std::filesystem::create_directories(data + "/nvme");
+  const std::string file = data + "/nvme/kvtier-nvme.data";
+  {
+    const int fd = open(file.c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0600);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(posix_fallocate(fd, 0, 64 << 20), 0);
+    close(fd);
+  }
+  const AutoNvmeSize own = AutoNvmeBytes(data);
+  EXPECT_NE(own.note.find("(64.0 MiB of it the tier's own files)"), std::string::npos) << own.note;
+  const AutoNvmeSize path = AutoNvmeBytes("/proc/kvtier-test", {file});
+  EXPECT_NE(path.note.find("(64.0 MiB of it the tier's own files)"), std::string::npos)
+      << path.note;
+  std::filesystem::remove_all(data);
 }
 
 // Regression: with nvme.paths, auto was sized from the data directory's file system, where the
