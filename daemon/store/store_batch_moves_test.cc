@@ -40,6 +40,27 @@ class StoreBatchMovesTest : public StoreTest {
     options.drop_when_disk_lags = drop_when_disk_lags;
     Build({host_blocks, 32}, /*last_addressable=*/false, options);
   }
+  // A write-through put whose block the watermark demoted (written as cache) before its copy was
+  // made, and with `read_up_first` read up again (the NVMe copy kept as its shadow): the
+  // write-through makes that copy durable, writes no second one, and the put is acknowledged.
+  void ExpectTheCacheCopyMadeDurable(bool read_up_first) {
+    BuildWriteThrough();
+    uint64_t id = 0;
+    ASSERT_TRUE(store_->Put(kNs, Key(0), Payload(0), &id).ok());
+    store_->EvictToTarget(TierId::kHost, 0, 8);  // the watermark's demotion comes first
+    ASSERT_EQ(TierOf(0), TierId::kNvme);
+    if (read_up_first) {
+      store_->Fetch(Keys(0, 1));  // for a reader; write-through keeps the NVMe copy
+      ASSERT_EQ(TierOf(0), TierId::kHost);
+    }
+    EXPECT_EQ(nvme().must_survive_count(), 0u) << "written as cache";
+    store_->WriteThrough(store_->TakeWriteThroughRequests(8));
+    EXPECT_FALSE(store_->WriteThroughPending(id));
+    EXPECT_TRUE(store_->TakeWriteThroughOutcome(id).value_or(Internal("pending")).ok());
+    EXPECT_EQ(nvme().must_survive_count(), 1u) << "now acknowledged as durable";
+    EXPECT_EQ(nvme().block_writes(), 1u) << "no second copy";
+    if (read_up_first) EXPECT_TRUE(ReadsBack(0));  // in host: served as it is
+  }
   std::vector<BlockKey> Keys(uint64_t from, uint64_t to) {
     std::vector<BlockKey> keys;
     for (uint64_t n = from; n < to; ++n) keys.push_back(Key(n));
@@ -186,37 +207,14 @@ TEST_F(StoreBatchMovesTest, AWriteThroughWhoseBlockWasDroppedFirstIsNotAcknowled
 // with that demotion's copy, which was written as cache: not synced on the acknowledged blocks'
 // schedule, so a power cut could take what the put was told is durable.
 TEST_F(StoreBatchMovesTest, AWriteThroughWhoseBlockWasDemotedFirstMakesThatCopyDurable) {
-  BuildWriteThrough();
-  uint64_t id = 0;
-  ASSERT_TRUE(store_->Put(kNs, Key(0), Payload(0), &id).ok());
-  store_->EvictToTarget(TierId::kHost, 0, 8);  // the watermark's demotion comes first
-  ASSERT_EQ(TierOf(0), TierId::kNvme);
-  EXPECT_EQ(nvme().must_survive_count(), 0u) << "written as cache";
-  store_->WriteThrough(store_->TakeWriteThroughRequests(8));
-  EXPECT_FALSE(store_->WriteThroughPending(id));
-  EXPECT_TRUE(store_->TakeWriteThroughOutcome(id).value_or(Internal("pending")).ok());
-  EXPECT_EQ(nvme().must_survive_count(), 1u) << "now acknowledged as durable";
-  EXPECT_EQ(nvme().block_writes(), 1u) << "no second copy";
+  ExpectTheCacheCopyMadeDurable(/*read_up_first=*/false);
 }
 
 // Regression: the same, with the block read up again before its write-through came: the copy
 // the read kept on NVMe (its shadow, written as cache) was taken for the write-through's copy
 // and the put acknowledged without making it one a restart finds.
 TEST_F(StoreBatchMovesTest, AWriteThroughWhoseBlockWasDemotedAndReadUpFirstMakesItsCopyDurable) {
-  BuildWriteThrough();
-  uint64_t id = 0;
-  ASSERT_TRUE(store_->Put(kNs, Key(0), Payload(0), &id).ok());
-  store_->EvictToTarget(TierId::kHost, 0, 8);
-  ASSERT_EQ(TierOf(0), TierId::kNvme);
-  store_->Fetch(Keys(0, 1));  // read up for a reader; write-through keeps the NVMe copy
-  ASSERT_EQ(TierOf(0), TierId::kHost);
-  EXPECT_EQ(nvme().must_survive_count(), 0u) << "written as cache";
-  store_->WriteThrough(store_->TakeWriteThroughRequests(8));
-  EXPECT_FALSE(store_->WriteThroughPending(id));
-  EXPECT_TRUE(store_->TakeWriteThroughOutcome(id).value_or(Internal("pending")).ok());
-  EXPECT_EQ(nvme().must_survive_count(), 1u) << "now acknowledged as durable";
-  EXPECT_EQ(nvme().block_writes(), 1u) << "no second copy";
-  EXPECT_TRUE(ReadsBack(0));
+  ExpectTheCacheCopyMadeDurable(/*read_up_first=*/true);
 }
 
 // Regression: KVT.DROP skips a block the mover has pinned for a copy; when the copy ended the
