@@ -13,9 +13,10 @@ bool Evictable(const BlockMeta& meta, uint64_t now_us) {
 
 size_t TierIndex(TierId tier) { return static_cast<size_t>(tier); }
 
-// A ready block visible to a lookup restricted to `ns` (any namespace when unset).
+// A ready block visible to a lookup restricted to `ns` (any namespace when unset), and not one a
+// namespace drop left behind.
 bool Matches(const BlockMeta& meta, const std::optional<NamespaceId>& ns) {
-  return meta.state == BlockState::kReady && (!ns || meta.ns == *ns);
+  return meta.state == BlockState::kReady && !meta.dropped && (!ns || meta.ns == *ns);
 }
 
 // Lookups of fewer keys take each key's shard lock in turn: sorting them by shard would cost more

@@ -42,6 +42,10 @@ struct BlockMeta {
   TierId tier = TierId::kHost;
   BlockState state = BlockState::kWriting;
   bool has_checksum = false;
+  // Its namespace was dropped while it was leased or being moved: found by no lookup, lease or
+  // put of that namespace any more (registered again or not), and removed when the lease or move
+  // ends (Store::RemoveIfNamespaceDropped).
+  bool dropped = false;
 
   // Whether this block is still, ready and in the same place, the incarnation `picked` (a copy
   // taken earlier) describes: same generation, tier, extent and write-through copy. A mover that

@@ -180,7 +180,9 @@ Result<Lease> Store::Acquire(const NamespaceId& ns, const BlockKey& key, Reader 
   bool to_gpu = false;
   uint64_t generation = 0;
   Status st = index_->Update(key, [&](BlockMeta& meta) {
-    if (meta.state != BlockState::kReady || meta.ns != ns) return NotFound("block not cached");
+    if (meta.state != BlockState::kReady || meta.ns != ns || meta.dropped) {
+      return NotFound("block not cached");
+    }
     ++meta.lease_count;
     if (meta.reads < UINT8_MAX) ++meta.reads;
     to_gpu = gpu_level_ < tiers_.size() && meta.tier == TierId::kHost &&
@@ -280,19 +282,20 @@ void Store::CountLookup(const NamespaceId& ns, size_t asked, const index::Lookup
   std::optional<NamespaceRegistry::Entry> entry = namespaces_.Find(ns);
   if (!entry) return;
   NamespaceCounters* c = entry->counters;
-  // The blocks asked for first: Stats reads them last (see there).
+  // The blocks asked for first, and the hits and misses released after them: Stats acquires
+  // those first and reads the blocks asked for last (see there).
   c->lookups.fetch_add(1, std::memory_order_relaxed);
-  c->lookup_blocks.fetch_add(asked, std::memory_order_release);
+  c->lookup_blocks.fetch_add(asked, std::memory_order_relaxed);
   // Counted here and added once per tier: an atomic add per block was a locked instruction per
   // key on the lookup path.
   std::array<uint64_t, kTierCount> hits{};
   for (TierId t : local.tiers) ++hits[static_cast<size_t>(t)];
   hits[static_cast<size_t>(TierId::kRemote)] += remote_found;
   for (size_t t = 0; t < kTierCount; ++t) {
-    if (hits[t] != 0) c->hit_blocks[t].fetch_add(hits[t], std::memory_order_relaxed);
+    if (hits[t] != 0) c->hit_blocks[t].fetch_add(hits[t], std::memory_order_release);
   }
   const size_t found = local.ready_prefix + remote_found;
-  if (asked > found) c->miss_blocks.fetch_add(asked - found, std::memory_order_relaxed);
+  if (asked > found) c->miss_blocks.fetch_add(asked - found, std::memory_order_release);
   c->hit_tokens.fetch_add(found * entry->tokens_per_block, std::memory_order_relaxed);
 }
 
@@ -332,7 +335,9 @@ Store::RemoveAllResult Store::RemoveAll(const NamespaceId& ns) {
 Status Store::Pin(const NamespaceId& ns, const BlockKey& key, uint64_t ttl_us) {
   const uint64_t until = ttl_us == 0 ? 0 : clock_.NowMicros() + ttl_us;
   return index_->Update(key, [&](BlockMeta& meta) {
-    if (meta.ns != ns || meta.state != BlockState::kReady) return NotFound("block not cached");
+    if (meta.ns != ns || meta.state != BlockState::kReady || meta.dropped) {
+      return NotFound("block not cached");
+    }
     meta.pinned_until_us = until;
     return Status::Ok();
   });
@@ -342,7 +347,9 @@ void Store::Hold(const NamespaceId& ns, std::span<const BlockKey> keys, uint64_t
   const uint64_t until = clock_.NowMicros() + ttl_us;
   for (const BlockKey& key : keys) {
     (void)index_->Update(key, [&](BlockMeta& meta) {
-      if (meta.ns != ns || meta.state != BlockState::kReady) return NotFound("block not cached");
+      if (meta.ns != ns || meta.state != BlockState::kReady || meta.dropped) {
+        return NotFound("block not cached");
+      }
       meta.pinned_until_us = std::max(meta.pinned_until_us, until);
       return Status::Ok();
     });
@@ -356,16 +363,31 @@ Result<uint64_t> Store::DropNamespace(const NamespaceId& ns) {
   // Every block of `ns` made before this point has a lower generation: those the loop below
   // skips (leased, being written or moved) are removed when that ends (RemoveIfNamespaceDropped,
   // Publish), whether or not the namespace is registered again by then.
-  KVTIER_RETURN_IF_ERROR(namespaces_.Drop(ns, adopting, next_id_.fetch_add(1)));
+  const uint64_t watermark = next_id_.fetch_add(1);
+  KVTIER_RETURN_IF_ERROR(namespaces_.Drop(ns, adopting, watermark));
   if (adopting) {
     for (tiers::Tier* t : tiers_) t->DropRecoveredCopies(ns, std::nullopt);
   }
   uint64_t removed = 0;
+  // Only blocks made before the drop: the namespace may be registered again while this runs, and
+  // what is put then is the new namespace's.
+  const auto made_before = [&](const BlockMeta& m) {
+    return m.ns == ns && m.generation < watermark;
+  };
   for (const BlockKey& key : index_->KeysOfNamespace(ns)) {
     std::optional<BlockMeta> gone = index_->EraseIf(key, [&](const BlockMeta& m) {
-      return m.ns == ns && m.state == BlockState::kReady && m.lease_count == 0;
+      return made_before(m) && m.state == BlockState::kReady && m.lease_count == 0;
     });
-    if (!gone) continue;
+    if (!gone) {
+      // Leased or being moved: hidden now, removed when that ends. (One being written is
+      // refused at its commit.)
+      (void)index_->Update(key, [&](BlockMeta& m) {
+        if (!made_before(m) || m.state != BlockState::kReady) return NotFound("not this drop's");
+        m.dropped = true;
+        return Status::Ok();
+      });
+      continue;
+    }
     FreeExtent(*gone);
     RecordDeparture(key, *gone, DepartureReason::kNamespaceDropped);
     ++removed;

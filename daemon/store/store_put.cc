@@ -24,6 +24,7 @@ Result<Reservation> Store::BeginPut(const NamespaceId& ns, const BlockKey& key, 
     // Never "already stored" for another namespace's block: the caller would skip its copy and
     // then never find the block, and the answer would tell one tenant what another has cached.
     if (existing->ns != ns) return Rejected("key is in use by another namespace");
+    if (existing->dropped) return Busy("the block's namespace was dropped; it goes once read");
     if (existing->state == BlockState::kReady) return AlreadyExists("block is already stored");
     return Busy("block is being written by another client");
   }

@@ -332,6 +332,11 @@ TEST_F(StoreTest, ANamespaceRegisteredAgainDoesNotGetBackWhatItsDropSkipped) {
   ASSERT_EQ(*store_->DropNamespace(kNs), 0u);
   ASSERT_TRUE(store_->RegisterNamespace({kNs, 16, kBlock, "test"}).ok());
   EXPECT_EQ(store_->CommitPut(pending->id).code(), StatusCode::kNotFound);
+  // The leased block is not the new namespace's, even while its lease lasts: not found, and a put
+  // of its key waits (BUSY) rather than being told the block is stored.
+  EXPECT_EQ(store_->Lookup(kNs, std::vector<BlockKey>{Key(1)}).ready_prefix, 0u);
+  EXPECT_EQ(store_->Acquire(kNs, Key(1)).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(store_->BeginPut(kNs, Key(1), kBlock).status().code(), StatusCode::kBusy);
   ASSERT_TRUE(store_->Release(lease->id).ok());
   EXPECT_EQ(store_->Lookup(kNs, std::vector<BlockKey>{Key(1)}).ready_prefix, 0u);
   EXPECT_EQ(store_->Lookup(kNs, std::vector<BlockKey>{Key(2)}).ready_prefix, 0u);
