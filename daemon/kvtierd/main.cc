@@ -323,8 +323,9 @@ int Run(const config::DaemonConfig& c) {
   }
   // HTTP binds before the generic key names are read (and their file removed): a start that
   // fails on a port in use must leave them for the next one.
+  // /healthz: ok once the RESP listeners are up. Before `http`, which reads it until it is gone.
+  std::atomic<bool> serving{false};
   std::unique_ptr<http::HttpServer> http;
-  std::atomic<bool> serving{false};  // /healthz: ok once the RESP listeners are up
   if (c.http_port != 0) {
     auto h = StartHttp(c, **store, **server, history.get(), serving);
     if (!h.ok()) {

@@ -2,7 +2,9 @@
 //
 // The values of the generic key space survive a clean stop on NVMe (the shutdown flush), but
 // their names and expiry times live in memory (generic_keys.h). kvtierd writes them to one file
-// in its data directory after the flush and reads it back at the next start, so that SCAN and
+// in its data directory just before the flush (which a SIGKILL past a service's grace period may
+// cut short; a name whose value did not reach NVMe is dropped at the next start) and reads it
+// back at the next start, so that SCAN and
 // KEYS list the keys again and an expiry outlives the restart. A crash leaves no file: then, as
 // before, a value comes back without its name until a command names it, and without an expiry.
 //
