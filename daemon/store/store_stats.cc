@@ -60,8 +60,10 @@ StoreStats Store::Stats() const {
         }
         // Hits and misses before the blocks asked for, which a lookup counts first (CountLookup):
         // a lookup counted in between adds to the blocks asked for only, never hits without them.
-        for (size_t t = 0; t < kTierCount; ++t) ns.hit_blocks[t] = counters.hit_blocks[t].load();
-        ns.miss_blocks = counters.miss_blocks.load();
+        for (size_t t = 0; t < kTierCount; ++t) {
+          ns.hit_blocks[t] = counters.hit_blocks[t].load(std::memory_order_acquire);
+        }
+        ns.miss_blocks = counters.miss_blocks.load(std::memory_order_acquire);
         ns.hit_tokens = counters.hit_tokens.load();
         ns.lookups = counters.lookups.load();
         ns.lookup_blocks = counters.lookup_blocks.load();
