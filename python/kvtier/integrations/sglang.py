@@ -66,8 +66,9 @@ from kvtier.integrations.link import Engine, Link
 __all__ = ["KvtierHiCacheStorage"]
 
 logger = logging.getLogger("sglang.kvtier")
-# Keys of the extra config that SGLang itself reads (its dynamic backend factory).
-_SGLANG_KEYS = ("backend_name", "module_path", "class_name", "interface_v1")
+# Keys of the extra config that SGLang itself reads (its dynamic backend factory), or adds for
+# other backends (--file-storage-path).
+_SGLANG_KEYS = ("backend_name", "module_path", "class_name", "interface_v1", "file_storage_path")
 
 _ENGINE = Engine(client_name="sglang", logger=logger,
                  without_data="SGLang goes on without these pages",
