@@ -271,17 +271,23 @@ Status Store::Get(const NamespaceId& ns, const BlockKey& key, std::vector<std::b
 
 index::LookupResult Store::Lookup(const NamespaceId& ns, std::span<const BlockKey> keys,
                                   bool count_later) {
-  if (!namespaces_.Registered(ns)) return {};
+  const std::optional<NamespaceRegistry::Entry> entry = namespaces_.Find(ns);
+  if (!entry) return {};
   index::LookupResult result = index_->Lookup(keys, /*touch=*/true, ns);
-  if (!count_later) CountLookup(ns, keys.size(), result, 0);
+  if (!count_later) CountLookupIn(*entry, keys.size(), result, 0);
   return result;
 }
 
 void Store::CountLookup(const NamespaceId& ns, size_t asked, const index::LookupResult& local,
                         size_t remote_found) {
-  std::optional<NamespaceRegistry::Entry> entry = namespaces_.Find(ns);
-  if (!entry) return;
-  NamespaceCounters* c = entry->counters;
+  if (const std::optional<NamespaceRegistry::Entry> entry = namespaces_.Find(ns)) {
+    CountLookupIn(*entry, asked, local, remote_found);
+  }
+}
+
+void Store::CountLookupIn(const NamespaceRegistry::Entry& entry, size_t asked,
+                          const index::LookupResult& local, size_t remote_found) {
+  NamespaceCounters* c = entry.counters;
   // The blocks asked for first, and the hits and misses released after them: Stats acquires
   // those first and reads the blocks asked for last (see there).
   c->lookups.fetch_add(1, std::memory_order_relaxed);
@@ -296,7 +302,7 @@ void Store::CountLookup(const NamespaceId& ns, size_t asked, const index::Lookup
   }
   const size_t found = local.ready_prefix + remote_found;
   if (asked > found) c->miss_blocks.fetch_add(asked - found, std::memory_order_release);
-  c->hit_tokens.fetch_add(found * entry->tokens_per_block, std::memory_order_relaxed);
+  c->hit_tokens.fetch_add(found * entry.tokens_per_block, std::memory_order_relaxed);
 }
 
 size_t Store::Refresh(const NamespaceId& ns, std::span<const BlockKey> keys) {

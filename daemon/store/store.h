@@ -733,6 +733,9 @@ class Store {
   // longer the incarnation `meta` describes) when its namespace has been dropped meanwhile, as
   // DropNamespace would have.
   void RemoveIfNamespaceDropped(const BlockKey& key, const index::BlockMeta& meta);
+  // CountLookup, for a namespace already found (one registry lookup per lookup command).
+  static void CountLookupIn(const NamespaceRegistry::Entry& entry, size_t asked,
+                            const index::LookupResult& local, size_t remote_found);
 
   const StoreOptions options_;
   const std::vector<tiers::Tier*> tiers_;
