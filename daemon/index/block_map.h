@@ -85,7 +85,7 @@ class BlockMap {
     BlockMeta meta;
   };
 
-  // 64 entries of about 120 bytes: a chunk's slack is small next to a shard of any real size.
+  // 64 entries of 112 bytes: a chunk's slack is small next to a shard of any real size.
   static constexpr size_t kChunkBits = 6;
   static constexpr size_t kChunkEntries = size_t{1} << kChunkBits;
 
