@@ -19,6 +19,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "common/keys.h"
@@ -55,6 +56,41 @@ class SegmentedLists {
   void MoveToHead(Node node, size_t segment) {
     Unlink(node);
     Link(node, segment);
+  }
+
+  // The node of each of `keys` that sits in `segment`, or kNone, into `nodes`. Keys used together
+  // stay linked in the order of their last use (MoveRunToHead), so each key after a found one is
+  // looked for first in that one's successor: a run used together before costs one probe of the
+  // table, not one per key (half of a long lookup's time in the policy went to those probes).
+  void FindRun(std::span<const BlockKey> keys, size_t segment, std::vector<Node>& nodes) const {
+    nodes.resize(keys.size());
+    Node previous = kNone;
+    for (size_t i = 0; i < keys.size(); ++i) {
+      Node node = previous == kNone ? kNone : Next(previous);
+      if (node == kNone || nodes_[node].key != keys[i]) node = Find(keys[i]);
+      if (node != kNone && SegmentOf(node) != segment) node = kNone;
+      nodes[i] = previous = node;
+    }
+  }
+  // The same as MoveToHead(nodes[i], segment) for i from the last to the first, skipping kNone:
+  // nodes[0] ends at the head, followed by nodes[1] and so on. Every node given is in `segment`.
+  // A stretch of `nodes` that is already linked in that order moves as one splice.
+  void MoveRunToHead(std::span<const Node> nodes, size_t segment) {
+    for (size_t end = nodes.size(); end > 0;) {
+      const Node last = nodes[end - 1];
+      if (last == kNone) {
+        --end;
+        continue;
+      }
+      // The stretch ending at `last` that is linked in order now (earlier splices included: a
+      // splice is the same as moving its nodes one by one, so the list is what those moves make).
+      size_t begin = end - 1;
+      while (begin > 0 && nodes[begin - 1] != kNone && Next(nodes[begin - 1]) == nodes[begin]) {
+        --begin;
+      }
+      SpliceToHead(nodes[begin], last, segment);
+      end = begin;
+    }
   }
   // Stops tracking `node`'s key.
   void Remove(Node node) {
@@ -127,6 +163,23 @@ class SegmentedLists {
       SetPrev(next, prev);
     }
     --list.size;
+  }
+  // Moves the nodes from `first` to `last`, linked in that order in `segment`, to its head.
+  void SpliceToHead(Node first, Node last, size_t segment) {
+    List& list = lists_[segment];
+    const Node prev = Prev(first);
+    if (prev == kNone) return;  // already the head
+    const Node next = Next(last);
+    SetNext(prev, next);
+    if (next == kNone) {
+      list.tail = prev;
+    } else {
+      SetPrev(next, prev);
+    }
+    SetPrev(first, kNone);
+    SetNext(last, list.head);
+    SetPrev(list.head, last);
+    list.head = first;
   }
   void Link(Node node, size_t segment) {
     List& list = lists_[segment];
