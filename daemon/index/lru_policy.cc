@@ -17,6 +17,11 @@ void LruPolicy::Touch(const BlockKey& key) {
   lists_.MoveToHead(node, kRecency);
 }
 
+void LruPolicy::TouchRun(std::span<const BlockKey> run) {
+  lists_.FindRun(run, kRecency, run_nodes_);
+  lists_.MoveRunToHead(run_nodes_, kRecency);
+}
+
 void LruPolicy::Erase(const BlockKey& key) {
   if (const Lists::Node node = lists_.Find(key); node != Lists::kNone) lists_.Remove(node);
 }

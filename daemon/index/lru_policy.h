@@ -8,6 +8,9 @@
 // own). These arrays are what "LRU links" costs per block (index_bytes_per_block in bench/).
 #pragma once
 
+#include <span>
+#include <vector>
+
 #include "daemon/index/eviction_policy.h"
 #include "daemon/index/segmented_lists.h"
 
@@ -22,6 +25,8 @@ class LruPolicy final : public EvictionPolicy {
     if (!Contains(key)) Insert(key);
   }
   void Touch(const BlockKey& key) override;
+  // The run's nodes found and moved together (SegmentedLists::FindRun, MoveRunToHead).
+  void TouchRun(std::span<const BlockKey> run) override;
   void Refresh(const BlockKey& key) override { Touch(key); }  // LRU learns nothing from a use
   void Erase(const BlockKey& key) override;
   std::optional<BlockKey> PopVictim() override;
@@ -33,6 +38,7 @@ class LruPolicy final : public EvictionPolicy {
   static constexpr size_t kRecency = 0;
 
   Lists lists_;
+  std::vector<Lists::Node> run_nodes_;  // TouchRun's, kept between calls
 };
 
 }  // namespace kvtier::index

@@ -71,7 +71,10 @@ StickyLruPolicy::StickyLruPolicy(size_t capacity_hint_blocks, Clock now_ms)
     : StickyLruPolicy(capacity_hint_blocks, std::move(now_ms), Params{}) {}
 
 StickyLruPolicy::StickyLruPolicy(size_t capacity_hint_blocks, Clock now_ms, const Params& params)
-    : now_ms_(std::move(now_ms)), params_(params), capacity_hint_(capacity_hint_blocks) {
+    : now_ms_(std::move(now_ms)),
+      params_(params),
+      capacity_hint_(capacity_hint_blocks),
+      gaps_(params.gap_window) {
   sticky_shadow_.sticky = true;
 }
 
@@ -107,19 +110,10 @@ std::optional<uint64_t> StickyLruPolicy::reuse_gap_ms() const {
 }
 
 void StickyLruPolicy::RecordGap(uint64_t gap_ms) {
-  const auto gap = static_cast<uint32_t>(std::min<uint64_t>(gap_ms, UINT32_MAX));
-  if (gaps_.size() < params_.gap_window) {
-    gaps_.push_back(gap);
-  } else {
-    gaps_[next_gap_] = gap;
-    next_gap_ = (next_gap_ + 1) % params_.gap_window;
-  }
+  gaps_.Add(static_cast<uint32_t>(std::min<uint64_t>(gap_ms, UINT32_MAX)));
   if (++gaps_since_estimate_ < kGapsPerEstimate) return;
   gaps_since_estimate_ = 0;
-  std::vector<uint32_t> sorted = gaps_;
-  const auto at = sorted.begin() + static_cast<ptrdiff_t>(sorted.size() * params_.gap_quantile);
-  std::nth_element(sorted.begin(), at, sorted.end());
-  gap_estimate_ = *at;
+  gap_estimate_ = gaps_.Quantile(params_.gap_quantile);
 }
 
 void StickyLruPolicy::RememberInGhost(const BlockKey& key, uint64_t stamp) {
@@ -134,9 +128,8 @@ void StickyLruPolicy::RememberInGhost(const BlockKey& key, uint64_t stamp) {
   while (lists_.Size(kGhost) > ghost_limit) lists_.Remove(lists_.Tail(kGhost));
 }
 
-void StickyLruPolicy::Observe(const BlockKey& key, uint64_t now) {
+void StickyLruPolicy::Observe(const BlockKey& key, Lists::Node node, uint64_t now) {
   if (!Sampled(key)) return;
-  const Lists::Node node = lists_.Find(key);
   if (node != Lists::kNone) RecordGap(now - std::min(now, stamps_[node]));
   Replay(lru_shadow_, key, now);
   Replay(sticky_shadow_, key, now);
@@ -146,8 +139,9 @@ void StickyLruPolicy::Replay(Shadow& shadow, const BlockKey& key, uint64_t now) 
   using ShadowLists = SegmentedLists<1>;
   // Hits count less the older they are: by e^-1 every duel_memory_gaps reuse gaps (G), so the
   // duel follows the workload at its own pace, whatever its request rate.
-  if (gap_estimate_ != UINT64_MAX) {
-    const auto elapsed = static_cast<double>(now - std::min(now, shadow.last_replay));
+  // Uses in the same millisecond (a lookup's keys) fade nothing: no exp() for them.
+  if (gap_estimate_ != UINT64_MAX && now > shadow.last_replay) {
+    const auto elapsed = static_cast<double>(now - shadow.last_replay);
     const double window =
         params_.duel_memory_gaps * static_cast<double>(std::max<uint64_t>(1, gap_estimate_));
     shadow.score *= std::exp(-elapsed / window);
@@ -190,7 +184,7 @@ void StickyLruPolicy::Track(const BlockKey& key, bool observe) {
     Stamp(node, now);
     return;
   }
-  if (observe) Observe(key, now);
+  if (observe) Observe(key, node, now);
   if (node == Lists::kNone) {
     node = lists_.Add(key, kResident);
   } else {
@@ -209,14 +203,20 @@ void StickyLruPolicy::Touch(const BlockKey& key) {
 void StickyLruPolicy::TouchRun(std::span<const BlockKey> run) {
   if (run.empty()) return;
   const uint64_t now = now_ms_();
+  // Use() of each resident, deepest first, with the moves made together at the end: a move
+  // changes nothing that Observe or Stamp reads.
+  lists_.FindRun(run, kResident, run_nodes_);
   for (size_t i = run.size(); i-- > 0;) {
-    const Lists::Node node = lists_.Find(run[i]);
-    if (node != Lists::kNone && lists_.SegmentOf(node) == kResident) Use(node, run[i], now);
+    const Lists::Node node = run_nodes_[i];
+    if (node == Lists::kNone) continue;
+    Observe(run[i], node, now);
+    Stamp(node, now);
   }
+  lists_.MoveRunToHead(run_nodes_, kResident);
 }
 
 void StickyLruPolicy::Use(Lists::Node node, const BlockKey& key, uint64_t now) {
-  Observe(key, now);
+  Observe(key, node, now);
   lists_.MoveToHead(node, kResident);
   Stamp(node, now);
 }
@@ -266,9 +266,10 @@ bool StickyLruPolicy::Young(uint64_t last_use, uint64_t now) const {
 }
 
 void StickyLruPolicy::NotAdmitted(const BlockKey& key) {
-  if (Contains(key)) return;
+  const Lists::Node node = lists_.Find(key);
+  if (node != Lists::kNone && lists_.SegmentOf(node) == kResident) return;
   const uint64_t now = now_ms_();
-  Observe(key, now);
+  Observe(key, node, now);
   RememberInGhost(key, now);
 }
 

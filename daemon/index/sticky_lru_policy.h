@@ -39,6 +39,7 @@
 #include "common/status.h"
 #include "daemon/index/eviction_policy.h"
 #include "daemon/index/segmented_lists.h"
+#include "daemon/index/window_quantile.h"
 
 namespace kvtier::index {
 
@@ -49,12 +50,12 @@ class StickyLruPolicy final : public EvictionPolicy {
   // The constants above. The defaults are what kvtierd runs; `kvtier simulate --policy-params`
   // changes them to measure how much each one matters (docs/simulate.md).
   struct Params {
-    uint64_t sample_one_in = 16;     // keys whose gaps are measured and shadows replay (power of 2)
-    size_t gap_window = 4096;        // the last gaps G is estimated from
-    double gap_quantile = 0.75;      // G: most reuses come back before this
-    double duel_memory_gaps = 16;    // hits fade by e^-1 every this many G
-    double duel_margin_sigmas = 2;   // by how much the sticky shadow must win
-    double ghost_factor = 1;         // ghost keys: this times capacity / sample_one_in
+    uint64_t sample_one_in = 16;    // keys whose gaps are measured and shadows replay (power of 2)
+    size_t gap_window = 4096;       // the last gaps G is estimated from
+    double gap_quantile = 0.75;     // G: most reuses come back before this
+    double duel_memory_gaps = 16;   // hits fade by e^-1 every this many G
+    double duel_margin_sigmas = 2;  // by how much the sticky shadow must win
+    double ghost_factor = 1;        // ghost keys: this times capacity / sample_one_in
   };
   // "name=value,name=value" over the fields above, named sample, window, quantile, memory,
   // margin, ghost; the rest keep their defaults. kInvalidArgument naming the bad part.
@@ -70,7 +71,8 @@ class StickyLruPolicy final : public EvictionPolicy {
   // Back at the head with a fresh time stamp, as before, but no gap measured: not a reuse.
   void PutBack(const BlockKey& key) override;
   void Touch(const BlockKey& key) override;
-  // One clock read for the run: reading it per key was an eighth of an 8,192-key lookup.
+  // One clock read for the run: reading it per key was an eighth of an 8,192-key lookup. The run's
+  // nodes are found and moved together (SegmentedLists::FindRun, MoveRunToHead).
   void TouchRun(std::span<const BlockKey> run) override;
   // Moves a resident to the head without measuring a gap, replaying it in the shadows or changing
   // its time stamp (the last use, which Young compares). So after refreshes the LRU tail need not
@@ -112,8 +114,9 @@ class StickyLruPolicy final : public EvictionPolicy {
   void Stamp(Lists::Node node, uint64_t now);
   void RecordGap(uint64_t gap_ms);
   void RememberInGhost(const BlockKey& key, uint64_t stamp);
-  // A sampled key was used (`ghost_or_resident_stamp` when it had been seen before).
-  void Observe(const BlockKey& key, uint64_t now);
+  // A sampled key was used at `now`; `node` is its node (resident or ghost), kNone when it has
+  // none.
+  void Observe(const BlockKey& key, Lists::Node node, uint64_t now);
   void Replay(Shadow& shadow, const BlockKey& key, uint64_t now);
   // A use of the resident `node` (`key`) at `now`: Touch and TouchRun.
   void Use(Lists::Node node, const BlockKey& key, uint64_t now);
@@ -122,10 +125,10 @@ class StickyLruPolicy final : public EvictionPolicy {
   const Params params_;
   size_t capacity_hint_;
   size_t peak_size_ = 0;
-  Lists lists_;                   // residents (LRU order) and ghost keys (FIFO)
-  std::vector<uint64_t> stamps_;  // by node: last use (resident), when it left (ghost)
-  std::vector<uint32_t> gaps_;    // ring of observed reuse gaps, ms
-  size_t next_gap_ = 0;
+  Lists lists_;                         // residents (LRU order) and ghost keys (FIFO)
+  std::vector<uint64_t> stamps_;        // by node: last use (resident), when it left (ghost)
+  WindowQuantile gaps_;                 // the last gap_window reuse gaps, ms
+  std::vector<Lists::Node> run_nodes_;  // TouchRun's, kept between calls
   size_t gaps_since_estimate_ = 0;
   uint64_t gap_estimate_ = UINT64_MAX;
   Shadow lru_shadow_, sticky_shadow_;
