@@ -16,7 +16,7 @@ size_t TierIndex(TierId tier) { return static_cast<size_t>(tier); }
 // A ready block visible to a lookup restricted to `ns` (any namespace when unset), and not one a
 // namespace drop left behind.
 bool Matches(const BlockMeta& meta, const std::optional<NamespaceId>& ns) {
-  return meta.state == BlockState::kReady && !meta.dropped && (!ns || meta.ns == *ns);
+  return ns ? meta.VisibleIn(*ns) : meta.state == BlockState::kReady && !meta.dropped;
 }
 
 // Lookups of fewer keys take each key's shard lock in turn: sorting them by shard would cost more

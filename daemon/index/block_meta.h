@@ -48,6 +48,13 @@ struct BlockMeta {
   // and serves NVMe admission.
   uint64_t window_start_us = 0;
 
+  // Whether a lookup, lease or pin of namespace `in` may find this block: ready, of that
+  // namespace, and not left behind by a drop of it. (The index's lookups, the store's leases,
+  // pins and holds all ask this.)
+  bool VisibleIn(const NamespaceId& in) const {
+    return state == BlockState::kReady && !dropped && ns == in;
+  }
+
   // Whether this block is still, ready and in the same place, the incarnation `picked` (a copy
   // taken earlier) describes: same generation, tier, extent and write-through copy. A mover that
   // decided from `picked` may act only while this holds; a field that a move decides from belongs

@@ -180,9 +180,7 @@ Result<Lease> Store::Acquire(const NamespaceId& ns, const BlockKey& key, Reader 
   bool to_gpu = false;
   uint64_t generation = 0;
   Status st = index_->Update(key, [&](BlockMeta& meta) {
-    if (meta.state != BlockState::kReady || meta.ns != ns || meta.dropped) {
-      return NotFound("block not cached");
-    }
+    if (!meta.VisibleIn(ns)) return NotFound("block not cached");
     ++meta.lease_count;
     if (meta.reads < UINT8_MAX) ++meta.reads;
     to_gpu = gpu_level_ < tiers_.size() && meta.tier == TierId::kHost &&
@@ -341,9 +339,7 @@ Store::RemoveAllResult Store::RemoveAll(const NamespaceId& ns) {
 Status Store::Pin(const NamespaceId& ns, const BlockKey& key, uint64_t ttl_us) {
   const uint64_t until = ttl_us == 0 ? 0 : clock_.NowMicros() + ttl_us;
   return index_->Update(key, [&](BlockMeta& meta) {
-    if (meta.ns != ns || meta.state != BlockState::kReady || meta.dropped) {
-      return NotFound("block not cached");
-    }
+    if (!meta.VisibleIn(ns)) return NotFound("block not cached");
     meta.pinned_until_us = until;
     return Status::Ok();
   });
@@ -353,9 +349,7 @@ void Store::Hold(const NamespaceId& ns, std::span<const BlockKey> keys, uint64_t
   const uint64_t until = clock_.NowMicros() + ttl_us;
   for (const BlockKey& key : keys) {
     (void)index_->Update(key, [&](BlockMeta& meta) {
-      if (meta.ns != ns || meta.state != BlockState::kReady || meta.dropped) {
-        return NotFound("block not cached");
-      }
+      if (!meta.VisibleIn(ns)) return NotFound("block not cached");
       meta.pinned_until_us = std::max(meta.pinned_until_us, until);
       return Status::Ok();
     });
