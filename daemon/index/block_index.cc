@@ -247,7 +247,7 @@ Status BlockIndex::InsertWriting(const BlockKey& key, const BlockMeta& meta) {
   }
   entry->state = BlockState::kWriting;
   entry->lease_count = 0;
-  CountShadow(0, ShadowLength(*entry));
+  Count({}, TallyOf(*entry));
   return Status::Ok();
 }
 
@@ -257,7 +257,9 @@ Status BlockIndex::MarkReady(const BlockKey& key) {
   BlockMeta* meta = shard.entries.Find(key);
   if (meta == nullptr) return NotFound("no such block");
   if (meta->state != BlockState::kWriting) return InvalidArgument("block is not being written");
+  const Tally before = TallyOf(*meta);
   meta->state = BlockState::kReady;
+  Count(before, TallyOf(*meta));
   TierOrder& order = tiers_[TierIndex(meta->tier)];
   MutexLock policy_lock(order.mu);
   order.Join(key, *meta);
@@ -270,7 +272,7 @@ Status BlockIndex::InsertReady(const BlockKey& key, const BlockMeta& meta) {
   auto [entry, inserted] = shard.entries.TryEmplace(key, meta);
   if (!inserted) return AlreadyExists("block is already stored");
   entry->state = BlockState::kReady;
-  CountShadow(0, ShadowLength(*entry));
+  Count({}, TallyOf(*entry));
   TierOrder& order = tiers_[TierIndex(meta.tier)];
   MutexLock policy_lock(order.mu);
   order.Join(key, *entry);
@@ -282,16 +284,15 @@ Status BlockIndex::Update(const BlockKey& key, const std::function<Status(BlockM
   MutexLock lock(shard.mu);
   BlockMeta* meta = shard.entries.Find(key);
   if (meta == nullptr) return NotFound("no such block");
-  const uint64_t shadow_before = ShadowLength(*meta);
+  const Tally before = TallyOf(*meta);
   const TierId tier = meta->tier;
   const BlockState state = meta->state;
   Status st = fn(*meta);
-  CountShadow(shadow_before, ShadowLength(*meta));
-  if (meta->tier != tier || meta->state != state) {
-    meta->tier = tier;
-    meta->state = state;
-    return Internal("BlockIndex::Update may not change a block's tier or state");
-  }
+  const bool moved = meta->tier != tier || meta->state != state;
+  meta->tier = tier;
+  meta->state = state;
+  Count(before, TallyOf(*meta));
+  if (moved) return Internal("BlockIndex::Update may not change a block's tier or state");
   return st;
 }
 
@@ -314,7 +315,7 @@ std::optional<BlockMeta> BlockIndex::EraseIf(const BlockKey& key,
   const std::optional<BlockMeta> erased = shard.entries.EraseIf(key, pred);
   if (!erased) return std::nullopt;
   const BlockMeta& meta = *erased;
-  CountShadow(ShadowLength(meta), 0);
+  Count(TallyOf(meta), {});
   if (meta.state == BlockState::kReady) {
     TierOrder& order = tiers_[TierIndex(meta.tier)];
     MutexLock policy_lock(order.mu);
@@ -349,7 +350,7 @@ Status BlockIndex::MoveTier(const BlockKey& key, const BlockMeta& from, TierId t
     meta.window_start_us = 0;
     meta.window_reads = 0;
   }
-  const uint64_t shadow_before = ShadowLength(meta);
+  const Tally before = TallyOf(meta);
   switch (shadow) {
     case ShadowAfterMove::kForget:
       meta.has_shadow = false;
@@ -363,16 +364,29 @@ Status BlockIndex::MoveTier(const BlockKey& key, const BlockMeta& from, TierId t
   }
   meta.tier = tier;
   meta.extent = extent;
-  CountShadow(shadow_before, ShadowLength(meta));
+  Count(before, TallyOf(meta));
   TierOrder& to = tiers_[TierIndex(tier)];
   MutexLock policy_lock(to.mu);
   to.Join(key, meta);
   return Status::Ok();
 }
 
-void BlockIndex::CountShadow(uint64_t gone, uint64_t come) {
-  if (come > gone) shadow_bytes_.fetch_add(come - gone, std::memory_order_relaxed);
-  if (gone > come) shadow_bytes_.fetch_sub(gone - come, std::memory_order_relaxed);
+void BlockIndex::Count(const Tally& gone, const Tally& come) {
+  // Unsigned differences: a fall adds its two's complement. Under the shard lock, an entry's
+  // changes reach each counter in order, so no counter is seen below zero.
+  const auto add = [](std::atomic<uint64_t>& counter, uint64_t to, uint64_t from) {
+    if (to != from) counter.fetch_add(to - from, std::memory_order_relaxed);
+  };
+  add(ready_blocks_, come.ready, gone.ready);
+  add(writing_blocks_, come.writing, gone.writing);
+  add(shadowed_blocks_, come.shadowed, gone.shadowed);
+  add(shadow_bytes_, come.shadow_bytes, gone.shadow_bytes);
+}
+
+BlockIndex::EntryCounts BlockIndex::entry_counts() const {
+  return {ready_blocks_.load(std::memory_order_relaxed),
+          writing_blocks_.load(std::memory_order_relaxed),
+          shadowed_blocks_.load(std::memory_order_relaxed)};
 }
 
 std::optional<std::pair<BlockKey, BlockMeta>> BlockIndex::PickVictim(TierId tier, uint64_t now_us,

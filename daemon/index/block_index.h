@@ -184,6 +184,15 @@ class BlockIndex {
   // Options::shadow_footprint), counted as each entry gains or loses one: what the store bounds
   // when it keeps a copy it may let go.
   uint64_t shadow_bytes() const { return shadow_bytes_.load(std::memory_order_relaxed); }
+  // Entries by state, and the ready ones with such a copy, counted as entries change: statistics
+  // (/metrics, /stats, the history sampler) read them often, and a walk of the index held each
+  // shard's lock for a pass over all its entries, which lookups of that shard waited out.
+  struct EntryCounts {
+    uint64_t ready = 0;
+    uint64_t writing = 0;
+    uint64_t shadowed = 0;
+  };
+  EntryCounts entry_counts() const;
 
   // Whether a new block of quota `group` may push a resident of full `tier` out now
   // (EvictionPolicy::AdmitsNew); when not, the caller does not store it and calls NotAdmitted.
@@ -256,9 +265,21 @@ class BlockIndex {
   void TouchPrefix(std::span<const BlockKey> keys, const std::vector<TierId>& tiers,
                    const std::vector<uint8_t>& groups, PrefixUse use);
   void MoveBetweenOrders(TierId tier, uint8_t group, EvictionPolicy* from, EvictionPolicy* to);
-  // Follows a change of an entry's shadow, `gone` bytes before and `come` after (ShadowLength;
-  // 0 for an entry that is new or erased).
-  void CountShadow(uint64_t gone, uint64_t come);
+  // What an entry adds to entry_counts() and shadow_bytes(); all zero for no entry.
+  struct Tally {
+    uint64_t ready = 0;
+    uint64_t writing = 0;
+    uint64_t shadowed = 0;
+    uint64_t shadow_bytes = 0;
+  };
+  Tally TallyOf(const BlockMeta& meta) const {
+    const bool ready = meta.state == BlockState::kReady;
+    return {ready ? 1u : 0u, ready ? 0u : 1u, ready && meta.has_shadow ? 1u : 0u,
+            ShadowLength(meta)};
+  }
+  // Follows the change of an entry from `gone` to `come` (Tally{} for an entry that is new or
+  // erased), under that entry's shard lock.
+  void Count(const Tally& gone, const Tally& come);
   uint64_t ShadowLength(const BlockMeta& meta) const {
     if (!meta.has_shadow) return 0;
     return shadow_footprint_ ? shadow_footprint_(meta.shadow.length) : meta.shadow.length;
@@ -275,6 +296,9 @@ class BlockIndex {
   // tier's common order, and Lookup does not collect the blocks' groups for TouchPrefix.
   std::atomic<bool> quota_groups_in_use_{false};
   std::atomic<uint64_t> shadow_bytes_{0};
+  std::atomic<uint64_t> ready_blocks_{0};
+  std::atomic<uint64_t> writing_blocks_{0};
+  std::atomic<uint64_t> shadowed_blocks_{0};
   std::function<uint64_t(uint64_t)> shadow_footprint_;  // Options::shadow_footprint
 };
 

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <random>
+
 namespace kvtier::index {
 namespace {
 
@@ -246,12 +248,72 @@ TEST(BlockIndexTest, ShadowBytesFollowTheCopiesOfEveryEntry) {
   EXPECT_EQ(index->shadow_bytes(), 4096u);
 }
 
+// entry_counts() and shadow_bytes() are kept as entries change; after every step of a random mix
+// of the calls that change entries they equal a walk of the index.
+TEST(BlockIndexTest, EntryCountsEqualAWalkOfTheIndex) {
+  auto index = MakeIndex();
+  using Shadow = BlockIndex::ShadowAfterMove;
+  std::mt19937_64 rng(21);
+  const TierId tiers[] = {TierId::kGpu, TierId::kHost, TierId::kNvme};
+  for (int step = 0; step < 20'000; ++step) {
+    const BlockKey key = Key(rng() % 200);
+    const std::optional<BlockMeta> now = index->Get(key);
+    BlockMeta meta = Meta(tiers[rng() % 3], (rng() % 64) * 4096);
+    meta.has_shadow = rng() % 3 == 0;
+    meta.shadow = {(rng() % 64) * 4096, 4096 * (1 + rng() % 3)};
+    switch (rng() % 6) {
+      case 0:
+        (void)index->InsertWriting(key, meta);
+        break;
+      case 1:
+        (void)index->InsertReady(key, meta);
+        break;
+      case 2:
+        (void)index->MarkReady(key);
+        break;
+      case 3:
+        (void)index->Update(key, [&](BlockMeta& m) {
+          m.has_shadow = meta.has_shadow;
+          m.shadow = meta.shadow;
+          if (rng() % 8 == 0) m.state = BlockState::kWriting;  // refused, and undone
+          return Status::Ok();
+        });
+        break;
+      case 4:
+        if (now) {
+          (void)index->MoveTier(key, *now, meta.tier, meta.extent, 0,
+                                static_cast<Shadow>(rng() % 3));
+        }
+        break;
+      default:
+        (void)index->Erase(key);
+    }
+    if (step % 100 != 0) continue;
+    BlockIndex::EntryCounts walked;
+    uint64_t shadow_bytes = 0;
+    index->ForEach([&](const BlockKey&, const BlockMeta& m) {
+      const bool ready = m.state == BlockState::kReady;
+      walked.ready += ready ? 1 : 0;
+      walked.writing += ready ? 0 : 1;
+      walked.shadowed += ready && m.has_shadow ? 1 : 0;
+      shadow_bytes += m.has_shadow ? m.shadow.length : 0;
+    });
+    const BlockIndex::EntryCounts counted = index->entry_counts();
+    ASSERT_EQ(counted.ready, walked.ready) << "step " << step;
+    ASSERT_EQ(counted.writing, walked.writing) << "step " << step;
+    ASSERT_EQ(counted.shadowed, walked.shadowed) << "step " << step;
+    ASSERT_EQ(index->shadow_bytes(), shadow_bytes) << "step " << step;
+  }
+  EXPECT_GT(index->entry_counts().ready, 20u);
+  EXPECT_GT(index->entry_counts().writing, 20u);
+  EXPECT_GT(index->entry_counts().shadowed, 5u);
+}
+
 // Copies are counted in the room they take on NVMe (the tier's footprint: a record header and
 // rounding), not their payload.
 TEST(BlockIndexTest, ShadowBytesCountTheRoomACopyTakes) {
-  auto created = BlockIndex::Create({.shard_count = 4,
-                                     .policy = "lru",
-                                     .shadow_footprint = [](uint64_t b) { return b + 4096; }});
+  auto created = BlockIndex::Create(
+      {.shard_count = 4, .policy = "lru", .shadow_footprint = [](uint64_t b) { return b + 4096; }});
   ASSERT_TRUE(created.ok());
   BlockIndex& index = **created;
   ASSERT_TRUE(index.InsertReady(Key(1), Meta(TierId::kNvme, 0)).ok());
