@@ -311,11 +311,11 @@ size_t Store::Refresh(const NamespaceId& ns, std::span<const BlockKey> keys) {
 Status Store::Remove(const NamespaceId& ns, const BlockKey& key) {
   NoteChangedDuringAdoption(ns, key);
   std::optional<BlockMeta> gone = index_->EraseIf(key, [&](const BlockMeta& m) {
-    return m.ns == ns && m.state == BlockState::kReady && m.lease_count == 0;
+    return m.VisibleIn(ns) && m.lease_count == 0;
   });
   if (!gone) {
     std::optional<BlockMeta> meta = index_->Get(key);
-    if (meta && meta->ns == ns && meta->state == BlockState::kReady) {
+    if (meta && meta->VisibleIn(ns)) {
       return Busy("block is leased; remove it after the readers release it");
     }
     return NotFound("block not cached");

@@ -49,7 +49,7 @@ void Store::PrefetchForRead(const NamespaceId& ns, std::span<const BlockKey> key
   for (; local < keys.size(); ++local) {
     std::optional<BlockMeta> meta = index_->Get(keys[local]);
     // Past the first miss nothing will be read: the rest of a chain is useless without it.
-    if (!meta || meta->state != BlockState::kReady || meta->ns != ns) break;
+    if (!meta || !meta->VisibleIn(ns)) break;
     const size_t level = LevelBelowHost(*meta);
     if (options_.promote_on_read && level < tiers_.size() && DiskMovesInBackground(level - 1)) {
       asked |= move_requests_.AskForFetch(keys[local]);

@@ -27,7 +27,7 @@ Status Store::PromoteForRead(const NamespaceId& ns, const BlockKey& key) {
   // The common daemon without NVMe: nothing lives below the host tier, so no lookup is needed.
   if (host + 1 >= tiers_.size()) return Status::Ok();
   std::optional<BlockMeta> meta = index_->Get(key);
-  if (!meta || meta->state != BlockState::kReady || meta->ns != ns) return Status::Ok();
+  if (!meta || !meta->VisibleIn(ns)) return Status::Ok();
   // Only blocks below the host tier move up for a reader; a GPU-pool block stays in the GPU.
   const size_t level = LevelBelowHost(*meta);
   if (level >= tiers_.size()) return Status::Ok();

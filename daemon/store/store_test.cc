@@ -337,6 +337,8 @@ TEST_F(StoreTest, ANamespaceRegisteredAgainDoesNotGetBackWhatItsDropSkipped) {
   EXPECT_EQ(store_->Lookup(kNs, std::vector<BlockKey>{Key(1)}).ready_prefix, 0u);
   EXPECT_EQ(store_->Acquire(kNs, Key(1)).status().code(), StatusCode::kNotFound);
   EXPECT_EQ(store_->BeginPut(kNs, Key(1), kBlock).status().code(), StatusCode::kBusy);
+  // Nor is it the namespace's to remove (not "leased, remove it later").
+  EXPECT_EQ(store_->Remove(kNs, Key(1)).code(), StatusCode::kNotFound);
   ASSERT_TRUE(store_->Release(lease->id).ok());
   EXPECT_EQ(store_->Lookup(kNs, std::vector<BlockKey>{Key(1)}).ready_prefix, 0u);
   EXPECT_EQ(store_->Lookup(kNs, std::vector<BlockKey>{Key(2)}).ready_prefix, 0u);
