@@ -11,8 +11,8 @@ namespace kvtier::index {
 enum class BlockState : uint8_t { kWriting, kReady };
 
 struct BlockMeta {
-  // The fields a lookup reads come first, so that with the key before them (BlockMap's entry) a
-  // hit reads one cache line of the entry, not two or three: ns, generation and the bytes after.
+  // The fields a lookup reads come first: with the key before them (BlockMap's entry) they are
+  // its first 46 bytes, in one cache line or two, where they were spread over two or three.
   NamespaceId ns;
   // Names this incarnation of the key: a key removed and stored again gets a new generation, so a
   // mover that copied the old bytes can tell that the block changed under it even when the new

@@ -118,7 +118,8 @@ class StickyLruPolicy final : public EvictionPolicy {
   // none.
   void Observe(const BlockKey& key, Lists::Node node, uint64_t now);
   void Replay(Shadow& shadow, const BlockKey& key, uint64_t now);
-  // A use of the resident `node` (`key`) at `now`: Touch and TouchRun.
+  // A use of the resident `node` (`key`) at `now` (Touch; TouchRun does the same, its moves
+  // together).
   void Use(Lists::Node node, const BlockKey& key, uint64_t now);
 
   Clock now_ms_;

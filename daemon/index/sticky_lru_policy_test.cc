@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <memory>
+#include <random>
+#include <vector>
 
 namespace kvtier::index {
 namespace {
@@ -178,6 +180,63 @@ TEST_F(StickyLruPolicyTest, ARefreshReordersWithoutMeasuringAGap) {
   EXPECT_EQ(policy.PopVictim(), SampledKey(2)) << "1 was moved to the head";
 }
 
+// TouchRun finds and moves a run's keys together (SegmentedLists::FindRun, MoveRunToHead); it
+// must decide as Touch of each key, deepest first, does: the same gaps measured, shadows
+// replayed, admissions and victims. Conversations whose prefixes come back and grow, a key
+// repeated in a run now and then, a cache small enough to refuse and evict.
+TEST(StickyLruPolicyRunTest, TouchRunDecidesAsTouchesOneByOne) {
+  auto now = std::make_shared<uint64_t>(1'000);
+  StickyLruPolicy::Params params;
+  params.sample_one_in = 4;  // more gaps measured, so G and the duel move within the test
+  params.gap_window = 256;
+  constexpr size_t kCapacity = 300;
+  StickyLruPolicy by_run(
+      kCapacity, [now] { return *now; }, params);
+  StickyLruPolicy by_key(
+      kCapacity, [now] { return *now; }, params);
+  std::mt19937_64 rng(5);
+  std::vector<size_t> lengths(40, 1);
+  size_t refused = 0;
+  for (int step = 0; step < 6'000; ++step) {
+    *now += rng() % 50;
+    const size_t c = rng() % lengths.size();
+    if (rng() % 3 == 0) lengths[c] += 1 + rng() % 8;
+    std::vector<BlockKey> run;
+    for (size_t j = 0; j < lengths[c]; ++j) run.push_back(HashedKey(c * 10'000 + j));
+    if (rng() % 16 == 0) run.push_back(run[rng() % run.size()]);
+    by_run.TouchRun(run);
+    for (size_t i = run.size(); i-- > 0;) by_key.Touch(run[i]);
+    // The request's new blocks, as the store puts them.
+    for (const BlockKey& key : run) {
+      ASSERT_EQ(by_run.Contains(key), by_key.Contains(key)) << "step " << step;
+      if (by_run.Contains(key)) continue;
+      const bool admits = by_run.size() < kCapacity || by_run.AdmitsNew();
+      ASSERT_EQ(admits, by_key.size() < kCapacity || by_key.AdmitsNew()) << "step " << step;
+      if (!admits) {
+        by_run.NotAdmitted(key);
+        by_key.NotAdmitted(key);
+        ++refused;
+        break;
+      }
+      by_run.Insert(key);
+      by_key.Insert(key);
+      while (by_run.size() > kCapacity) {
+        ASSERT_EQ(by_run.PopVictim(), by_key.PopVictim()) << "step " << step;
+      }
+    }
+    ASSERT_EQ(by_run.reuse_gap_ms(), by_key.reuse_gap_ms()) << "step " << step;
+    ASSERT_EQ(by_run.protecting(), by_key.protecting()) << "step " << step;
+    ASSERT_EQ(by_run.ghost_size(), by_key.ghost_size()) << "step " << step;
+  }
+  ASSERT_TRUE(by_run.reuse_gap_ms().has_value());
+  EXPECT_GT(refused, 0u) << "the policy never protected: the test would miss its decisions";
+  while (true) {
+    const std::optional<BlockKey> victim = by_run.PopVictim();
+    ASSERT_EQ(victim, by_key.PopVictim());
+    if (!victim) break;
+  }
+}
+
 TEST(StickyLruPolicyParamsTest, ParsesNamedValuesAndKeepsTheRestAtTheirDefaults) {
   Result<StickyLruPolicy::Params> p =
       StickyLruPolicy::ParseParams("quantile=0.6,sample=32,ghost=4");
@@ -209,7 +268,8 @@ TEST(StickyLruPolicyParamsTest, SampleOneInOneMeasuresEveryKey) {
   auto now = std::make_shared<uint64_t>(1'000);
   StickyLruPolicy::Params params;
   params.sample_one_in = 1;
-  StickyLruPolicy policy(1'000, [now] { return *now; }, params);
+  StickyLruPolicy policy(
+      1'000, [now] { return *now; }, params);
   for (uint64_t i = 0; i < 64; ++i) policy.Insert(UnsampledKey(i));
   *now += 3'000;
   for (uint64_t i = 0; i < 64; ++i) policy.Touch(UnsampledKey(i));
