@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <span>
 
 #include "daemon/cli/belady.h"
 #include "daemon/index/sticky_lru_policy.h"
@@ -147,11 +148,10 @@ void PolicySimulator::Add(const TraceRequest& request) {
   *now_ms_ = std::max(*now_ms_, request.timestamp_ms);
   uint64_t hits = 0;
   while (hits < keys_.size() && policy_->Contains(keys_[hits])) ++hits;
-  // The leading `hits` keys are known present (nothing is evicted before the request is done),
-  // which spares them a second probe of the policy's table.
+  // The leading `hits` keys are known present (nothing is evicted before the request is done).
   inserted_.clear();
   const auto touch_or_insert = [&](size_t i) {
-    if (i < hits || policy_->Contains(keys_[i])) {
+    if (policy_->Contains(keys_[i])) {
       policy_->Touch(keys_[i]);
     } else {
       policy_->Insert(keys_[i]);
@@ -159,12 +159,15 @@ void PolicySimulator::Add(const TraceRequest& request) {
       ++result_.inserted_blocks;
     }
   };
+  // The hit prefix is touched deepest first in one TouchRun, as a daemon's lookup touches it.
+  const std::span<const BlockKey> hit_prefix(keys_.data(), hits);
   if (options_.key_order_puts) {
-    for (size_t i = hits; i-- > 0;) policy_->Touch(keys_[i]);
+    policy_->TouchRun(hit_prefix);
     for (size_t i = hits; i < keys_.size(); ++i) touch_or_insert(i);
     std::reverse(inserted_.begin(), inserted_.end());  // deepest first
   } else {
-    for (size_t i = keys_.size(); i-- > 0;) touch_or_insert(i);  // deepest first
+    for (size_t i = keys_.size(); i-- > hits;) touch_or_insert(i);  // deepest first
+    policy_->TouchRun(hit_prefix);
   }
   // A policy that refuses new blocks while the cache thrashes gives up this request's deepest new
   // blocks instead of older residents, as a refused put does in the daemon.
