@@ -78,16 +78,21 @@ void MoveRequests::FinishFetch(const BlockKey& key, bool moved) {
     queued_.erase(key);
     if (!moved) {
       if (failed_.size() >= kMaxRememberedFailures) failed_.clear();
-      failed_.insert(key);
+      failed_.insert_or_assign(key, std::chrono::steady_clock::now());
     }
   }
   // A failed fetch is news too: the reader now answers a miss.
   NotifyMoved();
 }
 
-bool MoveRequests::TakeFailedFetch(const BlockKey& key) {
+bool MoveRequests::TakeFailedFetch(const BlockKey& key,
+                                   std::chrono::steady_clock::time_point failed_since) {
   MutexLock lock(mu_);
-  return failed_.erase(key) > 0;
+  const auto failed = failed_.find(key);
+  if (failed == failed_.end()) return false;
+  const bool recent = failed->second >= failed_since;
+  failed_.erase(failed);
+  return recent;
 }
 
 void MoveRequests::AskForWriteThrough(const BlockKey& key, uint64_t generation) {

@@ -7,7 +7,8 @@
 // A fetch is asked for once however many readers wait for it (they call the store again when the
 // mover says it moved something: SetMoveListener, NotifyMoved, or after a short pause). A fetch the
 // mover could not do (no room, a device error) is remembered, so that the next read of that block
-// is a miss instead of asking again forever; the memory of failures is bounded.
+// is a miss instead of asking again forever; the memory of failures is bounded, and a failure
+// older than any reader's wait counts for nothing.
 //
 // Thread safety: every method may be called from any thread.
 #pragma once
@@ -68,8 +69,11 @@ class MoveRequests {
       size_t max, std::chrono::steady_clock::time_point asked_since, uint64_t* expired = nullptr);
   // The fetch of `key` ended; `moved` false: the mover could not bring it up.
   void FinishFetch(const BlockKey& key, bool moved);
-  // Whether a fetch of `key` failed since it was last asked for; forgets the failure.
-  bool TakeFailedFetch(const BlockKey& key);
+  // Whether a fetch of `key` failed at or after `failed_since`; forgets the failure either way. A
+  // reader waits for its fetch at most StoreOptions' remote.fetch_max_age, so a caller passes
+  // that long ago: an older failure answered nobody who waits now (a prefetch's, which its
+  // reader never reached), and the block may be readable again (put since, then demoted).
+  bool TakeFailedFetch(const BlockKey& key, std::chrono::steady_clock::time_point failed_since);
 
   // A block committed from reservation `generation` waits for its write-through copy on NVMe,
   // queued for the mover.
@@ -133,9 +137,11 @@ class MoveRequests {
   };
   std::deque<RemoteFetch> remote_fetches_ GUARDED_BY(mu_);
   std::unordered_set<BlockKey, Key128Hash> queued_ GUARDED_BY(mu_);  // queued or being fetched
-  std::unordered_set<BlockKey, Key128Hash> failed_ GUARDED_BY(mu_);
+  // When each remembered fetch failed.
+  std::unordered_map<BlockKey, std::chrono::steady_clock::time_point, Key128Hash> failed_
+      GUARDED_BY(mu_);
   std::deque<WriteThroughRequest> write_throughs_ GUARDED_BY(mu_);
-  std::unordered_set<uint64_t> pending_write_throughs_ GUARDED_BY(mu_);  // queued or writing
+  std::unordered_set<uint64_t> pending_write_throughs_ GUARDED_BY(mu_);    // queued or writing
   std::unordered_set<uint64_t> abandoned_write_throughs_ GUARDED_BY(mu_);  // pending, nobody waits
   std::unordered_map<uint64_t, Status> failed_write_throughs_ GUARDED_BY(mu_);
   std::deque<uint64_t> failed_write_through_order_ GUARDED_BY(mu_);  // oldest first

@@ -44,7 +44,7 @@ TEST(MoveRequestsTest, AKeyBeingFetchedIsNotAskedForAgain) {
   EXPECT_FALSE(r.AskForFetch(kA));
   EXPECT_EQ(r.TakeFetches(8), Keys{});
   r.FinishFetch(kA, /*moved=*/true);
-  EXPECT_FALSE(r.TakeFailedFetch(kA));
+  EXPECT_FALSE(r.TakeFailedFetch(kA, {}));
   EXPECT_TRUE(r.AskForFetch(kA));  // moved down again later: a new fetch
 }
 
@@ -53,8 +53,25 @@ TEST(MoveRequestsTest, AFailedFetchIsRememberedOnce) {
   ASSERT_TRUE(r.AskForFetch(kA));
   ASSERT_EQ(r.TakeFetches(8), Keys{kA});
   r.FinishFetch(kA, /*moved=*/false);
-  EXPECT_TRUE(r.TakeFailedFetch(kA));
-  EXPECT_FALSE(r.TakeFailedFetch(kA));
+  EXPECT_TRUE(r.TakeFailedFetch(kA, {}));
+  EXPECT_FALSE(r.TakeFailedFetch(kA, {}));
+}
+
+// A failure older than any reader's wait answers nobody: a prefetch's whose reader stopped at an
+// earlier miss, taken by a reader of a later request (the block may have been put again since
+// and lie on NVMe). It is a miss no more, and it is forgotten.
+TEST(MoveRequestsTest, AFetchFailureOlderThanAReadersWaitIsNotItsAnswer) {
+  MoveRequests r;
+  ASSERT_TRUE(r.AskForFetch(kA));
+  ASSERT_TRUE(r.AskForFetch(kB));
+  ASSERT_EQ(r.TakeFetches(8), (Keys{kA, kB}));
+  r.FinishFetch(kA, /*moved=*/false);
+  r.FinishFetch(kB, /*moved=*/false);
+  std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  const auto waiting_since = std::chrono::steady_clock::now();
+  EXPECT_FALSE(r.TakeFailedFetch(kA, waiting_since));
+  EXPECT_FALSE(r.TakeFailedFetch(kA, {})) << "forgotten once taken";
+  EXPECT_TRUE(r.TakeFailedFetch(kB, waiting_since - std::chrono::seconds(1)));
 }
 
 // Remote fetches wait for the network: past a bound, a read is told to miss instead of queueing
@@ -88,7 +105,7 @@ TEST(MoveRequestsTest, RemoteFetchesOlderThanTheirReadersWaitAreDroppedUnsent) {
   ASSERT_EQ(taken.size(), 1u);
   EXPECT_EQ(taken[0].second, kB);
   EXPECT_EQ(expired, 1u);
-  EXPECT_FALSE(requests.TakeFailedFetch(kA)) << "not a failure: nobody is told";
+  EXPECT_FALSE(requests.TakeFailedFetch(kA, {})) << "not a failure: nobody is told";
   EXPECT_EQ(requests.AskForRemoteFetch(ns, kA), Ask::kQueued) << "a reader that still wants it";
 }
 

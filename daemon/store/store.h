@@ -480,8 +480,8 @@ class Store {
   // the victim alone when the unit is its extent, else named by the tier where it can
   // (Tier::BlocksStartingIn), else found by a scan of the index.
   std::vector<std::pair<BlockKey, index::BlockMeta>> EvictableInUnit(
-      const tiers::Tier& t, const Extent& unit,
-      const std::pair<BlockKey, index::BlockMeta>& victim, uint64_t now_us) const;
+      const tiers::Tier& t, const Extent& unit, const std::pair<BlockKey, index::BlockMeta>& victim,
+      uint64_t now_us) const;
   // True when an allocation of `bytes` below the put tier should evict past
   // max_evictions_per_allocation (see its definition).
   bool NeedsMoreVictims(size_t level, uint64_t bytes) const;
@@ -582,6 +582,11 @@ class Store {
   // Before a lease: brings a block that lives below the host tier up into it, when configured.
   // kPending: it lies on NVMe and the mover was asked for it (background_disk_moves).
   Status PromoteForRead(const NamespaceId& ns, const BlockKey& key);
+  // The oldest fetch failure that still answers a reader (MoveRequests::TakeFailedFetch): none
+  // waits longer than remote.fetch_max_age.
+  std::chrono::steady_clock::time_point FailuresSince() const {
+    return std::chrono::steady_clock::now() - options_.remote.fetch_max_age;
+  }
   // BeginPut's allocation when the mover makes room: no eviction here, a request for room instead
   // (which the mover makes without knowing the requester's quota group).
   Result<Extent> AllocateOrAskForRoom(uint64_t bytes, uint8_t requester);

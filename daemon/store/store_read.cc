@@ -35,7 +35,7 @@ Status Store::PromoteForRead(const NamespaceId& ns, const BlockKey& key) {
     // The mover tried and could not (no room in the host tier, a device error): a miss, which
     // the engine recomputes, rather than a read of the disk on this (network) thread or asking
     // again for ever. The next read asks again.
-    if (move_requests_.TakeFailedFetch(key)) {
+    if (move_requests_.TakeFailedFetch(key, FailuresSince())) {
       return NotFound("block could not be read up from " + std::string(TierName(meta->tier)));
     }
     if (move_requests_.AskForFetch(key) && wake_mover_) wake_mover_();

@@ -280,7 +280,7 @@ Status Store::FetchRemoteForRead(const NamespaceId& ns, const BlockKey& key) {
   // Not registered, or kept on this node: a plain miss.
   if (namespaces_.Counters(ns) == nullptr || namespaces_.NodeLocal(ns)) return Status::Ok();
   // The mover tried and found nothing (or could not bring it): this read misses.
-  if (move_requests_.TakeFailedFetch(key)) return Status::Ok();
+  if (move_requests_.TakeFailedFetch(key, FailuresSince())) return Status::Ok();
   switch (move_requests_.AskForRemoteFetch(ns, key)) {
     case MoveRequests::RemoteAsk::kQueueFull:
       return Status::Ok();  // the remote tier is behind: a miss, not a wait
