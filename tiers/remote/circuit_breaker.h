@@ -41,8 +41,8 @@ class CircuitBreaker {
   // reopens it for a longer backoff and returns false.
   bool RecordFailure(Clock::time_point now);
   // The call ended without saying anything of the node (it waited for the client's own busy
-  // connections, or the client is shutting down): the failure count stays, and a probe is due
-  // again at once.
+  // connections, it timed out having given the node too little time to judge it, or the client
+  // is shutting down): the failure count stays, and a probe is due again at once.
   void RecordNoVerdict();
 
   State state() const { return state_; }

@@ -13,6 +13,9 @@ using asio::use_awaitable;
 using boost::system::error_code;
 using ConnectionPtr = std::shared_ptr<NodeConnection>;
 
+// Timeouts of calls that gave a node less time than this are not held against it (Execute).
+constexpr std::chrono::milliseconds kShortestJudgedTimeout{100};
+
 long long MillisUntil(Deadline when) {
   return std::chrono::duration_cast<std::chrono::milliseconds>(when - Deadline::clock::now())
       .count();
@@ -57,6 +60,19 @@ Awaitable<Result<std::vector<resp::Reply>>> ClusterNode::Execute(const CommandBa
                    " failed calls in a row; next try in " +
                    std::to_string(std::max(0LL, MillisUntil(breaker_.retry_at()))) + " ms");
   }
+  // A call that gave the node less than this and timed out says little of it: a lookup's 20 ms
+  // (remote.lookup_timeout) pass during a fork for a snapshot or a burst of writes on a node that
+  // answers the mover's 1 s calls. Counted, such timeouts opened the breaker, which then refused
+  // the mover's publishes (their victims dropped unpublished) and fetches, and its probes, mostly
+  // lookups, kept failing while the node stayed above 20 ms.
+  const bool short_call = deadline - Deadline::clock::now() < kShortestJudgedTimeout;
+  const auto judge = [&](const Status& status) {
+    if (short_call && status.code() == StatusCode::kTimeout) {
+      breaker_.RecordNoVerdict();
+    } else {
+      RecordOutcome(status);
+    }
+  };
   bool queued_too_long = false;
   Result<ConnectionPtr> conn = co_await Acquire(deadline, queued_too_long);
   if (!conn.ok()) {
@@ -66,13 +82,13 @@ Awaitable<Result<std::vector<resp::Reply>>> ClusterNode::Execute(const CommandBa
     if (queued_too_long) {
       breaker_.RecordNoVerdict();
     } else {
-      RecordOutcome(conn.status());
+      judge(conn.status());
     }
     co_return conn.status();
   }
   Result<std::vector<resp::Reply>> replies = co_await (*conn)->Exchange(batch, deadline);
   Release(std::move(*conn));
-  RecordOutcome(replies.status());
+  judge(replies.status());
   co_return replies;
 }
 

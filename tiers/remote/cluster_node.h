@@ -52,7 +52,9 @@ class ClusterNode {
   // Runs `batch` on one connection by `deadline`: the replies, one per command. Errors: kBusy (the
   // breaker is open: the node failed repeatedly and is skipped for now), kTimeout, kDeviceError,
   // kPermissionDenied (AUTH refused), kShuttingDown. Each counts against the breaker except
-  // kBusy and kShuttingDown. `batch` must stay valid until the returned awaitable completes.
+  // kBusy, kShuttingDown, a wait for this client's own busy connections, and a kTimeout of a call
+  // whose deadline was under 100 ms away (a lookup's: it says too little of the node). `batch`
+  // must stay valid until the returned awaitable completes.
   Awaitable<Result<std::vector<resp::Reply>>> Execute(const CommandBatch& batch, Deadline deadline);
 
   // Closes every connection and wakes every waiter: pending calls end (kShuttingDown or an error),

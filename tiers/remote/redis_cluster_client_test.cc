@@ -739,6 +739,34 @@ TEST(RedisClusterClient, HungMasterTimesOutThenIsSkippedThenComesBack) {
   EXPECT_GE(client->stats().errors_breaker, 1u);
 }
 
+TEST(RedisClusterClient, LookupsTimingOutOnASlowNodeDoNotShutItOutOfLongerCalls) {
+  // A node that stalls past a lookup's 20 ms (a fork for a snapshot) but answers a 1 s call: the
+  // lookups' timeouts say too little of it to open its breaker, which would refuse the mover's
+  // publishes and fetches at once.
+  auto cluster =
+      StartCluster({.masters = 3, .replicas_per_master = 0, .node_timeout = milliseconds(60000)});
+  ASSERT_TRUE(cluster);
+  RedisClusterOptions options;
+  options.breaker = {.failure_threshold = 2,
+                     .initial_backoff = milliseconds(5000),
+                     .max_backoff = milliseconds(5000)};
+  auto client = OpenClient(cluster->Seeds(), options);
+  ASSERT_TRUE(client);
+  PutBlocks(*client, {0}, 64);
+  const int victim = cluster->MasterOfSlot(KeySlot(TestKey(0)));
+
+  cluster->node(static_cast<size_t>(victim)).Stop();
+  for (int call = 0; call < 4; ++call) {
+    const auto looked = client->Exists({TestKey(0)}, milliseconds(20));
+    ASSERT_EQ(looked.size(), 1u);
+    EXPECT_EQ(looked[0].code(), StatusCode::kTimeout) << looked[0].ToString();
+  }
+  EXPECT_EQ(client->stats().breaker_openings, 0u);
+  cluster->node(static_cast<size_t>(victim)).Continue();
+  ExpectBlocks(*client, {0}, 64);
+  EXPECT_EQ(client->stats().errors_breaker, 0u);
+}
+
 TEST(RedisClusterClient, WholeClusterDownGivesErrorsNotHangs) {
   auto cluster =
       StartCluster({.masters = 3, .replicas_per_master = 0, .node_timeout = milliseconds(60000)});
