@@ -228,11 +228,12 @@ bool IsExpiryOption(std::string_view arg) {
 }
 
 // Parses SET's options after the value, as Redis 7 does (an option given twice is taken again,
-// the last one winning; NX with XX, or two kinds of expiry, is a syntax error); nullopt after
-// writing Redis' error.
+// the last one winning, and only the last expiry's number is read, after every option was checked;
+// NX with XX, or two kinds of expiry, is a syntax error); nullopt after writing Redis' error.
 std::optional<SetOptions> ParseSetOptions(CommandContext& ctx, const Command& cmd) {
   SetOptions o;
   std::string_view expiry_kind;  // EX, PX, EXAT or PXAT, once one was given
+  std::string_view expiry;       // the last one's number
   for (size_t i = 3; i < cmd.size(); ++i) {
     const std::string_view arg = cmd.args[i];
     const bool is_expiry = IsExpiryOption(arg);
@@ -247,14 +248,17 @@ std::optional<SetOptions> ParseSetOptions(CommandContext& ctx, const Command& cm
     } else if (is_expiry && i + 1 < cmd.size() && !o.keep_ttl &&
                (expiry_kind.empty() || resp::EqualsIgnoreCase(arg, expiry_kind))) {
       expiry_kind = arg;
-      const std::optional<int64_t> at =
-          ParseExpiryOption(ctx, arg, cmd.args[++i], "set", UnixNowMs());
-      if (!at) return std::nullopt;
-      o.expires_at_ms = static_cast<uint64_t>(*at);
+      expiry = cmd.args[++i];
     } else {
       ctx.reply.AppendError("ERR syntax error");
       return std::nullopt;
     }
+  }
+  if (!expiry_kind.empty()) {
+    const std::optional<int64_t> at =
+        ParseExpiryOption(ctx, expiry_kind, expiry, "set", UnixNowMs());
+    if (!at) return std::nullopt;
+    o.expires_at_ms = static_cast<uint64_t>(*at);
   }
   return o;
 }

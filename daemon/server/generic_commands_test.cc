@@ -146,7 +146,14 @@ TEST_F(GenericCommandsTest, RefusesBadSetOptionsAndLongKeys) {
   EXPECT_EQ(c_.Call({"SET", "k", "v", "EX", "9223372036854775807"}),
             "-ERR invalid expire time in 'set' command\r\n");
   EXPECT_EQ(c_.Call({"SET", "k", "v", "KEEPTTL", "PX", "5"}), "-ERR syntax error\r\n");
+  // As Redis 7: every option is checked before the expiry's number, and only the last one's.
+  EXPECT_EQ(c_.Call({"SET", "k", "v", "EX", "abc", "NX", "XX"}), "-ERR syntax error\r\n");
   EXPECT_EQ(c_.Call({"EXISTS", "k"}), ":0\r\n");  // nothing of a refused SET was stored
+  EXPECT_EQ(c_.Call({"SET", "k", "v", "EX", "x", "EX", "300"}), "+OK\r\n");
+  EXPECT_EQ(c_.Call({"TTL", "k"}), ":300\r\n");
+  EXPECT_EQ(c_.Call({"SET", "k", "v", "EX", "0", "ex", "10"}), "+OK\r\n");
+  EXPECT_EQ(c_.Call({"TTL", "k"}), ":10\r\n");
+  EXPECT_EQ(c_.Call({"DEL", "k"}), ":1\r\n");
   const std::string long_key(17, 'k');
   EXPECT_EQ(c_.Call({"SET", long_key, "v"}), "-ERR key too long\r\n");
   EXPECT_EQ(c_.Call({"GET", long_key}), "-ERR key too long\r\n");
