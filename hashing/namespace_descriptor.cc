@@ -159,4 +159,17 @@ Result<NamespaceId> ComputeNamespaceId(const NamespaceDescriptor& desc) {
   return id;
 }
 
+std::string NamespaceRef(const NamespaceId& id) {
+  unsigned char bytes[16];
+  for (int i = 0; i < 8; ++i) {
+    bytes[i] = static_cast<unsigned char>(id.high >> (56 - 8 * i));
+    bytes[8 + i] = static_cast<unsigned char>(id.low >> (56 - 8 * i));
+  }
+  const uint64_t h = XXH3_64bits_withSeed(bytes, sizeof bytes, kNamespaceRefSeed);
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string out(16, '0');
+  for (int i = 0; i < 16; ++i) out[i] = kDigits[(h >> (60 - 4 * i)) & 0xf];
+  return out;
+}
+
 }  // namespace kvtier::hashing

@@ -85,4 +85,14 @@ std::string CanonicalEncoding(const NamespaceDescriptor& desc);
 // becoming Key128::high and Key128::low. Errors: Validate's kInvalidArgument.
 Result<NamespaceId> ComputeNamespaceId(const NamespaceDescriptor& desc);
 
+// A namespace's name in statistics (INFO, KVT.STATS, /stats, /metrics, the dashboard): 16 hex
+// digits of XXH3-64 (seed kNamespaceRefSeed) of the id's 16 bytes, high half first, big-endian.
+// The id itself is a capability: with it a client can read, explain and drop the namespace's
+// blocks, so statistics any client may read show this instead. It tells namespaces apart, the
+// same on every node and across restarts (a fleet's series line up), and does not give the id
+// back; like the id, it lets whoever can guess the salt confirm the guess, which is why the salt
+// should be random (docs/protocol.md, "Probing another tenant").
+inline constexpr uint64_t kNamespaceRefSeed = 0x6b76746965722d6eULL;  // "kvtier-n"
+std::string NamespaceRef(const NamespaceId& id);
+
 }  // namespace kvtier::hashing

@@ -178,5 +178,26 @@ TEST(NamespaceDescriptorTest, EncodingStartsWithMagicAndIsDeterministic) {
   EXPECT_EQ(ComputeNamespaceId(Llama8B()).value(), ComputeNamespaceId(Llama8B()).value());
 }
 
+// The statistics' name for a namespace: stable (dashboards and alerts key on it, on every node)
+// and not the id (a capability).
+TEST(NamespaceDescriptorTest, TheRefTellsNamespacesApartWithoutShowingTheirIds) {
+  const NamespaceId id = ComputeNamespaceId(Llama8B()).value();
+  const std::string ref = NamespaceRef(id);
+  ASSERT_EQ(ref.size(), 16u);
+  EXPECT_EQ(ref.find_first_not_of("0123456789abcdef"), std::string::npos);
+  EXPECT_EQ(ref, NamespaceRef(id));
+  const std::string hex = id.ToHex();
+  EXPECT_EQ(hex.find(ref), std::string::npos);
+  EXPECT_EQ(ref.find(hex.substr(0, 8)), std::string::npos);
+  EXPECT_EQ(ref.find(hex.substr(24, 8)), std::string::npos);
+  NamespaceDescriptor other = Llama8B();
+  other.tenant_salt = "another tenant";
+  EXPECT_NE(NamespaceRef(ComputeNamespaceId(other).value()), ref);
+  // Pinned: the names in operators' dashboards must not change between versions.
+  EXPECT_EQ(NamespaceRef(NamespaceId{{0, 0}}), NamespaceRef(NamespaceId{}));
+  EXPECT_EQ(NamespaceRef(NamespaceId{{0x0123456789abcdefULL, 0xfedcba9876543210ULL}}),
+            "6881ad4c8c3ccd57");
+}
+
 }  // namespace
 }  // namespace kvtier::hashing

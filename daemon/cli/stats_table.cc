@@ -95,11 +95,11 @@ std::string TierNotes(const json& process) {
   return out;
 }
 
-// "label" when the namespace has one, else the first 12 hex digits of its id.
+// "label" when the namespace has one, else its ref (the name statistics give it).
 std::string NamespaceName(const json& ns) {
   std::string label = Text(ns, "label", "");
   if (!label.empty()) return label.size() > 24 ? label.substr(0, 23) + "~" : label;
-  return Text(ns, "id").substr(0, 12);
+  return Text(ns, "ref");
 }
 
 std::string NamespaceTable(const json& namespaces) {

@@ -12,7 +12,7 @@ constexpr char kStats[] = R"({
   "tiers": [{"tier": "host", "capacity_bytes": 67108864, "used_bytes": 16777216,
              "reserved_bytes": 16777216, "blocks": 16, "fragmentation": 0.0, "evictions": 3,
              "demotions": 0, "drops": 3}],
-  "namespaces": [{"id": "00112233445566778899aabbccddeeff", "label": "", "lookups": 10,
+  "namespaces": [{"ref": "0011223344556677", "label": "", "lookups": 10,
                   "lookup_blocks": 200, "hit_blocks": {"gpu": 0, "host": 50, "nvme": 30},
                   "hit_tokens": 0, "miss_blocks": 120, "evictions": 7}],
   "totals": {"blocks_present": 16, "leases_active": 0},
@@ -26,10 +26,10 @@ TEST(StatsTableTest, RendersTiersNamespacesAndTotals) {
   EXPECT_NE(t.find("host"), std::string::npos) << t;
   EXPECT_NE(t.find("16.0 MiB"), std::string::npos) << t;
   EXPECT_NE(t.find("64.0 MiB"), std::string::npos) << t;
-  EXPECT_NE(t.find("25.0%"), std::string::npos) << t;         // tier use
-  EXPECT_NE(t.find("001122334455"), std::string::npos) << t;  // unlabelled namespace: id prefix
-  EXPECT_NE(t.find("40.0%"), std::string::npos) << t;         // hit ratio: 80 of 200
-  EXPECT_NE(t.find("15.0%"), std::string::npos) << t;         // nvme share
+  EXPECT_NE(t.find("25.0%"), std::string::npos) << t;             // tier use
+  EXPECT_NE(t.find("0011223344556677"), std::string::npos) << t;  // unlabelled namespace: ref
+  EXPECT_NE(t.find("40.0%"), std::string::npos) << t;             // hit ratio: 80 of 200
+  EXPECT_NE(t.find("15.0%"), std::string::npos) << t;             // nvme share
   EXPECT_NE(t.find("blocks_present=16"), std::string::npos) << t;
 }
 
@@ -91,7 +91,7 @@ TEST(StatsTableTest, ShowsLatencyPercentilesOfRequestsAndMoves) {
 TEST(StatsTableTest, NamesOfAnotherTypeShowAsQuestionMarks) {
   Result<std::string> table = FormatStatsTable(R"({
     "tiers": [{"tier": 1}], "process": {"gpu_tier": false},
-    "namespaces": [{"id": 7, "label": null}],
+    "namespaces": [{"ref": 7, "label": null}],
     "requests": [{"op": 5, "path": [], "tier": {}, "count": 1}],
     "moves": [{"kind": 1, "from": 2, "to": 3, "blocks": 1, "bytes": 1}]})");
   ASSERT_TRUE(table.ok());

@@ -254,7 +254,7 @@ async function refreshStats(){
         t.blocks,t.evictions,t.demotions,t.promotions])}
     const ns=document.getElementById('namespaces');while(ns.rows.length>1)ns.deleteRow(1);
     for(const n of s.namespaces){const hb=n.hit_blocks;
-      row(ns,[esc(n.label||n.id),n.lookups,n.lookup_blocks,(n.block_hit_ratio*100).toFixed(1)+'%',
+      row(ns,[esc(n.label||n.ref),n.lookups,n.lookup_blocks,(n.block_hit_ratio*100).toFixed(1)+'%',
         [hb.gpu,hb.host,hb.nvme,hb.remote].join(' / '),n.hit_tokens,n.puts,n.gets,n.evictions])}
   }catch(e){fail('/stats',e)}
 }

@@ -7,6 +7,7 @@
 #include "common/json_text.h"
 #include "daemon/metrics/latency_format.h"
 #include "daemon/metrics/prometheus_text.h"
+#include "hashing/namespace_descriptor.h"
 
 namespace kvtier::metrics {
 namespace {
@@ -17,14 +18,15 @@ using prometheus::Header;
 using prometheus::Sample;
 
 std::string NamespaceLabel(const store::NamespaceStats& ns) {
-  return ns.label.empty() ? ns.id.ToHex() : ns.label;
+  return ns.label.empty() ? hashing::NamespaceRef(ns.id) : ns.label;
 }
 
-// `namespace="<label>",ns_id="<hex>"`. The human label alone is not unique (two tenants of one
-// model differ only in their salt), and Prometheus rejects a scrape with duplicate series; the id
-// is.
+// `namespace="<label>",ns_ref="<ref>"`. The human label alone is not unique (two tenants of one
+// model differ only in their salt), and Prometheus rejects a scrape with duplicate series; the
+// ref is (and, unlike the id, gives no access to the namespace's blocks).
 std::string NamespaceLabels(const store::NamespaceStats& ns) {
-  return "namespace=\"" + Escape(NamespaceLabel(ns)) + "\",ns_id=\"" + ns.id.ToHex() + "\"";
+  return "namespace=\"" + Escape(NamespaceLabel(ns)) + "\",ns_ref=\"" +
+         hashing::NamespaceRef(ns.id) + "\"";
 }
 
 // The fields every view renders, each named once for JSON (/stats, KVT.STATS, the dashboard) and
@@ -241,14 +243,18 @@ json TierJson(const store::TierStatsSnapshot& t) {
   return out;
 }
 
-json NamespaceJson(const store::NamespaceStats& ns) {
+json NamespaceJson(const store::NamespaceStats& ns, NamespaceIds ids) {
   json hits = json::object();
   for (int t = 0; t < kTierCount; ++t) {
     hits[std::string(TierName(static_cast<TierId>(t)))] = ns.hit_blocks[t];
   }
-  json out = {{"id", ns.id.ToHex()},         {"label", ns.label},
-              {"registered", ns.registered}, {"tokens_per_block", ns.tokens_per_block},
-              {"hit_blocks", hits},          {"block_hit_ratio", ns.block_hit_ratio()}};
+  json out = {{"ref", hashing::NamespaceRef(ns.id)},
+              {"label", ns.label},
+              {"registered", ns.registered},
+              {"tokens_per_block", ns.tokens_per_block},
+              {"hit_blocks", hits},
+              {"block_hit_ratio", ns.block_hit_ratio()}};
+  if (ids == NamespaceIds::kShown) out["id"] = ns.id.ToHex();
   for (const NamespaceField& f : kNamespaceFields) out[f.json] = ns.*f.field;
   return out;
 }
@@ -261,12 +267,13 @@ json TotalsJson(const store::StoreStats& s) {
 
 }  // namespace
 
-std::string StatsToJson(const store::StoreStats& stats, const ProcessInfo& process) {
+std::string StatsToJson(const store::StoreStats& stats, const ProcessInfo& process,
+                        NamespaceIds ids) {
   json doc;
   doc["tiers"] = json::array();
   for (const auto& t : stats.tiers) doc["tiers"].push_back(TierJson(t));
   doc["namespaces"] = json::array();
-  for (const auto& ns : stats.namespaces) doc["namespaces"].push_back(NamespaceJson(ns));
+  for (const auto& ns : stats.namespaces) doc["namespaces"].push_back(NamespaceJson(ns, ids));
   doc["totals"] = TotalsJson(stats);
   doc["remote_client"] = CountersJson(stats.remote_client);
   doc["process"] = {{"version", process.version},
@@ -412,7 +419,7 @@ std::string StatsToInfoSection(const store::StoreStats& stats, const ProcessInfo
   for (const auto& ns : stats.namespaces) {
     char ratio[32];
     std::snprintf(ratio, sizeof ratio, "%.4f", ns.block_hit_ratio());
-    field("ns_" + ns.id.ToHex(),
+    field("ns_" + hashing::NamespaceRef(ns.id),
           "lookups=" + std::to_string(ns.lookups) +
               ",lookup_blocks=" + std::to_string(ns.lookup_blocks) +
               ",hit_blocks=" + std::to_string(ns.total_hit_blocks()) + ",hit_ratio=" + ratio +

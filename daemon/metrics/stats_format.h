@@ -35,7 +35,7 @@ struct ProcessInfo {
 
 // {"tiers":[{"tier":"host","capacity_bytes":..,"used_bytes":..,"reserved_bytes":..,"blocks":..,
 //   "fragmentation":..,"evictions":..,"demotions":..,"drops":..}],
-//  "namespaces":[{"id":"<hex>","label":..,"lookups":..,"lookup_blocks":..,
+//  "namespaces":[{"ref":"<16 hex>","id":"<32 hex>","label":..,"lookups":..,"lookup_blocks":..,
 //   "hit_blocks":{"gpu":..,"host":..,"nvme":..,"remote":..},"hit_tokens":..,"miss_blocks":..,
 //   "block_hit_ratio":..,"puts":..,"put_bytes":..,"gets":..,"get_misses":..,"evictions":..}],
 //  "totals":{...StoreStats scalar fields...},
@@ -46,16 +46,21 @@ struct ProcessInfo {
 //  "moves":[{"kind":"demotion","from":"host","to":"nvme","blocks":..,"bytes":..,"sum_us":..,
 //   "p50_us":..,"p99_us":..}]}
 // Percentiles are estimated from the histogram buckets as Prometheus' histogram_quantile does.
-std::string StatsToJson(const store::StoreStats& stats, const ProcessInfo& process);
+// A namespace is named by its ref (hashing::NamespaceRef); its "id" is there only with
+// NamespaceIds::kShown, for admins: an id lets a client read, explain and drop the namespace's
+// blocks, and any client may read these statistics.
+enum class NamespaceIds : uint8_t { kHidden, kShown };
+std::string StatsToJson(const store::StoreStats& stats, const ProcessInfo& process,
+                        NamespaceIds ids = NamespaceIds::kHidden);
 
 // Prometheus text exposition format, version 0.0.4: kvtier_* metrics with `tier` labels, and
-// `namespace` (the label given at registration, else the id) plus `ns_id` (the id, which keeps two
-// tenants of one model apart) on per-namespace series; latency histograms
+// `namespace` (the label given at registration, else the ref) plus `ns_ref` (the namespace's ref,
+// which keeps two tenants of one model apart) on per-namespace series; latency histograms
 // (kvtier_request_duration_seconds by op, path and tier; kvtier_tier_move_duration_seconds by
 // kind, from and to) with power-of-two microsecond buckets (common/latency_histogram.h).
 std::string StatsToPrometheus(const store::StoreStats& stats, const ProcessInfo& process);
 
-// The `# Kvtier` section of INFO: "field:value\r\n" lines.
+// The `# Kvtier` section of INFO: "field:value\r\n" lines; a namespace's line is ns_<ref>.
 std::string StatsToInfoSection(const store::StoreStats& stats, const ProcessInfo& process);
 
 }  // namespace kvtier::metrics

@@ -4,6 +4,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "hashing/namespace_descriptor.h"
+
 namespace kvtier::metrics {
 namespace {
 
@@ -47,19 +49,35 @@ TEST(StatsFormatTest, JsonCarriesTiersNamespacesAndTotals) {
   EXPECT_EQ(doc["tiers"][1]["used_bytes"], 4096);
   EXPECT_EQ(doc["tiers"][1]["evictions"], 3);
   EXPECT_EQ(doc["totals"]["gpu_candidates"], 5);
-  EXPECT_EQ(doc["namespaces"][0]["id"], "00000000000000010000000000000002");
+  EXPECT_EQ(doc["namespaces"][0]["ref"], hashing::NamespaceRef(NamespaceId{{1, 2}}));
+  EXPECT_FALSE(doc["namespaces"][0].contains("id")) << "ids only for admins";
   EXPECT_EQ(doc["namespaces"][0]["hit_blocks"]["host"], 6);
   EXPECT_DOUBLE_EQ(doc["namespaces"][0]["block_hit_ratio"].get<double>(), 0.75);
   EXPECT_EQ(doc["totals"]["committed_puts"], 4);
   EXPECT_EQ(doc["process"]["version"], "0.1.0");
 }
 
+// An id lets a client read, explain and drop a namespace's blocks: only an admin's view has it.
+TEST(StatsFormatTest, NamespaceIdsAppearOnlyWhenShown) {
+  const std::string id = NamespaceId{{1, 2}}.ToHex();
+  auto shown = nlohmann::json::parse(StatsToJson(SampleStats(), {}, NamespaceIds::kShown));
+  EXPECT_EQ(shown["namespaces"][0]["id"], id);
+  EXPECT_EQ(shown["namespaces"][0]["ref"], hashing::NamespaceRef(NamespaceId{{1, 2}}));
+  store::StoreStats unlabelled = SampleStats();
+  unlabelled.namespaces[0].label.clear();
+  for (const std::string& text : {StatsToJson(unlabelled, {}), StatsToPrometheus(unlabelled, {}),
+                                  StatsToInfoSection(unlabelled, {})}) {
+    EXPECT_EQ(text.find(id), std::string::npos) << text;
+    EXPECT_NE(text.find(hashing::NamespaceRef(NamespaceId{{1, 2}})), std::string::npos) << text;
+  }
+}
+
 TEST(StatsFormatTest, PrometheusHasTypedLabelledSamples) {
   std::string text = StatsToPrometheus(SampleStats(), {});
   EXPECT_NE(text.find("# TYPE kvtier_tier_used_bytes gauge\n"), std::string::npos);
   EXPECT_NE(text.find("kvtier_tier_used_bytes{tier=\"host\"} 4096\n"), std::string::npos);
-  EXPECT_NE(text.find("kvtier_hit_blocks_total{namespace=\"llama \\\"8b\\\"\",ns_id=\""
-                      "00000000000000010000000000000002\",tier=\"host\"} 6\n"),
+  EXPECT_NE(text.find("kvtier_hit_blocks_total{namespace=\"llama \\\"8b\\\"\",ns_ref=\"" +
+                      hashing::NamespaceRef(NamespaceId{{1, 2}}) + "\",tier=\"host\"} 6\n"),
             std::string::npos);
   EXPECT_NE(text.find("kvtier_evicted_blocks_total 3\n"), std::string::npos);
   EXPECT_NE(text.find("kvtier_tier_demotions_total{tier=\"gpu\"} 2\n"), std::string::npos);

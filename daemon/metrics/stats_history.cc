@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/json_text.h"
+#include "hashing/namespace_descriptor.h"
 
 namespace kvtier::metrics {
 namespace {
@@ -55,9 +56,10 @@ json SampleJson(const HistorySample& s, bool histograms) {
   json namespaces = json::object();
   for (size_t i = 0; i < s.namespace_count; ++i) {
     const HistoryNamespaceSample& ns = s.namespaces[i];
-    namespaces[ns.id.ToHex()] = {{"lookup_blocks", ns.lookup_blocks},
-                                 {"hit_blocks", ns.hit_blocks},
-                                 {"hit_ratio", Ratio(ns.hit_blocks, ns.lookup_blocks)}};
+    namespaces[hashing::NamespaceRef(ns.id)] = {
+        {"lookup_blocks", ns.lookup_blocks},
+        {"hit_blocks", ns.hit_blocks},
+        {"hit_ratio", Ratio(ns.hit_blocks, ns.lookup_blocks)}};
   }
   json requests = json::object();
   for (size_t op = 0; histograms && op < kRequestOpCount; ++op) {
@@ -183,7 +185,7 @@ std::string StatsHistory::ToJson() const {
     samples.insert(samples.end(), ring_.begin() + static_cast<ptrdiff_t>(next_), ring_.end());
     samples.insert(samples.end(), ring_.begin(), ring_.begin() + static_cast<ptrdiff_t>(next_));
     for (const auto& [id, ns] : last_namespaces_) {
-      if (!ns.label.empty()) labels[id.ToHex()] = ns.label;
+      if (!ns.label.empty()) labels[hashing::NamespaceRef(id)] = ns.label;
     }
   }
   json doc = {{"enabled", true},

@@ -88,12 +88,12 @@ class StatsHistory {
       EXCLUDES(mu_);
 
   // {"enabled":true,"interval_ms":..,"capacity":..,"histograms":true|false,
-  //  "namespace_labels":{"<ns id hex>":"<label>"},
+  //  "namespace_labels":{"<ns ref>":"<label>"},
   //  "samples":[{"unix_ms":..,"interval_ms":..,"commands":..,"commands_per_s":..,
   //   "lookup_blocks":..,"hit_blocks":..,"hit_ratio":..,
   //   "tiers":{"host":{"used_bytes":..,"capacity_bytes":..,"used_ratio":..,"hit_blocks":..,
   //     "hit_ratio":..,"evictions":..,"demotions":..,"promotions":..}},
-  //   "namespaces":{"<ns id hex>":{"lookup_blocks":..,"hit_blocks":..,"hit_ratio":..}},
+  //   "namespaces":{"<ns ref>":{"lookup_blocks":..,"hit_blocks":..,"hit_ratio":..}},
   //   "requests":{"lookup":{"count":..,"per_s":..,"p50_us":..,"p99_us":..},"get":..,"put":..,
   //     "commit":..}}]}
   // Oldest sample first. A ratio is null when nothing was asked in the interval (a tier's

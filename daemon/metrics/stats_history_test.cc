@@ -4,6 +4,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "hashing/namespace_descriptor.h"
+
 namespace kvtier::metrics {
 namespace {
 
@@ -23,6 +25,9 @@ store::NamespaceStats Namespace(uint64_t id, uint64_t lookup_blocks, uint64_t ho
   ns.hit_blocks[kNvme] = nvme_hits;
   return ns;
 }
+
+// The name the history gives Namespace(id).
+std::string Ref(uint64_t id) { return hashing::NamespaceRef(NamespaceId{{0, id}}); }
 
 // A host tier and an NVMe tier with these cumulative counters.
 store::StoreStats Stats(uint64_t host_used, uint64_t host_evictions, uint64_t host_demotions,
@@ -67,7 +72,7 @@ TEST(StatsHistoryTest, ASampleHoldsTheIntervalNotTheTotals) {
   EXPECT_EQ(doc["enabled"], true);
   EXPECT_EQ(doc["interval_ms"], 10'000);
   EXPECT_EQ(doc["capacity"], 16);
-  EXPECT_EQ(doc["namespace_labels"]["00000000000000000000000000000001"], "model-1");
+  EXPECT_EQ(doc["namespace_labels"][Ref(1)], "model-1");
   const json& s = doc["samples"];
   ASSERT_EQ(s.size(), 2u);
   // The first interval counts from the start, with its nominal length.
@@ -91,7 +96,7 @@ TEST(StatsHistoryTest, ASampleHoldsTheIntervalNotTheTotals) {
   EXPECT_EQ(host["demotions"], 3);
   EXPECT_EQ(s[1]["tiers"]["nvme"]["hit_blocks"], 0);
   EXPECT_FALSE(s[1]["tiers"].contains("gpu"));  // no such tier
-  const json& ns = s[1]["namespaces"]["00000000000000000000000000000001"];
+  const json& ns = s[1]["namespaces"][Ref(1)];
   EXPECT_EQ(ns["lookup_blocks"], 20);
   EXPECT_DOUBLE_EQ(ns["hit_ratio"].get<double>(), 0.5);
   EXPECT_TRUE(s[1]["requests"].empty());  // histograms off
@@ -106,8 +111,7 @@ TEST(StatsHistoryTest, ALabelThatIsNotUtf8IsRenderedWithAReplacementCharacter) {
   h.Record(1'000'000, Stats(100, 0, 0, {ns}), Process(1));
   std::string text;
   ASSERT_NO_THROW(text = h.ToJson());
-  EXPECT_EQ(json::parse(text)["namespace_labels"]["00000000000000000000000000000001"],
-            "model\xEF\xBF\xBD");
+  EXPECT_EQ(json::parse(text)["namespace_labels"][Ref(1)], "model\xEF\xBF\xBD");
 }
 
 TEST(StatsHistoryTest, RatiosOfAnIdleIntervalAreNull) {
@@ -142,8 +146,8 @@ TEST(StatsHistoryTest, KeepsTheBusiestNamespacesAndCountsThemAll) {
   h.Record(1000, Stats(0, 0, 0, namespaces), Process(0));
   const json s = Samples(h)[0];
   ASSERT_EQ(s["namespaces"].size(), kHistoryNamespaces);
-  EXPECT_FALSE(s["namespaces"].contains("00000000000000000000000000000001"));  // the quietest
-  EXPECT_TRUE(s["namespaces"].contains("0000000000000000000000000000000c"));
+  EXPECT_FALSE(s["namespaces"].contains(Ref(1)));  // the quietest
+  EXPECT_TRUE(s["namespaces"].contains(Ref(12)));
   uint64_t asked = 0;
   for (const auto& ns : namespaces) asked += ns.lookup_blocks;
   EXPECT_EQ(s["lookup_blocks"], asked);

@@ -140,7 +140,10 @@ metrics::ProcessInfo MakeProcessInfo(const ServerContext& server) {
 Progress KvtStats(CommandContext& ctx, resp::Command&) {
   std::string json;
   try {
-    json = metrics::StatsToJson(ctx.server.store.Stats(), MakeProcessInfo(ctx.server));
+    // Namespace ids only to an admin: with one, a client can read and drop that namespace.
+    json = metrics::StatsToJson(
+        ctx.server.store.Stats(), MakeProcessInfo(ctx.server),
+        ctx.session.admin() ? metrics::NamespaceIds::kShown : metrics::NamespaceIds::kHidden);
   } catch (const std::exception& e) {
     // An exception out of a handler ends the connection, and with it the client's leases and
     // pipelined commands: a report that cannot be rendered is an error reply instead.

@@ -17,7 +17,8 @@ namespace kvtier::server {
 // them. Unknown sections are skipped, as Redis does.
 Progress Info(CommandContext& ctx, resp::Command& cmd);
 
-// KVT.STATS: the JSON document of metrics::StatsToJson as one bulk string.
+// KVT.STATS: the JSON document of metrics::StatsToJson as one bulk string; namespace ids in it
+// only for an admin session (Session::admin), refs for everyone.
 Progress KvtStats(CommandContext& ctx, resp::Command& cmd);
 
 // The server's facts in the shape the metrics formatters take.

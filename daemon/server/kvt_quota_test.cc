@@ -156,5 +156,27 @@ TEST_F(KvtQuotaTest, ATenantProbingAnothersPromptLearnsNothing) {
             4);
 }
 
+// With a namespace's id a client can explain, read and drop its blocks: the statistics any client
+// reads name namespaces by their refs, and only an admin's KVT.STATS adds the ids.
+TEST_F(KvtQuotaTest, StatisticsShowNamespaceIdsOnlyToAnAdmin) {
+  const NamespaceId victim = RegisterTenant("victim-secret");
+  Put(victim, PromptKeys(victim, 100, 4));
+  ASSERT_EQ(ParseReply(tcp_.Call({"KVT.LOOKUP", victim.ToHex(),
+                                  PackKeys(PromptKeys(victim, 100, 4))}))
+                .elements[0]
+                .integer,
+            4);
+  const std::string id = victim.ToHex();
+  const std::string ref = hashing::NamespaceRef(victim);
+  for (const std::vector<std::string>& cmd :
+       std::vector<std::vector<std::string>>{{"INFO"}, {"INFO", "kvtier"}, {"KVT.STATS"}}) {
+    const std::string seen = ParseReply(tcp_.Call(cmd)).str;
+    EXPECT_EQ(seen.find(id), std::string::npos) << cmd[0] << " shows the id to a TCP client";
+    EXPECT_NE(seen.find(ref), std::string::npos) << cmd[0] << " does not name the namespace";
+  }
+  const std::string admin_view = ParseReply(admin_.Call({"KVT.STATS"})).str;
+  EXPECT_NE(admin_view.find("\"id\":\"" + id + "\""), std::string::npos) << admin_view;
+}
+
 }  // namespace
 }  // namespace kvtier::server

@@ -19,7 +19,7 @@ the daemon and every other client byte for byte. Engine adapters live in
 from ._kvtier import (HASH_SCHEME_VERSION, LookupResult, Namespace, NamespaceDescriptor, Status,
                       bytes_per_element)
 from .client import (Client, chain_keys, connect, fold_foreign_keys, hash_tokens, namespace_id,
-                     raise_for_statuses)
+                     namespace_ref, raise_for_statuses)
 from .errors import (AlreadyExistsError, BusyError, ChecksumMismatchError, CorruptionError,
                      DeviceError, InternalError, InvalidArgumentError, KvtierError, NotFoundError,
                      PermissionDeniedError, RejectedError, ShuttingDownError, TimeoutError)
@@ -29,8 +29,8 @@ __version__ = "0.1.0"
 __all__ = [
     "HASH_SCHEME_VERSION", "LookupResult", "Namespace", "NamespaceDescriptor", "Status",
     "bytes_per_element", "Client", "connect", "chain_keys", "hash_tokens", "fold_foreign_keys",
-    "namespace_id", "raise_for_statuses", "KvtierError", "NotFoundError", "AlreadyExistsError",
-    "RejectedError", "BusyError", "DeviceError", "ChecksumMismatchError", "CorruptionError",
-    "InvalidArgumentError", "TimeoutError", "ShuttingDownError", "PermissionDeniedError",
-    "InternalError",
+    "namespace_id", "namespace_ref", "raise_for_statuses", "KvtierError", "NotFoundError",
+    "AlreadyExistsError", "RejectedError", "BusyError", "DeviceError", "ChecksumMismatchError",
+    "CorruptionError", "InvalidArgumentError", "TimeoutError", "ShuttingDownError",
+    "PermissionDeniedError", "InternalError",
 ]

@@ -61,6 +61,15 @@ def fold_foreign_keys(ns: bytes | Namespace, engine_hashes: Sequence[bytes]) -> 
     return _kvtier.fold_foreign_keys(ns_id, byte_list(engine_hashes))
 
 
+def namespace_ref(ns: bytes | str | Namespace) -> str:
+    """The name statistics (``Client.stats()``, /stats, /metrics) give a namespace: 16 hex
+    digits. Ids appear there only for admin sessions, since an id gives access to the namespace's
+    blocks. ``ns``: a :class:`Namespace`, a 16-byte id or its 32 hex digits."""
+    if isinstance(ns, Namespace):
+        return ns.ref
+    return _kvtier.namespace_ref(bytes.fromhex(ns) if isinstance(ns, str) else ns)
+
+
 def raise_for_statuses(statuses: Sequence[Status]) -> None:
     """Raise the error of the first per-key status that is neither OK nor ALREADY_EXISTS."""
     from .errors import _from_status

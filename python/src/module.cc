@@ -162,6 +162,8 @@ Returned by Client.register_namespace(); may also be built from known values.
            py::arg("id"), py::arg("block_bytes"), py::arg("tokens_per_block"))
       .def_property_readonly("id", [](const client::NamespaceInfo& n) { return KeyToBytes(n.id); })
       .def_property_readonly("id_hex", [](const client::NamespaceInfo& n) { return n.id.ToHex(); })
+      .def_property_readonly(
+          "ref", [](const client::NamespaceInfo& n) { return hashing::NamespaceRef(n.id); })
       .def_readonly("block_bytes", &client::NamespaceInfo::block_bytes)
       .def_readonly("tokens_per_block", &client::NamespaceInfo::tokens_per_block)
       .def("__repr__", [](const client::NamespaceInfo& n) {
@@ -221,6 +223,14 @@ PYBIND11_MODULE(_kvtier, m) {
       py::arg("kv_dtype"), "Bytes of one element of a kvtier dtype name, 0 when unknown.");
   m.def("_chain_keys", &ChainKeys, py::arg("ns"), py::arg("tokens"), py::arg("tokens_per_block"),
         py::arg("extras") = py::none());
+  m.def(
+      "namespace_ref",
+      [](const py::handle& ns) {
+        return hashing::NamespaceRef(NamespaceId{KeyFromBytes(ns, "ns")});
+      },
+      py::arg("ns"),
+      "The name statistics give namespace id `ns` (16 hex digits; docs/metrics.md): ids are shown "
+      "only to admins.");
   m.def("fold_foreign_keys", &FoldForeignKeys, py::arg("ns"), py::arg("engine_hashes"),
         "Fold an engine's own block hashes (vLLM, SGLang) into kvtier keys under namespace id "
         "`ns`: one 16-byte key per hash, chained.");

@@ -62,6 +62,16 @@ def test_hash_tokens_uses_the_namespace_block_size():
     assert ns.id_hex == GOLDEN_NAMESPACE
 
 
+def test_namespace_ref_is_the_daemons():
+    # The same value as hashing/namespace_descriptor_test.cc pins: statistics name namespaces so.
+    ref = kvtier.namespace_ref("0123456789abcdeffedcba9876543210")
+    assert ref == "6881ad4c8c3ccd57"
+    assert kvtier.namespace_ref(bytes.fromhex("0123456789abcdeffedcba9876543210")) == ref
+    ns = kvtier.Namespace(bytes.fromhex(GOLDEN_NAMESPACE), block_bytes=1, tokens_per_block=16)
+    assert ns.ref == kvtier.namespace_ref(ns) == kvtier.namespace_ref(GOLDEN_NAMESPACE)
+    assert ns.ref not in GOLDEN_NAMESPACE
+
+
 def test_extra_and_foreign_keys():
     ns = bytes.fromhex(GOLDEN_NAMESPACE)
     assert kvtier.chain_keys(ns, GOLDEN_TOKENS[:16], 16, extras=[b"lora:7"])[0].hex() == GOLDEN_EXTRA_KEY

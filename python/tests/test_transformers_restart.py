@@ -44,7 +44,7 @@ def tier_stats(stats, name):
 
 
 def namespace_stats(stats, ns):
-    return next(n for n in stats["namespaces"] if n["id"] == ns.id_hex)
+    return next(n for n in stats["namespaces"] if n["ref"] == ns.ref)
 
 
 @pytest.fixture

@@ -67,11 +67,12 @@ def store_part(stats):
     return {k: stats[k] for k in ("tiers", "namespaces", "totals")}
 
 
-def namespace_stats(stats, ns):
-    for entry in stats["namespaces"]:
-        if entry["id"].lower() == ns.lower():
-            return entry
-    return None
+def namespace_stats(stats, model):
+    """The entry of the namespace registered for `model` (its label starts with it) in a stats
+    document, where namespaces are named by label and ref (ids are shown to admins only)."""
+    found = [e for e in stats["namespaces"] if e["label"].startswith(model + " ")]
+    assert len(found) <= 1, found
+    return found[0] if found else None
 
 
 def wait_for(predicate, timeout_s=5.0, interval_s=0.05):

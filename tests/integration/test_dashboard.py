@@ -78,8 +78,11 @@ def traffic(daemon):
         on_nvme = [n for n, t in zip(range(BLOCKS), tiers) if t == "nvme"][:8]
         assert all(get_each(c, a, 1, on_nvme))
         lookup_each(c, b, 2, range(BLOCKS // 2))
+        # The page names namespaces by their refs (a hash of the id): this admin session's
+        # KVT.STATS has both.
+        refs = {n["id"]: n["ref"] for n in json.loads(c.call("KVT.STATS"))["namespaces"]}
     wait_for_samples(daemon, 2)
-    return a, b
+    return refs[a], refs[b]
 
 
 class Figures(HTMLParser):

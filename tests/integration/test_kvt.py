@@ -96,8 +96,14 @@ def test_stats_views_agree(kvtierd, r):
     metrics = parse_metrics(http_get(kvtierd, "/metrics"))
     info = r.info("kvtier")
     assert store_part(via_resp) == store_part(via_http)
+    # An id lets a client read, explain and drop the namespace's blocks: no view that any client
+    # may read shows it (this one is a TCP client, never an admin).
+    assert all("id" not in n for n in via_resp["namespaces"] + via_http["namespaces"])
+    for view in (json.dumps(via_resp), json.dumps(via_http), http_get(kvtierd, "/metrics"),
+                 http_get(kvtierd, "/stats/history"), str(r.info("all"))):
+        assert ns.lower() not in view.lower()
 
-    mine = namespace_stats(via_resp, ns)
+    mine = namespace_stats(via_resp, model)
     assert mine["registered"] is True
     assert mine["lookups"] == 2
     assert mine["lookup_blocks"] == 10
@@ -115,7 +121,7 @@ def test_stats_views_agree(kvtierd, r):
 
     label = mine["label"]
     assert label.startswith(model + " fp16 ")
-    ns_label = f'namespace="{label}",ns_id="{mine["id"]}"'
+    ns_label = f'namespace="{label}",ns_ref="{mine["ref"]}"'
     assert metrics[("kvtier_lookups_total", ns_label)] == 2
     assert metrics[("kvtier_lookup_blocks_total", ns_label)] == 10
     assert metrics[("kvtier_hit_tokens_total", ns_label)] == 12
@@ -135,7 +141,7 @@ def test_stats_views_agree(kvtierd, r):
     assert metrics[("kvtier_puts_total", "")] == totals["committed_puts"]
     assert info["blocks_present"] == totals["blocks_present"]
     assert info["committed_puts"] == totals["committed_puts"]
-    info_ns = info[f"ns_{ns}"]
+    info_ns = info[f"ns_{mine['ref']}"]
     assert info_ns["lookups"] == 2 and info_ns["lookup_blocks"] == 10
     assert info_ns["hit_blocks"] == 6 and float(info_ns["hit_ratio"]) == pytest.approx(0.6)
 
