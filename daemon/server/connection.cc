@@ -462,7 +462,7 @@ Connection::Awaitable<bool> Connection::WriteOut(size_t end) {
       const bool last = done + 1 == leased_.payloads.size() || leased_.payloads[done + 1].at > end;
       const size_t trailer_end = last ? end : leased_.payloads[done + 1].at;
       const std::string_view trailer(out_.data() + payload.at, trailer_end - payload.at);
-      const bool sent = co_await WritePayload(preceding, payload, trailer, &trailer_sent);
+      const bool sent = co_await WritePayload(preceding, done, trailer, &trailer_sent);
       ok = sent;
     }
     // Every payload's lease ends here, sent or not. One that lapsed meanwhile may have had its
@@ -484,17 +484,18 @@ Connection::Awaitable<bool> Connection::WriteOut(size_t end) {
   co_return ok;
 }
 
-Connection::Awaitable<bool> Connection::WritePayload(std::string_view preceding,
-                                                     const LeasedPayload& payload,
+Connection::Awaitable<bool> Connection::WritePayload(std::string_view preceding, size_t index,
                                                      std::string_view trailer,
                                                      size_t* trailer_sent) {
   error_code ec;
   *trailer_sent = 0;
+  const LeasedPayload& payload = leased_.payloads[index];
   for (size_t at = 0; at < payload.bytes; at += kPayloadPieceBytes) {
     if (!server_.store.Renew(payload.lease_id).ok()) {
       server_.counters.lapsed_reply_leases.fetch_add(1, std::memory_order_relaxed);
       co_return false;
     }
+    RenewQueuedLeases(index);
     const size_t n = std::min(kPayloadPieceBytes, payload.bytes - at);
     const bool last_piece = at + n == payload.bytes;
     // The bytes before the payload (its bulk header, earlier replies) go in the same gather write
@@ -536,6 +537,19 @@ Connection::Awaitable<bool> Connection::WritePayload(std::string_view preceding,
     Touch();
   }
   co_return true;
+}
+
+void Connection::RenewQueuedLeases(size_t current) {
+  const auto now = std::chrono::steady_clock::now();
+  if (now - queued_leases_renewed_at_ <
+      std::chrono::milliseconds(server_.options.payload_send_timeout_ms / 2)) {
+    return;
+  }
+  queued_leases_renewed_at_ = now;
+  // One that lapsed already is found out when its turn comes (WritePayload, WriteOut's Release).
+  for (size_t i = current + 1; i < leased_.payloads.size(); ++i) {
+    (void)server_.store.Renew(leased_.payloads[i].lease_id);
+  }
 }
 
 void Connection::DropLeasedPayloads() {

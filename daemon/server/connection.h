@@ -110,12 +110,18 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // payload's lease before the bytes after it go out. The payloads are gone from leased_ after,
   // whatever the outcome; out_ is left as it is.
   Awaitable<bool> WriteOut(size_t end);
-  // Sends `preceding` (output-buffer bytes before the payload) and the payload from its slot, in
-  // pieces, renewing the lease before each. `trailer` (the output-buffer bytes after the payload,
-  // its CRLF first) rides with the last piece when one non-blocking send takes that piece whole;
-  // *trailer_sent says how many of its bytes went.
-  Awaitable<bool> WritePayload(std::string_view preceding, const LeasedPayload& payload,
-                               std::string_view trailer, size_t* trailer_sent);
+  // Sends `preceding` (output-buffer bytes before the payload) and payload leased_.payloads[index]
+  // from its slot, in pieces, renewing the lease before each (and RenewQueuedLeases). `trailer`
+  // (the output-buffer bytes after the payload, its CRLF first) rides with the last piece when one
+  // non-blocking send takes that piece whole; *trailer_sent says how many of its bytes went.
+  Awaitable<bool> WritePayload(std::string_view preceding, size_t index, std::string_view trailer,
+                               size_t* trailer_sent);
+  // Renews the leases of the payloads queued after leased_.payloads[current], at most every half
+  // options.payload_send_timeout_ms: before each piece of the one being sent, whose write ends
+  // within that timeout or closes the connection, so a queued lease is renewed well inside its
+  // time however slowly the client takes the payloads ahead of it. Not at every piece: that is
+  // quadratic in the payloads of a pipeline of many small ones.
+  void RenewQueuedLeases(size_t current);
   // Ends the leases of every queued payload (the connection is closing).
   void DropLeasedPayloads();
   // Around a payload piece's write: closes the socket if the write has not ended within
@@ -140,6 +146,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   boost::asio::steady_timer send_guard_;  // ArmSendGuard
   uint64_t send_guard_serial_ = 0;
   bool send_guard_fired_ = false;
+  std::chrono::steady_clock::time_point queued_leases_renewed_at_{};  // RenewQueuedLeases
   Session session_;
   resp::RequestParser parser_;
   StagedValue staged_;

@@ -142,6 +142,57 @@ TEST(LeasedReplyStallTest, AReaderThatStopsTakingTheReplyIsClosedBeforeItsLeaseC
   EXPECT_EQ(c.Call({"EXISTS", "k"}), ":1\r\n") << "the value stays";
 }
 
+// Reads exactly `n` bytes of a reply (fewer if the connection ends or 10 s pass).
+std::string ReadBytes(TestClient& c, size_t n) {
+  std::string got;
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  char buf[64 << 10];
+  while (got.size() < n && std::chrono::steady_clock::now() < deadline) {
+    const ssize_t r = recv(c.fd(), buf, std::min(sizeof buf, n - got.size()), MSG_DONTWAIT);
+    if (r == 0) break;
+    if (r < 0) {
+      std::this_thread::sleep_for(1ms);
+      continue;
+    }
+    got.append(buf, static_cast<size_t>(r));
+  }
+  return got;
+}
+
+// A payload queued behind a large one that the client takes slowly keeps its lease until its
+// turn: the leases of queued payloads are renewed while the one ahead is sent (only the payload
+// being sent was, and MGET of a large value and another one lost the second's lease, and the
+// connection, to a reader slower than the lease time).
+TEST(LeasedReplyQueueTest, APayloadQueuedBehindASlowOneKeepsItsLease) {
+  ServerOptions o;
+  o.payload_send_timeout_ms = 3'000;  // queued leases are renewed at most every 1.5 s
+  TestServer ts(o, /*with_arena=*/true, /*capacity_bytes=*/uint64_t{64} << 20);
+  ASSERT_TRUE(ts.status().ok()) << ts.status().ToString();
+  TestClient c = ts.ConnectUnix();
+  const std::string first = Value(8 << 20, 'h');  // two 4 MiB pieces
+  const std::string second = Value(128 << 10, 'i');
+  ASSERT_EQ(c.Call({"SET", "a", first}), "+OK\r\n");
+  ASSERT_EQ(c.Call({"SET", "b", second}), "+OK\r\n");
+  TestClient reader = SlowReader(ts);
+  ASSERT_TRUE(reader.Send("*3\r\n$4\r\nMGET\r\n$1\r\na\r\n$1\r\nb\r\n"));
+  for (int i = 0; i < 1000 && ts.store().Stats().leases_active < 2; ++i) {
+    std::this_thread::sleep_for(1ms);
+  }
+  ASSERT_EQ(ts.store().Stats().leases_active, 2u);
+  // 20 s of the leases' 30 pass while the reader takes the first piece, slowly.
+  ts.clock().AdvanceMicros(20'000'000);
+  std::this_thread::sleep_for(1600ms);
+  const std::string whole = "*2\r\n" + Bulk(first) + Bulk(second);
+  std::string got = ReadBytes(reader, (4 << 20) + 64);
+  std::this_thread::sleep_for(200ms);  // the second piece's send begins: both leases renewed
+  ts.clock().AdvanceMicros(20'000'000);
+  EXPECT_EQ(ts.store().ExpireDeadlines(), 0u) << "the queued value's lease lapsed";
+  got += ReadBytes(reader, whole.size() - got.size());
+  EXPECT_TRUE(SameReply(got, whole));
+  EXPECT_EQ(ts.server().Stats().lapsed_reply_leases, 0u);
+  EXPECT_TRUE(ts.WaitForLeases(0));
+}
+
 // Key "k" holds "old", which another client reads (its lease held) for longer than the server
 // waits for readers (kReaderWaitMs).
 template <uint64_t kReaderWaitMs>
