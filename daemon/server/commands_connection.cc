@@ -34,8 +34,11 @@ bool ConstantTimeEquals(std::string_view a, std::string_view b) {
 }
 
 // Checks a username/password pair against the configured password; the only user is "default".
+// Without a password that user takes any (Redis' default user is "nopass"): clients configured
+// with one, as for a Redis that has one, still connect.
 bool CheckPassword(const CommandContext& ctx, std::string_view user, std::string_view password) {
   const bool user_ok = ConstantTimeEquals(user, "default");
+  if (ctx.server.options.password.empty()) return user_ok;
   const bool password_ok = ConstantTimeEquals(password, ctx.server.options.password);
   return user_ok && password_ok;
 }
@@ -68,7 +71,7 @@ Progress Echo(CommandContext& ctx, Command& cmd) {
 Progress Auth(CommandContext& ctx, Command& cmd) {
   if (cmd.size() > 3) {
     ctx.reply.AppendError("ERR syntax error");
-  } else if (ctx.server.options.password.empty()) {
+  } else if (ctx.server.options.password.empty() && cmd.size() == 2) {
     ctx.reply.AppendError(
         "ERR AUTH <password> called without any password configured for the default user. Are "
         "you sure your configuration is correct?");
@@ -141,7 +144,7 @@ Progress Hello(CommandContext& ctx, Command& cmd) {
   HelloOptions opts;
   if (!ParseHelloOptions(ctx, cmd, opts)) return Progress::kDone;
   if (opts.password != nullptr) {
-    if (ctx.server.options.password.empty() || !CheckPassword(ctx, *opts.user, *opts.password)) {
+    if (!CheckPassword(ctx, *opts.user, *opts.password)) {
       ctx.reply.AppendError(kWrongPass);
       return Progress::kDone;
     }

@@ -83,6 +83,14 @@ TEST_F(ConnectionCommandsTest, AuthWithoutPasswordConfigured) {
   EXPECT_EQ(c.Call({"AUTH", "x"}),
             "-ERR AUTH <password> called without any password configured for the default user. "
             "Are you sure your configuration is correct?\r\n");
+  // The default user has no password then, and takes any (Redis 7 does the same): a client
+  // configured with a username and password still connects. No other user exists.
+  EXPECT_EQ(c.Call({"AUTH", "default", "x"}), "+OK\r\n");
+  EXPECT_EQ(c.Call({"AUTH", "someone", "x"}), "-WRONGPASS invalid username-password pair\r\n");
+  const std::string id = IdOf(c.Call({"CLIENT", "ID"}));
+  EXPECT_EQ(c.Call({"HELLO", "2", "AUTH", "default", "x"}), "*14\r\n" + HelloFields(2, id));
+  EXPECT_EQ(c.Call({"HELLO", "2", "AUTH", "someone", "x"}),
+            "-WRONGPASS invalid username-password pair\r\n");
 }
 
 TEST_F(ConnectionCommandsTest, ClientNameAndId) {
