@@ -106,7 +106,7 @@ Awaitable<Result<ConnectionPtr>> ClusterNode::Acquire(Deadline deadline, bool& q
       Result<ConnectionPtr> opened = co_await Connect(deadline);
       co_return opened;
     }
-    Waiter waiter{asio::steady_timer(io_, deadline), nullptr};
+    Waiter waiter{asio::steady_timer(io_, deadline), nullptr, false};
     waiters_.push_back(&waiter);
     error_code ec;
     co_await waiter.timer.async_wait(redirect_error(use_awaitable, ec));
@@ -148,7 +148,7 @@ void ClusterNode::Release(ConnectionPtr conn) {
     return;
   }
   for (Waiter* waiter : waiters_) {
-    if (waiter->handed) continue;
+    if (waiter->served()) continue;
     waiter->handed = std::move(conn);
     waiter->timer.cancel();
     return;
@@ -169,7 +169,8 @@ void ClusterNode::Forget(const ConnectionPtr& conn) {
 
 void ClusterNode::WakeOne() {
   for (Waiter* waiter : waiters_) {
-    if (waiter->handed) continue;
+    if (waiter->served()) continue;
+    waiter->woken = true;
     waiter->timer.cancel();
     return;
   }

@@ -74,6 +74,10 @@ class ClusterNode {
   struct Waiter {
     asio::steady_timer timer;
     std::shared_ptr<NodeConnection> handed;  // set by Release; the waiter owns it from then on
+    // Set by WakeOne: a slot to open a connection is the waiter's. Until it runs, it is still in
+    // waiters_; a second wake-up or a released connection goes to the next one instead.
+    bool woken = false;
+    bool served() const { return handed != nullptr || woken; }
   };
 
   // A connection: an idle one, a new one while below max_connections, or the next one released
