@@ -160,6 +160,10 @@ Result<std::unique_ptr<tiers::remote::RedisClusterClient>> OpenRemote(
   options.user = c.remote_user;
   options.password = c.remote_password;
   options.connect_timeout = std::chrono::milliseconds(c.remote_connect_timeout_ms);
+  // Halfway between a lookup's budget and a full call's: lookups' timeouts say nothing of a node
+  // (remote.lookup_timeout_ms, 20 by default), the mover's do (remote.timeout_ms, 1,000).
+  options.shortest_judged_timeout =
+      std::chrono::milliseconds((c.remote_lookup_timeout_ms + c.remote_timeout_ms) / 2);
   // A store that is down at start must not keep the node's local tiers from serving: the client
   // asks again in the background. A refused password still stops the start.
   options.open_unreachable = true;

@@ -13,9 +13,6 @@ using asio::use_awaitable;
 using boost::system::error_code;
 using ConnectionPtr = std::shared_ptr<NodeConnection>;
 
-// Timeouts of calls that gave a node less time than this are not held against it (Execute).
-constexpr std::chrono::milliseconds kShortestJudgedTimeout{100};
-
 long long MillisUntil(Deadline when) {
   return std::chrono::duration_cast<std::chrono::milliseconds>(when - Deadline::clock::now())
       .count();
@@ -65,7 +62,7 @@ Awaitable<Result<std::vector<resp::Reply>>> ClusterNode::Execute(const CommandBa
   // answers the mover's 1 s calls. Counted, such timeouts opened the breaker, which then refused
   // the mover's publishes (their victims dropped unpublished) and fetches, and its probes, mostly
   // lookups, kept failing while the node stayed above 20 ms.
-  const bool short_call = deadline - Deadline::clock::now() < kShortestJudgedTimeout;
+  const bool short_call = deadline - Deadline::clock::now() < options_.shortest_judged_timeout;
   const auto judge = [&](const Status& status) {
     if (short_call && status.code() == StatusCode::kTimeout) {
       breaker_.RecordNoVerdict();

@@ -38,6 +38,8 @@ struct NodeOptions {
   // fails fast enough for its breaker to matter.
   std::chrono::milliseconds connect_timeout{1000};
   CircuitBreaker::Options breaker;
+  // RedisClusterOptions::shortest_judged_timeout.
+  std::chrono::milliseconds shortest_judged_timeout{100};
 };
 
 class ClusterNode {
@@ -53,7 +55,8 @@ class ClusterNode {
   // breaker is open: the node failed repeatedly and is skipped for now), kTimeout, kDeviceError,
   // kPermissionDenied (AUTH refused), kShuttingDown. Each counts against the breaker except
   // kBusy, kShuttingDown, a wait for this client's own busy connections, and a kTimeout of a call
-  // whose deadline was under 100 ms away (a lookup's: it says too little of the node). `batch`
+  // whose deadline was under options.shortest_judged_timeout away (a lookup's: it says too little
+  // of the node). `batch`
   // must stay valid until the returned awaitable completes.
   Awaitable<Result<std::vector<resp::Reply>>> Execute(const CommandBatch& batch, Deadline deadline);
 

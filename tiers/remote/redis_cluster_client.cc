@@ -31,6 +31,7 @@ NodeOptions MakeNodeOptions(const RedisClusterOptions& o, bool read_only,
   n.max_connections = o.connections_per_node;
   n.connect_timeout = o.connect_timeout;
   n.breaker = o.breaker;
+  n.shortest_judged_timeout = o.shortest_judged_timeout;
   return n;
 }
 

@@ -65,6 +65,10 @@ struct RedisClusterOptions {
   AddrInfoFunction resolve = ::getaddrinfo;
   size_t connections_per_node = 4;
   CircuitBreaker::Options breaker;
+  // A call that gave a node less time than this and timed out is not held against it (its
+  // breaker): a lookup's few milliseconds pass during a fork for a snapshot on a node that
+  // answers longer calls. Set it between the short calls' timeout and the long ones'.
+  std::chrono::milliseconds shortest_judged_timeout{100};
   int max_redirects = 5;  // per key and call
   std::chrono::milliseconds min_refresh_interval{100};
   // The slot map is also read this often while every call succeeds (0: only after failures), so
