@@ -694,17 +694,31 @@ TEST(RedisClusterClient, ABlockALookupFoundSurvivesAFailoverThatLosesUnreplicate
   ExpectFound(replicas_first->Exists(keys, kCallTimeout), blocks.size());
 }
 
-TEST(RedisClusterClient, HungMasterTimesOutThenIsSkippedThenComesBack) {
-  // A long node timeout: the stopped master must not be failed over during the test.
-  auto cluster =
+// Three masters and no replica, with a node timeout long enough that a master stopped by a test
+// is not failed over meanwhile, and a client whose breaker opens after two failed calls and then
+// skips the node for `backoff`.
+struct ClusterWithBreaker {
+  std::unique_ptr<RedisCluster> cluster;
+  std::unique_ptr<RedisClusterClient> client;
+};
+ClusterWithBreaker StartClusterWithBreaker(milliseconds backoff) {
+  ClusterWithBreaker out;
+  out.cluster =
       StartCluster({.masters = 3, .replicas_per_master = 0, .node_timeout = milliseconds(60000)});
-  ASSERT_TRUE(cluster);
+  if (!out.cluster) return out;
   RedisClusterOptions options;
+  options.breaker = {.failure_threshold = 2, .initial_backoff = backoff, .max_backoff = backoff};
+  out.client = OpenClient(out.cluster->Seeds(), options);
+  return out;
+}
+
+TEST(RedisClusterClient, HungMasterTimesOutThenIsSkippedThenComesBack) {
   // A backoff long enough that the third call surely finds the breaker still open.
-  options.breaker = {.failure_threshold = 2,
-                     .initial_backoff = milliseconds(1000),
-                     .max_backoff = milliseconds(1000)};
-  auto client = OpenClient(cluster->Seeds(), options);
+  // (Named references, not a structured binding: the lambdas below capture them.)
+  ClusterWithBreaker setup = StartClusterWithBreaker(milliseconds(1000));
+  auto& cluster = setup.cluster;
+  auto& client = setup.client;
+  ASSERT_TRUE(cluster);
   ASSERT_TRUE(client);
   // One block on the master to stop and one elsewhere.
   const int victim = cluster->MasterOfSlot(KeySlot(TestKey(0)));
@@ -743,14 +757,10 @@ TEST(RedisClusterClient, LookupsTimingOutOnASlowNodeDoNotShutItOutOfLongerCalls)
   // A node that stalls past a lookup's 20 ms (a fork for a snapshot) but answers a 1 s call: the
   // lookups' timeouts say too little of it to open its breaker, which would refuse the mover's
   // publishes and fetches at once.
-  auto cluster =
-      StartCluster({.masters = 3, .replicas_per_master = 0, .node_timeout = milliseconds(60000)});
+  ClusterWithBreaker setup = StartClusterWithBreaker(milliseconds(5000));
+  auto& cluster = setup.cluster;
+  auto& client = setup.client;
   ASSERT_TRUE(cluster);
-  RedisClusterOptions options;
-  options.breaker = {.failure_threshold = 2,
-                     .initial_backoff = milliseconds(5000),
-                     .max_backoff = milliseconds(5000)};
-  auto client = OpenClient(cluster->Seeds(), options);
   ASSERT_TRUE(client);
   PutBlocks(*client, {0}, 64);
   const int victim = cluster->MasterOfSlot(KeySlot(TestKey(0)));
