@@ -252,7 +252,7 @@ store::StoreOptions StoreOptionsFrom(const config::DaemonConfig& c,
   o.remote.lookup_timeout = std::chrono::milliseconds(c.remote_lookup_timeout_ms);
   // Readers wait limits.mover_wait_ms for a fetch; a prefetch is worth a batch's time at least
   // (with mover_wait_ms 0 no reader waits, and only prefetches make later reads hits).
-  o.remote.fetch_max_age =
+  o.reader_wait =
       std::chrono::milliseconds(std::max<uint64_t>(c.mover_wait_ms, c.remote_timeout_ms));
   o.remote.write_through = c.remote_write_through;
   o.drop_when_disk_lags = c.when_disk_lags == "drop";

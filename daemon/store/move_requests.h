@@ -70,7 +70,7 @@ class MoveRequests {
   // The fetch of `key` ended; `moved` false: the mover could not bring it up.
   void FinishFetch(const BlockKey& key, bool moved);
   // Whether a fetch of `key` failed at or after `failed_since`; forgets the failure either way. A
-  // reader waits for its fetch at most StoreOptions' remote.fetch_max_age, so a caller passes
+  // reader waits for its fetch at most StoreOptions::reader_wait, so a caller passes
   // that long ago: an older failure answered nobody who waits now (a prefetch's, which its
   // reader never reached), and the block may be readable again (put since, then demoted).
   bool TakeFailedFetch(const BlockKey& key, std::chrono::steady_clock::time_point failed_since);

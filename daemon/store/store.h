@@ -583,9 +583,9 @@ class Store {
   // kPending: it lies on NVMe and the mover was asked for it (background_disk_moves).
   Status PromoteForRead(const NamespaceId& ns, const BlockKey& key);
   // The oldest fetch failure that still answers a reader (MoveRequests::TakeFailedFetch): none
-  // waits longer than remote.fetch_max_age.
+  // waits longer than StoreOptions::reader_wait.
   std::chrono::steady_clock::time_point FailuresSince() const {
-    return std::chrono::steady_clock::now() - options_.remote.fetch_max_age;
+    return std::chrono::steady_clock::now() - options_.reader_wait;
   }
   // BeginPut's allocation when the mover makes room: no eviction here, a request for room instead
   // (which the mover makes without knowing the requester's quota group).

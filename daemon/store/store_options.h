@@ -21,9 +21,6 @@ struct RemoteTierOptions {
   std::chrono::milliseconds ttl{86'400'000};     // SET ... PX: how long the cluster keeps a block
   std::chrono::milliseconds timeout{1'000};      // one publish or fetch batch of the mover
   std::chrono::milliseconds lookup_timeout{20};  // StartRemoteLookup
-  // A fetch asked for this long ago is dropped unsent: its reader stopped waiting (the daemon sets
-  // it to limits.mover_wait_ms, or remote.timeout_ms when that is longer).
-  std::chrono::milliseconds fetch_max_age{2'000};
   // Also copy each block committed into the host tier to the remote tier, from the mover, without
   // delaying the put's acknowledgement (best effort: a failed copy is counted, the block stays
   // local). Needs background_disk_moves. Without it, blocks reach the remote tier when they leave
@@ -75,6 +72,11 @@ struct StoreOptions {
   // the block to be brought up (with promote_on_read). The caller calls again shortly. false: the
   // request does the move itself, for users of the store that run no mover.
   bool background_disk_moves = false;
+  // The longest a request waits for a move it asked the mover for (the daemon sets it to
+  // limits.mover_wait_ms, or remote.timeout_ms when that is longer). A remote fetch asked for
+  // longer ago is dropped unsent, and a fetch that failed longer ago answers no reader: a read of
+  // the block then asks again.
+  std::chrono::milliseconds reader_wait{2'000};
   // With background_disk_moves: a put that finds the host tier full takes its room from the
   // coldest host blocks, dropping them (a block with a write-through copy on NVMe moves into it),
   // instead of waiting for the mover to write them to NVMe. The mover keeps writing the cold end

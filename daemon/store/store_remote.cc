@@ -252,7 +252,7 @@ bool Store::MakeRoomByPublishing(uint64_t bytes) {
 std::vector<std::pair<NamespaceId, BlockKey>> Store::TakeRemoteFetchRequests(size_t max,
                                                                              uint64_t max_bytes) {
   uint64_t expired = 0;
-  const auto asked_since = std::chrono::steady_clock::now() - options_.remote.fetch_max_age;
+  const auto asked_since = std::chrono::steady_clock::now() - options_.reader_wait;
   std::vector<std::pair<NamespaceId, BlockKey>> taken =
       move_requests_.TakeRemoteFetches(1, asked_since, &expired);
   const auto count_expired = [&] {
