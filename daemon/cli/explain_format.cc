@@ -90,7 +90,7 @@ std::string Why(const json& block, uint64_t log_entries) {
   if (auto it = block.find("elsewhere"); it != block.end() && it->is_array()) {
     for (const json& e : *it) {
       why << "; held where " << Str(e, "field") << "=" << Str(e, "value") << " (" << Str(e, "tier")
-          << ", ns " << Str(e, "ns").substr(0, 16) << ")";
+          << ", ns " << (e.contains("ns") ? Str(e, "ns") : Str(e, "ref")).substr(0, 16) << ")";
     }
   }
   return why.str();

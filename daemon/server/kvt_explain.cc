@@ -19,6 +19,7 @@
 #include "daemon/server/wire.h"
 #include "daemon/store/store.h"
 #include "hashing/block_hasher.h"
+#include "hashing/namespace_descriptor.h"
 
 namespace kvtier::server {
 namespace {
@@ -39,6 +40,10 @@ struct ExplainRequest {
   uint32_t tokens_per_block = 0;
   Fields fields;        // the asked namespace's descriptor; empty when unknown
   size_t max_keys = 0;  // max_lookup_keys
+  // Whether the other namespaces' ids may be named: the asker gave the fields (salt included), so
+  // it could compute them, or it is an admin. Otherwise their refs: an id is enough to read and
+  // drop a namespace's blocks, and the fields came from the registration.
+  bool names_ids = false;
 };
 
 // A namespace that differs from the asked one in one field, and where it holds each asked block.
@@ -78,6 +83,7 @@ bool DescribeNamespace(CommandContext& ctx, const resp::Command& cmd, ExplainReq
     }
     req.fields = NamespaceFields(*desc);
     req.tokens_per_block = desc->tokens_per_block;
+    req.names_ids = true;
     return true;
   }
   std::optional<store::NamespaceInfo> info = ctx.server.store.GetNamespace(req.ns);
@@ -88,6 +94,7 @@ bool DescribeNamespace(CommandContext& ctx, const resp::Command& cmd, ExplainReq
   }
   req.fields = info->fields;
   req.tokens_per_block = info->tokens_per_block;
+  req.names_ids = ctx.session.admin();
   return true;
 }
 
@@ -209,8 +216,9 @@ void AppendPair(resp::ReplyWriter& reply, std::string_view name, uint64_t value)
   reply.AppendInteger(static_cast<int64_t>(value));
 }
 
-void AppendBlock(CommandContext& ctx, const BlockKey& key, const store::BlockExplanation& ex,
-                 const std::vector<const Elsewhere*>& elsewhere, size_t i) {
+void AppendBlock(CommandContext& ctx, const ExplainRequest& req, const BlockKey& key,
+                 const store::BlockExplanation& ex, const std::vector<const Elsewhere*>& elsewhere,
+                 size_t i) {
   using State = store::BlockExplanation::State;
   resp::ReplyWriter& reply = ctx.reply;
   const std::optional<store::Departure>& d = ex.departure;
@@ -246,7 +254,11 @@ void AppendBlock(CommandContext& ctx, const BlockKey& key, const store::BlockExp
     reply.AppendMapHeader(4);
     AppendPair(reply, "field", e->field);
     AppendPair(reply, "value", e->value);
-    AppendPair(reply, "ns", e->ns.ToHex());
+    if (req.names_ids) {
+      AppendPair(reply, "ns", e->ns.ToHex());
+    } else {
+      AppendPair(reply, "ref", hashing::NamespaceRef(e->ns));
+    }
     AppendPair(reply, "tier", TierName(*e->tiers[i]));
   }
 }
@@ -275,7 +287,7 @@ Progress KvtExplain(CommandContext& ctx, resp::Command& cmd) {
     for (const Elsewhere& e : elsewhere) {
       if (i < e.tiers.size() && e.tiers[i]) here.push_back(&e);
     }
-    AppendBlock(ctx, req->keys[i], explained[i], here, i);
+    AppendBlock(ctx, *req, req->keys[i], explained[i], here, i);
   }
   return Progress::kDone;
 }
