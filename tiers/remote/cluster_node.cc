@@ -113,6 +113,8 @@ Awaitable<Result<ConnectionPtr>> ClusterNode::Acquire(Deadline deadline, bool& q
     if (waiter.handed && Deadline::clock::now() < deadline) co_return std::move(waiter.handed);
     if (waiter.handed) Release(std::move(waiter.handed));
     if (Deadline::clock::now() >= deadline) {
+      // The free slot it was woken for goes to the next waiter, who would sleep past it.
+      if (waiter.woken) WakeOne();
       queued_too_long = true;
       co_return Timeout("all " + std::to_string(options_.max_connections) + " connections to " +
                         address_.ToString() + " stayed busy until the deadline");
