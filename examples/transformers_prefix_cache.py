@@ -77,7 +77,7 @@ def main() -> None:
     logits, _ = forward(model, torch.cat([prefix, question2]))
     assert int(logits[0, -1].argmax()) == first, "restored prefix changed the answer"
 
-    ns_stats = next(n for n in client.stats()["namespaces"] if n["id"] == kv.namespace.id_hex)
+    ns_stats = next(n for n in client.stats()["namespaces"] if n["ref"] == kv.namespace.ref)
     print(f"model            {args.model}, {model.num_parameters() / 1e6:.0f}M parameters, fp32, "
           f"{torch.get_num_threads()} CPU threads")
     print(f"prompt           {args.prefix_tokens} shared + {args.question_tokens} own tokens")

@@ -229,7 +229,8 @@ PYBIND11_MODULE(_kvtier, m) {
         return hashing::NamespaceRef(NamespaceId{KeyFromBytes(ns, "ns")});
       },
       py::arg("ns"),
-      "The name statistics give namespace id `ns` (16 hex digits; docs/metrics.md): ids are shown "
+      "The name statistics give namespace id `ns` (16 hex digits; docs/protocol.md, KVT.STATS): "
+      "ids are shown "
       "only to admins.");
   m.def("fold_foreign_keys", &FoldForeignKeys, py::arg("ns"), py::arg("engine_hashes"),
         "Fold an engine's own block hashes (vLLM, SGLang) into kvtier keys under namespace id "

@@ -37,7 +37,7 @@ VIRTUAL_TIME_MS = "6000"
 # The charts, and the keys (paths in a sample) each must plot for the traffic below.
 EXPECTED_KEYS = {
     "chart-hit-ratio": {"hit_ratio", "tiers.host.hit_ratio", "tiers.nvme.hit_ratio"},
-    "chart-namespace-hit-ratio": set(),  # the namespaces' ids: checked in the test
+    "chart-namespace-hit-ratio": set(),  # the namespaces' refs: checked in the test
     "chart-tier-use": {"tiers.host.used_ratio", "tiers.nvme.used_ratio"},
     "chart-throughput": {"commands_per_s", "requests.lookup.per_s", "requests.get.per_s",
                          "requests.put.per_s"},
