@@ -60,12 +60,14 @@ Catalog::~Catalog() {
   if (!s.ok()) spdlog::warn("nvme: closing catalog {}: {}", path_, s.ToString());
 }
 
-bool Catalog::InjectedFailure() {
-  uint64_t left = failing_writes_.load();
-  while (left > 0 && !failing_writes_.compare_exchange_weak(left, left - 1)) {
+bool Catalog::UseOne(std::atomic<uint64_t>& left) {
+  uint64_t n = left.load();
+  while (n > 0 && !left.compare_exchange_weak(n, n - 1)) {
   }
-  return left > 0;
+  return n > 0;
 }
+
+bool Catalog::InjectedFailure() { return UseOne(failing_writes_); }
 
 Status Catalog::Put(const CatalogRecord& record) {
   if (InjectedFailure()) return DeviceError("catalog put: injected failure");
@@ -76,11 +78,17 @@ Status Catalog::Put(const CatalogRecord& record) {
       "catalog put");
 }
 
-Status Catalog::Delete(const NamespaceId& ns, const BlockKey& key) {
+Status Catalog::Delete(const NamespaceId& ns, const BlockKey& key, Stall stall) {
+  const bool refuse = stall == Stall::kRefuse && !sync_writes_;
+  if (refuse && UseOne(stalled_writes_)) return Busy("catalog delete: writes stalled (injected)");
   if (InjectedFailure()) return DeviceError("catalog delete: injected failure");
   rocksdb::WriteOptions wo;
   wo.sync = sync_writes_;
-  return FromRocks(db_->Delete(wo, EncodeCatalogKey(ns, key)), "catalog delete");
+  wo.no_slowdown = refuse;
+  const rocksdb::Status s = db_->Delete(wo, EncodeCatalogKey(ns, key));
+  // What no_slowdown answers instead of waiting.
+  if (refuse && s.IsIncomplete()) return Busy("catalog delete: writes stalled: " + s.ToString());
+  return FromRocks(s, "catalog delete");
 }
 
 Status Catalog::DeleteAllRecords() {

@@ -1,10 +1,10 @@
 // Catalog: the NVMe tier's durable index in RocksDB: block key -> CatalogRecord.
 //
 // One RocksDB database (a directory under the NVMe data directory) holds one entry per block that
-// the tier has written with an identity, keyed by namespace id + block key, plus one meta entry that
-// ties the records to one formatting of the data file (its file_id). The tier keeps the ordering
-// rules (data before its record; record deleted before its extent is reused); this class only
-// stores, loads and translates rocksdb::Status into kvtier's vocabulary, once, here.
+// the tier has written with an identity, keyed by namespace id + block key, plus one meta entry
+// that ties the records to one formatting of the data file (its file_id). The tier keeps the
+// ordering rules (data before its record; record deleted before its extent is reused); this class
+// only stores, loads and translates rocksdb::Status into kvtier's vocabulary, once, here.
 //
 // Durability: Put and Delete go to RocksDB's write-ahead log without fsync unless `sync_writes`;
 // Sync() makes everything written so far durable. A crash (process) loses nothing written; a power
@@ -35,9 +35,9 @@ namespace kvtier::tiers::nvme {
 class Catalog {
  public:
   struct Options {
-    std::string path;              // the RocksDB directory; created when missing
-    rocksdb::Env* env = nullptr;   // nullptr: the default Env; tests pass a power-cut emulator
-    bool sync_writes = false;      // fsync the log on every Put/Delete
+    std::string path;             // the RocksDB directory; created when missing
+    rocksdb::Env* env = nullptr;  // nullptr: the default Env; tests pass a power-cut emulator
+    bool sync_writes = false;     // fsync the log on every Put/Delete
   };
 
   // What Load found: the records that decode, and how many entries did not (already deleted).
@@ -57,12 +57,18 @@ class Catalog {
   Catalog(const Catalog&) = delete;
   Catalog& operator=(const Catalog&) = delete;
 
+  // Whether a write may wait while RocksDB stalls writes (its memtables full, or too many files
+  // awaiting compaction: it throttles or stops writers until a flush catches up).
+  enum class Stall : uint8_t { kWait, kRefuse };
+
   Status Put(const CatalogRecord& record);
-  Status Delete(const NamespaceId& ns, const BlockKey& key);
+  // kRefuse: kBusy at once where RocksDB would make the write wait (`no_slowdown`), nothing
+  // changed. Ignored with sync_writes, whose every write waits for the disk anyway.
+  Status Delete(const NamespaceId& ns, const BlockKey& key, Stall stall = Stall::kWait);
   // Deletes every block record (not the meta entry), synced.
   Status DeleteAllRecords();
-  // Reads every block record; an entry that does not decode (bad size, version, checksum, or a value
-  // under the wrong key) is deleted and counted in `undecodable`.
+  // Reads every block record; an entry that does not decode (bad size, version, checksum, or a
+  // value under the wrong key) is deleted and counted in `undecodable`.
   Result<Loaded> Load();
 
   // The file_id in the meta entry; nullopt when there is none (a new catalog) or when it is damaged
@@ -80,16 +86,21 @@ class Catalog {
   // they do while the catalog's disk is full, and the ones after succeed again. (A power cut's
   // DropUnsyncedFs fails every write for good; this is the transient failure.)
   void FailWritesForTesting(uint64_t count) { failing_writes_.store(count); }
+  // Tests: the next `count` Delete calls with Stall::kRefuse answer kBusy, as they do while
+  // RocksDB stalls writes, and change nothing.
+  void StallWritesForTesting(uint64_t count) { stalled_writes_.store(count); }
 
  private:
   Catalog(std::unique_ptr<rocksdb::DB> db, std::string path, bool sync_writes);
   // True when a failure injected by FailWritesForTesting is due (and uses it up).
   bool InjectedFailure();
+  static bool UseOne(std::atomic<uint64_t>& left);
 
   const std::unique_ptr<rocksdb::DB> db_;
   const std::string path_;
   const bool sync_writes_;
   std::atomic<uint64_t> failing_writes_{0};
+  std::atomic<uint64_t> stalled_writes_{0};
 };
 
 }  // namespace kvtier::tiers::nvme

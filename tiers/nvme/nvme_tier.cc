@@ -143,7 +143,10 @@ uint64_t NvmeTier::CombinedFileId() const {
   return id;
 }
 
-NvmeTier::~NvmeTier() = default;
+NvmeTier::~NvmeTier() {
+  // The releases still queued: their records go before the catalog closes.
+  CatalogHold hold(*this);
+}
 
 // Loads the catalog and keeps the records whose extent is sane. A catalog written for another
 // formatting of the data file (or none) is emptied first.
@@ -198,7 +201,7 @@ void NvmeTier::ClaimRecords(std::span<const CatalogRecord> records) {
   }
   std::vector<const CatalogRecord*> dropped;
   {
-    MutexLock catalog_lock(catalog_mu_);
+    CatalogHold catalog_hold(*this);
     MutexLock lock(mu_);
     owner_.reserve(owner_.size() + records.size());
     blocks_.reserve(blocks_.size() + records.size());
@@ -213,6 +216,7 @@ void NvmeTier::ClaimRecords(std::span<const CatalogRecord> records) {
       owner_[id] = r.offset;
       blocks_[r.offset] = Entry{id, r.payload_bytes, r.payload_checksum, /*durable=*/true,
                                 /*awaiting_adoption=*/true};
+      awaiting_adoption_[id] = r.offset;
       recovered_.push_back(
           {r.ns, r.key, {r.offset, r.payload_bytes}, r.payload_checksum, r.last_access_unix_us});
     }
@@ -226,7 +230,7 @@ void NvmeTier::Drop(const CatalogRecord& r, bool claimed) {
     MutexLock lock(mu_);
     (void)allocator_.Free({r.offset, r.payload_bytes});
   }
-  MutexLock lock(catalog_mu_);
+  CatalogHold hold(*this);
   if (catalog_->Delete(r.ns, r.key).ok()) return;
   ++catalog_errors_;
   // Unclaimed, it overlaps a kept block; the free space around may be reused in this run.
@@ -243,23 +247,22 @@ bool NvmeTier::SettleRecovered(const Extent& extent) {
   auto it = blocks_.find(extent.offset);
   if (it == blocks_.end() || !it->second.awaiting_adoption) return false;
   it->second.awaiting_adoption = false;
+  awaiting_adoption_.erase(it->second.id);
+  if (awaiting_adoption_.empty()) awaiting_adoption_ = {};  // its buckets, sized for every block
   return true;
 }
 
 void NvmeTier::DropRecoveredCopies(const NamespaceId& ns, const std::optional<BlockKey>& key) {
+  // Called on a network thread (a DEL, a DROP while a restart's blocks are adopted): under mu_
+  // alone, never behind a catalog write.
   std::vector<Extent> dropped;
   {
-    MutexLock catalog_lock(catalog_mu_);
+    MutexLock lock(mu_);
     std::vector<uint64_t> offsets;
     if (key) {
-      const BlockIdentity id{ns, *key};
-      if (auto owner = owner_.find(id); owner != owner_.end()) offsets.push_back(owner->second);
-      for (auto [it, end] = other_copies_.equal_range(id); it != end; ++it) {
-        offsets.push_back(it->second);
-      }
-    }
-    MutexLock lock(mu_);
-    if (!key) {
+      auto it = awaiting_adoption_.find(BlockIdentity{ns, *key});
+      if (it != awaiting_adoption_.end()) offsets.push_back(it->second);
+    } else {
       for (const auto& [offset, entry] : blocks_) {
         if (entry.awaiting_adoption && entry.id.ns == ns) offsets.push_back(offset);
       }
@@ -271,6 +274,7 @@ void NvmeTier::DropRecoveredCopies(const NamespaceId& ns, const std::optional<Bl
         continue;
       }
       it->second.awaiting_adoption = false;  // settled here: the adoption leaves it alone
+      awaiting_adoption_.erase(it->second.id);
       dropped.push_back({offset, it->second.payload_bytes});
     }
   }
@@ -294,21 +298,66 @@ void NvmeTier::Free(const Extent& extent) {
     }
     held = TakeBlock(extent.offset);
   }
-  // The record goes before the extent can be handed out again (docs/nvme-format.md).
-  ReleaseRecordOf(held, extent);
+  if (options_.sync_writes) {
+    // The operator chose durability: the delete is synced before the extent is reused.
+    ReleaseRecordOf(held, extent);
+  } else if (held && held->durable) {
+    // Not behind a holder of the catalog, whose put may wait out a RocksDB stall: it releases
+    // the record before any put of its own (CatalogHold), so a reuse of the extent cannot be
+    // recorded first (docs/nvme-format.md).
+    {
+      MutexLock lock(queue_mu_);
+      queued_releases_.push_back({held->id, {extent.offset, extent.length}});
+    }
+    if (catalog_mu_.TryLock()) UnlockCatalog();
+  }
   MutexLock lock(mu_);
   if (!allocator_.Free(extent).ok()) ++invalid_frees_;
+}
+
+NvmeTier::CatalogHold::CatalogHold(NvmeTier& tier) : tier_(tier) {
+  tier_.catalog_mu_.Lock();
+  tier_.ReleaseQueuedRecords();
+}
+
+NvmeTier::CatalogHold::~CatalogHold() { tier_.UnlockCatalog(); }
+
+void NvmeTier::UnlockCatalog() {
+  ReleaseQueuedRecords();
+  catalog_mu_.Unlock();
+  // A Free that queued after the line above and found the lock still held left its release to
+  // this look: whoever takes the lock now releases it.
+  while (HasQueuedReleases()) {
+    if (!catalog_mu_.TryLock()) return;  // its holder will
+    ReleaseQueuedRecords();
+    catalog_mu_.Unlock();
+  }
+}
+
+bool NvmeTier::HasQueuedReleases() const {
+  MutexLock lock(queue_mu_);
+  return !queued_releases_.empty();
+}
+
+void NvmeTier::ReleaseQueuedRecords() {
+  std::vector<Undeleted> queued;
+  {
+    MutexLock lock(queue_mu_);
+    queued.swap(queued_releases_);
+  }
+  for (const Undeleted& q : queued) ReleaseRecord(q.id, q.extent);
 }
 
 std::optional<NvmeTier::Entry> NvmeTier::TakeBlock(uint64_t offset) {
   auto node = blocks_.extract(offset);
   if (node.empty()) return std::nullopt;
+  if (node.mapped().awaiting_adoption) awaiting_adoption_.erase(node.mapped().id);
   return std::move(node.mapped());
 }
 
 void NvmeTier::ReleaseRecordOf(const std::optional<Entry>& block, const Extent& extent) {
   if (!block || !block->durable) return;
-  MutexLock lock(catalog_mu_);
+  CatalogHold hold(*this);
   ReleaseRecord(block->id, extent);
 }
 
@@ -319,11 +368,19 @@ void NvmeTier::ReleaseRecord(const BlockIdentity& id, const Extent& extent) {
     return;
   }
   owner_.erase(owner);
+  // Putting the record for another copy may wait out a stall: that copy may be one a caller was
+  // told would survive a restart (MustSurviveRestart). Rare: two copies of one block on NVMe.
   if (PassRecordOn(id)) return;
-  RetryUndeletedRecords();
-  if (catalog_->Delete(id.ns, id.key).ok()) return;
-  ++catalog_errors_;
-  spdlog::warn("nvme: catalog delete failed; the record stays until a retry succeeds");
+  // On a network thread, often (a DEL, a DROP): never waiting out a stall.
+  RetryUndeletedRecords(Catalog::Stall::kRefuse);
+  const Status deleted = catalog_->Delete(id.ns, id.key, Catalog::Stall::kRefuse);
+  if (deleted.ok()) return;
+  if (deleted.code() == StatusCode::kBusy) {
+    ++catalog_deletes_deferred_;
+  } else {
+    ++catalog_errors_;
+    spdlog::warn("nvme: catalog delete failed; the record stays until a retry succeeds");
+  }
   undeleted_.push_back({id, {extent.offset, extent.length}});
 }
 
@@ -359,10 +416,10 @@ void NvmeTier::ForgetCopy(const BlockIdentity& id, uint64_t offset) {
   }
 }
 
-void NvmeTier::RetryUndeletedRecords() {
+void NvmeTier::RetryUndeletedRecords(Catalog::Stall stall) {
   while (!undeleted_.empty()) {
     const Undeleted& u = undeleted_.front();
-    if (!catalog_->Delete(u.id.ns, u.id.key).ok()) return;  // counted when it first failed
+    if (!catalog_->Delete(u.id.ns, u.id.key, stall).ok()) return;  // counted when it first failed
     undeleted_.erase(undeleted_.begin());
   }
 }
@@ -379,9 +436,10 @@ bool NvmeTier::OverlapsUndeleted(uint64_t offset, const Entry& entry) const {
 Status NvmeTier::Sync() {
   MutexLock lock(sync_mu_);
   {
-    // The periodic retry of deletes that failed, for a tier that is not writing meanwhile.
-    MutexLock catalog_lock(catalog_mu_);
-    RetryUndeletedRecords();
+    // The periodic retry of deletes that failed or were put off, for a tier that is not writing
+    // meanwhile.
+    CatalogHold catalog_hold(*this);
+    RetryUndeletedRecords(Catalog::Stall::kWait);
   }
   // Taken before the syncs: what completes meanwhile may have missed them.
   const UnsyncedWrites before = unsynced_writes();
@@ -441,6 +499,7 @@ NvmeStats NvmeTier::nvme_stats() const {
   s.in_flight = io_->in_flight();
   s.io_errors = io_errors_;
   s.catalog_errors = catalog_errors_;
+  s.catalog_deletes_deferred = catalog_deletes_deferred_;
   s.checksum_failures = checksum_failures_;
   s.recovered_blocks = recovered_blocks_;
   s.dropped_at_recovery = dropped_at_recovery_;
@@ -467,6 +526,7 @@ void VisitNvmeStats(const NvmeStats& s,
   u("in_flight", s.in_flight);
   u("io_errors", s.io_errors);
   u("catalog_errors", s.catalog_errors);
+  u("catalog_deletes_deferred", s.catalog_deletes_deferred);
   u("checksum_failures", s.checksum_failures);
   u("recovered_blocks", s.recovered_blocks);
   u("dropped_at_recovery", s.dropped_at_recovery);

@@ -13,10 +13,20 @@
 //
 // Writing. WriteBlock(extent, id, src) computes the payload's XXH3-64, writes the record header
 // (identity, size, checksum) and the payload into the extent in one batch, and only when both are
-// on the device puts the catalog record. Free(extent) deletes the record before the extent can be
-// handed out again, or, when an older copy of the block is still live (the freed one had taken the
-// record over from it), puts the record for that copy instead. A delete the catalog refuses is
-// retried (by later puts, frees and Sync), and until it succeeds no record is put over that extent.
+// on the device puts the catalog record. Free(extent) deletes the record, or, when an older copy of
+// the block is still live (the freed one had taken the record over from it), puts the record for
+// that copy instead. A delete the catalog refuses is retried (by later puts, frees and Sync), and
+// until it succeeds no record is put over that extent.
+//
+// Free never waits on the catalog (it runs on the daemon's network threads, for DEL, DROP, SET over
+// a value): unless sync_writes, its delete asks RocksDB not to stall (`no_slowdown`: a memtable
+// insert and a buffered log append), and one refused because RocksDB is stalling writes is put off
+// to the next put or Sync (catalog_deletes_deferred). When another thread holds the catalog (a put
+// that may be stalled), the freeing thread queues the record's release and goes on; the holder
+// does it before letting the catalog go, and every put does what is queued before its own record,
+// so a freed extent that is reused never has two records. The extent is free at once either way:
+// a record left over it fails its header check (another block's identity) and is dropped, never
+// served.
 // ReadBlock(extent, id, dst) reads header and payload and returns kChecksumMismatch (one log line,
 // a counter) unless the header names `id` and the payload matches its checksum: wrong bytes are
 // never returned as a block. Plain Write/Read work too, but their blocks have no identity and no
@@ -24,6 +34,9 @@
 //
 // Durability contract. No fsync per block by default. A process crash (kill -9) loses no block
 // whose WriteBlock returned (O_DIRECT data is with the device, catalog writes are in the OS). A
+// freed block whose record delete was queued or put off (above) may come back after a crash in
+// that window (milliseconds; a RocksDB stall's length at worst): a removed value, never wrong
+// bytes. With sync_writes a Free deletes its record, synced, before it returns. A
 // power cut may lose any block written since the last Sync(), which the store may call periodically
 // to bound the loss; a record that survives while its data did not fails its first read (header or
 // payload checksum) and is dropped then, so a crash never serves wrong bytes. With sync_writes =
@@ -90,17 +103,19 @@ struct NvmeStats {
   uint64_t in_flight = 0;             // gauge: requests in the kernel now
   uint64_t io_errors = 0;             // reads and writes that failed with a device error
   uint64_t catalog_errors = 0;        // catalog puts/deletes that failed (durability lost)
-  uint64_t checksum_failures = 0;    // ReadBlock/Read answered kChecksumMismatch
-  uint64_t recovered_blocks = 0;     // blocks kept at open
-  uint64_t dropped_at_recovery = 0;  // catalog records dropped at open
+  // Frees' record deletes put off while RocksDB stalled writes (done by a later put or Sync).
+  uint64_t catalog_deletes_deferred = 0;
+  uint64_t checksum_failures = 0;      // ReadBlock/Read answered kChecksumMismatch
+  uint64_t recovered_blocks = 0;       // blocks kept at open
+  uint64_t dropped_at_recovery = 0;    // catalog records dropped at open
   uint64_t fixed_buffer_requests = 0;  // requests that used registered (arena) buffers
   // Sync calls that succeeded, their time in all and the longest: each is a disk flush, which on
   // a disk with a volatile write cache stalls its reads and writes while it runs.
   uint64_t syncs = 0;
   uint64_t sync_us = 0;
   uint64_t longest_sync_us = 0;
-  bool io_uring = false;               // false: the pread/pwrite thread backend
-  bool direct_io = false;              // false: the file system refused O_DIRECT
+  bool io_uring = false;   // false: the pread/pwrite thread backend
+  bool direct_io = false;  // false: the file system refused O_DIRECT
   // device_bytes_written / bytes_admitted; 0 before the first write.
   double write_amplification() const {
     return bytes_admitted == 0 ? 0.0 : static_cast<double>(device_bytes_written) / bytes_admitted;
@@ -161,9 +176,9 @@ class NvmeTier final : public Tier {
   TierId id() const override { return TierId::kNvme; }
   // See Tier::Allocate. kRejected when the block plus its 4 KiB header can never fit.
   Result<Extent> Allocate(uint64_t bytes) override;
-  // Deletes the block's catalog record (if it is still the key's current one), then frees the
-  // extent. An extent not allocated, or of another length, is counted in invalid_free_count()
-  // and changes nothing.
+  // Deletes the block's catalog record (if it is still the key's current one; without waiting on
+  // the catalog, see the header), and frees the extent. An extent not allocated, or of another
+  // length, is counted in invalid_free_count() and changes nothing.
   void Free(const Extent& extent) override;
   // Stores src (0 < size <= extent.length) as block `id`. kInvalidArgument for a bad size or an
   // extent not allocated; kDeviceError when the device failed (nothing is recorded: free the
@@ -308,7 +323,25 @@ class NvmeTier final : public Tier {
   bool PassRecordOn(const BlockIdentity& id) REQUIRES(catalog_mu_);
   void ForgetCopy(const BlockIdentity& id, uint64_t offset) REQUIRES(catalog_mu_);
   // Deletes the records of undeleted_, oldest first, until one fails.
-  void RetryUndeletedRecords() REQUIRES(catalog_mu_);
+  void RetryUndeletedRecords(Catalog::Stall stall) REQUIRES(catalog_mu_);
+  // catalog_mu_, held the way the queued releases need: ReleaseQueuedRecords right after taking
+  // it and before letting it go, and a look at the queue after, for a release queued by a Free
+  // that found it still held (which counts on that look).
+  class SCOPED_CAPABILITY CatalogHold {
+   public:
+    explicit CatalogHold(NvmeTier& tier) ACQUIRE(tier.catalog_mu_);
+    ~CatalogHold() RELEASE();
+    CatalogHold(const CatalogHold&) = delete;
+    CatalogHold& operator=(const CatalogHold&) = delete;
+
+   private:
+    NvmeTier& tier_;
+  };
+  // Ends a hold of catalog_mu_ (CatalogHold, or a Free's TryLock).
+  void UnlockCatalog() RELEASE(catalog_mu_);
+  // ReleaseRecord for every release queued by Free.
+  void ReleaseQueuedRecords() REQUIRES(catalog_mu_);
+  bool HasQueuedReleases() const EXCLUDES(queue_mu_);
   bool OverlapsUndeleted(uint64_t offset, const Entry& entry) const REQUIRES(catalog_mu_);
   Status ChecksumFailure(const Extent& extent, const std::string& why);
 
@@ -325,6 +358,10 @@ class NvmeTier final : public Tier {
   ExtentAllocator allocator_ GUARDED_BY(mu_);
   std::unordered_map<uint64_t, Entry> blocks_ GUARDED_BY(mu_);  // by extent offset
   std::vector<RecoveredBlock> recovered_ GUARDED_BY(mu_);
+  // The offset of each block found at open that still awaits adoption (Entry::awaiting_adoption;
+  // one per identity, as the catalog holds one record per block): DropRecoveredCopies finds a
+  // key's without the catalog's bookkeeping.
+  std::unordered_map<BlockIdentity, uint64_t, BlockIdentityHash> awaiting_adoption_ GUARDED_BY(mu_);
 
   // Which extent holds each identity's catalog record, so a Free of an older copy does not delete
   // the record of a newer one. Put/Delete happen under this lock, in the order decided here.
@@ -345,10 +382,15 @@ class NvmeTier final : public Tier {
     Extent extent;  // extent.length is the payload size, as in the record
   };
   std::vector<Undeleted> undeleted_ GUARDED_BY(catalog_mu_);
+  // Releases of freed blocks' records (ReleaseRecord) that their Free left to the holder of
+  // catalog_mu_, oldest first. Taken last of all locks.
+  mutable Mutex queue_mu_;
+  std::vector<Undeleted> queued_releases_ GUARDED_BY(queue_mu_);
   uint64_t last_record_us_ GUARDED_BY(catalog_mu_) = 0;  // the last access time put in a record
 
   std::atomic<uint64_t> reads_{0}, writes_{0}, bytes_read_{0}, bytes_admitted_{0};
   std::atomic<uint64_t> device_bytes_written_{0}, io_errors_{0}, catalog_errors_{0};
+  std::atomic<uint64_t> catalog_deletes_deferred_{0};
   std::atomic<uint64_t> checksum_failures_{0}, recovered_blocks_{0}, dropped_at_recovery_{0};
   std::atomic<uint64_t> invalid_frees_{0};
   std::atomic<uint64_t> unsynced_blocks_{0}, unsynced_acknowledged_{0};

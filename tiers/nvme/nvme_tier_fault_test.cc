@@ -431,6 +431,55 @@ TEST(NvmeTierCatalogFaultTest, WhileTheDeleteKeepsFailingTheExtentsNextBlockIsNo
   }
 }
 
+// A Free's delete that RocksDB would stall is not waited for: it is put off, not an error, and the
+// next Sync does it, so the freed block does not come back at the restart.
+TEST(NvmeTierCatalogStallTest, AFreeDuringAStallPutsItsDeleteOffToTheNextSync) {
+  testing::TempDir dir;
+  const NvmeTier::Options o = Opts(dir.path());
+  {
+    auto tier = MustOpen(o);
+    AlignedBuffer buf(8192);
+    const Extent e = *tier->Allocate(buf.size());
+    Fill(buf.span(), 1);
+    ASSERT_TRUE(tier->WriteBlock(e, Id(1), buf.span()).ok());
+    tier->catalog_for_testing().StallWritesForTesting(1);
+    tier->Free(e);
+    EXPECT_EQ(tier->nvme_stats().catalog_deletes_deferred, 1u);
+    EXPECT_EQ(tier->nvme_stats().catalog_errors, 0u);
+    EXPECT_EQ(tier->catalog_for_testing().Load()->records.size(), 1u);  // still there
+    ASSERT_TRUE(tier->Sync().ok());
+    EXPECT_TRUE(tier->catalog_for_testing().Load()->records.empty());
+  }
+  EXPECT_TRUE(MustOpen(o)->TakeRecovered().empty());
+}
+
+// Unlike a delete that failed, one put off by a stall does not keep the extent's next block from
+// its record: the put waits the stall out, deleting the old record first.
+TEST(NvmeTierCatalogStallTest, ABlockWrittenOverAPutOffDeleteIsRecorded) {
+  testing::TempDir dir;
+  const NvmeTier::Options o = Opts(dir.path());
+  Extent reused;
+  {
+    auto tier = MustOpen(o);
+    AlignedBuffer buf(8192);
+    const Extent e = *tier->Allocate(buf.size());
+    Fill(buf.span(), 1);
+    ASSERT_TRUE(tier->WriteBlock(e, Id(1), buf.span()).ok());
+    tier->catalog_for_testing().StallWritesForTesting(1);
+    tier->Free(e);
+    reused = *tier->Allocate(buf.size());
+    ASSERT_EQ(reused.offset, e.offset);
+    Fill(buf.span(), 2);
+    ASSERT_TRUE(tier->WriteBlock(reused, Id(2), buf.span()).ok());
+    EXPECT_TRUE(tier->MustSurviveRestart(reused).ok());
+  }
+  auto tier = MustOpen(o);
+  const std::vector<RecoveredBlock> recovered = tier->TakeRecovered();
+  ASSERT_EQ(recovered.size(), 1u);
+  EXPECT_EQ(recovered[0].key, Id(2).key);
+  EXPECT_EQ(ReadAndCheck(*tier, recovered[0].extent, 2), StatusCode::kOk);
+}
+
 // A rewrite of an extent that fails on the device leaves no block there (WriteBlock: free the
 // extent), and no record either: the one of the block the extent held must not outlive the Free
 // and bring that block back at the restart.

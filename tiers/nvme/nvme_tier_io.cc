@@ -121,7 +121,7 @@ Status NvmeTier::FinishWrite(const Extent& extent, bool must_survive_restart, Pl
     // The record and the block's entry change under one hold of catalog_mu_: in between, the
     // Free of a newer copy that took the record over would look for this copy in blocks_, not
     // find it, and delete the record instead of passing it back (PassRecordOn).
-    MutexLock catalog_lock(catalog_mu_);
+    CatalogHold catalog_hold(*this);
     // A block the catalog cannot record is served until the restart and gone after it: kept as
     // such, except a copy the caller acknowledges as durable (a write-through copy), which fails.
     Status recorded = PutRecordLocked(extent.offset, p.entry, /*access=*/false);
@@ -171,7 +171,7 @@ Status NvmeTier::MustSurviveRestart(const Extent& extent) {
 }
 
 Status NvmeTier::PutRecord(uint64_t offset, const Entry& entry, bool access) {
-  MutexLock lock(catalog_mu_);
+  CatalogHold hold(*this);
   return PutRecordLocked(offset, entry, access);
 }
 
@@ -180,7 +180,7 @@ Status NvmeTier::PutRecordLocked(uint64_t offset, const Entry& entry, bool acces
   if (access && (owner == owner_.end() || owner->second != offset)) return Status::Ok();
   if (access && !StillHolds(offset, entry)) return Status::Ok();
   if (!access && !undeleted_.empty()) {
-    RetryUndeletedRecords();
+    RetryUndeletedRecords(Catalog::Stall::kWait);
     if (OverlapsUndeleted(offset, entry)) {
       ++catalog_errors_;
       return DeviceError("nvme: a record that could not be deleted still names this extent");

@@ -759,7 +759,7 @@ TEST(NvmeStatsTest, VisitorNamesEveryFieldOnce) {
   VisitNvmeStats(s, [&](std::string_view name, double v) {
     EXPECT_TRUE(seen.emplace(std::string(name), v).second) << name;
   });
-  EXPECT_EQ(seen.size(), 19u);
+  EXPECT_EQ(seen.size(), 20u);
   EXPECT_DOUBLE_EQ(seen["write_amplification"], 1.1);
   EXPECT_DOUBLE_EQ(seen["checksum_failures"], 3);
 }
