@@ -144,8 +144,10 @@ uint64_t NvmeTier::CombinedFileId() const {
 }
 
 NvmeTier::~NvmeTier() {
-  // The releases still queued: their records go before the catalog closes.
+  // The releases still queued, and the deletes put off: their records go before the catalog
+  // closes.
   CatalogHold hold(*this);
+  RetryUndeletedRecords(Catalog::Stall::kWait);
 }
 
 // Loads the catalog and keeps the records whose extent is sane. A catalog written for another
@@ -298,8 +300,9 @@ void NvmeTier::Free(const Extent& extent) {
     }
     held = TakeBlock(extent.offset);
   }
-  if (options_.sync_writes) {
-    // The operator chose durability: the delete is synced before the extent is reused.
+  if (options_.sync_writes || (held && held->older_copies)) {
+    // The operator chose durability: the delete is synced before the extent is reused. Or the
+    // record may pass back to an older copy, which must happen before the extent is reused.
     ReleaseRecordOf(held, extent);
   } else if (held && held->durable) {
     // Not behind a holder of the catalog, whose put may wait out a RocksDB stall: it releases
@@ -377,6 +380,8 @@ void NvmeTier::ReleaseRecord(const BlockIdentity& id, const Extent& extent) {
   if (deleted.ok()) return;
   if (deleted.code() == StatusCode::kBusy) {
     ++catalog_deletes_deferred_;
+    // So that the sync schedule does it even while nothing is written or freed.
+    unsynced_acknowledged_.fetch_add(1, std::memory_order_acq_rel);
   } else {
     ++catalog_errors_;
     spdlog::warn("nvme: catalog delete failed; the record stays until a retry succeeds");
@@ -396,7 +401,13 @@ bool NvmeTier::PassRecordOn(const BlockIdentity& id) {
       if (b == blocks_.end() || !(b->second.id == id) || !b->second.durable) continue;
       copy = b->second;
     }
-    if (PutRecordLocked(offset, copy, /*access=*/false).ok()) return true;
+    if (PutRecordLocked(offset, copy, /*access=*/false).ok()) {
+      MutexLock lock(mu_);
+      auto b = blocks_.find(offset);
+      if (b != blocks_.end() && b->second.id == id)
+        b->second.older_copies = other_copies_.contains(id);
+      return true;
+    }
     // No record names it now: MustSurviveRestart must not vouch for it.
     MutexLock lock(mu_);
     auto b = blocks_.find(offset);
@@ -417,11 +428,12 @@ void NvmeTier::ForgetCopy(const BlockIdentity& id, uint64_t offset) {
 }
 
 void NvmeTier::RetryUndeletedRecords(Catalog::Stall stall) {
-  while (!undeleted_.empty()) {
-    const Undeleted& u = undeleted_.front();
-    if (!catalog_->Delete(u.id.ns, u.id.key, stall).ok()) return;  // counted when it first failed
-    undeleted_.erase(undeleted_.begin());
+  size_t done = 0;
+  for (const Undeleted& u : undeleted_) {
+    if (!catalog_->Delete(u.id.ns, u.id.key, stall).ok()) break;  // counted when it first failed
+    ++done;
   }
+  undeleted_.erase(undeleted_.begin(), undeleted_.begin() + static_cast<std::ptrdiff_t>(done));
 }
 
 bool NvmeTier::OverlapsUndeleted(uint64_t offset, const Entry& entry) const {

@@ -21,12 +21,15 @@
 // Free never waits on the catalog (it runs on the daemon's network threads, for DEL, DROP, SET over
 // a value): unless sync_writes, its delete asks RocksDB not to stall (`no_slowdown`: a memtable
 // insert and a buffered log append), and one refused because RocksDB is stalling writes is put off
-// to the next put or Sync (catalog_deletes_deferred). When another thread holds the catalog (a put
-// that may be stalled), the freeing thread queues the record's release and goes on; the holder
-// does it before letting the catalog go, and every put does what is queued before its own record,
-// so a freed extent that is reused never has two records. The extent is free at once either way:
-// a record left over it fails its header check (another block's identity) and is dropped, never
-// served.
+// to the next put or Sync (catalog_deletes_deferred; it counts among the acknowledged unsynced
+// writes, so the sync schedule does it). When another thread holds the catalog (a put that may be
+// stalled), the freeing thread queues the record's release and goes on; the holder does it before
+// letting the catalog go, and every later put does what is queued before its own record, so a
+// freed extent that is reused never has two records. The extent is free at once: a record left
+// over it fails its header check (another block's identity) and is dropped, never served. The
+// exception: a copy that took the record over from an older copy still live (Entry::older_copies,
+// rare) waits for the catalog, since its record must pass back to that copy before the extent can
+// be reused.
 // ReadBlock(extent, id, dst) reads header and payload and returns kChecksumMismatch (one log line,
 // a counter) unless the header names `id` and the payload matches its checksum: wrong bytes are
 // never returned as a block. Plain Write/Read work too, but their blocks have no identity and no
@@ -237,8 +240,9 @@ class NvmeTier final : public Tier {
   // Makes every block written so far durable: fdatasync of the data file, then of the catalog log.
   Status Sync();
   // Blocks written (WriteBlock, WriteBlocks) since the last successful Sync, and of them those
-  // the caller acknowledges as surviving a restart (BlockWrite::must_survive_restart). A write
-  // that completes while a Sync runs counts for the next one.
+  // the caller acknowledges as surviving a restart (BlockWrite::must_survive_restart), which
+  // also counts the record deletes put off by a RocksDB stall (done by the Sync). A write that
+  // completes while a Sync runs counts for the next one.
   struct UnsyncedWrites {
     uint64_t blocks = 0;
     uint64_t acknowledged = 0;
@@ -263,6 +267,11 @@ class NvmeTier final : public Tier {
     // Found at open and not settled yet (SettleRecovered, DropRecoveredCopies): the store does
     // not know it.
     bool awaiting_adoption = false;
+    // Took the record over from an older copy of the block that may still be live
+    // (other_copies_): its Free may have to put the record back for that copy, and waits for the
+    // catalog to do it before the extent can be reused (a kill -9 in between would leave the
+    // older copy, which may have been acknowledged as durable, with no record).
+    bool older_copies = false;
   };
 
   // The data file holding region offset `offset`, and the file offset of it.

@@ -113,53 +113,129 @@ class GatedLogFs final : public rocksdb::FileSystemWrapper {
   int waiting_ = 0;
 };
 
+// A WriteBlock on another thread whose catalog put hangs (at GatedLogFs's gate) while it holds
+// the catalog, from the constructor to Finish() or the destructor. A future that may wait for it
+// is declared before this object, so that the gate opens before that future's destructor waits.
+class HangingWrite {
+ public:
+  HangingWrite(NvmeTier& tier, GatedLogFs& fs, const Extent& extent, uint64_t block)
+      : fs_(fs), buf_(extent.length) {
+    FillTestBlock(buf_.span(), block);
+    fs_.Close();
+    writer_ = std::async(std::launch::async, [&tier, extent, block, this] {
+      return tier.WriteBlock(extent, TestBlockId(block), buf_.span());
+    });
+    hanging_ = fs_.AwaitWaiter();
+    EXPECT_TRUE(hanging_) << "the write never reached the catalog";
+  }
+  ~HangingWrite() { (void)Finish(); }
+  bool hanging() const { return hanging_; }
+  // Lets the write go on; its status.
+  Status Finish() {
+    fs_.Open();
+    if (writer_.valid()) status_ = writer_.get();
+    return status_;
+  }
+
+ private:
+  GatedLogFs& fs_;
+  AlignedBuffer buf_;
+  std::future<Status> writer_;
+  bool hanging_ = false;
+  Status status_;
+};
+
+// The keys (TestBlockId numbers) and extent offsets of the catalog's records, by number.
+std::map<uint64_t, uint64_t> Records(NvmeTier& tier) {
+  std::map<uint64_t, uint64_t> out;
+  const auto loaded = tier.catalog_for_testing().Load();
+  EXPECT_TRUE(loaded.ok()) << loaded.status().ToString();
+  if (loaded.ok()) {
+    for (const CatalogRecord& r : loaded->records) out[r.key.high] = r.offset;
+  }
+  return out;
+}
+
+Extent WriteTestBlock(NvmeTier& tier, uint64_t block) {
+  AlignedBuffer buf(8192);
+  const Extent e = *tier.Allocate(buf.size());
+  FillTestBlock(buf.span(), block);
+  EXPECT_TRUE(tier.WriteBlock(e, TestBlockId(block), buf.span()).ok());
+  return e;
+}
+
+struct GatedTier {
+  testing::TempDir dir;
+  std::shared_ptr<GatedLogFs> fs = std::make_shared<GatedLogFs>(rocksdb::FileSystem::Default());
+  std::unique_ptr<rocksdb::Env> env = rocksdb::NewCompositeEnv(fs);
+  NvmeTier::Options options() {
+    NvmeTier::Options o = Opts(dir.path());
+    o.catalog_env = env.get();
+    return o;
+  }
+};
+
 // A Free on a network thread does not wait for a write whose catalog put hangs: it leaves the
 // record's release to that writer, which does it before it lets the catalog go.
 TEST(NvmeTierCatalogStallTest, AFreeDoesNotWaitForAHangingCatalogWrite) {
-  testing::TempDir dir;
-  auto fs = std::make_shared<GatedLogFs>(rocksdb::FileSystem::Default());
-  std::unique_ptr<rocksdb::Env> env = rocksdb::NewCompositeEnv(fs);
-  NvmeTier::Options o = Opts(dir.path());
-  o.catalog_env = env.get();
+  GatedTier gated;
   Extent kept;
   {
-    auto tier = MustOpen(o);
-    AlignedBuffer one(8192), two(8192);
-    const Extent freed = *tier->Allocate(one.size());
-    FillTestBlock(one.span(), 1);
-    ASSERT_TRUE(tier->WriteBlock(freed, TestBlockId(1), one.span()).ok());
-    kept = *tier->Allocate(two.size());
-    FillTestBlock(two.span(), 2);
-    fs->Close();
-    auto writer = std::async(std::launch::async,
-                             [&] { return tier->WriteBlock(kept, TestBlockId(2), two.span()); });
-    ASSERT_TRUE(fs->AwaitWaiter());
-    auto freeing = std::async(std::launch::async, [&] { tier->Free(freed); });
-    const bool returned = freeing.wait_for(std::chrono::seconds(5)) == std::future_status::ready;
-    EXPECT_TRUE(returned) << "Free waited for the hanging catalog write";
+    auto tier = MustOpen(gated.options());
+    const Extent freed = WriteTestBlock(*tier, 1);
+    kept = *tier->Allocate(8192);
+    std::future<void> freeing;
+    HangingWrite hanging(*tier, *gated.fs, kept, 2);
+    if (!hanging.hanging()) return;
+    freeing = std::async(std::launch::async, [&] { tier->Free(freed); });
+    EXPECT_EQ(freeing.wait_for(std::chrono::seconds(5)), std::future_status::ready)
+        << "Free waited for the hanging catalog write";
     // The release waits for the writer: the freed block's record is still there, the writer's
     // not yet.
-    {
-      const auto meanwhile = tier->catalog_for_testing().Load();
-      ASSERT_TRUE(meanwhile.ok());
-      ASSERT_EQ(meanwhile->records.size(), 1u);
-      EXPECT_EQ(meanwhile->records[0].key, TestBlockId(1).key);
-    }
-    fs->Open();
-    ASSERT_TRUE(writer.get().ok());
+    EXPECT_EQ(Records(*tier), (std::map<uint64_t, uint64_t>{{1, freed.offset}}));
+    EXPECT_TRUE(hanging.Finish().ok());
     freeing.get();
     EXPECT_EQ(tier->nvme_stats().catalog_deletes_deferred, 0u);
     ASSERT_TRUE(tier->Sync().ok());
-    const auto loaded = tier->catalog_for_testing().Load();
-    ASSERT_TRUE(loaded.ok());
-    ASSERT_EQ(loaded->records.size(), 1u);
-    EXPECT_EQ(loaded->records[0].key, TestBlockId(2).key);
+    EXPECT_EQ(Records(*tier), (std::map<uint64_t, uint64_t>{{2, kept.offset}}));
   }
+  NvmeTier::Options o = gated.options();
   o.catalog_env = nullptr;
   auto tier = MustOpen(o);
   const std::vector<RecoveredBlock> recovered = tier->TakeRecovered();
   ASSERT_EQ(recovered.size(), 1u);
   EXPECT_EQ(recovered[0].extent, kept);
+}
+
+// The newer of two copies of a block holds the record; freed, it must put the record back for
+// the older copy before its extent is reused: a block written there meanwhile, then a kill -9,
+// would leave the record naming the new block's extent and the older copy, which may have been
+// acknowledged as durable, with none. So that Free waits for the catalog, and the extent is not
+// handed out before the record has passed back.
+TEST(NvmeTierCatalogStallTest, AFreeWhoseRecordPassesBackWaitsBeforeItsExtentIsReused) {
+  GatedTier gated;
+  auto tier = MustOpen(gated.options());
+  const Extent older = WriteTestBlock(*tier, 1);
+  ASSERT_TRUE(tier->MustSurviveRestart(older).ok());
+  const Extent newer = WriteTestBlock(*tier, 1);
+  ASSERT_EQ(Records(*tier), (std::map<uint64_t, uint64_t>{{1, newer.offset}}));
+  const Extent other = *tier->Allocate(8192);
+  std::future<void> freeing;
+  HangingWrite hanging(*tier, *gated.fs, other, 2);
+  if (!hanging.hanging()) return;
+  freeing = std::async(std::launch::async, [&] { tier->Free(newer); });
+  EXPECT_EQ(freeing.wait_for(std::chrono::milliseconds(300)), std::future_status::timeout)
+      << "Free returned before the record passed back";
+  const Result<Extent> next = tier->Allocate(8192);
+  ASSERT_TRUE(next.ok());
+  EXPECT_NE(next->offset, newer.offset) << "the extent was reused before the record passed back";
+  EXPECT_TRUE(hanging.Finish().ok());
+  freeing.get();
+  EXPECT_EQ(Records(*tier), (std::map<uint64_t, uint64_t>{{1, older.offset}, {2, other.offset}}));
+  AlignedBuffer got(8192), want(8192);
+  FillTestBlock(want.span(), 1);
+  ASSERT_TRUE(tier->ReadBlock(older, TestBlockId(1), got.span()).ok());
+  EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size()), 0);
 }
 
 // Threads write blocks (two copies of a block at times), free them and meet stalls, so that

@@ -127,6 +127,7 @@ Status NvmeTier::FinishWrite(const Extent& extent, bool must_survive_restart, Pl
     Status recorded = PutRecordLocked(extent.offset, p.entry, /*access=*/false);
     if (!recorded.ok() && must_survive_restart) return recorded;
     p.entry.durable = recorded.ok();
+    p.entry.older_copies = recorded.ok() && other_copies_.contains(p.entry.id);
     MutexLock lock(mu_);
     blocks_[extent.offset] = p.entry;
   } else {
