@@ -373,6 +373,9 @@ Connection::Awaitable<bool> Connection::AwaitWriteThroughs(CommandContext& ctx) 
                       [](const auto& f) { return f.first.word_at; });
     for (const auto& [ack, why] : failed) SettleFailedAck(ctx, ack, why);
     if (ctx.write_throughs.empty()) co_return true;
+    // Replies before this one wait in the buffer with it (up to limits.mover_wait_ms), their
+    // values' leases with them.
+    RenewQueuedLeases(0);
     const bool open = co_await PauseBeforeRetry(kMoverRetryPause, mover_generation);
     if (!open) {
       for (const PendingAck& ack : ctx.write_throughs) store.ForgetWriteThrough(ack.reservation_id);
@@ -495,7 +498,7 @@ Connection::Awaitable<bool> Connection::WritePayload(std::string_view preceding,
       server_.counters.lapsed_reply_leases.fetch_add(1, std::memory_order_relaxed);
       co_return false;
     }
-    RenewQueuedLeases(index);
+    RenewQueuedLeases(index + 1);
     const size_t n = std::min(kPayloadPieceBytes, payload.bytes - at);
     const bool last_piece = at + n == payload.bytes;
     // The bytes before the payload (its bulk header, earlier replies) go in the same gather write
@@ -539,7 +542,7 @@ Connection::Awaitable<bool> Connection::WritePayload(std::string_view preceding,
   co_return true;
 }
 
-void Connection::RenewQueuedLeases(size_t current) {
+void Connection::RenewQueuedLeases(size_t first) {
   const auto now = std::chrono::steady_clock::now();
   if (now - queued_leases_renewed_at_ <
       std::chrono::milliseconds(server_.options.payload_send_timeout_ms / 2)) {
@@ -547,7 +550,7 @@ void Connection::RenewQueuedLeases(size_t current) {
   }
   queued_leases_renewed_at_ = now;
   // One that lapsed already is found out when its turn comes (WritePayload, WriteOut's Release).
-  for (size_t i = current + 1; i < leased_.payloads.size(); ++i) {
+  for (size_t i = first; i < leased_.payloads.size(); ++i) {
     (void)server_.store.Renew(leased_.payloads[i].lease_id);
   }
 }

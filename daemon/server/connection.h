@@ -116,12 +116,13 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // non-blocking send takes that piece whole; *trailer_sent says how many of its bytes went.
   Awaitable<bool> WritePayload(std::string_view preceding, size_t index, std::string_view trailer,
                                size_t* trailer_sent);
-  // Renews the leases of the payloads queued after leased_.payloads[current], at most every half
-  // options.payload_send_timeout_ms: before each piece of the one being sent, whose write ends
-  // within that timeout or closes the connection, so a queued lease is renewed well inside its
-  // time however slowly the client takes the payloads ahead of it. Not at every piece: that is
-  // quadratic in the payloads of a pipeline of many small ones.
-  void RenewQueuedLeases(size_t current);
+  // Renews the leases of the payloads queued from leased_.payloads[first] on, at most every half
+  // options.payload_send_timeout_ms: before each piece of the one being sent (first: the next
+  // one), whose write ends within that timeout or closes the connection, so a queued lease is
+  // renewed well inside its time however slowly the client takes the payloads ahead of it; and
+  // while a reply waits for its write-through copies (AwaitWriteThroughs: all of them). Not at
+  // every piece: that is quadratic in the payloads of a pipeline of many small ones.
+  void RenewQueuedLeases(size_t first);
   // Ends the leases of every queued payload (the connection is closing).
   void DropLeasedPayloads();
   // Around a payload piece's write: closes the socket if the write has not ended within

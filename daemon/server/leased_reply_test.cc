@@ -9,6 +9,7 @@
 
 #include "daemon/server/generic_keyspace.h"
 #include "daemon/server/test_client.h"
+#include "tests/fakes/fake_tier.h"
 
 namespace kvtier::server {
 namespace {
@@ -189,6 +190,43 @@ TEST(LeasedReplyQueueTest, APayloadQueuedBehindASlowOneKeepsItsLease) {
   EXPECT_EQ(ts.store().ExpireDeadlines(), 0u) << "the queued value's lease lapsed";
   got += ReadBytes(reader, whole.size() - got.size());
   EXPECT_TRUE(SameReply(got, whole));
+  EXPECT_EQ(ts.server().Stats().lapsed_reply_leases, 0u);
+  EXPECT_TRUE(ts.WaitForLeases(0));
+}
+
+// A reply queued ahead of one that waits for its write-through copy (nvme.write_through, up to
+// limits.mover_wait_ms) keeps its value's lease while it waits unsent: `GET big` pipelined with
+// `SET k v` lost the GET's lease, and the connection, when the wait outlasted the lease. Nothing
+// runs the mover here until the test does its work.
+TEST(LeasedReplyQueueTest, AReplyWaitingBehindAWriteThroughKeepsItsLease) {
+  ServerOptions o;
+  o.mover_wait_ms = 10'000;
+  o.payload_send_timeout_ms = 400;  // queued leases are renewed at most every 200 ms
+  store::StoreOptions store_options;
+  store_options.background_disk_moves = true;
+  store_options.nvme_write_through = true;
+  TestServer ts(o, store_options,
+                std::make_unique<::kvtier::testing::FakeTier>(TierId::kNvme, 4 << 20,
+                                                              /*addressable=*/false));
+  ASSERT_TRUE(ts.status().ok()) << ts.status().ToString();
+  TestClient c = ts.ConnectUnix();
+  const std::string big = Value(256 << 10, 'j');
+  ASSERT_TRUE(c.Send(testing::Resp({"SET", "big", big})));
+  ASSERT_TRUE(testing::WaitFor([&] { return ts.store().Stats().committed_puts == 1; }));
+  ts.store().WriteThrough(ts.store().TakeWriteThroughRequests(8));
+  ASSERT_EQ(c.ReadReply(), "+OK\r\n");
+  ASSERT_TRUE(c.Send(testing::Resp({"GET", "big"}) + testing::Resp({"SET", "k", "v"})));
+  ASSERT_TRUE(testing::WaitFor([&] {
+    return ts.store().Stats().committed_puts == 2 && ts.store().Stats().leases_active == 1;
+  }));
+  // 20 s of the lease's 30 pass while the SET waits; the wait renews the GET's lease.
+  ts.clock().AdvanceMicros(20'000'000);
+  std::this_thread::sleep_for(500ms);
+  ts.clock().AdvanceMicros(20'000'000);
+  EXPECT_EQ(ts.store().ExpireDeadlines(), 0u) << "the waiting reply's lease lapsed";
+  ts.store().WriteThrough(ts.store().TakeWriteThroughRequests(8));
+  EXPECT_TRUE(SameReply(c.ReadReply(), Bulk(big)));
+  EXPECT_EQ(c.ReadReply(), "+OK\r\n");
   EXPECT_EQ(ts.server().Stats().lapsed_reply_leases, 0u);
   EXPECT_TRUE(ts.WaitForLeases(0));
 }
