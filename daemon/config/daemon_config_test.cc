@@ -741,6 +741,8 @@ TEST(DaemonConfigTest, BadRemoteSettingsNameTheirKey) {
   expect_error("remote: {url: 'h:1', ttl_seconds: 0}", "remote.ttl_seconds");
   expect_error("remote: {url: 'h:1', lookup_timeout_ms: 0}", "remote.lookup_timeout_ms");
   expect_error("remote: {url: 'h:1', timeout_ms: 0}", "remote.timeout_ms");
+  expect_error("remote: {url: 'h:1', lookup_timeout_ms: 1000, timeout_ms: 1000}",
+               "must be below remote.timeout_ms");
   expect_error("remote: {url: 'redis://h:1', tls_ca_file: ca.crt}", "rediss://");
   expect_error("remote: {url: 'rediss://h:1', tls_cert_file: c.crt}", "remote.tls_key_file");
   DaemonConfig c;

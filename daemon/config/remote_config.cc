@@ -40,6 +40,15 @@ Status FinalizeRemote(DaemonConfig& config) {
     return InvalidArgument("remote.lookup_timeout_ms: must be positive");
   }
   if (config.remote_timeout_ms == 0) return InvalidArgument("remote.timeout_ms: must be positive");
+  // A timeout between the two is held against a node, a lookup's is not (OpenRemote's
+  // shortest_judged_timeout): in the other order a slow node would be judged by its lookups only.
+  if (config.remote_lookup_timeout_ms >= config.remote_timeout_ms) {
+    return InvalidArgument("remote.lookup_timeout_ms: must be below remote.timeout_ms (" +
+                           std::to_string(config.remote_lookup_timeout_ms) +
+                           " >= " + std::to_string(config.remote_timeout_ms) +
+                           "): a lookup waits on a request's path, the mover's calls may wait "
+                           "longer");
+  }
   if (config.remote_connect_timeout_ms == 0) {
     return InvalidArgument("remote.connect_timeout_ms: must be positive");
   }
