@@ -220,8 +220,9 @@ TEST(LeasedReplyQueueTest, AReplyWaitingBehindAWriteThroughKeepsItsLease) {
     return ts.store().Stats().committed_puts == 2 && ts.store().Stats().leases_active == 1;
   }));
   // 20 s of the lease's 30 pass while the SET waits; the wait renews the GET's lease.
+  // (Renewals come at most every 200 ms; 2 s leaves a loaded machine room for several.)
   ts.clock().AdvanceMicros(20'000'000);
-  std::this_thread::sleep_for(500ms);
+  std::this_thread::sleep_for(2s);
   ts.clock().AdvanceMicros(20'000'000);
   EXPECT_EQ(ts.store().ExpireDeadlines(), 0u) << "the waiting reply's lease lapsed";
   ts.store().WriteThrough(ts.store().TakeWriteThroughRequests(8));

@@ -312,6 +312,8 @@ void NvmeTier::Free(const Extent& extent) {
       MutexLock lock(queue_mu_);
       queued_releases_.push_back({held->id, {extent.offset, extent.length}});
     }
+    // (A try_lock that fails spuriously, which the standard allows and glibc does not do, would
+    // leave the release to the next holder of the catalog.)
     if (catalog_mu_.TryLock()) UnlockCatalog();
   }
   MutexLock lock(mu_);
@@ -399,6 +401,9 @@ bool NvmeTier::PassRecordOn(const BlockIdentity& id) {
       auto b = blocks_.find(offset);
       // Gone or rewritten since it lost the record: not a copy any more.
       if (b == blocks_.end() || !(b->second.id == id) || !b->second.durable) continue;
+      // From now on its Free may have a record to pass on (a third copy), so it waits for the
+      // catalog: a queued free would give the extent back while the put below goes on.
+      b->second.older_copies = true;
       copy = b->second;
     }
     if (PutRecordLocked(offset, copy, /*access=*/false).ok()) {
@@ -422,9 +427,17 @@ void NvmeTier::ForgetCopy(const BlockIdentity& id, uint64_t offset) {
   for (auto it = begin; it != end; ++it) {
     if (it->second == offset) {
       other_copies_.erase(it);
-      return;
+      break;
     }
   }
+  if (other_copies_.contains(id)) return;
+  // The last older copy is gone: the owner's free no longer has a record to pass on, and need
+  // not wait for the catalog.
+  auto owner = owner_.find(id);
+  if (owner == owner_.end()) return;
+  MutexLock lock(mu_);
+  auto b = blocks_.find(owner->second);
+  if (b != blocks_.end() && b->second.id == id) b->second.older_copies = false;
 }
 
 void NvmeTier::RetryUndeletedRecords(Catalog::Stall stall) {
@@ -447,14 +460,16 @@ bool NvmeTier::OverlapsUndeleted(uint64_t offset, const Entry& entry) const {
 
 Status NvmeTier::Sync() {
   MutexLock lock(sync_mu_);
+  // Taken before the syncs: what completes meanwhile may have missed them. And before the retry
+  // below: a delete put off again meanwhile (a free's, while the stall goes on) must keep the
+  // count that brings the next Sync.
+  const UnsyncedWrites before = unsynced_writes();
   {
     // The periodic retry of deletes that failed or were put off, for a tier that is not writing
     // meanwhile.
     CatalogHold catalog_hold(*this);
     RetryUndeletedRecords(Catalog::Stall::kWait);
   }
-  // Taken before the syncs: what completes meanwhile may have missed them.
-  const UnsyncedWrites before = unsynced_writes();
   const auto started = std::chrono::steady_clock::now();
   for (const auto& f : files_) KVTIER_RETURN_IF_ERROR(io_->Sync(f->fd()));
   KVTIER_RETURN_IF_ERROR(catalog_->Sync());

@@ -330,6 +330,8 @@ class NvmeTier final : public Tier {
   // Puts `id`'s record for one of its other live copies; false when there is none or the put
   // failed (that copy is then no longer durable).
   bool PassRecordOn(const BlockIdentity& id) REQUIRES(catalog_mu_);
+  // Takes the copy at `offset` out of other_copies_; when it was the block's last one, clears
+  // the owner's Entry::older_copies.
   void ForgetCopy(const BlockIdentity& id, uint64_t offset) REQUIRES(catalog_mu_);
   // Deletes the records of undeleted_, oldest first, until one fails.
   void RetryUndeletedRecords(Catalog::Stall stall) REQUIRES(catalog_mu_);

@@ -224,7 +224,12 @@ TEST(NvmeTierCatalogStallTest, AFreeWhoseRecordPassesBackWaitsBeforeItsExtentIsR
   HangingWrite hanging(*tier, *gated.fs, other, 2);
   if (!hanging.hanging()) return;
   freeing = std::async(std::launch::async, [&] { tier->Free(newer); });
-  EXPECT_EQ(freeing.wait_for(std::chrono::milliseconds(300)), std::future_status::timeout)
+  // Until the Free took the block out, the checks below would prove nothing.
+  for (int i = 0; i < 1000 && !tier->BlocksStartingIn(newer)->empty(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ASSERT_TRUE(tier->BlocksStartingIn(newer)->empty()) << "the Free never began";
+  EXPECT_EQ(freeing.wait_for(std::chrono::milliseconds(100)), std::future_status::timeout)
       << "Free returned before the record passed back";
   const Result<Extent> next = tier->Allocate(8192);
   ASSERT_TRUE(next.ok());
@@ -236,6 +241,38 @@ TEST(NvmeTierCatalogStallTest, AFreeWhoseRecordPassesBackWaitsBeforeItsExtentIsR
   FillTestBlock(want.span(), 1);
   ASSERT_TRUE(tier->ReadBlock(older, TestBlockId(1), got.span()).ok());
   EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size()), 0);
+}
+
+// Freeing the owner of a block's record passes the record to an older copy; while that put
+// waits on the catalog, the copy it goes to is not freed under it: its Free waits too, so its
+// extent is not handed out while a record for it is being put (with a third copy, a kill -9
+// would then leave that one without a record).
+TEST(NvmeTierCatalogStallTest, ACopyTheRecordIsPassingToIsNotFreedUnderThePut) {
+  GatedTier gated;
+  auto tier = MustOpen(gated.options());
+  const Extent older = WriteTestBlock(*tier, 1);
+  const Extent owner = WriteTestBlock(*tier, 1);
+  gated.fs->Close();
+  std::future<void> freeing_owner, freeing_older;
+  struct OpenAtExit {
+    GatedLogFs& fs;
+    ~OpenAtExit() { fs.Open(); }
+  } open_at_exit{*gated.fs};
+  freeing_owner = std::async(std::launch::async, [&] { tier->Free(owner); });
+  ASSERT_TRUE(gated.fs->AwaitWaiter()) << "the record's pass never reached the catalog";
+  freeing_older = std::async(std::launch::async, [&] { tier->Free(older); });
+  for (int i = 0; i < 1000 && !tier->BlocksStartingIn(older)->empty(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ASSERT_TRUE(tier->BlocksStartingIn(older)->empty()) << "the Free never began";
+  const Result<Extent> next = tier->Allocate(8192);
+  ASSERT_TRUE(next.ok());
+  EXPECT_NE(next->offset, older.offset) << "the copy the record is passing to was reused";
+  gated.fs->Open();
+  freeing_owner.get();
+  freeing_older.get();
+  ASSERT_TRUE(tier->Sync().ok());
+  EXPECT_TRUE(Records(*tier).empty());
 }
 
 // Threads write blocks (two copies of a block at times), free them and meet stalls, so that
