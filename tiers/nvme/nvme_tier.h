@@ -315,7 +315,8 @@ class NvmeTier final : public Tier {
   // nothing). kDeviceError when the catalog refuses it, or when a record whose delete failed still
   // names part of the extent (two records over one extent: a restart might keep the stale one).
   Status PutRecord(uint64_t offset, const Entry& entry, bool access);
-  Status PutRecordLocked(uint64_t offset, const Entry& entry, bool access) REQUIRES(catalog_mu_);
+  Status PutRecordLocked(uint64_t offset, const Entry& entry, bool access) REQUIRES(catalog_mu_)
+      EXCLUDES(mu_);
   // Whether the block at `offset` is still `entry` (same identity, size and checksum).
   bool StillHolds(uint64_t offset, const Entry& entry) const REQUIRES(catalog_mu_);
   // Takes the block at `offset` out of blocks_ (a Free, or a write over it); nullopt when none.
@@ -326,13 +327,14 @@ class NvmeTier final : public Tier {
   // What becomes of block `id`'s record when its copy at `extent` is freed: nothing when another
   // copy holds it; else it passes to another live copy, or is deleted. A delete that fails leaves
   // the record in undeleted_.
-  void ReleaseRecord(const BlockIdentity& id, const Extent& extent) REQUIRES(catalog_mu_);
+  void ReleaseRecord(const BlockIdentity& id, const Extent& extent) REQUIRES(catalog_mu_)
+      EXCLUDES(mu_);
   // Puts `id`'s record for one of its other live copies; false when there is none or the put
   // failed (that copy is then no longer durable).
-  bool PassRecordOn(const BlockIdentity& id) REQUIRES(catalog_mu_);
+  bool PassRecordOn(const BlockIdentity& id) REQUIRES(catalog_mu_) EXCLUDES(mu_);
   // Takes the copy at `offset` out of other_copies_; when it was the block's last one, clears
   // the owner's Entry::older_copies.
-  void ForgetCopy(const BlockIdentity& id, uint64_t offset) REQUIRES(catalog_mu_);
+  void ForgetCopy(const BlockIdentity& id, uint64_t offset) REQUIRES(catalog_mu_) EXCLUDES(mu_);
   // Deletes the records of undeleted_, oldest first, until one fails.
   void RetryUndeletedRecords(Catalog::Stall stall) REQUIRES(catalog_mu_);
   // catalog_mu_, held the way the queued releases need: ReleaseQueuedRecords right after taking
@@ -351,7 +353,7 @@ class NvmeTier final : public Tier {
   // Ends a hold of catalog_mu_ (CatalogHold, or a Free's TryLock).
   void UnlockCatalog() RELEASE(catalog_mu_);
   // ReleaseRecord for every release queued by Free.
-  void ReleaseQueuedRecords() REQUIRES(catalog_mu_);
+  void ReleaseQueuedRecords() REQUIRES(catalog_mu_) EXCLUDES(mu_);
   bool HasQueuedReleases() const EXCLUDES(queue_mu_);
   bool OverlapsUndeleted(uint64_t offset, const Entry& entry) const REQUIRES(catalog_mu_);
   Status ChecksumFailure(const Extent& extent, const std::string& why);

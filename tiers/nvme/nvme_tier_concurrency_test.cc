@@ -18,6 +18,7 @@
 
 #include "tiers/nvme/aligned_buffer.h"
 #include "tiers/nvme/nvme_tier.h"
+#include "tiers/nvme/testing/open_tier.h"
 #include "tiers/nvme/testing/temp_dir.h"
 #include "tiers/nvme/testing/test_blocks.h"
 
@@ -25,6 +26,7 @@ namespace kvtier::tiers::nvme {
 namespace {
 
 using testing::FillTestBlock;
+using testing::MustOpen;
 using testing::TestBlockId;
 
 constexpr uint64_t kMiB = 1 << 20;
@@ -35,15 +37,6 @@ NvmeTier::Options Opts(const std::string& dir) {
   o.capacity_bytes = 64 * kMiB;
   o.io.queue_depth = 8;
   return o;
-}
-
-std::unique_ptr<NvmeTier> MustOpen(const NvmeTier::Options& o) {
-  auto tier = NvmeTier::Open(o);
-  if (!tier.ok()) {
-    ADD_FAILURE() << tier.status().ToString();
-    std::abort();  // the test cannot go on without a tier
-  }
-  return std::move(tier).value();
 }
 
 // A file system whose log appends wait while the gate is closed: a catalog write that hangs the

@@ -18,6 +18,7 @@
 #include "tiers/nvme/aligned_buffer.h"
 #include "tiers/nvme/nvme_tier.h"
 #include "tiers/nvme/testing/fault_injector.h"
+#include "tiers/nvme/testing/open_tier.h"
 #include "tiers/nvme/testing/power_cut.h"
 #include "tiers/nvme/testing/temp_dir.h"
 
@@ -26,6 +27,7 @@ namespace {
 
 using testing::Fault;
 using testing::FaultInjector;
+using testing::MustOpen;
 
 constexpr uint64_t kMiB = 1 << 20;
 
@@ -51,15 +53,6 @@ NvmeTier::Options Opts(const std::string& dir, IoBackendKind kind = IoBackendKin
   o.io.kind = kind;
   o.io.queue_depth = 8;
   return o;
-}
-
-std::unique_ptr<NvmeTier> MustOpen(const NvmeTier::Options& o) {
-  auto tier = NvmeTier::Open(o);
-  if (!tier.ok()) {
-    ADD_FAILURE() << tier.status().ToString();
-    std::abort();  // the test cannot go on without a tier
-  }
-  return std::move(tier).value();
 }
 
 // Reads block `i` at `e`: OK with the right bytes, or an error; never OK with wrong bytes.
