@@ -413,11 +413,14 @@ bool NvmeTier::PassRecordOn(const BlockIdentity& id) {
         b->second.older_copies = other_copies_.contains(id);
       return true;
     }
-    // No record names it now: MustSurviveRestart must not vouch for it.
+    // No record names it now: MustSurviveRestart must not vouch for it. The next copy, if any,
+    // is tried in turn: every copy left `durable` must be the one the record names.
     MutexLock lock(mu_);
     auto b = blocks_.find(offset);
-    if (b != blocks_.end() && b->second.id == id) b->second.durable = false;
-    return false;
+    if (b != blocks_.end() && b->second.id == id) {
+      b->second.durable = false;
+      b->second.older_copies = false;
+    }
   }
   return false;
 }

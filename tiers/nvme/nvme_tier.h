@@ -329,8 +329,8 @@ class NvmeTier final : public Tier {
   // the record in undeleted_.
   void ReleaseRecord(const BlockIdentity& id, const Extent& extent) REQUIRES(catalog_mu_)
       EXCLUDES(mu_);
-  // Puts `id`'s record for one of its other live copies; false when there is none or the put
-  // failed (that copy is then no longer durable).
+  // Puts `id`'s record for one of its other live copies, trying each in turn; false when there
+  // is none or every put failed (each copy whose put failed is then no longer durable).
   bool PassRecordOn(const BlockIdentity& id) REQUIRES(catalog_mu_) EXCLUDES(mu_);
   // Takes the copy at `offset` out of other_copies_; when it was the block's last one, clears
   // the owner's Entry::older_copies.

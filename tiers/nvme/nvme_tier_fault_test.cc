@@ -430,6 +430,42 @@ TEST(NvmeTierCatalogFaultTest, WhileTheDeleteKeepsFailingTheExtentsNextBlockIsNo
   }
 }
 
+// Three copies of one block on NVMe; the newest holds the record. Freed, it passes the record to
+// an older copy. When that put fails, the next copy is tried: the copy left `durable` (the one
+// MustSurviveRestart vouches for) must be the one the record names, and the copy whose put
+// failed must not be vouched for.
+TEST(NvmeTierCatalogFaultTest, AFailedPassOfTheRecordTriesTheNextCopy) {
+  testing::TempDir dir;
+  const NvmeTier::Options o = Opts(dir.path());
+  std::vector<Extent> copies;
+  Extent survivor;
+  {
+    auto tier = MustOpen(o);
+    AlignedBuffer buf(8192);
+    Fill(buf.span(), 1);
+    for (int c = 0; c < 3; ++c) {
+      copies.push_back(*tier->Allocate(buf.size()));
+      ASSERT_TRUE(tier->WriteBlock(copies.back(), Id(1), buf.span()).ok());
+    }
+    tier->catalog_for_testing().FailWritesForTesting(1);  // the put for the first older copy
+    tier->Free(copies[2]);
+    EXPECT_EQ(tier->nvme_stats().catalog_errors, 1u);
+    // Both older copies still serve reads in this run; one of them, not both, is vouched for.
+    std::vector<Extent> vouched;
+    for (int c = 0; c < 2; ++c) {
+      EXPECT_EQ(ReadAndCheck(*tier, copies[c], 1), StatusCode::kOk);
+      if (tier->MustSurviveRestart(copies[c]).ok()) vouched.push_back(copies[c]);
+    }
+    ASSERT_EQ(vouched.size(), 1u);
+    survivor = vouched[0];
+  }
+  auto tier = MustOpen(o);
+  const std::vector<RecoveredBlock> recovered = tier->TakeRecovered();
+  ASSERT_EQ(recovered.size(), 1u) << "the copy vouched for comes back";
+  EXPECT_EQ(recovered[0].extent, survivor);
+  EXPECT_EQ(ReadAndCheck(*tier, survivor, 1), StatusCode::kOk);
+}
+
 // A Free's delete that RocksDB would stall is not waited for: it is put off, not an error, and the
 // next Sync does it, so the freed block does not come back at the restart.
 TEST(NvmeTierCatalogStallTest, AFreeDuringAStallPutsItsDeleteOffToTheNextSync) {
