@@ -467,17 +467,22 @@ Status NvmeTier::Sync() {
   // below: a delete put off again meanwhile (a free's, while the stall goes on) must keep the
   // count that brings the next Sync.
   const UnsyncedWrites before = unsynced_writes();
+  bool deletes_left = false;
   {
     // The periodic retry of deletes that failed or were put off, for a tier that is not writing
     // meanwhile.
     CatalogHold catalog_hold(*this);
     RetryUndeletedRecords(Catalog::Stall::kWait);
+    deletes_left = !undeleted_.empty();
   }
   const auto started = std::chrono::steady_clock::now();
   for (const auto& f : files_) KVTIER_RETURN_IF_ERROR(io_->Sync(f->fd()));
   KVTIER_RETURN_IF_ERROR(catalog_->Sync());
   unsynced_blocks_.fetch_sub(before.blocks, std::memory_order_acq_rel);
-  unsynced_acknowledged_.fetch_sub(before.acknowledged, std::memory_order_acq_rel);
+  // The retry stops at the first delete that fails, and the ones put off behind it were counted
+  // among `before`: one count stays while any is left, so that the schedule comes back for them.
+  const uint64_t kept = deletes_left && before.acknowledged > 0 ? 1 : 0;
+  unsynced_acknowledged_.fetch_sub(before.acknowledged - kept, std::memory_order_acq_rel);
   const auto took = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
                                               std::chrono::steady_clock::now() - started)
                                               .count());

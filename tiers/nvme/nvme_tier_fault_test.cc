@@ -491,6 +491,38 @@ TEST(NvmeTierCatalogStallTest, AFreeDuringAStallPutsItsDeleteOffToTheNextSync) {
   EXPECT_TRUE(MustOpen(o)->TakeRecovered().empty());
 }
 
+// Deletes put off by a stall, and the Sync's retry of them fails at the first: the ones behind it
+// are not done, so the count that brings a Sync must not all go, or nothing would retry them
+// while the tier writes and frees nothing.
+TEST(NvmeTierCatalogStallTest, DeletesLeftAfterAFailedRetryBringAnotherSync) {
+  testing::TempDir dir;
+  const NvmeTier::Options o = Opts(dir.path());
+  {
+    auto tier = MustOpen(o);
+    AlignedBuffer buf(8192);
+    std::vector<Extent> freed;
+    for (uint64_t i = 1; i <= 2; ++i) {
+      freed.push_back(*tier->Allocate(buf.size()));
+      Fill(buf.span(), i);
+      ASSERT_TRUE(tier->WriteBlock(freed.back(), Id(i), buf.span()).ok());
+    }
+    tier->catalog_for_testing().StallWritesForTesting(1000);
+    for (const Extent& e : freed) tier->Free(e);
+    tier->catalog_for_testing().StallWritesForTesting(0);
+    EXPECT_EQ(tier->unsynced_writes().acknowledged, 2u);
+    tier->catalog_for_testing().FailWritesForTesting(1);  // the retry's first delete
+    ASSERT_TRUE(tier->Sync().ok());
+    EXPECT_EQ(tier->catalog_for_testing().Load()->records.size(), 2u);
+    EXPECT_GT(tier->unsynced_writes().acknowledged, 0u) << "a Sync must come back for them";
+    ASSERT_TRUE(tier->Sync().ok());
+    EXPECT_TRUE(tier->catalog_for_testing().Load()->records.empty());
+    EXPECT_EQ(tier->unsynced_writes().acknowledged, 0u);
+    // The close would retry the deletes too: only the schedule's count is under test.
+    tier->catalog_for_testing().FailWritesForTesting(1000);
+  }
+  EXPECT_TRUE(MustOpen(o)->TakeRecovered().empty());
+}
+
 // Unlike a delete that failed, one put off by a stall does not keep the extent's next block from
 // its record: the put waits the stall out, deleting the old record first.
 TEST(NvmeTierCatalogStallTest, ABlockWrittenOverAPutOffDeleteIsRecorded) {
