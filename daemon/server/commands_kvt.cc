@@ -134,10 +134,13 @@ Progress Lookup(CommandContext& ctx, Command& cmd) {
   if (keys.size() > kMaxRemoteLookupKeys) keys.resize(kMaxRemoteLookupKeys);
   state->local = std::move(result);
   ctx.resume_state = state;
-  store.StartRemoteLookup(state->ns, std::move(keys), [state](size_t found) {
+  const bool asked = store.StartRemoteLookup(state->ns, std::move(keys), [state](size_t found) {
     state->found = found;
     state->answered.store(true, std::memory_order_release);
   });
+  // Not asked (a node-local namespace, never published): the local prefix is the answer, now,
+  // not after the wait for the mover runs out.
+  if (!asked) state->answered.store(true, std::memory_order_release);
   return FinishRemoteLookup(ctx);
 }
 
