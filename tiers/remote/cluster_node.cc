@@ -108,6 +108,12 @@ Awaitable<Result<ConnectionPtr>> ClusterNode::Acquire(Deadline deadline, bool& q
     error_code ec;
     co_await waiter.timer.async_wait(redirect_error(use_awaitable, ec));
     std::erase(waiters_, &waiter);
+    if (stopping_) {
+      // Shutdown closed every connection, the one handed over too (it may have been handed just
+      // before): an exchange on it would fail as the node's fault.
+      if (waiter.handed) Forget(waiter.handed);
+      co_return ShuttingDown("remote store client is shutting down");
+    }
     // A connection handed over as the deadline passed goes back unused: the exchange would time
     // out at once and close a healthy connection.
     if (waiter.handed && Deadline::clock::now() < deadline) co_return std::move(waiter.handed);
