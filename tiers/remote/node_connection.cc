@@ -4,6 +4,7 @@
 #include <netinet/tcp.h>
 #include <openssl/err.h>
 #include <openssl/ssl.h>
+#include <poll.h>
 #include <spdlog/spdlog.h>
 #include <sys/socket.h>
 
@@ -88,7 +89,13 @@ bool NodeConnection::StillOpenWhileIdle() {
   if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return true;
   // Under TLS, bytes may wait on a healthy connection (TLS 1.3 session tickets that no read has
   // consumed yet), so only the end of the stream tells there.
-  if (n > 0 && tls_) return true;
+  // The peer's close_notify is such bytes, though, followed by the end of the stream; the peer
+  // having shut its side down is what poll's POLLRDHUP says, bytes waiting or not.
+  if (n > 0 && tls_) {
+    pollfd peer{.fd = Socket().native_handle(), .events = POLLRDHUP, .revents = 0};
+    if (::poll(&peer, 1, 0) == 0 || (peer.revents & (POLLRDHUP | POLLHUP | POLLERR)) == 0)
+      return true;
+  }
   broken_ = true;
   return false;
 }

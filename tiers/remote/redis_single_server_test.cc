@@ -93,11 +93,13 @@ class TlsServer : public SingleServer {
     certs_ = *certificates;
   }
 
-  void StartTlsServer() {
-    StartServer({"--port", "0", "--tls-port", std::string(RedisProcess::kPortPlaceholder),
-                 "--tls-cert-file", certs_.server_cert_file, "--tls-key-file",
-                 certs_.server_key_file, "--tls-ca-cert-file", certs_.ca_file, "--tls-auth-clients",
-                 "no"});
+  void StartTlsServer(std::vector<std::string> more_args = {}) {
+    std::vector<std::string> args = {
+        "--port", "0", "--tls-port", std::string(RedisProcess::kPortPlaceholder),
+        "--tls-cert-file", certs_.server_cert_file, "--tls-key-file", certs_.server_key_file,
+        "--tls-ca-cert-file", certs_.ca_file, "--tls-auth-clients", "no"};
+    args.insert(args.end(), more_args.begin(), more_args.end());
+    StartServer(args);
   }
 
   RedisClusterOptions TlsOptionsWith(std::string ca_file) const {
@@ -121,6 +123,25 @@ TEST_F(TlsServer, RoundTripOverTls) {
   EXPECT_EQ(*got[0], record);  // read in place through TLS, a large value whole
   EXPECT_EQ(got[1].status().code(), StatusCode::kNotFound);
   EXPECT_EQ(client->Exists({TestKey(1)}, kCallTimeout)[0], Status::Ok());
+}
+
+// As PooledConnectionsTheServerClosedWhileIdleAreNotUsed, under TLS: the server's close_notify
+// waits unread before the end of the stream, so bytes waiting on an idle connection do not tell
+// it is still open.
+TEST_F(TlsServer, PooledConnectionsTheServerClosedWhileIdleAreNotUsed) {
+  StartTlsServer({"--timeout", "1"});
+  RedisClusterOptions options = TlsOptionsWith(certs_.ca_file);
+  options.connections_per_node = 1;
+  auto client = OpenOrFail(options);
+  ASSERT_TRUE(client);
+  const std::string value = testing::TestRecord(1, 512);
+  ASSERT_EQ(client->Set({{TestKey(1), {value}}}, kTtl, kCallTimeout)[0], Status::Ok());
+  std::this_thread::sleep_for(milliseconds(2500));  // the server closes the idle connection
+  EXPECT_EQ(client->Set({{TestKey(2), {value}}}, kTtl, kCallTimeout)[0], Status::Ok());
+  const auto got = client->Get({TestKey(1)}, kCallTimeout);
+  ASSERT_TRUE(got[0].ok()) << got[0].status().ToString();
+  EXPECT_EQ(*got[0], value);
+  EXPECT_EQ(client->stats().breaker_openings, 0u);
 }
 
 TEST_F(TlsServer, ACertificateThatDoesNotVerifyIsRefusedAtOpenWithTheReason) {
