@@ -92,7 +92,7 @@ run_python
 # The offline GPU check (tests/gpu/README.md), where the CUDA toolkit is installed: prepare.sh
 # builds the GPU targets in build-cuda/ (objects shared with the release tree through ccache)
 # into one folder, which must stay within 64 MiB and, run here without a GPU driver, report "no
-# CUDA device" with its own exit status (3).
+# CUDA device" with its own exit status (3), and with a driver too old for it, say so (exit 2).
 run_gpu_check_prepare() {
   local out=build-cuda/gpu-check
   echo "== GPU check: tests/gpu/prepare.sh =="
@@ -112,6 +112,19 @@ run_gpu_check_prepare() {
     exit 1
   fi
   echo "$out/run.sh without a GPU: exit 3, no CUDA device"
+  # A driver too old for the bundled CUDA runtime (a stand-in libcuda that says CUDA 12.8) is
+  # told apart from no device: exit 2, naming the driver.
+  mkdir -p build-cuda/old-driver
+  cc -shared -fPIC -o build-cuda/old-driver/libcuda.so.1 tests/gpu/old_driver_stub.c
+  rc=0
+  LD_LIBRARY_PATH="$PWD/build-cuda/old-driver" "$out/run.sh" >build-cuda/gpu-check-old.log 2>&1 ||
+    rc=$?
+  if [ "$rc" -ne 2 ] || ! grep -q "driver supports CUDA 12.8" build-cuda/gpu-check-old.log; then
+    cat build-cuda/gpu-check-old.log
+    echo "$out/run.sh exited $rc with a CUDA 12.8 driver; expected 2 and the driver named"
+    exit 1
+  fi
+  echo "$out/run.sh with a driver too old: exit 2, said so"
 }
 make_room 4 build/venv-py
 run_gpu_check_prepare

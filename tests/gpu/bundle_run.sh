@@ -22,7 +22,8 @@
 # Exit status:
 #   0  every step passed
 #   1  a kvtier check failed where the environment passed the bare CUDA checks: a project bug
-#   2  the binaries do not load here (C library older than MANIFEST says, or a missing library)
+#   2  the binaries do not load here (C library older than MANIFEST says, or a missing library),
+#      or the driver is older than the CUDA runtime they carry (MANIFEST names the toolkit)
 #   3  no CUDA device (no driver, no GPU visible, or the driver refuses): nothing else was run
 #   4  the environment refuses pinned memory or CUDA IPC (a container or sandbox): the steps that
 #      need them were run anyway and their failures are marked as expected
@@ -95,6 +96,12 @@ case "$env_rc" in
   10)
     say "no CUDA device: nothing to check here (exit 3)"
     exit 3
+    ;;
+  15)
+    say "the driver is older than the CUDA runtime these binaries carry: rebuild the folder with"
+    say "a CUDA toolkit no newer than the driver (tests/gpu/README.md); nothing else was run (exit 2)"
+    sed -n '1,4p' MANIFEST 2>/dev/null
+    exit 2
     ;;
   11) refused="pin" ;;
   12) refused="ipc" ;;

@@ -13,7 +13,8 @@
 //
 // Exit status (tests/gpu/run.sh relies on it): 0 everything works; 10 no CUDA device or driver;
 // 11 host memory cannot be pinned; 12 CUDA IPC between processes is refused; 13 both 11 and 12;
-// 14 a plain CUDA call that should not fail did.
+// 14 a plain CUDA call that should not fail did; 15 a driver is there, but older than the CUDA
+// runtime linked into these binaries needs (they must be built with an older toolkit).
 //
 // usage: kvtier_cuda_env_check                     (the checks)
 //        kvtier_cuda_env_check --import HEX BYTES  (the second process of the ipc step)
@@ -39,6 +40,7 @@ constexpr int kPinRefused = 11;
 constexpr int kIpcRefused = 12;
 constexpr int kPinAndIpcRefused = 13;
 constexpr int kCudaFailed = 14;
+constexpr int kDriverTooOld = 15;
 
 constexpr size_t kBytes = size_t{16} << 20;
 
@@ -214,15 +216,26 @@ bool CheckIpc(void* device) {
 int Check() {
   int count = 0;
   cudaError_t error = cudaGetDeviceCount(&count);
+  int driver = 0, runtime = 0;
+  (void)cudaDriverGetVersion(&driver);  // 0: no driver at all
+  (void)cudaRuntimeGetVersion(&runtime);
+  // The runtime answers "insufficient driver" both with no driver and with one too old for it;
+  // only the second is a build to redo (with a toolkit no newer than the driver), not a machine
+  // without a GPU.
+  if (error == cudaErrorInsufficientDriver && driver > 0) {
+    std::printf(
+        "env: device: REFUSED: the driver supports CUDA %d.%d, older than the CUDA %d.%d runtime "
+        "these binaries carry: build them with a toolkit no newer than the driver (%s)\n",
+        driver / 1000, driver % 1000 / 10, runtime / 1000, runtime % 1000 / 10,
+        Describe(error).c_str());
+    return kDriverTooOld;
+  }
   if (error != cudaSuccess || count == 0) {
     std::printf("env: device: no CUDA device (%s)\n",
                 error != cudaSuccess ? Describe(error).c_str() : "the driver lists none");
     return kNoDevice;
   }
   cudaDeviceProp prop{};
-  int driver = 0, runtime = 0;
-  (void)cudaDriverGetVersion(&driver);
-  (void)cudaRuntimeGetVersion(&runtime);
   error = cudaGetDeviceProperties(&prop, 0);
   if (error == cudaSuccess) error = cudaSetDevice(0);
   if (error != cudaSuccess) {
