@@ -414,7 +414,8 @@ bool NvmeTier::PassRecordOn(const BlockIdentity& id) {
       return true;
     }
     // No record names it now: MustSurviveRestart must not vouch for it. The next copy, if any,
-    // is tried in turn: every copy left `durable` must be the one the record names.
+    // is tried in turn, so that no copy whose put failed stays durable and the record, once
+    // deleted below, leaves none durable behind it.
     MutexLock lock(mu_);
     auto b = blocks_.find(offset);
     if (b != blocks_.end() && b->second.id == id) {
@@ -444,12 +445,20 @@ void NvmeTier::ForgetCopy(const BlockIdentity& id, uint64_t offset) {
 }
 
 void NvmeTier::RetryUndeletedRecords(Catalog::Stall stall) {
-  size_t done = 0;
+  // Oldest first. A stall holds for every delete, so the first one it refuses ends the retry;
+  // one that fails outright (counted when it first failed) does not keep those behind it from
+  // being tried: they may be deletes a stall put off, whose count a Sync is about to take.
+  size_t kept = 0;
+  bool stalled = false;
   for (const Undeleted& u : undeleted_) {
-    if (!catalog_->Delete(u.id.ns, u.id.key, stall).ok()) break;  // counted when it first failed
-    ++done;
+    if (!stalled) {
+      const Status deleted = catalog_->Delete(u.id.ns, u.id.key, stall);
+      if (deleted.ok()) continue;
+      stalled = deleted.code() == StatusCode::kBusy;
+    }
+    undeleted_[kept++] = u;
   }
-  undeleted_.erase(undeleted_.begin(), undeleted_.begin() + static_cast<std::ptrdiff_t>(done));
+  undeleted_.erase(undeleted_.begin() + static_cast<std::ptrdiff_t>(kept), undeleted_.end());
 }
 
 bool NvmeTier::OverlapsUndeleted(uint64_t offset, const Entry& entry) const {
@@ -467,22 +476,17 @@ Status NvmeTier::Sync() {
   // below: a delete put off again meanwhile (a free's, while the stall goes on) must keep the
   // count that brings the next Sync.
   const UnsyncedWrites before = unsynced_writes();
-  bool deletes_left = false;
   {
     // The periodic retry of deletes that failed or were put off, for a tier that is not writing
     // meanwhile.
     CatalogHold catalog_hold(*this);
     RetryUndeletedRecords(Catalog::Stall::kWait);
-    deletes_left = !undeleted_.empty();
   }
   const auto started = std::chrono::steady_clock::now();
   for (const auto& f : files_) KVTIER_RETURN_IF_ERROR(io_->Sync(f->fd()));
   KVTIER_RETURN_IF_ERROR(catalog_->Sync());
   unsynced_blocks_.fetch_sub(before.blocks, std::memory_order_acq_rel);
-  // The retry stops at the first delete that fails, and the ones put off behind it were counted
-  // among `before`: one count stays while any is left, so that the schedule comes back for them.
-  const uint64_t kept = deletes_left && before.acknowledged > 0 ? 1 : 0;
-  unsynced_acknowledged_.fetch_sub(before.acknowledged - kept, std::memory_order_acq_rel);
+  unsynced_acknowledged_.fetch_sub(before.acknowledged, std::memory_order_acq_rel);
   const auto took = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
                                               std::chrono::steady_clock::now() - started)
                                               .count());

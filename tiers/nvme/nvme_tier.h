@@ -335,7 +335,8 @@ class NvmeTier final : public Tier {
   // Takes the copy at `offset` out of other_copies_; when it was the block's last one, clears
   // the owner's Entry::older_copies.
   void ForgetCopy(const BlockIdentity& id, uint64_t offset) REQUIRES(catalog_mu_) EXCLUDES(mu_);
-  // Deletes the records of undeleted_, oldest first, until one fails.
+  // Deletes the records of undeleted_, oldest first, until a stall refuses one; those that fail
+  // stay.
   void RetryUndeletedRecords(Catalog::Stall stall) REQUIRES(catalog_mu_);
   // catalog_mu_, held the way the queued releases need: ReleaseQueuedRecords right after taking
   // it and before letting it go, and a look at the queue after, for a release queued by a Free
