@@ -355,7 +355,8 @@ class Store {
   // Asks the remote tier which of `keys` (of namespace `ns`) it holds, without waiting: `done(n)`
   // runs once, on the remote store's own thread, with the number of leading keys it holds (0 on
   // any error or past remote.lookup_timeout); then the requests waiting for the mover are told
-  // (SetMoveListener). `done` must not block. false without a remote tier (`done` never runs).
+  // (SetMoveListener). `done` must not block. false without a remote tier, or for a node-local
+  // namespace, never published (`done` never runs).
   bool StartRemoteLookup(const NamespaceId& ns, std::vector<BlockKey> keys,
                          std::function<void(size_t found)> done);
   bool HasRemoteTier() const { return options_.remote.store != nullptr; }

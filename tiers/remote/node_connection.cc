@@ -90,11 +90,13 @@ bool NodeConnection::StillOpenWhileIdle() {
   // Under TLS, bytes may wait on a healthy connection (TLS 1.3 session tickets that no read has
   // consumed yet), so only the end of the stream tells there.
   // The peer's close_notify is such bytes, though, followed by the end of the stream; the peer
-  // having shut its side down is what poll's POLLRDHUP says, bytes waiting or not.
+  // having shut its side down is what poll's POLLRDHUP says, bytes waiting or not. (A peer that
+  // sends close_notify and holds the stream open until ours still passes: the call then fails.)
   if (n > 0 && tls_) {
     pollfd peer{.fd = Socket().native_handle(), .events = POLLRDHUP, .revents = 0};
-    if (::poll(&peer, 1, 0) == 0 || (peer.revents & (POLLRDHUP | POLLHUP | POLLERR)) == 0)
-      return true;
+    const int ready = ::poll(&peer, 1, 0);
+    if (ready <= 0) return true;  // nothing to tell, or poll itself failed: as before
+    if ((peer.revents & (POLLRDHUP | POLLHUP | POLLERR)) == 0) return true;
   }
   broken_ = true;
   return false;

@@ -82,6 +82,8 @@ class NodeConnection : public std::enable_shared_from_this<NodeConnection> {
   // For a connection taken from the idle pool: usable, and the node has not closed it meanwhile
   // (Redis's `timeout`, a restart). An idle connection has nothing to read, so end-of-stream or
   // (without TLS) any bytes waiting mean it cannot serve a call; it is then marked unusable.
+  // Under TLS, where bytes may wait on a healthy connection, the peer's end of the stream is
+  // told by poll's POLLRDHUP, bytes (its close_notify) before it or not.
   bool StillOpenWhileIdle();
   const HostPort& node() const { return node_; }
 

@@ -48,6 +48,23 @@ class SingleServer : public ::testing::Test {
     return client.ok() ? std::move(client).value() : nullptr;
   }
 
+  // With a server started with `--timeout 1`: a connection the server closed while it sat idle in
+  // the pool (the pool's only one) is not handed out; the next calls open another and succeed,
+  // and no call fails as the node's fault.
+  void ExpectAConnectionClosedWhileIdleIsNotUsed(RedisClusterOptions options) {
+    options.connections_per_node = 1;
+    auto client = OpenOrFail(std::move(options));
+    ASSERT_TRUE(client);
+    const std::string value = testing::TestRecord(1, 512);
+    ASSERT_EQ(client->Set({{TestKey(1), {value}}}, kTtl, kCallTimeout)[0], Status::Ok());
+    std::this_thread::sleep_for(milliseconds(2500));  // the server closes the idle connection
+    EXPECT_EQ(client->Set({{TestKey(2), {value}}}, kTtl, kCallTimeout)[0], Status::Ok());
+    const auto got = client->Get({TestKey(1)}, kCallTimeout);
+    ASSERT_TRUE(got[0].ok()) << got[0].status().ToString();
+    EXPECT_EQ(*got[0], value);
+    EXPECT_EQ(client->stats().breaker_openings, 0u);
+  }
+
   testing::TempDir dir_;
   std::unique_ptr<RedisProcess> server_;
 };
@@ -130,18 +147,7 @@ TEST_F(TlsServer, RoundTripOverTls) {
 // it is still open.
 TEST_F(TlsServer, PooledConnectionsTheServerClosedWhileIdleAreNotUsed) {
   StartTlsServer({"--timeout", "1"});
-  RedisClusterOptions options = TlsOptionsWith(certs_.ca_file);
-  options.connections_per_node = 1;
-  auto client = OpenOrFail(options);
-  ASSERT_TRUE(client);
-  const std::string value = testing::TestRecord(1, 512);
-  ASSERT_EQ(client->Set({{TestKey(1), {value}}}, kTtl, kCallTimeout)[0], Status::Ok());
-  std::this_thread::sleep_for(milliseconds(2500));  // the server closes the idle connection
-  EXPECT_EQ(client->Set({{TestKey(2), {value}}}, kTtl, kCallTimeout)[0], Status::Ok());
-  const auto got = client->Get({TestKey(1)}, kCallTimeout);
-  ASSERT_TRUE(got[0].ok()) << got[0].status().ToString();
-  EXPECT_EQ(*got[0], value);
-  EXPECT_EQ(client->stats().breaker_openings, 0u);
+  ExpectAConnectionClosedWhileIdleIsNotUsed(TlsOptionsWith(certs_.ca_file));
 }
 
 TEST_F(TlsServer, ACertificateThatDoesNotVerifyIsRefusedAtOpenWithTheReason) {
@@ -358,17 +364,7 @@ TEST_F(SingleServer, CallsThatTimeOutWaitingForABusyPoolLeaveTheBreakerClosed) {
 // Redis closes a connection idle for `timeout` seconds: the pool must not hand that one out.
 TEST_F(SingleServer, PooledConnectionsTheServerClosedWhileIdleAreNotUsed) {
   StartServer({"--timeout", "1"});
-  RedisClusterOptions options;
-  options.connections_per_node = 1;
-  auto client = OpenOrFail(options);
-  ASSERT_TRUE(client);
-  const std::string value = testing::TestRecord(1, 512);
-  ASSERT_EQ(client->Set({{TestKey(1), {value}}}, kTtl, kCallTimeout)[0], Status::Ok());
-  std::this_thread::sleep_for(milliseconds(2500));  // the server closes the idle connection
-  EXPECT_EQ(client->Set({{TestKey(2), {value}}}, kTtl, kCallTimeout)[0], Status::Ok());
-  const auto got = client->Get({TestKey(1)}, kCallTimeout);
-  ASSERT_TRUE(got[0].ok()) << got[0].status().ToString();
-  EXPECT_EQ(*got[0], value);
+  ExpectAConnectionClosedWhileIdleIsNotUsed({});
 }
 
 TEST_F(SingleServer, CallbacksRunOnTheClientThreadWhereBlockingCallsRefuse) {
