@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from helpers import RawClient, http_get, parse_metrics
+from helpers import RawClient, http_get, parse_metrics, wait_for
 from kvtierd_process import Daemon
 from nvme_helpers import get_each, lookup_each, put_blocks, register_ns, tier
 
@@ -34,7 +34,7 @@ def traffic(daemon):
         settle_moves(c)
         before = c.stats()
         text = http_get(daemon, "/metrics")
-        after = c.stats()
+        after = stats_counting(c, parse_metrics(text))
         info = c.call("INFO", "kvtier").decode()
     return text, before, after, info
 
@@ -56,6 +56,22 @@ def settle_moves(c, quiet_s=0.3, timeout_s=10.0):
         elif time.monotonic() - since >= quiet_s:
             return
     raise AssertionError(f"the mover kept moving blocks for {timeout_s} s: {last}")
+
+
+def stats_counting(c, samples):
+    """A stats document taken once its tier counters count every move the scrape does (a move
+    is recorded, moved bytes and histogram, just before its tier counter is bumped), or the last
+    one after 5 s. Moves are counted by their bytes, there with histograms on or off."""
+    demoted = samples.get((MOVED_BYTES, 'from="host",to="nvme"'), 0) // BLOCK_BYTES
+    promoted = samples.get((MOVED_BYTES, 'from="nvme",to="host"'), 0) // BLOCK_BYTES
+    last = {}
+
+    def caught_up():
+        last["stats"] = c.stats()
+        return (tier(last["stats"], "host")["demotions"] >= demoted and
+                tier(last["stats"], "nvme")["promotions"] >= promoted)
+    wait_for(caught_up, timeout_s=5.0)
+    return last["stats"]
 
 
 def series(samples, name):
@@ -121,8 +137,8 @@ def test_metrics_moves_agree_with_the_tier_counters(scraped):
     samples = parse_metrics(text)
     demoted = samples[(MOVE + "_count", 'kind="demotion",from="host",to="nvme"')]
     promoted = samples[(MOVE + "_count", 'kind="promotion",from="nvme",to="host"')]
-    # The mover was let settle first (settle_moves); bounded by the two stats documents around
-    # the scrape all the same.
+    # Bounded by the stats documents around the scrape: the one before (the mover let settle
+    # first), and the one after once it counts what the histograms do (stats_counting).
     assert tier(before, "host")["demotions"] <= demoted <= tier(after, "host")["demotions"]
     assert tier(before, "nvme")["promotions"] <= promoted <= tier(after, "nvme")["promotions"]
     assert promoted >= 8
