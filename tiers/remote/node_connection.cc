@@ -158,6 +158,11 @@ Awaitable<Status> NodeConnection::Connect(Deadline deadline) {
     Status handshake = co_await Handshake();
     if (!handshake.ok()) co_return handshake;
   }
+  // The deadline's handler may have run between the connect's (or handshake's) completion and
+  // this coroutine's turn, on an I/O thread busy with other calls: it closed the socket, and the
+  // connection must not be reported open (its first exchange then failed as "connection closed",
+  // a node's fault, where the deadline had passed).
+  if (broken_) co_return Fail(asio::error::timed_out, "connect");
   Disarm();
   connected_ = true;
   Add(counters_.connections_opened);
