@@ -366,7 +366,11 @@ TEST_F(ClientTest, RefreshAnswersTheCachedPrefix) {
 TEST(ClientRefreshTest, AChainLongerThanOneCommandEndsWithItsDeepestBlockLeastRecent) {
   constexpr uint64_t kSmallBlock = 512;  // 65,539 blocks in 32 MiB
   InProcessDaemon server(InProcessDaemon::Options{.arena_bytes = uint64_t{64} << 20});
-  Result<Client> connected = Client::Connect(server.url());
+  // The put of 65,539 blocks is answered once all are stored: under ASan on a loaded machine that
+  // took more than the default 10 s without a byte of reply.
+  ConnectOptions patient;
+  patient.timeout = std::chrono::milliseconds(120'000);
+  Result<Client> connected = Client::Connect(server.url(), patient);
   ASSERT_TRUE(connected.ok()) << connected.status().ToString();
   Client& client = *connected;
   Result<NamespaceInfo> ns = client.RegisterNamespace(TestDescriptor(), kSmallBlock);
