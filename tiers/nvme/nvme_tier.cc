@@ -380,7 +380,8 @@ void NvmeTier::ReleaseRecord(const BlockIdentity& id, const Extent& extent) {
   RetryUndeletedRecords(Catalog::Stall::kRefuse);
   const Status deleted = catalog_->Delete(id.ns, id.key, Catalog::Stall::kRefuse);
   if (deleted.ok()) return;
-  if (deleted.code() == StatusCode::kBusy) {
+  const bool deferred = deleted.code() == StatusCode::kBusy;
+  if (deferred) {
     ++catalog_deletes_deferred_;
     // So that the sync schedule does it even while nothing is written or freed.
     unsynced_acknowledged_.fetch_add(1, std::memory_order_acq_rel);
@@ -388,7 +389,7 @@ void NvmeTier::ReleaseRecord(const BlockIdentity& id, const Extent& extent) {
     ++catalog_errors_;
     spdlog::warn("nvme: catalog delete failed; the record stays until a retry succeeds");
   }
-  undeleted_.push_back({id, {extent.offset, extent.length}});
+  undeleted_.push_back({id, {extent.offset, extent.length}, deferred});
 }
 
 bool NvmeTier::PassRecordOn(const BlockIdentity& id) {
@@ -445,16 +446,26 @@ void NvmeTier::ForgetCopy(const BlockIdentity& id, uint64_t offset) {
 }
 
 void NvmeTier::RetryUndeletedRecords(Catalog::Stall stall) {
-  // Oldest first. A stall holds for every delete, so the first one it refuses ends the retry;
-  // one that fails outright (counted when it first failed) does not keep those behind it from
-  // being tried: they may be deletes a stall put off, whose count a Sync is about to take.
+  // Oldest first. A stall holds for every delete, so the first one it refuses ends the retry.
+  // One that fails outright most often fails them all (a catalog that cannot write): past it,
+  // the deletes that failed before are left for the next retry, so that a long outage does not
+  // cost each free a call per undeleted record. Those a stall put off are still tried: a Sync is
+  // about to take their counts, and nothing else would bring one for them.
   size_t kept = 0;
   bool stalled = false;
-  for (const Undeleted& u : undeleted_) {
-    if (!stalled) {
+  bool failed = false;
+  for (Undeleted& u : undeleted_) {
+    if (!stalled && (u.deferred || !failed)) {
       const Status deleted = catalog_->Delete(u.id.ns, u.id.key, stall);
       if (deleted.ok()) continue;
-      stalled = deleted.code() == StatusCode::kBusy;
+      if (deleted.code() == StatusCode::kBusy) {
+        stalled = true;
+      } else {
+        failed = true;
+        // A delete put off before and failing now is counted once, as a failure.
+        if (u.deferred) ++catalog_errors_;
+        u.deferred = false;
+      }
     }
     undeleted_[kept++] = u;
   }

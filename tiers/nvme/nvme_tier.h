@@ -335,8 +335,8 @@ class NvmeTier final : public Tier {
   // Takes the copy at `offset` out of other_copies_; when it was the block's last one, clears
   // the owner's Entry::older_copies.
   void ForgetCopy(const BlockIdentity& id, uint64_t offset) REQUIRES(catalog_mu_) EXCLUDES(mu_);
-  // Deletes the records of undeleted_, oldest first, until a stall refuses one; those that fail
-  // stay.
+  // Deletes the records of undeleted_, oldest first, until a stall refuses one. Past the first
+  // that fails outright, only deletes a stall put off are tried; those that fail stay.
   void RetryUndeletedRecords(Catalog::Stall stall) REQUIRES(catalog_mu_);
   // catalog_mu_, held the way the queued releases need: ReleaseQueuedRecords right after taking
   // it and before letting it go, and a look at the queue after, for a release queued by a Free
@@ -394,6 +394,8 @@ class NvmeTier final : public Tier {
   struct Undeleted {
     BlockIdentity id;
     Extent extent;  // extent.length is the payload size, as in the record
+    // Put off by a stall (its count in unsynced_acknowledged_ brings a Sync), not failed.
+    bool deferred = false;
   };
   std::vector<Undeleted> undeleted_ GUARDED_BY(catalog_mu_);
   // Releases of freed blocks' records (ReleaseRecord) that their Free left to the holder of

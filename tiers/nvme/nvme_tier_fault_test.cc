@@ -516,6 +516,7 @@ TEST(NvmeTierCatalogStallTest, ADeleteThatFailsDoesNotKeepTheSyncFromThoseBehind
     ASSERT_TRUE(left.ok());
     ASSERT_EQ(left->records.size(), 1u) << "the delete behind the failed one is done";
     EXPECT_EQ(left->records[0].key, Id(1).key);
+    EXPECT_EQ(tier->nvme_stats().catalog_errors, 1u);  // put off first, then failed: once
     EXPECT_EQ(tier->unsynced_writes().acknowledged, 0u);
     // The failed one is retried like any failed delete: here by the next Sync.
     ASSERT_TRUE(tier->Sync().ok());
