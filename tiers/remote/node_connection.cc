@@ -105,11 +105,16 @@ bool NodeConnection::StillOpenWhileIdle() {
 Awaitable<Status> NodeConnection::Open(Deadline deadline) {
   Status connected = co_await Connect(deadline);
   if (!connected.ok()) co_return connected;
+  // An exchange's reply may complete while the deadline's handler closes the socket ahead of it
+  // (see Connect): the connection is reported open only if it still is.
+  const auto still_open = [this] {
+    return usable() ? Status::Ok() : Fail(asio::error::operation_aborted, "opening");
+  };
   if (!options_.password.empty()) {
     Status authenticated = co_await Authenticate(deadline);
     if (!authenticated.ok()) co_return authenticated;
   }
-  if (!options_.read_only) co_return Status::Ok();
+  if (!options_.read_only) co_return still_open();
   CommandBatch read_only;
   read_only.Command({"READONLY"});
   Result<std::vector<resp::Reply>> replies = co_await Exchange(read_only, deadline);
@@ -126,7 +131,7 @@ Awaitable<Status> NodeConnection::Open(Deadline deadline) {
           node_.ToString(), replies->front().str);
     }
   }
-  co_return Status::Ok();
+  co_return still_open();
 }
 
 Awaitable<Status> NodeConnection::Connect(Deadline deadline) {
@@ -158,11 +163,11 @@ Awaitable<Status> NodeConnection::Connect(Deadline deadline) {
     Status handshake = co_await Handshake();
     if (!handshake.ok()) co_return handshake;
   }
-  // The deadline's handler may have run between the connect's (or handshake's) completion and
-  // this coroutine's turn, on an I/O thread busy with other calls: it closed the socket, and the
-  // connection must not be reported open (its first exchange then failed as "connection closed",
-  // a node's fault, where the deadline had passed).
-  if (broken_) co_return Fail(asio::error::timed_out, "connect");
+  // The deadline's handler (or a Close) may have run between the handshake's completion and this
+  // coroutine's turn: it closed the socket, and the connection must not be reported open (its
+  // first exchange then failed as "connection closed", a node's fault). Fail says kTimeout when
+  // it was the deadline.
+  if (broken_) co_return Fail(asio::error::operation_aborted, "connect");
   Disarm();
   connected_ = true;
   Add(counters_.connections_opened);
@@ -195,6 +200,9 @@ Awaitable<Result<tcp::endpoint>> NodeConnection::Resolve() {
   error_code ec;
   co_await lookup_wait_.async_wait(redirect_error(use_awaitable, ec));
   lookup_->Abandon();
+  // The deadline (or a Close) may have come after the lookup's answer and before this turn: the
+  // socket is closed, and connecting it would open it again with no deadline armed.
+  if (broken_) co_return Fail(asio::error::operation_aborted, "resolve");
   std::optional<HostLookup::Answer> answer = lookup_->Take();
   // The deadline passed (Fail says kTimeout) or the connection was closed first.
   if (!answer) co_return Fail(asio::error::operation_aborted, "resolve");
